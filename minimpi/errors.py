@@ -1,0 +1,182 @@
+"""The minimpi exception hierarchy and MPI error classes.
+
+Every error minimpi raises is a :class:`MinimpiError` (exported to mpi4py code as
+``MPI.Exception``). Each carries an MPI error class (``MPI.ERR_TRUNCATE``, ...) so that
+``Get_error_class()`` answers as in mpi4py, and a message that names the rank, the call,
+the argument and what was expected.
+"""
+from __future__ import annotations
+
+# MPI error classes, numbered as in MPICH so that printed codes look familiar.
+SUCCESS = 0
+ERR_BUFFER = 1
+ERR_COUNT = 2
+ERR_TYPE = 3
+ERR_TAG = 4
+ERR_COMM = 5
+ERR_RANK = 6
+ERR_ROOT = 7
+ERR_GROUP = 8
+ERR_OP = 9
+ERR_TOPOLOGY = 10
+ERR_DIMS = 11
+ERR_ARG = 12
+ERR_UNKNOWN = 13
+ERR_TRUNCATE = 14
+ERR_OTHER = 15
+ERR_INTERN = 16
+ERR_IN_STATUS = 17
+ERR_PENDING = 18
+ERR_REQUEST = 19
+ERR_UNSUPPORTED_OPERATION = 52
+ERR_LASTCODE = 0x3FFFFFFF
+
+ERROR_STRINGS = {
+    SUCCESS: "No MPI error",
+    ERR_BUFFER: "Invalid buffer pointer",
+    ERR_COUNT: "Invalid count",
+    ERR_TYPE: "Invalid datatype",
+    ERR_TAG: "Invalid tag",
+    ERR_COMM: "Invalid communicator",
+    ERR_RANK: "Invalid rank",
+    ERR_ROOT: "Invalid root",
+    ERR_GROUP: "Invalid group",
+    ERR_OP: "Invalid reduce operation",
+    ERR_TOPOLOGY: "Invalid topology",
+    ERR_DIMS: "Invalid dimension argument",
+    ERR_ARG: "Invalid argument",
+    ERR_UNKNOWN: "Unknown error",
+    ERR_TRUNCATE: "Message truncated",
+    ERR_OTHER: "Other MPI error",
+    ERR_INTERN: "Internal MPI error",
+    ERR_IN_STATUS: "See the MPI_ERROR field in MPI_Status for the error code",
+    ERR_PENDING: "Pending request",
+    ERR_REQUEST: "Invalid request",
+    ERR_UNSUPPORTED_OPERATION: "Unsupported operation",
+}
+
+
+def error_string(code: int) -> str:
+    return ERROR_STRINGS.get(code, f"MPI error code {code}")
+
+
+class MinimpiError(Exception):
+    """Base of every minimpi error (``MPI.Exception``)."""
+
+    error_class: int = ERR_OTHER
+
+    def __init__(self, message: str = "", error_class: int | None = None) -> None:
+        if isinstance(message, int) and error_class is None:
+            # mpi4py style: MPI.Exception(MPI.ERR_TRUNCATE)
+            error_class, message = message, error_string(message)
+        super().__init__(message)
+        if error_class is not None:
+            self.error_class = error_class
+
+    # mpi4py's MPI.Exception interface
+    def Get_error_code(self) -> int:
+        return self.error_class
+
+    def Get_error_class(self) -> int:
+        return self.error_class
+
+    def Get_error_string(self) -> str:
+        return error_string(self.error_class)
+
+    @property
+    def error_code(self) -> int:
+        return self.error_class
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, int):
+            return self.error_class == other
+        return NotImplemented
+
+    __hash__ = Exception.__hash__
+
+
+class RankError(MinimpiError):
+    """An invalid source, destination or root rank."""
+    error_class = ERR_RANK
+
+
+class RootError(RankError):
+    error_class = ERR_ROOT
+
+
+class TagError(MinimpiError):
+    error_class = ERR_TAG
+
+
+class TruncationError(MinimpiError):
+    """A message larger than the receive buffer; the data is never silently cut."""
+    error_class = ERR_TRUNCATE
+
+
+class BufferSpecError(MinimpiError):
+    """A buffer argument that is not usable (not a buffer, not contiguous, read-only...)."""
+    error_class = ERR_BUFFER
+
+
+class CountError(MinimpiError):
+    error_class = ERR_COUNT
+
+
+class DatatypeError(MinimpiError):
+    error_class = ERR_TYPE
+
+
+class OpError(MinimpiError):
+    error_class = ERR_OP
+
+
+class ArgumentError(MinimpiError):
+    error_class = ERR_ARG
+
+
+class CommError(MinimpiError):
+    """A freed or null communicator, or one used in a way it does not allow."""
+    error_class = ERR_COMM
+
+
+class RequestError(MinimpiError):
+    error_class = ERR_REQUEST
+
+
+class SerializationError(MinimpiError):
+    """An object that cannot be pickled (raised at the sender, before anything is sent)."""
+    error_class = ERR_ARG
+
+
+class AlgorithmError(MinimpiError):
+    """A collective algorithm that does not exist or cannot serve this call."""
+    error_class = ERR_ARG
+
+
+class CollectiveMismatchError(MinimpiError):
+    """Ranks of one communicator called different collectives (or incompatible arguments)."""
+    error_class = ERR_OTHER
+
+
+class JobAbortedError(MinimpiError):
+    """The job was aborted (by a rank's Abort or failure); no further MPI calls are possible."""
+    error_class = ERR_OTHER
+
+
+class PeerLostError(MinimpiError):
+    """A peer rank's connection closed or failed while a message was in flight to or from it."""
+    error_class = ERR_OTHER
+
+
+class TransportError(MinimpiError):
+    error_class = ERR_OTHER
+
+
+class MPITimeoutError(MinimpiError):
+    """A wait that passed its time limit (startup, job timeout, deadlock detection)."""
+    error_class = ERR_OTHER
+
+
+class UnsupportedError(MinimpiError, NotImplementedError):
+    """An MPI feature minimpi does not implement (one-sided, MPI-IO, Spawn, ...)."""
+    error_class = ERR_UNSUPPORTED_OPERATION

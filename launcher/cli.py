@@ -1,1 +1,61 @@
-def main(): print("cli ok")
+"""The ``minimpi`` command: a tiny registry of subcommands, each imported only when used.
+
+To add a subcommand, add one line to :data:`SUBCOMMANDS`. The named module must define
+
+    add_arguments(parser: argparse.ArgumentParser) -> None
+    main(args: argparse.Namespace) -> int          # the exit code
+
+and may define ``split_argv(argv) -> (own_argv, passthrough)`` when it takes a program's
+arguments verbatim (as ``run`` does).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional
+
+#: (name, module path, one-line help). Modules are imported lazily.
+SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("run", "minimpi.launcher.run", "start N ranks of a Python program (like mpirun)"),
+]
+
+
+def _top_help() -> str:
+    width = max(len(n) for n, _, _ in SUBCOMMANDS)
+    lines = ["usage: minimpi <command> [options] ...", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, _, text in SUBCOMMANDS]
+    lines += ["", "`minimpi <command> --help` shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_help())
+        return 0 if argv else 2
+    name = argv[0]
+    entry = next((e for e in SUBCOMMANDS if e[0] == name), None)
+    if entry is None:
+        print(f"minimpi: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(entry[1])
+    parser = argparse.ArgumentParser(prog=f"minimpi {name}", description=entry[2],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(parser)
+    rest = argv[1:]
+    if hasattr(module, "split_argv"):
+        own, passthrough = module.split_argv(parser, rest)
+        args = parser.parse_args(own)
+        args.passthrough = passthrough
+    else:
+        args = parser.parse_args(rest)
+    return int(module.main(args) or 0)
+
+
+def entry_point() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,190 @@
+"""``minimpi run``: options -> :class:`~minimpi.launcher.job.JobSpec` -> exit code.
+
+Adding an option that only sets an environment variable for every rank is two lines:
+an ``add_argument`` in :func:`add_arguments` and an entry in :func:`extra_env`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import sys
+
+from .job import JobSpec, run_job
+
+EPILOG = """\
+examples:
+  minimpi run -n 4 script.py arg1 arg2
+  minimpi run -n 3 --timeout 30 -m mypackage.tool --flag
+  minimpi run -n 5 --coll bcast=ring --eager-limit 64KiB -x OMP_NUM_THREADS=1 app.py
+
+output:
+  Every line a rank prints is forwarded with a "[rank] " prefix (stderr to stderr).
+  With --output-dir DIR, rank N's raw stdout/stderr also go to DIR/rank.N.stdout and
+  DIR/rank.N.stderr. stdin goes to rank 0; the other ranks read /dev/null.
+
+exit status:
+  0 when every rank exits 0; otherwise the first failing rank's code (128+signal when
+  killed by a signal, the Abort code when it called Abort), 124 on --timeout or a startup
+  timeout, 130/143 when the launcher gets SIGINT/SIGTERM, 2 for usage errors.
+"""
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(text: str) -> int:
+    """'65536', '64KiB', '64k', '1MiB', '1.5MB' -> bytes (K/M/G are powers of 1024)."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 65536, 64KiB, 1MiB)")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    return int(number * 1024 ** _UNITS[unit])
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("the number of processes must be at least 1")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if t <= 0:
+        raise argparse.ArgumentTypeError("a timeout must be positive")
+    return t
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = ("minimpi run -n N [options] program.py [args...]\n"
+               "       minimpi run -n N [options] -m module [args...]")
+    p.epilog = EPILOG
+    p.add_argument("-n", "-np", dest="nprocs", type=_positive_int, required=True, metavar="N",
+                   help="number of ranks")
+    p.add_argument("-m", dest="module", metavar="MODULE",
+                   help="run a module (like python -m); everything after it goes to the ranks")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="end the whole job after SECONDS, print what each rank was doing, exit 124")
+    p.add_argument("--startup-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="how long ranks may take to register with the coordinator (default 60); "
+                        "the ranks that never did are named")
+    p.add_argument("--no-prefix", action="store_true",
+                   help='do not prefix output lines with "[rank] "')
+    p.add_argument("--output-dir", metavar="DIR",
+                   help="also write rank N's stdout/stderr to DIR/rank.N.stdout and DIR/rank.N.stderr")
+    p.add_argument("--eager-limit", type=parse_size, metavar="BYTES",
+                   help="largest message sent eagerly (e.g. 65536, 64KiB, 1MiB); "
+                        "env MINIMPI_EAGER_LIMIT")
+    p.add_argument("--coll", action="append", type=_key_value, default=[], metavar="NAME=ALG",
+                   help="collective algorithm, e.g. bcast=ring (sets MINIMPI_BCAST=ring); repeatable")
+    p.add_argument("-x", "--env", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="set an environment variable for every rank; repeatable")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="accepted for mpirun habits; minimpi never limits ranks per core")
+    p.add_argument("--bind", default="127.0.0.1", metavar="HOST",
+                   help="address the ranks' data plane listens on (default 127.0.0.1)")
+    # Later options (--trace FILE, --deadlock-timeout S, --stats, --no-mpi4py-shim) go here,
+    # with their env mapping in extra_env() below.
+
+
+def extra_env(args: argparse.Namespace) -> dict[str, str]:
+    """Environment derived from options, set for every rank (the hook for new options)."""
+    env: dict[str, str] = {}
+    if args.eager_limit is not None:
+        env["MINIMPI_EAGER_LIMIT"] = str(args.eager_limit)
+    for name, alg in args.coll:
+        env[f"MINIMPI_{name.upper().replace('-', '_')}"] = alg
+    # e.g.  if getattr(args, "trace", None): env["MINIMPI_TRACE"] = args.trace
+    for key, value in args.env:   # explicit -x wins
+        env[key] = value
+    return env
+
+
+def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``run``'s own options from the program and its arguments.
+
+    The first token that is not one of run's options (or its value) is the program; with
+    ``-m MODULE`` everything after MODULE belongs to the module. ``--`` ends run's options.
+    """
+    takes_value: dict[str, bool] = {}
+    for action in parser._actions:
+        for opt in action.option_strings:
+            takes_value[opt] = action.nargs != 0
+    own: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return own, argv[i + 1:]
+        if not tok.startswith("-") or tok == "-":
+            return own, argv[i:]
+        own.append(tok)
+        name = tok.split("=", 1)[0]
+        if name in takes_value and takes_value[name] and "=" not in tok:
+            if i + 1 < len(argv):
+                own.append(argv[i + 1])
+            i += 2
+            if name == "-m":
+                return own, argv[i:]
+            continue
+        i += 1
+    return own, []
+
+
+def _usage_error(msg: str) -> int:
+    print(f"minimpi run: {msg}", file=sys.stderr)
+    return 2
+
+
+def _module_exists(name: str) -> bool:
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.pop(0)
+
+
+def main(args: argparse.Namespace) -> int:
+    passthrough = list(getattr(args, "passthrough", []))
+    if args.module is not None:
+        if not _module_exists(args.module):
+            return _usage_error(f"no module named {args.module!r}")
+        program, prog_args = None, passthrough
+    else:
+        if not passthrough:
+            return _usage_error("no program given (usage: minimpi run -n N program.py [args...])")
+        program, prog_args = passthrough[0], passthrough[1:]
+        if not os.path.exists(program):
+            return _usage_error(f"program {program!r} not found")
+        if os.path.isdir(program) and not os.path.exists(os.path.join(program, "__main__.py")):
+            return _usage_error(f"{program!r} is a directory without __main__.py")
+    spec = JobSpec(
+        nprocs=args.nprocs,
+        program=program,
+        module=args.module,
+        args=prog_args,
+        env=extra_env(args),
+        timeout=args.timeout,
+        startup_timeout=args.startup_timeout,
+        prefix=not args.no_prefix,
+        output_dir=args.output_dir,
+        bind=args.bind,
+    )
+    return run_job(spec)

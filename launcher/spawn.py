@@ -1,0 +1,133 @@
+"""Starting and stopping rank processes on this host.
+
+Each rank is ``python program args...`` (or ``python -m module args...``) in its own
+session and process group, so that
+
+* Ctrl-C in the terminal reaches only the launcher, which then ends the job in order;
+* the launcher can kill a rank *and everything it started* with one ``killpg``.
+
+On Linux each rank also gets ``PR_SET_PDEATHSIG = SIGKILL`` (it dies with the launcher's
+spawning thread, so spawn from the thread that runs the job loop). As a second line the
+rank's bootstrap watches a "lifeline" pipe whose write end only the launcher holds
+(``MINIMPI_LIFELINE_FD``); see ``minimpi/bootstrap.py``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+PR_SET_PDEATHSIG = 1
+
+_libc = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(None, use_errno=True)   # loaded before any fork
+        _libc.prctl  # noqa: B018 - presence check
+    except (OSError, AttributeError):
+        _libc = None
+
+
+def _make_preexec(parent_pid: int):
+    libc = _libc
+    if libc is None or os.environ.get("MINIMPI_LAUNCHER_NO_PDEATHSIG"):  # the latter: for tests
+        return None
+
+    def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:   # the launcher died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+@dataclass
+class RankProcess:
+    rank: int
+    popen: subprocess.Popen
+    pidfd: Optional[int] = None          # becomes readable when the process exits
+    returncode: Optional[int] = None     # set once reaped
+    killed_by_launcher: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    def reap(self) -> Optional[int]:
+        """Non-blocking: the return code if the process has ended (reaps it)."""
+        if self.returncode is None:
+            rc = self.popen.poll()
+            if rc is not None:
+                self.returncode = rc
+                self.close_pidfd()
+        return self.returncode
+
+    def close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
+            self.pidfd = None
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the rank's whole process group (the rank leads its group)."""
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def rank_command(program: Optional[str], module: Optional[str], args: list[str]) -> list[str]:
+    if module is not None:
+        return [sys.executable, "-m", module, *args]
+    assert program is not None
+    return [sys.executable, program, *args]
+
+
+def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit: bool,
+               pass_fds: tuple[int, ...] = (), cwd: Optional[str] = None) -> RankProcess:
+    popen = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=None if stdin_inherit else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_make_preexec(os.getpid()),
+        pass_fds=pass_fds,
+        close_fds=True,
+    )
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError:
+            pidfd = None
+    return RankProcess(rank, popen, pidfd)
+
+
+def describe_returncode(rc: int) -> str:
+    """'exited with code 1' or 'killed by signal 9 (SIGKILL)'."""
+    if rc < 0:
+        sig = -rc
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"killed by signal {sig} ({name})"
+    return f"exited with code {rc}"
+
+
+def exit_code_for(rc: int) -> int:
+    """Shell convention: 128+signal for a process killed by a signal."""
+    return 128 - rc if rc < 0 else rc

@@ -1,0 +1,456 @@
+"""Communicators: ``Comm`` (point-to-point, management) and ``Intracomm`` (plus collectives).
+
+A communicator is a group of world ranks, this process's rank in it, and two context ids
+(one for point-to-point messages, one for collectives), so that messages never cross
+communicators and a collective's messages never match a user's receive. The same class
+serves mpi4py code (``MPI.COMM_WORLD``) and native minimpi code.
+
+Lowercase methods move Python objects (pickled), Capitalized ones move buffers (anything
+with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, List, Optional, Sequence, Tuple
+
+from . import serialization
+from .buffers import parse_buffer
+from .coll.api import CollectiveMethods
+from .constants import ANY_SOURCE, ANY_TAG, IDENT, CONGRUENT, PROC_NULL, SIMILAR, TAG_UB, UNDEFINED, UNEQUAL
+from .errors import ArgumentError, CommError, RankError, TagError
+from .p2p.engine import Engine
+from .p2p.frames import F_OBJECT, F_SYNC
+from .p2p.request import CompletedRequest, RecvRequest, Request, Status
+
+#: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
+FIRST_FREE_CONTEXT = 4
+
+
+def _null_status(status: Optional[Status]) -> None:
+    if status is not None:
+        status.source, status.tag, status.nbytes = PROC_NULL, ANY_TAG, 0
+
+
+class Comm:
+    """A communicator (``MPI.Comm``): point-to-point communication and management."""
+
+    def __init__(self, engine: Engine, group: Sequence[int], rank: int, context: int,
+                 name: str = "") -> None:
+        self._engine = engine
+        self._group: Tuple[int, ...] = tuple(group)
+        self._rank = rank
+        self._size = len(self._group)
+        self._context = context
+        self._coll_context = context + 1
+        self._coll_seq = 0
+        self._name = name or f"comm#{context}"
+        self._freed = False
+        self._attrs: dict = {}
+        engine.register_context(context, self._group)
+        engine.register_context(context + 1, self._group)
+
+    # -- basic properties ---------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def Get_rank(self) -> int:
+        return self._rank
+
+    def Get_size(self) -> int:
+        return self._size
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def Get_name(self) -> str:
+        return self._name
+
+    def Set_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def world_ranks(self) -> Tuple[int, ...]:
+        """The world rank of each member, in communicator rank order."""
+        return self._group
+
+    def Is_inter(self) -> bool:
+        return False
+
+    def Is_intra(self) -> bool:
+        return True
+
+    @property
+    def is_inter(self) -> bool:
+        return False
+
+    @property
+    def is_intra(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._name} rank {self._rank} of {self._size}>"
+
+    # -- argument checks (each names rank, call, argument and what was expected) ---------
+    def _alive(self, call: str) -> None:
+        if self._freed:
+            raise CommError(f"rank {self._engine.rank}: {call} on {self._name}, which was freed "
+                            f"(Comm.Free); use a live communicator")
+
+    def _check_dest(self, dest: int, call: str, arg: str = "dest") -> None:
+        if not (0 <= dest < self._size) and dest != PROC_NULL:
+            raise RankError(
+                f"rank {self._rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self._name}; "
+                f"expected 0..{self._size - 1} or MPI.PROC_NULL")
+
+    def _check_source(self, source: int, call: str, arg: str = "source") -> None:
+        if not (0 <= source < self._size) and source not in (ANY_SOURCE, PROC_NULL):
+            raise RankError(
+                f"rank {self._rank}: {call}({arg}={source!r}): invalid {arg} rank on {self._name}; "
+                f"expected 0..{self._size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+
+    def _check_send_tag(self, tag: int, call: str) -> None:
+        if not (0 <= tag <= TAG_UB):
+            raise TagError(f"rank {self._rank}: {call}(tag={tag!r}): invalid tag; expected "
+                           f"0..{TAG_UB} (MPI.ANY_TAG is only for receives)")
+
+    def _check_recv_tag(self, tag: int, call: str) -> None:
+        if not (0 <= tag <= TAG_UB) and tag != ANY_TAG:
+            raise TagError(f"rank {self._rank}: {call}(tag={tag!r}): invalid tag; expected "
+                           f"0..{TAG_UB} or MPI.ANY_TAG")
+
+    # -- the core operations all others use ----------------------------------------------
+    def _isend_bytes(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
+                     flags: int, call: str, context: Optional[int] = None) -> Request:
+        return self._engine.isend(self._context if context is None else context,
+                                  self._group[dest], self._rank, tag, payload, nbytes, flags,
+                                  (call, "dest", dest, tag, self._name))
+
+    def _irecv_into(self, target: Optional[memoryview], source: int, tag: int, call: str,
+                    context: Optional[int] = None) -> RecvRequest:
+        return self._engine.irecv(self._context if context is None else context, source, tag,
+                                  target, target is None, (call, "source", source, tag, self._name))
+
+    def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0) -> Request:
+        self._alive(call)
+        self._check_dest(dest, call)
+        self._check_send_tag(tag, call)
+        if dest == PROC_NULL:
+            return CompletedRequest()
+        payload, nbytes = serialization.dumps(obj, rank=self._rank, call=call)
+        return self._isend_bytes(payload, nbytes, dest, tag, flags | F_OBJECT, call)
+
+    def _recv_obj(self, source: int, tag: int, call: str) -> Request:
+        self._alive(call)
+        self._check_source(source, call)
+        self._check_recv_tag(tag, call)
+        if source == PROC_NULL:
+            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+        req = self._irecv_into(None, source, tag, call)
+        req._finish = lambda: serialization.loads(req.buffer)
+        return req
+
+    def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0) -> Request:
+        self._alive(call)
+        self._check_dest(dest, call)
+        self._check_send_tag(tag, call)
+        if dest == PROC_NULL:
+            return CompletedRequest()
+        spec = parse_buffer(buf, writable=False, call=call, arg="buf")
+        view = spec.view
+        return self._isend_bytes((view,), view.nbytes, dest, tag, flags, call)
+
+    def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
+        self._alive(call)
+        self._check_source(source, call)
+        self._check_recv_tag(tag, call)
+        spec = parse_buffer(buf, writable=True, call=call, arg="buf")
+        if source == PROC_NULL:
+            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+        req = self._irecv_into(spec.view, source, tag, call)
+        if spec.is_temporary:
+            req._finish = spec.finish
+        return req
+
+    # -- lowercase: Python objects -------------------------------------------------------
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Send a Python object (standard mode: small ones complete without a receive)."""
+        self._send_obj(obj, dest, tag, "send").wait()
+
+    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Synchronous send: returns once the receiver has matched the message."""
+        self._send_obj(obj, dest, tag, "ssend", F_SYNC).wait()
+
+    def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self.send(obj, dest, tag)
+
+    rsend = bsend
+
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_obj(obj, dest, tag, "isend")
+
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_obj(obj, dest, tag, "issend", F_SYNC)
+
+    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_obj(obj, dest, tag, "ibsend")
+
+    def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             status: Optional[Status] = None) -> Any:
+        """Receive a Python object (any size: no buffer needed; ``buf`` is accepted and ignored)."""
+        return self._recv_obj(source, tag, "recv").wait(status)
+
+    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Start receiving a Python object; ``req.wait()`` returns it."""
+        return self._recv_obj(source, tag, "irecv")
+
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
+                 status: Optional[Status] = None) -> Any:
+        rreq = self._recv_obj(source, recvtag, "sendrecv")
+        sreq = self._send_obj(sendobj, dest, sendtag, "sendrecv")
+        self._engine.wait_all([rreq, sreq])
+        sreq.wait()
+        return rreq.wait(status)
+
+    def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        return self.Probe(source, tag, status)
+
+    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        return self.Iprobe(source, tag, status)
+
+    # -- Capitalized: buffers ----------------------------------------------------------------
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Send a buffer; above the eager limit this waits for the matching receive."""
+        self._send_buf(buf, dest, tag, "Send").wait()
+
+    def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._send_buf(buf, dest, tag, "Ssend", F_SYNC).wait()
+
+    def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._send_buf(buf, dest, tag, "Bsend").wait()
+
+    def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._send_buf(buf, dest, tag, "Rsend").wait()
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_buf(buf, dest, tag, "Isend")
+
+    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_buf(buf, dest, tag, "Issend", F_SYNC)
+
+    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_buf(buf, dest, tag, "Ibsend")
+
+    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_buf(buf, dest, tag, "Irsend")
+
+    def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             status: Optional[Status] = None) -> None:
+        """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
+        self._recv_buf(buf, source, tag, "Recv").wait(status)
+
+    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return self._recv_buf(buf, source, tag, "Irecv")
+
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
+                 status: Optional[Status] = None) -> None:
+        rreq = self._recv_buf(recvbuf, source, recvtag, "Sendrecv")
+        sreq = self._send_buf(sendbuf, dest, sendtag, "Sendrecv")
+        self._engine.wait_all([rreq, sreq])
+        sreq.wait()
+        rreq.wait(status)
+
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                         recvtag: int = ANY_TAG, status: Optional[Status] = None) -> None:
+        spec = parse_buffer(buf, writable=True, call="Sendrecv_replace", arg="buf")
+        outgoing = spec.array.copy()
+        self.Sendrecv(outgoing, dest, sendtag, buf, source, recvtag, status)
+
+    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        """Wait until a matching message is available (without receiving it)."""
+        self._alive("Probe")
+        self._check_source(source, "Probe")
+        self._check_recv_tag(tag, "Probe")
+        if source == PROC_NULL:
+            _null_status(status)
+            return True
+        found: List[Status] = []
+
+        def arrived() -> bool:
+            st = self._engine.iprobe(self._context, source, tag)
+            if st is not None:
+                found.append(st)
+            return st is not None
+
+        if not arrived():
+            self._engine.wait_until(arrived, [_ProbeWait(self, "probe", source, tag)])
+        if status is not None:
+            status._assign(found[-1])
+        return True
+
+    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        self._alive("Iprobe")
+        self._check_source(source, "Iprobe")
+        self._check_recv_tag(tag, "Iprobe")
+        if source == PROC_NULL:
+            _null_status(status)
+            return True
+        self._engine.poll()
+        st = self._engine.iprobe(self._context, source, tag)
+        if st is None:
+            return False
+        if status is not None:
+            status._assign(st)
+        return True
+
+    # -- communicator management ------------------------------------------------------------
+    def _allocate_context(self) -> int:
+        """Agree on a fresh context id with every member (an allreduce-max of the next free id).
+
+        The id is unused on every member, so messages can never cross into another live
+        communicator that shares a process with this one.
+        """
+        engine = self._engine
+        mine = getattr(engine, "next_context", FIRST_FREE_CONTEXT)
+        context = max(self._exchange(mine, "context"))
+        engine.next_context = context + 2
+        return context
+
+    def _exchange(self, value: Any, what: str) -> List[Any]:
+        """All-to-all exchange of one small object (for communicator creation).
+
+        A linear gather to rank 0 and a release, on the collective context, so it can never
+        be confused with user messages.
+        """
+        tag = self._next_coll_tag()
+        ctx = self._coll_context
+        if self._size == 1:
+            return [value]
+        if self._rank == 0:
+            values = [value] + [None] * (self._size - 1)
+            reqs = [self._recv_obj_ctx(src, tag, ctx, f"{what} exchange") for src in range(1, self._size)]
+            for src, r in zip(range(1, self._size), reqs):
+                values[src] = r.wait()
+            payload, nbytes = serialization.dumps(values)
+            sends = [self._isend_bytes(payload, nbytes, dst, tag, F_OBJECT, f"{what} exchange", ctx)
+                     for dst in range(1, self._size)]
+            Request.waitall(sends)
+            return values
+        payload, nbytes = serialization.dumps(value)
+        self._isend_bytes(payload, nbytes, 0, tag, F_OBJECT, f"{what} exchange", ctx).wait()
+        return self._recv_obj_ctx(0, tag, ctx, f"{what} exchange").wait()
+
+    def _recv_obj_ctx(self, source: int, tag: int, ctx: int, call: str) -> Request:
+        req = self._irecv_into(None, source, tag, call, ctx)
+        req._finish = lambda: serialization.loads(req.buffer)
+        return req
+
+    def _next_coll_tag(self) -> int:
+        """Tag of the next collective call on this communicator (same order on every member)."""
+        self._coll_seq += 1
+        return self._coll_seq & 0x7FFFFFFF
+
+    def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
+        return Intracomm(self._engine, group, rank, context, name)
+
+    def Dup(self, info: Any = None) -> "Intracomm":
+        """A new communicator with the same members whose messages never mix with this one's."""
+        self._alive("Dup")
+        context = self._allocate_context()
+        comm = self._derive(self._group, self._rank, context, f"{self._name}.dup")
+        return comm
+
+    Clone = Dup
+
+    def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
+        """Partition by ``color`` (``MPI.UNDEFINED``: not a member), order by (``key``, old rank)."""
+        self._alive("Split")
+        if not isinstance(color, int) or (color < 0 and color != UNDEFINED):
+            raise ArgumentError(f"rank {self._rank}: Split(color={color!r}): color must be an "
+                                f"int >= 0 or MPI.UNDEFINED")
+        mine = getattr(self._engine, "next_context", FIRST_FREE_CONTEXT)
+        entries = self._exchange((color, key, mine), "Split")
+        context = max(e[2] for e in entries)
+        self._engine.next_context = context + 2
+        if color == UNDEFINED:
+            return COMM_NULL
+        members = sorted((k, r) for r, (c, k, _) in enumerate(entries) if c == color)
+        ranks = [r for _, r in members]
+        group = [self._group[r] for r in ranks]
+        return self._derive(group, ranks.index(self._rank), context, f"{self._name}.split({color})")
+
+    def Free(self) -> None:
+        """Release the communicator; later use raises ``CommError``."""
+        self._alive("Free")
+        self._freed = True
+        self._engine.release_context(self._context)
+        self._engine.release_context(self._coll_context)
+
+    def Compare(self, other: "Comm") -> int:
+        if other is self:
+            return IDENT
+        if isinstance(other, Comm) and other._group == self._group:
+            return CONGRUENT
+        if isinstance(other, Comm) and sorted(other._group) == sorted(self._group):
+            return SIMILAR
+        return UNEQUAL
+
+    def Abort(self, errorcode: int = 1) -> None:
+        """End the whole job at once with exit code ``errorcode`` (never returns)."""
+        from . import runtime
+        runtime.abort(int(errorcode), f"rank {self._rank} called Abort({errorcode}) on {self._name}")
+
+    # -- attributes ---------------------------------------------------------------------------
+    def Get_attr(self, keyval: int) -> Any:
+        from .constants import TAG_UB as _TAG_UB
+        if keyval == KEYVAL_TAG_UB:
+            return _TAG_UB
+        return self._attrs.get(keyval)
+
+    def Set_attr(self, keyval: int, value: Any) -> None:
+        self._attrs[keyval] = value
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+KEYVAL_TAG_UB = 1
+
+
+class _ProbeWait:
+    """Stands in for a request in 'what am I blocked on' reports while a Probe waits."""
+
+    done = False
+
+    def __init__(self, comm: Comm, call: str, source: int, tag: int) -> None:
+        self.description = (call, "source", source, tag, comm.name)
+
+
+class Intracomm(CollectiveMethods, Comm):
+    """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
+
+
+class _NullComm:
+    """``MPI.COMM_NULL``: what Split returns to ranks whose color is UNDEFINED."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "MPI.COMM_NULL"
+
+    def __getattr__(self, name: str) -> Any:
+        raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "
+                        f"(Split with color=MPI.UNDEFINED returns COMM_NULL)")
+
+
+COMM_NULL = _NullComm()

@@ -1,0 +1,407 @@
+"""The point-to-point engine: matching, eager and rendezvous protocols, and progress.
+
+One engine per process (per rank thread with the inproc transport). It owns the matching
+queues of every communicator context and drives one :class:`~minimpi.transports.base.Transport`.
+
+Protocols (see :mod:`minimpi.p2p.frames`):
+
+* **Eager** (message <= ``eager_limit``, default 64 KiB): the data follows its header at once.
+  If no receive is posted it is kept in the unexpected queue, so a small standard-mode send
+  completes without a matching receive.
+* **Rendezvous** (larger): the sender sends ``RTS``; when a receive matches, the receiver answers
+  ``CTS`` and the sender streams ``DATA`` straight into the posted buffer. So a large send waits
+  for its receive, as in every real MPI, and large transfers are zero-copy.
+
+Progress: any blocking call runs :meth:`Engine.wait_until`, which calls
+``transport.progress(timeout)`` - it reads and writes on every connection, so two ranks that
+both send before receiving never stall each other on full socket buffers - and sleeps only in
+the transport's poll.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, TruncationError
+from ..transports.base import FrameSink, Transport
+from . import frames
+from .frames import CTS, DATA, EAGER, F_OBJECT, F_SYNC, RTS, SYNC_ACK, Header
+from .matching import Incoming, MatchQueues
+from .request import RecvRequest, Request, SendRequest, Status, describe
+
+DEFAULT_EAGER_LIMIT = 64 * 1024
+
+#: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
+POLL_INTERVAL = 0.25
+
+
+class Engine(FrameSink):
+    """Matching and protocols for one rank over one transport."""
+
+    def __init__(self, rank: int, size: int, transport: Optional[Transport],
+                 eager_limit: int = DEFAULT_EAGER_LIMIT) -> None:
+        self.rank = rank
+        self.size = size
+        self.transport = transport
+        self.eager_limit = int(eager_limit)
+        if transport is not None:
+            transport.attach(self)
+        self._queues: Dict[int, MatchQueues] = {}
+        self._groups: Dict[int, Tuple[int, ...]] = {}  # context -> world ranks of its members
+        self._next_msg_id = 1
+        self._current: Dict[int, object] = {}  # peer -> what the payload now arriving belongs to
+        self._rndv_sends: Dict[Tuple[int, int], Tuple[SendRequest, Sequence[memoryview], int, int, int, int]] = {}
+        self._rndv_recvs: Dict[Tuple[int, int], RecvRequest] = {}
+        self._sync_sends: Dict[Tuple[int, int], SendRequest] = {}
+        self.lost_peers: Dict[int, str] = {}
+        self.aborted: Optional[str] = None
+        # Diagnostics hooks (deadlock reports, tracing): called when a wait has been blocked for
+        # ``block_report_after`` seconds and again when it ends.
+        self.block_report_after = 1.0
+        self.on_blocked: Optional[Callable[[List[Request]], None]] = None
+        self.on_unblocked: Optional[Callable[[], None]] = None
+
+    # -- communicator contexts ----------------------------------------------------------
+    def register_context(self, context: int, group: Sequence[int]) -> None:
+        self._groups[context] = tuple(group)
+        self._queues.setdefault(context, MatchQueues())
+
+    def release_context(self, context: int) -> None:
+        self._groups.pop(context, None)
+        q = self._queues.get(context)
+        if q is not None and not q.posted and not q.unexpected:
+            del self._queues[context]
+
+    def _queue(self, context: int) -> MatchQueues:
+        q = self._queues.get(context)
+        if q is None:  # a message for a communicator this rank has not created yet
+            q = self._queues[context] = MatchQueues()
+        return q
+
+    # -- sending ----------------------------------------------------------------------
+    def isend(self, context: int, dest: int, source: int, tag: int, payload: Sequence[memoryview],
+              nbytes: int, flags: int = 0, description=None) -> SendRequest:
+        """Start sending ``payload`` (byte memoryviews, ``nbytes`` in all) to world rank ``dest``.
+
+        ``source`` is this rank's rank in the communicator of ``context``.
+        """
+        self._check_alive()
+        req = SendRequest(self, description, dest)
+        if dest == self.rank:
+            self._send_to_self(req, context, source, tag, payload, nbytes, flags)
+            return req
+        if dest in self.lost_peers:
+            req._fail(PeerLostError(self._lost_text(dest, describe(req))))
+            return req
+        msg_id = self._next_msg_id
+        self._next_msg_id += 1
+        req.msg_id = msg_id
+        if nbytes <= self.eager_limit:
+            if flags & F_SYNC:
+                req._pending = 2  # handed off, and acknowledged by the matching receive
+                self._sync_sends[(dest, msg_id)] = req
+            header = frames.pack(EAGER, flags, context, source, tag, msg_id, nbytes)
+            self.transport.send(dest, header, payload, req._sent)
+        else:
+            self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags)
+            header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
+            self.transport.send(dest, header, (), None)
+        return req
+
+    def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
+                      payload: Sequence[memoryview], nbytes: int, flags: int) -> None:
+        """Loopback: deliver through the same matching path, always eagerly (copied)."""
+        msg_id = self._next_msg_id
+        self._next_msg_id += 1
+        req.msg_id = msg_id
+        if flags & F_SYNC:
+            req._pending = 2
+            self._sync_sends[(self.rank, msg_id)] = req
+        header = Header(EAGER, flags, context, source, tag, msg_id, nbytes)
+        target = self.frame_arrived(self.rank, header)
+        pos = 0
+        for seg in payload:
+            n = seg.nbytes
+            target[pos:pos + n] = seg
+            pos += n
+        self.payload_arrived(self.rank, header, target)
+        req._complete()
+
+    def _send_control(self, peer: int, kind: int, msg_id: int) -> None:
+        if peer == self.rank:
+            self.frame_arrived(peer, Header(kind, 0, 0, 0, 0, msg_id, 0))
+        elif peer not in self.lost_peers:
+            self.transport.send(peer, frames.pack(kind, 0, 0, 0, 0, msg_id, 0), (), None)
+
+    # -- receiving --------------------------------------------------------------------
+    def irecv(self, context: int, source: int, tag: int, target: Optional[memoryview],
+              is_object: bool, description=None) -> RecvRequest:
+        """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
+        self._check_alive()
+        req = RecvRequest(self, description, context, source, tag, target, is_object)
+        q = self._queue(context)
+        inc = q.find_unexpected(source, tag, remove=True)
+        if inc is not None:
+            self._bind(req, inc)
+        else:
+            q.posted.append(req)
+        return req
+
+    def _bind(self, req: RecvRequest, inc: Incoming) -> None:
+        """A posted receive meets an unexpected message."""
+        req.matched = True
+        req.peer = inc.peer
+        st = req.status
+        st.source, st.tag, st.nbytes = inc.source, inc.tag, inc.length
+        if inc.rendezvous:
+            self._rndv_recvs[(inc.peer, inc.msg_id)] = req
+            self._send_control(inc.peer, CTS, inc.msg_id)
+            return
+        if inc.flags & F_SYNC:
+            self._send_control(inc.peer, SYNC_ACK, inc.msg_id)
+        if inc.arrived:
+            self._deliver(req, inc.buffer)
+        else:
+            inc.waiting = req
+
+    def _deliver(self, req: RecvRequest, buffer: bytearray) -> None:
+        """Hand a fully buffered message to its receive (no copy for objects)."""
+        n = len(buffer)
+        if req.is_object:
+            req.buffer = buffer
+        elif n > req.target.nbytes:
+            self._truncated(req, n)
+        elif n:
+            req.target[:n] = buffer
+        req._complete()
+
+    def _truncated(self, req: RecvRequest, n: int) -> None:
+        req.truncated = True
+        req.error = TruncationError(
+            f"rank {self.rank}: {describe(req)}: message of {n} bytes from rank {req.status.source} "
+            f"does not fit the receive buffer of {req.target.nbytes} bytes (MPI_ERR_TRUNCATE); "
+            f"nothing was written past the buffer - post a larger receive or Probe first")
+
+    def _payload_target(self, req: RecvRequest, length: int) -> memoryview:
+        if req.is_object:
+            req.buffer = bytearray(length)
+            return memoryview(req.buffer)
+        if length > req.target.nbytes:
+            self._truncated(req, length)
+            return memoryview(bytearray(length))
+        return req.target[:length]
+
+    def iprobe(self, context: int, source: int, tag: int) -> Optional[Status]:
+        inc = self._queue(context).find_unexpected(source, tag, remove=False)
+        if inc is None:
+            return None
+        return Status(inc.source, inc.tag, inc.length)
+
+    def take_message(self, context: int, source: int, tag: int) -> Optional[Incoming]:
+        """Remove and return the message a receive would match (for Mprobe/Improbe)."""
+        return self._queue(context).find_unexpected(source, tag, remove=True)
+
+    def irecv_message(self, inc: Incoming, target: Optional[memoryview], is_object: bool,
+                      description=None) -> RecvRequest:
+        """Receive a message taken by :meth:`take_message` (``Message.Recv``)."""
+        req = RecvRequest(self, description, inc.context, inc.source, inc.tag, target, is_object)
+        self._bind(req, inc)
+        return req
+
+    def cancel(self, req: Request) -> None:
+        """Cancel a receive that has not matched yet (sends cannot be cancelled once started)."""
+        if isinstance(req, RecvRequest) and not req.matched:
+            q = self._queue(req.context)
+            if req in q.posted:
+                q.posted.remove(req)
+                req.status.cancelled = True
+                req._pending = 0
+                req.done = True
+
+    # -- FrameSink: called by the transport -------------------------------------------------
+    def frame_arrived(self, peer: int, header: Header) -> Optional[memoryview]:
+        kind = header.kind
+        if kind == EAGER:
+            q = self._queue(header.context)
+            req = q.take_posted(header.source, header.tag)
+            if req is not None:
+                req.matched = True
+                req.peer = peer
+                st = req.status
+                st.source, st.tag, st.nbytes = header.source, header.tag, header.length
+                if header.flags & F_SYNC:
+                    self._send_control(peer, SYNC_ACK, header.msg_id)
+                self._current[peer] = req
+                return self._payload_target(req, header.length)
+            inc = Incoming(peer, header.context, header.source, header.tag, header.flags,
+                           header.msg_id, header.length, False)
+            inc.buffer = bytearray(header.length)
+            q.unexpected.append(inc)
+            self._current[peer] = inc
+            return memoryview(inc.buffer)
+        if kind == DATA:
+            req = self._rndv_recvs.pop((peer, header.msg_id))
+            self._current[peer] = req
+            return self._payload_target(req, header.length)
+        if kind == RTS:
+            q = self._queue(header.context)
+            req = q.take_posted(header.source, header.tag)
+            inc = Incoming(peer, header.context, header.source, header.tag, header.flags,
+                           header.msg_id, header.length, True)
+            if req is not None:
+                self._bind(req, inc)
+            else:
+                q.unexpected.append(inc)
+            return None
+        if kind == CTS:
+            req, payload, context, source, tag, flags = self._rndv_sends.pop((peer, header.msg_id))
+            data = frames.pack(DATA, flags, context, source, tag, header.msg_id, req_len(payload))
+            self.transport.send(peer, data, payload, req._sent)
+            return None
+        if kind == SYNC_ACK:
+            req = self._sync_sends.pop((peer, header.msg_id), None)
+            if req is not None:
+                req._complete()
+            return None
+        raise ValueError(f"rank {self.rank}: unknown frame kind {kind} from rank {peer}")
+
+    def payload_arrived(self, peer: int, header: Header, buffer: Optional[memoryview]) -> None:
+        owner = self._current.pop(peer)
+        if isinstance(owner, RecvRequest):
+            owner._complete()
+            return
+        owner.arrived = True
+        if owner.waiting is not None:
+            self._deliver(owner.waiting, owner.buffer)
+
+    def peer_lost(self, peer: int, reason: str) -> None:
+        self.lost_peers.setdefault(peer, reason)
+        for key in [k for k in self._rndv_sends if k[0] == peer]:
+            req = self._rndv_sends.pop(key)[0]
+            req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+        for key in [k for k in self._sync_sends if k[0] == peer]:
+            req = self._sync_sends.pop(key)
+            req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+        for key in [k for k in self._rndv_recvs if k[0] == peer]:
+            req = self._rndv_recvs.pop(key)
+            req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+        owner = self._current.pop(peer, None)
+        if isinstance(owner, RecvRequest):
+            owner._fail(PeerLostError(self._lost_text(peer, describe(owner))))
+        # Receives that name this peer as their source can never match now.
+        for context, q in self._queues.items():
+            group = self._groups.get(context)
+            if group is None:
+                continue
+            for req in list(q.posted):
+                if 0 <= req.source < len(group) and group[req.source] == peer:
+                    q.posted.remove(req)
+                    req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+
+    def send_failed(self, peer: int, reason: str) -> None:
+        self.peer_lost(peer, reason)
+
+    def _lost_text(self, peer: int, what: str) -> str:
+        reason = self.lost_peers.get(peer, "connection lost")
+        return (f"rank {self.rank}: {what} cannot complete: world rank {peer} is gone ({reason}); "
+                f"it exited or failed before the message could be exchanged")
+
+    # -- waiting ------------------------------------------------------------------------
+    def poll(self) -> None:
+        """One non-blocking round of progress (used by test/iprobe)."""
+        self._check_alive()
+        if self.transport is not None:
+            self.transport.progress(0)
+
+    def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
+        if not req.done:
+            self.wait_until(lambda: req.done, [req], timeout)
+
+    def wait_all(self, reqs: Sequence[Request], timeout: Optional[float] = None) -> None:
+        pending = [r for r in reqs if not r.done]
+        if not pending:
+            return
+
+        def all_done() -> bool:
+            while pending and pending[-1].done:
+                pending.pop()
+            return not pending or all(r.done for r in pending)
+
+        self.wait_until(all_done, pending, timeout)
+
+    def wait_any(self, reqs: Sequence[Request], timeout: Optional[float] = None) -> None:
+        if any(r.done for r in reqs):
+            return
+        self.wait_until(lambda: any(r.done for r in reqs), list(reqs), timeout)
+
+    def wait_until(self, done: Callable[[], bool], waiting_on: List[Request],
+                   timeout: Optional[float] = None) -> None:
+        """Make progress until ``done()``; sleep only in the transport's poll."""
+        self._check_alive()
+        transport = self.transport
+        if transport is None:  # a world of one: everything is local
+            if not done():
+                raise MPITimeoutError(
+                    f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} can never "
+                    f"complete: this process is alone (size 1) and no matching message was sent")
+            return
+        start = time.monotonic()
+        reported = False
+        try:
+            while not done():
+                transport.progress(POLL_INTERVAL)
+                if done():
+                    break
+                self._check_alive()
+                now = time.monotonic()
+                if timeout is not None and now - start > timeout:
+                    raise MPITimeoutError(
+                        f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} did not "
+                        f"complete within {timeout:g} s")
+                if not reported and now - start >= self.block_report_after and self.on_blocked:
+                    reported = True
+                    self.on_blocked(waiting_on)
+        finally:
+            if reported and self.on_unblocked:
+                self.on_unblocked()
+
+    def _check_alive(self) -> None:
+        if self.aborted is not None:
+            raise JobAbortedError(f"rank {self.rank}: the job was aborted ({self.aborted}); "
+                                  f"no further MPI calls are possible")
+
+    def abort(self, reason: str) -> None:
+        """Make every current and future wait of this engine raise :class:`JobAbortedError`."""
+        self.aborted = reason
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Deliver queued sends before exit. False if some could not be delivered in time."""
+        transport = self.transport
+        if transport is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while (transport.pending_sends() or self._rndv_sends) and time.monotonic() < deadline:
+            if all(k[0] in self.lost_peers for k in self._rndv_sends) and not transport.pending_sends():
+                break
+            transport.progress(0.05)
+        return not (transport.pending_sends() or self._rndv_sends)
+
+    def pending_summary(self) -> str:
+        parts = [describe(v[0]) for v in self._rndv_sends.values()]
+        return "; ".join(parts)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def req_len(payload: Sequence[memoryview]) -> int:
+    return sum(seg.nbytes for seg in payload)
+
+
+def eager_limit_from_env(environ=os.environ) -> int:
+    from ..units import parse_size
+    value = environ.get("MINIMPI_EAGER_LIMIT")
+    return parse_size(value) if value else DEFAULT_EAGER_LIMIT

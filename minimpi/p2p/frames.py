@@ -1,0 +1,65 @@
+"""The fixed binary frame header of the point-to-point protocol.
+
+Every frame starts with a 32-byte little-endian header::
+
+    kind u8 | flags u8 | reserved u16 | context u32 | source i32 | tag i32 | msg_id u64 | length u64
+
+``source`` is the sender's rank *in the communicator* named by ``context``; ``length`` is
+64-bit so buffers and objects above 2 GiB travel as one message. Frame kinds:
+
+- ``EAGER``: the payload (``length`` bytes) follows at once.
+- ``RTS`` (request to send): a large message waits for its receive; no payload, ``length`` is
+  the message size, ``msg_id`` names it.
+- ``CTS`` (clear to send): the receiver matched ``msg_id``; the sender may stream the data.
+- ``DATA``: the payload of a rendezvous message, ``msg_id`` says which.
+- ``SYNC_ACK``: a synchronous-mode (``Ssend``) eager message was matched.
+"""
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+HEADER = struct.Struct("<BBHIiiQQ")
+HEADER_SIZE = HEADER.size  # 32
+
+EAGER = 1
+RTS = 2
+CTS = 3
+DATA = 4
+SYNC_ACK = 5
+
+KIND_NAMES = {EAGER: "EAGER", RTS: "RTS", CTS: "CTS", DATA: "DATA", SYNC_ACK: "SYNC_ACK"}
+
+# flags
+F_OBJECT = 1  # payload is a serialized Python object (see minimpi.serialization)
+F_SYNC = 2    # synchronous send: the receiver acknowledges the match
+
+#: frames that carry ``length`` bytes of payload after the header
+HAS_PAYLOAD = frozenset((EAGER, DATA))
+
+
+class Header(NamedTuple):
+    kind: int
+    flags: int
+    context: int
+    source: int
+    tag: int
+    msg_id: int
+    length: int
+
+    def pack(self) -> bytes:
+        return HEADER.pack(self.kind, self.flags, 0, self.context, self.source, self.tag,
+                           self.msg_id, self.length)
+
+    @property
+    def payload_length(self) -> int:
+        return self.length if self.kind in HAS_PAYLOAD else 0
+
+
+def pack(kind: int, flags: int, context: int, source: int, tag: int, msg_id: int, length: int) -> bytes:
+    return HEADER.pack(kind, flags, 0, context, source, tag, msg_id, length)
+
+
+def unpack(buf, offset: int = 0) -> Header:
+    kind, flags, _, context, source, tag, msg_id, length = HEADER.unpack_from(buf, offset)
+    return Header(kind, flags, context, source, tag, msg_id, length)

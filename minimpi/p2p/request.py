@@ -1,0 +1,326 @@
+"""Requests and statuses: the handles of point-to-point operations (mpi4py-shaped)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+
+from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ..errors import MinimpiError, SUCCESS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine
+
+
+def describe(req: "Request") -> str:
+    """Human-readable text of what a request is, e.g. ``recv(source=1, tag=7) on COMM_WORLD``."""
+    d = req.description
+    if isinstance(d, tuple):
+        call, peer_name, peer, tag, comm_name = d
+        return f"{call}({peer_name}={peer}, tag={tag}) on {comm_name}"
+    return str(d)
+
+
+class Status:
+    """What a completed receive or a probe found: source, tag, size (``MPI.Status``)."""
+
+    __slots__ = ("source", "tag", "error", "nbytes", "cancelled")
+
+    def __init__(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, nbytes: int = 0,
+                 error: int = SUCCESS) -> None:
+        self.source = source
+        self.tag = tag
+        self.nbytes = nbytes
+        self.error = error
+        self.cancelled = False
+
+    def _assign(self, other: "Status") -> None:
+        self.source, self.tag, self.nbytes = other.source, other.tag, other.nbytes
+        self.error, self.cancelled = other.error, other.cancelled
+
+    @property
+    def count(self) -> int:
+        """Size of the message in bytes."""
+        return self.nbytes
+
+    def Get_source(self) -> int:
+        return self.source
+
+    def Get_tag(self) -> int:
+        return self.tag
+
+    def Get_error(self) -> int:
+        return self.error
+
+    def Get_count(self, datatype: Any = None) -> int:
+        """Number of ``datatype`` elements received (bytes when no datatype is given)."""
+        size = 1 if datatype is None else int(datatype.Get_size())
+        if size <= 0:
+            return 0
+        if self.nbytes % size:
+            return UNDEFINED
+        return self.nbytes // size
+
+    def Get_elements(self, datatype: Any) -> int:
+        return self.Get_count(datatype)
+
+    def Is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def Set_source(self, source: int) -> None:
+        self.source = source
+
+    def Set_tag(self, tag: int) -> None:
+        self.tag = tag
+
+    def Set_error(self, error: int) -> None:
+        self.error = error
+
+    def Set_elements(self, datatype: Any, count: int) -> None:
+        size = 1 if datatype is None else int(datatype.Get_size())
+        self.nbytes = count * size
+
+    def __repr__(self) -> str:
+        return f"Status(source={self.source}, tag={self.tag}, count={self.nbytes} bytes)"
+
+
+class Request:
+    """A pending operation; complete it with ``wait``/``Wait`` or poll it with ``test``/``Test``.
+
+    Lowercase methods return the received Python object (mpi4py's ``req.wait()``),
+    Capitalized ones return ``True``/flags as mpi4py's ``Wait``/``Test`` do.
+    """
+
+    __slots__ = ("_engine", "done", "error", "status", "_finish", "_result", "description",
+                 "_pending", "__weakref__")
+
+    def __init__(self, engine: Optional["Engine"], description: str = "") -> None:
+        self._engine = engine
+        self.done = False
+        self.error: Optional[BaseException] = None
+        self.status = Status()
+        self._finish: Optional[Callable[[], Any]] = None  # runs once, at completion by the waiter
+        self._result: Any = None
+        self.description = description
+        self._pending = 1
+
+    # -- engine side -------------------------------------------------------------------
+    def _complete(self, error: Optional[BaseException] = None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self._pending -= 1
+        if self._pending <= 0:
+            self.done = True
+
+    def _sent(self, failure: Optional[str] = None) -> None:
+        """Transport callback: the frame was handed off (or could not be, for ``failure``)."""
+        if failure is None:
+            self._complete()
+        else:
+            from ..errors import PeerLostError
+            self._fail(PeerLostError(f"{describe(self)}: {failure}"))
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self._pending = 0
+        self.done = True
+
+    def _collect(self, status: Optional[Status]) -> Any:
+        """Called once the request is done: raise its error or return its result."""
+        if status is not None:
+            status._assign(self.status)
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            try:
+                self._result = finish()
+            except MinimpiError as exc:
+                self.error = exc
+        if self.error is not None:
+            raise self.error
+        return self._result
+
+    # -- mpi4py API ----------------------------------------------------------------------
+    def wait(self, status: Optional[Status] = None) -> Any:
+        if not self.done:
+            self._engine.wait_for(self)
+        return self._collect(status)
+
+    def test(self, status: Optional[Status] = None) -> Tuple[bool, Any]:
+        if not self.done and self._engine is not None:
+            self._engine.poll()
+        if not self.done:
+            return False, None
+        return True, self._collect(status)
+
+    def Wait(self, status: Optional[Status] = None) -> bool:
+        self.wait(status)
+        return True
+
+    def Test(self, status: Optional[Status] = None) -> bool:
+        return self.test(status)[0]
+
+    def Get_status(self, status: Optional[Status] = None) -> bool:
+        if not self.done and self._engine is not None:
+            self._engine.poll()
+        if self.done and status is not None:
+            status._assign(self.status)
+        return self.done
+
+    def Cancel(self) -> None:
+        if not self.done and self._engine is not None:
+            self._engine.cancel(self)
+
+    def Free(self) -> None:
+        """Release the handle; the operation still completes in the background."""
+
+    def __bool__(self) -> bool:  # mpi4py: a request is truthy until it becomes REQUEST_NULL
+        return True
+
+    # -- groups of requests ------------------------------------------------------------
+    @staticmethod
+    def _engine_of(requests: Sequence["Request"]) -> Optional["Engine"]:
+        for r in requests:
+            if r is not None and r._engine is not None:
+                return r._engine
+        return None
+
+    @classmethod
+    def waitall(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> List[Any]:
+        reqs = [r for r in requests]
+        engine = cls._engine_of(reqs)
+        if engine is not None:
+            engine.wait_all([r for r in reqs if r is not None])
+        results = []
+        first_error = None
+        for i, r in enumerate(reqs):
+            st = statuses[i] if statuses is not None and i < len(statuses) else None
+            if r is None:
+                results.append(None)
+                continue
+            try:
+                results.append(r._collect(st))
+            except MinimpiError as exc:
+                results.append(None)
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return results
+
+    @classmethod
+    def Waitall(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> bool:
+        cls.waitall(requests, statuses)
+        return True
+
+    @classmethod
+    def waitany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> Tuple[int, Any]:
+        live = [r for r in requests if r is not None]
+        if not live:
+            return UNDEFINED, None
+        engine = cls._engine_of(live)
+        if engine is not None:
+            engine.wait_any(live)
+        for i, r in enumerate(requests):
+            if r is not None and r.done:
+                return i, r._collect(status)
+        raise AssertionError("wait_any returned with no completed request")  # pragma: no cover
+
+    @classmethod
+    def Waitany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> int:
+        return cls.waitany(requests, status)[0]
+
+    @classmethod
+    def testall(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[bool, Optional[List[Any]]]:
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            engine.poll()
+        if all(r is None or r.done for r in requests):
+            return True, cls.waitall(requests, statuses)
+        return False, None
+
+    @classmethod
+    def Testall(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> bool:
+        return cls.testall(requests, statuses)[0]
+
+    @classmethod
+    def testany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> Tuple[int, bool, Any]:
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            engine.poll()
+        for i, r in enumerate(requests):
+            if r is not None and r.done:
+                return i, True, r._collect(status)
+        return UNDEFINED, False, None
+
+    @classmethod
+    def Testany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> Tuple[int, bool]:
+        i, flag, _ = cls.testany(requests, status)
+        return i, flag
+
+    @classmethod
+    def waitsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[Optional[List[int]], Optional[List[Any]]]:
+        live = [r for r in requests if r is not None]
+        if not live:
+            return None, None
+        engine = cls._engine_of(live)
+        if engine is not None:
+            engine.wait_any(live)
+        idx = [i for i, r in enumerate(requests) if r is not None and r.done]
+        return idx, [requests[i]._collect(None) for i in idx]
+
+    @classmethod
+    def Waitsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Optional[List[int]]:
+        return cls.waitsome(requests, statuses)[0]
+
+    @classmethod
+    def testsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[Optional[List[int]], Optional[List[Any]]]:
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            engine.poll()
+        idx = [i for i, r in enumerate(requests) if r is not None and r.done]
+        return idx, [requests[i]._collect(None) for i in idx]
+
+    @classmethod
+    def Testsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Optional[List[int]]:
+        return cls.testsome(requests, statuses)[0]
+
+
+class CompletedRequest(Request):
+    """A request that is complete from the start (sends to PROC_NULL, receives from it)."""
+
+    __slots__ = ()
+
+    def __init__(self, status: Optional[Status] = None, result: Any = None) -> None:
+        super().__init__(None, "completed")
+        self.done = True
+        self._pending = 0
+        if status is not None:
+            self.status = status
+        self._result = result
+
+
+class SendRequest(Request):
+    __slots__ = ("peer", "msg_id")
+
+    def __init__(self, engine: "Engine", description: str, peer: int) -> None:
+        super().__init__(engine, description)
+        self.peer = peer
+        self.msg_id = 0
+
+
+class RecvRequest(Request):
+    """A posted receive: where its data goes and what it matches."""
+
+    __slots__ = ("context", "source", "tag", "target", "is_object", "buffer", "truncated",
+                 "peer", "matched")
+
+    def __init__(self, engine: "Engine", description: str, context: int, source: int, tag: int,
+                 target: Optional[memoryview], is_object: bool) -> None:
+        super().__init__(engine, description)
+        self.context = context
+        self.source = source
+        self.tag = tag
+        self.target = target
+        self.is_object = is_object
+        self.buffer: Optional[bytearray] = None
+        self.truncated = False
+        self.peer = -1
+        self.matched = False

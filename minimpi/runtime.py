@@ -1,0 +1,123 @@
+"""Process-wide runtime: bootstrap, the world communicator, abort and finalize.
+
+``world()`` initializes on first use (importing ``minimpi.MPI`` does it, as importing
+``mpi4py.MPI`` does): it bootstraps (launcher environment, or a singleton world of size 1
+for a plain ``python script.py``), opens the data-plane listener, exchanges addresses
+through the coordinator and builds ``COMM_WORLD`` and ``COMM_SELF``. At exit it delivers
+queued sends and tells the launcher the rank finished cleanly.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from typing import Optional
+
+from .bootstrap import BootInfo, bootstrap
+from .errors import JobAbortedError
+
+_lock = threading.RLock()
+_state: Optional["_Runtime"] = None
+_finalized = False
+
+
+class _Runtime:
+    def __init__(self, info: BootInfo) -> None:
+        from .comm import Intracomm
+        from .p2p.engine import Engine, eager_limit_from_env
+
+        self.info = info
+        transport = None
+        if info.size > 1:
+            from .transports.tcp import TcpTransport
+            transport = TcpTransport(info.rank, info.size, info.secret, info.bind_host)
+        self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
+        if info.coordinator is not None:
+            address = transport.listen() if transport is not None else "none"
+            addresses = info.coordinator.exchange_addresses(address)
+            if transport is not None:
+                transport.set_peers(addresses)
+        self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
+        self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
+        self.failing = False
+
+
+def world_state() -> _Runtime:
+    global _state
+    if _state is None:
+        with _lock:
+            if _state is None:
+                if _finalized:
+                    raise JobAbortedError("MPI was finalized in this process; it cannot be used again")
+                _state = _Runtime(bootstrap())
+                atexit.register(finalize)
+                _install_excepthook()
+    return _state
+
+
+def initialized() -> bool:
+    return _state is not None
+
+
+def finalized() -> bool:
+    return _finalized
+
+
+def comm_world():
+    return world_state().world
+
+
+def comm_self():
+    return world_state().self_comm
+
+
+def finalize() -> None:
+    """Deliver queued sends, tell the launcher this rank is done, close connections."""
+    global _finalized
+    with _lock:
+        state = _state
+        if state is None or _finalized:
+            _finalized = True
+            return
+        _finalized = True
+    engine = state.engine
+    if not state.failing and engine.aborted is None:
+        if not engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30"))):
+            print(f"minimpi rank {state.info.rank}: exiting with sends that no rank received: "
+                  f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
+        if state.info.coordinator is not None:
+            state.info.coordinator.finalize()
+    engine.close()
+    if state.info.coordinator is not None:
+        state.info.coordinator.close()
+
+
+def abort(code: int, message: str) -> None:
+    """End the whole job: the launcher terminates every rank; this process exits with ``code``."""
+    state = _state
+    print(f"minimpi: {message}", file=sys.stderr, flush=True)
+    if state is not None:
+        state.failing = True
+        state.engine.abort(message)
+        if state.info.coordinator is not None:
+            try:
+                state.info.coordinator.abort(code, message)
+            except Exception:  # the launcher may already be gone; exit regardless
+                pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _install_excepthook() -> None:
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        # An uncaught exception ends the job (as `python -m mpi4py` does): don't wait at exit
+        # for sends that no one will receive.
+        if _state is not None:
+            _state.failing = True
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook

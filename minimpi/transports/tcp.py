@@ -1,0 +1,457 @@
+"""TCP transport: plain non-blocking sockets driven by ``poll`` from the caller's thread.
+
+Connections are one-way and opened lazily: rank *i* opens its own connection to rank *j*
+the first time it sends to *j*, and uses it only to send. Frames from *i* to *j* therefore
+travel in order on one socket (MPI's non-overtaking rule), and two ranks that connect to
+each other at the same moment simply get two connections, one per direction - there is no
+race to resolve.
+
+Authentication (before a single frame is read, let alone unpickled): the connecting rank
+sends ``HELLO = magic | rank | nonce_c``; the accepting rank answers ``nonce_a |
+HMAC(secret, "A" | nonce_c | nonce_a | rank)``; the connecting rank checks it and sends
+``HMAC(secret, "C" | nonce_a | nonce_c | rank)`` followed by its frames. A stranger, or a
+peer without the job secret, is refused and logged, and the job goes on.
+
+Zero copies: a frame goes out as one ``sendmsg`` of the header and the caller's memoryviews;
+incoming data is read into a 256 KiB staging buffer, and a payload whose destination is known
+(a posted receive) is then read straight into that destination with ``recv_into``.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import hashlib
+import hmac
+import os
+import select
+import socket
+import struct
+import sys
+import time
+from typing import Deque, Dict, List, Optional, Sequence
+
+from ..errors import TransportError
+from ..p2p.frames import HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+from .base import FrameSink, OnSent, Transport
+
+MAGIC = b"MINIMPI1"
+_HELLO = struct.Struct("<8sI16s")     # magic, rank, nonce_c
+_REPLY_SIZE = 16 + 32                 # nonce_a, mac
+_PROOF_SIZE = 32
+STAGING = 256 * 1024
+IOV_MAX = 512
+MAX_CHUNK = 1 << 30                   # largest single recv_into / sendmsg request
+HANDSHAKE_TIMEOUT = 10.0
+
+_POLLIN = select.POLLIN
+_POLLOUT = select.POLLOUT
+_POLLERR = select.POLLERR | select.POLLHUP | getattr(select, "POLLNVAL", 0)
+
+
+def _mac(secret: bytes, *parts: bytes) -> bytes:
+    return hmac.new(secret, b"".join(parts), hashlib.sha256).digest()
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+
+
+class _Frame:
+    __slots__ = ("segments", "on_sent")
+
+    def __init__(self, segments: List[memoryview], on_sent: OnSent) -> None:
+        self.segments = segments
+        self.on_sent = on_sent
+
+
+class _OutConn:
+    """This rank's sending connection to one peer."""
+
+    CONNECTING, HELLO_SENT, READY, FAILED = range(4)
+
+    def __init__(self, transport: "TcpTransport", peer: int, address: str) -> None:
+        self.t = transport
+        self.peer = peer
+        self.queue: Deque[_Frame] = collections.deque()
+        self.state = self.CONNECTING
+        self.reply = bytearray()
+        self.nonce = os.urandom(16)
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        _tune(self.sock)
+        self.fd = self.sock.fileno()
+        err = self.sock.connect_ex((host.strip("[]"), int(port)))
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            raise TransportError(f"rank {transport.rank}: cannot connect to rank {peer} at {address}: "
+                                 f"{os.strerror(err)}")
+        transport._register(self, _POLLOUT)
+
+    def on_event(self, events: int) -> None:
+        if self.state == self.CONNECTING:
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                return self.fail(f"connect failed: {os.strerror(err)}")
+            self.sock.send(_HELLO.pack(MAGIC, self.t.rank, self.nonce))
+            self.state = self.HELLO_SENT
+            self.t._modify(self, _POLLIN)
+            return
+        if self.state == self.HELLO_SENT:
+            try:
+                data = self.sock.recv(_REPLY_SIZE - len(self.reply))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                return self.fail(f"handshake failed: {exc}")
+            if not data:
+                return self.fail("connection closed during the handshake")
+            self.reply += data
+            if len(self.reply) < _REPLY_SIZE:
+                return
+            nonce_a, mac = bytes(self.reply[:16]), bytes(self.reply[16:])
+            rank = struct.pack("<I", self.t.rank)
+            if not hmac.compare_digest(mac, _mac(self.t.secret, b"A", self.nonce, nonce_a, rank)):
+                return self.fail("the peer did not prove it knows the job secret")
+            proof = _mac(self.t.secret, b"C", nonce_a, self.nonce, rank)
+            self.queue.appendleft(_Frame([memoryview(proof)], None))
+            self.t._pending += 1
+            self.state = self.READY
+            self.flush()
+            return
+        if self.state == self.READY:
+            if events & _POLLOUT:
+                self.flush()
+            if events & (_POLLIN | _POLLERR):
+                # The peer never sends on this connection: readable means it closed or failed.
+                try:
+                    data = self.sock.recv(1)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:
+                    return self.fail(str(exc))
+                if not data:
+                    return self.fail("peer closed the connection")
+
+    def flush(self) -> None:
+        """Write as much of the queue as the kernel takes now, in one ``sendmsg`` per round."""
+        queue = self.queue
+        while queue:
+            iov: List[memoryview] = []
+            for frame in queue:
+                iov.extend(frame.segments)
+                if len(iov) >= IOV_MAX:
+                    break
+            iov = iov[:IOV_MAX]
+            try:
+                sent = self.sock.sendmsg(iov)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                return self.fail(f"send failed: {exc}")
+            partial = sent < sum(seg.nbytes for seg in iov)
+            while queue:
+                frame = queue[0]
+                segs = frame.segments
+                while segs and sent >= segs[0].nbytes:
+                    sent -= segs.pop(0).nbytes
+                if segs:
+                    if sent:
+                        segs[0] = segs[0][sent:]
+                        sent = 0
+                    break
+                queue.popleft()
+                self.t._pending -= 1
+                if frame.on_sent is not None:
+                    frame.on_sent(None)
+            if partial:
+                # The socket buffer is full: wait for POLLOUT rather than retrying now.
+                self.t._modify(self, _POLLIN | _POLLOUT)
+                return
+        self.t._modify(self, _POLLIN)
+
+    def fail(self, reason: str) -> None:
+        if self.state == self.FAILED:
+            return
+        self.state = self.FAILED
+        self.t._unregister(self)
+        self.sock.close()
+        why = f"connection to rank {self.peer}: {reason}"
+        dropped = list(self.queue)
+        self.queue.clear()
+        self.t._pending -= len(dropped)
+        for frame in dropped:
+            if frame.on_sent is not None:
+                frame.on_sent(why)
+        self.t._sink.send_failed(self.peer, why)
+
+
+class _InConn:
+    """A connection accepted from a peer, which sends frames to this rank on it."""
+
+    HELLO, PROOF, READY, CLOSED = range(4)
+
+    def __init__(self, transport: "TcpTransport", sock: socket.socket, address) -> None:
+        self.t = transport
+        self.sock = sock
+        self.address = address
+        _tune(sock)
+        self.fd = sock.fileno()
+        self.state = self.HELLO
+        self.hs = bytearray()
+        self.peer = -1
+        self.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        self.nonce = os.urandom(16)
+        self.peer_nonce = b""
+        self.buf: Optional[bytearray] = None
+        self.view: Optional[memoryview] = None
+        self.start = self.end = 0
+        # payload being received straight into its destination
+        self.d_header: Optional[Header] = None
+        self.d_target: Optional[memoryview] = None
+        self.d_pos = 0
+        transport._register(self, _POLLIN)
+
+    def refuse(self, why: str) -> None:
+        print(f"minimpi rank {self.t.rank}: refused a connection from {self.address[0]}:{self.address[1]}: "
+              f"{why}", file=sys.stderr, flush=True)
+        self.close()
+
+    def close(self) -> None:
+        if self.state != self.CLOSED:
+            self.state = self.CLOSED
+            self.t._unregister(self)
+            self.sock.close()
+
+    def _read_exact(self, total: int) -> Optional[bytes]:
+        try:
+            data = self.sock.recv(total - len(self.hs))
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            self.refuse(f"handshake failed: {exc}")
+            return None
+        if not data:
+            self.close()
+            return None
+        self.hs += data
+        if len(self.hs) < total:
+            return None
+        out, self.hs = bytes(self.hs), bytearray()
+        return out
+
+    def on_event(self, events: int) -> None:
+        if self.state == self.READY:
+            return self.read_frames()
+        if self.state == self.HELLO:
+            data = self._read_exact(_HELLO.size)
+            if data is None:
+                return
+            magic, rank, nonce_c = _HELLO.unpack(data)
+            if magic != MAGIC or not 0 <= rank < self.t.size or rank == self.t.rank:
+                return self.refuse("not a minimpi peer (bad hello)")
+            self.peer, self.peer_nonce = rank, nonce_c
+            mac = _mac(self.t.secret, b"A", nonce_c, self.nonce, struct.pack("<I", rank))
+            self.sock.send(self.nonce + mac)
+            self.state = self.PROOF
+            return
+        if self.state == self.PROOF:
+            data = self._read_exact(_PROOF_SIZE)
+            if data is None:
+                return
+            want = _mac(self.t.secret, b"C", self.nonce, self.peer_nonce, struct.pack("<I", self.peer))
+            if not hmac.compare_digest(data, want):
+                return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
+            self.state = self.READY
+            self.t._handshaking.discard(self)
+            self.buf = bytearray(STAGING)
+            self.view = memoryview(self.buf)
+            return
+
+    def read_frames(self) -> None:
+        sink = self.t._sink
+        if self.d_target is not None:
+            # Stream the rest of a payload straight into its destination.
+            remaining = self.d_target.nbytes - self.d_pos
+            try:
+                n = self.sock.recv_into(self.d_target[self.d_pos:self.d_pos + min(remaining, MAX_CHUNK)])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                return self.lost(str(exc))
+            if n == 0:
+                return self.lost("connection closed in the middle of a message")
+            self.d_pos += n
+            if self.d_pos == self.d_target.nbytes:
+                header, target = self.d_header, self.d_target
+                self.d_header = self.d_target = None
+                sink.payload_arrived(self.peer, header, target)
+            return
+        view = self.view
+        try:
+            n = self.sock.recv_into(view[self.end:])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            return self.lost(str(exc))
+        if n == 0:
+            return self.lost("exited (connection closed)")
+        self.end += n
+        start, end = self.start, self.end
+        unpack = HEADER.unpack_from
+        while end - start >= HEADER_SIZE:
+            kind, flags, _, context, source, tag, msg_id, length = unpack(view, start)
+            header = Header(kind, flags, context, source, tag, msg_id, length)
+            start += HEADER_SIZE
+            target = sink.frame_arrived(self.peer, header)
+            if kind not in HAS_PAYLOAD:
+                continue
+            take = min(end - start, length)
+            if take:
+                target[:take] = view[start:start + take]
+                start += take
+            if take == length:
+                sink.payload_arrived(self.peer, header, target)
+            else:
+                self.d_header, self.d_target, self.d_pos = header, target, take
+                break
+        if start == end:
+            start = end = 0
+        elif start > STAGING // 2 or STAGING - end < HEADER_SIZE:
+            rest = end - start
+            view[:rest] = view[start:end]
+            start, end = 0, rest
+        self.start, self.end = start, end
+
+    def lost(self, reason: str) -> None:
+        peer = self.peer
+        self.close()
+        self.t._sink.peer_lost(peer, reason)
+
+
+class _Listener:
+    def __init__(self, transport: "TcpTransport", sock: socket.socket) -> None:
+        self.t = transport
+        self.sock = sock
+        self.fd = sock.fileno()
+
+    def on_event(self, events: int) -> None:
+        while True:
+            try:
+                sock, address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            conn = _InConn(self.t, sock, address)
+            self.t._handshaking.add(conn)
+
+
+class TcpTransport(Transport):
+    """Frames over authenticated TCP connections, one per direction per pair of ranks."""
+
+    name = "tcp"
+
+    def __init__(self, rank: int, size: int, secret: bytes, bind_host: str = "127.0.0.1") -> None:
+        self.rank = rank
+        self.size = size
+        self.secret = secret
+        self.bind_host = bind_host
+        self._sink: Optional[FrameSink] = None
+        self._poller = select.poll()
+        self._handlers: Dict[int, object] = {}
+        self._masks: Dict[int, int] = {}
+        self._out: List[Optional[_OutConn]] = [None] * size
+        self._addresses: Optional[List[str]] = None
+        self._handshaking = set()
+        self._pending = 0
+        self._listener: Optional[_Listener] = None
+
+    def attach(self, sink: FrameSink) -> None:
+        self._sink = sink
+
+    # registration with the poller
+    def _register(self, conn, mask: int) -> None:
+        self._handlers[conn.fd] = conn
+        self._masks[conn.fd] = mask
+        self._poller.register(conn.fd, mask)
+
+    def _modify(self, conn, mask: int) -> None:
+        if self._masks.get(conn.fd) != mask and conn.fd in self._handlers:
+            self._masks[conn.fd] = mask
+            self._poller.modify(conn.fd, mask)
+
+    def _unregister(self, conn) -> None:
+        if self._handlers.pop(conn.fd, None) is not None:
+            self._masks.pop(conn.fd, None)
+            try:
+                self._poller.unregister(conn.fd)
+            except (KeyError, ValueError):
+                pass
+        self._handshaking.discard(conn)
+
+    def listen(self) -> str:
+        family = socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.bind_host, 0))
+        sock.listen(max(128, self.size))
+        sock.setblocking(False)
+        self._listener = _Listener(self, sock)
+        self._register(self._listener, _POLLIN)
+        host, port = sock.getsockname()[:2]
+        return f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+
+    def set_peers(self, addresses: Sequence[str]) -> None:
+        self._addresses = list(addresses)
+
+    def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
+        conn = self._out[peer]
+        if conn is None:
+            if self._addresses is None:
+                raise TransportError(f"rank {self.rank}: no address table yet (rendezvous not done)")
+            conn = self._out[peer] = _OutConn(self, peer, self._addresses[peer])
+        segments = [memoryview(header)]
+        segments.extend(payload)
+        conn.queue.append(_Frame(segments, on_sent))
+        self._pending += 1
+        if conn.state == _OutConn.READY and len(conn.queue) == 1:
+            conn.flush()
+        elif conn.state == _OutConn.FAILED:
+            conn.queue.clear()
+            self._pending -= 1
+            if on_sent is not None:
+                on_sent(f"connection to rank {peer} failed earlier")
+
+    def progress(self, timeout: Optional[float]) -> bool:
+        if timeout is None:
+            ms = -1
+        else:
+            ms = int(timeout * 1000) if timeout > 0 else 0
+        if self._handshaking:
+            ms = 200 if ms < 0 else min(ms, 200)
+        try:
+            events = self._poller.poll(ms)
+        except InterruptedError:
+            return False
+        handlers = self._handlers
+        for fd, ev in events:
+            conn = handlers.get(fd)
+            if conn is not None:
+                conn.on_event(ev)
+        if self._handshaking:
+            now = time.monotonic()
+            for conn in [c for c in self._handshaking if c.deadline < now]:
+                conn.refuse("handshake not completed in time")
+        return bool(events)
+
+    def pending_sends(self) -> int:
+        return self._pending
+
+    def close(self) -> None:
+        for conn in list(self._handlers.values()):
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+        self._handlers.clear()
+        self._masks.clear()

@@ -31,7 +31,7 @@ exit status:
 """
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1, "m": 2, "g": 3, "t": 4}
+_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 
 def parse_size(text: str) -> int:

@@ -344,6 +344,10 @@ def from_numpy_dtype(dtype) -> Datatype:
     found = _BY_CHAR.get(dt.char)
     if found is not None:
         return found
+    if dt.kind == "S" and dt.itemsize == 1:
+        return CHAR
+    if dt.kind == "U" and dt.itemsize == WCHAR.size:
+        return WCHAR
     if dt.kind == "S":
         return CHAR.Create_contiguous(dt.itemsize).Commit()
     if dt.kind == "U":

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from . import serialization
 from .buffers import parse_buffer
 from .coll.api import CollectiveMethods
@@ -24,6 +26,24 @@ from .p2p.request import CompletedRequest, RecvRequest, Request, Status
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
 FIRST_FREE_CONTEXT = 4
+
+
+def _byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Any]:
+    """The bytes of a buffer argument, and its parsed spec when one was needed.
+
+    Plain contiguous numpy arrays and bytearrays (the common case) take a fast path; every
+    other form goes through :func:`~minimpi.buffers.parse_buffer`.
+    """
+    kind = type(buf)
+    if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable):
+        try:
+            return memoryview(buf).cast("B"), None
+        except (TypeError, ValueError):
+            pass
+    elif kind is bytearray:
+        return memoryview(buf), None
+    spec = parse_buffer(buf, writable=writable, call=call, arg="buf")
+    return spec.view, spec
 
 
 def _null_status(status: Optional[Status]) -> None:
@@ -161,19 +181,18 @@ class Comm:
         self._check_send_tag(tag, call)
         if dest == PROC_NULL:
             return CompletedRequest()
-        spec = parse_buffer(buf, writable=False, call=call, arg="buf")
-        view = spec.view
+        view, _ = _byte_view(buf, False, call)
         return self._isend_bytes((view,), view.nbytes, dest, tag, flags, call)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
         self._alive(call)
         self._check_source(source, call)
         self._check_recv_tag(tag, call)
-        spec = parse_buffer(buf, writable=True, call=call, arg="buf")
+        view, spec = _byte_view(buf, True, call)
         if source == PROC_NULL:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        req = self._irecv_into(spec.view, source, tag, call)
-        if spec.is_temporary:
+        req = self._irecv_into(view, source, tag, call)
+        if spec is not None and spec.is_temporary:
             req._finish = spec.finish
         return req
 

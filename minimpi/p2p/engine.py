@@ -55,6 +55,10 @@ class Engine(FrameSink):
         self._rndv_recvs: Dict[Tuple[int, int], RecvRequest] = {}
         self._sync_sends: Dict[Tuple[int, int], SendRequest] = {}
         self.lost_peers: Dict[int, str] = {}
+        # Operations that advance themselves as their messages complete (nonblocking
+        # collectives): each has ``advance() -> bool`` (True once finished); every round of
+        # progress calls them before it may sleep.
+        self.active: List[object] = []
         self.aborted: Optional[str] = None
         # Diagnostics hooks (deadlock reports, tracing): called when a wait has been blocked for
         # ``block_report_after`` seconds and again when it ends.
@@ -313,6 +317,20 @@ class Engine(FrameSink):
         self._check_alive()
         if self.transport is not None:
             self.transport.progress(0)
+        if self.active:
+            self.advance_active()
+
+    def add_active(self, operation: object) -> None:
+        """Register a self-advancing operation (see ``active``) and advance it once."""
+        if not operation.advance():
+            self.active.append(operation)
+
+    def advance_active(self) -> None:
+        still = []
+        for op in self.active:
+            if not op.advance():
+                still.append(op)
+        self.active[:] = still
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
         if not req.done:
@@ -341,6 +359,8 @@ class Engine(FrameSink):
         self._check_alive()
         transport = self.transport
         if transport is None:  # a world of one: everything is local
+            if self.active:
+                self.advance_active()
             if not done():
                 raise MPITimeoutError(
                     f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} can never "
@@ -349,8 +369,14 @@ class Engine(FrameSink):
         start = time.monotonic()
         reported = False
         try:
-            while not done():
+            while True:
+                if self.active:
+                    self.advance_active()
+                if done():
+                    break
                 transport.progress(POLL_INTERVAL)
+                if self.active:
+                    self.advance_active()
                 if done():
                     break
                 self._check_alive()

@@ -136,12 +136,15 @@ class _OutConn:
         """Write as much of the queue as the kernel takes now, in one ``sendmsg`` per round."""
         queue = self.queue
         while queue:
-            iov: List[memoryview] = []
-            for frame in queue:
-                iov.extend(frame.segments)
-                if len(iov) >= IOV_MAX:
-                    break
-            iov = iov[:IOV_MAX]
+            if len(queue) == 1:
+                iov = queue[0].segments[:IOV_MAX]
+            else:
+                iov = []
+                for frame in queue:
+                    iov.extend(frame.segments)
+                    if len(iov) >= IOV_MAX:
+                        break
+                iov = iov[:IOV_MAX]
             try:
                 sent = self.sock.sendmsg(iov)
             except (BlockingIOError, InterruptedError):

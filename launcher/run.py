@@ -81,8 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="end the whole job after SECONDS, print what each rank was doing, exit 124")
     p.add_argument("--startup-timeout", type=_seconds, default=60.0, metavar="SECONDS",
-                   help="how long ranks may take to register with the coordinator (default 60); "
-                        "the ranks that never did are named")
+                   help="how long (from launch) ranks may take to register with the coordinator "
+                        "once any rank has registered (default 60); the ranks that never did "
+                        "are named, exit 124")
     p.add_argument("--no-prefix", action="store_true",
                    help='do not prefix output lines with "[rank] "')
     p.add_argument("--output-dir", metavar="DIR",

@@ -273,6 +273,12 @@ def _split_spec(spec: Any, call: str, arg: str) -> tuple[Any, Any, Any, Any]:
 
 
 # ------------------------------------------------------------------------ parse_buffer
+_FAST_TYPES: dict[str, Datatype] = {  # keyed by dtype.char: int64 is 'l' or 'q', distinct
+    t: from_numpy_dtype(t)
+    for t in ("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "f", "d", "g", "F", "D", "G", "?")
+}
+
+
 def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "buf",
                  allow_in_place: bool = False) -> BufSpec:
     """Parse a buffer argument (see the module docstring for the accepted forms).
@@ -280,6 +286,11 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
     ``writable=True`` for receive buffers. Returns :class:`BufSpec`, or the ``IN_PLACE``
     sentinel itself when ``allow_in_place`` and the user passed ``MPI.IN_PLACE``.
     """
+    if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
+        # fast path for the most common case: a plain contiguous array of a predefined type
+        datatype = _FAST_TYPES.get(spec.dtype.char)
+        if datatype is not None and spec.dtype.isnative:
+            return BufSpec(spec.reshape(-1), datatype, spec.size)
     if spec is IN_PLACE:
         if allow_in_place:
             return IN_PLACE

@@ -380,3 +380,14 @@ def test_vbuffer_errors():
         parse_vbuffer([bytearray(10), D.INT], 2, writable=False)
     with pytest.raises(BufferSpecError, match="not a buffer"):
         parse_vbuffer([[1, 2], [1, 1]], 2, writable=False)
+
+
+def test_fast_path_distinguishes_long_and_long_long_and_byte_order():
+    assert send(np.zeros(2, dtype="l")).datatype is D.LONG
+    assert send(np.zeros(2, dtype="q")).datatype is D.LONG_LONG
+    swapped = ">f8" if np.little_endian else "<f8"
+    with pytest.raises(DatatypeError, match="Send: buf: numpy dtype .* is not in native byte order"):
+        send(np.zeros(2, dtype=swapped))
+    ro = np.zeros(2)
+    ro.flags.writeable = False
+    assert send(ro).count == 2

@@ -1,6 +1,8 @@
-"""Collective methods of ``Intracomm`` (filled in by the collectives modules)."""
+"""Collective methods of ``Intracomm``: one mixin per collective module, composed here."""
 from __future__ import annotations
 
+from .bcast import BcastMethods
 
-class CollectiveMethods:
+
+class CollectiveMethods(BcastMethods):
     """Mixin giving communicators their collective operations."""

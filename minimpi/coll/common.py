@@ -1,0 +1,47 @@
+"""Shared mechanics of the collective API methods: argument checks, choosing, running.
+
+Every collective method follows the same three lines: parse and check its arguments,
+:func:`execute` the chosen algorithm's schedule (blocking, or as a request for the ``I``
+variants), then finish (copy back temporaries, unpickle). The algorithm choice depends only
+on values every rank has (size, byte count, op, environment), so all ranks pick the same one.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..errors import RootError
+from .registry import choose
+from .schedule import Channel, Schedule, run, start
+
+
+def check_root(comm: Any, root: int, call: str) -> None:
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+        raise RootError(f"rank {comm.rank}: {call}(root={root!r}) on {comm.name}: invalid root; "
+                        f"expected 0..{comm.size - 1}")
+
+
+def execute(comm: Any, collective: str, call: str, nbytes: int,
+            invoke: Callable[[Callable, Channel], Schedule], *, op: Any = None,
+            algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
+            finalize: Optional[Callable[[Any], Any]] = None) -> Any:
+    """Choose an algorithm, then run ``invoke(algorithm_function, channel)``'s schedule.
+
+    Blocking: returns ``finalize(result)``. Nonblocking: returns a request whose ``wait()``
+    gives ``finalize(result)``.
+    """
+    comm._alive(call)
+    alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
+                 rank=comm.rank, call=call)
+    ch = Channel(comm, f"{call}[{alg.name}]", getattr(comm._engine, "step_hook", None))
+    schedule = invoke(alg.function, ch)
+    if nonblocking:
+        return start(ch, schedule, finalize)
+    result = run(ch, schedule)
+    return finalize(result) if finalize is not None else result
+
+
+def flat_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of a flat contiguous array as a uint8 array (no copy)."""
+    return array.view(np.uint8) if array.size else np.empty(0, np.uint8)

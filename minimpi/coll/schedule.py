@@ -1,0 +1,168 @@
+"""How a collective algorithm talks and how its steps are run.
+
+Every algorithm is a generator function: it starts the messages of one step with
+``ch.isend``/``ch.irecv`` and ``yield``s them; whoever runs it completes that step and
+resumes it. So the code reads like the textbook figure (one ``yield`` per step, each send
+and receive spelled out), and one implementation serves three uses:
+
+* a blocking call (:func:`run`) completes each step before asking for the next,
+* a nonblocking call (:class:`CollectiveRequest`) advances the steps from the progress
+  engine, so ``Iallreduce`` is an ordinary request,
+* a recorder (``minimpi draw``, traces) sees where each step begins.
+
+``ch.isend(data, dest)``: ``data`` is a numpy array (sent zero-copy) or any Python object
+(pickled). ``ch.irecv(into, source)``: ``into`` is a numpy array the data lands in, or
+``None`` to receive a Python object (``req.wait()`` returns it once the step is done).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional, Sequence
+
+import numpy as np
+
+from .. import serialization
+from ..errors import CollectiveMismatchError
+from ..p2p.frames import F_OBJECT
+from ..p2p.request import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..comm import Comm
+
+Step = List[Request]
+Schedule = Generator[Step, None, Any]
+
+#: Called at the start of every step: (channel, step index) - used by draw and trace.
+StepHook = Callable[["Channel", int], None]
+
+
+def byte_view(array: np.ndarray) -> memoryview:
+    """Bytes of a contiguous numpy array, zero-copy."""
+    if array.ndim != 1 or not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array).reshape(-1)
+    return memoryview(array.view(np.uint8))
+
+
+class Channel:
+    """The point-to-point view of one collective call: ranks of ``comm``, one private tag.
+
+    Messages use the communicator's collective context and a tag drawn per call, so they
+    never match a user's receive, and two outstanding nonblocking collectives never mix.
+    """
+
+    __slots__ = ("comm", "rank", "size", "tag", "call", "context", "step_hook", "step_index")
+
+    def __init__(self, comm: "Comm", call: str, step_hook: Optional[StepHook] = None) -> None:
+        self.comm = comm
+        self.rank = comm.rank
+        self.size = comm.size
+        self.call = call
+        self.tag = comm._next_coll_tag()
+        self.context = comm._coll_context
+        self.step_hook = step_hook
+        self.step_index = 0
+
+    def isend(self, data: Any, dest: int) -> Request:
+        if isinstance(data, np.ndarray):
+            view = byte_view(data)
+            return self.comm._isend_bytes((view,), view.nbytes, dest, self.tag, 0, self.call,
+                                          self.context)
+        payload, nbytes = serialization.dumps(data, rank=self.rank, call=self.call)
+        return self.comm._isend_bytes(payload, nbytes, dest, self.tag, F_OBJECT, self.call,
+                                      self.context)
+
+    def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
+        if into is None:
+            req = self.comm._irecv_into(None, source, self.tag, self.call, self.context)
+            req._finish = lambda: serialization.loads(req.buffer)
+            return req
+        view = byte_view(into)
+        req = self.comm._irecv_into(view, source, self.tag, self.call, self.context)
+        expected = view.nbytes
+        if not into.flags.c_contiguous:  # received into a temporary: copy back afterwards
+            tmp = np.frombuffer(view, dtype=into.dtype).reshape(into.shape)
+            req._finish = lambda: self._check_size(req, expected) or into.__setitem__(..., tmp)
+        else:
+            req._finish = lambda: self._check_size(req, expected)
+        return req
+
+    def _check_size(self, req: Request, expected: int) -> None:
+        got = req.status.nbytes
+        if got != expected and req.error is None:
+            raise CollectiveMismatchError(
+                f"rank {self.rank}: {self.call} on {self.comm.name}: received {got} bytes from "
+                f"rank {req.status.source} where {expected} were expected; every rank must pass "
+                f"matching counts and datatypes (and the same root and op)")
+
+    def sendrecv(self, send: Any, dest: int, into: Optional[np.ndarray], source: int) -> Step:
+        """Both halves of an exchange, as one step."""
+        return [self.irecv(into, source), self.isend(send, dest)]
+
+
+def run(ch: Channel, schedule: Schedule) -> Any:
+    """Run a schedule to the end, completing each step before starting the next."""
+    engine = ch.comm._engine
+    hook = ch.step_hook
+    try:
+        step = next(schedule)
+        while True:
+            if hook is not None:
+                hook(ch, ch.step_index)
+            ch.step_index += 1
+            if step:
+                engine.wait_all(step)
+                for req in step:
+                    if req.error is not None or req._finish is not None:
+                        req.wait()
+            step = schedule.send(None)
+    except StopIteration as done:
+        return done.value
+
+
+class CollectiveRequest(Request):
+    """A nonblocking collective: the schedule advances whenever its current step is done."""
+
+    __slots__ = ("_ch", "_schedule", "_step", "_finalize")
+
+    def __init__(self, ch: Channel, schedule: Schedule,
+                 finalize: Optional[Callable[[Any], Any]] = None) -> None:
+        super().__init__(ch.comm._engine, ch.call)
+        self._ch = ch
+        self._schedule = schedule
+        self._step: Optional[Step] = None
+        self._finalize = finalize
+        self._engine.add_active(self)
+
+    def advance(self) -> bool:
+        """Advance as far as completed messages allow; True once the collective is done."""
+        if self.done:
+            return True
+        ch = self._ch
+        try:
+            while True:
+                if self._step is not None:
+                    if not all(r.done for r in self._step):
+                        return False
+                    for req in self._step:
+                        if req.error is not None or req._finish is not None:
+                            req.wait()
+                    self._step = self._schedule.send(None)
+                else:
+                    self._step = next(self._schedule)
+                if ch.step_hook is not None:
+                    ch.step_hook(ch, ch.step_index)
+                ch.step_index += 1
+        except StopIteration as finished:
+            result = finished.value
+            if self._finalize is not None:
+                result = self._finalize(result)
+            self._result = result
+            self._complete()
+            return True
+        except Exception as exc:  # the error surfaces from wait()/test()
+            self._fail(exc)
+            return True
+
+
+def start(ch: Channel, schedule: Schedule, finalize: Optional[Callable[[Any], Any]] = None) -> Request:
+    """Start a schedule as a nonblocking collective."""
+    return CollectiveRequest(ch, schedule, finalize)

@@ -1,0 +1,309 @@
+"""Point-to-point semantics on the in-process transport: matching, ordering, protocols, errors."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from minimpi import errors
+from minimpi.constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
+from minimpi.inproc import RankFailed, run_threads
+from minimpi.p2p import frames
+from minimpi.p2p.request import Request, Status
+from minimpi import serialization
+
+
+def test_header_roundtrip_and_64bit_length():
+    h = frames.Header(frames.EAGER, frames.F_OBJECT, 7, 3, 42, 2**40 + 5, 3 * 2**31)
+    raw = h.pack()
+    assert len(raw) == frames.HEADER_SIZE == 32
+    assert frames.unpack(raw) == h
+
+
+def test_serialization_out_of_band_buffers_are_views():
+    arr = np.arange(1000, dtype="f8")
+    segments, total = serialization.dumps({"a": arr, "s": "text"})
+    assert any(seg.nbytes == arr.nbytes for seg in segments)  # not copied into the pickle
+    payload = bytearray(b"".join(bytes(s) for s in segments))
+    assert len(payload) == total
+    out = serialization.loads(payload)
+    assert out["s"] == "text" and np.array_equal(out["a"], arr)
+    assert np.shares_memory(out["a"], np.frombuffer(payload, np.uint8))
+    base = np.frombuffer(payload, np.uint8).ctypes.data
+    assert (out["a"].ctypes.data - base) % 16 == 0  # aligned within the receive buffer
+
+
+def test_unpicklable_object_raises_at_sender_before_sending():
+    def body(comm):
+        if comm.rank == 0:
+            with pytest.raises(errors.SerializationError, match="rank 0: send: cannot pickle"):
+                comm.send(lambda x: x, dest=1)
+            comm.send("after", dest=1)
+        else:
+            return comm.recv(source=0)
+
+    assert run_threads(2, body)[1] == "after"
+
+
+@pytest.mark.parametrize("eager_limit", [0, 1024, 65536])
+def test_non_overtaking_same_tag_and_any_tag(eager_limit):
+    # Mixed sizes straddle the eager limit: rendezvous and eager messages keep their order.
+    sizes = [10, 5000, 0, 70000, 3, 2048, 100000, 1]
+
+    def body(comm):
+        if comm.rank == 0:
+            for i, n in enumerate(sizes):
+                comm.Send(np.full(n, i, dtype="u1"), dest=1, tag=5)
+            for i in range(4):
+                comm.send(i, dest=1, tag=i)
+            return None
+        got = []
+        for n in sizes:
+            buf = np.zeros(max(n, 1), dtype="u1")
+            st = Status()
+            comm.Recv(buf, source=0, tag=5, status=st)
+            got.append((st.Get_count(), int(buf[0]) if n else None))
+        tags = [comm.recv(source=0, tag=ANY_TAG) for _ in range(4)]
+        return got, tags
+
+    got, tags = run_threads(2, body, eager_limit=eager_limit)[1]
+    assert [g[0] for g in got] == sizes
+    assert [g[1] for g in got if g[1] is not None] == [i for i, n in enumerate(sizes) if n]
+    assert tags == [0, 1, 2, 3]
+
+
+def test_tag_selects_message_out_of_arrival_order():
+    def body(comm):
+        if comm.rank == 0:
+            comm.send("first", 1, tag=1)
+            comm.send("second", 1, tag=2)
+        else:
+            b = comm.recv(source=0, tag=2)
+            a = comm.recv(source=0, tag=1)
+            return a, b
+
+    assert run_threads(2, body)[1] == ("first", "second")
+
+
+def test_any_source_receives_every_sender_once():
+    def body(comm):
+        if comm.rank == 0:
+            st = Status()
+            seen = []
+            for _ in range(comm.size - 1):
+                msg = comm.recv(source=ANY_SOURCE, tag=ANY_TAG, status=st)
+                assert msg == ("from", st.source) and st.tag == st.source * 10
+                seen.append(st.source)
+            return sorted(seen)
+        comm.send(("from", comm.rank), dest=0, tag=comm.rank * 10)
+
+    assert run_threads(7, body)[0] == list(range(1, 7))
+
+
+def test_zero_size_messages_and_proc_null():
+    def body(comm):
+        other = 1 - comm.rank
+        st = Status()
+        comm.Sendrecv(np.empty(0), other, 3, np.empty(0), other, 3, status=st)
+        assert st.source == other and st.Get_count() == 0
+        comm.Send(np.ones(4), PROC_NULL)
+        buf = np.full(4, 7.0)
+        comm.Recv(buf, PROC_NULL, status=st)
+        assert st.source == PROC_NULL and (buf == 7).all()
+        assert comm.recv(source=PROC_NULL) is None
+        return True
+
+    assert run_threads(2, body) == [True, True]
+
+
+def test_truncation_raises_and_never_writes_past_the_buffer():
+    def body(comm):
+        if comm.rank == 0:
+            comm.Send(np.arange(10, dtype="i4"), 1)
+            comm.Send(np.arange(100000, dtype="i4"), 1)  # rendezvous
+            return None
+        backing = np.full(8, -1, dtype="i4")
+        errs = []
+        for _ in range(2):
+            with pytest.raises(errors.TruncationError) as info:
+                comm.Recv(backing[:4], source=0)
+            errs.append(info.value)
+        assert (backing[4:] == -1).all()
+        return [e.Get_error_class() for e in errs], str(errs[0])
+
+    classes, text = run_threads(2, body)[1]
+    assert classes == [errors.ERR_TRUNCATE] * 2
+    assert "40 bytes" in text and "16 bytes" in text and "rank 1" in text
+
+
+def test_small_sends_complete_without_receive_large_wait_for_it():
+    def body(comm):
+        other = 1 - comm.rank
+        # Both send a small message before receiving: safe (eager).
+        comm.Send(np.full(100, comm.rank, "f8"), other)
+        buf = np.empty(100)
+        comm.Recv(buf, other)
+        assert (buf == other).all()
+        if comm.rank == 0:
+            req = comm.Isend(np.ones(1 << 18), 1, tag=9)  # 2 MiB: rendezvous
+            flags = [req.Test() for _ in range(20)]
+            comm.send("now receive", 1, tag=1)
+            req.Wait()
+            return any(flags)
+        assert comm.recv(source=0, tag=1) == "now receive"
+        big = np.empty(1 << 18)
+        comm.Recv(big, 0, tag=9)
+        assert (big == 1).all()
+
+    assert run_threads(2, body)[0] is False  # the large send could not complete unmatched
+
+
+def test_ssend_completes_only_once_matched():
+    def body(comm):
+        if comm.rank == 0:
+            req = comm.issend("sync", 1, tag=4)
+            before = [req.Test() for _ in range(10)]
+            comm.send("go", 1, tag=1)
+            req.wait()
+            return any(before)
+        comm.recv(source=0, tag=1)
+        return comm.recv(source=0, tag=4)
+
+    res = run_threads(2, body)
+    assert res == [False, "sync"]
+
+
+def test_probe_then_receive_unknown_size_and_iprobe():
+    def body(comm):
+        if comm.rank == 0:
+            comm.Send(np.arange(12345, dtype="i8"), 1, tag=77)
+            return None
+        st = Status()
+        comm.Probe(source=ANY_SOURCE, tag=ANY_TAG, status=st)
+        assert (st.source, st.tag) == (0, 77)
+        from minimpi.datatypes import INT64_T
+        n = st.Get_count(INT64_T)
+        buf = np.empty(n, dtype="i8")
+        comm.Recv(buf, st.source, st.tag)
+        assert comm.Iprobe(source=0) is False
+        return n, int(buf[-1])
+
+    assert run_threads(2, body)[1] == (12345, 12344)
+
+
+def test_irecv_needs_no_size_and_waitany_testall():
+    def body(comm):
+        if comm.rank == 0:
+            big = {"blob": np.arange(300000)}
+            reqs = [comm.isend(big, 1, tag=1), comm.isend("small", 1, tag=2)]
+            Request.waitall(reqs)
+            return None
+        reqs = [comm.irecv(source=0, tag=2), comm.irecv(source=0, tag=1)]
+        idx, first = Request.waitany(reqs)
+        results = Request.waitall(reqs)
+        flag, again = Request.testall(reqs)
+        return idx, results[0], int(results[1]["blob"][-1]), flag
+
+    idx, small, last, flag = run_threads(2, body)[1]
+    assert idx in (0, 1) and small == "small" and last == 299999 and flag
+
+
+def test_self_messages_and_sendrecv_with_self():
+    def body(comm):
+        comm.send({"me": comm.rank}, dest=comm.rank, tag=3)
+        got = comm.recv(source=comm.rank, tag=3)
+        a = np.arange(200000, dtype="f4")
+        b = np.empty_like(a)
+        comm.Sendrecv(a, comm.rank, 0, b, comm.rank, 0)
+        return got["me"] == comm.rank and np.array_equal(a, b)
+
+    assert run_threads(3, body) == [True] * 3
+
+
+def test_invalid_arguments_name_rank_call_and_expectation():
+    def body(comm):
+        with pytest.raises(errors.RankError, match=r"rank 0: send\(dest=5\).*expected 0..2"):
+            comm.send(1, dest=5)
+        with pytest.raises(errors.TagError, match=r"Send\(tag=-3\)"):
+            comm.Send(np.ones(1), dest=1, tag=-3)
+        with pytest.raises(errors.RankError, match=r"Recv\(source=9\)"):
+            comm.Recv(np.ones(1), source=9)
+        with pytest.raises(errors.BufferSpecError, match="Recv"):
+            comm.Recv(b"read-only", source=1)
+        return True
+
+    def wrapper(comm):
+        return body(comm) if comm.rank == 0 else True
+
+    assert run_threads(3, wrapper) == [True] * 3
+
+
+def test_dup_and_split_isolate_messages():
+    def body(comm):
+        dup = comm.Dup()
+        if comm.rank == 0:
+            comm.send("world", 1, tag=0)
+            dup.send("dup", 1, tag=0)
+        elif comm.rank == 1:
+            # Receive on dup first: the world message must not match it.
+            assert dup.recv(source=0, tag=0) == "dup"
+            assert comm.recv(source=0, tag=0) == "world"
+        row = comm.Split(color=comm.rank % 2, key=-comm.rank)
+        # key=-rank reverses the order inside each color
+        none = comm.Split(color=UNDEFINED if comm.rank == 2 else 0, key=0)
+        dup.Free()
+        with pytest.raises(errors.CommError, match="freed"):
+            dup.send(1, dest=0)
+        return row.rank, row.size, row.world_ranks, bool(none)
+
+    res = run_threads(5, body)
+    assert res[0][2] == (4, 2, 0) and res[0][0] == 2
+    assert res[1][2] == (3, 1) and res[1][0] == 1
+    assert [r[3] for r in res] == [True, True, False, True, True]
+
+
+def test_rank_exception_is_reported_not_hung():
+    def body(comm):
+        if comm.rank == 1:
+            raise ValueError("boom")
+        return comm.rank
+
+    with pytest.raises(RankFailed, match="rank 1 raised ValueError: boom"):
+        run_threads(3, body)
+
+
+def test_blocked_forever_fails_with_what_each_rank_waits_for():
+    def body(comm):
+        comm.recv(source=(comm.rank + 1) % comm.size, tag=7)
+
+    with pytest.raises(errors.MPITimeoutError, match=r"recv\(source=1, tag=7\) on COMM_WORLD"):
+        run_threads(2, body, timeout=1.5)
+
+
+def test_non_contiguous_arrays_are_handled():
+    def body(comm):
+        if comm.rank == 0:
+            m = np.arange(36, dtype="f8").reshape(6, 6)
+            comm.Send(m[:, 1], 1)           # a column: sent as a contiguous copy
+            return None
+        target = np.zeros((6, 6))
+        comm.Recv(target[:, 2], 0)           # received into a column
+        return target[:, 2].tolist(), float(target.sum())
+
+    col, total = run_threads(2, body)[1]
+    assert col == [1.0, 7.0, 13.0, 19.0, 25.0, 31.0] and total == sum(col)
+
+
+def test_status_count_of_object_is_pickled_size():
+    def body(comm):
+        if comm.rank == 0:
+            comm.send([1, 2, 3], 1)
+            return None
+        st = Status()
+        comm.recv(source=0, status=st)
+        return st.Get_count()
+
+    n = run_threads(2, body)[1]
+    segs, total = serialization.dumps([1, 2, 3])
+    assert n == total and n >= len(pickle.dumps([1, 2, 3], protocol=5))

@@ -303,9 +303,6 @@ class Engine(FrameSink):
                     q.posted.remove(req)
                     req._fail(PeerLostError(self._lost_text(peer, describe(req))))
 
-    def send_failed(self, peer: int, reason: str) -> None:
-        self.peer_lost(peer, reason)
-
     def _lost_text(self, peer: int, what: str) -> str:
         reason = self.lost_peers.get(peer, "connection lost")
         return (f"rank {self.rank}: {what} cannot complete: world rank {peer} is gone ({reason}); "

@@ -37,11 +37,9 @@ class FrameSink(ABC):
 
     @abstractmethod
     def peer_lost(self, peer: int, reason: str) -> None:
-        """The connection from ``peer`` closed (it exited) or failed; nothing more will come."""
+        """The connection from ``peer`` closed (it exited) or failed; nothing more will come.
 
-    @abstractmethod
-    def send_failed(self, peer: int, reason: str) -> None:
-        """Frames queued for ``peer`` can never be delivered."""
+        Called only after every frame that arrived before the close has been delivered."""
 
 
 class Transport(ABC):

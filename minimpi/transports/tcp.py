@@ -173,11 +173,19 @@ class _OutConn:
         self.t._modify(self, _POLLIN)
 
     def fail(self, reason: str) -> None:
+        """Close this connection; frames still queued on it fail with ``reason``.
+
+        The peer closing its end is not an error by itself (it exits after its last
+        message): only frames that can no longer be delivered fail. A later send to the
+        same peer opens a new connection (and fails then if the peer is gone).
+        """
         if self.state == self.FAILED:
             return
         self.state = self.FAILED
         self.t._unregister(self)
         self.sock.close()
+        if self.t._out[self.peer] is self:
+            self.t._out[self.peer] = None
         why = f"connection to rank {self.peer}: {reason}"
         dropped = list(self.queue)
         self.queue.clear()
@@ -185,7 +193,6 @@ class _OutConn:
         for frame in dropped:
             if frame.on_sent is not None:
                 frame.on_sent(why)
-        self.t._sink.send_failed(self.peer, why)
 
 
 class _InConn:
@@ -412,18 +419,18 @@ class TcpTransport(Transport):
         if conn is None:
             if self._addresses is None:
                 raise TransportError(f"rank {self.rank}: no address table yet (rendezvous not done)")
-            conn = self._out[peer] = _OutConn(self, peer, self._addresses[peer])
+            try:
+                conn = self._out[peer] = _OutConn(self, peer, self._addresses[peer])
+            except TransportError as exc:
+                if on_sent is not None:
+                    on_sent(str(exc))
+                return
         segments = [memoryview(header)]
         segments.extend(payload)
         conn.queue.append(_Frame(segments, on_sent))
         self._pending += 1
         if conn.state == _OutConn.READY and len(conn.queue) == 1:
             conn.flush()
-        elif conn.state == _OutConn.FAILED:
-            conn.queue.clear()
-            self._pending -= 1
-            if on_sent is not None:
-                on_sent(f"connection to rank {peer} failed earlier")
 
     def progress(self, timeout: Optional[float]) -> bool:
         if timeout is None:

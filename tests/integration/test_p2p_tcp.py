@@ -252,3 +252,30 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
     assert "[0] still fine 1" in r.stdout and "[1] still fine 0" in r.stdout
     assert re.search(r"refused a connection .*bad hello", r.stderr)
     assert re.search(r"refused a connection .*did not prove the job secret", r.stderr)
+
+
+def test_buffers_and_objects_above_2_gib(write_script, job_marker):
+    script = write_script("huge.py", """
+        import numpy as np
+        from minimpi import MPI
+        comm = MPI.COMM_WORLD
+        n = (1 << 31) + 4096 + 3          # just above 2 GiB: 64-bit lengths on the wire
+        if comm.rank == 0:
+            a = np.empty(n, np.uint8)
+            a[:: 1 << 20] = 7
+            a[-1] = 9
+            comm.Send(a, 1, tag=1)
+            del a
+            comm.send({"big": np.full(n // 8 + 1, 3, np.int64)}, 1, tag=2)
+        else:
+            b = np.zeros(n, np.uint8)
+            comm.Recv(b, 0, tag=1)
+            assert b[-1] == 9 and (b[:: 1 << 20] == 7).all() and b[1] == 0
+            del b
+            obj = comm.recv(source=0, tag=2)
+            assert obj["big"].size == n // 8 + 1 and obj["big"][-1] == 3 and obj["big"][0] == 3
+            print("huge ok")
+    """)
+    r = run_minimpi("-n", "2", *marker_args(job_marker), script, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "huge ok" in r.stdout

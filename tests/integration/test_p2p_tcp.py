@@ -279,3 +279,34 @@ def test_buffers_and_objects_above_2_gib(write_script, job_marker):
     r = run_minimpi("-n", "2", *marker_args(job_marker), script, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "huge ok" in r.stdout
+
+
+def test_comm_abort_ends_the_job_with_its_code(write_script, job_marker):
+    script = write_script("abort.py", """
+        import time
+        from minimpi import MPI
+        comm = MPI.COMM_WORLD
+        if comm.rank == 1:
+            comm.Abort(7)
+        time.sleep(30)
+    """)
+    t = time.monotonic()
+    r = run_minimpi("-n", "3", *marker_args(job_marker), script, timeout=30)
+    assert time.monotonic() - t < 5
+    assert r.returncode == 7, r.stderr
+    assert "Abort(7)" in r.stderr
+
+
+def test_singleton_without_launcher(tmp_path):
+    import subprocess, sys
+    path = tmp_path / "single.py"
+    path.write_text(
+        "from minimpi import MPI\n"
+        "import numpy as np\n"
+        "c = MPI.COMM_WORLD\n"
+        "a = np.arange(5.0); b = np.empty(5)\n"
+        "c.Sendrecv(a, 0, 1, b, 0, 1)\n"
+        "print(c.Get_rank(), c.Get_size(), c.sendrecv('me', 0, source=0), b.sum())\n")
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0 1 me 10.0"

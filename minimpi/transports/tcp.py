@@ -92,7 +92,10 @@ class _OutConn:
             err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
                 return self.fail(f"connect failed: {os.strerror(err)}")
-            self.sock.send(_HELLO.pack(MAGIC, self.t.rank, self.nonce))
+            try:
+                self.sock.send(_HELLO.pack(MAGIC, self.t.rank, self.nonce))
+            except OSError as exc:
+                return self.fail(f"handshake failed: {exc}")
             self.state = self.HELLO_SENT
             self.t._modify(self, _POLLIN)
             return
@@ -261,7 +264,10 @@ class _InConn:
                 return self.refuse("not a minimpi peer (bad hello)")
             self.peer, self.peer_nonce = rank, nonce_c
             mac = _mac(self.t.secret, b"A", nonce_c, self.nonce, struct.pack("<I", rank))
-            self.sock.send(self.nonce + mac)
+            try:
+                self.sock.send(self.nonce + mac)
+            except OSError as exc:
+                return self.refuse(f"handshake failed: {exc}")
             self.state = self.PROOF
             return
         if self.state == self.PROOF:

@@ -4,16 +4,32 @@ A message of n bytes costs ``alpha + n*beta``; reducing n bytes costs ``n*gamma`
 algorithm's registration gives its predicted time as a formula in (p, n) - the same formula
 its docstring states - and ``auto`` picks the least. The defaults were measured on the TCP
 transport over loopback on a 2-core machine (``minimpi explain --calibrate`` measures
-them again on yours); override them with ``MINIMPI_COST_ALPHA`` (seconds),
-``MINIMPI_COST_BETA`` and ``MINIMPI_COST_GAMMA`` (seconds per byte).
+them again on yours, and ``--calibrate --save`` keeps them).
+
+Where each input comes from, later sources overriding earlier ones field by field:
+
+1. the built-in defaults below (:class:`CostModel`);
+2. a calibration file, JSON ``{"alpha": s, "beta": s/B, "gamma": s/B, "segment": B}``
+   (any subset; other keys are ignored): ``$MINIMPI_COST_FILE`` if set (empty: none),
+   else ``$XDG_CONFIG_HOME/minimpi/cost.json`` (default ``~/.config/minimpi/cost.json``);
+3. the environment: ``MINIMPI_COST_ALPHA`` (seconds), ``MINIMPI_COST_BETA`` and
+   ``MINIMPI_COST_GAMMA`` (seconds per byte), ``MINIMPI_COST_SEGMENT`` (bytes).
+
+Every rank must choose the same algorithm, so every rank must see the same model: on
+several hosts, give them the same calibration file or set the environment variables
+(``minimpi run -x MINIMPI_COST_ALPHA=...``). :func:`model_sources` says where each input
+came from (``minimpi explain`` prints it).
 
 Segmented (pipelined) algorithms use ``segment`` bytes per message.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 from dataclasses import dataclass, replace
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -29,18 +45,87 @@ class CostModel:
                 f"reduction, segment = {self.segment // 1024} KiB")
 
 
-def default_model() -> CostModel:
+#: the model's inputs, their environment variables and how a value is read
+FIELDS = {"alpha": ("MINIMPI_COST_ALPHA", float), "beta": ("MINIMPI_COST_BETA", float),
+          "gamma": ("MINIMPI_COST_GAMMA", float), "segment": ("MINIMPI_COST_SEGMENT", int)}
+
+
+def config_path(env=None) -> Optional[str]:
+    """The calibration file that would be read (it need not exist), or None (``MINIMPI_COST_FILE=``)."""
+    env = os.environ if env is None else env
+    if "MINIMPI_COST_FILE" in env:
+        return env["MINIMPI_COST_FILE"] or None
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "minimpi", "cost.json")
+
+
+def read_config(path: str) -> Dict[str, float]:
+    """The model fields a calibration file sets. Raises ValueError saying what is wrong."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object such as "
+                         f'{{"alpha": 6e-05, "beta": 6.7e-10, "gamma": 3.3e-10}}')
+    out: Dict[str, float] = {}
+    for name, (_, kind) in FIELDS.items():
+        if name not in data:
+            continue
+        value = data[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{path}: {name} must be a positive number, got {value!r}")
+        out[name] = kind(value)
+    return out
+
+
+_cache: Dict[tuple, Tuple[CostModel, Dict[str, str]]] = {}
+_warned: set = set()
+
+
+def model_sources(env=None) -> Tuple[CostModel, Dict[str, str]]:
+    """The model and, per field, where its value came from ("built-in default", "file PATH",
+    "env NAME"). A calibration file that cannot be used is ignored with one warning."""
+    env = os.environ if env is None else env
+    path = config_path(env)
+    key = (path,) + tuple(env.get(var) for var, _ in FIELDS.values())
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
     model = CostModel()
-    env = os.environ
-    if "MINIMPI_COST_ALPHA" in env:
-        model = replace(model, alpha=float(env["MINIMPI_COST_ALPHA"]))
-    if "MINIMPI_COST_BETA" in env:
-        model = replace(model, beta=float(env["MINIMPI_COST_BETA"]))
-    if "MINIMPI_COST_GAMMA" in env:
-        model = replace(model, gamma=float(env["MINIMPI_COST_GAMMA"]))
-    if "MINIMPI_COST_SEGMENT" in env:
-        model = replace(model, segment=int(env["MINIMPI_COST_SEGMENT"]))
-    return model
+    sources = {name: "built-in default" for name in FIELDS}
+    if path and os.path.exists(path):
+        try:
+            values = read_config(path)
+        except (OSError, ValueError) as e:
+            if path not in _warned:
+                _warned.add(path)
+                print(f"minimpi: ignoring the cost-model file: {e}", file=sys.stderr)
+        else:
+            model = replace(model, **values)
+            sources.update({name: f"file {path}" for name in values})
+    for name, (var, kind) in FIELDS.items():
+        if var in env:
+            try:
+                value = kind(env[var])
+            except ValueError:
+                raise ValueError(f"{var}={env[var]!r} is not a number") from None
+            model = replace(model, **{name: value})
+            sources[name] = f"env {var}"
+    _cache[key] = (model, sources)
+    return model, sources
+
+
+def default_model() -> CostModel:
+    """The model ``auto`` uses: defaults, then the calibration file, then the environment."""
+    return model_sources()[0]
+
+
+def clear_cache() -> None:
+    """Forget files already read (after writing a new calibration file in this process)."""
+    _cache.clear()
+    _warned.clear()
 
 
 def ceil_log2(p: int) -> int:

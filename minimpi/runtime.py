@@ -30,8 +30,8 @@ class _Runtime:
         self.info = info
         transport = None
         if info.size > 1:
-            from .transports.tcp import TcpTransport
-            transport = TcpTransport(info.rank, info.size, info.secret, info.bind_host)
+            from . import transports
+            transport = transports.create(info.env.get("MINIMPI_TRANSPORT", "tcp"), info)
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
         if info.coordinator is not None:
             address = transport.listen() if transport is not None else "none"

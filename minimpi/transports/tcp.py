@@ -471,3 +471,8 @@ class TcpTransport(Transport):
                 pass
         self._handlers.clear()
         self._masks.clear()
+
+
+def create(info) -> TcpTransport:
+    """The transport of a process started by ``minimpi run`` (see minimpi.transports)."""
+    return TcpTransport(info.rank, info.size, info.secret, info.bind_host)

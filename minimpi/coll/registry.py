@@ -134,4 +134,5 @@ def _load_all() -> None:
 #: one module per collective (adding a collective: one module and one line here)
 COLLECTIVE_MODULES = [
     "bcast",
+    "scatter", "gather", "reduce", "barrier", "scan",
 ]

@@ -1,0 +1,101 @@
+"""Barrier: no rank leaves before every rank has entered.
+
+Three algorithms over empty messages. A barrier moves no data, so the cost is counted in
+message latencies α only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .cost import ceil_log2
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+def _token() -> np.ndarray:
+    """An empty message (sent and received as zero raw bytes)."""
+    return np.empty(0, np.uint8)
+
+
+@algorithm("barrier", "binomial", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha)
+def barrier_binomial(ch: Channel) -> Schedule:
+    """Binomial gather of "arrived" to rank 0, then a binomial release: 2·ceil(log2 p) steps.
+
+    Arrive: step k (mask = 2^k), a rank whose bit k is set tells ``rank - mask`` that its
+    whole subtree has arrived and waits; the others first hear from ``rank + mask``.
+    Release: the same tree backwards. Time 2·ceil(log2 p)·α.
+    """
+    p, r = ch.size, ch.rank
+    mask = 1
+    while mask < p:                            # arrive, from the leaves up
+        if r & mask:
+            yield [ch.isend(_token(), r - mask)]
+            yield [ch.irecv(_token(), r - mask)]   # released by the parent
+            break
+        if r + mask < p:
+            yield [ch.irecv(_token(), r + mask)]
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:                            # release, from the root down
+        if r + mask < p:
+            yield [ch.isend(_token(), r + mask)]
+        mask >>= 1
+
+
+@algorithm("barrier", "ring", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0)
+def barrier_ring(ch: Channel) -> Schedule:
+    """A token goes round the ring twice: 0 -> 1 -> ... -> p-1 -> 0, two rounds.
+
+    Round 1: when the token is back at rank 0 every rank has arrived. Round 2 releases
+    them in turn. 2p messages in sequence; time 2p·α.
+    """
+    p, r = ch.size, ch.rank
+    if p == 1:
+        return
+    left, right = (r - 1) % p, (r + 1) % p
+    for _round in range(2):
+        if r == 0:
+            yield [ch.isend(_token(), right)]
+            yield [ch.irecv(_token(), left)]
+        else:
+            yield [ch.irecv(_token(), left)]
+            yield [ch.isend(_token(), right)]
+
+
+@algorithm("barrier", "dissemination", cost=lambda m, p, n: ceil_log2(p) * m.alpha)
+def barrier_dissemination(ch: Channel) -> Schedule:
+    """Dissemination (Hensgen, Finkel, Manber): ceil(log2 p) steps, time ceil(log2 p)·α.
+
+    Step k: send to ``rank + 2^k`` and receive from ``rank - 2^k`` (mod p). After step k a
+    rank has heard, directly or indirectly, from the 2^(k+1) ranks below it; after
+    ceil(log2 p) steps, from all of them.
+    """
+    p, r = ch.size, ch.rank
+    dist = 1
+    while dist < p:
+        yield [ch.irecv(_token(), (r - dist) % p), ch.isend(_token(), (r + dist) % p)]
+        dist <<= 1
+
+
+class BarrierMethods:
+    """``Barrier``/``barrier``/``Ibarrier``."""
+
+    def Barrier(self, algorithm: str = None) -> None:
+        """Block until every rank of the communicator has called Barrier."""
+        self._barrier("Barrier", algorithm, False)
+
+    def barrier(self, algorithm: str = None) -> None:
+        self._barrier("barrier", algorithm, False)
+
+    def Ibarrier(self, algorithm: str = None):
+        return self._barrier("Ibarrier", algorithm, True)
+
+    def ibarrier(self, algorithm: str = None):
+        return self._barrier("ibarrier", algorithm, True)
+
+    def _barrier(self, call: str, algorithm: Any, nonblocking: bool):
+        from .common import execute
+        return execute(self, "barrier", call, 0, lambda fn, ch: fn(ch), algorithm=algorithm,
+                       nonblocking=nonblocking)

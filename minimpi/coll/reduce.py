@@ -1,0 +1,249 @@
+"""Reduce: the root gets x0 (op) x1 (op) ... (op) x[p-1] of every rank's data.
+
+Three algorithms. The binomial tree is written once for buffers and Python objects and keeps
+rank order, so it serves every op; the ring and Rabenseifner algorithms cut the buffer in
+chunks and reorder operands, so they need a commutative op and buffers. How two values are
+combined (in place for buffers, ``op(a, b)`` for objects) is
+:class:`~minimpi.coll.data.Operand`; which side is the lower ranks is always stated.
+
+``data`` is this rank's contribution, as a writable accumulator at the root (its receive
+buffer, already holding its own contribution) and read-only elsewhere. Costs use ``n`` =
+bytes of one rank's buffer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .cost import ceil_log2, default_model, floor_log2
+from .data import Operand, chunk_bounds
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+@algorithm("reduce", "binomial",
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma))
+def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule:
+    """Binomial tree: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ).
+
+    Step k (mask = 2^k): a rank whose bit k is set sends its partial result to ``rel - mask``
+    and is done; the others receive the partial result of ``rel + mask`` - the next higher
+    ranks - and combine ``acc = acc (op) child``. A commutative op uses ranks relative to
+    the root; a non-commutative one needs the plain rank order, so the tree is rooted at
+    rank 0, which then sends the result to the root (one more step).
+    """
+    p = ch.size
+    tree_root = root if red.op.Is_commutative() else 0
+    rel = (ch.rank - tree_root) % p
+    acc = data
+    tmp = red.slot(data)
+    mask = 1
+    while mask < p:
+        if rel & mask:                                  # hand my partial result up
+            yield [ch.isend(red.box(acc), (rel - mask + tree_root) % p)]
+            break
+        if rel + mask < p:                              # combine a child's (higher ranks)
+            req = ch.irecv(tmp, (rel + mask + tree_root) % p)
+            yield [req]
+            acc = red.into_lower(acc, red.unbox(req, tmp))
+        mask <<= 1
+    if tree_root != root:                               # non-commutative: 0 -> root
+        if ch.rank == tree_root:
+            yield [ch.isend(red.box(acc), root)]
+        elif ch.rank == root:
+            slot = None if red.objects else data        # the root's receive buffer
+            req = ch.irecv(slot, tree_root)
+            yield [req]
+            acc = red.unbox(req, slot)
+    return acc if ch.rank == root else None
+
+
+@algorithm("reduce", "ring", commutative_only=True, objects=False,
+           cost=lambda m, p, n: 2 * (p - 1) * m.alpha + (p - 1) / p * n * (2 * m.beta + m.gamma))
+def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
+    """Ring reduce-scatter, then every rank sends its finished chunk to the root.
+
+    The buffer is cut in p chunks. Step s (s = 0..p-2): rank r sends chunk (r-s) mod p to
+    r+1 and receives chunk (r-s-1) mod p from r-1, which it combines into its own. After
+    p-1 steps rank r holds chunk (r+1) mod p fully reduced; one more step sends it to the
+    root. p steps; time 2(p-1)·α + ((p-1)/p)·n·(2β + γ). Chunks are combined in ring
+    order, not rank order: commutative ops only.
+    """
+    p, r = ch.size, ch.rank
+    acc = data if r == root else data.copy()
+    if p == 1:
+        return acc
+    bounds = chunk_bounds(acc.size, p)
+    chunk = lambda c: acc[bounds[c][0]:bounds[c][1]]
+    tmp = np.empty(bounds[0][1] - bounds[0][0], acc.dtype)
+    left, right = (r - 1) % p, (r + 1) % p
+    for s in range(p - 1):                              # reduce-scatter round the ring
+        send_c, recv_c = (r - s) % p, (r - s - 1) % p
+        into = tmp[:bounds[recv_c][1] - bounds[recv_c][0]]
+        yield [ch.irecv(into, left), ch.isend(chunk(send_c), right)]
+        red.lower_into(into, chunk(recv_c))
+    mine = (r + 1) % p                                  # gather the chunks at the root
+    if r != root:
+        yield [ch.isend(chunk(mine), root)]
+        return None
+    reqs = [ch.irecv(chunk((q + 1) % p), q) for q in range(p) if q != root]
+    yield reqs
+    return acc
+
+
+def _rabenseifner_cost(m, p, n):
+    pof2 = 1 << floor_log2(p)
+    extra = 0.0 if pof2 == p else 2 * (m.alpha + n * m.beta) + n * m.gamma
+    return (2 * floor_log2(p) * m.alpha + 2 * (pof2 - 1) / pof2 * n * m.beta
+            + (pof2 - 1) / pof2 * n * m.gamma + extra)
+
+
+@algorithm("reduce", "rabenseifner", commutative_only=True, objects=False,
+           cost=_rabenseifner_cost)
+def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
+    """Rabenseifner: reduce-scatter by recursive halving, then a binomial gather.
+
+    With q = 2^floor(log2 p): first the 2(p-q) lowest ranks pair up and the even one of each
+    pair hands its data to the odd one (1 step), leaving q ranks. Halving: at distance
+    q/2, q/4, ..., 1 each rank swaps half of its current chunk range with its partner and
+    combines the half it keeps (log2 q steps); then each holds one of q chunks, and a
+    binomial gather (log2 q steps) brings them to new rank 0, which sends the result to the
+    root if that is another rank. Time about 2·log2 q·α + 2((q-1)/q)·nβ + ((q-1)/q)·nγ,
+    plus α + nβ + nγ and α + nβ when p is not a power of two. Commutative ops only.
+    """
+    p, r = ch.size, ch.rank
+    acc = data if r == root else data.copy()
+    if p == 1:
+        return acc
+    q = 1 << floor_log2(p)
+    rem = p - q
+    tmp = np.empty_like(acc)
+    # fold: among ranks < 2*rem, even ranks give their data to the odd rank above
+    if r < 2 * rem:
+        if r % 2 == 0:
+            yield [ch.isend(acc, r + 1)]
+            new = -1
+        else:
+            req = ch.irecv(tmp, r - 1)
+            yield [req]
+            red.lower_into(tmp, acc)
+            new = r // 2
+    else:
+        new = r - rem
+    real = lambda v: 2 * v + 1 if v < rem else v + rem   # new rank -> rank
+    bounds = chunk_bounds(acc.size, q)
+    span = lambda lo, hi: (bounds[lo][0], bounds[hi - 1][1])
+    if new >= 0:
+        lo, hi = 0, q                                   # my chunk range
+        mask = q >> 1
+        while mask > 0:                                 # recursive halving
+            partner = new ^ mask
+            mid = (lo + hi) // 2
+            if new & mask:
+                keep, give = (mid, hi), (lo, mid)
+            else:
+                keep, give = (lo, mid), (mid, hi)
+            ks, ke = span(*keep)
+            gs, ge = span(*give)
+            yield [ch.irecv(tmp[ks:ke], real(partner)), ch.isend(acc[gs:ge], real(partner))]
+            red.lower_into(tmp[ks:ke], acc[ks:ke])
+            lo, hi = keep
+            mask >>= 1
+        mask = 1                                        # binomial gather to new rank 0
+        while mask < q:
+            if new & mask:
+                s, e = span(lo, hi)
+                yield [ch.isend(acc[s:e], real(new - mask))]
+                break
+            s, e = span(hi, min(q, hi + mask))
+            yield [ch.irecv(acc[s:e], real(new + mask))]
+            hi = min(q, hi + mask)
+            mask <<= 1
+    first = real(0)
+    if first != root:
+        if r == first:
+            yield [ch.isend(acc, root)]
+        elif r == root:
+            yield [ch.irecv(acc, first)]
+    return acc if r == root else None
+
+
+class ReduceMethods:
+    """``Reduce``/``reduce`` and their ``I`` variants."""
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
+               algorithm: str = None) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into the root's
+        ``recvbuf`` (``MPI.IN_PLACE`` as the root's ``sendbuf``: its input is in ``recvbuf``)."""
+        self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Reduce", False)
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
+                algorithm: str = None):
+        return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
+
+    def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
+        from .common import check_root, execute
+        check_root(self, root, call)
+        op = _check_op(self, op, call)
+        at_root = self.rank == root
+        acc, datatype, finish = _reduce_operands(self, sendbuf, recvbuf, call, use_recv=at_root)
+        op.check_datatype(datatype, call)
+        red = Operand(op, False, datatype, call)
+        acc = red.mine(acc, readonly=not at_root)
+        return execute(self, "reduce", call, acc.nbytes,
+                       lambda fn, ch: fn(ch, red, acc, root), op=op, algorithm=algorithm,
+                       nonblocking=nonblocking, finalize=lambda _: finish())
+
+    def reduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None) -> Any:
+        """The root returns x0 (op) x1 (op) ... of every rank's ``sendobj``; others None."""
+        return self._reduce_obj(sendobj, op, root, algorithm, "reduce", False)
+
+    def ireduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None):
+        return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
+
+    def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
+        from .common import check_root, execute
+        check_root(self, root, call)
+        op = _check_op(self, op, call)
+        red = Operand(op, True, None, call)
+        return execute(self, "reduce", call, 0, lambda fn, ch: fn(ch, red, sendobj, root),
+                       op=op, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+
+
+# ----------------------------------------------------------------- shared by reduce and scan
+def _check_op(comm: Any, op: Any, call: str) -> Any:
+    from ..errors import OpError
+    from ..ops import SUM, Op
+    if op is None:
+        return SUM
+    if not isinstance(op, Op):
+        raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM, "
+                      f"got {type(op).__name__} {op!r:.40}")
+    op._check_usable(f"rank {comm.rank}: {call}")
+    return op
+
+
+def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):
+    """(accumulator, datatype, finish): with ``use_recv`` the accumulator is the receive
+    buffer holding this rank's input (copied from ``sendbuf`` unless ``IN_PLACE``); without
+    it, the send buffer itself (read-only; ``recvbuf`` is ignored)."""
+    from ..buffers import parse_buffer
+    from ..constants import IN_PLACE
+    from ..errors import CountError
+    send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf",
+                        allow_in_place=use_recv)
+    if not use_recv:
+        return send.array, send.datatype, lambda: None
+    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+    if send is not IN_PLACE:
+        if send.nbytes != recv.nbytes:
+            raise CountError(
+                f"rank {comm.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
+                f"({send.nbytes} bytes) but recvbuf holds {recv.count} x {recv.datatype.name} "
+                f"({recv.nbytes} bytes); they must match")
+        if send.array.dtype == recv.array.dtype:
+            recv.array[...] = send.array
+        else:
+            recv.array.view(np.uint8)[...] = send.array.view(np.uint8)
+    return recv.array, recv.datatype, recv.finish

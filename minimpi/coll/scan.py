@@ -1,0 +1,196 @@
+"""Scan and Exscan: rank r gets x0 (op) ... (op) xr (inclusive) or x0 (op) ... (op) x[r-1].
+
+Two algorithms each, both in rank order, so they serve every op (commutative or not), and
+each is written once for buffers and Python objects (:class:`~minimpi.coll.data.Operand`
+does the combining; which side holds the lower ranks is always stated). Exscan leaves rank
+0's receive buffer untouched (the object ``exscan`` returns None there), as mpi4py does.
+
+``data`` is this rank's input (read-only); ``out`` its receive buffer (None for objects).
+Costs use ``n`` = bytes of one rank's buffer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .cost import ceil_log2, default_model, segments
+from .data import Operand
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+def _doubling(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool) -> Schedule:
+    """Recursive doubling shared by scan and exscan (see ``scan_binomial``)."""
+    p, r = ch.size, ch.rank
+    partial = red.copy(data)            # x of the 2^k-aligned block of ranks around r
+    result = red.assign(out, data) if inclusive else out
+    have = inclusive                    # exscan: nothing below rank r seen yet
+    tmp = red.slot(data)
+    mask = 1
+    while mask < p:
+        partner = r ^ mask
+        if partner < p:
+            req = ch.irecv(tmp, partner)
+            yield [req, ch.isend(red.box(partial), partner)]
+            got = red.unbox(req, tmp)
+            if partner < r:             # got the block just below mine: lower ranks
+                result = red.lower_into(got, result) if have else red.assign(result, got)
+                have = True
+                partial = red.lower_into(got, partial)
+            else:                       # the block just above: higher ranks
+                partial = red.into_lower(partial, got)
+        mask <<= 1
+    return result if have else None
+
+
+def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
+           segment: int) -> Schedule:
+    """Pipelined chain shared by scan and exscan (see ``scan_ring``)."""
+    p, r = ch.size, ch.rank
+    left, right, last = r - 1, r + 1, r == p - 1
+    if inclusive:                       # result = prefix (op) x_r, built in ``out`` and
+        acc = red.assign(out, data)     # forwarded as it is
+    else:                               # result = prefix, received straight into ``out``;
+        acc = red.copy(data)            # prefix (op) x_r is forwarded
+    fwd = red.pieces(acc, segment)
+    n = len(fwd)
+    if inclusive or red.objects:
+        tmp = red.slot(fwd[0])          # one receive buffer, as large as the first piece
+        slots = [None if tmp is None else tmp[:f.size] for f in fwd]
+    else:
+        slots = red.pieces(out, segment)
+    result = [None] * n
+    for i in range(n + 1):              # receive piece i while sending piece i-1
+        step, req = [], None
+        if r > 0 and i < n:
+            req = ch.irecv(slots[i], left)
+            step.append(req)
+        if not last and i > 0:
+            step.append(ch.isend(red.box(fwd[i - 1]), right))
+        if step:
+            yield step
+        if req is not None:
+            got = red.unbox(req, slots[i])      # x0..x[r-1]: the lower side
+            if inclusive:
+                fwd[i] = red.lower_into(got, fwd[i])
+            else:
+                result[i] = got
+                if not last:
+                    fwd[i] = red.lower_into(got, fwd[i])
+    if inclusive:
+        return fwd[0] if red.objects else out
+    if r == 0:
+        return None
+    return result[0] if red.objects else out
+
+
+@algorithm("scan", "binomial",
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma))
+def scan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
+    """Recursive doubling: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + 2nγ).
+
+    Each rank keeps ``partial``, the reduction of its aligned block of 2^k ranks, and its
+    ``result``. Step k: swap ``partial`` with ``rank XOR 2^k``. The partner's block is
+    either just below (then ``partial = got (op) partial`` and ``result = got (op) result``)
+    or just above (``partial = partial (op) got``), so rank order is kept.
+    """
+    return (yield from _doubling(ch, red, data, out, True))
+
+
+@algorithm("scan", "ring",
+           cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
+           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)))
+def scan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256 * 1024) -> Schedule:
+    """Pipelined chain 0 -> 1 -> ... -> p-1, in segments of ``segment`` bytes.
+
+    Rank r receives the prefix x0..x[r-1] from r-1, combines ``prefix (op) x_r`` and sends
+    it on, one segment behind. With s segments: p-1+s-1 steps; time
+    (p+s-2)·(α + (n/s)(β + γ)). Objects travel as one segment.
+    """
+    return (yield from _chain(ch, red, data, out, True, segment))
+
+
+@algorithm("exscan", "binomial",
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma))
+def exscan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
+    """Recursive doubling as for scan, but ``result`` starts empty: the first block from
+    below is assigned, later ones combined. ceil(log2 p) steps; time
+    ceil(log2 p)·(α + nβ + 2nγ)."""
+    return (yield from _doubling(ch, red, data, out, False))
+
+
+@algorithm("exscan", "ring",
+           cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
+           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)))
+def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256 * 1024) -> Schedule:
+    """Pipelined chain: rank r receives x0..x[r-1] from r-1 straight into its result and
+    sends ``prefix (op) x_r`` on. p-1+s-1 steps; time (p+s-2)·(α + (n/s)(β + γ))."""
+    return (yield from _chain(ch, red, data, out, False, segment))
+
+
+class ScanMethods:
+    """``Scan``/``Exscan``/``scan``/``exscan`` and their ``I`` variants."""
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+        """Rank r's ``recvbuf`` = x0 (op) ... (op) xr (``MPI.IN_PLACE``: input in recvbuf)."""
+        self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Scan", False)
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Iscan", True)
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+        """Rank r's ``recvbuf`` = x0 (op) ... (op) x[r-1]; rank 0's is left untouched."""
+        self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Exscan", False)
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
+
+    def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
+        from ..buffers import parse_buffer
+        from ..constants import IN_PLACE
+        from ..errors import CountError
+        from .common import execute
+        from .reduce import _check_op
+        op = _check_op(self, op, call)
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        if send is IN_PLACE:
+            data = recv.array.copy()
+        else:
+            if send.nbytes != recv.nbytes:
+                raise CountError(
+                    f"rank {self.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
+                    f"({send.nbytes} bytes) but recvbuf holds {recv.count} x "
+                    f"{recv.datatype.name} ({recv.nbytes} bytes); they must match")
+            data = send.array if send.array.dtype == recv.array.dtype else \
+                send.array.view(recv.array.dtype)
+        op.check_datatype(recv.datatype, call)
+        red = Operand(op, False, recv.datatype, call)
+        segment = default_model().segment
+        return execute(self, collective, call, recv.nbytes,
+                       lambda fn, ch: fn(ch, red, data, recv.array, segment), op=op,
+                       algorithm=algorithm, nonblocking=nonblocking,
+                       finalize=lambda _: recv.finish())
+
+    def scan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+        """Rank r returns x0 (op) ... (op) xr of the ranks' ``sendobj``."""
+        return self._scan_obj(sendobj, op, algorithm, "scan", "scan", False)
+
+    def iscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
+        return self._scan_obj(sendobj, op, algorithm, "scan", "iscan", True)
+
+    def exscan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+        """Rank r returns x0 (op) ... (op) x[r-1]; rank 0 returns None."""
+        return self._scan_obj(sendobj, op, algorithm, "exscan", "exscan", False)
+
+    def iexscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
+        return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
+
+    def _scan_obj(self, sendobj, op, algorithm, collective, call, nonblocking):
+        from .common import execute
+        from .reduce import _check_op
+        op = _check_op(self, op, call)
+        red = Operand(op, True, None, call)
+        segment = default_model().segment
+        return execute(self, collective, call, 0,
+                       lambda fn, ch: fn(ch, red, sendobj, None, segment), op=op,
+                       algorithm=algorithm, objects=True, nonblocking=nonblocking)

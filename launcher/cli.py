@@ -18,6 +18,7 @@ from typing import Optional
 #: (name, module path, one-line help). Modules are imported lazily.
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("run", "minimpi.launcher.run", "start N ranks of a Python program (like mpirun)"),
+    ("explain", "minimpi.launcher.explain_cmd", "which collective algorithm auto picks, and why"),
 ]
 
 

@@ -1,0 +1,266 @@
+"""``minimpi explain``: which collective algorithm ``auto`` picks for a call, and why.
+
+    minimpi explain allreduce --bytes 4MiB -n 8            # every algorithm's predicted time
+    minimpi explain allreduce --bytes 64 -n 6 --op noncommutative
+    minimpi explain bcast --bytes 1MiB -n 4 --objects      # the lowercase, object call
+    minimpi explain --list                                  # every collective and algorithm
+    minimpi explain --calibrate [--save [PATH]]             # measure alpha, beta, gamma here
+
+It prints the cost model's inputs (alpha, beta, gamma, segment) with where each came from
+(built-in default, calibration file, environment), then every registered algorithm of the
+collective with its predicted time, or the reason it cannot serve the call, marking the
+one ``auto`` picks. Everything comes from the registry (:mod:`minimpi.coll.registry`), so a
+newly registered algorithm shows up here without any change to this file.
+
+``--bytes`` is the byte count the call passes to the chooser: the size of the buffer of
+the call (for the per-rank meaning of each collective, see its module's docstring).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import List, Optional, TextIO
+
+#: --op names (case-insensitive) -> attribute of minimpi.ops; "noncommutative" is a user op
+OP_NAMES = ["sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor",
+            "maxloc", "minloc", "replace", "commutative", "noncommutative"]
+
+
+def parse_size(text: str) -> int:
+    """Byte sizes: ``8``, ``64KiB``, ``4MiB``, ``1GiB`` (also ``64k``, ``1MB``)."""
+    from minimpi.units import parse_size as _parse
+    try:
+        return _parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of ranks: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("the number of ranks must be at least 1")
+    return n
+
+
+def make_op(name: Optional[str]):
+    """The Op for an --op name (None: no op). ``noncommutative`` is a user-defined op
+    created with ``commute=False``; ``commutative`` one with ``commute=True``."""
+    if name is None:
+        return None
+    from minimpi import ops
+    key = name.lower()
+    if key in ("noncommutative", "non-commutative", "noncommute"):
+        return ops.Op.Create(_noncommutative, commute=False)
+    if key == "commutative":
+        return ops.Op.Create(_commutative, commute=True)
+    op = getattr(ops, key.upper(), None)
+    if not isinstance(op, ops.Op):
+        raise argparse.ArgumentTypeError(f"unknown op {name!r}; known: {', '.join(OP_NAMES)}")
+    return op
+
+
+def summary(alg) -> str:
+    """The first sentence of the algorithm's docstring (its first paragraph, joined)."""
+    doc = (getattr(alg.function, "__doc__", None) or alg.summary or "").strip()
+    para = " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines())
+    para = para.replace("``", "")
+    m = re.search(r"(?<![.])[.](?:\s|$)(?![.])", para)   # a full stop, not an ellipsis
+    return para[:m.start() + 1] if m else para
+
+
+def _noncommutative(a, b, datatype=None):
+    return b
+
+
+def _commutative(a, b, datatype=None):
+    return b
+
+
+def _fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def _fmt_bytes(n: int) -> str:
+    from minimpi.units import format_size
+    text = format_size(n)
+    return text if text.endswith(" B") else f"{text} ({n} B)"
+
+
+def describe_model(model, sources, out: TextIO) -> None:
+    """The cost model's inputs and where each came from."""
+    rows = [
+        ("alpha", f"{model.alpha * 1e6:.2f} us per message", sources["alpha"]),
+        ("beta", f"{model.beta * 1e9:.4f} ns per byte ({1 / model.beta / 1e9:.2f} GB/s)",
+         sources["beta"]),
+        ("gamma", f"{model.gamma * 1e9:.4f} ns per byte ({1 / model.gamma / 1e9:.2f} GB/s "
+                  f"reduction)", sources["gamma"]),
+        ("segment", _fmt_bytes(model.segment), sources["segment"]),
+    ]
+    print("cost model: a message of n bytes costs alpha + n*beta; reducing n bytes costs "
+          "n*gamma", file=out)
+    for name, value, source in rows:
+        print(f"  {name:<8} = {value:<40} [{source}]", file=out)
+
+
+def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
+            out: Optional[TextIO] = None) -> int:
+    """Print the model and every algorithm's prediction or refusal. Returns an exit code."""
+    out = out or sys.stdout
+    from minimpi.coll import cost, registry
+    from minimpi.errors import AlgorithmError
+    try:
+        table = registry.algorithms(collective)
+    except AlgorithmError as e:
+        print(f"minimpi explain: {e}", file=sys.stderr)
+        return 2
+    model, sources = cost.model_sources()
+    describe_model(model, sources, out)
+    op_text = ""
+    if op is not None:
+        op_text = (f", op {getattr(op, 'name', op)} "
+                   f"({'commutative' if op.Is_commutative() else 'non-commutative'})")
+    print(f"\n{collective} of {_fmt_bytes(nbytes)} on {p} rank{'s' if p != 1 else ''}"
+          f"{op_text}, {'Python objects' if objects else 'buffers'}:", file=out)
+    rows = []
+    for alg in table.values():
+        why = alg.refusal(p, nbytes, op, objects)
+        predicted = None
+        if why is None:
+            try:
+                predicted = float(alg.cost(model, p, nbytes))
+            except Exception as e:  # a broken formula is reported, not fatal
+                why = f"cost formula failed: {type(e).__name__}: {e}"
+        rows.append((alg, predicted, why))
+    env_var = f"MINIMPI_{collective.upper()}"
+    forced = os.environ.get(env_var)
+    picked, pick_error = None, None
+    try:
+        picked = registry.choose(collective, p, nbytes, op, None, objects=objects).name
+    except AlgorithmError as e:
+        pick_error = str(e)
+    rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
+    width = max(len(a.name) for a, _, _ in rows)
+    best = min((t for _, t, _ in rows if t is not None), default=None)
+    print(f"    {'algorithm'.ljust(width)}  {'predicted':>11}  {'vs best':>7}  summary", file=out)
+    for alg, predicted, why in rows:
+        mark = "*" if alg.name == picked else " "
+        if predicted is None:
+            print(f"  {mark} {alg.name.ljust(width)}  {'refused':>11}  {'':>7}  {why}", file=out)
+        else:
+            ratio = predicted / best if best else 1.0
+            print(f"  {mark} {alg.name.ljust(width)}  {_fmt_time(predicted):>11}  "
+                  f"{ratio:6.2f}x  {summary(alg)}", file=out)
+    if pick_error:
+        print(f"\nauto cannot pick: {pick_error}", file=out)
+    elif forced and forced != "auto":
+        print(f"\n* {picked}: forced by {env_var}={forced} (auto is overridden)", file=out)
+    else:
+        print(f"\n* {picked}: what auto picks (least predicted time among the algorithms "
+              f"that can serve the call; {env_var} is not set)", file=out)
+    return 0 if pick_error is None else 1
+
+
+def list_all(out: Optional[TextIO] = None) -> int:
+    """Every registered collective and algorithm, with its restrictions."""
+    out = out or sys.stdout
+    from minimpi.coll import registry
+    registry.algorithms("bcast")        # load every algorithm module
+    for collective in sorted(registry.REGISTRY):
+        table = registry.REGISTRY[collective]
+        print(f"{collective}:", file=out)
+        width = max(len(n) for n in table)
+        for name, alg in table.items():
+            notes = []
+            if alg.power_of_two_only:
+                notes.append("power-of-two p only")
+            if alg.commutative_only:
+                notes.append("commutative ops only")
+            if not alg.objects:
+                notes.append("buffers only")
+            if alg.check is not None:
+                notes.append("further restrictions")
+            note = f" [{'; '.join(notes)}]" if notes else ""
+            print(f"  {name.ljust(width)}  {summary(alg)}{note}", file=out)
+    return 0
+
+
+def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None) -> int:
+    """Measure alpha, beta, gamma with a 2-rank TCP job; optionally save them."""
+    out = out or sys.stdout
+    from minimpi.coll import calibrate as cal
+    from minimpi.coll import cost
+    print("measuring with a 2-rank job over TCP (python -m minimpi run -n 2) ...", file=out)
+    out.flush()
+    try:
+        result = cal.measure(quick=quick)
+    except Exception as e:
+        print(f"minimpi explain --calibrate: {e}", file=sys.stderr)
+        return 1
+    model, sources = cost.model_sources()
+    print(f"  alpha = {result['alpha'] * 1e6:8.2f} us per message     "
+          f"(in use now: {model.alpha * 1e6:.2f} us, {sources['alpha']})", file=out)
+    print(f"  beta  = {result['beta'] * 1e9:8.4f} ns per byte      "
+          f"= {1 / result['beta'] / 1e9:.2f} GB/s "
+          f"(in use now: {1 / model.beta / 1e9:.2f} GB/s, {sources['beta']})", file=out)
+    print(f"  gamma = {result['gamma'] * 1e9:8.4f} ns per byte      "
+          f"= {1 / result['gamma'] / 1e9:.2f} GB/s "
+          f"(in use now: {1 / model.gamma / 1e9:.2f} GB/s, {sources['gamma']})", file=out)
+    if save_to is None:
+        print("not saved (add --save to keep them for auto on this machine)", file=out)
+        return 0
+    path = cal.save(result, save_to or None)
+    print(f"saved to {path}", file=out)
+    overridden = [v for v, _ in cost.FIELDS.values() if v in os.environ]
+    if overridden:
+        print(f"note: {', '.join(overridden)} set in the environment still override the file",
+              file=out)
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = __doc__.split("\n\n")[1]
+    p.add_argument("collective", nargs="?", help="e.g. allreduce, bcast (see --list)")
+    p.add_argument("--bytes", "-b", type=parse_size, default=parse_size("1MiB"), metavar="SIZE",
+                   help="bytes of the call: 8, 64KiB, 4MiB, ... (default 1MiB)")
+    p.add_argument("-n", "--np", dest="nprocs", type=_positive, default=4, metavar="P",
+                   help="number of ranks (default 4)")
+    p.add_argument("--op", type=make_op, default=None, metavar="OP",
+                   help=f"reduction op: {', '.join(OP_NAMES)} (default: sum for reductions)")
+    p.add_argument("--objects", action="store_true",
+                   help="the lowercase call on Python objects (some algorithms take buffers only)")
+    p.add_argument("--list", action="store_true", help="list every collective and algorithm")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure alpha, beta and gamma on this machine (2-rank TCP job)")
+    p.add_argument("--save", nargs="?", const="", default=None, metavar="PATH",
+                   help="with --calibrate: write the measurements where auto reads them "
+                        "(default $MINIMPI_COST_FILE or ~/.config/minimpi/cost.json)")
+    p.add_argument("--quick", action="store_true", help="with --calibrate: fewer repetitions")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.list:
+        return list_all()
+    if args.calibrate:
+        return calibrate(args.save, args.quick)
+    if args.save is not None:
+        print("minimpi explain: --save needs --calibrate", file=sys.stderr)
+        return 2
+    if not args.collective:
+        print("minimpi explain: name a collective (e.g. `minimpi explain allreduce --bytes 4MiB "
+              "-n 8`), or use --list or --calibrate", file=sys.stderr)
+        return 2
+    op = args.op
+    name = args.collective.lower()
+    if op is None and ("reduce" in name or "scan" in name):
+        from minimpi import ops
+        op = ops.SUM
+    return explain(name, args.bytes, args.nprocs, op, args.objects)

@@ -1,0 +1,209 @@
+"""`minimpi explain`: every registered algorithm is listed with a predicted time or a reason
+it is refused; byte sizes parse; a saved calibration file feeds the cost model."""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+
+import pytest
+
+from minimpi.coll import cost, registry
+from minimpi.coll.registry import algorithm
+from minimpi.launcher import cli, explain_cmd
+from minimpi.launcher.explain_cmd import explain, make_op, parse_size
+
+FAKE = "explain_test_collective"
+
+
+@pytest.fixture
+def fake_collective():
+    """A collective of our own whose algorithms cover each kind of restriction."""
+    registry.algorithms("bcast")          # load the real modules first
+    algorithm(FAKE, "tree", cost=lambda m, p, n: cost.ceil_log2(p) * (m.alpha + n * m.beta))(
+        lambda ch, data: None)
+    algorithm(FAKE, "halving", power_of_two_only=True,
+              cost=lambda m, p, n: cost.ceil_log2(p) * m.alpha)(lambda ch, data: None)
+    algorithm(FAKE, "reorder", commutative_only=True,
+              cost=lambda m, p, n: m.alpha)(lambda ch, data: None)
+    algorithm(FAKE, "bufonly", objects=False, cost=lambda m, p, n: 0.5 * m.alpha)(
+        lambda ch, data: None)
+    algorithm(FAKE, "small_only", check=lambda p, n, op: "only up to 1 KiB" if n > 1024 else None,
+              cost=lambda m, p, n: 0.1 * m.alpha)(lambda ch, data: None)
+    yield FAKE
+    registry.REGISTRY.pop(FAKE, None)
+
+
+@pytest.fixture(autouse=True)
+def clean_model(monkeypatch, tmp_path):
+    """No user calibration file and no env overrides leak into these tests."""
+    monkeypatch.setenv("MINIMPI_COST_FILE", str(tmp_path / "absent.json"))
+    for var, _ in cost.FIELDS.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv(f"MINIMPI_{FAKE.upper()}", raising=False)
+    cost.clear_cache()
+    yield
+    cost.clear_cache()
+
+
+def rows(text: str) -> dict:
+    """algorithm name -> (marked by auto, rest of its line) from explain's table."""
+    out = {}
+    table = text.split("algorithm", 1)[1].split("\n\n")[0].splitlines()[1:]
+    for line in table:
+        m = re.match(r"  ([* ]) (\S+)\s+(.*)", line)
+        if m:
+            out[m.group(2)] = (m.group(1) == "*", m.group(3))
+    return out
+
+
+def run_explain(*args, **kwargs) -> str:
+    out = io.StringIO()
+    explain(*args, out=out, **kwargs)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("p", [1, 2, 6, 8])
+def test_every_registered_algorithm_has_a_time_or_a_reason(p):
+    registry.algorithms("bcast")
+    for collective in sorted(registry.REGISTRY):
+        if collective == FAKE:
+            continue
+        for op in (None, make_op("sum"), make_op("noncommutative")):
+            text = run_explain(collective, 4 << 20, p, op)
+            got = rows(text)
+            assert set(got) == set(registry.REGISTRY[collective]), (collective, text)
+            marked = [name for name, (star, _) in got.items() if star]
+            assert len(marked) == 1, text
+            for name, (_, rest) in got.items():
+                assert re.match(r"[\d.]+ (us|ms|s) ", rest) or rest.startswith("refused "), rest
+
+
+def test_marks_the_algorithm_auto_chooses(fake_collective):
+    text = run_explain(fake_collective, 64, 8, make_op("sum"))
+    got = rows(text)
+    assert got["small_only"][0] and not any(star for n, (star, _) in got.items() if n != "small_only")
+    assert registry.choose(fake_collective, 8, 64, make_op("sum")).name == "small_only"
+    assert "* small_only: what auto picks" in text
+
+
+def test_refusals_show_their_reasons(fake_collective):
+    text = run_explain(fake_collective, 4096, 6, make_op("noncommutative"), objects=True)
+    got = rows(text)
+    assert "refused" in got["halving"][1] and "power-of-two" in got["halving"][1]
+    assert "(this communicator has 6)" in got["halving"][1]
+    assert "refused" in got["reorder"][1] and "commutative" in got["reorder"][1]
+    assert "refused" in got["bufonly"][1] and "buffers only" in got["bufonly"][1]
+    assert "refused" in got["small_only"][1] and "only up to 1 KiB" in got["small_only"][1]
+    assert got["tree"][0]                      # the only one left is what auto picks
+    # with p a power of two and a commutative op, the same algorithms get times
+    got = rows(run_explain(fake_collective, 64, 8, make_op("sum")))
+    assert all("refused" not in rest for _, rest in got.values())
+
+
+def test_forced_algorithm_is_reported(fake_collective, monkeypatch):
+    monkeypatch.setenv(f"MINIMPI_{FAKE.upper()}", "tree")
+    text = run_explain(fake_collective, 64, 8, make_op("sum"))
+    assert rows(text)["tree"][0]
+    assert f"forced by MINIMPI_{FAKE.upper()}=tree" in text
+    monkeypatch.setenv(f"MINIMPI_{FAKE.upper()}", "halving")
+    out = io.StringIO()
+    assert explain(fake_collective, 64, 6, None, out=out) == 1
+    assert "power-of-two" in out.getvalue() and "auto cannot pick" in out.getvalue()
+
+
+def test_unknown_collective_is_a_usage_error(capsys):
+    assert explain("no_such_collective", 8, 4, None, out=io.StringIO()) == 2
+    assert "unknown collective" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, n", [("8", 8), ("64KiB", 65536), ("4MiB", 4 << 20),
+                                     ("1GiB", 1 << 30), ("64k", 65536), ("1MB", 10**6),
+                                     (" 2 MiB ", 2 << 20)])
+def test_parse_size(text, n):
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("text", ["", "lots", "4XB", "-8", "MiB"])
+def test_parse_size_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="not a byte size"):
+        parse_size(text)
+
+
+def test_make_op():
+    assert make_op("SUM").Is_commutative() and make_op("max").name == "MAX"
+    assert not make_op("noncommutative").Is_commutative()
+    assert make_op(None) is None
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown op"):
+        make_op("median")
+
+
+def test_model_inputs_and_their_sources(monkeypatch, tmp_path):
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps({"alpha": 2e-5, "beta": 1e-9, "measured": {"host": "x"}}))
+    monkeypatch.setenv("MINIMPI_COST_FILE", str(path))
+    monkeypatch.setenv("MINIMPI_COST_BETA", "5e-10")
+    cost.clear_cache()
+    model, sources = cost.model_sources()
+    assert model.alpha == 2e-5 and sources["alpha"] == f"file {path}"
+    assert model.beta == 5e-10 and sources["beta"] == "env MINIMPI_COST_BETA"
+    assert model.gamma == cost.CostModel().gamma and sources["gamma"] == "built-in default"
+    assert cost.default_model() == model
+    text = run_explain("bcast", 1 << 20, 4, None)
+    assert "20.00 us per message" in text and f"[file {path}]" in text
+    assert "[env MINIMPI_COST_BETA]" in text and "[built-in default]" in text
+
+
+def test_saved_calibration_round_trips(monkeypatch, tmp_path):
+    from minimpi.coll import calibrate
+    path = tmp_path / "sub" / "cost.json"
+    monkeypatch.setenv("MINIMPI_COST_FILE", str(path))
+    result = {"alpha": 4.5e-5, "beta": 4e-10, "gamma": 8e-11, "measured": {"how": "test"}}
+    assert calibrate.save(result) == str(path)
+    assert cost.read_config(str(path)) == {"alpha": 4.5e-5, "beta": 4e-10, "gamma": 8e-11}
+    model = cost.default_model()
+    assert (model.alpha, model.beta, model.gamma) == (4.5e-5, 4e-10, 8e-11)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"alpha": -1}', "alpha must be a positive number"),
+    ('{"beta": "fast"}', "beta must be a positive number"),
+])
+def test_bad_calibration_file(tmp_path, monkeypatch, capsys, content, message):
+    path = tmp_path / "cost.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        cost.read_config(str(path))
+    monkeypatch.setenv("MINIMPI_COST_FILE", str(path))
+    cost.clear_cache()
+    assert cost.default_model() == cost.CostModel()       # ignored, with one warning
+    cost.default_model()
+    assert capsys.readouterr().err.count("ignoring the cost-model file") == 1
+
+
+def test_config_path(monkeypatch):
+    assert cost.config_path({"MINIMPI_COST_FILE": ""}) is None
+    assert cost.config_path({"MINIMPI_COST_FILE": "/x.json"}) == "/x.json"
+    assert cost.config_path({"XDG_CONFIG_HOME": "/cfg"}) == "/cfg/minimpi/cost.json"
+
+
+def test_fit_line():
+    from minimpi.coll.calibrate import fit_line
+    a, b = fit_line([1.0, 2.0, 3.0], [5.0, 7.0, 9.0])
+    assert a == pytest.approx(3.0) and b == pytest.approx(2.0)
+
+
+def test_cli_subcommand(capsys):
+    assert cli.main(["explain", "--list"]) == 0
+    out = capsys.readouterr().out
+    for collective, table in registry.REGISTRY.items():
+        if collective != FAKE:
+            assert f"{collective}:" in out and all(name in out for name in table)
+    assert cli.main(["explain", "bcast", "--bytes", "64KiB", "-n", "6"]) == 0
+    assert "bcast of 64 KiB (65536 B) on 6 ranks" in capsys.readouterr().out
+    assert cli.main(["explain"]) == 2
+    assert "name a collective" in capsys.readouterr().err
+    assert "explain" in explain_cmd.__doc__

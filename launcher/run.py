@@ -99,6 +99,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="accepted for mpirun habits; minimpi never limits ranks per core")
     p.add_argument("--bind", default="127.0.0.1", metavar="HOST",
                    help="address the ranks' data plane listens on (default 127.0.0.1)")
+    from . import observe
+    observe.add_arguments(p)   # --trace FILE, --stats
     # Later options (--trace FILE, --deadlock-timeout S, --stats, --no-mpi4py-shim) go here,
     # with their env mapping in extra_env() below.
 
@@ -188,4 +190,12 @@ def main(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         bind=args.bind,
     )
-    return run_job(spec)
+    from . import observe
+    session = observe.prepare(args, program or args.module or "")
+    if session is None:
+        return run_job(spec)
+    spec.env = {**session.env(), **spec.env}
+    try:
+        return run_job(spec)
+    finally:
+        session.finish()

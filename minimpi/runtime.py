@@ -41,6 +41,10 @@ class _Runtime:
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         self.failing = False
+        self.observer = None   # minimpi.trace: only with --trace/--stats (no hooks otherwise)
+        if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):
+            from .trace import attach
+            self.observer = attach(self.engine, info.rank, info.size, info.env)
 
 
 def world_state() -> _Runtime:
@@ -88,6 +92,12 @@ def finalize() -> None:
                   f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
         if state.info.coordinator is not None:
             state.info.coordinator.finalize()
+    if state.observer is not None:   # this rank's trace/statistics, merged by the launcher
+        try:
+            state.observer.write()
+        except OSError as exc:
+            print(f"minimpi rank {state.info.rank}: could not write trace: {exc}",
+                  file=sys.stderr, flush=True)
     engine.close()
     if state.info.coordinator is not None:
         state.info.coordinator.close()

@@ -1,0 +1,567 @@
+"""Message traces and communication statistics of one rank (``minimpi run --trace/--stats``).
+
+Nothing here runs unless it is switched on: with ``MINIMPI_TRACE`` or ``MINIMPI_STATS`` set
+(``minimpi run --trace FILE`` / ``--stats`` set them), :func:`attach` is called once when the
+runtime starts. It
+
+* wraps the public methods of ``Intracomm`` and ``Request`` (class attributes, once per
+  process) so that every outermost MPI call becomes a slice. A wrapper first asks the
+  communicator's engine for its observer, so engines without one (other in-process ranks)
+  pay one attribute lookup - and a run without tracing has no wrappers at all;
+* sets ``engine.step_hook`` (the collective framework calls it at the start of every
+  algorithm step), so collective slices are named with their algorithm
+  (``Allreduce[ring] 4.0 MiB``) and hold one nested slice per step;
+* wraps a few methods *of this engine instance* (``isend``, ``frame_arrived``, ``_bind``,
+  ``payload_arrived``, ``wait_until``) to see each message leave and each receive complete.
+  A message is named by (sender's world rank, its ``msg_id``), which both sides know, so
+  every send gets exactly one flow arrow to the receive that matched it. Recording only
+  appends to a list: no message is added, delayed or reordered.
+
+Clocks: ``time.perf_counter`` of every rank is aligned to rank 0's by a short NTP-style
+exchange at startup (on a private context, before the program runs; the sample with the
+least round trip wins). Each rank writes ``rank.N.json`` into ``MINIMPI_OBSERVE_DIR`` at
+finalize; the launcher merges them (:func:`merge_traces`, :func:`format_stats`).
+
+Nonblocking collectives advance from whatever call is waiting, so their steps are shown as
+instant events (``Ibcast[binomial] step 2``) rather than slices that would break nesting.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+ENV_TRACE = "MINIMPI_TRACE"
+ENV_STATS = "MINIMPI_STATS"
+ENV_DIR = "MINIMPI_OBSERVE_DIR"
+
+#: private context id for the clock exchange (never allocated to a communicator)
+CLOCK_CONTEXT = 0x7FFFFFF0
+CLOCK_ROUNDS = 8
+
+#: methods that are not communication (never wrapped)
+_NOT_CALLS = ("Get_", "Set_", "Is_", "Create_keyval", "Free_keyval", "Delete_attr", "Compare",
+              "f2py", "py2f")
+_REQUEST_CALLS = ("wait", "Wait", "test", "Test", "waitall", "Waitall", "waitany", "Waitany",
+                  "testall", "Testall", "testany", "Testany", "waitsome", "Waitsome",
+                  "testsome", "Testsome")
+_ARG_NAMES = ("dest", "source", "tag", "sendtag", "recvtag", "root")
+_BUFFER_ARGS = ("buf", "sendbuf", "recvbuf")
+
+
+def human_size(n: int) -> str:
+    """1536 -> '1.5 KiB', 4194304 -> '4.0 MiB'."""
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024.0
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    return f"{n} B"  # pragma: no cover
+
+
+def _nbytes(value: Any) -> Optional[int]:
+    """Size of a buffer argument (numpy array, buffer, or an mpi4py spec list), else None."""
+    n = getattr(value, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, (list, tuple)) and value:
+        n = getattr(value[0], "nbytes", None)
+        if isinstance(n, int):
+            return n
+    return None
+
+
+# ----------------------------------------------------------------------------------------
+# per-rank observer
+# ----------------------------------------------------------------------------------------
+class _Slice:
+    __slots__ = ("name", "ts", "args", "stats_key", "channel", "sub", "step", "nbytes", "counts")
+
+    def __init__(self, name: str, ts: float, args: dict, nbytes: Optional[int]) -> None:
+        self.name = name
+        self.ts = ts
+        self.args = args
+        self.stats_key = name
+        self.channel = None   # the (blocking) collective channel this call adopted
+        self.sub = None       # an open nested channel slice [name, ts, channel]
+        self.step = None      # the open step slice [index, ts, sends, bytes, channel]
+        self.nbytes = nbytes
+        self.counts = [0, 0, 0, 0]   # messages and bytes sent, received during the call
+
+
+class Observer:
+    """Records one rank's calls, steps and messages; writes them at finalize."""
+
+    def __init__(self, engine: Any, rank: int, size: int, trace: bool, stats: bool,
+                 out_dir: Optional[str]) -> None:
+        self.engine = engine
+        self.rank = rank
+        self.size = size
+        self.trace = trace
+        self.stats = stats
+        self.out_dir = out_dir
+        self.offset = 0.0          # seconds to add to perf_counter to get rank 0's clock
+        self.rtt = 0.0
+        self.events: List[dict] = []
+        self.depth = 0
+        self.current: Optional[_Slice] = None
+        self.first_post: Optional[float] = None   # first send since the last step hook
+        self.start = time.perf_counter()
+        self.in_calls = 0.0        # seconds inside outermost MPI calls
+        self.blocked = 0.0         # seconds inside the engine's blocking waits
+        self.totals = [0, 0, 0, 0]  # messages sent, bytes sent, messages received, bytes received
+        self.per_call: Dict[str, List[float]] = {}  # key -> [calls, seconds, ms, bs, mr, br]
+        self.written = False
+
+    # -- helpers -------------------------------------------------------------------------
+    def _us(self, t: float) -> float:
+        return (t + self.offset) * 1e6
+
+    def _emit_slice(self, name: str, t0: float, t1: float, args: Optional[dict] = None,
+                    cat: str = "mpi") -> None:
+        ev = {"ph": "X", "name": name, "cat": cat, "ts": self._us(t0),
+              "dur": max(0.0, (t1 - t0) * 1e6), "pid": 0, "tid": self.rank}
+        if args:
+            ev["args"] = args
+        self.events.append(ev)
+
+    def _account(self, index: int, nbytes: int) -> None:
+        t = self.totals
+        t[index] += 1
+        t[index + 1] += nbytes
+        cur = self.current
+        if cur is not None:
+            cur.counts[index] += 1
+            cur.counts[index + 1] += nbytes
+        else:
+            row = self.per_call.get("(outside MPI calls)")
+            if row is None:
+                row = self.per_call["(outside MPI calls)"] = [0, 0.0, 0, 0, 0, 0]
+            row[2 + index] += 1
+            row[3 + index] += nbytes
+
+    # -- MPI calls -----------------------------------------------------------------------
+    def enter(self, name: str, args: dict, nbytes: Optional[int]) -> None:
+        self.current = _Slice(name, time.perf_counter(), args, nbytes)
+        self.first_post = None
+
+    def leave(self) -> None:
+        cur = self.current
+        t1 = time.perf_counter()
+        self.current = None
+        self.in_calls += t1 - cur.ts
+        if self.trace:
+            self._close_step(cur, t1)
+            self._close_sub(cur, t1)
+            name = cur.name if cur.nbytes is None else f"{cur.name} {human_size(cur.nbytes)}"
+            self._emit_slice(name, cur.ts, t1, cur.args)
+        row = self.per_call.get(cur.stats_key)
+        if row is None:
+            row = self.per_call[cur.stats_key] = [0, 0.0, 0, 0, 0, 0]
+        row[0] += 1
+        row[1] += t1 - cur.ts
+        for i, n in enumerate(cur.counts):
+            row[2 + i] += n
+
+    # -- collective steps (engine.step_hook) ---------------------------------------------
+    def on_step(self, ch: Any, index: int) -> None:
+        now = time.perf_counter()
+        cur = self.current
+        call = ch.call
+        base = call.split("[", 1)[0]
+        if cur is None or _is_nonblocking(base):
+            if cur is not None and index == 0 and base.lower() == cur.name.lower():
+                cur.name = cur.stats_key = call
+            if self.trace:
+                self.events.append({"ph": "i", "s": "t", "name": f"{call} step {index + 1}",
+                                    "cat": "step", "ts": self._us(now), "pid": 0,
+                                    "tid": self.rank})
+            return
+        start = self.first_post if self.first_post is not None else now
+        self.first_post = None
+        if cur.channel is None and cur.sub is None and index == 0 and \
+                base.lower() == cur.name.lower():
+            cur.channel = ch
+            cur.name = call
+            cur.stats_key = call
+        elif cur.channel is not ch and (cur.sub is None or cur.sub[2] is not ch):
+            if self.trace:
+                self._close_step(cur, start)
+                self._close_sub(cur, start)
+            cur.sub = [call, start, ch]
+        if not self.trace:
+            return
+        self._close_step(cur, start)
+        cur.step = [index, start, 0, 0, ch]
+
+    def _close_step(self, cur: _Slice, t: float) -> None:
+        step = cur.step
+        if step is not None:
+            cur.step = None
+            args = {"sends": step[2], "bytes sent": step[3]} if step[2] else None
+            self._emit_slice(f"step {step[0] + 1}", step[1], t, args, cat="step")
+
+    def _close_sub(self, cur: _Slice, t: float) -> None:
+        sub = cur.sub
+        if sub is not None:
+            cur.sub = None
+            self._emit_slice(sub[0], sub[1], t, cat="collective")
+
+    # -- messages (wrappers of this engine's methods) ------------------------------------
+    def sent(self, t: float, dest: int, msg_id: int, tag: int, nbytes: int, context: int) -> None:
+        self._account(0, nbytes)
+        cur = self.current
+        if cur is not None:
+            if self.first_post is None:
+                self.first_post = t
+            if cur.step is not None:
+                cur.step[2] += 1
+                cur.step[3] += nbytes
+        if self.trace:
+            self.events.append(_flow("s", self.rank, self.rank, msg_id, tag, nbytes, context,
+                                     self._us(t), dest))
+
+    def received(self, peer: int, msg_id: int, tag: int, nbytes: int, context: int) -> None:
+        self._account(2, nbytes)
+        if self.trace:
+            ev = _flow("f", self.rank, peer, msg_id, tag, nbytes, context,
+                       self._us(time.perf_counter()), peer)
+            ev["bp"] = "e"
+            self.events.append(ev)
+
+    # -- output --------------------------------------------------------------------------
+    def summary(self) -> dict:
+        wall = time.perf_counter() - self.start
+        ms, bs, mr, br = self.totals
+        return {"rank": self.rank, "wall": wall, "in_calls": self.in_calls,
+                "blocked": self.blocked, "sent": [ms, bs], "received": [mr, br],
+                "per_call": {k: v for k, v in self.per_call.items()}}
+
+    def write(self) -> Optional[str]:
+        if self.written or not self.out_dir:
+            return None
+        self.written = True
+        doc = {"rank": self.rank, "size": self.size, "clock_offset_us": self.offset * 1e6,
+               "clock_rtt_us": self.rtt * 1e6, "stats": self.summary()}
+        if self.trace:
+            doc["events"] = self.events
+        path = os.path.join(self.out_dir, f"rank.{self.rank}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+        return path
+
+
+def _is_nonblocking(base: str) -> bool:
+    """'Ibcast', 'iallreduce', 'Ireduce_scatter' are nonblocking; 'Init...' is not a collective."""
+    return base[:1] in ("I", "i")
+
+
+def _flow(ph: str, rank: int, sender: int, msg_id: int, tag: int, nbytes: int, context: int,
+          ts: float, peer: int) -> dict:
+    coll = context & 1
+    name = f"{human_size(nbytes)}" + ("" if coll else f" tag {tag}")
+    return {"ph": ph, "id": sender * (1 << 32) + msg_id, "name": name,
+            "cat": "coll-msg" if coll else "msg", "ts": ts, "pid": 0, "tid": rank,
+            "args": {"bytes": nbytes, "tag": tag, "context": context, "peer": peer}}
+
+
+# ----------------------------------------------------------------------------------------
+# installing the hooks
+# ----------------------------------------------------------------------------------------
+_install_lock = threading.Lock()
+_wrapped = False
+
+
+def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters)[1:]
+    except (TypeError, ValueError):
+        params = []
+    arg_pos = [(i, p) for i, p in enumerate(params) if p in _ARG_NAMES]
+    buf_pos = [(i, p) for i, p in enumerate(params) if p in _BUFFER_ARGS]
+
+    def observer_of(first: Any, args: tuple) -> Optional[Observer]:
+        if classmethod_:
+            reqs = args[0] if args else ()
+            for r in reqs or ():
+                engine = getattr(r, "_engine", None)
+                if engine is not None:
+                    return getattr(engine, "observer", None)
+            return None
+        return getattr(getattr(first, "_engine", None), "observer", None)
+
+    def traced(first, *args, **kwargs):
+        obs = observer_of(first, args)
+        if obs is None or obs.depth:
+            if obs is None:
+                return fn(first, *args, **kwargs)
+            obs.depth += 1
+            try:
+                return fn(first, *args, **kwargs)
+            finally:
+                obs.depth -= 1
+        info = {}
+        for i, p in arg_pos:
+            v = args[i] if i < len(args) else kwargs.get(p)
+            if v is not None:
+                info[p] = v
+        nbytes = None
+        for i, p in buf_pos:
+            v = args[i] if i < len(args) else kwargs.get(p)
+            nbytes = _nbytes(v)
+            if nbytes is not None:
+                break
+        comm_name = getattr(first, "_name", None)
+        if comm_name and not classmethod_:
+            info["comm"] = comm_name
+        obs.depth = 1
+        obs.enter(name, info, nbytes)
+        try:
+            return fn(first, *args, **kwargs)
+        finally:
+            obs.depth = 0
+            obs.leave()
+
+    traced.__name__ = name
+    traced.__qualname__ = f"{cls.__name__}.{name}"
+    traced.__doc__ = fn.__doc__
+    traced.__wrapped__ = fn
+    traced._minimpi_traced = True
+    setattr(cls, name, classmethod(traced) if classmethod_ else traced)
+
+
+def _install_api_wrappers() -> None:
+    """Wrap every public communication method of Intracomm and Request (once per process)."""
+    global _wrapped
+    with _install_lock:
+        if _wrapped:
+            return
+        _wrapped = True
+        from .comm import Comm
+        from .p2p.request import Request
+        classes, todo = [], [Comm]
+        while todo:
+            klass = todo.pop()
+            if klass not in classes:
+                classes.append(klass)
+                todo.extend(klass.__subclasses__())
+        for klass in classes:
+            for name in dir(klass):
+                if name.startswith("_") or name.startswith(_NOT_CALLS):
+                    continue
+                attr = None
+                for base in klass.__mro__:
+                    if name in base.__dict__:
+                        attr = base.__dict__[name]
+                        break
+                if (not callable(attr) or isinstance(attr, (staticmethod, classmethod, type))
+                        or getattr(attr, "_minimpi_traced", False)):
+                    continue
+                _wrap_method(klass, name, attr, False)
+        for name in _REQUEST_CALLS:
+            attr = Request.__dict__.get(name)
+            if isinstance(attr, classmethod):
+                _wrap_method(Request, name, attr.__func__, True)
+            elif callable(attr):
+                _wrap_method(Request, name, attr, False)
+
+
+def _hook_engine(engine: Any, obs: Observer) -> None:
+    """Instance-level wrappers on one engine: the class and every other engine are untouched."""
+    from .p2p.frames import EAGER
+    from .p2p.request import RecvRequest
+
+    rank = engine.rank
+    isend, frame_arrived = engine.isend, engine.frame_arrived
+    bind, payload_arrived, wait_until = engine._bind, engine.payload_arrived, engine.wait_until
+    perf = time.perf_counter
+
+    def traced_isend(context, dest, source, tag, payload, nbytes, flags=0, description=None):
+        t = perf()
+        req = isend(context, dest, source, tag, payload, nbytes, flags, description)
+        msg_id = getattr(req, "msg_id", 0)
+        if msg_id:
+            obs.sent(t, dest, msg_id, tag, nbytes, context)
+        return req
+
+    def traced_payload_arrived(peer, header, buffer):
+        owner = engine._current.get(peer)
+        payload_arrived(peer, header, buffer)
+        if isinstance(owner, RecvRequest):
+            obs.received(peer, header.msg_id, header.tag, header.length, header.context)
+        elif owner is not None and getattr(owner, "waiting", None) is not None:
+            obs.received(peer, header.msg_id, header.tag, header.length, header.context)
+
+    def traced_bind(req, inc):
+        bind(req, inc)
+        if not inc.rendezvous and inc.arrived:
+            obs.received(inc.peer, inc.msg_id, inc.tag, inc.length, inc.context)
+
+    def traced_wait_until(done, waiting_on, timeout=None):
+        t = perf()
+        try:
+            return wait_until(done, waiting_on, timeout)
+        finally:
+            obs.blocked += perf() - t
+
+    engine.isend = traced_isend
+    engine.payload_arrived = traced_payload_arrived
+    engine._bind = traced_bind
+    engine.wait_until = traced_wait_until
+    del frame_arrived, EAGER, rank  # matching itself is not wrapped
+
+
+def sync_clock(engine: Any, rank: int, size: int, rounds: int = CLOCK_ROUNDS) -> Tuple[float, float]:
+    """(offset, rtt): seconds to add to this rank's perf_counter to read rank 0's clock."""
+    if size == 1 or engine.transport is None:
+        return 0.0, 0.0
+    engine.register_context(CLOCK_CONTEXT, range(size))
+    fmt = struct.Struct("<d")
+    perf = time.perf_counter
+    if rank == 0:
+        for peer in range(1, size):
+            for _ in range(rounds):
+                buf = bytearray(8)
+                engine.irecv(CLOCK_CONTEXT, peer, 1, memoryview(buf), False, "clock sync").wait()
+                stamp = fmt.pack(perf())
+                engine.isend(CLOCK_CONTEXT, peer, 0, 2, (memoryview(stamp),), 8, 0,
+                             "clock sync").wait()
+        return 0.0, 0.0
+    best = (float("inf"), 0.0)
+    for _ in range(rounds):
+        buf = bytearray(8)
+        rreq = engine.irecv(CLOCK_CONTEXT, 0, 2, memoryview(buf), False, "clock sync")
+        t1 = perf()
+        engine.isend(CLOCK_CONTEXT, 0, rank, 1, (memoryview(fmt.pack(t1)),), 8, 0,
+                     "clock sync").wait()
+        rreq.wait()
+        t2 = perf()
+        t0 = fmt.unpack(buf)[0]
+        rtt = t2 - t1
+        if rtt < best[0]:
+            best = (rtt, t0 - (t1 + t2) / 2)
+    return best[1], best[0]
+
+
+def attach(engine: Any, rank: int, size: int, env: Dict[str, str], *, sync: bool = True
+           ) -> Observer:
+    """Switch on tracing/statistics for this engine (called once by the runtime)."""
+    trace = bool(env.get(ENV_TRACE))
+    stats = bool(env.get(ENV_STATS))
+    obs = Observer(engine, rank, size, trace, stats, env.get(ENV_DIR))
+    if sync:
+        obs.offset, obs.rtt = sync_clock(engine, rank, size)
+    _install_api_wrappers()
+    _hook_engine(engine, obs)
+    engine.observer = obs
+    if trace:
+        engine.step_hook = obs.on_step
+        obs.events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank,
+                           "args": {"name": f"rank {rank}"}})
+        obs.events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": rank,
+                           "args": {"sort_index": rank}})
+    else:
+        engine.step_hook = obs.on_step   # names the per-collective statistics
+    obs.start = time.perf_counter()
+    return obs
+
+
+# ----------------------------------------------------------------------------------------
+# the launcher side: merge the per-rank files
+# ----------------------------------------------------------------------------------------
+def load_rank_files(directory: str) -> List[dict]:
+    docs = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("rank.") and name.endswith(".json"):
+            with open(os.path.join(directory, name)) as f:
+                docs.append(json.load(f))
+    docs.sort(key=lambda d: d["rank"])
+    return docs
+
+
+def merge_traces(docs: List[dict], nprocs: int, program: str = "") -> dict:
+    """One Chrome/Perfetto trace for the job: ranks' events on a common time base (0 = start)."""
+    events: List[dict] = []
+    for d in docs:
+        events.extend(d.get("events", ()))
+    timed = [e["ts"] for e in events if "ts" in e]
+    t0 = min(timed) if timed else 0.0
+    for e in events:
+        if "ts" in e:
+            e["ts"] = round(e["ts"] - t0, 3)
+        if "dur" in e:
+            e["dur"] = round(e["dur"], 3)
+    # flows whose other end is missing (a rank that died, a message never received) would
+    # dangle: keep only complete pairs, and say how many were dropped
+    starts = {e["id"] for e in events if e.get("ph") == "s"}
+    ends = {e["id"] for e in events if e.get("ph") == "f"}
+    complete = starts & ends
+    kept = [e for e in events if e.get("ph") not in ("s", "f") or e["id"] in complete]
+    meta = [{"ph": "M", "name": "process_name", "pid": 0,
+             "args": {"name": f"minimpi job: {program} (-n {nprocs})" if program else
+                      f"minimpi job (-n {nprocs})"}}]
+    missing = sorted(set(range(nprocs)) - {d["rank"] for d in docs})
+    return {
+        "traceEvents": meta + kept,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "ranks": nprocs,
+            "ranks_without_trace": missing,
+            "unmatched_flows": len(starts ^ ends),
+            "clock_offsets_us": {str(d["rank"]): round(d.get("clock_offset_us", 0.0), 3)
+                                 for d in docs},
+            "clock_rtt_us": {str(d["rank"]): round(d.get("clock_rtt_us", 0.0), 3) for d in docs},
+        },
+    }
+
+
+def format_stats(docs: List[dict], nprocs: int) -> str:
+    """The ``--stats`` tables: per rank, then per rank and call (collectives with algorithm)."""
+    def ms(x: float) -> str:
+        return f"{x * 1e3:.1f}"
+
+    lines = ["minimpi stats (times in ms; 'in MPI' = inside MPI calls, 'waiting' = blocked in "
+             "them, 'compute' = the rest)"]
+    head = ("rank", "msgs sent", "bytes sent", "msgs recv", "bytes recv", "wall", "in MPI",
+            "waiting", "compute")
+    rows = []
+    for d in docs:
+        s = d["stats"]
+        rows.append((str(s["rank"]), str(s["sent"][0]), human_size(s["sent"][1]),
+                     str(s["received"][0]), human_size(s["received"][1]), ms(s["wall"]),
+                     ms(s["in_calls"]), ms(s["blocked"]), ms(max(0.0, s["wall"] - s["in_calls"]))))
+    lines += _table(head, rows)
+    missing = sorted(set(range(nprocs)) - {d["rank"] for d in docs})
+    if missing:
+        lines.append(f"(no statistics from rank(s) {', '.join(map(str, missing))}: they did "
+                     f"not reach finalize)")
+    head2 = ("rank", "call", "calls", "time", "msgs sent", "bytes sent", "msgs recv", "bytes recv")
+    rows2 = []
+    for d in docs:
+        s = d["stats"]
+        for key, v in sorted(s["per_call"].items(), key=lambda kv: -kv[1][1]):
+            rows2.append((str(s["rank"]), key, str(int(v[0])), ms(v[1]), str(int(v[2])),
+                          human_size(int(v[3])), str(int(v[4])), human_size(int(v[5]))))
+    if rows2:
+        lines.append("")
+        lines.append("per call (collectives named with their algorithm):")
+        lines += _table(head2, rows2)
+    return "\n".join(lines)
+
+
+def _table(head: Tuple[str, ...], rows: List[Tuple[str, ...]]) -> List[str]:
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i])
+              for i in range(len(head))]
+    def fmt(r):
+        return "  ".join(c.ljust(w) if i == 1 and head[1] == "call" else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths)))
+    return [fmt(head)] + [fmt(r) for r in rows]

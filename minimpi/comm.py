@@ -18,11 +18,14 @@ import numpy as np
 from . import serialization
 from .buffers import parse_buffer
 from .coll.api import CollectiveMethods
+from .commext import CommExtras
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, CONGRUENT, PROC_NULL, SIMILAR, TAG_UB, UNDEFINED, UNEQUAL
 from .errors import ArgumentError, CommError, RankError, TagError
 from .p2p.engine import Engine
 from .p2p.frames import F_OBJECT, F_SYNC
+from .p2p.message import finish_object, probe_status
 from .p2p.request import CompletedRequest, RecvRequest, Request, Status
+from .topology import CartMixin
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
 FIRST_FREE_CONTEXT = 4
@@ -51,11 +54,19 @@ def _null_status(status: Optional[Status]) -> None:
         status.source, status.tag, status.nbytes = PROC_NULL, ANY_TAG, 0
 
 
-class Comm:
-    """A communicator (``MPI.Comm``): point-to-point communication and management."""
+class Comm(CommExtras):
+    """A communicator (``MPI.Comm``): point-to-point communication and management.
 
-    def __init__(self, engine: Engine, group: Sequence[int], rank: int, context: int,
-                 name: str = "") -> None:
+    ``Comm(comm)`` / ``MPI.Intracomm(comm)`` / ``MySubclass(comm)`` make another Python object
+    for the *same* communicator (as in mpi4py): the objects share their state, compare equal,
+    and freeing one frees both. ``Comm()`` is a null communicator (equal to ``COMM_NULL``).
+    """
+
+    def __init__(self, engine: Any = None, group: Sequence[int] = (), rank: int = 0,
+                 context: int = 0, name: str = "") -> None:
+        if engine is None or not isinstance(engine, Engine):
+            _share_handle(self, engine)
+            return
         self._engine = engine
         self._group: Tuple[int, ...] = tuple(group)
         self._rank = rank
@@ -172,7 +183,7 @@ class Comm:
         if source == PROC_NULL:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._irecv_into(None, source, tag, call)
-        req._finish = lambda: serialization.loads(req.buffer)
+        req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
         return req
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0) -> Request:
@@ -205,19 +216,15 @@ class Comm:
         """Synchronous send: returns once the receiver has matched the message."""
         self._send_obj(obj, dest, tag, "ssend", F_SYNC).wait()
 
-    def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
+    # bsend/ibsend/Bsend/Ibsend (buffered: complete locally) are in CommExtras.
+    def rsend(self, obj: Any, dest: int, tag: int = 0) -> None:
         self.send(obj, dest, tag)
-
-    rsend = bsend
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         return self._send_obj(obj, dest, tag, "isend")
 
     def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         return self._send_obj(obj, dest, tag, "issend", F_SYNC)
-
-    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._send_obj(obj, dest, tag, "ibsend")
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Optional[Status] = None) -> Any:
@@ -251,9 +258,6 @@ class Comm:
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._send_buf(buf, dest, tag, "Ssend", F_SYNC).wait()
 
-    def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self._send_buf(buf, dest, tag, "Bsend").wait()
-
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._send_buf(buf, dest, tag, "Rsend").wait()
 
@@ -262,9 +266,6 @@ class Comm:
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         return self._send_buf(buf, dest, tag, "Issend", F_SYNC)
-
-    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._send_buf(buf, dest, tag, "Ibsend")
 
     def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         return self._send_buf(buf, dest, tag, "Irsend")
@@ -303,7 +304,7 @@ class Comm:
         found: List[Status] = []
 
         def arrived() -> bool:
-            st = self._engine.iprobe(self._context, source, tag)
+            st = probe_status(self, source, tag)
             if st is not None:
                 found.append(st)
             return st is not None
@@ -322,7 +323,7 @@ class Comm:
             _null_status(status)
             return True
         self._engine.poll()
-        st = self._engine.iprobe(self._context, source, tag)
+        st = probe_status(self, source, tag)
         if st is None:
             return False
         if status is not None:
@@ -413,7 +414,7 @@ class Comm:
         self._engine.release_context(self._coll_context)
 
     def Compare(self, other: "Comm") -> int:
-        if other is self:
+        if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
             return IDENT
         if isinstance(other, Comm) and other._group == self._group:
             return CONGRUENT
@@ -431,18 +432,51 @@ class Comm:
         from .constants import TAG_UB as _TAG_UB
         if keyval == KEYVAL_TAG_UB:
             return _TAG_UB
+        if keyval in _PREDEFINED_ATTRS:
+            return _PREDEFINED_ATTRS[keyval](self)
         return self._attrs.get(keyval)
 
     def Set_attr(self, keyval: int, value: Any) -> None:
         self._attrs[keyval] = value
 
     def __eq__(self, other: object) -> bool:
-        return self is other
+        if isinstance(other, Comm):
+            return vars(self) is vars(other) or (not self and not other)
+        if isinstance(other, _NullComm):
+            return not self
+        return NotImplemented
 
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:
+        return hash(id(vars(self)))
+
+    def __bool__(self) -> bool:  # mpi4py: False for COMM_NULL and after Free
+        return not (self.__dict__.get("_null") or self.__dict__.get("_freed"))
 
 
 KEYVAL_TAG_UB = 1
+# Other predefined attribute keyvals (MPI.HOST, MPI.IO, ...), answered as MPICH does.
+KEYVAL_HOST, KEYVAL_IO, KEYVAL_WTIME_IS_GLOBAL, KEYVAL_UNIVERSE_SIZE, KEYVAL_APPNUM, \
+    KEYVAL_LASTUSEDCODE = 2, 3, 4, 5, 6, 7
+_PREDEFINED_ATTRS = {
+    KEYVAL_HOST: lambda comm: PROC_NULL,
+    KEYVAL_IO: lambda comm: comm.rank,
+    KEYVAL_WTIME_IS_GLOBAL: lambda comm: False,
+    KEYVAL_UNIVERSE_SIZE: lambda comm: comm._engine.size,
+    KEYVAL_APPNUM: lambda comm: 0,
+    KEYVAL_LASTUSEDCODE: lambda comm: 0x3FFFFFFF,
+}
+
+
+def _share_handle(target: "Comm", source: Any) -> None:
+    """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
+    if isinstance(source, Comm):
+        target.__dict__ = source.__dict__
+    elif source is None or isinstance(source, _NullComm):
+        target.__dict__ = {"_null": True, "_freed": True, "_name": "COMM_NULL", "_rank": UNDEFINED,
+                           "_size": 0, "_group": (), "_attrs": {}, "_engine": None}
+    else:
+        raise CommError(f"{type(target).__name__}({source!r}): expected a communicator "
+                        f"(e.g. MPI.COMM_WORLD) or nothing")
 
 
 class _ProbeWait:
@@ -458,6 +492,13 @@ class Intracomm(CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
 
 
+class Cartcomm(CartMixin, Intracomm):
+    """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.topology)."""
+
+
+Topocomm = Intracomm
+
+
 class _NullComm:
     """``MPI.COMM_NULL``: what Split returns to ranks whose color is UNDEFINED."""
 
@@ -466,6 +507,12 @@ class _NullComm:
 
     def __repr__(self) -> str:
         return "MPI.COMM_NULL"
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (isinstance(other, Comm) and not other)
+
+    def __hash__(self) -> int:
+        return 0
 
     def __getattr__(self, name: str) -> Any:
         raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "

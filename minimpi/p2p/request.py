@@ -90,7 +90,7 @@ class Request:
     """
 
     __slots__ = ("_engine", "done", "error", "status", "_finish", "_result", "description",
-                 "_pending", "__weakref__")
+                 "_pending", "_inactive", "__weakref__")
 
     def __init__(self, engine: Optional["Engine"], description: str = "") -> None:
         self._engine = engine
@@ -101,6 +101,10 @@ class Request:
         self._result: Any = None
         self.description = description
         self._pending = 1
+        # mpi4py: once completed by a wait/test (or freed) a request is REQUEST_NULL: falsy,
+        # equal to MPI.REQUEST_NULL, skipped by Waitany/Waitsome. A repeated wait() still
+        # returns the cached result (the collectives rely on that).
+        self._inactive = False
 
     # -- engine side -------------------------------------------------------------------
     def _complete(self, error: Optional[BaseException] = None) -> None:
@@ -126,14 +130,17 @@ class Request:
 
     def _collect(self, status: Optional[Status]) -> Any:
         """Called once the request is done: raise its error or return its result."""
-        if status is not None:
-            status._assign(self.status)
         if self._finish is not None:
             finish, self._finish = self._finish, None
-            try:
-                self._result = finish()
-            except MinimpiError as exc:
-                self.error = exc
+            # a failed or cancelled receive has nothing to decode: its error is what counts
+            if not self.status.cancelled and self.error is None:
+                try:
+                    self._result = finish()   # may refine self.status (object counts)
+                except MinimpiError as exc:
+                    self.error = exc
+        if status is not None:
+            status._assign(self.status)
+        self._inactive = True
         if self.error is not None:
             raise self.error
         return self._result
@@ -171,9 +178,24 @@ class Request:
 
     def Free(self) -> None:
         """Release the handle; the operation still completes in the background."""
+        self._inactive = True
 
     def __bool__(self) -> bool:  # mpi4py: a request is truthy until it becomes REQUEST_NULL
-        return True
+        return not self._inactive
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, Request):  # every completed/freed request equals REQUEST_NULL
+            return self._inactive and other._inactive and type(self)._null_like and type(other)._null_like
+        return NotImplemented
+
+    __hash__ = object.__hash__
+    _null_like = True   # persistent requests stay non-null after completion (Prequest)
+
+    @staticmethod
+    def _active(r: Optional["Request"]) -> bool:
+        return r is not None and not r._inactive
 
     # -- groups of requests ------------------------------------------------------------
     @staticmethod
@@ -191,8 +213,11 @@ class Request:
             engine.wait_all([r for r in reqs if r is not None])
         results = []
         first_error = None
+        if statuses is not None:   # mpi4py fills (and extends) a list of statuses
+            while len(statuses) < len(reqs):
+                statuses.append(Status())
         for i, r in enumerate(reqs):
-            st = statuses[i] if statuses is not None and i < len(statuses) else None
+            st = statuses[i] if statuses is not None else None
             if r is None:
                 results.append(None)
                 continue
@@ -212,14 +237,16 @@ class Request:
 
     @classmethod
     def waitany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> Tuple[int, Any]:
-        live = [r for r in requests if r is not None]
+        live = [r for r in requests if cls._active(r)]
         if not live:
+            if status is not None:
+                status._assign(Status())
             return UNDEFINED, None
         engine = cls._engine_of(live)
         if engine is not None:
             engine.wait_any(live)
         for i, r in enumerate(requests):
-            if r is not None and r.done:
+            if cls._active(r) and r.done:
                 return i, r._collect(status)
         raise AssertionError("wait_any returned with no completed request")  # pragma: no cover
 
@@ -245,8 +272,10 @@ class Request:
         engine = cls._engine_of(requests)
         if engine is not None:
             engine.poll()
+        if not any(cls._active(r) for r in requests):
+            return UNDEFINED, True, None   # MPI: no active request -> flag true, index UNDEFINED
         for i, r in enumerate(requests):
-            if r is not None and r.done:
+            if cls._active(r) and r.done:
                 return i, True, r._collect(status)
         return UNDEFINED, False, None
 
@@ -257,14 +286,27 @@ class Request:
 
     @classmethod
     def waitsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[Optional[List[int]], Optional[List[Any]]]:
-        live = [r for r in requests if r is not None]
+        live = [r for r in requests if cls._active(r)]
         if not live:
             return None, None
         engine = cls._engine_of(live)
         if engine is not None:
             engine.wait_any(live)
-        idx = [i for i, r in enumerate(requests) if r is not None and r.done]
-        return idx, [requests[i]._collect(None) for i in idx]
+        return cls._collect_some(requests, statuses)
+
+    @classmethod
+    def _collect_some(cls, requests: Sequence["Request"], statuses: Optional[List[Status]]
+                      ) -> Tuple[List[int], List[Any]]:
+        idx = [i for i, r in enumerate(requests) if cls._active(r) and r.done]
+        results = []
+        for k, i in enumerate(idx):
+            st = None
+            if statuses is not None:
+                while len(statuses) <= k:
+                    statuses.append(Status())
+                st = statuses[k]
+            results.append(requests[i]._collect(st))
+        return idx, results
 
     @classmethod
     def Waitsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Optional[List[int]]:
@@ -275,8 +317,9 @@ class Request:
         engine = cls._engine_of(requests)
         if engine is not None:
             engine.poll()
-        idx = [i for i, r in enumerate(requests) if r is not None and r.done]
-        return idx, [requests[i]._collect(None) for i in idx]
+        if not any(cls._active(r) for r in requests):
+            return None, None
+        return cls._collect_some(requests, statuses)
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Optional[List[int]]:

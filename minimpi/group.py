@@ -1,0 +1,278 @@
+"""Process groups (``MPI.Group``) and communicators made from them (``Create``, ``Create_group``).
+
+A group is an ordered tuple of *world* ranks plus this process's position in it
+(``MPI.UNDEFINED`` when it is not a member). Every group operation is local.
+
+``Comm.Create(group)`` is collective over the parent communicator: it is a ``Split`` where
+members take color 0 and key = their rank in ``group`` (so the new communicator is ordered as
+the group is) and everyone else takes ``MPI.UNDEFINED``. ``Comm.Create_group(group, tag)`` is
+collective over the group's members only: they agree on a fresh context id among themselves
+(:func:`create_group`), and the other ranks of the parent take no part.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+
+from .constants import CONGRUENT, IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
+from .errors import MinimpiError, RankError, ERR_GROUP
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .comm import Comm
+
+
+class GroupError(MinimpiError):
+    error_class = ERR_GROUP
+
+
+class Group:
+    """An ordered set of processes (``MPI.Group``)."""
+
+    __slots__ = ("_members", "_me", "_null")
+
+    def __init__(self, group: Optional["Group"] = None) -> None:
+        # mpi4py: Group() is GROUP_NULL, Group(g) another handle to g
+        self._members: Tuple[int, ...] = group._members if group is not None else ()
+        self._me = group._me if group is not None else UNDEFINED
+        self._null = group._null if group is not None else True
+
+    @classmethod
+    def _of(cls, members: Sequence[int], me_world: Optional[int]) -> "Group":
+        g = cls.__new__(cls)
+        g._members = tuple(members)
+        g._me = g._members.index(me_world) if me_world in g._members else UNDEFINED
+        g._null = False
+        return g
+
+    def _new(self, members: Sequence[int]) -> "Group":
+        me = self._members[self._me] if self._me != UNDEFINED else None
+        return Group._of(members, me)
+
+    def _check(self, call: str) -> None:
+        if self._null:
+            raise GroupError(f"Group.{call}: the group is MPI.GROUP_NULL (or was freed)")
+
+    # -- facts ---------------------------------------------------------------------------
+    def Get_size(self) -> int:
+        self._check("Get_size")
+        return len(self._members)
+
+    def Get_rank(self) -> int:
+        self._check("Get_rank")
+        return self._me
+
+    size = property(Get_size)
+    rank = property(Get_rank)
+
+    @property
+    def world_ranks(self) -> Tuple[int, ...]:
+        return self._members
+
+    def __bool__(self) -> bool:
+        return not self._null
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Group):
+            return NotImplemented
+        if self._null or other._null:
+            return self._null and other._null
+        return self._members == other._members
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        if self._null:
+            return "MPI.GROUP_NULL"
+        if not self._members:
+            return "MPI.GROUP_EMPTY"
+        return f"<Group of world ranks {list(self._members)}, rank {self._me}>"
+
+    # -- rank checks ---------------------------------------------------------------------
+    def _ranks(self, ranks: Sequence[int], call: str) -> List[int]:
+        ranks = [int(r) for r in ranks]
+        n = len(self._members)
+        bad = [r for r in ranks if not 0 <= r < n]
+        if bad:
+            raise RankError(f"Group.{call}: ranks {bad} are not in this group of size {n} "
+                            f"(valid: 0..{n - 1})")
+        if len(set(ranks)) != len(ranks):
+            raise RankError(f"Group.{call}: ranks {ranks} name a process more than once")
+        return ranks
+
+    # -- constructors --------------------------------------------------------------------
+    def Incl(self, ranks: Sequence[int]) -> "Group":
+        """The processes ``ranks`` of this group, in that order."""
+        self._check("Incl")
+        return self._new([self._members[r] for r in self._ranks(ranks, "Incl")])
+
+    def Excl(self, ranks: Sequence[int]) -> "Group":
+        """This group without the processes ``ranks`` (order kept)."""
+        self._check("Excl")
+        drop = set(self._ranks(ranks, "Excl"))
+        return self._new([w for i, w in enumerate(self._members) if i not in drop])
+
+    def Range_incl(self, ranges: Sequence[Tuple[int, int, int]]) -> "Group":
+        self._check("Range_incl")
+        return self.Incl([r for first, last, stride in ranges
+                          for r in range(first, last + (1 if stride > 0 else -1), stride)])
+
+    def Range_excl(self, ranges: Sequence[Tuple[int, int, int]]) -> "Group":
+        self._check("Range_excl")
+        return self.Excl([r for first, last, stride in ranges
+                          for r in range(first, last + (1 if stride > 0 else -1), stride)])
+
+    def Dup(self) -> "Group":
+        self._check("Dup")
+        return self._new(self._members)
+
+    # Written as instance methods, these serve both mpi4py spellings: ``g1.Union(g2)``
+    # (mpi4py 4) and ``MPI.Group.Union(g1, g2)`` (mpi4py 3 classmethods).
+    def Union(self, group: "Group") -> "Group":
+        """Members of this group in order, then those of ``group`` not in it."""
+        self._check("Union")
+        group._check("Union")
+        first = set(self._members)
+        return _with_me(list(self._members) + [w for w in group._members if w not in first],
+                        self, group)
+
+    def Intersection(self, group: "Group") -> "Group":
+        """Members of this group (in its order) that are also in ``group``."""
+        self._check("Intersection")
+        group._check("Intersection")
+        second = set(group._members)
+        return _with_me([w for w in self._members if w in second], self, group)
+
+    def Difference(self, group: "Group") -> "Group":
+        """Members of this group (in its order) that are not in ``group``."""
+        self._check("Difference")
+        group._check("Difference")
+        second = set(group._members)
+        return _with_me([w for w in self._members if w not in second], self, group)
+
+    # -- relations -----------------------------------------------------------------------
+    def Translate_ranks(group1, ranks1: Optional[Sequence[int]] = None,
+                        group2: Optional["Group"] = None) -> List[int]:
+        """The rank in ``group2`` of each of ``ranks1`` of ``group1`` (``UNDEFINED`` if absent).
+
+        ``group1.Translate_ranks(ranks1, group2)`` or ``MPI.Group.Translate_ranks(group1,
+        ranks1, group2)``; ``ranks1=None`` means every rank of ``group1``.
+        """
+        group1._check("Translate_ranks")
+        if ranks1 is None:
+            ranks1 = range(len(group1._members))
+        out = []
+        for r in ranks1:
+            r = int(r)
+            if r == PROC_NULL:
+                out.append(PROC_NULL)
+                continue
+            if not 0 <= r < len(group1._members):
+                raise RankError(f"Group.Translate_ranks: rank {r} is not in group1 of size "
+                                f"{len(group1._members)}")
+            if group2 is None:
+                out.append(r)
+                continue
+            w = group1._members[r]
+            out.append(group2._members.index(w) if w in group2._members else UNDEFINED)
+        return out
+
+    def Compare(group1, group2: "Group") -> int:
+        """``IDENT`` (same members, same order), ``SIMILAR`` (same members) or ``UNEQUAL``."""
+        if group1._members == group2._members:
+            return IDENT
+        if set(group1._members) == set(group2._members):
+            return SIMILAR
+        return UNEQUAL
+
+    def Free(self) -> None:
+        self._check("Free")
+        self._null = True
+        self._members = ()
+        self._me = UNDEFINED
+
+
+def _with_me(members: List[int], *groups: Group) -> Group:
+    for g in groups:
+        if g._me != UNDEFINED:
+            return g._new(members)
+    return Group._of(members, None)
+
+
+GROUP_NULL = Group()
+GROUP_EMPTY = Group._of((), None)
+
+
+# -- communicators from groups -------------------------------------------------------------
+def comm_group(comm: "Comm") -> Group:
+    return Group._of(comm._group, comm._group[comm._rank])
+
+
+def _check_subset(comm: "Comm", group: Group, call: str) -> None:
+    group._check(call)
+    outside = [w for w in group._members if w not in comm._group]
+    if outside:
+        raise GroupError(f"rank {comm._rank}: {call}: the group holds processes (world ranks "
+                         f"{outside}) that are not members of {comm._name}")
+
+
+def create(comm: "Comm", group: Group) -> Any:
+    """``Comm.Create``: collective over ``comm``; members get the new communicator."""
+    comm._alive("Create")
+    _check_subset(comm, group, "Create")
+    me = comm._group[comm._rank]
+    if me in group._members:
+        color, key = 0, group._members.index(me)
+    else:
+        color, key = UNDEFINED, 0
+    new = comm.Split(color, key)
+    if new:
+        new.Set_name(f"{comm._name}.create")
+    return new
+
+
+#: Base of the tags Create_group uses on the parent's collective context. Collective calls
+#: number their tags from 1 upward, so this range never meets theirs.
+_CREATE_GROUP_TAG = 0x40000000
+
+
+def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
+    """``Comm.Create_group``: collective over the members of ``group`` only.
+
+    The members agree on a context id unused by all of them: each sends its next free
+    context to the group's first member, which answers with the maximum (a linear gather and
+    release on the parent's collective context, with a tag derived from ``tag`` so that
+    concurrent ``Create_group`` calls on disjoint groups never mix).
+    """
+    from . import serialization
+    from .comm import COMM_NULL, FIRST_FREE_CONTEXT
+    from .p2p.frames import F_OBJECT
+    from .p2p.request import Request
+
+    comm._alive("Create_group")
+    _check_subset(comm, group, "Create_group")
+    me = comm._group[comm._rank]
+    if me not in group._members:
+        return COMM_NULL
+    if not 0 <= int(tag) < _CREATE_GROUP_TAG:
+        raise GroupError(f"rank {comm._rank}: Create_group(tag={tag!r}): tag must be in "
+                         f"0..{_CREATE_GROUP_TAG - 1}")
+    parent_rank = {w: i for i, w in enumerate(comm._group)}
+    members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
+    ctx, wire_tag, call = comm._coll_context, _CREATE_GROUP_TAG + int(tag), "Create_group"
+    engine = comm._engine
+    mine = getattr(engine, "next_context", FIRST_FREE_CONTEXT)
+    leader = members[0]
+    if len(members) == 1:
+        context = mine
+    elif comm._rank == leader:
+        reqs = [comm._recv_obj_ctx(src, wire_tag, ctx, call) for src in members[1:]]
+        context = max([mine] + [r.wait() for r in reqs])
+        payload, nbytes = serialization.dumps(context)
+        Request.waitall([comm._isend_bytes(payload, nbytes, dst, wire_tag, F_OBJECT, call, ctx)
+                         for dst in members[1:]])
+    else:
+        payload, nbytes = serialization.dumps(mine)
+        comm._isend_bytes(payload, nbytes, leader, wire_tag, F_OBJECT, call, ctx).wait()
+        context = comm._recv_obj_ctx(leader, wire_tag, ctx, call).wait()
+    engine.next_context = context + 2
+    return comm._derive(group._members, group._members.index(me), context,
+                        f"{comm._name}.create_group")

@@ -1,0 +1,170 @@
+"""Small mpi4py handle types minimpi needs no machinery for, and the clear refusals.
+
+* :class:`Errhandler` (``ERRORS_RETURN``/``ERRORS_ARE_FATAL``/``ERRORS_ABORT``): minimpi
+  always raises ``MPI.Exception`` (mpi4py's default, ``ERRORS_RETURN``); setting another
+  handler is accepted and remembered, and an uncaught exception ends the job anyway.
+* :class:`Info`: a plain ordered dict of strings, enough for code that passes hints around.
+* :func:`unsupported`: what out-of-scope features (one-sided ``Win``, MPI-IO ``File``,
+  ``Spawn``, intercommunicators, graph topologies, non-contiguous derived datatypes,
+  ``MPI_T``) raise: :class:`~minimpi.errors.UnsupportedError`, a ``NotImplementedError``
+  naming the feature.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from .errors import UnsupportedError
+
+_WHY = {
+    "Win": "one-sided communication (MPI.Win, Put/Get/Accumulate)",
+    "File": "MPI-IO (MPI.File)",
+    "Spawn": "dynamic process management (Spawn, Connect/Accept, Get_parent intercomms)",
+    "Intercomm": "intercommunicators (Create_intercomm, Intercomm)",
+    "Graph": "graph topologies (Create_graph, Create_dist_graph)",
+    "Datatype": "derived datatypes other than contiguous ones",
+    "MPI_T": "the MPI tool interface (MPI_T)",
+    "Grequest": "generalized requests (Grequest)",
+    "Pack": "MPI_Pack/Unpack",
+}
+
+
+def unsupported(feature: str, call: str) -> UnsupportedError:
+    what = _WHY.get(feature, feature)
+    return UnsupportedError(f"{call}: minimpi does not implement {what}; see the README's "
+                            f"'Not implemented' list")
+
+
+def refusing(feature: str, call: str):
+    """A function that raises ``unsupported(feature, call)`` whatever its arguments."""
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise unsupported(feature, call)
+    refuse.__name__ = call.rsplit(".", 1)[-1]
+    refuse.__doc__ = f"Not implemented in minimpi: {_WHY.get(feature, feature)}."
+    return refuse
+
+
+class _Refused:
+    """A class placeholder (``MPI.Win``, ``MPI.File``...) whose use raises UnsupportedError."""
+
+    _feature = ""
+    _label = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise unsupported(self._feature, self._label)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+
+    @classmethod
+    def _make(cls, name: str, feature: str, methods: Tuple[str, ...] = ()) -> type:
+        ns: Dict[str, Any] = {"_feature": feature, "_label": f"MPI.{name}"}
+        for m in methods:
+            ns[m] = classmethod(lambda c, *a, _m=m, **k: (_ for _ in ()).throw(
+                unsupported(feature, f"MPI.{name}.{_m}")))
+        return type(name, (cls,), ns)
+
+
+class Errhandler:
+    """An error handler handle; minimpi always raises exceptions (``ERRORS_RETURN``)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, errhandler: Optional["Errhandler"] = None, _name: str = "ERRHANDLER_NULL") -> None:
+        self._name = errhandler._name if errhandler is not None else _name
+
+    def Free(self) -> None:
+        pass
+
+    def __bool__(self) -> bool:
+        return self._name != "ERRHANDLER_NULL"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Errhandler) and other._name == self._name
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"MPI.{self._name}"
+
+
+ERRHANDLER_NULL = Errhandler()
+ERRORS_RETURN = Errhandler(_name="ERRORS_RETURN")
+ERRORS_ARE_FATAL = Errhandler(_name="ERRORS_ARE_FATAL")
+ERRORS_ABORT = Errhandler(_name="ERRORS_ABORT")
+
+
+class Info:
+    """``MPI.Info``: string key/value hints (kept, never interpreted by minimpi)."""
+
+    def __init__(self, info: Optional["Info"] = None) -> None:
+        self._d: Dict[str, str] = dict(info._d) if info is not None else {}
+        self._null = info is None
+
+    @classmethod
+    def Create(cls, items: Any = None) -> "Info":
+        i = cls()
+        i._null = False
+        if items:
+            for k, v in dict(items).items():
+                i.Set(k, v)
+        return i
+
+    def Dup(self) -> "Info":
+        return Info.Create(self._d)
+
+    def Free(self) -> None:
+        self._d.clear()
+        self._null = True
+
+    def Set(self, key: str, value: str) -> None:
+        self._d[str(key)] = str(value)
+
+    def Get(self, key: str) -> Optional[str]:
+        return self._d.get(key)
+
+    def Delete(self, key: str) -> None:
+        del self._d[key]
+
+    def Get_nkeys(self) -> int:
+        return len(self._d)
+
+    def Get_nthkey(self, n: int) -> str:
+        return list(self._d)[n]
+
+    # dict-like, as mpi4py's Info
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __getitem__(self, key: str) -> str:
+        return self._d[key]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.Set(key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._d.get(key, default)
+
+    def keys(self):
+        return self._d.keys()
+
+    def values(self):
+        return self._d.values()
+
+    def items(self):
+        return self._d.items()
+
+    def __bool__(self) -> bool:
+        return not self._null
+
+    def __repr__(self) -> str:
+        return "MPI.INFO_NULL" if self._null else f"<Info {self._d}>"
+
+
+INFO_NULL = Info()
+INFO_ENV = Info.Create({"command": "", "maxprocs": ""})

@@ -1,0 +1,196 @@
+"""Matched probes (``Comm.Mprobe``/``Improbe`` -> ``MPI.Message``) and mpi4py-style counts.
+
+``Mprobe`` removes the matching message from the unexpected queue, so no other receive can
+take it; ``Message.Recv``/``Irecv``/``recv``/``irecv`` then receive exactly that message.
+
+Counts of object messages: mpi4py pickles objects in band, so ``Status.Get_count()`` after
+``recv`` (or after a ``probe``) is the size of the pickle. minimpi frames objects as
+``u32 nbuffers | u64 pickle_len | u64 len(buffer_i)... | pickle | buffers`` (see
+:mod:`minimpi.serialization`); :func:`object_count` reports pickle plus out-of-band buffer
+bytes, which equals mpi4py's count whenever the object holds no large buffers.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from .. import serialization
+from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from ..errors import RequestError
+from .frames import F_OBJECT
+from .request import CompletedRequest, Request, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..comm import Comm
+
+
+def object_count(total: int, payload: Any = None) -> int:
+    """mpi4py's count for an object message of ``total`` bytes (``payload`` if at hand)."""
+    head = serialization._COUNT.size
+    if payload is None or len(payload) < head:
+        return max(total - head, 0)
+    view = memoryview(payload)
+    nbuf, plen = serialization._COUNT.unpack_from(view, 0)
+    extra = sum(serialization._LEN.unpack_from(view, head + 8 * i)[0] for i in range(nbuf))
+    return plen + extra
+
+
+def incoming_status(inc: Any) -> Status:
+    """The status a probe reports for an unexpected message (object counts as mpi4py)."""
+    n = inc.length
+    if inc.flags & F_OBJECT:
+        n = object_count(inc.length, inc.buffer if inc.arrived else None)
+    return Status(inc.source, inc.tag, n)
+
+
+def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
+    """Status of the message a receive on ``comm`` would match now, or None."""
+    inc = comm._engine._queue(comm._context).find_unexpected(source, tag, remove=False)
+    return None if inc is None else incoming_status(inc)
+
+
+def finish_object(req: Request) -> Any:
+    """Decode a received object and set its status count to mpi4py's pickled size."""
+    req.status.nbytes = object_count(req.status.nbytes, req.buffer)
+    return serialization.loads(req.buffer)
+
+
+class _MprobeWait:
+    """Stands in for a request in 'what am I blocked on' reports while Mprobe waits."""
+
+    done = False
+
+    def __init__(self, comm: "Comm", source: int, tag: int) -> None:
+        self.description = ("mprobe", "source", source, tag, comm.name)
+
+
+class Message:
+    """A message taken by a matched probe (``MPI.Message``); receive it exactly once."""
+
+    __slots__ = ("_comm", "_inc", "_no_proc")
+
+    def __init__(self, message: Optional["Message"] = None) -> None:
+        self._comm = message._comm if message is not None else None
+        self._inc = message._inc if message is not None else None
+        self._no_proc = message._no_proc if message is not None else False
+
+    @classmethod
+    def _make(cls, comm: Optional["Comm"], inc: Any, no_proc: bool = False) -> "Message":
+        m = cls.__new__(cls)
+        m._comm, m._inc, m._no_proc = comm, inc, no_proc
+        return m
+
+    def __bool__(self) -> bool:
+        return self._inc is not None or self._no_proc
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        if self is other:
+            return True
+        if not self and not other:
+            return True
+        return self._no_proc and other._no_proc
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        if self._no_proc:
+            return "MPI.MESSAGE_NO_PROC"
+        if self._inc is None:
+            return "MPI.MESSAGE_NULL"
+        return f"<Message from {self._inc.source} tag {self._inc.tag} on {self._comm.name}>"
+
+    # -- probing (classmethods, as in mpi4py) --------------------------------------------
+    @classmethod
+    def Probe(cls, comm: "Comm", source: int = ANY_SOURCE, tag: int = ANY_TAG,
+              status: Optional[Status] = None) -> "Message":
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm: "Comm", source: int = ANY_SOURCE, tag: int = ANY_TAG,
+               status: Optional[Status] = None) -> Optional["Message"]:
+        return comm.Improbe(source, tag, status)
+
+    probe = Probe
+    iprobe = Iprobe
+
+    # -- receiving ------------------------------------------------------------------------
+    def _take(self, call: str) -> Any:
+        if self._inc is None and not self._no_proc:
+            raise RequestError(f"Message.{call}: the message is MPI.MESSAGE_NULL (already "
+                               f"received, or no message was matched)")
+        inc = self._inc
+        self._inc = None
+        return inc
+
+    def Irecv(self, buf: Any) -> Request:
+        no_proc = self._no_proc
+        inc = self._take("Irecv")
+        if no_proc:
+            self._no_proc = False
+            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+        from ..comm import _byte_view
+        view, spec = _byte_view(buf, True, "Message.Recv")
+        comm = self._comm
+        req = comm._engine.irecv_message(inc, view, False,
+                                         ("Message.Recv", "source", inc.source, inc.tag, comm.name))
+        if spec is not None and spec.is_temporary:
+            req._finish = spec.finish
+        return req
+
+    def Recv(self, buf: Any, status: Optional[Status] = None) -> None:
+        self.Irecv(buf).wait(status)
+
+    def irecv(self) -> Request:
+        no_proc = self._no_proc
+        inc = self._take("irecv")
+        if no_proc:
+            self._no_proc = False
+            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+        comm = self._comm
+        req = comm._engine.irecv_message(inc, None, True,
+                                         ("Message.recv", "source", inc.source, inc.tag, comm.name))
+        req._finish = lambda: finish_object(req)
+        return req
+
+    def recv(self, status: Optional[Status] = None) -> Any:
+        return self.irecv().wait(status)
+
+    def free(self) -> None:
+        """Do nothing (as in mpi4py)."""
+
+
+MESSAGE_NULL = Message()
+MESSAGE_NO_PROC = Message._make(None, None, no_proc=True)
+
+
+def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocking: bool,
+           call: str) -> Optional[Message]:
+    """``Comm.Mprobe`` (blocking) and ``Comm.Improbe`` over the engine's unexpected queue."""
+    comm._alive(call)
+    comm._check_source(source, call)
+    comm._check_recv_tag(tag, call)
+    if source == PROC_NULL:
+        if status is not None:
+            status._assign(Status(PROC_NULL, ANY_TAG, 0))
+        return Message._make(None, None, no_proc=True)   # equal to MPI.MESSAGE_NO_PROC
+    engine = comm._engine
+    found: list = []
+
+    def take() -> bool:
+        inc = engine.take_message(comm._context, source, tag)
+        if inc is not None:
+            found.append(inc)
+        return inc is not None
+
+    if blocking:
+        if not take():
+            engine.wait_until(take, [_MprobeWait(comm, source, tag)])
+    else:
+        engine.poll()
+        if not take():
+            return None
+    inc = found[0]
+    if status is not None:
+        status._assign(incoming_status(inc))
+    return Message._make(comm, inc)

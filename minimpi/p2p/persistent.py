@@ -1,0 +1,125 @@
+"""Persistent requests (``Send_init``/``Recv_init``/... -> ``MPI.Prequest``).
+
+A :class:`Prequest` remembers how to start one operation. ``Start()`` begins it (a fresh
+engine request underneath); waiting or testing completes it and leaves the prequest
+*inactive* but still usable (truthy, not ``REQUEST_NULL``) until ``Free()``. The buffer is
+read (sends) or written (receives) anew at every start, as in MPI.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from ..errors import RequestError
+from .request import Request, Status
+
+_EMPTY = Status()
+
+
+class Prequest(Request):
+    """A persistent communication request (``MPI.Prequest``)."""
+
+    __slots__ = ("_starter", "_op", "_freed_p")
+    _null_like = False
+
+    def __init__(self, starter: Callable[[], Request], engine: Any = None,
+                 description: Any = "persistent request") -> None:
+        self._engine = engine
+        self._finish = None
+        self._result = None
+        self.description = description
+        self._pending = 0
+        self._starter = starter
+        self._op: Optional[Request] = None
+        self._freed_p = False
+
+    # The state of the operation now running (or of none: an inactive request is complete).
+    @property
+    def done(self) -> bool:
+        return self._op is None or self._op.done
+
+    @done.setter
+    def done(self, value: bool) -> None:  # only the base class' constructor would set it
+        pass
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        return None if self._op is None else self._op.error
+
+    @error.setter
+    def error(self, value: Any) -> None:
+        pass
+
+    @property
+    def status(self) -> Status:
+        return Status() if self._op is None else self._op.status
+
+    @status.setter
+    def status(self, value: Any) -> None:
+        pass
+
+    @property
+    def _inactive(self) -> bool:
+        return self._op is None
+
+    @_inactive.setter
+    def _inactive(self, value: bool) -> None:
+        pass
+
+    def __bool__(self) -> bool:
+        return not self._freed_p
+
+    # -- mpi4py API ------------------------------------------------------------------------
+    def Start(self) -> None:
+        if self._freed_p:
+            raise RequestError(f"Prequest.Start: {self.description} was freed")
+        if self._op is not None:
+            raise RequestError(f"Prequest.Start: {self.description} is still active; complete "
+                               f"it (Wait/Test) before starting it again")
+        self._op = self._starter()
+
+    start = Start
+
+    @classmethod
+    def Startall(cls, requests: Sequence["Prequest"]) -> None:
+        for r in requests:
+            r.Start()
+
+    startall = Startall
+
+    def _collect(self, status: Optional[Status]) -> Any:
+        op, self._op = self._op, None
+        if op is None:   # inactive: complete at once with an empty status
+            if status is not None:
+                status._assign(Status())
+            return None
+        return op._collect(status)
+
+    def wait(self, status: Optional[Status] = None) -> Any:
+        if self._op is not None and not self._op.done:
+            self._engine.wait_for(self._op)
+        return self._collect(status)
+
+    def test(self, status: Optional[Status] = None):
+        if self._op is not None and not self._op.done:
+            self._engine.poll()
+            if not self._op.done:
+                return False, None
+        return True, self._collect(status)
+
+    def Get_status(self, status: Optional[Status] = None) -> bool:
+        if self._op is None:
+            if status is not None:
+                status._assign(Status())
+            return True
+        return self._op.Get_status(status)
+
+    def Cancel(self) -> None:
+        if self._op is not None:
+            self._op.Cancel()
+
+    def Free(self) -> None:
+        self._freed_p = True
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed_p else ("active" if self._op is not None else "inactive")
+        return f"<Prequest {self.description} ({state})>"

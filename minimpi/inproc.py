@@ -28,17 +28,35 @@ class RankFailed(Exception):
         self.exc = exc
 
 
+def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List[Any]:
+    if kind == "inproc":
+        fabric = InprocFabric(size, recorder)
+        return [fabric.transport(r) for r in range(size)]
+    if kind == "tcp":  # real sockets on loopback, ranks as threads: the transport conformance runs
+        import os
+        from .transports.tcp import TcpTransport
+        secret = os.urandom(32)
+        ts = [TcpTransport(r, size, secret) for r in range(size)]
+        addresses = [t.listen() for t in ts]
+        for t in ts:
+            t.set_peers(addresses)
+        return ts
+    raise ValueError(f"run_threads: unknown transport {kind!r} (inproc or tcp)")
+
+
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
                 eager_limit: int = DEFAULT_EAGER_LIMIT, recorder: Optional[FrameRecorder] = None,
-                **kwargs: Any) -> List[Any]:
+                transport: str = "inproc", **kwargs: Any) -> List[Any]:
     """Call ``fn(comm, *args, **kwargs)`` on ``size`` ranks; return the results in rank order.
 
-    The first exception (lowest rank) is re-raised as :class:`RankFailed` from the original.
+    ``transport``: ``"inproc"`` (default) or ``"tcp"`` (loopback sockets between the threads,
+    used to run one conformance suite over both). The first exception (lowest rank) is
+    re-raised as :class:`RankFailed` from the original.
     """
     from .comm import Intracomm
 
-    fabric = InprocFabric(size, recorder)
-    engines = [Engine(r, size, fabric.transport(r), eager_limit) for r in range(size)]
+    transports = _transports(transport, size, recorder)
+    engines = [Engine(r, size, transports[r], eager_limit) for r in range(size)]
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
     blocked: List[str] = [""] * size
@@ -52,10 +70,12 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
         comm = Intracomm(engine, range(size), rank, 0, "COMM_WORLD")
         try:
             results[rank] = fn(comm, *args, **kwargs)
+            engine.flush(timeout)  # as at a process's exit: deliver what is still queued
         except BaseException as exc:  # report every failure, including assertion errors
             errors[rank] = exc
         finally:
-            fabric.transport(rank).close()
+            if transport == "inproc":
+                transports[rank].close()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"minimpi-rank-{r}", daemon=True)
                for r in range(size)]
@@ -67,11 +87,15 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     if stuck:
         for engine in engines:
             engine.abort("in-process run timed out")
-        for r in range(size):
-            fabric.transport(r).wake()
+        for t in transports:
+            if hasattr(t, "wake"):
+                t.wake()
         detail = "; ".join(f"rank {r}: {blocked[r] or 'running (not blocked in minimpi)'}" for r in stuck)
         raise MPITimeoutError(f"run_threads: {len(stuck)} of {size} ranks did not finish within "
                               f"{timeout:g} s - {detail}")
+    if transport != "inproc":
+        for t in transports:
+            t.close()
     for rank, exc in enumerate(errors):
         if exc is not None:
             raise RankFailed(rank, exc) from exc

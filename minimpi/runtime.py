@@ -38,6 +38,11 @@ class _Runtime:
             addresses = info.coordinator.exchange_addresses(address)
             if transport is not None:
                 transport.set_peers(addresses)
+                # Small jobs connect every pair at start-up, while all ranks are in this call,
+                # so that no message later waits for a handshake with a rank that is busy.
+                if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")) and \
+                        hasattr(transport, "connect_all"):
+                    transport.connect_all()
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         self.failing = False

@@ -119,6 +119,7 @@ class _OutConn:
             self.queue.appendleft(_Frame([memoryview(proof)], None))
             self.t._pending += 1
             self.state = self.READY
+            self.t._ready_out.add(self.peer)
             self.flush()
             return
         if self.state == self.READY:
@@ -278,6 +279,7 @@ class _InConn:
             if not hmac.compare_digest(data, want):
                 return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
             self.state = self.READY
+            self.t._ready_in.add(self.peer)
             self.t._handshaking.discard(self)
             self.buf = bytearray(STAGING)
             self.view = memoryview(self.buf)
@@ -379,6 +381,8 @@ class TcpTransport(Transport):
         self._out: List[Optional[_OutConn]] = [None] * size
         self._addresses: Optional[List[str]] = None
         self._handshaking = set()
+        self._ready_out = set()  # peers whose connection from / to this rank was ever ready
+        self._ready_in = set()
         self._pending = 0
         self._listener: Optional[_Listener] = None
 
@@ -437,6 +441,32 @@ class TcpTransport(Transport):
         self._pending += 1
         if conn.state == _OutConn.READY and len(conn.queue) == 1:
             conn.flush()
+
+    def connect_all(self, timeout: float = 60.0) -> None:
+        """Open (and authenticate) every connection now instead of on first use.
+
+        Waits until this rank's connections to every peer and every peer's connection to
+        it are ready; since every rank waits for both directions, no rank leaves while a
+        handshake with it is still pending.
+        """
+        for peer in range(self.size):
+            if peer != self.rank and self._out[peer] is None:
+                self._out[peer] = _OutConn(self, peer, self._addresses[peer])
+        deadline = time.monotonic() + timeout
+        while True:
+            # A peer may finish and close before this loop sees it: count what was ever ready.
+            outs = len(self._ready_out)
+            ins = len(self._ready_in)
+            if outs == ins == self.size - 1:
+                return
+            failed = [p for p, c in enumerate(self._out)
+                      if p != self.rank and c is None and p not in self._ready_out]
+            if failed or time.monotonic() > deadline:
+                raise TransportError(
+                    f"rank {self.rank}: could not connect to every rank within {timeout:g} s "
+                    f"({outs} of {self.size - 1} outgoing and {ins} incoming connections ready"
+                    f"{'; failed: ranks ' + str(failed) if failed else ''})")
+            self.progress(0.2)
 
     def progress(self, timeout: Optional[float]) -> bool:
         if timeout is None:

@@ -275,3 +275,20 @@ def test_scatter_object_count_mismatch():
     with pytest.raises(RankFailed) as info:
         run_threads(1, lambda c: c.scatter([1, 2, 3]))
     assert "sequence of 1 objects" in str(info.value.exc)
+
+
+@pytest.mark.parametrize("alg", GATHER_ALGS)
+def test_gatherv_count_mismatch_is_explained(alg):
+    from minimpi.errors import CollectiveMismatchError, TruncationError
+
+    def body(comm):
+        r = comm.rank
+        mine = np.zeros(3 if r == 3 else 2)               # rank 3 sends one item too many
+        recv = np.zeros(8) if r == 0 else None
+        comm.Gatherv(mine, [recv, ([2] * 4, None), DOUBLE] if r == 0 else None, algorithm=alg)
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(4, body, timeout=5)
+    # a too-long raw block surfaces as the engine's TruncationError (see the report)
+    assert isinstance(info.value.exc, (CollectiveMismatchError, TruncationError))
+    assert "rank 0" in str(info.value.exc) and "Gatherv" in str(info.value.exc)

@@ -1,6 +1,7 @@
 """Collective methods of ``Intracomm``: one mixin per collective module, composed here."""
 from __future__ import annotations
 
+from .allreduce import AllreduceMethods
 from .barrier import BarrierMethods
 from .bcast import BcastMethods
 from .gather import GatherMethods
@@ -10,5 +11,5 @@ from .scatter import ScatterMethods
 
 
 class CollectiveMethods(BcastMethods, ScatterMethods, GatherMethods, ReduceMethods, ScanMethods,
-                        BarrierMethods):
+                        BarrierMethods, AllreduceMethods):
     """Mixin giving communicators their collective operations."""

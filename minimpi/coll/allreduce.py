@@ -1,0 +1,293 @@
+"""Allreduce: every rank ends with x0 (op) x1 (op) ... (op) x[p-1].
+
+``data`` is the flat numpy receive buffer, already holding this rank's contribution
+(``Allreduce`` copies ``sendbuf`` in unless ``IN_PLACE``), reduced in place; or, for the
+object ``allreduce``, this rank's object (each schedule returns the result). ``n`` in the
+costs is the byte count of the whole vector.
+
+Operand order: binomial, recursive doubling and Rabenseifner always combine two partial
+results that cover *adjacent* ranges of ranks, lower range on the left, so non-commutative
+ops give rank order. The ring accumulates each block starting at a different rank
+(cyclically), so it is registered ``commutative_only`` and ``auto`` never picks it for a
+non-commutative op.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .blocks import (combine, even_bounds, fold_power_of_two, received, scratch_like,
+                     unfold_rank)
+from .cost import ceil_log2, floor_log2, segments
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+def _fold_steps(p: int) -> int:
+    """Extra full-vector steps a non-power-of-two p costs the folding algorithms (0 or 2)."""
+    return 0 if p & (p - 1) == 0 else 2
+
+
+@algorithm("allreduce", "binomial",
+           cost=lambda m, p, n: 2 * ceil_log2(p) * (m.alpha + n * m.beta) + ceil_log2(p) * n * m.gamma)
+def allreduce_binomial(ch: Channel, data: Any, op: Any, datatype: Any = None) -> Schedule:
+    """Binomial reduce to rank 0, then binomial broadcast: 2·ceil(log2 p) steps;
+    time 2·ceil(log2 p)·(α + nβ) + ceil(log2 p)·nγ.
+
+    Reduce, step k (mask = 2^k): a rank with bit k set sends its partial result (ranks
+    [rank, rank + mask)) to rank - mask and is done; the receiver appends it on the right
+    (acc = acc op received). Broadcast: the same tree backwards, largest subtree first.
+    """
+    p, rank = ch.size, ch.rank
+    into = scratch_like(data)
+    mask = 1
+    while mask < p:                                   # reduce towards rank 0
+        if rank & mask:
+            yield [ch.isend(data, rank - mask)]
+            break
+        if rank + mask < p:
+            req = ch.irecv(into, rank + mask)
+            yield [req]
+            data = combine(op, data, received(req, into), False, datatype, ch.call)
+        mask <<= 1
+    if rank:                                          # receive the result from the parent
+        req = ch.irecv(data if into is not None else None, rank - mask)
+        yield [req]
+        data = received(req, data if into is not None else None)
+    mask >>= 1
+    while mask:                                       # pass it on to the children
+        if rank + mask < p:
+            yield [ch.isend(data, rank + mask)]
+        mask >>= 1
+    return data
+
+
+@algorithm("allreduce", "recursive_doubling",
+           cost=lambda m, p, n: (floor_log2(p) + _fold_steps(p)) * (m.alpha + n * m.beta)
+           + (floor_log2(p) + _fold_steps(p) // 2) * n * m.gamma)
+def allreduce_recursive_doubling(ch: Channel, data: Any, op: Any, datatype: Any = None) -> Schedule:
+    """Recursive doubling: log2 p steps of full-vector exchanges (+2 when p is not a power of
+    two); time (log2 p + f)·(α + nβ) + (log2 p + f/2)·nγ, f = 0 or 2.
+
+    Step k (mask = 2^k): exchange everything with newrank ^ mask and combine, the lower
+    partner's partial on the left. Any p: first fold (the even rank of each of the first
+    ``rem`` pairs hands its vector to the odd one and sits out), at the end unfold (the odd
+    rank hands the result back).
+    """
+    p, rank = ch.size, ch.rank
+    into = scratch_like(data)
+    pof2, rem, newrank = fold_power_of_two(rank, p)
+    if rank < 2 * rem:                                # fold
+        if newrank < 0:
+            yield [ch.isend(data, rank + 1)]
+        else:
+            req = ch.irecv(into, rank - 1)
+            yield [req]
+            data = combine(op, data, received(req, into), True, datatype, ch.call)
+    if newrank >= 0:
+        mask = 1
+        while mask < pof2:
+            partner = unfold_rank(newrank ^ mask, rem)
+            req = ch.irecv(into, partner)
+            yield [req, ch.isend(data, partner)]
+            data = combine(op, data, received(req, into), partner < rank, datatype, ch.call)
+            mask <<= 1
+    if rank < 2 * rem:                                # unfold
+        if newrank >= 0:
+            yield [ch.isend(data, rank - 1)]
+        else:
+            req = ch.irecv(data if into is not None else None, rank + 1)
+            yield [req]
+            data = received(req, data if into is not None else None)
+    return data
+
+
+@algorithm("allreduce", "rabenseifner", objects=False,
+           cost=lambda m, p, n: (2 * floor_log2(p) + _fold_steps(p)) * m.alpha
+           + (2 * (p - 1) / p + _fold_steps(p)) * n * m.beta
+           + ((p - 1) / p + _fold_steps(p) // 2) * n * m.gamma)
+def allreduce_rabenseifner(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None) -> Schedule:
+    """Rabenseifner: reduce-scatter by recursive halving, then allgather by recursive doubling.
+
+    2·log2 p steps (+2 when p is not a power of two, as in recursive doubling); time
+    2·log2 p·α + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ - the bandwidth of the ring with the latency
+    of a tree. Halving runs with distance 1, 2, 4, ... so the partners' partial results always
+    cover adjacent rank ranges: non-commutative ops are fine.
+
+    Halving step (mask = 2^k): split the current window in two; the lower partner keeps the
+    lower half and sends the upper one (and vice versa), then reduces what it receives into
+    the half it keeps. Doubling retraces the windows backwards, swapping halves.
+    """
+    p, rank = ch.size, ch.rank
+    unit = datatype.base_count if datatype is not None else 1
+    n_items = data.size // unit
+    pof2, rem, newrank = fold_power_of_two(rank, p)
+    if rank < 2 * rem:                                # fold (whole vectors)
+        if newrank < 0:
+            yield [ch.isend(data, rank + 1)]
+        else:
+            tmp = np.empty_like(data)
+            yield [ch.irecv(tmp, rank - 1)]
+            op.reduce_into(tmp, data, datatype, call=ch.call)
+    if newrank >= 0:
+        tmp = np.empty((n_items - n_items // 2) * unit, dtype=data.dtype)
+        lo, hi = 0, n_items                           # window, in items
+        windows = []
+        mask = 1
+        while mask < pof2:                            # reduce-scatter: recursive halving
+            partner = unfold_rank(newrank ^ mask, rem)
+            mid = lo + (hi - lo) // 2
+            keep, give = ((lo, mid), (mid, hi)) if newrank & mask == 0 else ((mid, hi), (lo, mid))
+            kept = data[keep[0] * unit:keep[1] * unit]
+            piece = tmp[:kept.size]
+            yield [ch.irecv(piece, partner), ch.isend(data[give[0] * unit:give[1] * unit], partner)]
+            combine(op, kept, piece, partner < rank, datatype, ch.call)
+            windows.append((lo, hi))
+            lo, hi = keep
+            mask <<= 1
+        while windows:                                # allgather: recursive doubling
+            mask >>= 1
+            partner = unfold_rank(newrank ^ mask, rem)
+            wlo, whi = windows.pop()
+            other = (hi, whi) if lo == wlo else (wlo, lo)
+            yield [ch.irecv(data[other[0] * unit:other[1] * unit], partner),
+                   ch.isend(data[lo * unit:hi * unit], partner)]
+            lo, hi = wlo, whi
+    if rank < 2 * rem:                                # unfold
+        if newrank >= 0:
+            yield [ch.isend(data, rank - 1)]
+        else:
+            yield [ch.irecv(data, rank + 1)]
+    return data
+
+
+def _ring_cost(m, p, n):
+    s = segments(n / max(p, 1), m.segment)
+    return 2 * (p - 1) * m.alpha + (p - 1) * (s - 1) * m.alpha / 4 \
+        + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma / min(s, 2)
+
+
+@algorithm("allreduce", "ring", objects=False, commutative_only=True, cost=_ring_cost)
+def allreduce_ring(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None,
+                   segment: int = 0) -> Schedule:
+    """Ring: reduce-scatter around the ring, then allgather around it; 2(p-1) block steps.
+
+    Time 2(p-1)·α + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ: each rank sends and receives only
+    2(p-1)/p of the vector, the least any algorithm can. The vector is cut into p blocks.
+
+    Reduce-scatter, step k = 0..p-2: send block (rank-k-1) to the right, receive block
+    (rank-k-2) from the left and reduce it into our own copy; after p-1 steps rank r holds the
+    complete block r. Each block step is cut into S segments of about ``segment`` bytes
+    (``MINIMPI_COST_SEGMENT``), received into two preallocated segment slots: while segment
+    t is being reduced, segment t+1 is already on the wire (its data was reduced S segments
+    ago), so transfer and reduction overlap and the temporaries stay cache-sized. The model
+    charges each extra segment α/4 (its handshake overlaps the previous transfer) and hides
+    half of the reduction time once S >= 2.
+
+    Allgather, step k = 0..p-2: send block (rank-k), receive block (rank-k-1) straight into
+    place. Block b is accumulated starting at rank b+1, so operands are combined in cyclic,
+    not rank, order: commutative ops only.
+    """
+    p, rank = ch.size, ch.rank
+    if p == 1:
+        return data
+    if not segment:
+        from .cost import default_model
+        segment = default_model().segment
+    left, right = (rank - 1) % p, (rank + 1) % p
+    unit = datatype.base_count if datatype is not None else 1
+    bounds = even_bounds(data.size // unit, p, unit)  # block b = data[bounds[b]:bounds[b+1]]
+    largest = bounds[1] - bounds[0]
+    nseg = max(1, -(-largest * data.itemsize // max(1, segment)))
+    nseg = min(nseg, max(1, largest // unit))
+
+    def piece(b: int, j: int) -> np.ndarray:
+        lo, hi = bounds[b], bounds[b + 1]
+        cut = even_bounds((hi - lo) // unit, nseg, unit)
+        return data[lo + cut[j]:lo + cut[j + 1]]
+
+    slot_size = even_bounds(largest // unit, nseg, unit)[1]
+    slots = (np.empty(slot_size, data.dtype), np.empty(slot_size, data.dtype))
+    # Reduce-scatter: unit t = (step k, segment j) sends piece(rank-k-1, j), reduces into
+    # piece(rank-k-2, j).
+    work = [((rank - k - 1) % p, (rank - k - 2) % p, j) for k in range(p - 1) for j in range(nseg)]
+
+    def post(t: int):
+        sb, rb, j = work[t]
+        dest = piece(rb, j)
+        into = slots[t % 2][:dest.size]
+        return into, dest, [ch.irecv(into, left), ch.isend(piece(sb, j), right)]
+
+    into, dest, step = post(0)
+    for t in range(len(work)):
+        yield step
+        ahead = t + 1 < len(work) and nseg > 1
+        if ahead:                                     # next segment goes on the wire now
+            nxt = post(t + 1)
+        op.reduce_into(into, dest, datatype, call=ch.call)
+        if t + 1 < len(work):
+            into, dest, step = nxt if ahead else post(t + 1)
+    # Allgather: pass the complete blocks around.
+    for k in range(p - 1):
+        sb, rb = (rank - k) % p, (rank - k - 1) % p
+        yield [ch.irecv(data[bounds[rb]:bounds[rb + 1]], left),
+               ch.isend(data[bounds[sb]:bounds[sb + 1]], right)]
+    return data
+
+
+class AllreduceMethods:
+    """``Allreduce``/``Iallreduce``/``allreduce`` of ``Intracomm``."""
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into every ``recvbuf``.
+
+        ``sendbuf`` may be ``MPI.IN_PLACE`` (the input is taken from ``recvbuf``).
+        """
+        self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Allreduce", False)
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+        return self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Iallreduce", True)
+
+    def _allreduce_buf(self, sendbuf, recvbuf, op, algorithm, call, nonblocking):
+        from ..buffers import parse_buffer
+        from ..constants import IN_PLACE
+        from ..errors import CountError
+        from .common import execute, flat_bytes
+        op = _check_op(self, op, call)
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        op.check_datatype(recv.datatype, call)
+        if send is not IN_PLACE:
+            if send.nbytes != recv.nbytes:
+                raise CountError(
+                    f"rank {self.rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
+                    f"({send.nbytes} bytes) but recvbuf has {recv.count} x {recv.datatype.name} "
+                    f"({recv.nbytes} bytes); they must match")
+            if recv.nbytes:
+                flat_bytes(recv.array)[...] = flat_bytes(send.array)
+        return execute(self, "allreduce", call, recv.nbytes,
+                       lambda fn, ch: fn(ch, recv.array, op, recv.datatype),
+                       op=op, algorithm=algorithm, nonblocking=nonblocking,
+                       finalize=lambda _: recv.finish())
+
+    def allreduce(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+        """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
+        from .common import execute
+        op = _check_op(self, op, "allreduce")
+        return execute(self, "allreduce", "allreduce", 0,
+                       lambda fn, ch: fn(ch, sendobj, op), op=op, algorithm=algorithm,
+                       objects=True)
+
+
+def _check_op(comm: Any, op: Any, call: str) -> Any:
+    """The op to use (SUM when None), or OpError before anything is sent."""
+    from ..errors import OpError
+    from ..ops import SUM, Op
+    if op is None:
+        return SUM
+    if not isinstance(op, Op):
+        raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM "
+                      f"(or MPI.Op.Create(fn)), got {type(op).__name__} {op!r:.40}")
+    op._check_usable(call)
+    return op

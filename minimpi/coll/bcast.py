@@ -155,7 +155,7 @@ class BcastMethods:
         check_root(self, root, call)
         spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
         return execute(self, "bcast", call, spec.nbytes,
-                       lambda fn, ch: fn(ch, spec.array, root), algorithm=algorithm,
+                       lambda fn, ch: fn(ch, spec.array, root), root=root, algorithm=algorithm,
                        nonblocking=nonblocking, finalize=lambda _: spec.finish())
 
     def bcast(self, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
@@ -170,4 +170,4 @@ class BcastMethods:
         check_root(self, root, call)
         return execute(self, "bcast", call, 0,
                        lambda fn, ch: fn(ch, obj if self.rank == root else None, root),
-                       algorithm=algorithm, objects=True, nonblocking=nonblocking)
+                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

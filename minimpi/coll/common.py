@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import RootError
+from ..mismatch import open_call
 from .registry import choose
 from .schedule import Channel, Schedule, run, start
 
@@ -25,16 +26,19 @@ def check_root(comm: Any, root: int, call: str) -> None:
 def execute(comm: Any, collective: str, call: str, nbytes: int,
             invoke: Callable[[Callable, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
-            finalize: Optional[Callable[[Any], Any]] = None) -> Any:
+            finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None) -> Any:
     """Choose an algorithm, then run ``invoke(algorithm_function, channel)``'s schedule.
 
     Blocking: returns ``finalize(result)``. Nonblocking: returns a request whose ``wait()``
-    gives ``finalize(result)``.
+    gives ``finalize(result)``. ``root`` (rooted collectives), ``op``, ``nbytes`` and the
+    algorithm go into the call's signature (:mod:`minimpi.mismatch`), so ranks that call
+    different collectives fail with ``CollectiveMismatchError`` instead of hanging.
     """
     comm._alive(call)
     alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
                  rank=comm.rank, call=call)
     ch = Channel(comm, f"{call}[{alg.name}]", getattr(comm._engine, "step_hook", None))
+    open_call(comm, ch, collective, call, alg.name, root, op, nbytes, objects)
     schedule = invoke(alg.function, ch)
     if nonblocking:
         return start(ch, schedule, finalize)

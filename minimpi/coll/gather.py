@@ -159,7 +159,7 @@ class GatherMethods:
         finish = (lambda _: recv.finish()) if at_root else (lambda _: None)
         return execute(self, "gather", call, nbytes,
                        lambda fn, ch: fn(ch, make(ch), root, model.segment),
-                       algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
 
     def gather(self, sendobj: Any, root: int = 0, algorithm: str = None) -> Any:
         """The root returns the list of every rank's ``sendobj`` in rank order; others None."""
@@ -175,4 +175,4 @@ class GatherMethods:
         return execute(self, "gather", call, 0,
                        lambda fn, ch: fn(ch, Blocks.listed(ch, root, own=sendobj, objects=True),
                                          root, model.segment),
-                       algorithm=algorithm, objects=True, nonblocking=nonblocking)
+                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

@@ -192,7 +192,7 @@ class ReduceMethods:
         red = Operand(op, False, datatype, call)
         acc = red.mine(acc, readonly=not at_root)
         return execute(self, "reduce", call, acc.nbytes,
-                       lambda fn, ch: fn(ch, red, acc, root), op=op, algorithm=algorithm,
+                       lambda fn, ch: fn(ch, red, acc, root), op=op, root=root, algorithm=algorithm,
                        nonblocking=nonblocking, finalize=lambda _: finish())
 
     def reduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None) -> Any:
@@ -208,7 +208,7 @@ class ReduceMethods:
         op = _check_op(self, op, call)
         red = Operand(op, True, None, call)
         return execute(self, "reduce", call, 0, lambda fn, ch: fn(ch, red, sendobj, root),
-                       op=op, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+                       op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
 
 
 # ----------------------------------------------------------------- shared by reduce and scan

@@ -160,7 +160,7 @@ class ScatterMethods:
         finish = (lambda _: None) if in_place else (lambda _: recv.finish())
         return execute(self, "scatter", call, nbytes,
                        lambda fn, ch: fn(ch, make(ch), root, model.segment),
-                       algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
 
     def scatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:
         """The root's ``sendobj`` is a sequence of p objects; rank i returns item i."""
@@ -189,4 +189,4 @@ class ScatterMethods:
         return execute(self, "scatter", call, 0,
                        lambda fn, ch: fn(ch, Blocks.listed(ch, root, items=items, objects=True),
                                          root, model.segment),
-                       algorithm=algorithm, objects=True, nonblocking=nonblocking)
+                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

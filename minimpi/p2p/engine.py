@@ -65,6 +65,13 @@ class Engine(FrameSink):
         self.block_report_after = 1.0
         self.on_blocked: Optional[Callable[[List[Request]], None]] = None
         self.on_unblocked: Optional[Callable[[], None]] = None
+        # Called (after ``on_blocked``) whenever a round of progress of that still-blocked wait
+        # moved something (frames, bytes, connections): lets the deadlock detector tell "stuck"
+        # from "a long transfer in flight". Never called before ``block_report_after``.
+        self.on_still_blocked: Optional[Callable[[List[Request]], None]] = None
+        # Collective mismatch checks (minimpi.mismatch.Watch), by collective context id: only
+        # consulted for a message that matched no posted receive.
+        self.coll_watch: Dict[int, object] = {}
 
     # -- communicator contexts ----------------------------------------------------------
     def register_context(self, context: int, group: Sequence[int]) -> None:
@@ -243,6 +250,10 @@ class Engine(FrameSink):
             inc.buffer = bytearray(header.length)
             q.unexpected.append(inc)
             self._current[peer] = inc
+            if self.coll_watch:
+                watch = self.coll_watch.get(header.context)
+                if watch is not None:
+                    watch.arrived(self, inc)
             return memoryview(inc.buffer)
         if kind == DATA:
             req = self._rndv_recvs.pop((peer, header.msg_id))
@@ -257,6 +268,10 @@ class Engine(FrameSink):
                 self._bind(req, inc)
             else:
                 q.unexpected.append(inc)
+                if self.coll_watch:
+                    watch = self.coll_watch.get(header.context)
+                    if watch is not None:
+                        watch.arrived(self, inc)
             return None
         if kind == CTS:
             req, payload, context, source, tag, flags = self._rndv_sends.pop((peer, header.msg_id))
@@ -371,7 +386,7 @@ class Engine(FrameSink):
                     self.advance_active()
                 if done():
                     break
-                transport.progress(POLL_INTERVAL)
+                moved = transport.progress(POLL_INTERVAL)
                 if self.active:
                     self.advance_active()
                 if done():
@@ -382,7 +397,10 @@ class Engine(FrameSink):
                     raise MPITimeoutError(
                         f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} did not "
                         f"complete within {timeout:g} s")
-                if not reported and now - start >= self.block_report_after and self.on_blocked:
+                if reported:
+                    if moved and self.on_still_blocked is not None:
+                        self.on_still_blocked(waiting_on)
+                elif now - start >= self.block_report_after and self.on_blocked:
                     reported = True
                     self.on_blocked(waiting_on)
         finally:

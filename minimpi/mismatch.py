@@ -1,0 +1,319 @@
+"""Collective mismatch detection: every rank must call the same collectives in the same order.
+
+MPI requires the ranks of a communicator to call the same collective operations in the same
+order, with the same root, the same op and compatible sizes. A program that does not (rank 0
+calls ``Bcast`` while rank 2 calls ``Reduce``) hangs or, worse, silently delivers one call's
+data into another call's buffer. minimpi turns that into one clear error::
+
+    rank 2 called Reduce(root=0, op=SUM) as collective #3 on COMM_WORLD while rank 0 called
+    Bcast(root=0)
+
+**How, at negligible cost.** Every collective call already has a private tag on the
+communicator's collective context: the call's sequence number (:class:`~minimpi.coll.schedule.
+Channel`). We fold a compact *signature* of the call into the high bits of that tag::
+
+    tag = seq mod 2**14  |  signature << 14          (31 bits, never negative)
+    signature (17 bits) = kind (5) | root (4) | op (4) | detail (4)
+
+* ``kind``: which collective (``bcast``, ``reduce``...), exact (a fixed table);
+* ``root``: 0 for none, ``root + 1`` for roots 0..13, 15 for larger roots (then the exact
+  root is folded into ``detail``);
+* ``op``: 0 for none, 1..14 the predefined ops, 15 a user op (its name goes into ``detail``);
+* ``detail``: a 4-bit checksum of the algorithm, the byte count and the buffer-vs-object
+  form - the things that must also agree but are not worth exact bits.
+
+Consequences:
+
+1. Mismatched calls can never match each other's messages (their tags differ), so no data
+   is ever delivered into the wrong call - the worst failure, silent garbage, is gone.
+2. The check itself costs nothing on the matching path: it runs only for a collective
+   message that matched no posted receive (the *unexpected* path, which already allocates
+   a buffer) - :meth:`Watch.arrived`, called by the engine - and once per collective call,
+   over this communicator's unexpected queue, which is almost always empty
+   (:func:`open_call`). A message whose sequence number names one of this rank's recent
+   collectives (the last :data:`HISTORY`) but whose signature differs is a mismatch: the
+   receiver fails that collective's pending receives with
+   :class:`~minimpi.errors.CollectiveMismatchError` (so it does not hang), or - when that
+   call already returned - raises the error from its next collective on the communicator.
+3. The receiver decodes the sender's kind, root and op from the signature, so the message
+   names both sides. Differences only in ``detail`` are explained as well as the message
+   allows (its byte count, the algorithm or object form when a candidate reproduces the
+   checksum).
+
+Limits (documented, not hidden): a mismatch in which no message ever crosses between the
+two sides (e.g. two ranks that both only *receive* in their call) cannot be seen by either
+rank; it shows up as a deadlock, and ``minimpi run``'s deadlock report names the collectives
+each blocked rank is in. A ``detail`` difference escapes the signature with probability
+1/16; buffer collectives then still catch a wrong size when the data arrives
+(``Channel._check_size``). Sequence numbers are compared modulo 2**14: a rank more than
+16 000 collectives ahead of another on one communicator could confuse the check.
+"""
+from __future__ import annotations
+
+import collections
+import zlib
+from typing import Any, Dict, Optional, Tuple
+
+from .errors import CollectiveMismatchError
+
+SEQ_BITS = 14
+SEQ_MASK = (1 << SEQ_BITS) - 1
+#: how many recent collectives per communicator a late message is checked against
+HISTORY = 64
+
+#: collective kinds (registry names) with a fixed id each (index + 1); others hash to 23..31
+KINDS = ["barrier", "bcast", "reduce", "allreduce", "gather", "gatherv", "scatter", "scatterv",
+         "allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw", "reduce_scatter",
+         "reduce_scatter_block", "scan", "exscan", "neighbor_allgather", "neighbor_allgatherv",
+         "neighbor_alltoall", "neighbor_alltoallv", "neighbor_alltoallw"]
+_KIND_ID = {name: i + 1 for i, name in enumerate(KINDS)}
+#: how each kind is named in messages (the mpi4py buffer method; objects use the lowercase)
+DISPLAY = {name: name.capitalize() for name in KINDS}
+
+#: predefined ops with a fixed id each (index + 1); 15 = another (user) op
+OPS = ["SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC",
+       "MINLOC", "REPLACE", "NO_OP"]
+_OP_ID = {name: i + 1 for i, name in enumerate(OPS)}
+_OTHER_OP = 15
+_BIG_ROOT = 15
+
+
+def _kind_id(collective: str) -> int:
+    kid = _KIND_ID.get(collective)
+    if kid is None:
+        kid = 23 + zlib.crc32(collective.encode()) % 9
+    return kid
+
+
+def _op_name(op: Any) -> Optional[str]:
+    if op is None:
+        return None
+    name = getattr(op, "name", None)
+    if isinstance(name, str):
+        return name
+    return getattr(op, "__name__", None) or type(op).__name__
+
+
+def signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
+              objects: bool) -> int:
+    """The 17-bit signature of one collective call (see the module docstring)."""
+    kind = _kind_id(collective)
+    opname = _op_name(op)
+    if root is None:
+        rbits = 0
+    elif 0 <= root < _BIG_ROOT - 1:
+        rbits = root + 1
+    else:
+        rbits = _BIG_ROOT
+    obits = 0 if opname is None else _OP_ID.get(opname, _OTHER_OP)
+    text = f"{algorithm}|{nbytes}|{1 if objects else 0}"
+    if rbits == _BIG_ROOT:
+        text += f"|r{root}"
+    if obits == _OTHER_OP:
+        text += f"|o{opname}"
+    detail = zlib.crc32(text.encode()) & 0xF
+    return kind | rbits << 5 | obits << 9 | detail << 13
+
+
+def decode(sig: int) -> Tuple[int, Optional[int], Optional[str], int]:
+    """(kind id, root or None (-1: a root above 13), op name or None, detail) of a signature."""
+    kind = sig & 0x1F
+    rbits = (sig >> 5) & 0xF
+    obits = (sig >> 9) & 0xF
+    detail = (sig >> 13) & 0xF
+    root = None if rbits == 0 else (-1 if rbits == _BIG_ROOT else rbits - 1)
+    op = None if obits == 0 else (OPS[obits - 1] if obits <= len(OPS) else "a user-defined op")
+    return kind, root, op, detail
+
+
+def _kind_name(kind: int) -> str:
+    if 1 <= kind <= len(KINDS):
+        return DISPLAY[KINDS[kind - 1]]
+    try:  # a collective outside the fixed table: look among the registered ones
+        from .coll.registry import REGISTRY
+        for name in REGISTRY:
+            if _kind_id(name) == kind:
+                return name.capitalize()
+    except Exception:  # pragma: no cover - only for messages
+        pass
+    return "another collective"
+
+
+class Call:
+    """What this rank called as one collective (kept for the last :data:`HISTORY` calls)."""
+
+    __slots__ = ("seq", "tag", "sig", "collective", "call", "algorithm", "root", "op", "nbytes",
+                 "objects")
+
+    def __init__(self, seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects):
+        self.seq = seq
+        self.tag = tag
+        self.sig = sig
+        self.collective = collective
+        self.call = call
+        self.algorithm = algorithm
+        self.root = root
+        self.op = op
+        self.nbytes = nbytes
+        self.objects = objects
+
+    def text(self, with_size: bool = False) -> str:
+        args = []
+        if self.root is not None:
+            args.append(f"root={self.root}")
+        opname = _op_name(self.op)
+        if opname is not None:
+            args.append(f"op={opname}")
+        out = f"{self.call}({', '.join(args)})"
+        if with_size:
+            out += f" with {self.nbytes} bytes per rank" if not self.objects else " on Python objects"
+        return out
+
+
+def describe_signature(sig: int) -> str:
+    """``Bcast(root=0)`` / ``Allreduce(op=SUM)``: what a signature says about a call."""
+    kind, root, op, _ = decode(sig)
+    args = []
+    if root is not None:
+        args.append("root>=14" if root < 0 else f"root={root}")
+    if op is not None:
+        args.append(f"op={op}")
+    return f"{_kind_name(kind)}({', '.join(args)})"
+
+
+def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool) -> str:
+    """Why two calls of the same kind, root and op differ: algorithm, form or size."""
+    their_detail = (their_sig >> 13) & 0xF
+    root, op = mine.root, mine.op
+
+    def detail(alg, nbytes, objects):
+        return (signature(mine.collective, alg, root, op, nbytes, objects) >> 13) & 0xF
+
+    if mine.objects:
+        if detail(mine.algorithm, 0, False) == their_detail:
+            return "the buffer form (a Capitalized call) where this rank used the object form"
+    elif detail(mine.algorithm, mine.nbytes, True) == their_detail:
+        return "the Python-object form (a lowercase call) where this rank used the buffer form"
+    try:
+        from .coll.registry import REGISTRY
+        for name in REGISTRY.get(mine.collective, {}):
+            if name != mine.algorithm and detail(name, mine.nbytes, mine.objects) == their_detail:
+                return (f"algorithm {name!r} where this rank used {mine.algorithm!r} (every rank "
+                        f"must choose the same algorithm: same algorithm= argument and "
+                        f"MINIMPI_{mine.collective.upper()} setting)")
+    except Exception:  # pragma: no cover - only for messages
+        pass
+    if nbytes_known:
+        return (f"a different buffer size (its message here has {length} bytes; this rank "
+                f"passed {mine.nbytes} bytes)")
+    return "a different buffer size, algorithm or object/buffer form"
+
+
+class Watch:
+    """Mismatch bookkeeping of one communicator's collective context (one per engine)."""
+
+    __slots__ = ("comm", "calls", "order", "error")
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.calls: Dict[int, Call] = {}       # seq mod 2**14 -> recent call
+        self.order: collections.deque = collections.deque()
+        self.error: Optional[CollectiveMismatchError] = None
+
+    def remember(self, call: Call) -> None:
+        low = call.seq & SEQ_MASK
+        self.calls[low] = call
+        self.order.append(low)
+        if len(self.order) > HISTORY:
+            old = self.order.popleft()
+            if old != low:
+                self.calls.pop(old, None)
+
+    def error_for(self, mine: Call, source: int, their_tag: int, length: int,
+                  rendezvous: bool) -> CollectiveMismatchError:
+        comm = self.comm
+        their_sig = their_tag >> SEQ_BITS
+        same_kind = (their_sig & 0x1FFF) == (mine.sig & 0x1FFF)
+        if same_kind:
+            theirs = (f"{describe_signature(their_sig)} with "
+                      f"{_explain_detail(mine, their_sig, length, not mine.objects)}")
+            mine_text = mine.text(with_size=True)
+        else:
+            theirs = describe_signature(their_sig)
+            mine_text = mine.text()
+        return CollectiveMismatchError(
+            f"collective mismatch: rank {comm.rank} called {mine_text} as collective "
+            f"#{mine.seq} on {comm.name} while rank {source} called {theirs}; every rank of a "
+            f"communicator must call the same collectives in the same order, with the same "
+            f"root, op and sizes")
+
+    # -- called by the engine for a collective message that matched no posted receive -------
+    def arrived(self, engine: Any, inc: Any) -> None:
+        """A collective message went to the unexpected queue: is it from a mismatched call?
+
+        Runs inside the transport's progress; never raises. The error is delivered by
+        failing the pending receives (and rendezvous sends) of the mismatched call, or, if it
+        has none left, from this rank's next collective call on the communicator.
+        """
+        try:
+            mine = self.calls.get(inc.tag & SEQ_MASK)
+            if mine is None or mine.tag == inc.tag:
+                return
+            err = self.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous)
+            failed = False
+            q = engine._queues.get(inc.context)
+            if q is not None:
+                for req in [r for r in q.posted if r.tag == mine.tag]:
+                    q.posted.remove(req)
+                    req._fail(err)
+                    failed = True
+            for key, value in list(engine._rndv_sends.items()):
+                if value[2] == inc.context and value[4] == mine.tag:
+                    del engine._rndv_sends[key]
+                    value[0]._fail(err)
+                    failed = True
+            if not failed and self.error is None:
+                self.error = err
+        except Exception:  # pragma: no cover - diagnostics must never break progress
+            pass
+
+
+def open_call(comm: Any, ch: Any, collective: str, call: str, algorithm: str,
+              root: Optional[int], op: Any, nbytes: int, objects: bool) -> None:
+    """Give channel ``ch`` its signed tag and check it against what already arrived.
+
+    Called once per collective call (by ``coll.common.execute``), after the channel drew its
+    sequence number. Raises :class:`CollectiveMismatchError` when a message of this call's
+    sequence number with another signature is already here, or when an earlier call on this
+    communicator was found mismatched after it returned.
+    """
+    engine = comm._engine
+    context = ch.context
+    watches = engine.coll_watch
+    watch = watches.get(context)
+    if watch is None:
+        watch = watches[context] = Watch(comm)
+    elif watch.error is not None:
+        err, watch.error = watch.error, None
+        raise err
+    seq = ch.tag
+    sig = signature(collective, algorithm, root, op, nbytes, objects)
+    tag = (seq & SEQ_MASK) | sig << SEQ_BITS
+    ch.tag = tag
+    mine = Call(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects)
+    watch.remember(mine)
+    q = engine._queues.get(context)
+    if q is not None and q.unexpected:
+        low = seq & SEQ_MASK
+        for inc in q.unexpected:
+            if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
+                raise watch.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous)
+
+
+def call_of(comm: Any, tag: int) -> Optional[Call]:
+    """This rank's recent collective call with channel tag ``tag`` (for deadlock reports)."""
+    watch = comm._engine.coll_watch.get(comm._coll_context)
+    if watch is None:
+        return None
+    mine = watch.calls.get(tag & SEQ_MASK)
+    return mine if mine is not None and mine.tag == tag else None

@@ -9,11 +9,11 @@ Each schedule returns the broadcast object in object mode.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
-from .cost import ceil_log2, segments
+from .cost import ceil_log2, default_model, segments
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -28,7 +28,7 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
     in its lowest set bit, then sends to children rel + mask for each lower mask.
     """
     p, rel = ch.size, (ch.rank - root) % ch.size
-    is_object = not isinstance(data, np.ndarray)
+    is_object = ch.objects
     mask = 1
     while mask < p:                       # find the parent: lowest set bit of rel
         if rel & mask:
@@ -50,8 +50,8 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
 @algorithm("bcast", "ring",
            cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
            * (m.alpha + min(n, m.segment) * m.beta))
-def bcast_ring(ch: Channel, data: Any, root: int, segment: int = 256 * 1024) -> Schedule:
-    """Pipelined chain: root -> root+1 -> ... -> root-1, in segments of ``segment`` bytes.
+def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None) -> Schedule:
+    """Pipelined chain: root -> root+1 -> ... -> root-1, in segments (default: the cost model's).
 
     With s segments: p-1+s-1 steps; time (p+s-2)·(α + (n/s)β), so for large n every link
     streams at once and the time approaches nβ. Objects travel as one segment.
@@ -61,7 +61,7 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: int = 256 * 1024) -> 
         return data
     prev, nxt = (ch.rank - 1) % p, (ch.rank + 1) % p
     last = rel == p - 1
-    if not isinstance(data, np.ndarray):
+    if ch.objects:
         if rel != 0:
             req = ch.irecv(None, prev)
             yield [req]
@@ -71,7 +71,7 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: int = 256 * 1024) -> 
         return data
     raw = data.view(np.uint8)
     n = raw.size
-    per = max(1, segment)
+    per = max(1, segment or default_model().segment)
     pieces = [raw[i:i + per] for i in range(0, n, per)] or [raw]
     if rel == 0:
         for piece in pieces:
@@ -88,10 +88,6 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: int = 256 * 1024) -> 
     if not last:
         yield [ch.isend(pending, nxt)]
     return data
-
-
-def _vdg_ok(p: int, nbytes: int, op=None):
-    return None
 
 
 @algorithm("bcast", "scatter_allgather", objects=False,

@@ -37,7 +37,7 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     comm._alive(call)
     alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
                  rank=comm.rank, call=call)
-    ch = Channel(comm, f"{call}[{alg.name}]", getattr(comm._engine, "step_hook", None))
+    ch = Channel(comm, f"{call}[{alg.name}]", getattr(comm._engine, "step_hook", None), objects)
     open_call(comm, ch, collective, call, alg.name, root, op, nbytes, objects)
     schedule = invoke(alg.function, ch)
     if nonblocking:

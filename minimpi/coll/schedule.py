@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional, Sequ
 import numpy as np
 
 from .. import serialization
-from ..errors import CollectiveMismatchError
+from ..errors import CollectiveMismatchError, TruncationError
 from ..p2p.frames import F_OBJECT
 from ..p2p.request import Request
 
@@ -49,10 +49,14 @@ class Channel:
     never match a user's receive, and two outstanding nonblocking collectives never mix.
     """
 
-    __slots__ = ("comm", "rank", "size", "tag", "call", "context", "step_hook", "step_index")
+    __slots__ = ("comm", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
+                 "objects")
 
-    def __init__(self, comm: "Comm", call: str, step_hook: Optional[StepHook] = None) -> None:
+    def __init__(self, comm: "Comm", call: str, step_hook: Optional[StepHook] = None,
+                 objects: bool = False) -> None:
         self.comm = comm
+        #: object mode (lowercase API): every message is pickled, numpy arrays included
+        self.objects = objects
         self.rank = comm.rank
         self.size = comm.size
         self.call = call
@@ -62,7 +66,7 @@ class Channel:
         self.step_index = 0
 
     def isend(self, data: Any, dest: int) -> Request:
-        if isinstance(data, np.ndarray):
+        if not self.objects and isinstance(data, np.ndarray):
             view = byte_view(data)
             return self.comm._isend_bytes((view,), view.nbytes, dest, self.tag, 0, self.call,
                                           self.context)
@@ -98,6 +102,19 @@ class Channel:
         return [self.irecv(into, source), self.isend(send, dest)]
 
 
+def _finish_step(ch: Channel, step: Step) -> None:
+    """Surface the errors of a completed step and run its receives' finishing work."""
+    for req in step:
+        if req.error is not None or req._finish is not None:
+            try:
+                req.wait()
+            except TruncationError as exc:
+                raise CollectiveMismatchError(
+                    f"rank {ch.rank}: {ch.call} on {ch.comm.name}: rank {req.status.source} sent "
+                    f"{req.status.nbytes} bytes, more than this rank expected; every rank must pass "
+                    f"matching counts and datatypes (and the same root and op)") from exc
+
+
 def run(ch: Channel, schedule: Schedule) -> Any:
     """Run a schedule to the end, completing each step before starting the next."""
     engine = ch.comm._engine
@@ -110,9 +127,7 @@ def run(ch: Channel, schedule: Schedule) -> Any:
             ch.step_index += 1
             if step:
                 engine.wait_all(step)
-                for req in step:
-                    if req.error is not None or req._finish is not None:
-                        req.wait()
+                _finish_step(ch, step)
             step = schedule.send(None)
     except StopIteration as done:
         return done.value
@@ -142,9 +157,7 @@ class CollectiveRequest(Request):
                 if self._step is not None:
                     if not all(r.done for r in self._step):
                         return False
-                    for req in self._step:
-                        if req.error is not None or req._finish is not None:
-                            req.wait()
+                    _finish_step(ch, self._step)
                     self._step = self._schedule.send(None)
                 else:
                     self._step = next(self._schedule)

@@ -167,13 +167,15 @@ class Blocks:
     def nelements(self, indices: Sequence[int]) -> int:
         return sum(self.counts[i] for i in indices)
 
-    def pack(self, indices: Sequence[int]) -> Any:
-        """The message carrying these blocks, in this order."""
+    def pack(self, indices: Sequence[int], copy: bool = False) -> Any:
+        """The message carrying these blocks, in this order. ``copy=True`` when the same
+        blocks are received into while the message may still be in flight."""
         if self.items is not None:
             return [self.items[i] for i in indices]
         span = self._span(indices)
         if span is not None:
-            return self.array[span[0]:span[1]]
+            view = self.array[span[0]:span[1]]
+            return view.copy() if copy else view
         return np.concatenate([self.view(i) for i in indices])
 
     def target(self, indices: Sequence[int]) -> Optional[np.ndarray]:

@@ -135,5 +135,5 @@ def _load_all() -> None:
 COLLECTIVE_MODULES = [
     "bcast",
     "scatter", "gather", "reduce", "barrier", "scan",
-    "allreduce",
+    "allreduce", "allgather", "reduce_scatter", "alltoall",
 ]

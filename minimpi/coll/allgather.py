@@ -1,0 +1,210 @@
+"""Allgather: every rank ends with the blocks of all ranks, in rank order.
+
+Each schedule takes ``blocks`` (:class:`~minimpi.coll.blocks.Blocks`): the p blocks of the
+receive buffer (``Allgather``/``Allgatherv``: views at counts/displs, this rank's block
+already filled; uneven counts and zeros are fine) or a list of p objects (``allgather``:
+this rank's item set). A message carrying several blocks is one array (zero-copy when they
+lie back to back) or a list of objects. ``n`` in the costs is the byte count of all blocks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .blocks import Blocks, fold_power_of_two, unfold_rank
+from .cost import ceil_log2, floor_log2
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+def _not_pow2(p: int) -> int:
+    return 0 if p & (p - 1) == 0 else 1
+
+
+@algorithm("allgather", "binomial",
+           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta
+           + ceil_log2(p) * (m.alpha + n * m.beta))
+def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
+    """Binomial gather to rank 0, then binomial broadcast of everything: 2·ceil(log2 p)
+    steps; time ceil(log2 p)·α + ((p-1)/p)·nβ + ceil(log2 p)·(α + nβ).
+
+    Gather, step k (mask = 2^k): a rank with bit k set sends the blocks of its subtree
+    [rank, rank + mask) to rank - mask; the receiver gets [rank + mask, rank + 2·mask).
+    Broadcast: rank 0 sends all p blocks down the same tree, largest subtree first.
+    """
+    p, rank = ch.size, ch.rank
+    mask = 1
+    while mask < p:                                   # gather towards rank 0
+        if rank & mask:
+            yield [ch.isend(blocks.pack(range(rank, min(rank + mask, p))), rank - mask)]
+            break
+        if rank + mask < p:
+            idx = range(rank + mask, min(rank + 2 * mask, p))
+            into = blocks.target(idx)
+            req = ch.irecv(into, rank + mask)
+            yield [req]
+            blocks.unpack(idx, into, req)
+        mask <<= 1
+    everything = range(p)
+    if rank:                                          # receive all blocks from the parent
+        into = blocks.target(everything)
+        req = ch.irecv(into, rank - mask)
+        yield [req]
+        blocks.unpack(everything, into, req)
+    mask >>= 1
+    while mask:
+        if rank + mask < p:
+            yield [ch.isend(blocks.pack(everything), rank + mask)]
+        mask >>= 1
+    return blocks
+
+
+@algorithm("allgather", "ring",
+           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * m.beta))
+def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
+    """Ring: p-1 steps; time (p-1)·(α + (n/p)·β).
+
+    Step k: send block (rank - k) to the right neighbour, receive block (rank - k - 1) from
+    the left one (straight into place); each block travels p-1 hops.
+    """
+    p, rank = ch.size, ch.rank
+    left, right = (rank - 1) % p, (rank + 1) % p
+    for k in range(p - 1):
+        send_idx, recv_idx = [(rank - k) % p], [(rank - k - 1) % p]
+        into = blocks.target(recv_idx)
+        req = ch.irecv(into, left)
+        yield [req, ch.isend(blocks.pack(send_idx), right)]
+        blocks.unpack(recv_idx, into, req)
+    return blocks
+
+
+@algorithm("allgather", "recursive_doubling",
+           cost=lambda m, p, n: (floor_log2(p) + 2 * _not_pow2(p)) * m.alpha
+           + ((p - 1) / p + _not_pow2(p) * (1 + 1 / p)) * n * m.beta)
+def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
+    """Recursive doubling: log2 p steps (+2 when p is not a power of two); time
+    log2 p·α + ((p-1)/p)·nβ, plus α + (n/p)β and α + nβ for the fold and unfold.
+
+    Step k (mask = 2^k): exchange everything gathered so far - the blocks of the 2^k
+    newranks that share our bits above k - with newrank ^ mask; the data doubles each step.
+    Any p: the even rank of each of the first ``rem`` pairs first gives its block to the odd
+    one (which then stands for both) and at the end receives all p blocks from it.
+    """
+    p, rank = ch.size, ch.rank
+    pof2, rem, newrank = fold_power_of_two(rank, p)
+
+    def real_range(nlo: int, nhi: int) -> range:
+        """Real ranks whose blocks newranks [nlo, nhi) hold."""
+        lo = 2 * nlo if nlo < rem else nlo + rem
+        hi = 2 * nhi if nhi <= rem else nhi + rem
+        return range(lo, hi)
+
+    if rank < 2 * rem:                                # fold
+        if newrank < 0:
+            yield [ch.isend(blocks.pack([rank]), rank + 1)]
+        else:
+            into = blocks.target([rank - 1])
+            req = ch.irecv(into, rank - 1)
+            yield [req]
+            blocks.unpack([rank - 1], into, req)
+    if newrank >= 0:
+        mask = 1
+        while mask < pof2:
+            partner_new = newrank ^ mask
+            mine_lo = newrank & ~(mask - 1)
+            theirs_lo = partner_new & ~(mask - 1)
+            mine, theirs = real_range(mine_lo, mine_lo + mask), real_range(theirs_lo, theirs_lo + mask)
+            into = blocks.target(theirs)
+            req = ch.irecv(into, unfold_rank(partner_new, rem))
+            yield [req, ch.isend(blocks.pack(mine), unfold_rank(partner_new, rem))]
+            blocks.unpack(theirs, into, req)
+            mask <<= 1
+    if rank < 2 * rem:                                # unfold
+        everything = range(p)
+        if newrank >= 0:
+            yield [ch.isend(blocks.pack(everything), rank - 1)]
+        else:
+            into = blocks.target(everything)
+            req = ch.irecv(into, rank + 1)
+            yield [req]
+            blocks.unpack(everything, into, req)
+    return blocks
+
+
+@algorithm("allgather", "bruck",
+           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta)
+def allgather_bruck(ch: Channel, blocks: Blocks) -> Schedule:
+    """Bruck: ceil(log2 p) steps for any p; time ceil(log2 p)·α + ((p-1)/p)·nβ.
+
+    Step k (d = 2^k): send the blocks we hold, those of ranks rank .. rank+d-1 (mod p), to
+    rank - d; receive those of ranks rank+d .. rank+2d-1 (mod p) from rank + d. The last
+    step carries only the p - d blocks still missing. Blocks go straight to their places
+    (no final rotation); a run that wraps past rank p-1 is packed into one message.
+    """
+    p, rank = ch.size, ch.rank
+    d = 1
+    while d < p:
+        count = min(d, p - d)
+        send_idx = [(rank + i) % p for i in range(count)]
+        recv_idx = [(rank + d + i) % p for i in range(count)]
+        into = blocks.target(recv_idx)
+        req = ch.irecv(into, (rank + d) % p)
+        yield [req, ch.isend(blocks.pack(send_idx), (rank - d) % p)]
+        blocks.unpack(recv_idx, into, req)
+        d <<= 1
+    return blocks
+
+
+class AllgatherMethods:
+    """``Allgather``/``Allgatherv``/``allgather`` (+ ``Iallgather``/``Iallgatherv``)."""
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+        """Gather every rank's ``sendbuf`` into every ``recvbuf`` (p equal blocks, rank order).
+
+        ``sendbuf`` may be ``MPI.IN_PLACE`` (this rank's block is already in ``recvbuf``).
+        """
+        self._allgather_buf(sendbuf, recvbuf, algorithm, "Allgather", False, False)
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+        return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgather", True, False)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+        """``Allgather`` with per-rank counts: ``recvbuf = [buf, (counts, displs), TYPE]``."""
+        self._allgather_buf(sendbuf, recvbuf, algorithm, "Allgatherv", False, True)
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+        return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgatherv", True, True)
+
+    def _allgather_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+        from ..buffers import parse_buffer, parse_vbuffer
+        from ..constants import IN_PLACE
+        from ..errors import CountError
+        from .common import execute, flat_bytes
+        p, rank = self.size, self.rank
+        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+        if not vector and len(set(recv.counts)) > 1:
+            raise CountError(
+                f"rank {rank}: {call}: recvbuf holds {recv.total_count} x {recv.datatype.name}, "
+                f"which does not split into {p} equal blocks; give [buf, count, TYPE] with the "
+                f"per-rank count, or use Allgatherv")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        if send is not IN_PLACE:
+            if send.nbytes != recv.block_nbytes(rank):
+                raise CountError(
+                    f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
+                    f"({send.nbytes} bytes) but this rank's block of recvbuf is "
+                    f"{recv.counts[rank]} x {recv.datatype.name} ({recv.block_nbytes(rank)} bytes)")
+            if send.nbytes:
+                flat_bytes(recv.block(rank))[...] = flat_bytes(send.array)
+        blocks = Blocks.of_vbuffer(recv)
+        return execute(self, "allgather", call, recv.total_count * recv.datatype.size,
+                       lambda fn, ch: fn(ch, blocks), algorithm=algorithm,
+                       nonblocking=nonblocking, finalize=lambda _: recv.finish())
+
+    def allgather(self, sendobj: Any, algorithm: str = None) -> list:
+        """Gather every rank's Python object; every rank returns the list in rank order."""
+        from .common import execute
+        items = [None] * self.size
+        items[self.rank] = sendobj
+        return execute(self, "allgather", "allgather", 0,
+                       lambda fn, ch: fn(ch, Blocks(items=items)), algorithm=algorithm,
+                       objects=True, finalize=lambda blocks: blocks.items)

@@ -1,0 +1,195 @@
+"""All-to-all: block j of rank i's send data becomes block i of rank j's receive data.
+
+Each schedule takes ``send`` and ``recv`` (:class:`~minimpi.coll.blocks.Blocks`): the p
+blocks of the send and receive buffers (counts/displs per rank; uneven counts and zeros
+for ``Alltoallv``), or lists of p objects (``alltoall``). ``n`` in the costs is the byte
+count one rank sends in all.
+
+Two registry entries: ``alltoall`` (equal blocks: ring, scattered, bruck) and ``alltoallv``
+(ring, scattered). Bruck forwards other ranks' blocks, and with uneven counts their sizes
+come from the whole count matrix, which no rank knows - so ``Alltoallv`` offers no Bruck.
+For the same reason the ``Alltoallv`` byte counts differ per rank, so its choice (which
+every rank must make alike) depends on p alone: its costs are given for n = 0.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .blocks import Blocks
+from .cost import ceil_log2
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+def _ring_cost(m, p, n):
+    return (p - 1) * (m.alpha + n / p * m.beta)
+
+
+def _scattered_cost(m, p, n):
+    return m.alpha + (p - 1) * m.alpha / 2 + (p - 1) / p * n * m.beta
+
+
+@algorithm("alltoallv", "ring", cost=_ring_cost)
+@algorithm("alltoall", "ring", cost=_ring_cost)
+def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
+    """Pairwise shift: p-1 steps; time (p-1)·(α + (n/p)·β).
+
+    Step k = 1..p-1: send our block for rank+k to rank+k, receive rank-k's block for us
+    (straight into place). One exchange in flight at a time, so no rank is flooded.
+    """
+    p, rank = ch.size, ch.rank
+    recv.put(rank, send.get(rank))
+    for k in range(1, p):
+        dst, src = (rank + k) % p, (rank - k) % p
+        into = recv.target([src])
+        req = ch.irecv(into, src)
+        yield [req, ch.isend(send.pack([dst]), dst)]
+        recv.unpack([src], into, req)
+    return recv
+
+
+@algorithm("alltoallv", "scattered", cost=_scattered_cost)
+@algorithm("alltoall", "scattered", cost=_scattered_cost)
+def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
+    """Scattered: every receive and send posted at once, one step; time
+    α + (p-1)·α/2 + ((p-1)/p)·nβ (the exchanges overlap, so the latency is paid once, but
+    each of the 2(p-1) messages still costs processing time, modelled as α/2).
+
+    Sends go to rank+1, rank+2, ... and receives come from rank-1, rank-2, ..., so not
+    every rank starts with the same partner.
+    """
+    p, rank = ch.size, ch.rank
+    recv.put(rank, send.get(rank))
+    if p == 1:
+        return recv
+    recvs = []
+    step = []
+    for k in range(1, p):
+        src = (rank - k) % p
+        into = recv.target([src])
+        req = ch.irecv(into, src)
+        recvs.append((src, into, req))
+        step.append(req)
+    for k in range(1, p):
+        dst = (rank + k) % p
+        step.append(ch.isend(send.pack([dst]), dst))
+    yield step
+    for src, into, req in recvs:
+        recv.unpack([src], into, req)
+    return recv
+
+
+@algorithm("alltoall", "bruck",
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n / 2 * m.beta))
+def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
+    """Bruck: ceil(log2 p) steps; time ceil(log2 p)·(α + (n/2)·β) - fewest messages, so best
+    for small blocks; each block may be forwarded several times.
+
+    Rotate: work[i] = our block for rank+i. Step k (d = 2^k): send the blocks work[i] whose
+    index has bit k set to rank + d, and receive the same slots from rank - d (so what we
+    send is packed as a copy: the receive may land first). Afterwards
+    work[i] holds rank-i's block for us: store it as block rank-i.
+    """
+    p, rank = ch.size, ch.rank
+    if send.is_object:
+        work = Blocks(items=[send.get((rank + i) % p) for i in range(p)])
+    else:
+        b = send.counts[0]
+        work = Blocks.uniform(np.empty(b * p, send.array.dtype), p)
+        for i in range(p):
+            work.put(i, send.get((rank + i) % p))
+    d = 1
+    while d < p:
+        idx = [i for i in range(p) if i & d]
+        outgoing = work.pack(idx, copy=True)          # before the receive into the same slots
+        into = work.target(idx)
+        req = ch.irecv(into, (rank - d) % p)
+        yield [req, ch.isend(outgoing, (rank + d) % p)]
+        work.unpack(idx, into, req)
+        d <<= 1
+    for i in range(p):
+        recv.put((rank - i) % p, work.get(i))
+    return recv
+
+
+class AlltoallMethods:
+    """``Alltoall``/``Alltoallv``/``alltoall`` (+ ``Ialltoall``/``Ialltoallv``)."""
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+        """Send block j of ``sendbuf`` to rank j; receive rank i's block into block i of
+        ``recvbuf`` (p equal blocks each). ``sendbuf`` may be ``MPI.IN_PLACE``."""
+        self._alltoall_buf(sendbuf, recvbuf, algorithm, "Alltoall", False, False)
+
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+        return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoall", True, False)
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+        """``Alltoall`` with per-rank counts: ``[buf, (counts, displs), TYPE]`` on both sides;
+        ``sendcounts[j]`` here must equal ``recvcounts[i]`` on rank j."""
+        self._alltoall_buf(sendbuf, recvbuf, algorithm, "Alltoallv", False, True)
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+        return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoallv", True, True)
+
+    def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+        from ..buffers import parse_vbuffer
+        from ..constants import IN_PLACE
+        from ..errors import CountError
+        from .common import execute, flat_bytes
+        p, rank = self.size, self.rank
+        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf",
+                             allow_in_place=True)
+        rblocks = Blocks.of_vbuffer(recv)
+        if send is IN_PLACE:                          # send from a copy of recvbuf's data
+            sblocks = Blocks(recv.array.copy(), rblocks.counts, rblocks.displs)
+        else:
+            sblocks = Blocks.of_vbuffer(send)
+            if send.array.dtype != recv.array.dtype:  # different datatypes: move bytes
+                sblocks = Blocks(flat_bytes(send.array), [c * send.datatype.size for c in send.counts],
+                                 [d * send.datatype.size for d in send.displs])
+                rblocks = Blocks(flat_bytes(recv.array), [c * recv.datatype.size for c in recv.counts],
+                                 [d * recv.datatype.size for d in recv.displs])
+        if not vector:
+            for name, b in (("sendbuf", sblocks), ("recvbuf", rblocks)):
+                if len(set(b.counts)) > 1:
+                    raise CountError(
+                        f"rank {rank}: {call}: {name} does not split into {p} equal blocks "
+                        f"({sum(b.counts)} elements); give [buf, count, TYPE] with the per-rank "
+                        f"count, or use Alltoallv")
+            if sblocks.counts[0] * sblocks.array.itemsize != rblocks.counts[0] * rblocks.array.itemsize:
+                raise CountError(
+                    f"rank {rank}: {call}: sendbuf blocks are {sblocks.counts[0] * sblocks.array.itemsize} "
+                    f"bytes but recvbuf blocks are {rblocks.counts[0] * rblocks.array.itemsize} bytes; "
+                    f"they must match")
+            nbytes = sum(sblocks.counts) * sblocks.array.itemsize
+        else:
+            mine = sblocks.counts[rank] * sblocks.array.itemsize
+            if mine != rblocks.counts[rank] * rblocks.array.itemsize:
+                raise CountError(
+                    f"rank {rank}: {call}: sendcounts[{rank}] and recvcounts[{rank}] (this rank's "
+                    f"block to itself) differ: {mine} vs "
+                    f"{rblocks.counts[rank] * rblocks.array.itemsize} bytes")
+            nbytes = 0                                # counts differ per rank: choose by p alone
+        return execute(self, "alltoallv" if vector else "alltoall", call, nbytes,
+                       lambda fn, ch: fn(ch, sblocks, rblocks), algorithm=algorithm,
+                       nonblocking=nonblocking, finalize=lambda _: recv.finish())
+
+    def alltoall(self, sendobj: Any, algorithm: str = None) -> list:
+        """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""
+        from ..errors import CountError
+        from .common import execute
+        p = self.size
+        try:
+            items = list(sendobj)
+        except TypeError:
+            items = None
+        if items is None or len(items) != p:
+            what = f"{len(items)} items" if items is not None else type(sendobj).__name__
+            raise CountError(f"rank {self.rank}: alltoall: sendobj must be a sequence of "
+                             f"{p} objects (one per rank), got {what}")
+        return execute(self, "alltoall", "alltoall", 0,
+                       lambda fn, ch: fn(ch, Blocks(items=items), Blocks(items=[None] * p)),
+                       algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)

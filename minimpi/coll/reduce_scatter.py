@@ -1,0 +1,269 @@
+"""Reduce-scatter: rank r ends with block r of x0 (op) x1 (op) ... (op) x[p-1].
+
+Each schedule takes ``send`` (this rank's whole input vector, flat numpy, never modified),
+``recv`` (block r of the result goes here), ``counts`` (elements of each rank's block;
+blocks lie back to back in rank order), ``op`` and ``datatype``. ``n`` in the costs is the
+byte count of the whole vector.
+
+Buffers only: mpi4py has no lowercase (Python-object) reduce_scatter, so every algorithm is
+registered ``objects=False``. Operand order: binomial and pairwise keep rank order; ring and
+recursive halving combine in a different order and are ``commutative_only``.
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+import numpy as np
+
+from .blocks import fold_power_of_two, first_real, running_sum, unfold_rank
+from .cost import ceil_log2, floor_log2
+from .registry import algorithm
+from .schedule import Channel, Schedule
+
+
+def _not_pow2(p: int) -> int:
+    return 0 if p & (p - 1) == 0 else 1
+
+
+@algorithm("reduce_scatter", "binomial", objects=False,
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma)
+           + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta)
+def reduce_scatter_binomial(ch: Channel, send: np.ndarray, recv: np.ndarray, counts: List[int],
+                            op: Any, datatype: Any = None) -> Schedule:
+    """Binomial reduce of the whole vector to rank 0, then binomial scatter of the blocks:
+    2·ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ) + ceil(log2 p)·α + ((p-1)/p)·nβ.
+
+    Reduce, step k (mask = 2^k): a rank with bit k set sends its partial result (ranks
+    [rank, rank + mask)) to rank - mask; the receiver appends it on the right, keeping rank
+    order. Scatter: each rank receives the blocks of its subtree from its parent and passes
+    each child the blocks of the child's subtree.
+    """
+    p, rank = ch.size, ch.rank
+    offs = running_sum(counts)
+    acc = send.copy()
+    tmp = np.empty_like(send)
+    mask = 1
+    while mask < p:                                   # reduce towards rank 0
+        if rank & mask:
+            yield [ch.isend(acc, rank - mask)]
+            break
+        if rank + mask < p:
+            yield [ch.irecv(tmp, rank + mask)]
+            op.reduce_into_lower(acc, tmp, datatype, call=ch.call)
+        mask <<= 1
+    if rank:                                          # my subtree's blocks from the parent
+        yield [ch.irecv(acc[offs[rank]:offs[min(rank + mask, p)]], rank - mask)]
+    mask >>= 1
+    while mask:
+        if rank + mask < p:
+            child = rank + mask
+            yield [ch.isend(acc[offs[child]:offs[min(child + mask, p)]], child)]
+        mask >>= 1
+    recv[...] = acc[offs[rank]:offs[rank + 1]]
+
+
+@algorithm("reduce_scatter", "ring", objects=False, commutative_only=True,
+           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)))
+def reduce_scatter_ring(ch: Channel, send: np.ndarray, recv: np.ndarray, counts: List[int],
+                        op: Any, datatype: Any = None) -> Schedule:
+    """Ring: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)).
+
+    Step k = 0..p-2: send the partial result of block (rank-k-1) to the right (at k = 0 our
+    own contribution, straight from ``send``), receive the partial of block (rank-k-2) from
+    the left into one of two block-sized slots and reduce our contribution into it. The last
+    step receives block ``rank`` into ``recv`` itself. Block b is accumulated from rank b+1
+    around to b: cyclic order, commutative ops only.
+    """
+    p, rank = ch.size, ch.rank
+    offs = running_sum(counts)
+    if p == 1:
+        recv[...] = send
+        return
+    left, right = (rank - 1) % p, (rank + 1) % p
+    largest = max(counts)
+    slots = (np.empty(largest, send.dtype), np.empty(largest, send.dtype))
+    outgoing = send[offs[(rank - 1) % p]:offs[(rank - 1) % p + 1]]
+    for k in range(p - 1):
+        rb = (rank - k - 2) % p
+        last = k == p - 2
+        into = recv if last else slots[k % 2][:counts[rb]]
+        yield [ch.irecv(into, left), ch.isend(outgoing, right)]
+        op.reduce_into(send[offs[rb]:offs[rb + 1]], into, datatype, call=ch.call)
+        outgoing = into
+
+
+@algorithm("reduce_scatter", "recursive_halving", objects=False, commutative_only=True,
+           cost=lambda m, p, n: (floor_log2(p) + 2 * _not_pow2(p)) * m.alpha
+           + ((p - 1) / p + _not_pow2(p) * (1 + 1 / p)) * n * m.beta
+           + ((p - 1) / p + _not_pow2(p)) * n * m.gamma)
+def reduce_scatter_recursive_halving(ch: Channel, send: np.ndarray, recv: np.ndarray,
+                                     counts: List[int], op: Any, datatype: Any = None) -> Schedule:
+    """Recursive halving: log2 p steps (+2 when p is not a power of two); time
+    log2 p·α + ((p-1)/p)·n(β + γ), plus α + n(β + γ) and α + (n/p)β for fold and unfold.
+
+    Step (mask = p'/2, p'/4, ..., 1): split the window of newranks in two at mask; keep the
+    half holding our newrank, send the other half to newrank ^ mask and reduce the half it
+    sends us into ours. The window ends as our own block(s). Any p: the even rank of each
+    of the first ``rem`` pairs first hands its whole vector to the odd one, which finally
+    returns it its block.
+    """
+    p, rank = ch.size, ch.rank
+    offs = running_sum(counts)
+    pof2, rem, newrank = fold_power_of_two(rank, p)
+    acc = send.copy()
+    if rank < 2 * rem:                                # fold
+        if newrank < 0:
+            yield [ch.isend(acc, rank + 1)]
+        else:
+            tmp = np.empty_like(acc)
+            yield [ch.irecv(tmp, rank - 1)]
+            op.reduce_into(tmp, acc, datatype, call=ch.call)
+
+    def span(nlo: int, nhi: int) -> slice:
+        """Elements of the blocks of newranks [nlo, nhi)."""
+        return slice(offs[first_real(nlo, rem)], offs[first_real(nhi, rem)] if nhi < pof2 else offs[p])
+
+    if newrank >= 0:
+        tmp = np.empty(acc.size, acc.dtype)
+        lo, hi = 0, pof2
+        mask = pof2 >> 1
+        while mask:
+            partner = unfold_rank(newrank ^ mask, rem)
+            mid = lo + mask
+            keep, give = ((lo, mid), (mid, hi)) if newrank & mask == 0 else ((mid, hi), (lo, mid))
+            kept = acc[span(*keep)]
+            piece = tmp[:kept.size]
+            yield [ch.irecv(piece, partner), ch.isend(acc[span(*give)], partner)]
+            op.reduce_into(piece, kept, datatype, call=ch.call)
+            lo, hi = keep
+            mask >>= 1
+    if rank < 2 * rem:                                # unfold: the odd rank returns block rank-1
+        if newrank >= 0:
+            yield [ch.isend(acc[offs[rank - 1]:offs[rank]], rank - 1)]
+        else:
+            yield [ch.irecv(recv, rank + 1)]
+            return
+    recv[...] = acc[offs[rank]:offs[rank + 1]]
+
+
+@algorithm("reduce_scatter", "pairwise", objects=False,
+           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)))
+def reduce_scatter_pairwise(ch: Channel, send: np.ndarray, recv: np.ndarray, counts: List[int],
+                            op: Any, datatype: Any = None) -> Schedule:
+    """Pairwise exchange: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)).
+
+    Step k = 1..p-1: send our contribution to block (rank+k) to rank+k, receive rank-k's
+    contribution to our block and reduce it in. Contributions arrive from rank-1, rank-2,
+    ..., 0, then p-1, ..., rank+1; a non-commutative op prepends the lower ones to the
+    result and collects the higher ones in a second accumulator, appended at the end, so
+    the order is x0 (op) ... (op) x[p-1].
+    """
+    p, rank = ch.size, ch.rank
+    offs = running_sum(counts)
+    recv[...] = send[offs[rank]:offs[rank + 1]]
+    tmp = np.empty(counts[rank], send.dtype)
+    ordered = not op.Is_commutative()
+    higher = None
+    for k in range(1, p):
+        dst, src = (rank + k) % p, (rank - k) % p
+        yield [ch.irecv(tmp, src), ch.isend(send[offs[dst]:offs[dst + 1]], dst)]
+        if not ordered or src < rank:
+            op.reduce_into(tmp, recv, datatype, call=ch.call)     # recv = x_src (op) recv
+        elif higher is None:
+            higher = tmp.copy()                                   # x[p-1]
+        else:
+            op.reduce_into(tmp, higher, datatype, call=ch.call)   # higher = x_src (op) higher
+    if higher is not None:
+        op.reduce_into(recv, higher, datatype, call=ch.call)      # lower part (op) higher part
+        recv[...] = higher
+
+
+class ReduceScatterMethods:
+    """``Reduce_scatter``/``Reduce_scatter_block`` (+ ``I`` variants) of ``Intracomm``."""
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = None,
+                       algorithm: str = None) -> None:
+        """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
+        the ``recvcounts[r]`` items of block r in ``recvbuf``.
+
+        ``recvcounts=None``: each rank's ``recvbuf`` count (gathered from all ranks, as in
+        mpi4py). ``sendbuf=MPI.IN_PLACE``: the input is taken from ``recvbuf`` (which must
+        then hold the whole vector) and the result is stored at its start.
+        """
+        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter",
+                             False, False)
+
+    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                        op: Any = None, algorithm: str = None):
+        return self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm,
+                                    "Ireduce_scatter", True, False)
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
+                             algorithm: str = None) -> None:
+        """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
+
+        With ``MPI.IN_PLACE``, ``recvbuf`` holds the whole input (p blocks) and block r of
+        the result is stored at its start.
+        """
+        self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block",
+                             False, True)
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
+                              algorithm: str = None):
+        return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm,
+                                    "Ireduce_scatter_block", True, True)
+
+    def _reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
+                        block):
+        from ..buffers import parse_buffer
+        from ..constants import IN_PLACE
+        from ..errors import CountError
+        from .allreduce import _check_op
+        from .common import execute, flat_bytes
+        p, rank = self.size, self.rank
+        op = _check_op(self, op, call)
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        op.check_datatype(recv.datatype, call)
+        in_place = send is IN_PLACE
+        if block:
+            if in_place:
+                if recv.count % p:
+                    raise CountError(
+                        f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the whole input, "
+                        f"{recv.count} x {recv.datatype.name}, which does not split into {p} "
+                        f"equal blocks")
+                counts = [recv.count // p] * p
+            else:
+                counts = [recv.count] * p
+        elif recvcounts is None:
+            if in_place:
+                raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
+            counts = self.allgather(recv.count)
+        else:
+            from ..buffers import _int_list
+            counts = _int_list(recvcounts, "recvcounts", p, call, "recvcounts")
+        total = sum(counts)
+        source = recv if in_place else send
+        if source.count != total or source.datatype.size != recv.datatype.size:
+            what = "recvbuf (IN_PLACE input)" if in_place else "sendbuf"
+            raise CountError(
+                f"rank {rank}: {call}: {what} has {source.count} x {source.datatype.name} but "
+                f"the blocks of all ranks add up to {total} x {recv.datatype.name}")
+        if not in_place and recv.count < counts[rank]:
+            raise CountError(
+                f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, fewer "
+                f"than this rank's block of {counts[rank]}")
+        k = recv.datatype.base_count
+        elems = [c * k for c in counts]
+        if in_place:
+            vector = recv.array.copy()                # the input; the result overwrites the start
+        else:
+            vector = send.array
+            if vector.dtype != recv.array.dtype:
+                vector = flat_bytes(vector).view(recv.array.dtype)
+        out = recv.array[:elems[rank]]
+        return execute(self, "reduce_scatter", call, total * recv.datatype.size,
+                       lambda fn, ch: fn(ch, vector, out, elems, op, recv.datatype),
+                       op=op, algorithm=algorithm, nonblocking=nonblocking,
+                       finalize=lambda _: recv.finish())

@@ -26,7 +26,10 @@ import zmq
 from minimpi.bootstrap import (ENV_BIND, ENV_COORD, ENV_JOBID, ENV_LAUNCHER_PID, ENV_LIFELINE,
                                ENV_RANK, ENV_SECRET, ENV_SIZE, ENV_STARTUP_TIMEOUT)
 
+from minimpi.diagnose import ENV_DEADLOCK_TIMEOUT
+
 from .coordinator import Coordinator, new_job_id, new_secret
+from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
 from .output import OutputForwarder
 from .spawn import (RankProcess, describe_returncode, exit_code_for, rank_command,
                     spawn_rank)
@@ -51,6 +54,7 @@ class JobSpec:
     coord_host: str = "127.0.0.1"          # coordinator's ROUTER
     cwd: Optional[str] = None
     grace: float = 1.0                     # SIGTERM -> SIGKILL
+    deadlock_timeout: float = 5.0          # 0: no deadlock detection (launcher/deadlock.py)
 
 
 @dataclass
@@ -101,6 +105,7 @@ class Job:
             ENV_LIFELINE: str(lifeline_fd),
             ENV_LAUNCHER_PID: str(os.getpid()),
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
+            ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             "PYTHONUNBUFFERED": "1",
         })
         return env
@@ -205,6 +210,7 @@ class Job:
         need_reap_poll = any(rp.pidfd is None for rp in self.ranks)
 
         job_deadline = start + spec.timeout if spec.timeout else None
+        deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
         startup_deadline = start + spec.startup_timeout
 
         while True:
@@ -215,6 +221,8 @@ class Job:
             if (now >= startup_deadline and self.failure is None and not coord.table_sent
                     and coord.registered_ranks()):
                 self._on_startup_timeout()
+            if self.failure is None and deadlock.check(now):
+                self._on_deadlock()
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
                 self.kill_at = None
@@ -233,6 +241,10 @@ class Job:
                 waits.append(startup_deadline)
             if self.all_done_at is not None:
                 waits.append(self.all_done_at + 2.0)
+            if self.failure is None and deadlock.enabled:
+                when = deadlock.next_deadline()
+                if when is not None:
+                    waits.append(when)
             timeout = max(0.0, min(waits) - now) if waits else 3600.0
             if need_reap_poll:
                 timeout = min(timeout, 0.1)
@@ -314,6 +326,11 @@ class Job:
         self.fail(Failure("timeout", EXIT_TIMEOUT,
                           f"minimpi: job timed out after {self.spec.timeout:g} s (--timeout); "
                           "what each rank was doing:", details=lines))
+
+    def _on_deadlock(self) -> None:
+        summary, lines = build_report(self.coord, lambda r: self.ranks[r].alive,
+                                      self.spec.deadlock_timeout)
+        self.fail(Failure("deadlock", EXIT_DEADLOCK, summary, details=lines))
 
     def _on_startup_timeout(self) -> None:
         coord = self.coord

@@ -27,7 +27,17 @@ output:
 exit status:
   0 when every rank exits 0; otherwise the first failing rank's code (128+signal when
   killed by a signal, the Abort code when it called Abort), 124 on --timeout or a startup
-  timeout, 130/143 when the launcher gets SIGINT/SIGTERM, 2 for usage errors.
+  timeout, 3 when a deadlock was detected (--deadlock-timeout), 130/143 when the launcher
+  gets SIGINT/SIGTERM, 2 for usage errors.
+
+deadlocks:
+  When every rank still running is blocked in a minimpi call and nothing has moved for
+  --deadlock-timeout seconds, the job ends with exit code 3 and one report: for each rank
+  the call it is blocked in (peer, tag, communicator, or the collective and its step), the
+  line of the script it was called from, and the wait-for cycle, e.g.
+    rank 0 waits for rank 1 in recv(tag=7) at ring.py:12 -> rank 1 waits for rank 0 ...
+  A rank that computes for a long time, or data still in flight, is never taken for a
+  deadlock.
 """
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -70,6 +80,16 @@ def _seconds(text: str) -> float:
     return t
 
 
+def _nonnegative_seconds(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if t < 0:
+        raise argparse.ArgumentTypeError("must be 0 (off) or a positive number of seconds")
+    return t
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = ("minimpi run -n N [options] program.py [args...]\n"
                "       minimpi run -n N [options] -m module [args...]")
@@ -80,6 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run a module (like python -m); everything after it goes to the ranks")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="end the whole job after SECONDS, print what each rank was doing, exit 124")
+    p.add_argument("--deadlock-timeout", type=_nonnegative_seconds, default=5.0, metavar="SECONDS",
+                   help="report a deadlock and end the job (exit code 3) when every running rank "
+                        "has been blocked in minimpi with nothing moving for SECONDS "
+                        "(default 5; 0 disables)")
     p.add_argument("--startup-timeout", type=_seconds, default=60.0, metavar="SECONDS",
                    help="how long (from launch) ranks may take to register with the coordinator "
                         "once any rank has registered (default 60); the ranks that never did "
@@ -186,6 +210,7 @@ def main(args: argparse.Namespace) -> int:
         env=extra_env(args),
         timeout=args.timeout,
         startup_timeout=args.startup_timeout,
+        deadlock_timeout=args.deadlock_timeout,
         prefix=not args.no_prefix,
         output_dir=args.output_dir,
         bind=args.bind,

@@ -46,6 +46,9 @@ class _Runtime:
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         self.failing = False
+        # deadlock diagnosis: long waits are reported to the launcher (minimpi.diagnose)
+        from .diagnose import install as install_diagnostics
+        self.reporter = install_diagnostics(self.engine, info.coordinator, info.env)
         self.observer = None   # minimpi.trace: only with --trace/--stats (no hooks otherwise)
         if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):
             from .trace import attach

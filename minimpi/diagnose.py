@@ -1,0 +1,349 @@
+"""Deadlock diagnosis, rank side: "what am I blocked on", told to the launcher.
+
+The engine calls three hooks (see :class:`~minimpi.p2p.engine.Engine`), and only for waits
+that last: nothing here runs for a wait shorter than ``engine.block_report_after``.
+
+* ``on_blocked(waiting_on)`` - the wait has lasted ``block_report_after``: walk the stack
+  *once* to find the user's file:line (the first frame outside the minimpi package) and the
+  collective step the wait belongs to, describe every pending request (call, peer as
+  communicator and world rank, tag, communicator, size, protocol: a large send waiting for
+  its rendezvous clear-to-send, a synchronous send waiting for its match) and send it all to
+  the coordinator with :meth:`~minimpi.bootstrap.CoordinatorClient.report_state`.
+* ``on_still_blocked(waiting_on)`` - that wait is still going on but its progress moved
+  something (frames or bytes arrived or left, a connection opened). Re-report, at most every
+  :data:`REREPORT_INTERVAL` s, with an increased ``io`` counter: to the launcher this says
+  "not stuck, data is in flight", so a long transfer is never taken for a deadlock.
+* ``on_unblocked()`` - the wait ended: report ``{"blocked": False}``.
+
+The launcher (``launcher/deadlock.py``) declares a deadlock when every live rank is blocked and
+no report arrived (no counter moved) for ``--deadlock-timeout`` seconds, and prints the report
+built from these states with :func:`format_state` / :func:`edge_text`.
+
+A state is a plain msgpack-able dict::
+
+    {"blocked": True, "where": "ring.py:12", "func": "main", "code": "comm.recv(source=1, tag=7)",
+     "items": [{"call": "recv", "dir": "recv", "peer": 1, "world": 1, "tag": 7,
+                "comm": "COMM_WORLD", "nbytes": None, "proto": None, "any": None}, ...],
+     "coll": {"call": "Allreduce[ring]", "comm": "COMM_WORLD", "step": 3, "seq": 5,
+              "sig": "Allreduce(op=SUM)"} or None,
+     "eager_limit": 65536, "io": 0, "n": 1}
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from .units import format_size
+
+#: at most one "still blocked, but data moved" report per this many seconds
+REREPORT_INTERVAL = 0.25
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+ENV_DEADLOCK_TIMEOUT = "MINIMPI_DEADLOCK_TIMEOUT"
+
+
+# ---------------------------------------------------------------------------------------
+# Looking at the stack (only when a wait has lasted)
+# ---------------------------------------------------------------------------------------
+def user_frame(frame=None):
+    """The innermost frame outside the minimpi package (the user's call site), or None."""
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        filename = f.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE_DIR) and not filename.startswith("<frozen"):
+            return f
+        f = f.f_back
+    return None
+
+
+def _where(frame) -> Dict[str, Any]:
+    if frame is None:
+        return {"where": None, "func": None, "code": None, "file": None}
+    filename = frame.f_code.co_filename
+    line = frame.f_lineno
+    code = linecache.getline(filename, line).strip() or None
+    return {"where": f"{os.path.basename(filename)}:{line}", "file": filename,
+            "func": frame.f_code.co_name, "code": code}
+
+
+def _collective_channel(frame):
+    """The Channel of the blocking collective this wait belongs to, if any."""
+    f = frame
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "run" and code.co_filename.endswith(os.path.join("coll", "schedule.py")):
+            ch = f.f_locals.get("ch")
+            if ch is not None:
+                return ch
+        f = f.f_back
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Describing what a wait is waiting for
+# ---------------------------------------------------------------------------------------
+def _coll_info(ch) -> Dict[str, Any]:
+    info = {"call": ch.call, "comm": ch.comm.name, "step": ch.step_index, "seq": None, "sig": None}
+    try:
+        from .mismatch import call_of
+        mine = call_of(ch.comm, ch.tag)
+        if mine is not None:
+            info["seq"] = mine.seq
+            info["sig"] = mine.text()
+    except Exception:  # pragma: no cover - diagnostics only
+        pass
+    return info
+
+
+def _item(engine, req) -> Optional[Dict[str, Any]]:
+    """One pending request as a dict (None when it is done)."""
+    if getattr(req, "done", False):
+        return None
+    from .p2p.request import RecvRequest, SendRequest
+    d = getattr(req, "description", None)
+    item: Dict[str, Any] = {"call": str(d), "dir": None, "peer": None, "world": None, "tag": None,
+                            "comm": None, "nbytes": None, "proto": None, "any": None}
+    if isinstance(d, tuple) and len(d) == 5:
+        call, peer_name, peer, tag, comm_name = d
+        item.update(call=str(call), dir="send" if peer_name == "dest" else "recv", peer=peer,
+                    tag=tag, comm=str(comm_name))
+    if isinstance(req, SendRequest):
+        item["world"] = req.peer
+        rndv = engine._rndv_sends.get((req.peer, req.msg_id))
+        if rndv is not None:
+            item["proto"] = "rndv"
+            item["nbytes"] = sum(seg.nbytes for seg in rndv[1])
+        elif (req.peer, req.msg_id) in engine._sync_sends:
+            item["proto"] = "sync"
+        else:
+            item["proto"] = "inflight"
+    elif isinstance(req, RecvRequest):
+        group = engine._groups.get(req.context)
+        if req.source >= 0 and group is not None and req.source < len(group):
+            item["world"] = group[req.source]
+        elif group is not None:
+            item["any"] = [w for w in group if w != engine.rank]
+        if req.matched:
+            item["proto"] = "inflight"   # matched: its data is on the way
+        if req.target is not None:
+            item["nbytes"] = req.target.nbytes
+    elif hasattr(req, "_ch") and hasattr(req, "_step"):   # a nonblocking collective
+        ch = req._ch
+        item.update(call=ch.call, dir="coll", comm=ch.comm.name)
+        item["coll"] = _coll_info(ch)
+        pending = [_item(engine, r) for r in (req._step or [])]
+        item["step_items"] = [p for p in pending if p is not None]
+    elif item["dir"] == "recv" and item["comm"] == "COMM_WORLD" and isinstance(item["peer"], int):
+        if item["peer"] >= 0:   # a Probe on COMM_WORLD: communicator rank = world rank
+            item["world"] = item["peer"]
+        else:
+            item["any"] = [w for w in range(engine.size) if w != engine.rank]
+    return item
+
+
+def blocked_state(engine, waiting_on: List[Any], frame=None) -> Dict[str, Any]:
+    """The full "what am I blocked on" dict for a wait on ``waiting_on``."""
+    state: Dict[str, Any] = {"blocked": True}
+    user = user_frame(frame)
+    state.update(_where(user))
+    ch = _collective_channel(frame)
+    state["coll"] = _coll_info(ch) if ch is not None else None
+    state["items"] = [i for i in (_item(engine, r) for r in waiting_on) if i is not None]
+    state["eager_limit"] = engine.eager_limit
+    return state
+
+
+# ---------------------------------------------------------------------------------------
+# Text (shared with the launcher)
+# ---------------------------------------------------------------------------------------
+def _peer_text(item: Dict[str, Any], word: str = "rank") -> str:
+    peer, world = item.get("peer"), item.get("world")
+    if isinstance(peer, int) and peer < 0:
+        return f"any {word} of {item.get('comm')}"
+    text = f"{word} {peer}"
+    if world is not None and world != peer:
+        text += f" (world rank {world})"
+    return text
+
+
+def rendezvous_text(item: Dict[str, Any], eager_limit: int) -> str:
+    call = item.get("call") or "Send"
+    return (f"{call}(dest={item.get('peer')}) of {format_size(int(item.get('nbytes') or 0))} "
+            f"waits for its matching receive (messages above the eager limit of "
+            f"{format_size(int(eager_limit))} use rendezvous, as in MPI); fix: use Sendrecv, or "
+            f"Isend/Irecv + Waitall")
+
+
+def item_text(item: Dict[str, Any], eager_limit: int = 65536) -> str:
+    """``recv(source=1, tag=7) on COMM_WORLD`` plus what the protocol says about it."""
+    if item.get("dir") == "coll":
+        return _coll_text(item.get("coll") or {}, item.get("step_items") or [])
+    call = item.get("call")
+    if item.get("dir") in ("send", "recv"):
+        name = "dest" if item["dir"] == "send" else "source"
+        peer = item.get("peer")
+        peer_s = "ANY_SOURCE" if isinstance(peer, int) and peer < 0 and item["dir"] == "recv" else peer
+        tag = item.get("tag")
+        tag_s = "ANY_TAG" if tag == -1 and item["dir"] == "recv" else tag
+        text = f"{call}({name}={peer_s}, tag={tag_s}) on {item.get('comm')}"
+    else:
+        text = str(call)
+    proto = item.get("proto")
+    if proto == "rndv":
+        text += ": " + rendezvous_text(item, eager_limit)
+    elif proto == "sync":
+        text += ": a synchronous send waits for its matching receive"
+    return text
+
+
+def _coll_text(coll: Dict[str, Any], items: List[Dict[str, Any]]) -> str:
+    peers = []
+    for it in items:
+        p = _peer_text(it)
+        if p not in peers:
+            peers.append(p)
+    step = coll.get("step")
+    waiting = f"waiting for {', '.join(peers)}" if peers else "waiting"
+    text = f"{coll.get('call')} on {coll.get('comm')} (step {step}: {waiting})"
+    if coll.get("seq") is not None:
+        text += f" - collective #{coll['seq']}: {coll.get('sig')}"
+    return text
+
+
+def format_state(state: Dict[str, Any]) -> str:
+    """One line: what a rank is doing, from its latest report."""
+    if not state.get("blocked"):
+        return "running (not blocked in minimpi)"
+    items = state.get("items") or []
+    limit = state.get("eager_limit") or 65536
+    coll = state.get("coll")
+    if coll:
+        what = _coll_text(coll, items)
+    elif items:
+        what = "; ".join(item_text(i, limit) for i in items)
+    else:
+        what = "a wait"
+    text = f"blocked in {what}"
+    if state.get("where"):
+        text += f" at {state['where']}"
+        if state.get("code"):
+            text += f" ({state['code']})"
+    return text
+
+
+def edge_text(rank: int, state: Dict[str, Any], item: Dict[str, Any], target: int) -> str:
+    """``rank 0 waits for rank 1 in recv(tag=7) at ring.py:12`` (world ranks)."""
+    if item.get("dir") == "coll" or state.get("coll"):
+        coll = item.get("coll") if item.get("dir") == "coll" else state.get("coll")
+        what = f"{coll.get('call')} on {coll.get('comm')} (step {coll.get('step')})"
+    elif item.get("proto") == "rndv":
+        what = (f"{item.get('call')}(dest={item.get('peer')}, tag={item.get('tag')}) of "
+                f"{format_size(int(item.get('nbytes') or 0))}, which waits for its matching receive")
+    else:
+        tag = item.get("tag")
+        tag_s = "ANY_TAG" if tag == -1 and item.get("dir") == "recv" else tag
+        what = f"{item.get('call')}(tag={tag_s})"
+        if item.get("comm") not in (None, "COMM_WORLD"):
+            what += f" on {item.get('comm')}"
+    text = f"rank {rank} waits for rank {target} in {what}"
+    if state.get("where"):
+        text += f" at {state['where']}"
+    return text
+
+
+def wait_targets(item: Dict[str, Any]) -> List[int]:
+    """World ranks an item waits for (several for ANY_SOURCE or a collective step)."""
+    if item.get("dir") == "coll":
+        out: List[int] = []
+        for sub in item.get("step_items") or []:
+            for t in wait_targets(sub):
+                if t not in out:
+                    out.append(t)
+        return out
+    if item.get("world") is not None:
+        return [int(item["world"])]
+    return [int(w) for w in (item.get("any") or [])]
+
+
+# ---------------------------------------------------------------------------------------
+# The reporter installed in a real job
+# ---------------------------------------------------------------------------------------
+class BlockReporter:
+    """Engine hooks that send this rank's blocked state to the coordinator."""
+
+    def __init__(self, engine, send: Callable[[Dict[str, Any]], Any]) -> None:
+        self.engine = engine
+        self.send = send
+        self.state: Optional[Dict[str, Any]] = None
+        self.io = 0
+        self.count = 0
+        self.last = 0.0
+        self._chained = (engine.on_blocked, engine.on_unblocked, engine.on_still_blocked)
+
+    def install(self) -> "BlockReporter":
+        e = self.engine
+        e.on_blocked = self.blocked
+        e.on_unblocked = self.unblocked
+        e.on_still_blocked = self.still_blocked
+        return self
+
+    def _report(self, waiting_on: List[Any]) -> None:
+        state = dict(self.state or {})
+        state["items"] = [i for i in (_item(self.engine, r) for r in waiting_on) if i is not None]
+        self.count += 1
+        state["io"] = self.io
+        state["n"] = self.count
+        self.last = time.monotonic()
+        self.send(state)
+
+    def blocked(self, waiting_on: List[Any]) -> None:
+        try:
+            self.io = 0
+            self.state = blocked_state(self.engine, waiting_on, sys._getframe(1))
+            self._report(waiting_on)
+        except Exception:  # pragma: no cover - a diagnostic must never break a wait
+            pass
+        if self._chained[0] is not None:
+            self._chained[0](waiting_on)
+
+    def still_blocked(self, waiting_on: List[Any]) -> None:
+        self.io += 1
+        if self.state is not None and time.monotonic() - self.last >= REREPORT_INTERVAL:
+            try:
+                self._report(waiting_on)
+            except Exception:  # pragma: no cover
+                pass
+        if self._chained[2] is not None:
+            self._chained[2](waiting_on)
+
+    def unblocked(self) -> None:
+        if self.state is not None:
+            self.state = None
+            self.count += 1
+            try:
+                self.send({"blocked": False, "n": self.count})
+            except Exception:  # pragma: no cover
+                pass
+        if self._chained[1] is not None:
+            self._chained[1]()
+
+
+def deadlock_timeout_from_env(env: Dict[str, str]) -> float:
+    try:
+        return max(0.0, float(env.get(ENV_DEADLOCK_TIMEOUT, "") or 0.0))
+    except ValueError:
+        return 0.0
+
+
+def install(engine, coordinator, env: Dict[str, str]) -> Optional[BlockReporter]:
+    """Report blocked waits of ``engine`` to ``coordinator`` (called by the runtime)."""
+    if coordinator is None or engine.transport is None:
+        return None
+    timeout = deadlock_timeout_from_env(env)
+    if timeout > 0:
+        # report early enough that the launcher sees the state well within its timeout
+        engine.block_report_after = min(engine.block_report_after, max(0.05, timeout / 4))
+    return BlockReporter(engine, coordinator.report_state).install()

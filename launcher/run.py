@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+import minimpi
+
 from .job import JobSpec, run_job
 
 EPILOG = """\
@@ -125,7 +127,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="address the ranks' data plane listens on (default 127.0.0.1)")
     from . import observe
     observe.add_arguments(p)   # --trace FILE, --stats
-    # Later options (--trace FILE, --deadlock-timeout S, --stats, --no-mpi4py-shim) go here,
+    p.add_argument("--no-mpi4py-shim", dest="mpi4py_shim", action="store_false",
+                   help="do not make `import mpi4py` resolve to minimpi in the ranks (by default "
+                        "it does, even where the real mpi4py is installed)")
+    # Later options (--trace FILE, --deadlock-timeout S, --stats) go here,
     # with their env mapping in extra_env() below.
 
 
@@ -139,7 +144,16 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
     # e.g.  if getattr(args, "trace", None): env["MINIMPI_TRACE"] = args.trace
     for key, value in args.env:   # explicit -x wins
         env[key] = value
+    if getattr(args, "mpi4py_shim", True):
+        # `from mpi4py import MPI` -> minimpi.MPI: the shim directory goes first on the path
+        # (after the script's own directory), ahead of any installed mpi4py.
+        rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = SHIM_DIR + (os.pathsep + rest if rest else "")
     return env
+
+
+#: Directory holding the ``mpi4py`` package that forwards to minimpi (see minimpi/rc.py).
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(minimpi.__file__)), "_shim")
 
 
 def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -178,20 +192,21 @@ def _usage_error(msg: str) -> int:
     return 2
 
 
-def _module_exists(name: str) -> bool:
-    sys.path.insert(0, os.getcwd())
+def _module_exists(name: str, shim: bool = False) -> bool:
+    extra = [os.getcwd()] + ([SHIM_DIR] if shim and name.split(".")[0] == "mpi4py" else [])
+    sys.path[:0] = extra
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
     finally:
-        sys.path.pop(0)
+        del sys.path[:len(extra)]
 
 
 def main(args: argparse.Namespace) -> int:
     passthrough = list(getattr(args, "passthrough", []))
     if args.module is not None:
-        if not _module_exists(args.module):
+        if not _module_exists(args.module, getattr(args, "mpi4py_shim", True)):
             return _usage_error(f"no module named {args.module!r}")
         program, prog_args = None, passthrough
     else:

@@ -1,29 +1,174 @@
 """mpi4py's ``MPI`` namespace over minimpi: ``from minimpi import MPI``.
 
-Importing this module initializes the runtime (as importing ``mpi4py.MPI`` does).
+Inside processes started by ``minimpi run``, ``from mpi4py import MPI`` is this module too
+(see ``minimpi/_shim``). Importing it initializes the runtime, as importing ``mpi4py.MPI``
+does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use of
+``COMM_WORLD`` does).
+
+What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
+one-sided communication (``Win``), MPI-IO (``File``), dynamic processes (``Spawn``,
+``Connect``...), intercommunicators, graph topologies, derived datatypes other than
+contiguous ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
 """
 from __future__ import annotations
 
 import socket as _socket
+import sys as _sys
+import threading as _threading
 import time as _time
 
+from . import __version__ as _minimpi_version
 from . import runtime as _runtime
-from .comm import COMM_NULL, Comm, Intracomm
+from .comm import COMM_NULL, Cartcomm, Comm, Intracomm, Topocomm
 from .constants import *  # noqa: F401,F403
-from .constants import IN_PLACE, TAG_UB as _TAG_UB_VALUE
+from .constants import IN_PLACE, BOTTOM  # noqa: F401
+from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
 from .datatypes import *  # noqa: F401,F403
-from .datatypes import Datatype
+from .datatypes import PREDEFINED as _PREDEFINED_TYPES, Datatype
 from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001  (mpi4py's name)
+from .errors import UnsupportedError, error_string as _error_string
+from .group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
+from .handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN,  # noqa: F401
+                      INFO_ENV, INFO_NULL, Errhandler, Info, _Refused, refusing)
 from .ops import *  # noqa: F401,F403
 from .ops import Op
+from .p2p.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
+from .p2p.persistent import Prequest
 from .p2p.request import Request, Status
+from .topology import compute_dims as Compute_dims  # noqa: F401
+from .topology import TopologyError as _TopologyError  # noqa: F401
 
-TAG_UB = 1  # keyval for Comm.Get_attr(MPI.TAG_UB), as in mpi4py
+# Attribute keyvals for Comm.Get_attr (after the star imports: constants.TAG_UB is the value,
+# MPI.TAG_UB the keyval, as in mpi4py).
+from .comm import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST, KEYVAL_IO as IO,  # noqa: E402,F401
+                   KEYVAL_LASTUSEDCODE as LASTUSEDCODE, KEYVAL_TAG_UB as TAG_UB,
+                   KEYVAL_UNIVERSE_SIZE as UNIVERSE_SIZE, KEYVAL_WTIME_IS_GLOBAL as WTIME_IS_GLOBAL)
 
-COMM_WORLD: Intracomm = _runtime.comm_world()
-COMM_SELF: Intracomm = _runtime.comm_self()
-REQUEST_NULL = None
+# -- every predefined datatype under its MPI name (``getattr(MPI, "2INT")`` included) --------
+globals().update(_PREDEFINED_TYPES)
+
+# -- version -------------------------------------------------------------------------------------
+VERSION = 3
+SUBVERSION = 1
+
+
+def Get_version() -> tuple:
+    """The MPI standard version whose semantics minimpi follows: ``(3, 1)``."""
+    return (VERSION, SUBVERSION)
+
+
+def Get_library_version() -> str:
+    return (f"minimpi {_minimpi_version} (pure Python; mpi4py-compatible subset of MPI "
+            f"{VERSION}.{SUBVERSION})")
+
+
+# -- error classes, numbered as in MPICH (those errors.py does not define) ----------------------
+ERR_ACCESS = 20
+ERR_AMODE = 21
+ERR_BAD_FILE = 22
+ERR_CONVERSION = 23
+ERR_DUP_DATAREP = 24
+ERR_FILE_EXISTS = 25
+ERR_FILE_IN_USE = 26
+ERR_FILE = 27
+ERR_INFO = 28
+ERR_INFO_KEY = 29
+ERR_INFO_VALUE = 30
+ERR_INFO_NOKEY = 31
+ERR_IO = 32
+ERR_NAME = 33
+ERR_NO_MEM = 34
+ERR_NOT_SAME = 35
+ERR_NO_SPACE = 36
+ERR_NO_SUCH_FILE = 37
+ERR_PORT = 38
+ERR_QUOTA = 39
+ERR_READ_ONLY = 40
+ERR_SERVICE = 41
+ERR_SPAWN = 42
+ERR_UNSUPPORTED_DATAREP = 43
+ERR_WIN = 45
+ERR_BASE = 46
+ERR_LOCKTYPE = 47
+ERR_KEYVAL = 48
+ERR_RMA_CONFLICT = 49
+ERR_RMA_SYNC = 50
+ERR_SIZE = 51
+ERR_ASSERT = 53
+ERR_RMA_RANGE = 55
+ERR_RMA_ATTACH = 56
+ERR_RMA_SHARED = 57
+ERR_RMA_FLAVOR = 58
+
+
+def Get_error_class(errorcode: int) -> int:
+    return int(errorcode)
+
+
+def Get_error_string(errorcode: int) -> str:
+    return _error_string(int(errorcode))
+
+
+# -- other constants -------------------------------------------------------------------------
+KEYVAL_INVALID = -1
+MAX_PROCESSOR_NAME = 256
+MAX_ERROR_STRING = 512
+MAX_PORT_NAME = 1024
+MAX_INFO_KEY = 255
+MAX_INFO_VAL = 1024
+MAX_OBJECT_NAME = 128
+MAX_DATAREP_STRING = 128
+MAX_LIBRARY_VERSION_STRING = 8192
+BSEND_OVERHEAD = 96
+STATUS_IGNORE = None
+STATUSES_IGNORE = None
+ERRCODES_IGNORE = None
+ARGV_NULL = None
+ARGVS_NULL = None
+DISPLACEMENTS_MIXED = 0
+
+#: ``MPI.REQUEST_NULL``: the null request; every completed (non-persistent) request equals it.
+REQUEST_NULL = Request(None, "REQUEST_NULL")
+REQUEST_NULL.done, REQUEST_NULL._pending, REQUEST_NULL._inactive = True, 0, True
+
+
+# -- environment -----------------------------------------------------------------------------
+def _rc():
+    mod = _sys.modules.get("mpi4py")
+    return getattr(mod, "rc", None) if getattr(mod, "__minimpi_shim__", False) else None
+
+
+def Init() -> None:
+    _runtime.world_state()
+    _bind_worlds()
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:  # noqa: F405
+    """Initialize; returns the thread level provided: ``THREAD_SERIALIZED`` (one thread at a
+    time may call minimpi; the engine has no internal locking)."""
+    Init()
+    return min(int(required), _THREAD_PROVIDED)
+
+
+def Query_thread() -> int:
+    return _THREAD_PROVIDED
+
+
+def Is_thread_main() -> bool:
+    return _threading.current_thread() is _threading.main_thread()
+
+
+def Finalize() -> None:
+    _runtime.finalize()
+
+
+def Is_initialized() -> bool:
+    return _runtime.initialized()
+
+
+def Is_finalized() -> bool:
+    return _runtime.finalized()
 
 
 def Wtime() -> float:
@@ -38,17 +183,75 @@ def Get_processor_name() -> str:
     return _socket.gethostname()
 
 
-def Is_initialized() -> bool:
-    return _runtime.initialized()
+def Pcontrol(level: int) -> None:
+    """Profiling control: accepted and ignored."""
 
 
-def Is_finalized() -> bool:
-    return _runtime.finalized()
+_attached: list = []
 
 
-def Init() -> None:
-    _runtime.world_state()
+def Attach_buffer(buf) -> None:
+    """Accepted (buffered sends copy their data themselves, so no buffer is needed)."""
+    _attached.append(buf)
 
 
-def Finalize() -> None:
-    _runtime.finalize()
+def Detach_buffer():
+    return _attached.pop() if _attached else None
+
+
+def Alloc_mem(size: int, info=None) -> memoryview:
+    return memoryview(bytearray(int(size)))
+
+
+def Free_mem(mem) -> None:
+    pass
+
+
+# -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
+Win = _Refused._make("Win", "Win", ("Create", "Allocate", "Allocate_shared", "Create_dynamic"))
+File = _Refused._make("File", "File", ("Open", "Delete", "Get_amode"))
+Intercomm = _Refused._make("Intercomm", "Intercomm")
+Graphcomm = _Refused._make("Graphcomm", "Graph")
+Distgraphcomm = _Refused._make("Distgraphcomm", "Graph")
+Grequest = _Refused._make("Grequest", "Grequest", ("Start",))
+WIN_NULL = None
+FILE_NULL = None
+Open_port = refusing("Spawn", "MPI.Open_port")
+Close_port = refusing("Spawn", "MPI.Close_port")
+Publish_name = refusing("Spawn", "MPI.Publish_name")
+Unpublish_name = refusing("Spawn", "MPI.Unpublish_name")
+Lookup_name = refusing("Spawn", "MPI.Lookup_name")
+
+for _name in ("Create_vector", "Create_hvector", "Create_indexed", "Create_hindexed",
+              "Create_indexed_block", "Create_hindexed_block", "Create_struct",
+              "Create_subarray", "Create_darray", "Create_resized", "Pack", "Unpack",
+              "Pack_size", "Pack_external", "Unpack_external", "Pack_external_size"):
+    if not hasattr(Datatype, _name):   # the datatypes module may grow real ones
+        setattr(Datatype, _name, refusing("Pack" if _name.startswith(("Pack", "Unpack"))
+                                          else "Datatype", f"Datatype.{_name}"))
+for _name in ("Create_struct", "Create_hindexed", "Create_f90_integer", "Create_f90_real",
+              "Create_f90_complex"):
+    if not isinstance(Datatype.__dict__.get(_name), staticmethod):
+        setattr(Datatype, _name, staticmethod(refusing("Datatype", f"Datatype.{_name}")))
+del _name
+
+
+# -- COMM_WORLD / COMM_SELF ----------------------------------------------------------------------
+def _bind_worlds() -> None:
+    g = globals()
+    g["COMM_WORLD"] = _runtime.comm_world()
+    g["COMM_SELF"] = _runtime.comm_self()
+
+
+def __getattr__(name: str):
+    # Only reached before initialization (mpi4py.rc.initialize = False): the first use of a
+    # world communicator initializes, as a late MPI.Init() would.
+    if name in ("COMM_WORLD", "COMM_SELF"):
+        Init()
+        return globals()[name]
+    raise AttributeError(f"module 'mpi4py.MPI' (minimpi) has no attribute {name!r}")
+
+
+_rcobj = _rc()
+if _rcobj is None or getattr(_rcobj, "initialize", True):
+    Init()

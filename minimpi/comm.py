@@ -385,6 +385,11 @@ class Comm(CommExtras):
         self._alive("Dup")
         context = self._allocate_context()
         comm = self._derive(self._group, self._rank, context, f"{self._name}.dup")
+        cls = type(self)
+        if cls is not Intracomm:   # mpi4py: Dup of a user subclass (or Cartcomm) keeps its type
+            same = cls.__new__(cls)
+            same.__dict__ = comm.__dict__
+            comm = same
         return comm
 
     Clone = Dup

@@ -1,0 +1,1 @@
+"""Holds the ``mpi4py`` forwarding package; this directory goes on the ranks' PYTHONPATH."""

@@ -1,0 +1,1 @@
+"""mpi4py.util shim."""

@@ -1,0 +1,409 @@
+"""mpi4py API semantics on the in-process transport: groups, topologies, persistent requests,
+matched probes, statuses, request states, send modes, communicator handles, MPI namespace."""
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+from minimpi import MPI
+from minimpi.inproc import run_threads
+
+
+def run(n, fn, **kw):
+    return run_threads(n, fn, timeout=20, **kw)
+
+
+# -- MPI namespace ---------------------------------------------------------------------------
+def test_namespace_basics():
+    assert MPI.Get_version() == (3, 1)
+    assert MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) == 2**31 - 1
+    assert MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE) == MPI.COMM_WORLD.size
+    assert getattr(MPI, "2INT") is MPI.TWOINT is MPI.INT_INT
+    for name in ("CHAR", "SIGNED_CHAR", "UNSIGNED_CHAR", "BYTE", "SHORT", "INT", "LONG",
+                 "LONG_LONG", "UNSIGNED", "UNSIGNED_LONG", "FLOAT", "DOUBLE", "LONG_DOUBLE",
+                 "C_BOOL", "BOOL", "INT8_T", "UINT64_T", "C_FLOAT_COMPLEX", "C_DOUBLE_COMPLEX",
+                 "COMPLEX", "DOUBLE_COMPLEX", "FLOAT_INT", "DOUBLE_INT", "LONG_INT"):
+        assert isinstance(getattr(MPI, name), MPI.Datatype), name
+    assert MPI.DOUBLE.Get_size() == 8 and MPI.DOUBLE.Get_extent() == (0, 8)
+    assert MPI.DOUBLE.Get_name() == "DOUBLE"
+    for name in ("SUM", "PROD", "MAX", "MIN", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR",
+                 "MAXLOC", "MINLOC", "REPLACE", "NO_OP"):
+        assert isinstance(getattr(MPI, name), MPI.Op), name
+    assert MPI.UNDEFINED == -32766 and MPI.ANY_SOURCE == -1 and MPI.PROC_NULL == -2
+    assert not MPI.REQUEST_NULL and MPI.REQUEST_NULL == MPI.REQUEST_NULL
+    assert not MPI.COMM_NULL and MPI.Intracomm() == MPI.COMM_NULL
+    assert MPI.Query_thread() in (MPI.THREAD_SERIALIZED, MPI.THREAD_MULTIPLE)
+
+
+def test_exception_classes():
+    exc = MPI.Exception(MPI.ERR_TRUNCATE)
+    assert exc.Get_error_class() == MPI.ERR_TRUNCATE == exc.Get_error_code()
+    assert "truncat" in exc.Get_error_string().lower()
+    assert MPI.Get_error_string(MPI.ERR_RANK) == "Invalid rank"
+    assert issubclass(MPI.UnsupportedError, NotImplementedError)
+    with pytest.raises(NotImplementedError, match="one-sided"):
+        MPI.Win.Allocate(8)
+    with pytest.raises(NotImplementedError, match="derived datatypes"):
+        MPI.DOUBLE.Create_subarray([4], [2], [0])
+
+
+def test_intracomm_handles_and_subclasses():
+    class MyComm(MPI.Intracomm):
+        def twice(self):
+            return 2 * self.rank
+
+    def body(comm):
+        mine = MyComm(comm)
+        other = MPI.Intracomm(comm)
+        assert mine == comm and other == mine and mine.Compare(comm) == MPI.IDENT
+        assert mine.twice() == 2 * comm.rank
+        dup = mine.Dup()
+        assert type(dup) is MyComm and dup != comm and comm.Compare(dup) == MPI.CONGRUENT
+        assert dup.allreduce(1) == comm.size
+        dup.Free()
+        assert not dup
+        return mine.Is_intra(), mine.Is_inter()
+
+    assert run(3, body) == [(True, False)] * 3
+
+
+# -- groups -----------------------------------------------------------------------------------
+def test_group_operations():
+    def body(comm):
+        g = comm.Get_group()
+        a = g.Incl([3, 1])
+        b = g.Excl([0, 1])
+        out = {
+            "a": (a.size, a.rank), "b": (b.size, b.rank),
+            "union": MPI.Group.Union(a, b).Translate_ranks(None, g),
+            "inter": a.Intersection(b).Translate_ranks(None, g),
+            "diff": MPI.Group.Difference(b, a).Translate_ranks(None, g),
+            "tr": MPI.Group.Translate_ranks(a, [0, 1], b),
+            "cmp": (MPI.Group.Compare(g, g.Dup()), a.Compare(g.Incl([1, 3])),
+                    a.Compare(b)),
+        }
+        a.Free()
+        assert not a
+        return out
+
+    res = run(4, body)
+    assert res[3]["a"] == (2, 0) and res[1]["a"] == (2, 1) and res[0]["a"] == (2, MPI.UNDEFINED)
+    assert res[2]["b"] == (2, 0)
+    r = res[0]
+    assert r["union"] == [3, 1, 2] and r["inter"] == [3] and r["diff"] == [2]
+    assert r["tr"] == [1, MPI.UNDEFINED]
+    assert r["cmp"] == (MPI.IDENT, MPI.SIMILAR, MPI.UNEQUAL)
+
+
+def test_group_rank_errors():
+    g = MPI.COMM_SELF.Get_group()
+    with pytest.raises(MPI.Exception) as info:
+        g.Incl([1])
+    assert info.value.Get_error_class() == MPI.ERR_RANK
+
+
+def test_create_and_create_group():
+    def body(comm):
+        g = comm.Get_group()
+        sub = g.Incl([4, 2, 0])
+        c = comm.Create(sub)
+        res = [c.rank if c else None]
+        if comm.rank in (1, 3):   # only these two take part
+            cg = comm.Create_group(g.Incl([3, 1]), tag=3)
+            res.append((cg.rank, cg.allgather(comm.rank)))
+        if c:
+            res.append(c.allgather(comm.rank))
+        # contexts stay distinct: a later Dup over everyone still works
+        d = comm.Dup()
+        res.append(d.allreduce(comm.rank))
+        return res
+
+    res = run(5, body)
+    assert res[0] == [2, [4, 2, 0], 10]
+    assert res[4] == [0, [4, 2, 0], 10]
+    assert res[1] == [None, (1, [3, 1]), 10] and res[3] == [None, (0, [3, 1]), 10]
+
+
+# -- topology ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n,d,expected", [(12, 2, [4, 3]), (16, 3, [4, 2, 2]), (6, [0, 3], [2, 3]),
+                                          (5, 2, [5, 1]), (8, [2, 0, 0], [2, 2, 2]), (1, 3, [1, 1, 1])])
+def test_compute_dims(n, d, expected):
+    assert MPI.Compute_dims(n, d) == expected
+
+
+def test_compute_dims_errors():
+    with pytest.raises(MPI.Exception) as info:
+        MPI.Compute_dims(7, [2, 0])
+    assert info.value.Get_error_class() == MPI.ERR_DIMS
+
+
+def test_cartesian_grid():
+    def body(comm):
+        cart = comm.Create_cart([2, 2], periods=[True, False], reorder=False)
+        if comm.rank == 4:
+            assert cart == MPI.COMM_NULL
+            return None
+        coords = cart.Get_coords(cart.rank)
+        assert cart.Get_cart_rank(coords) == cart.rank and cart.coords == coords
+        assert cart.Get_topo() == ([2, 2], [True, False], coords)
+        assert cart.Get_dim() == cart.ndim == 2 and cart.topology == MPI.CART
+        rows = cart.Sub([False, True])
+        cols = cart.Sub([True, False])
+        # the neighbour values travel: send my rank along dimension 1
+        src, dst = cart.Shift(1, 1)
+        got = cart.sendrecv(cart.rank, dest=dst, source=src)
+        return (coords, cart.Shift(0, 1), (src, dst), got, rows.dims, rows.rank, cols.rank,
+                rows.allgather(cart.rank), type(cart.Dup()).__name__)
+
+    res = run(5, body)
+    assert res[4] is None
+    assert res[0] == ([0, 0], (2, 2), (MPI.PROC_NULL, 1), None, [2], 0, 0, [0, 1], "Cartcomm")
+    assert res[1] == ([0, 1], (3, 3), (0, MPI.PROC_NULL), 0, [2], 1, 0, [0, 1], "Cartcomm")
+    assert res[3][:4] == ([1, 1], (1, 1), (2, MPI.PROC_NULL), 2) and res[3][7] == [2, 3]
+
+
+def test_cart_errors():
+    def body(comm):
+        with pytest.raises(MPI.Exception):
+            comm.Create_cart([2, 2])          # needs 4 processes
+        cart = comm.Create_cart([3], periods=[False])
+        with pytest.raises(MPI.Exception):
+            cart.Get_cart_rank([3])
+        assert cart.Get_cart_rank([1]) == 1
+        return cart.Shift(0, 2)
+
+    assert run(3, body) == [(MPI.PROC_NULL, 2), (MPI.PROC_NULL, MPI.PROC_NULL), (0, MPI.PROC_NULL)]
+
+
+# -- requests and statuses ----------------------------------------------------------------------
+def test_request_return_values_and_null_state():
+    def body(comm):
+        if comm.rank == 0:
+            r = comm.isend("x", 1)
+            assert r.Wait() is True and not r and r == MPI.REQUEST_NULL
+            r2 = comm.Isend(np.arange(3.0), 1, tag=2)
+            flag = r2.Test()
+            while not flag:
+                flag = r2.Test()
+            assert flag is True
+            return None
+        r = comm.irecv(source=0)
+        assert r and r != MPI.REQUEST_NULL
+        st = MPI.Status()
+        assert r.wait(st) == "x" and st.Get_count() == len(pickle.dumps("x", 5))
+        assert st.source == 0 and st.tag == 0 and st.error == MPI.SUCCESS
+        buf = np.empty(3)
+        r2 = comm.Irecv(buf, 0, 2)
+        assert r2.Get_status() in (True, False)
+        assert MPI.Request.Waitall([r2, MPI.REQUEST_NULL]) is True
+        flag, msg = comm.irecv(source=MPI.PROC_NULL).test()
+        return flag, msg, list(buf), st.count
+
+    assert run(2, body)[1] == (True, None, [0.0, 1.0, 2.0], len(pickle.dumps("x", 5)))
+
+
+def test_waitany_testany_waitsome_testsome():
+    def body(comm):
+        if comm.rank > 0:
+            time.sleep(0.02 * comm.rank)
+            comm.send(comm.rank, 0, tag=comm.rank)
+            comm.send(-comm.rank, 0, tag=10 + comm.rank)
+            return None
+        reqs = [comm.irecv(source=s, tag=s) for s in (1, 2, 3)]
+        got = []
+        st = MPI.Status()
+        for _ in range(3):
+            i, v = MPI.Request.waitany(reqs, st)
+            assert st.tag == v
+            got.append((i, v))
+        assert MPI.Request.Waitany(reqs) == MPI.UNDEFINED
+        assert MPI.Request.testany(reqs) == (MPI.UNDEFINED, True, None)
+        reqs = [comm.irecv(source=s, tag=10 + s) for s in (1, 2, 3)]
+        done = []
+        statuses = []
+        while len(done) < 3:
+            idx, vals = MPI.Request.waitsome(reqs, statuses)
+            done += list(zip(idx, vals))
+        assert MPI.Request.Waitsome(reqs) is None and MPI.Request.Testsome(reqs) is None
+        assert MPI.Request.Testall(reqs) is True
+        return sorted(got), sorted(done)
+
+    got, done = run(4, body)[0]
+    assert got == [(0, 1), (1, 2), (2, 3)]
+    assert done == [(0, -1), (1, -2), (2, -3)]
+
+
+def test_cancel_unmatched_receive():
+    def body(comm):
+        if comm.rank == 1:
+            r = comm.irecv(source=0, tag=77)
+            r.Cancel()
+            st = MPI.Status()
+            r.Wait(st)
+            r2 = comm.Irecv(np.empty(2), source=0, tag=78)
+            r2.Cancel()
+            st2 = MPI.Status()
+            r2.Wait(st2)
+            return st.Is_cancelled(), st2.Is_cancelled()
+        return None
+
+    assert run(2, body)[1] == (True, True)
+
+
+def test_status_counts_and_elements():
+    def body(comm):
+        if comm.rank == 0:
+            comm.Send(np.arange(6, dtype="i"), 1, tag=1)
+            comm.Send(np.arange(3, dtype="i2"), 1, tag=2)
+            return None
+        st = MPI.Status()
+        comm.Recv(np.empty(10, dtype="i"), 0, 1, st)
+        a = (st.Get_count(MPI.INT), st.Get_elements(MPI.INT), st.Get_count(MPI.BYTE), st.count)
+        comm.Recv(np.empty(10, dtype="i"), 0, 2, st)
+        b = st.Get_count(MPI.INT)          # 6 bytes are not whole ints
+        fresh = MPI.Status()
+        return a, b, (fresh.source, fresh.tag, fresh.error, fresh.Get_count())
+
+    a, b, fresh = run(2, body)[1]
+    assert a == (6, 6, 24, 24) and b == MPI.UNDEFINED
+    assert fresh == (MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.SUCCESS, 0)
+
+
+def test_truncation_is_err_truncate():
+    def body(comm):
+        if comm.rank == 0:
+            comm.Send(np.arange(8.0), 1)
+            return None
+        with pytest.raises(MPI.Exception) as info:
+            comm.Recv(np.empty(4), 0)
+        return info.value.Get_error_class()
+
+    assert run(2, body)[1] == MPI.ERR_TRUNCATE
+
+
+# -- send modes -----------------------------------------------------------------------------------
+def test_ssend_waits_for_the_match_bsend_does_not():
+    def body(comm):
+        if comm.rank == 0:
+            big = np.ones(200_000)                    # above the eager limit
+            breq = comm.Ibsend(big, 1, tag=1)
+            assert breq.Test()                        # buffered: complete at once
+            big[:] = 5                                # the data was copied
+            comm.Bsend(np.arange(3.0), 1, tag=2)
+            comm.bsend({"b": 1}, 1, tag=3)
+            sreq = comm.Issend(np.arange(3.0), 1, tag=4)
+            polled = [sreq.Test() for _ in range(20)]
+            comm.send("go", 1, tag=5)
+            sreq.Wait()
+            return any(polled)
+        time.sleep(0.05)
+        assert comm.recv(source=0, tag=5) == "go"
+        big = np.empty(200_000)
+        comm.Recv(big, 0, 1)
+        small = np.empty(3)
+        comm.Recv(small, 0, 2)
+        obj = comm.recv(source=0, tag=3)
+        comm.Recv(small, 0, 4)
+        return float(big.sum()), obj
+
+    assert run(2, body) == [False, (200_000.0, {"b": 1})]
+
+
+def test_rsend_and_ssend_blocking():
+    def body(comm):
+        if comm.rank == 0:
+            comm.Rsend(np.arange(2.0), 1, tag=1)
+            comm.ssend("s", 1, tag=2)
+            comm.Ssend(np.arange(2.0), 1, tag=3)
+            return None
+        a = np.empty(2)
+        comm.Recv(a, 0, 1)
+        s = comm.recv(source=0, tag=2)
+        comm.Recv(a, 0, 3)
+        return s, list(a)
+
+    assert run(2, body)[1] == ("s", [0.0, 1.0])
+
+
+# -- persistent requests ----------------------------------------------------------------------------
+def test_persistent_requests():
+    def body(comm):
+        peer = 1 - comm.rank
+        sbuf = np.zeros(2, dtype="i")
+        rbuf = np.zeros(2, dtype="i")
+        s = comm.Send_init(sbuf, peer, tag=9)
+        r = comm.Recv_init(rbuf, peer, tag=9)
+        assert r.Wait() is True            # inactive: completes at once
+        seen = []
+        for it in range(5):
+            sbuf[:] = comm.rank * 10 + it
+            MPI.Prequest.Startall([r, s])
+            with pytest.raises(MPI.Exception):
+                r.Start()                  # still active
+            MPI.Request.Waitall([r, s])
+            seen.append(int(rbuf[0]))
+            assert r and s and r != MPI.REQUEST_NULL
+        r.Start()
+        s.Start()
+        st = MPI.Status()
+        while not r.Test(st):
+            pass
+        s.Wait()
+        r.Free()
+        s.Free()
+        with pytest.raises(MPI.Exception):
+            r.Start()
+        return seen, st.source
+
+    res = run(2, body)
+    assert res[0] == ([10, 11, 12, 13, 14], 1) and res[1] == ([0, 1, 2, 3, 4], 0)
+
+
+# -- matched probes -----------------------------------------------------------------------------
+def test_mprobe_improbe_message():
+    def body(comm):
+        if comm.rank == 0:
+            comm.send([1, 2, 3], 1, tag=1)
+            comm.Send(np.arange(5, dtype="i"), 1, tag=2)
+            comm.Send(np.arange(5, dtype="i"), 1, tag=3)
+            return None
+        st = MPI.Status()
+        m = comm.mprobe(source=0, tag=1, status=st)
+        assert st.Get_count() == len(pickle.dumps([1, 2, 3], 5))
+        # the matched message can no longer be taken by a receive
+        assert not comm.Iprobe(source=0, tag=1)
+        obj = m.recv()
+        assert not m and m == MPI.MESSAGE_NULL
+        m2 = None
+        while m2 is None:
+            m2 = comm.Improbe(source=0, tag=2, status=st)
+        buf = np.empty(st.Get_count(MPI.INT), dtype="i")
+        r = m2.Irecv(buf)
+        r.Wait()
+        m3 = MPI.Message.Probe(comm, source=0, tag=3)
+        buf3 = np.empty(5, dtype="i")
+        m3.Recv([buf3, MPI.INT])
+        with pytest.raises(MPI.Exception):
+            m3.Recv(buf3)
+        none = comm.Mprobe(source=MPI.PROC_NULL)
+        assert none == MPI.MESSAGE_NO_PROC
+        return obj, list(buf), list(buf3), none.recv()
+
+    assert run(2, body)[1] == ([1, 2, 3], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4], None)
+
+
+def test_probe_count_of_object_is_pickled_size():
+    def body(comm):
+        if comm.rank == 0:
+            comm.send({"k": "v" * 10}, 1, tag=4)
+            return None
+        st = MPI.Status()
+        comm.probe(source=0, tag=4, status=st)
+        n = st.Get_count()
+        comm.recv(source=0, tag=4)
+        return n
+
+    assert run(2, body)[1] == len(pickle.dumps({"k": "v" * 10}, 5))

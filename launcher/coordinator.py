@@ -62,6 +62,9 @@ class RankState:
 
 
 def format_state(state: dict) -> str:
+    if isinstance(state, dict) and "blocked" in state:   # a minimpi.diagnose report
+        from minimpi.diagnose import format_state as diagnose_format
+        return diagnose_format(state)
     return ", ".join(f"{k}={v}" for k, v in state.items()) if state else "{}"
 
 

@@ -66,6 +66,7 @@ BUS_FACTOR = {
     "allgather": lambda p: (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
     "alltoall": lambda p: (p - 1) / p, "gather": lambda p: (p - 1) / p,
     "scatter": lambda p: (p - 1) / p, "bcast": lambda p: 1.0, "reduce": lambda p: 1.0,
+    "alltoallv": lambda p: (p - 1) / p,
 }
 
 
@@ -102,6 +103,11 @@ def make_call(comm, collective: str, size: int, algorithm: Optional[str]):
     if collective == "alltoall":
         send, recv = np.ones(block * p, np.uint8), np.empty(block * p, np.uint8)
         return (lambda: comm.Alltoall(send, recv, algorithm=alg)), block * p
+    if collective == "alltoallv":             # equal counts, through the v-variant's code
+        send, recv = np.ones(block * p, np.uint8), np.empty(block * p, np.uint8)
+        spec = ([block] * p, [i * block for i in range(p)])
+        return (lambda: comm.Alltoallv([send, spec, MPI.BYTE], [recv, spec, MPI.BYTE],
+                                       algorithm=alg)), block * p
     if collective in ("reduce", "allreduce", "scan", "exscan"):
         send = f32(size)
         recv = np.empty_like(send)

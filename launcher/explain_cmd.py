@@ -55,9 +55,9 @@ def make_op(name: Optional[str]):
     from minimpi import ops
     key = name.lower()
     if key in ("noncommutative", "non-commutative", "noncommute"):
-        return ops.Op.Create(_noncommutative, commute=False)
+        return ops.Op.Create(noncommutative, commute=False)
     if key == "commutative":
-        return ops.Op.Create(_commutative, commute=True)
+        return ops.Op.Create(commutative, commute=True)
     op = getattr(ops, key.upper(), None)
     if not isinstance(op, ops.Op):
         raise argparse.ArgumentTypeError(f"unknown op {name!r}; known: {', '.join(OP_NAMES)}")
@@ -73,11 +73,11 @@ def summary(alg) -> str:
     return para[:m.start() + 1] if m else para
 
 
-def _noncommutative(a, b, datatype=None):
+def noncommutative(a, b, datatype=None):
     return b
 
 
-def _commutative(a, b, datatype=None):
+def commutative(a, b, datatype=None):
     return b
 
 

@@ -223,6 +223,12 @@ DRIVERS: Dict[str, Driver] = {
         setup=lambda r, p, root, m: {"send": _blocks(r, p, m), "recv": _zeros(p, m)},
         call=lambda c, b, root, a: c.Alltoall(b["send"], b["recv"], algorithm=a),
         view=lambda r, p, root, b, initial: _or_send(b, initial)),
+    "alltoallv": Driver(   # equal counts, so the picture compares with alltoall
+        setup=lambda r, p, root, m: {"send": _blocks(r, p, m), "recv": _zeros(p, m)},
+        call=lambda c, b, root, a: c.Alltoallv(
+            [b["send"], [len(b["send"]) // c.size] * c.size],
+            [b["recv"], [len(b["recv"]) // c.size] * c.size], algorithm=a),
+        view=lambda r, p, root, b, initial: _or_send(b, initial)),
     "reduce": Driver(
         setup=lambda r, p, root, m: {"send": _blocks(r, p, m), "recv": _zeros(p, m)},
         call=lambda c, b, root, a: c.Reduce(b["send"], b["recv"], op=_sum(), root=root,

@@ -47,7 +47,7 @@ def test_pipelined_ring_bcast_segments():
 
 
 @pytest.mark.parametrize("collective", ["scatter", "gather", "reduce", "allreduce", "bcast",
-                                        "allgather", "alltoall", "reduce_scatter", "scan",
+                                        "allgather", "alltoall", "alltoallv", "reduce_scatter", "scan",
                                         "exscan", "barrier"])
 def test_every_registered_algorithm_draws(collective):
     _load_all()

@@ -182,27 +182,43 @@ def describe_signature(sig: int) -> str:
 
 
 def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool) -> str:
-    """Why two calls of the same kind, root and op differ: algorithm, form or size."""
+    """Why two calls of the same kind, root and op differ: size, form or algorithm.
+
+    The 4-bit checksum cannot be inverted, so the likely causes are tried in turn (the
+    message's own byte count, the other form, the other algorithms) and the first one that
+    reproduces the checksum is named.
+    """
     their_detail = (their_sig >> 13) & 0xF
-    root, op = mine.root, mine.op
 
     def detail(alg, nbytes, objects):
-        return (signature(mine.collective, alg, root, op, nbytes, objects) >> 13) & 0xF
+        return (signature(mine.collective, alg, mine.root, mine.op, nbytes, objects) >> 13) & 0xF
 
-    if mine.objects:
-        if detail(mine.algorithm, 0, False) == their_detail:
-            return "the buffer form (a Capitalized call) where this rank used the object form"
-    elif detail(mine.algorithm, mine.nbytes, True) == their_detail:
-        return "the Python-object form (a lowercase call) where this rank used the buffer form"
+    algs = [mine.algorithm]
     try:
         from .coll.registry import REGISTRY
-        for name in REGISTRY.get(mine.collective, {}):
-            if name != mine.algorithm and detail(name, mine.nbytes, mine.objects) == their_detail:
-                return (f"algorithm {name!r} where this rank used {mine.algorithm!r} (every rank "
-                        f"must choose the same algorithm: same algorithm= argument and "
-                        f"MINIMPI_{mine.collective.upper()} setting)")
+        algs += [a for a in REGISTRY.get(mine.collective, {}) if a != mine.algorithm]
     except Exception:  # pragma: no cover - only for messages
         pass
+    candidates = []
+    for objects in (mine.objects, not mine.objects):
+        for alg in algs:
+            for nbytes in ((0,) if objects else (mine.nbytes, length)):
+                if (alg, nbytes, objects) != (mine.algorithm, mine.nbytes, mine.objects):
+                    candidates.append((alg, nbytes, objects))
+    for alg, nbytes, objects in candidates:
+        if detail(alg, nbytes, objects) != their_detail:
+            continue
+        parts = []
+        if objects != mine.objects:
+            parts.append("the Python-object form (a lowercase call)" if objects else
+                         "the buffer form (a Capitalized call)")
+        if not objects and nbytes != mine.nbytes:
+            parts.append(f"{nbytes} bytes per rank")
+        if alg != mine.algorithm:
+            parts.append(f"algorithm {alg!r} where this rank used {mine.algorithm!r} (every "
+                         f"rank must choose the same algorithm: same algorithm= argument and "
+                         f"MINIMPI_{mine.collective.upper()} setting)")
+        return ", ".join(parts)
     if nbytes_known:
         return (f"a different buffer size (its message here has {length} bytes; this rank "
                 f"passed {mine.nbytes} bytes)")
@@ -252,8 +268,10 @@ class Watch:
         """A collective message went to the unexpected queue: is it from a mismatched call?
 
         Runs inside the transport's progress; never raises. The error is delivered by
-        failing the pending receives (and rendezvous sends) of the mismatched call, or, if it
-        has none left, from this rank's next collective call on the communicator.
+        failing the pending receives (and rendezvous sends) of this communicator's collectives
+        - the mismatched call's, or, when that call already returned, those of the call now
+        running, since the communicator is out of step from here on - or, when none is
+        pending, from this rank's next collective call on the communicator.
         """
         try:
             mine = self.calls.get(inc.tag & SEQ_MASK)
@@ -262,13 +280,14 @@ class Watch:
             err = self.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous)
             failed = False
             q = engine._queues.get(inc.context)
-            if q is not None:
-                for req in [r for r in q.posted if r.tag == mine.tag]:
-                    q.posted.remove(req)
+            if q is not None and q.posted:
+                posted = list(q.posted)
+                q.posted.clear()
+                for req in posted:
                     req._fail(err)
-                    failed = True
+                failed = True
             for key, value in list(engine._rndv_sends.items()):
-                if value[2] == inc.context and value[4] == mine.tag:
+                if value[2] == inc.context:
                     del engine._rndv_sends[key]
                     value[0]._fail(err)
                     failed = True

@@ -100,10 +100,12 @@ class Comm(CommExtras):
         return self._name
 
     def Get_name(self) -> str:
-        return self._name
+        """The name as MPI reports it: what Set_name set, else ``MPI_COMM_WORLD``,
+        ``MPI_COMM_SELF`` or ``""`` (``.name`` is minimpi's descriptive label for messages)."""
+        return self.__dict__.get("_user_name", _MPI_NAMES.get(self._name, ""))
 
     def Set_name(self, name: str) -> None:
-        self._name = name
+        self._name = self._user_name = name
 
     @property
     def world_ranks(self) -> Tuple[int, ...]:
@@ -459,6 +461,7 @@ class Comm(CommExtras):
 
 
 KEYVAL_TAG_UB = 1
+_MPI_NAMES = {"COMM_WORLD": "MPI_COMM_WORLD", "COMM_SELF": "MPI_COMM_SELF"}
 # Other predefined attribute keyvals (MPI.HOST, MPI.IO, ...), answered as MPICH does.
 KEYVAL_HOST, KEYVAL_IO, KEYVAL_WTIME_IS_GLOBAL, KEYVAL_UNIVERSE_SIZE, KEYVAL_APPNUM, \
     KEYVAL_LASTUSEDCODE = 2, 3, 4, 5, 6, 7

@@ -225,7 +225,7 @@ def create(comm: "Comm", group: Group) -> Any:
         color, key = UNDEFINED, 0
     new = comm.Split(color, key)
     if new:
-        new.Set_name(f"{comm._name}.create")
+        new._name = f"{comm._name}.create"
     return new
 
 

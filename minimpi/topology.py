@@ -192,7 +192,7 @@ def _as_cart(comm: Any, dims: Sequence[int], periods: Sequence[bool]) -> Any:
     cart = Cartcomm(comm)          # a handle sharing the communicator's state
     cart._dims = tuple(int(d) for d in dims)
     cart._periods = tuple(bool(p) for p in periods)
-    cart.Set_name(comm.name.replace(".split", ".cart", 1) if ".split" in comm.name else comm.name)
+    cart._name = comm.name.replace(".split", ".cart", 1) if ".split" in comm.name else comm.name
     return cart
 
 
@@ -218,5 +218,5 @@ def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bo
     sub = comm.Split(0 if comm.rank < n else UNDEFINED, comm.rank)
     if not sub:
         return COMM_NULL
-    sub.Set_name(f"{comm.name}.cart")
+    sub._name = f"{comm.name}.cart"
     return _as_cart(sub, dims, periods)

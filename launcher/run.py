@@ -26,6 +26,10 @@ output:
   With --output-dir DIR, rank N's raw stdout/stderr also go to DIR/rank.N.stdout and
   DIR/rank.N.stderr. stdin goes to rank 0; the other ranks read /dev/null.
 
+mpi4py programs:
+  In the ranks, `from mpi4py import MPI` is minimpi.MPI (a forwarding `mpi4py` package goes
+  first on PYTHONPATH), even where the real mpi4py is installed; --no-mpi4py-shim turns it off.
+
 exit status:
   0 when every rank exits 0; otherwise the first failing rank's code (128+signal when
   killed by a signal, the Abort code when it called Abort), 124 on --timeout or a startup

@@ -13,7 +13,7 @@ non-commutative op.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -162,28 +162,37 @@ def allreduce_rabenseifner(ch: Channel, data: np.ndarray, op: Any, datatype: Any
     return data
 
 
+#: the ring cuts each block step into at most this many segments
+MAX_RING_SEGMENTS = 8
+
+
 def _ring_cost(m, p, n):
-    s = segments(n / max(p, 1), m.segment)
+    s = min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))
     return 2 * (p - 1) * m.alpha + (p - 1) * (s - 1) * m.alpha / 4 \
         + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma / min(s, 2)
 
 
 @algorithm("allreduce", "ring", objects=False, commutative_only=True, cost=_ring_cost)
 def allreduce_ring(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None,
-                   segment: int = 0) -> Schedule:
+                   segment: int = 0, contribution: Optional[np.ndarray] = None) -> Schedule:
     """Ring: reduce-scatter around the ring, then allgather around it; 2(p-1) block steps.
 
     Time 2(p-1)·α + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ: each rank sends and receives only
     2(p-1)/p of the vector, the least any algorithm can. The vector is cut into p blocks.
 
     Reduce-scatter, step k = 0..p-2: send block (rank-k-1) to the right, receive block
-    (rank-k-2) from the left and reduce it into our own copy; after p-1 steps rank r holds the
-    complete block r. Each block step is cut into S segments of about ``segment`` bytes
-    (``MINIMPI_COST_SEGMENT``), received into two preallocated segment slots: while segment
-    t is being reduced, segment t+1 is already on the wire (its data was reduced S segments
-    ago), so transfer and reduction overlap and the temporaries stay cache-sized. The model
-    charges each extra segment α/4 (its handshake overlaps the previous transfer) and hides
-    half of the reduction time once S >= 2.
+    (rank-k-2) from the left and reduce our contribution into it; after p-1 steps rank r
+    holds the complete block r. Each block step is cut into S segments of about ``segment``
+    bytes (``MINIMPI_COST_SEGMENT``), but at most ``MAX_RING_SEGMENTS`` (larger blocks get
+    larger segments: each segment costs a rendezvous handshake): while segment t is being
+    reduced, segment t+1 is already on the wire (its data was reduced S segments ago), so
+    transfer and reduction overlap. The model charges each extra segment α/4 (its handshake
+    overlaps the previous transfer) and hides half of the reduction time once S >= 2.
+
+    ``contribution``: our own vector when it is not already in ``data`` (``Allreduce``
+    without ``IN_PLACE``). Then a partial result lands straight in ``data`` and our part is
+    reduced into it there - no copy of the input, no temporaries. Otherwise it lands in one
+    of two preallocated segment slots and is reduced into ``data``.
 
     Allgather, step k = 0..p-2: send block (rank-k), receive block (rank-k-1) straight into
     place. Block b is accumulated starting at rank b+1, so operands are combined in cyclic,
@@ -191,43 +200,54 @@ def allreduce_ring(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None,
     """
     p, rank = ch.size, ch.rank
     if p == 1:
+        if contribution is not None:
+            data[...] = contribution
         return data
     if not segment:
         from .cost import default_model
         segment = default_model().segment
     left, right = (rank - 1) % p, (rank + 1) % p
     unit = datatype.base_count if datatype is not None else 1
-    bounds = even_bounds(data.size // unit, p, unit)  # block b = data[bounds[b]:bounds[b+1]]
+    bounds = even_bounds(data.size // unit, p, unit)  # block b = [bounds[b], bounds[b+1])
     largest = bounds[1] - bounds[0]
-    nseg = max(1, -(-largest * data.itemsize // max(1, segment)))
-    nseg = min(nseg, max(1, largest // unit))
+    nseg = min(MAX_RING_SEGMENTS, -(-largest * data.itemsize // max(1, segment)))
+    nseg = max(1, min(nseg, largest // unit))
+    mine = data if contribution is None else contribution
 
-    def piece(b: int, j: int) -> np.ndarray:
+    def piece(vector: np.ndarray, b: int, j: int) -> np.ndarray:
+        """Segment j of block b of ``vector``."""
         lo, hi = bounds[b], bounds[b + 1]
         cut = even_bounds((hi - lo) // unit, nseg, unit)
-        return data[lo + cut[j]:lo + cut[j + 1]]
+        return vector[lo + cut[j]:lo + cut[j + 1]]
 
-    slot_size = even_bounds(largest // unit, nseg, unit)[1]
-    slots = (np.empty(slot_size, data.dtype), np.empty(slot_size, data.dtype))
-    # Reduce-scatter: unit t = (step k, segment j) sends piece(rank-k-1, j), reduces into
-    # piece(rank-k-2, j).
+    if contribution is None:
+        slot_size = even_bounds(largest // unit, nseg, unit)[1]
+        slots = (np.empty(slot_size, data.dtype), np.empty(slot_size, data.dtype))
+    # Reduce-scatter: unit t = (step k, segment j) sends segment j of block rank-k-1 (at
+    # k = 0 our own contribution), receives segment j of block rank-k-2.
     work = [((rank - k - 1) % p, (rank - k - 2) % p, j) for k in range(p - 1) for j in range(nseg)]
 
     def post(t: int):
         sb, rb, j = work[t]
-        dest = piece(rb, j)
-        into = slots[t % 2][:dest.size]
-        return into, dest, [ch.irecv(into, left), ch.isend(piece(sb, j), right)]
+        dest = piece(data, rb, j)
+        into = dest if contribution is not None else slots[t % 2][:dest.size]
+        outgoing = piece(mine if t < nseg else data, sb, j)
+        return t, into, dest, [ch.irecv(into, left), ch.isend(outgoing, right)]
 
-    into, dest, step = post(0)
+    current = post(0)
     for t in range(len(work)):
-        yield step
+        yield current[3]
+        _, into, dest, _ = current
         ahead = t + 1 < len(work) and nseg > 1
         if ahead:                                     # next segment goes on the wire now
-            nxt = post(t + 1)
-        op.reduce_into(into, dest, datatype, call=ch.call)
-        if t + 1 < len(work):
-            into, dest, step = nxt if ahead else post(t + 1)
+            current = post(t + 1)
+        if contribution is None:
+            op.reduce_into(into, dest, datatype, call=ch.call)
+        else:
+            sb, rb, j = work[t]
+            op.reduce_into(piece(contribution, rb, j), dest, datatype, call=ch.call)
+        if t + 1 < len(work) and not ahead:
+            current = post(t + 1)
     # Allgather: pass the complete blocks around.
     for k in range(p - 1):
         sb, rb = (rank - k) % p, (rank - k - 1) % p
@@ -264,10 +284,19 @@ class AllreduceMethods:
                     f"rank {self.rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
                     f"({send.nbytes} bytes) but recvbuf has {recv.count} x {recv.datatype.name} "
                     f"({recv.nbytes} bytes); they must match")
+
+        def invoke(fn, ch):
+            if send is IN_PLACE:
+                return fn(ch, recv.array, op, recv.datatype)
+            mine = send.array if send.array.dtype == recv.array.dtype else \
+                flat_bytes(send.array).view(recv.array.dtype)
+            if fn is allreduce_ring:                  # reads sendbuf itself: no input copy
+                return fn(ch, recv.array, op, recv.datatype, contribution=mine)
             if recv.nbytes:
-                flat_bytes(recv.array)[...] = flat_bytes(send.array)
-        return execute(self, "allreduce", call, recv.nbytes,
-                       lambda fn, ch: fn(ch, recv.array, op, recv.datatype),
+                recv.array[...] = mine
+            return fn(ch, recv.array, op, recv.datatype)
+
+        return execute(self, "allreduce", call, recv.nbytes, invoke,
                        op=op, algorithm=algorithm, nonblocking=nonblocking,
                        finalize=lambda _: recv.finish())
 

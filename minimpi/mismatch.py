@@ -94,9 +94,28 @@ def _op_name(op: Any) -> Optional[str]:
     return getattr(op, "__name__", None) or type(op).__name__
 
 
+_cache: Dict[tuple, int] = {}
+
+
 def signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
               objects: bool) -> int:
     """The 17-bit signature of one collective call (see the module docstring)."""
+    key = (collective, algorithm, root, op, nbytes, objects)
+    try:
+        return _cache[key]
+    except KeyError:
+        pass
+    except TypeError:   # an unhashable op: compute every time
+        return _signature(collective, algorithm, root, op, nbytes, objects)
+    sig = _signature(collective, algorithm, root, op, nbytes, objects)
+    if len(_cache) > 4096:
+        _cache.clear()
+    _cache[key] = sig
+    return sig
+
+
+def _signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
+               objects: bool) -> int:
     kind = _kind_id(collective)
     opname = _op_name(op)
     if root is None:
@@ -232,18 +251,14 @@ class Watch:
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
-        self.calls: Dict[int, Call] = {}       # seq mod 2**14 -> recent call
+        # seq mod 2**14 -> the recent call, as the tuple of Call's fields (cheap to make)
+        self.calls: Dict[int, tuple] = {}
         self.order: collections.deque = collections.deque()
         self.error: Optional[CollectiveMismatchError] = None
 
-    def remember(self, call: Call) -> None:
-        low = call.seq & SEQ_MASK
-        self.calls[low] = call
-        self.order.append(low)
-        if len(self.order) > HISTORY:
-            old = self.order.popleft()
-            if old != low:
-                self.calls.pop(old, None)
+    def call(self, low: int) -> Optional[Call]:
+        fields = self.calls.get(low)
+        return None if fields is None else Call(*fields)
 
     def error_for(self, mine: Call, source: int, their_tag: int, length: int,
                   rendezvous: bool) -> CollectiveMismatchError:
@@ -274,10 +289,10 @@ class Watch:
         pending, from this rank's next collective call on the communicator.
         """
         try:
-            mine = self.calls.get(inc.tag & SEQ_MASK)
-            if mine is None or mine.tag == inc.tag:
+            fields = self.calls.get(inc.tag & SEQ_MASK)
+            if fields is None or fields[1] == inc.tag:
                 return
-            err = self.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous)
+            err = self.error_for(Call(*fields), inc.source, inc.tag, inc.length, inc.rendezvous)
             failed = False
             q = engine._queues.get(inc.context)
             if q is not None and q.posted:
@@ -319,14 +334,20 @@ def open_call(comm: Any, ch: Any, collective: str, call: str, algorithm: str,
     sig = signature(collective, algorithm, root, op, nbytes, objects)
     tag = (seq & SEQ_MASK) | sig << SEQ_BITS
     ch.tag = tag
-    mine = Call(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects)
-    watch.remember(mine)
+    low = seq & SEQ_MASK
+    watch.calls[low] = (seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects)
+    order = watch.order
+    order.append(low)
+    if len(order) > HISTORY:
+        old = order.popleft()
+        if old != low:
+            watch.calls.pop(old, None)
     q = engine._queues.get(context)
     if q is not None and q.unexpected:
-        low = seq & SEQ_MASK
         for inc in q.unexpected:
             if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
-                raise watch.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous)
+                raise watch.error_for(watch.call(low), inc.source, inc.tag, inc.length,
+                                      inc.rendezvous)
 
 
 def call_of(comm: Any, tag: int) -> Optional[Call]:
@@ -334,5 +355,5 @@ def call_of(comm: Any, tag: int) -> Optional[Call]:
     watch = comm._engine.coll_watch.get(comm._coll_context)
     if watch is None:
         return None
-    mine = watch.calls.get(tag & SEQ_MASK)
+    mine = watch.call(tag & SEQ_MASK)
     return mine if mine is not None and mine.tag == tag else None

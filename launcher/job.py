@@ -290,10 +290,35 @@ class Job:
             return
         if rc != 0:
             kind = "signal" if rc < 0 else "exit"
+            cause = self._first_error(rp.rank)
+            if cause is not None:   # this rank only failed because another one did first
+                r, error = cause
+                self.fail(Failure(kind, exit_code_for(rc),
+                                  f"minimpi: rank {r} failed: {error} (rank {rp.rank} {how} "
+                                  f"as a consequence)", rank=r))
+                return
             self.fail(Failure(kind, exit_code_for(rc), f"minimpi: rank {rp.rank} {how}",
                               rank=rp.rank))
             return
         self._check_vanished()
+
+    def _first_error(self, rank: int):
+        """(rank, error) of the rank whose uncaught error caused ``rank``'s, if that is known.
+
+        Ranks report an uncaught exception to the coordinator before they exit
+        (``minimpi.diagnose.failure_state``); an error that is only a consequence (a peer that
+        vanished) is attributed to the earliest non-consequence error of another rank.
+        """
+        own = self.coord.ranks[rank].state
+        if not (isinstance(own, dict) and own.get("consequence")):
+            return None
+        first = None
+        for st in self.coord.ranks:
+            s = st.state
+            if st.rank != rank and isinstance(s, dict) and s.get("error") and not s.get("consequence"):
+                if first is None or (st.state_time or 0) < (first.state_time or 0):
+                    first = st
+        return None if first is None else (first.rank, first.state["error"])
 
     def _check_vanished(self) -> None:
         """A rank that ended without registering while others wait for the table: fail now."""

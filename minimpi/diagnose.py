@@ -215,6 +215,8 @@ def _coll_text(coll: Dict[str, Any], items: List[Dict[str, Any]]) -> str:
 
 def format_state(state: Dict[str, Any]) -> str:
     """One line: what a rank is doing, from its latest report."""
+    if state.get("error"):
+        return f"failed with {state['error']}"
     if not state.get("blocked"):
         return "running (not blocked in minimpi)"
     items = state.get("items") or []
@@ -319,6 +321,16 @@ class BlockReporter:
         if self._chained[2] is not None:
             self._chained[2](waiting_on)
 
+    def failed(self, exc: BaseException) -> None:
+        """An uncaught exception is ending this rank (called by the runtime's excepthook)."""
+        try:
+            self.count += 1
+            state = failure_state(exc)
+            state["n"] = self.count
+            self.send(state)
+        except Exception:  # pragma: no cover
+            pass
+
     def unblocked(self) -> None:
         if self.state is not None:
             self.state = None
@@ -329,6 +341,17 @@ class BlockReporter:
                 pass
         if self._chained[1] is not None:
             self._chained[1]()
+
+
+def failure_state(exc: BaseException) -> Dict[str, Any]:
+    """The state a rank reports when an uncaught exception is about to end it.
+
+    ``consequence`` marks errors caused by another rank's failure (a peer that vanished, an
+    aborted job), so the launcher can name the rank whose error came first instead.
+    """
+    from .errors import JobAbortedError, PeerLostError
+    return {"blocked": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "consequence": isinstance(exc, (PeerLostError, JobAbortedError))}
 
 
 def deadlock_timeout_from_env(env: Dict[str, str]) -> float:

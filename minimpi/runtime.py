@@ -136,6 +136,8 @@ def _install_excepthook() -> None:
         # for sends that no one will receive.
         if _state is not None:
             _state.failing = True
+            if getattr(_state, "reporter", None) is not None:
+                _state.reporter.failed(exc)   # lets the launcher name the first real failure
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook

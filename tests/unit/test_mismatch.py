@@ -199,3 +199,24 @@ def test_signature_is_deterministic_and_separates():
     assert a != mismatch.signature("allreduce", "ring", None, MAX, 4096, False)
     assert a != mismatch.signature("bcast", "ring", None, SUM, 4096, False)
     assert a != mismatch.signature("allreduce", "ring", 0, SUM, 4096, False)
+
+
+def test_launcher_names_the_first_real_failure():
+    # a rank that failed only because a peer vanished is attributed to the peer's error
+    from types import SimpleNamespace
+
+    from minimpi.diagnose import failure_state, format_state
+    from minimpi.errors import PeerLostError
+    from minimpi.launcher.job import Job
+
+    first = failure_state(CollectiveMismatchError("collective mismatch: rank 2 called Reduce"))
+    later = failure_state(PeerLostError("world rank 2 is gone"))
+    assert later["consequence"] and not first["consequence"]
+    ranks = [SimpleNamespace(rank=0, state=None, state_time=None),
+             SimpleNamespace(rank=1, state=later, state_time=2.0),
+             SimpleNamespace(rank=2, state=first, state_time=1.0)]
+    job = SimpleNamespace(coord=SimpleNamespace(ranks=ranks))
+    assert Job._first_error(job, 1) == (2, "CollectiveMismatchError: collective mismatch: rank 2 "
+                                           "called Reduce")
+    assert Job._first_error(job, 2) is None
+    assert format_state(first).startswith("failed with CollectiveMismatchError")

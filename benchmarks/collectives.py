@@ -17,7 +17,8 @@ the send buffer (results of S/p); Alltoall: the send buffer (S/p per pair). Redu
 MPI.SUM on float32; the others move uint8. Small S are rounded up to one element per block.
 
 Timing (OSU style): a warm-up call, then a loop sized to last about ``--target`` seconds
-(at least 2 calls); each call is timed alone and followed by a barrier (plain p2p, not the
+(at least 2 calls), in ``--rounds`` rounds that interleave the algorithms (median over
+rounds, so that a burst of load from other processes hits every algorithm alike); each call is timed alone and followed by a barrier (plain p2p, not the
 code under test), so consecutive calls never overlap - a chain algorithm cannot pipeline
 one call into the next. Each rank's average time per call, and the average, minimum and
 maximum of those over the ranks. Bandwidth (nccl-tests): algbw = S / avg time,
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -153,21 +155,23 @@ class P2P:
         return None
 
 
-def measure(comm, ctl: P2P, call, target: float, max_iters: int) -> dict:
+def measure(comm, ctl: P2P, call, target: float, max_iters: int,
+            iters: Optional[int] = None) -> dict:
     """OSU style: each call timed alone, with a barrier (plain p2p) after it, so that calls
-    never overlap; a warm-up sizes the loop. Per rank the average over the loop; reported:
-    the average, minimum and maximum of those over the ranks."""
+    never overlap; a warm-up sizes the loop (unless ``iters`` is given). Per rank the average
+    over the loop; reported: the average, minimum and maximum of those over the ranks."""
     ctl.sync()
-    t = time.perf_counter()
-    call()
-    t1 = time.perf_counter()
-    ctl.sync()
-    warm = ctl.bcast((t1 - t, time.perf_counter() - t))
-    iters = int(min(max_iters, max(2, target / max(warm[1], 1e-7))))
-    if warm[0] < 1e-3:                    # small calls: a few more warm-up rounds
-        for _ in range(min(iters, 10)):
-            call()
-            ctl.sync()
+    if iters is None:
+        t = time.perf_counter()
+        call()
+        t1 = time.perf_counter()
+        ctl.sync()
+        warm = ctl.bcast((t1 - t, time.perf_counter() - t))
+        iters = int(min(max_iters, max(2, target / max(warm[1], 1e-7))))
+        if warm[0] < 1e-3:                # small calls: a few more warm-up rounds
+            for _ in range(min(iters, 10)):
+                call()
+                ctl.sync()
     total = 0.0
     for _ in range(iters):
         t = time.perf_counter()
@@ -208,25 +212,39 @@ def worker(args) -> None:
             os.replace(args.worker + ".tmp", args.worker)
 
     for size in sizes:
+        # rounds interleave the algorithms, so that a burst of load on a shared machine
+        # hits all of them alike; each statistic is the median over the rounds
+        calls, rounds, iters, failed = {}, {n: [] for n in names}, {}, set()
         for name in names:
-            key = f"{size}/{name}"
             made = make_call(comm, collective, size, name)
             if made is None:
                 out["errors"]["*"] = f"no benchmark call for collective {collective!r}"
                 save()
                 return
-            call, actual = made
-            try:
-                r = measure(comm, ctl, call, args.target, args.max_iters)
-            except Exception as e:  # refused (same on every rank) or broken
-                out["errors"][key] = f"{type(e).__name__}: {e}"
+            calls[name] = made
+        for rnd in range(args.rounds):
+            for name in names:
+                if name in failed:
+                    continue
+                call, actual = calls[name]
+                try:
+                    r = measure(comm, ctl, call, args.target / args.rounds, args.max_iters,
+                                iters.get(name))
+                except Exception as e:  # refused (same on every rank) or broken
+                    out["errors"][f"{size}/{name}"] = f"{type(e).__name__}: {e}"
+                    failed.add(name)
+                    save()
+                    ctl.sync()
+                    continue
+                iters[name] = ctl.bcast(r.get("iters"))
+                if comm.rank == 0:
+                    rounds[name].append(r)
+                    out["results"][f"{size}/{name}"] = dict(
+                        {k: statistics.median(x[k] for x in rounds[name])
+                         for k in ("avg", "min", "max")},
+                        iters=sum(x["iters"] for x in rounds[name]), bytes=actual,
+                        rounds=len(rounds[name]))
                 save()
-                ctl.sync()
-                continue
-            if comm.rank == 0:
-                r["bytes"] = actual
-                out["results"][key] = r
-            save()
         # what auto picks for this size (one call, recorded by the wrapped chooser)
         picks.clear()
         call, _ = make_call(comm, collective, size, "auto")
@@ -253,6 +271,7 @@ def run_job(p: int, collective: str, sizes: List[int], args, measure_auto=False)
         cmd = [sys.executable, "-m", "minimpi", "run", "-n", str(p), "--no-prefix",
                os.path.abspath(__file__), "--worker", path, "--collective", collective,
                "--sizes", ",".join(map(str, sizes)), "--target", str(args.target),
+               "--rounds", str(args.rounds),
                "--max-iters", str(args.max_iters)] + (["--measure-auto"] if measure_auto else [])
         t0 = time.perf_counter()
         try:
@@ -357,6 +376,8 @@ def main() -> int:
     ap.add_argument("-n", "--nprocs", help="comma-separated p values (default 2,4,8)")
     ap.add_argument("--sizes", help="comma-separated byte sizes (default: 8 B .. 64 MiB)")
     ap.add_argument("--target", type=float, help="seconds per timed loop (default 0.2; quick 0.03)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds over the algorithms per size, median taken (default 3; quick 1)")
     ap.add_argument("--max-iters", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--job-timeout", type=float, default=300.0, help="seconds per (p, collective) job")
     ap.add_argument("--json", metavar="PATH", help="also write every result as JSON")
@@ -366,6 +387,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.target is None:
         args.target = 0.03 if args.quick else 0.2
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     if args.max_iters is None:
         args.max_iters = 200 if args.quick else 2000
     if args.worker:

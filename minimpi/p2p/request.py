@@ -15,6 +15,8 @@ def describe(req: "Request") -> str:
     d = req.description
     if isinstance(d, tuple):
         call, peer_name, peer, tag, comm_name = d
+        if "[" in call:  # a collective's message (e.g. "Bcast[binomial]"): its tag is internal
+            return f"{call}({peer_name}={peer}) on {comm_name}"
         return f"{call}({peer_name}={peer}, tag={tag}) on {comm_name}"
     return str(d)
 

@@ -1,6 +1,6 @@
 """Allgather: every rank ends with the blocks of all ranks, in rank order.
 
-Each schedule takes ``blocks`` (:class:`~minimpi.coll.blocks.Blocks`): the p blocks of the
+Each schedule takes ``blocks`` (:class:`~minimpi.coll.data.Blocks`): the p blocks of the
 receive buffer (``Allgather``/``Allgatherv``: views at counts/displs, this rank's block
 already filled; uneven counts and zeros are fine) or a list of p objects (``allgather``:
 this rank's item set). A message carrying several blocks is one array (zero-copy when they
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .blocks import Blocks, fold_power_of_two, unfold_rank
+from .data import Blocks, as_bytes, fold_power_of_two, unfold_rank
 from .cost import ceil_log2, floor_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -178,7 +178,7 @@ class AllgatherMethods:
         from ..buffers import parse_buffer, parse_vbuffer
         from ..constants import IN_PLACE
         from ..errors import CountError
-        from .common import execute, flat_bytes
+        from .common import execute
         p, rank = self.size, self.rank
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
         if not vector and len(set(recv.counts)) > 1:
@@ -194,7 +194,7 @@ class AllgatherMethods:
                     f"({send.nbytes} bytes) but this rank's block of recvbuf is "
                     f"{recv.counts[rank]} x {recv.datatype.name} ({recv.block_nbytes(rank)} bytes)")
             if send.nbytes:
-                flat_bytes(recv.block(rank))[...] = flat_bytes(send.array)
+                as_bytes(recv.block(rank))[...] = as_bytes(send.array)
         blocks = Blocks.of_vbuffer(recv)
         return execute(self, "allgather", call, recv.total_count * recv.datatype.size,
                        lambda fn, ch: fn(ch, blocks), algorithm=algorithm,

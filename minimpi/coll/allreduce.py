@@ -1,9 +1,10 @@
 """Allreduce: every rank ends with x0 (op) x1 (op) ... (op) x[p-1].
 
-``data`` is the flat numpy receive buffer, already holding this rank's contribution
-(``Allreduce`` copies ``sendbuf`` in unless ``IN_PLACE``), reduced in place; or, for the
-object ``allreduce``, this rank's object (each schedule returns the result). ``n`` in the
-costs is the byte count of the whole vector.
+Each schedule takes ``red`` (the :class:`~minimpi.coll.data.Operand`: how two values are
+combined, in MPI order) and ``data``: the flat numpy receive buffer, already holding this
+rank's contribution (``Allreduce`` copies ``sendbuf`` in unless ``IN_PLACE``), reduced in
+place; or, for the object ``allreduce``, this rank's object (each schedule returns the
+result). ``n`` in the costs is the byte count of the whole vector.
 
 Operand order: binomial, recursive doubling and Rabenseifner always combine two partial
 results that cover *adjacent* ranges of ranks, lower range on the left, so non-commutative
@@ -17,9 +18,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .blocks import (combine, even_bounds, fold_power_of_two, received, scratch_like,
-                     unfold_rank)
+from .bcast import bcast_binomial
 from .cost import ceil_log2, floor_log2, segments
+from .data import Operand, as_bytes, even_bounds, fold_power_of_two, received, unfold_rank
+from .reduce import reduce_binomial
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -31,42 +33,25 @@ def _fold_steps(p: int) -> int:
 
 @algorithm("allreduce", "binomial",
            cost=lambda m, p, n: 2 * ceil_log2(p) * (m.alpha + n * m.beta) + ceil_log2(p) * n * m.gamma)
-def allreduce_binomial(ch: Channel, data: Any, op: Any, datatype: Any = None) -> Schedule:
+def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
     """Binomial reduce to rank 0, then binomial broadcast: 2·ceil(log2 p) steps;
     time 2·ceil(log2 p)·(α + nβ) + ceil(log2 p)·nγ.
 
-    Reduce, step k (mask = 2^k): a rank with bit k set sends its partial result (ranks
-    [rank, rank + mask)) to rank - mask and is done; the receiver appends it on the right
-    (acc = acc op received). Broadcast: the same tree backwards, largest subtree first.
+    Reduce (:func:`~minimpi.coll.reduce.reduce_binomial` to root 0), step k (mask = 2^k):
+    a rank with bit k set sends its partial result (ranks [rank, rank + mask)) to
+    rank - mask and is done; the receiver appends it on the right (acc = acc op received).
+    Broadcast (:func:`~minimpi.coll.bcast.bcast_binomial` from root 0): the same tree
+    backwards, largest subtree first.
     """
-    p, rank = ch.size, ch.rank
-    into = scratch_like(data)
-    mask = 1
-    while mask < p:                                   # reduce towards rank 0
-        if rank & mask:
-            yield [ch.isend(data, rank - mask)]
-            break
-        if rank + mask < p:
-            req = ch.irecv(into, rank + mask)
-            yield [req]
-            data = combine(op, data, received(req, into), False, datatype, ch.call)
-        mask <<= 1
-    if rank:                                          # receive the result from the parent
-        req = ch.irecv(data if into is not None else None, rank - mask)
-        yield [req]
-        data = received(req, data if into is not None else None)
-    mask >>= 1
-    while mask:                                       # pass it on to the children
-        if rank + mask < p:
-            yield [ch.isend(data, rank + mask)]
-        mask >>= 1
-    return data
+    result = yield from reduce_binomial(ch, red, data, 0)
+    # rank 0 sends the result; the others receive it into ``data`` (or as an object)
+    return (yield from bcast_binomial(ch, result if ch.rank == 0 else data, 0))
 
 
 @algorithm("allreduce", "recursive_doubling",
            cost=lambda m, p, n: (floor_log2(p) + _fold_steps(p)) * (m.alpha + n * m.beta)
            + (floor_log2(p) + _fold_steps(p) // 2) * n * m.gamma)
-def allreduce_recursive_doubling(ch: Channel, data: Any, op: Any, datatype: Any = None) -> Schedule:
+def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedule:
     """Recursive doubling: log2 p steps of full-vector exchanges (+2 when p is not a power of
     two); time (log2 p + f)·(α + nβ) + (log2 p + f/2)·nγ, f = 0 or 2.
 
@@ -76,30 +61,32 @@ def allreduce_recursive_doubling(ch: Channel, data: Any, op: Any, datatype: Any 
     rank hands the result back).
     """
     p, rank = ch.size, ch.rank
-    into = scratch_like(data)
+    tmp = red.slot(data)
     pof2, rem, newrank = fold_power_of_two(rank, p)
     if rank < 2 * rem:                                # fold
         if newrank < 0:
             yield [ch.isend(data, rank + 1)]
         else:
-            req = ch.irecv(into, rank - 1)
+            req = ch.irecv(tmp, rank - 1)
             yield [req]
-            data = combine(op, data, received(req, into), True, datatype, ch.call)
+            data = red.lower_into(received(req, tmp), data)
     if newrank >= 0:
         mask = 1
         while mask < pof2:
             partner = unfold_rank(newrank ^ mask, rem)
-            req = ch.irecv(into, partner)
+            req = ch.irecv(tmp, partner)
             yield [req, ch.isend(data, partner)]
-            data = combine(op, data, received(req, into), partner < rank, datatype, ch.call)
+            got = received(req, tmp)
+            data = red.lower_into(got, data) if partner < rank else red.into_lower(data, got)
             mask <<= 1
     if rank < 2 * rem:                                # unfold
         if newrank >= 0:
             yield [ch.isend(data, rank - 1)]
         else:
-            req = ch.irecv(data if into is not None else None, rank + 1)
+            back = None if red.objects else data      # the result lands in our buffer
+            req = ch.irecv(back, rank + 1)
             yield [req]
-            data = received(req, data if into is not None else None)
+            data = received(req, back)
     return data
 
 
@@ -107,7 +94,7 @@ def allreduce_recursive_doubling(ch: Channel, data: Any, op: Any, datatype: Any 
            cost=lambda m, p, n: (2 * floor_log2(p) + _fold_steps(p)) * m.alpha
            + (2 * (p - 1) / p + _fold_steps(p)) * n * m.beta
            + ((p - 1) / p + _fold_steps(p) // 2) * n * m.gamma)
-def allreduce_rabenseifner(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None) -> Schedule:
+def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Schedule:
     """Rabenseifner: reduce-scatter by recursive halving, then allgather by recursive doubling.
 
     2·log2 p steps (+2 when p is not a power of two, as in recursive doubling); time
@@ -120,7 +107,7 @@ def allreduce_rabenseifner(ch: Channel, data: np.ndarray, op: Any, datatype: Any
     the half it keeps. Doubling retraces the windows backwards, swapping halves.
     """
     p, rank = ch.size, ch.rank
-    unit = datatype.base_count if datatype is not None else 1
+    unit = red.datatype.base_count if red.datatype is not None else 1
     n_items = data.size // unit
     pof2, rem, newrank = fold_power_of_two(rank, p)
     if rank < 2 * rem:                                # fold (whole vectors)
@@ -129,7 +116,7 @@ def allreduce_rabenseifner(ch: Channel, data: np.ndarray, op: Any, datatype: Any
         else:
             tmp = np.empty_like(data)
             yield [ch.irecv(tmp, rank - 1)]
-            op.reduce_into(tmp, data, datatype, call=ch.call)
+            red.lower_into(tmp, data)
     if newrank >= 0:
         tmp = np.empty((n_items - n_items // 2) * unit, dtype=data.dtype)
         lo, hi = 0, n_items                           # window, in items
@@ -142,7 +129,10 @@ def allreduce_rabenseifner(ch: Channel, data: np.ndarray, op: Any, datatype: Any
             kept = data[keep[0] * unit:keep[1] * unit]
             piece = tmp[:kept.size]
             yield [ch.irecv(piece, partner), ch.isend(data[give[0] * unit:give[1] * unit], partner)]
-            combine(op, kept, piece, partner < rank, datatype, ch.call)
+            if partner < rank:
+                red.lower_into(piece, kept)
+            else:
+                red.into_lower(kept, piece)
             windows.append((lo, hi))
             lo, hi = keep
             mask <<= 1
@@ -173,8 +163,8 @@ def _ring_cost(m, p, n):
 
 
 @algorithm("allreduce", "ring", objects=False, commutative_only=True, cost=_ring_cost)
-def allreduce_ring(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None,
-                   segment: int = 0, contribution: Optional[np.ndarray] = None) -> Schedule:
+def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0,
+                    contribution: Optional[np.ndarray] = None) -> Schedule:
     """Ring: reduce-scatter around the ring, then allgather around it; 2(p-1) block steps.
 
     Time 2(p-1)·α + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ: each rank sends and receives only
@@ -207,7 +197,7 @@ def allreduce_ring(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None,
         from .cost import default_model
         segment = default_model().segment
     left, right = (rank - 1) % p, (rank + 1) % p
-    unit = datatype.base_count if datatype is not None else 1
+    unit = red.datatype.base_count if red.datatype is not None else 1
     bounds = even_bounds(data.size // unit, p, unit)  # block b = [bounds[b], bounds[b+1])
     largest = bounds[1] - bounds[0]
     nseg = min(MAX_RING_SEGMENTS, -(-largest * data.itemsize // max(1, segment)))
@@ -242,10 +232,10 @@ def allreduce_ring(ch: Channel, data: np.ndarray, op: Any, datatype: Any = None,
         if ahead:                                     # next segment goes on the wire now
             current = post(t + 1)
         if contribution is None:
-            op.reduce_into(into, dest, datatype, call=ch.call)
+            red.lower_into(into, dest)
         else:
             sb, rb, j = work[t]
-            op.reduce_into(piece(contribution, rb, j), dest, datatype, call=ch.call)
+            red.lower_into(piece(contribution, rb, j), dest)
         if t + 1 < len(work) and not ahead:
             current = post(t + 1)
     # Allgather: pass the complete blocks around.
@@ -273,8 +263,8 @@ class AllreduceMethods:
         from ..buffers import parse_buffer
         from ..constants import IN_PLACE
         from ..errors import CountError
-        from .common import execute, flat_bytes
-        op = _check_op(self, op, call)
+        from .common import check_op, execute
+        op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
         op.check_datatype(recv.datatype, call)
@@ -286,15 +276,16 @@ class AllreduceMethods:
                     f"({recv.nbytes} bytes); they must match")
 
         def invoke(fn, ch):
+            red = Operand(op, False, recv.datatype, ch.call)
             if send is IN_PLACE:
-                return fn(ch, recv.array, op, recv.datatype)
+                return fn(ch, red, recv.array)
             mine = send.array if send.array.dtype == recv.array.dtype else \
-                flat_bytes(send.array).view(recv.array.dtype)
+                as_bytes(send.array).view(recv.array.dtype)
             if fn is allreduce_ring:                  # reads sendbuf itself: no input copy
-                return fn(ch, recv.array, op, recv.datatype, contribution=mine)
+                return fn(ch, red, recv.array, contribution=mine)
             if recv.nbytes:
                 recv.array[...] = mine
-            return fn(ch, recv.array, op, recv.datatype)
+            return fn(ch, red, recv.array)
 
         return execute(self, "allreduce", call, recv.nbytes, invoke,
                        op=op, algorithm=algorithm, nonblocking=nonblocking,
@@ -302,21 +293,9 @@ class AllreduceMethods:
 
     def allreduce(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
         """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
-        from .common import execute
-        op = _check_op(self, op, "allreduce")
+        from .common import check_op, execute
+        op = check_op(self, op, "allreduce")
         return execute(self, "allreduce", "allreduce", 0,
-                       lambda fn, ch: fn(ch, sendobj, op), op=op, algorithm=algorithm,
-                       objects=True)
+                       lambda fn, ch: fn(ch, Operand(op, True, None, ch.call), sendobj), op=op,
+                       algorithm=algorithm, objects=True)
 
-
-def _check_op(comm: Any, op: Any, call: str) -> Any:
-    """The op to use (SUM when None), or OpError before anything is sent."""
-    from ..errors import OpError
-    from ..ops import SUM, Op
-    if op is None:
-        return SUM
-    if not isinstance(op, Op):
-        raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM "
-                      f"(or MPI.Op.Create(fn)), got {type(op).__name__} {op!r:.40}")
-    op._check_usable(call)
-    return op

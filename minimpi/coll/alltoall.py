@@ -1,6 +1,6 @@
 """All-to-all: block j of rank i's send data becomes block i of rank j's receive data.
 
-Each schedule takes ``send`` and ``recv`` (:class:`~minimpi.coll.blocks.Blocks`): the p
+Each schedule takes ``send`` and ``recv`` (:class:`~minimpi.coll.data.Blocks`): the p
 blocks of the send and receive buffers (counts/displs per rank; uneven counts and zeros
 for ``Alltoallv``), or lists of p objects (``alltoall``). ``n`` in the costs is the byte
 count one rank sends in all.
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .blocks import Blocks
+from .data import Blocks, as_bytes
 from .cost import ceil_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -137,7 +137,7 @@ class AlltoallMethods:
         from ..buffers import parse_vbuffer
         from ..constants import IN_PLACE
         from ..errors import CountError
-        from .common import execute, flat_bytes
+        from .common import execute
         p, rank = self.size, self.rank
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
         send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf",
@@ -148,9 +148,9 @@ class AlltoallMethods:
         else:
             sblocks = Blocks.of_vbuffer(send)
             if send.array.dtype != recv.array.dtype:  # different datatypes: move bytes
-                sblocks = Blocks(flat_bytes(send.array), [c * send.datatype.size for c in send.counts],
+                sblocks = Blocks(as_bytes(send.array), [c * send.datatype.size for c in send.counts],
                                  [d * send.datatype.size for d in send.displs])
-                rblocks = Blocks(flat_bytes(recv.array), [c * recv.datatype.size for c in recv.counts],
+                rblocks = Blocks(as_bytes(recv.array), [c * recv.datatype.size for c in recv.counts],
                                  [d * recv.datatype.size for d in recv.displs])
         if not vector:
             for name, b in (("sendbuf", sblocks), ("recvbuf", rblocks)):

@@ -46,6 +46,14 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     return finalize(result) if finalize is not None else result
 
 
-def flat_bytes(array: np.ndarray) -> np.ndarray:
-    """The bytes of a flat contiguous array as a uint8 array (no copy)."""
-    return array.view(np.uint8) if array.size else np.empty(0, np.uint8)
+def check_op(comm: Any, op: Any, call: str) -> Any:
+    """The op to use (SUM when None), or OpError before anything is sent."""
+    from ..errors import OpError
+    from ..ops import SUM, Op
+    if op is None:
+        return SUM
+    if not isinstance(op, Op):
+        raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM "
+                      f"(or MPI.Op.Create(fn)), got {type(op).__name__} {op!r:.40}")
+    op._check_usable(f"rank {comm.rank}: {call}")
+    return op

@@ -3,7 +3,7 @@
 Three algorithms, each written once for ``Gather``, ``Gatherv`` and the object ``gather``
 (the mirror images of the scatter algorithms). Ranks are renumbered relative to the root
 (``rel = (rank - root) mod p``); what a message carries - a contiguous run of bytes, or a
-list of blocks - is decided by :class:`~minimpi.coll.data.Blocks`.
+list of blocks - is decided by :class:`~minimpi.coll.data.RootedBlocks`.
 
 Costs use ``n`` = bytes of one rank's block (0 for ``Gatherv`` and objects, where only the
 root knows every size, so every rank chooses on ``p`` alone).
@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from .cost import ceil_log2, default_model, segments
-from .data import Blocks, as_bytes
+from .data import RootedBlocks, as_bytes
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
 @algorithm("gather", "binomial",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta)
-def gather_binomial(ch: Channel, blocks: Blocks, root: int, segment: int = 0) -> Schedule:
+def gather_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·α + (p-1)·nβ.
 
     Step k (mask = 2^k): a rank whose bit k is set sends everything it holds (the blocks of
@@ -49,7 +49,7 @@ def gather_binomial(ch: Channel, blocks: Blocks, root: int, segment: int = 0) ->
 @algorithm("gather", "ring",
            cost=lambda m, p, n: 0.0 if p == 1 else
            ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta))
-def gather_ring(ch: Channel, blocks: Blocks, root: int, segment: int = 256 * 1024) -> Schedule:
+def gather_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain root-1 -> ... -> root+1 -> root, nearest block first.
 
     Rel k sends its own block (in s segments of ``segment`` bytes) to k-1, then forwards,
@@ -85,7 +85,7 @@ def gather_ring(ch: Channel, blocks: Blocks, root: int, segment: int = 256 * 102
 
 @algorithm("gather", "linear",
            cost=lambda m, p, n: (p - 1) * (m.alpha + n * m.beta))
-def gather_linear(ch: Channel, blocks: Blocks, root: int, segment: int = 0) -> Schedule:
+def gather_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Flat tree: every rank sends its block straight to the root, all in one step.
 
     1 step, p-1 messages into the root; time (p-1)·(α + nβ). Every block lands straight
@@ -148,14 +148,14 @@ class GatherMethods:
             known = {a: recv.block(a) for a in range(p)} if at_root else {}
             own = None if in_place else send.array  # the root's own is copied at the end
             nbytes = 0
-            make = lambda ch: Blocks.listed(ch, root, known=known, own=own)
+            make = lambda ch: RootedBlocks.listed(ch, root, known=known, own=own)
         else:
             nbytes = recv.block_nbytes(0) if in_place else send.nbytes
             everything = as_bytes(recv.array)[:p * nbytes] if at_root else None
             src = None if in_place else as_bytes(send.array)
             if at_root and src is not None:         # the root's own block: a local copy
                 everything[root * nbytes:(root + 1) * nbytes] = src
-            make = lambda ch: Blocks.fixed(ch, root, nbytes, everything=everything, src=src)
+            make = lambda ch: RootedBlocks.fixed(ch, root, nbytes, everything=everything, src=src)
         finish = (lambda _: recv.finish()) if at_root else (lambda _: None)
         return execute(self, "gather", call, nbytes,
                        lambda fn, ch: fn(ch, make(ch), root, model.segment),
@@ -173,6 +173,6 @@ class GatherMethods:
         check_root(self, root, call)
         model = default_model()
         return execute(self, "gather", call, 0,
-                       lambda fn, ch: fn(ch, Blocks.listed(ch, root, own=sendobj, objects=True),
+                       lambda fn, ch: fn(ch, RootedBlocks.listed(ch, root, own=sendobj, objects=True),
                                          root, model.segment),
                        root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

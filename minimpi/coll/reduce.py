@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .cost import ceil_log2, default_model, floor_log2
-from .data import Operand, chunk_bounds
+from .data import Operand, even_bounds, fold_power_of_two, received, unfold_rank
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -41,21 +41,21 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
     mask = 1
     while mask < p:
         if rel & mask:                                  # hand my partial result up
-            yield [ch.isend(red.box(acc), (rel - mask + tree_root) % p)]
+            yield [ch.isend(acc, (rel - mask + tree_root) % p)]
             break
         if rel + mask < p:                              # combine a child's (higher ranks)
             req = ch.irecv(tmp, (rel + mask + tree_root) % p)
             yield [req]
-            acc = red.into_lower(acc, red.unbox(req, tmp))
+            acc = red.into_lower(acc, received(req, tmp))
         mask <<= 1
     if tree_root != root:                               # non-commutative: 0 -> root
         if ch.rank == tree_root:
-            yield [ch.isend(red.box(acc), root)]
+            yield [ch.isend(acc, root)]
         elif ch.rank == root:
             slot = None if red.objects else data        # the root's receive buffer
             req = ch.irecv(slot, tree_root)
             yield [req]
-            acc = red.unbox(req, slot)
+            acc = received(req, slot)
     return acc if ch.rank == root else None
 
 
@@ -74,13 +74,13 @@ def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sched
     acc = data if r == root else data.copy()
     if p == 1:
         return acc
-    bounds = chunk_bounds(acc.size, p)
-    chunk = lambda c: acc[bounds[c][0]:bounds[c][1]]
-    tmp = np.empty(bounds[0][1] - bounds[0][0], acc.dtype)
+    bounds = even_bounds(acc.size, p)                   # chunk c = [bounds[c], bounds[c+1])
+    chunk = lambda c: acc[bounds[c]:bounds[c + 1]]
+    tmp = np.empty(bounds[1], acc.dtype)
     left, right = (r - 1) % p, (r + 1) % p
     for s in range(p - 1):                              # reduce-scatter round the ring
         send_c, recv_c = (r - s) % p, (r - s - 1) % p
-        into = tmp[:bounds[recv_c][1] - bounds[recv_c][0]]
+        into = tmp[:bounds[recv_c + 1] - bounds[recv_c]]
         yield [ch.irecv(into, left), ch.isend(chunk(send_c), right)]
         red.lower_into(into, chunk(recv_c))
     mine = (r + 1) % p                                  # gather the chunks at the root
@@ -116,24 +116,18 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     acc = data if r == root else data.copy()
     if p == 1:
         return acc
-    q = 1 << floor_log2(p)
-    rem = p - q
+    q, rem, new = fold_power_of_two(r, p)
     tmp = np.empty_like(acc)
     # fold: among ranks < 2*rem, even ranks give their data to the odd rank above
     if r < 2 * rem:
-        if r % 2 == 0:
+        if new < 0:
             yield [ch.isend(acc, r + 1)]
-            new = -1
         else:
-            req = ch.irecv(tmp, r - 1)
-            yield [req]
+            yield [ch.irecv(tmp, r - 1)]
             red.lower_into(tmp, acc)
-            new = r // 2
-    else:
-        new = r - rem
-    real = lambda v: 2 * v + 1 if v < rem else v + rem   # new rank -> rank
-    bounds = chunk_bounds(acc.size, q)
-    span = lambda lo, hi: (bounds[lo][0], bounds[hi - 1][1])
+    real = lambda v: unfold_rank(v, rem)                # new rank -> rank
+    bounds = even_bounds(acc.size, q)
+    span = lambda lo, hi: (bounds[lo], bounds[hi])
     if new >= 0:
         lo, hi = 0, q                                   # my chunk range
         mask = q >> 1
@@ -183,9 +177,9 @@ class ReduceMethods:
         return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
 
     def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
-        from .common import check_root, execute
+        from .common import check_op, check_root, execute
         check_root(self, root, call)
-        op = _check_op(self, op, call)
+        op = check_op(self, op, call)
         at_root = self.rank == root
         acc, datatype, finish = _reduce_operands(self, sendbuf, recvbuf, call, use_recv=at_root)
         op.check_datatype(datatype, call)
@@ -203,25 +197,12 @@ class ReduceMethods:
         return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
 
     def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
-        from .common import check_root, execute
+        from .common import check_op, check_root, execute
         check_root(self, root, call)
-        op = _check_op(self, op, call)
+        op = check_op(self, op, call)
         red = Operand(op, True, None, call)
         return execute(self, "reduce", call, 0, lambda fn, ch: fn(ch, red, sendobj, root),
                        op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
-
-
-# ----------------------------------------------------------------- shared by reduce and scan
-def _check_op(comm: Any, op: Any, call: str) -> Any:
-    from ..errors import OpError
-    from ..ops import SUM, Op
-    if op is None:
-        return SUM
-    if not isinstance(op, Op):
-        raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM, "
-                      f"got {type(op).__name__} {op!r:.40}")
-    op._check_usable(f"rank {comm.rank}: {call}")
-    return op
 
 
 def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):

@@ -1,9 +1,9 @@
 """Reduce-scatter: rank r ends with block r of x0 (op) x1 (op) ... (op) x[p-1].
 
-Each schedule takes ``send`` (this rank's whole input vector, flat numpy, never modified),
-``recv`` (block r of the result goes here), ``counts`` (elements of each rank's block;
-blocks lie back to back in rank order), ``op`` and ``datatype``. ``n`` in the costs is the
-byte count of the whole vector.
+Each schedule takes ``red`` (the :class:`~minimpi.coll.data.Operand`: op and datatype),
+``send`` (this rank's whole input vector, flat numpy, never modified), ``recv`` (block r of
+the result goes here) and ``counts`` (elements of each rank's block; blocks lie back to
+back in rank order). ``n`` in the costs is the byte count of the whole vector.
 
 Buffers only: mpi4py has no lowercase (Python-object) reduce_scatter, so every algorithm is
 registered ``objects=False``. Operand order: binomial and pairwise keep rank order; ring and
@@ -15,7 +15,8 @@ from typing import Any, List
 
 import numpy as np
 
-from .blocks import fold_power_of_two, first_real, running_sum, unfold_rank
+from .data import Operand, as_bytes, first_real, fold_power_of_two, running_sum, unfold_rank
+from .reduce import reduce_binomial
 from .cost import ceil_log2, floor_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -28,29 +29,22 @@ def _not_pow2(p: int) -> int:
 @algorithm("reduce_scatter", "binomial", objects=False,
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma)
            + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta)
-def reduce_scatter_binomial(ch: Channel, send: np.ndarray, recv: np.ndarray, counts: List[int],
-                            op: Any, datatype: Any = None) -> Schedule:
+def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
+                            counts: List[int]) -> Schedule:
     """Binomial reduce of the whole vector to rank 0, then binomial scatter of the blocks:
     2·ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ) + ceil(log2 p)·α + ((p-1)/p)·nβ.
 
-    Reduce, step k (mask = 2^k): a rank with bit k set sends its partial result (ranks
-    [rank, rank + mask)) to rank - mask; the receiver appends it on the right, keeping rank
-    order. Scatter: each rank receives the blocks of its subtree from its parent and passes
-    each child the blocks of the child's subtree.
+    Reduce (:func:`~minimpi.coll.reduce.reduce_binomial` to root 0), step k (mask = 2^k):
+    a rank with bit k set sends its partial result (ranks [rank, rank + mask)) to
+    rank - mask; the receiver appends it on the right, keeping rank order. Scatter: each
+    rank receives the blocks of its subtree from its parent (the rank that differs in its
+    lowest set bit) and passes each child the blocks of the child's subtree.
     """
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
     acc = send.copy()
-    tmp = np.empty_like(send)
-    mask = 1
-    while mask < p:                                   # reduce towards rank 0
-        if rank & mask:
-            yield [ch.isend(acc, rank - mask)]
-            break
-        if rank + mask < p:
-            yield [ch.irecv(tmp, rank + mask)]
-            op.reduce_into_lower(acc, tmp, datatype, call=ch.call)
-        mask <<= 1
+    yield from reduce_binomial(ch, red, acc, 0)      # rank 0's acc: the whole result
+    mask = rank & -rank if rank else 1 << (p - 1).bit_length()   # my subtree's size
     if rank:                                          # my subtree's blocks from the parent
         yield [ch.irecv(acc[offs[rank]:offs[min(rank + mask, p)]], rank - mask)]
     mask >>= 1
@@ -64,8 +58,8 @@ def reduce_scatter_binomial(ch: Channel, send: np.ndarray, recv: np.ndarray, cou
 
 @algorithm("reduce_scatter", "ring", objects=False, commutative_only=True,
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)))
-def reduce_scatter_ring(ch: Channel, send: np.ndarray, recv: np.ndarray, counts: List[int],
-                        op: Any, datatype: Any = None) -> Schedule:
+def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
+                        counts: List[int]) -> Schedule:
     """Ring: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)).
 
     Step k = 0..p-2: send the partial result of block (rank-k-1) to the right (at k = 0 our
@@ -88,7 +82,7 @@ def reduce_scatter_ring(ch: Channel, send: np.ndarray, recv: np.ndarray, counts:
         last = k == p - 2
         into = recv if last else slots[k % 2][:counts[rb]]
         yield [ch.irecv(into, left), ch.isend(outgoing, right)]
-        op.reduce_into(send[offs[rb]:offs[rb + 1]], into, datatype, call=ch.call)
+        red.lower_into(send[offs[rb]:offs[rb + 1]], into)
         outgoing = into
 
 
@@ -96,8 +90,8 @@ def reduce_scatter_ring(ch: Channel, send: np.ndarray, recv: np.ndarray, counts:
            cost=lambda m, p, n: (floor_log2(p) + 2 * _not_pow2(p)) * m.alpha
            + ((p - 1) / p + _not_pow2(p) * (1 + 1 / p)) * n * m.beta
            + ((p - 1) / p + _not_pow2(p)) * n * m.gamma)
-def reduce_scatter_recursive_halving(ch: Channel, send: np.ndarray, recv: np.ndarray,
-                                     counts: List[int], op: Any, datatype: Any = None) -> Schedule:
+def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
+                                     counts: List[int]) -> Schedule:
     """Recursive halving: log2 p steps (+2 when p is not a power of two); time
     log2 p·α + ((p-1)/p)·n(β + γ), plus α + n(β + γ) and α + (n/p)β for fold and unfold.
 
@@ -117,7 +111,7 @@ def reduce_scatter_recursive_halving(ch: Channel, send: np.ndarray, recv: np.nda
         else:
             tmp = np.empty_like(acc)
             yield [ch.irecv(tmp, rank - 1)]
-            op.reduce_into(tmp, acc, datatype, call=ch.call)
+            red.lower_into(tmp, acc)
 
     def span(nlo: int, nhi: int) -> slice:
         """Elements of the blocks of newranks [nlo, nhi)."""
@@ -134,7 +128,7 @@ def reduce_scatter_recursive_halving(ch: Channel, send: np.ndarray, recv: np.nda
             kept = acc[span(*keep)]
             piece = tmp[:kept.size]
             yield [ch.irecv(piece, partner), ch.isend(acc[span(*give)], partner)]
-            op.reduce_into(piece, kept, datatype, call=ch.call)
+            red.lower_into(piece, kept)
             lo, hi = keep
             mask >>= 1
     if rank < 2 * rem:                                # unfold: the odd rank returns block rank-1
@@ -148,8 +142,8 @@ def reduce_scatter_recursive_halving(ch: Channel, send: np.ndarray, recv: np.nda
 
 @algorithm("reduce_scatter", "pairwise", objects=False,
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)))
-def reduce_scatter_pairwise(ch: Channel, send: np.ndarray, recv: np.ndarray, counts: List[int],
-                            op: Any, datatype: Any = None) -> Schedule:
+def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
+                            counts: List[int]) -> Schedule:
     """Pairwise exchange: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)).
 
     Step k = 1..p-1: send our contribution to block (rank+k) to rank+k, receive rank-k's
@@ -162,19 +156,19 @@ def reduce_scatter_pairwise(ch: Channel, send: np.ndarray, recv: np.ndarray, cou
     offs = running_sum(counts)
     recv[...] = send[offs[rank]:offs[rank + 1]]
     tmp = np.empty(counts[rank], send.dtype)
-    ordered = not op.Is_commutative()
+    ordered = not red.op.Is_commutative()
     higher = None
     for k in range(1, p):
         dst, src = (rank + k) % p, (rank - k) % p
         yield [ch.irecv(tmp, src), ch.isend(send[offs[dst]:offs[dst + 1]], dst)]
         if not ordered or src < rank:
-            op.reduce_into(tmp, recv, datatype, call=ch.call)     # recv = x_src (op) recv
+            red.lower_into(tmp, recv)     # recv = x_src (op) recv
         elif higher is None:
             higher = tmp.copy()                                   # x[p-1]
         else:
-            op.reduce_into(tmp, higher, datatype, call=ch.call)   # higher = x_src (op) higher
+            red.lower_into(tmp, higher)   # higher = x_src (op) higher
     if higher is not None:
-        op.reduce_into(recv, higher, datatype, call=ch.call)      # lower part (op) higher part
+        red.lower_into(recv, higher)      # lower part (op) higher part
         recv[...] = higher
 
 
@@ -218,10 +212,9 @@ class ReduceScatterMethods:
         from ..buffers import parse_buffer
         from ..constants import IN_PLACE
         from ..errors import CountError
-        from .allreduce import _check_op
-        from .common import execute, flat_bytes
+        from .common import check_op, execute
         p, rank = self.size, self.rank
-        op = _check_op(self, op, call)
+        op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
         op.check_datatype(recv.datatype, call)
@@ -261,9 +254,10 @@ class ReduceScatterMethods:
         else:
             vector = send.array
             if vector.dtype != recv.array.dtype:
-                vector = flat_bytes(vector).view(recv.array.dtype)
+                vector = as_bytes(vector).view(recv.array.dtype)
         out = recv.array[:elems[rank]]
         return execute(self, "reduce_scatter", call, total * recv.datatype.size,
-                       lambda fn, ch: fn(ch, vector, out, elems, op, recv.datatype),
+                       lambda fn, ch: fn(ch, Operand(op, False, recv.datatype, ch.call), vector,
+                                         out, elems),
                        op=op, algorithm=algorithm, nonblocking=nonblocking,
                        finalize=lambda _: recv.finish())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .cost import ceil_log2, default_model, segments
-from .data import Operand
+from .data import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -30,8 +30,8 @@ def _doubling(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool) -
         partner = r ^ mask
         if partner < p:
             req = ch.irecv(tmp, partner)
-            yield [req, ch.isend(red.box(partial), partner)]
-            got = red.unbox(req, tmp)
+            yield [req, ch.isend(partial, partner)]
+            got = received(req, tmp)
             if partner < r:             # got the block just below mine: lower ranks
                 result = red.lower_into(got, result) if have else red.assign(result, got)
                 have = True
@@ -65,11 +65,11 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
             req = ch.irecv(slots[i], left)
             step.append(req)
         if not last and i > 0:
-            step.append(ch.isend(red.box(fwd[i - 1]), right))
+            step.append(ch.isend(fwd[i - 1], right))
         if step:
             yield step
         if req is not None:
-            got = red.unbox(req, slots[i])      # x0..x[r-1]: the lower side
+            got = received(req, slots[i])       # x0..x[r-1]: the lower side
             if inclusive:
                 fwd[i] = red.lower_into(got, fwd[i])
             else:
@@ -148,9 +148,8 @@ class ScanMethods:
         from ..buffers import parse_buffer
         from ..constants import IN_PLACE
         from ..errors import CountError
-        from .common import execute
-        from .reduce import _check_op
-        op = _check_op(self, op, call)
+        from .common import check_op, execute
+        op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
         if send is IN_PLACE:
@@ -186,9 +185,8 @@ class ScanMethods:
         return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
 
     def _scan_obj(self, sendobj, op, algorithm, collective, call, nonblocking):
-        from .common import execute
-        from .reduce import _check_op
-        op = _check_op(self, op, call)
+        from .common import check_op, execute
+        op = check_op(self, op, call)
         red = Operand(op, True, None, call)
         segment = default_model().segment
         return execute(self, collective, call, 0,

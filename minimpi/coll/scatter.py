@@ -4,7 +4,7 @@ Three algorithms, each written once for ``Scatter``, ``Scatterv`` and the object
 ``scatter``. Ranks are renumbered relative to the root (``rel = (rank - root) mod p``) so
 the schedule is the same for every root; relative rank ``r`` receives the root's block of
 absolute rank ``(r + root) mod p``. What a message between two ranks carries - a contiguous
-run of bytes, or a list of blocks - is decided by :class:`~minimpi.coll.data.Blocks`.
+run of bytes, or a list of blocks - is decided by :class:`~minimpi.coll.data.RootedBlocks`.
 
 Costs use ``n`` = bytes of one rank's block (0 for ``Scatterv`` and objects, where only the
 root knows every size, so every rank chooses on ``p`` alone).
@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from .cost import ceil_log2, default_model, segments
-from .data import Blocks, as_bytes
+from .data import RootedBlocks, as_bytes
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
 @algorithm("scatter", "binomial",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta)
-def scatter_binomial(ch: Channel, blocks: Blocks, root: int, segment: int = 0) -> Schedule:
+def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·α + (p-1)·nβ.
 
     A rank first receives, from its parent (the rank that differs in its lowest set bit),
@@ -54,7 +54,7 @@ def scatter_binomial(ch: Channel, blocks: Blocks, root: int, segment: int = 0) -
 @algorithm("scatter", "ring",
            cost=lambda m, p, n: 0.0 if p == 1 else
            ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta))
-def scatter_ring(ch: Channel, blocks: Blocks, root: int, segment: int = 256 * 1024) -> Schedule:
+def scatter_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain root -> root+1 -> ... -> root-1, farthest block first.
 
     The root sends the blocks of relative ranks p-1, p-2, ..., 1 (each cut in segments of
@@ -87,7 +87,7 @@ def scatter_ring(ch: Channel, blocks: Blocks, root: int, segment: int = 256 * 10
 
 @algorithm("scatter", "linear",
            cost=lambda m, p, n: (p - 1) * (m.alpha + n * m.beta))
-def scatter_linear(ch: Channel, blocks: Blocks, root: int, segment: int = 0) -> Schedule:
+def scatter_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Flat tree: the root sends every other rank its block directly, all in one step.
 
     1 step, p-1 messages from the root; time (p-1)·(α + nβ). Every block lands straight
@@ -151,12 +151,12 @@ class ScatterMethods:
             if at_root and in_place:
                 items[root] = None
             nbytes = 0
-            make = lambda ch: Blocks.listed(ch, root, items=items, known=known)
+            make = lambda ch: RootedBlocks.listed(ch, root, items=items, known=known)
         else:
             nbytes = send.block_nbytes(0) if in_place else recv.nbytes
             everything = as_bytes(send.array)[:p * nbytes] if at_root else None
             dst = None if in_place else as_bytes(recv.array)
-            make = lambda ch: Blocks.fixed(ch, root, nbytes, everything=everything, dst=dst)
+            make = lambda ch: RootedBlocks.fixed(ch, root, nbytes, everything=everything, dst=dst)
         finish = (lambda _: None) if in_place else (lambda _: recv.finish())
         return execute(self, "scatter", call, nbytes,
                        lambda fn, ch: fn(ch, make(ch), root, model.segment),
@@ -187,6 +187,6 @@ class ScatterMethods:
                     f"{self.size} objects (one per rank), got {what}")
         model = default_model()
         return execute(self, "scatter", call, 0,
-                       lambda fn, ch: fn(ch, Blocks.listed(ch, root, items=items, objects=True),
+                       lambda fn, ch: fn(ch, RootedBlocks.listed(ch, root, items=items, objects=True),
                                          root, model.segment),
                        root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

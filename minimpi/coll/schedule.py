@@ -24,6 +24,7 @@ from .. import serialization
 from ..errors import CollectiveMismatchError, TruncationError
 from ..p2p.frames import F_OBJECT
 from ..p2p.request import Request
+from .data import as_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comm import Comm
@@ -33,13 +34,6 @@ Schedule = Generator[Step, None, Any]
 
 #: Called at the start of every step: (channel, step index) - used by draw and trace.
 StepHook = Callable[["Channel", int], None]
-
-
-def byte_view(array: np.ndarray) -> memoryview:
-    """Bytes of a contiguous numpy array, zero-copy."""
-    if array.ndim != 1 or not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array).reshape(-1)
-    return memoryview(array.view(np.uint8))
 
 
 class Channel:
@@ -67,7 +61,7 @@ class Channel:
 
     def isend(self, data: Any, dest: int) -> Request:
         if not self.objects and isinstance(data, np.ndarray):
-            view = byte_view(data)
+            view = memoryview(as_bytes(data))
             return self.comm._isend_bytes((view,), view.nbytes, dest, self.tag, 0, self.call,
                                           self.context)
         payload, nbytes = serialization.dumps(data, rank=self.rank, call=self.call)
@@ -79,7 +73,7 @@ class Channel:
             req = self.comm._irecv_into(None, source, self.tag, self.call, self.context)
             req._finish = lambda: serialization.loads(req.buffer)
             return req
-        view = byte_view(into)
+        view = memoryview(as_bytes(into))  # a copy when not contiguous
         req = self.comm._irecv_into(view, source, self.tag, self.call, self.context)
         expected = view.nbytes
         if not into.flags.c_contiguous:  # received into a temporary: copy back afterwards

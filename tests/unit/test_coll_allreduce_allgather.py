@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from minimpi import ops
-from minimpi.coll.blocks import running_sum
+from minimpi.coll.data import running_sum
 from minimpi.coll.registry import algorithms, choose
 from minimpi.constants import IN_PLACE
 from minimpi.datatypes import DOUBLE, INT, INT64_T

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cost import ceil_log2, floor_log2, not_pow2
 from .data import Blocks, as_bytes, fold_power_of_two, unfold_rank
-from .cost import ceil_log2, floor_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
-
-
-def _not_pow2(p: int) -> int:
-    return 0 if p & (p - 1) == 0 else 1
 
 
 @algorithm("allgather", "binomial",
@@ -78,8 +74,8 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "recursive_doubling",
-           cost=lambda m, p, n: (floor_log2(p) + 2 * _not_pow2(p)) * m.alpha
-           + ((p - 1) / p + _not_pow2(p) * (1 + 1 / p)) * n * m.beta)
+           cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
+           + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta)
 def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
     """Recursive doubling: log2 p steps (+2 when p is not a power of two); time
     log2 p·α + ((p-1)/p)·nβ, plus α + (n/p)β and α + nβ for the fold and unfold.

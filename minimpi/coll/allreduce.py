@@ -19,8 +19,8 @@ from typing import Any, Optional
 import numpy as np
 
 from .bcast import bcast_binomial
-from .cost import ceil_log2, floor_log2, segments
-from .data import Operand, as_bytes, even_bounds, fold_power_of_two, received, unfold_rank
+from .cost import ceil_log2, floor_log2, not_pow2, segments
+from .data import Operand, even_bounds, fold_in, fold_power_of_two, received, unfold_rank
 from .reduce import reduce_binomial
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -28,7 +28,7 @@ from .schedule import Channel, Schedule
 
 def _fold_steps(p: int) -> int:
     """Extra full-vector steps a non-power-of-two p costs the folding algorithms (0 or 2)."""
-    return 0 if p & (p - 1) == 0 else 2
+    return 2 * not_pow2(p)
 
 
 @algorithm("allreduce", "binomial",
@@ -61,15 +61,9 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
     rank hands the result back).
     """
     p, rank = ch.size, ch.rank
-    tmp = red.slot(data)
     pof2, rem, newrank = fold_power_of_two(rank, p)
-    if rank < 2 * rem:                                # fold
-        if newrank < 0:
-            yield [ch.isend(data, rank + 1)]
-        else:
-            req = ch.irecv(tmp, rank - 1)
-            yield [req]
-            data = red.lower_into(received(req, tmp), data)
+    data = yield from fold_in(ch, red, data)          # fold (p not a power of two)
+    tmp = red.slot(data)
     if newrank >= 0:
         mask = 1
         while mask < pof2:
@@ -110,13 +104,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
     unit = red.datatype.base_count if red.datatype is not None else 1
     n_items = data.size // unit
     pof2, rem, newrank = fold_power_of_two(rank, p)
-    if rank < 2 * rem:                                # fold (whole vectors)
-        if newrank < 0:
-            yield [ch.isend(data, rank + 1)]
-        else:
-            tmp = np.empty_like(data)
-            yield [ch.irecv(tmp, rank - 1)]
-            red.lower_into(tmp, data)
+    data = yield from fold_in(ch, red, data)          # fold (whole vectors)
     if newrank >= 0:
         tmp = np.empty((n_items - n_items // 2) * unit, dtype=data.dtype)
         lo, hi = 0, n_items                           # window, in items
@@ -262,25 +250,17 @@ class AllreduceMethods:
     def _allreduce_buf(self, sendbuf, recvbuf, op, algorithm, call, nonblocking):
         from ..buffers import parse_buffer
         from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import check_op, execute
+        from .common import check_op, execute, send_as_recv
         op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
         op.check_datatype(recv.datatype, call)
-        if send is not IN_PLACE:
-            if send.nbytes != recv.nbytes:
-                raise CountError(
-                    f"rank {self.rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
-                    f"({send.nbytes} bytes) but recvbuf has {recv.count} x {recv.datatype.name} "
-                    f"({recv.nbytes} bytes); they must match")
+        mine = None if send is IN_PLACE else send_as_recv(self, call, send, recv)
 
         def invoke(fn, ch):
             red = Operand(op, False, recv.datatype, ch.call)
-            if send is IN_PLACE:
+            if mine is None:
                 return fn(ch, red, recv.array)
-            mine = send.array if send.array.dtype == recv.array.dtype else \
-                as_bytes(send.array).view(recv.array.dtype)
             if fn is allreduce_ring:                  # reads sendbuf itself: no input copy
                 return fn(ch, red, recv.array, contribution=mine)
             if recv.nbytes:

@@ -11,8 +11,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..errors import RootError
+from ..errors import CountError, RootError
 from ..mismatch import open_call
+from .data import as_bytes
 from .registry import choose
 from .schedule import Channel, Schedule, run, start
 
@@ -44,6 +45,36 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
         return start(ch, schedule, finalize)
     result = run(ch, schedule)
     return finalize(result) if finalize is not None else result
+
+
+def send_as_recv(comm: Any, call: str, send: Any, recv: Any) -> np.ndarray:
+    """The input of a reduction (``Allreduce``, ``Reduce``, ``Scan``...): ``sendbuf``'s data
+    read as ``recvbuf``'s element type (no copy); CountError unless both hold the same
+    number of bytes."""
+    if send.nbytes != recv.nbytes:
+        raise CountError(
+            f"rank {comm.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
+            f"({send.nbytes} bytes) but recvbuf holds {recv.count} x {recv.datatype.name} "
+            f"({recv.nbytes} bytes); they must match")
+    if send.array.dtype == recv.array.dtype:
+        return send.array
+    return as_bytes(send.array).view(recv.array.dtype)
+
+
+def check_equal_blocks(comm: Any, call: str, blocks: Any, blocks_arg: str, own: Any,
+                       own_arg: str, uneven: str) -> None:
+    """Scatter/Gather at the root: its v-buffer ``blocks`` must split into p equal blocks,
+    each as large as its own buffer ``own`` (None: ``IN_PLACE``); CountError otherwise."""
+    if len(set(blocks.counts)) > 1:
+        raise CountError(
+            f"rank {comm.rank}: {call}: {blocks_arg} holds {blocks.total_count} "
+            f"{blocks.datatype.name} items, which do not split evenly over {comm.size} ranks; "
+            f"use {uneven} for uneven blocks")
+    if own is not None and blocks.block_nbytes(0) != own.nbytes:
+        raise CountError(
+            f"rank {comm.rank}: {call}: the root's {blocks_arg} has blocks of "
+            f"{blocks.block_nbytes(0)} bytes ({blocks.counts[0]} x {blocks.datatype.name}) "
+            f"but its {own_arg} holds {own.nbytes} bytes")
 
 
 def check_op(comm: Any, op: Any, call: str) -> Any:

@@ -138,5 +138,11 @@ def floor_log2(p: int) -> int:
     return p.bit_length() - 1 if p > 0 else 0
 
 
+def not_pow2(p: int) -> int:
+    """1 when p is not a power of two (the fold of recursive doubling/halving costs extra
+    steps), else 0."""
+    return 0 if p & (p - 1) == 0 else 1
+
+
 def segments(n: int, segment: int) -> int:
     return max(1, math.ceil(n / segment))

@@ -11,7 +11,8 @@ buffer is cut, viewed, reduced or stored is shared and lives here:
 * the fold - :func:`fold_power_of_two` / :func:`unfold_rank` / :func:`first_real` let
   power-of-two algorithms (recursive doubling / halving) run on any p: the first ``2*rem``
   ranks pair up, each even one hands its data to the odd one above it and sits out, so
-  ``2^k`` ranks remain, each standing for a *contiguous* range of real ranks.
+  ``2^k`` ranks remain, each standing for a *contiguous* range of real ranks;
+  :func:`fold_in` is that first step for a reduction.
 * one algorithm for buffers and objects - :func:`received` (what a receive delivered: the
   buffer it filled, or the object) and :class:`Operand` (a reduction step in MPI operand
   order: in place for numpy arrays, ``op(a, b)`` for Python objects).
@@ -30,7 +31,7 @@ arrays included (:meth:`~minimpi.coll.schedule.Channel.isend`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -98,6 +99,23 @@ def unfold_rank(newrank: int, rem: int) -> int:
 def first_real(newrank: int, rem: int) -> int:
     """Lowest real rank that ``newrank`` stands for."""
     return 2 * newrank if newrank < rem else newrank + rem
+
+
+def fold_in(ch: Any, red: "Operand", acc: Any) -> Generator[List[Request], None, Any]:
+    """The fold of a reduction, one step for the ranks below ``2*rem`` (none when p is a
+    power of two): the even rank of each pair sends its vector to the odd rank above it,
+    which combines it on the lower side (``acc = received (op) acc``). Returns the new
+    accumulator (the sender's is unchanged); use as ``acc = yield from fold_in(...)``."""
+    _, rem, newrank = fold_power_of_two(ch.rank, ch.size)
+    if ch.rank < 2 * rem:
+        if newrank < 0:
+            yield [ch.isend(acc, ch.rank + 1)]
+        else:
+            tmp = red.slot(acc)
+            req = ch.irecv(tmp, ch.rank - 1)
+            yield [req]
+            acc = red.lower_into(received(req, tmp), acc)
+    return acc
 
 
 # ========================================================================== reductions

@@ -125,24 +125,15 @@ class GatherMethods:
     def _gather_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
         from ..buffers import parse_buffer, parse_vbuffer
         from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import check_root, execute
+        from .common import check_equal_blocks, check_root, execute
         check_root(self, root, call)
         p, at_root = self.size, self.rank == root
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=at_root)
         in_place = send is IN_PLACE
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf") if at_root else None
         if at_root and not vector:
-            if len(set(recv.counts)) > 1:
-                raise CountError(
-                    f"rank {self.rank}: {call}: recvbuf holds {recv.total_count} "
-                    f"{recv.datatype.name} items, which do not split evenly over {p} ranks; "
-                    f"use Gatherv for uneven blocks")
-            if not in_place and recv.block_nbytes(0) != send.nbytes:
-                raise CountError(
-                    f"rank {self.rank}: {call}: the root's recvbuf has blocks of "
-                    f"{recv.block_nbytes(0)} bytes ({recv.counts[0]} x {recv.datatype.name}) "
-                    f"but its sendbuf holds {send.nbytes} bytes")
+            check_equal_blocks(self, call, recv, "recvbuf", None if in_place else send, "sendbuf",
+                               "Gatherv")
         model = default_model()
         if vector:
             known = {a: recv.block(a) for a in range(p)} if at_root else {}

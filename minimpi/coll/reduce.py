@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .cost import ceil_log2, default_model, floor_log2
-from .data import Operand, even_bounds, fold_power_of_two, received, unfold_rank
+from .data import Operand, even_bounds, fold_in, fold_power_of_two, received, unfold_rank
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -117,14 +117,8 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     if p == 1:
         return acc
     q, rem, new = fold_power_of_two(r, p)
+    acc = yield from fold_in(ch, red, acc)              # fold (whole vectors)
     tmp = np.empty_like(acc)
-    # fold: among ranks < 2*rem, even ranks give their data to the odd rank above
-    if r < 2 * rem:
-        if new < 0:
-            yield [ch.isend(acc, r + 1)]
-        else:
-            yield [ch.irecv(tmp, r - 1)]
-            red.lower_into(tmp, acc)
     real = lambda v: unfold_rank(v, rem)                # new rank -> rank
     bounds = even_bounds(acc.size, q)
     span = lambda lo, hi: (bounds[lo], bounds[hi])
@@ -211,20 +205,12 @@ def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_re
     it, the send buffer itself (read-only; ``recvbuf`` is ignored)."""
     from ..buffers import parse_buffer
     from ..constants import IN_PLACE
-    from ..errors import CountError
+    from .common import send_as_recv
     send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf",
                         allow_in_place=use_recv)
     if not use_recv:
         return send.array, send.datatype, lambda: None
     recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
     if send is not IN_PLACE:
-        if send.nbytes != recv.nbytes:
-            raise CountError(
-                f"rank {comm.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
-                f"({send.nbytes} bytes) but recvbuf holds {recv.count} x {recv.datatype.name} "
-                f"({recv.nbytes} bytes); they must match")
-        if send.array.dtype == recv.array.dtype:
-            recv.array[...] = send.array
-        else:
-            recv.array.view(np.uint8)[...] = send.array.view(np.uint8)
+        recv.array[...] = send_as_recv(comm, call, send, recv)
     return recv.array, recv.datatype, recv.finish

@@ -15,15 +15,12 @@ from typing import Any, List
 
 import numpy as np
 
-from .data import Operand, as_bytes, first_real, fold_power_of_two, running_sum, unfold_rank
+from .cost import ceil_log2, floor_log2, not_pow2
+from .data import (Operand, as_bytes, first_real, fold_in, fold_power_of_two, running_sum,
+                   unfold_rank)
 from .reduce import reduce_binomial
-from .cost import ceil_log2, floor_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
-
-
-def _not_pow2(p: int) -> int:
-    return 0 if p & (p - 1) == 0 else 1
 
 
 @algorithm("reduce_scatter", "binomial", objects=False,
@@ -87,9 +84,9 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
 
 
 @algorithm("reduce_scatter", "recursive_halving", objects=False, commutative_only=True,
-           cost=lambda m, p, n: (floor_log2(p) + 2 * _not_pow2(p)) * m.alpha
-           + ((p - 1) / p + _not_pow2(p) * (1 + 1 / p)) * n * m.beta
-           + ((p - 1) / p + _not_pow2(p)) * n * m.gamma)
+           cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
+           + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta
+           + ((p - 1) / p + not_pow2(p)) * n * m.gamma)
 def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                                      counts: List[int]) -> Schedule:
     """Recursive halving: log2 p steps (+2 when p is not a power of two); time
@@ -104,14 +101,7 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
     pof2, rem, newrank = fold_power_of_two(rank, p)
-    acc = send.copy()
-    if rank < 2 * rem:                                # fold
-        if newrank < 0:
-            yield [ch.isend(acc, rank + 1)]
-        else:
-            tmp = np.empty_like(acc)
-            yield [ch.irecv(tmp, rank - 1)]
-            red.lower_into(tmp, acc)
+    acc = yield from fold_in(ch, red, send.copy())    # fold (whole vectors)
 
     def span(nlo: int, nhi: int) -> slice:
         """Elements of the blocks of newranks [nlo, nhi)."""

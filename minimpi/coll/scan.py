@@ -147,21 +147,14 @@ class ScanMethods:
     def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
         from ..buffers import parse_buffer
         from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import check_op, execute
+        from .common import check_op, execute, send_as_recv
         op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
         if send is IN_PLACE:
             data = recv.array.copy()
         else:
-            if send.nbytes != recv.nbytes:
-                raise CountError(
-                    f"rank {self.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
-                    f"({send.nbytes} bytes) but recvbuf holds {recv.count} x "
-                    f"{recv.datatype.name} ({recv.nbytes} bytes); they must match")
-            data = send.array if send.array.dtype == recv.array.dtype else \
-                send.array.view(recv.array.dtype)
+            data = send_as_recv(self, call, send, recv)
         op.check_datatype(recv.datatype, call)
         red = Operand(op, False, recv.datatype, call)
         segment = default_model().segment

@@ -126,24 +126,15 @@ class ScatterMethods:
     def _scatter_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
         from ..buffers import parse_buffer, parse_vbuffer
         from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import check_root, execute
+        from .common import check_equal_blocks, check_root, execute
         check_root(self, root, call)
         p, at_root = self.size, self.rank == root
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf", allow_in_place=at_root)
         in_place = recv is IN_PLACE
         send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf") if at_root else None
         if at_root and not vector:
-            if len(set(send.counts)) > 1:
-                raise CountError(
-                    f"rank {self.rank}: {call}: sendbuf holds {send.total_count} "
-                    f"{send.datatype.name} items, which do not split evenly over {p} ranks; "
-                    f"use Scatterv for uneven blocks")
-            if not in_place and send.block_nbytes(0) != recv.nbytes:
-                raise CountError(
-                    f"rank {self.rank}: {call}: the root sends blocks of {send.block_nbytes(0)} "
-                    f"bytes ({send.counts[0]} x {send.datatype.name}) but its recvbuf holds "
-                    f"{recv.nbytes} bytes")
+            check_equal_blocks(self, call, send, "sendbuf", None if in_place else recv, "recvbuf",
+                               "Scatterv")
         model = default_model()
         if vector:
             known = {} if in_place else {self.rank: recv.array}

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .cost import ceil_log2, default_model, segments
+from .data import as_bytes, received, segment_bounds
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -28,15 +29,14 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
     in its lowest set bit, then sends to children rel + mask for each lower mask.
     """
     p, rel = ch.size, (ch.rank - root) % ch.size
-    is_object = ch.objects
+    into = None if ch.objects else data   # objects arrive as objects
     mask = 1
     while mask < p:                       # find the parent: lowest set bit of rel
         if rel & mask:
             parent = (rel - mask + root) % p
-            req = ch.irecv(None if is_object else data, parent)
+            req = ch.irecv(into, parent)
             yield [req]
-            if is_object:
-                data = req.wait()
+            data = received(req, into)
             break
         mask <<= 1
     mask >>= 1
@@ -69,10 +69,9 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
         if not last:
             yield [ch.isend(data, nxt)]
         return data
-    raw = data.view(np.uint8)
-    n = raw.size
-    per = max(1, segment or default_model().segment)
-    pieces = [raw[i:i + per] for i in range(0, n, per)] or [raw]
+    raw = as_bytes(data)
+    per = segment or default_model().segment
+    pieces = [raw[lo:hi] for lo, hi in segment_bounds(raw.size, per)]
     if rel == 0:
         for piece in pieces:
             yield [ch.isend(piece, nxt)]
@@ -99,7 +98,7 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
     bandwidth of the binomial tree for large n, at the price of more messages.
     """
     p, rel = ch.size, (ch.rank - root) % ch.size
-    raw = data.view(np.uint8)
+    raw = as_bytes(data)
     n = raw.size
     if p == 1 or n == 0:
         return data

@@ -169,14 +169,16 @@ class Comm(CommExtras):
         return self._engine.irecv(self._context if context is None else context, source, tag,
                                   target, target is None, (call, "source", source, tag, self._name))
 
-    def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0) -> Request:
+    def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
+                  buffered: bool = False) -> Request:
         self._alive(call)
         self._check_dest(dest, call)
         self._check_send_tag(tag, call)
         if dest == PROC_NULL:
             return CompletedRequest()
         payload, nbytes = serialization.dumps(obj, rank=self._rank, call=call)
-        return self._isend_bytes(payload, nbytes, dest, tag, flags | F_OBJECT, call)
+        send = self._bsend_bytes if buffered else self._isend_bytes
+        return send(payload, nbytes, dest, tag, flags | F_OBJECT, call)
 
     def _recv_obj(self, source: int, tag: int, call: str) -> Request:
         self._alive(call)
@@ -188,14 +190,16 @@ class Comm(CommExtras):
         req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
         return req
 
-    def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0) -> Request:
+    def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
+                  buffered: bool = False) -> Request:
         self._alive(call)
         self._check_dest(dest, call)
         self._check_send_tag(tag, call)
         if dest == PROC_NULL:
             return CompletedRequest()
         view, _ = _byte_view(buf, False, call)
-        return self._isend_bytes((view,), view.nbytes, dest, tag, flags, call)
+        send = self._bsend_bytes if buffered else self._isend_bytes
+        return send((view,), view.nbytes, dest, tag, flags, call)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
         self._alive(call)

@@ -104,38 +104,17 @@ class CommExtras:
         self._isend_bytes((memoryview(data),), nbytes, dest, tag, flags, call)
         return CompletedRequest()
 
-    def _bsend_buf(self, buf: Any, dest: int, tag: int, call: str) -> Request:
-        from .comm import _byte_view
-        self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(tag, call)
-        if dest == PROC_NULL:
-            return CompletedRequest()
-        view, _ = _byte_view(buf, False, call)
-        return self._bsend_bytes((view,), view.nbytes, dest, tag, 0, call)
-
-    def _bsend_obj(self, obj: Any, dest: int, tag: int, call: str) -> Request:
-        from . import serialization
-        from .p2p.frames import F_OBJECT
-        self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(tag, call)
-        if dest == PROC_NULL:
-            return CompletedRequest()
-        payload, nbytes = serialization.dumps(obj, rank=self._rank, call=call)
-        return self._bsend_bytes(payload, nbytes, dest, tag, F_OBJECT, call)
-
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self._bsend_buf(buf, dest, tag, "Bsend")
+        self._send_buf(buf, dest, tag, "Bsend", buffered=True)
 
     def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._bsend_buf(buf, dest, tag, "Ibsend")
+        return self._send_buf(buf, dest, tag, "Ibsend", buffered=True)
 
     def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._bsend_obj(obj, dest, tag, "bsend")
+        self._send_obj(obj, dest, tag, "bsend", buffered=True)
 
     def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._bsend_obj(obj, dest, tag, "ibsend")
+        return self._send_obj(obj, dest, tag, "ibsend", buffered=True)
 
     # -- matched probes ----------------------------------------------------------------------
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,

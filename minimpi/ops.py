@@ -115,6 +115,21 @@ def _noop_kernel(a, b):
 _ARITH, _ORDER, _LOGIC, _BITS, _LOC, _ANY = "arith", "order", "logic", "bits", "loc", "any"
 
 
+class _LazyLabel:
+    """The text of ``_type_label``, computed only if an error message needs it."""
+
+    __slots__ = ("datatype", "dtype")
+
+    def __init__(self, datatype: Datatype | None, dtype: np.dtype) -> None:
+        self.datatype, self.dtype = datatype, dtype
+
+    def __str__(self) -> str:
+        return _type_label(self.datatype, self.dtype)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 def _type_label(datatype: Datatype | None, dtype: np.dtype) -> str:
     name = datatype.name if datatype is not None else from_numpy_dtype_name(dtype)
     return f"{dtype} data (datatype {name})"
@@ -131,7 +146,7 @@ class Op:
     """A reduction operation handle (``MPI.Op``). ``Op()`` is the null handle."""
 
     __slots__ = ("_name", "_commute", "_py", "_kernel", "_kind", "_user", "_user_nargs",
-                 "_predefined", "_freed", "__weakref__")
+                 "_predefined", "_freed", "__weakref__", "_accepted")
 
     def __init__(self, name: str = "OP_NULL", py: Callable | None = None,
                  kernel: Callable | None = None, *, kind: str = _ANY, commute: bool = True,
@@ -145,6 +160,7 @@ class Op:
         self._user_nargs = 3
         self._predefined = predefined
         self._freed = False
+        self._accepted: set = set()  # dtypes this op has been checked against
 
     # ------------------------------------------------------------------ facts
     @property
@@ -227,8 +243,10 @@ class Op:
         self._check_dtype(datatype.dtype, datatype, call)
 
     def _check_dtype(self, dtype: np.dtype, datatype: Datatype | None, call: str) -> None:
+        if dtype in self._accepted:  # checked once per dtype: reductions run it every step
+            return
         kind = self._kind
-        label = _type_label(datatype, dtype)
+        label = _LazyLabel(datatype, dtype)
         if kind == _LOC:
             if dtype.names is None or len(dtype.names) != 2:
                 raise OpError(
@@ -251,6 +269,7 @@ class Op:
         if kind == _ORDER and dtype.kind == "c":
             raise OpError(
                 f"{call}: MPI.{self._name} cannot reduce {label}: complex numbers have no order")
+        self._accepted.add(dtype)
 
     def reduce_into(self, inbuf: Any, inoutbuf: np.ndarray, datatype: Datatype | None = None,
                     *, call: str = "Reduce") -> None:

@@ -1,24 +1,55 @@
 """The alpha-beta-gamma cost model that ``auto`` uses to pick a collective algorithm.
 
-A message of n bytes costs ``alpha + n*beta``; reducing n bytes costs ``n*gamma``. Each
-algorithm's registration gives its predicted time as a formula in (p, n) - the same formula
-its docstring states - and ``auto`` picks the least. The defaults were measured on the TCP
-transport over loopback on a 2-core machine (``minimpi explain --calibrate`` measures
-them again on yours, and ``--calibrate --save`` keeps them).
+A message of n bytes costs ``alpha + n*beta``; reducing n bytes costs ``n*gamma``, and so
+does copying them locally (both stream the bytes through memory once). A step in which a
+rank posts m messages at once costs one ``alpha`` plus ``m·alpha/4`` of processing (the
+latencies overlap, the handling of each message does not). Each algorithm's registration
+gives its predicted time as a formula in (p, n) - the same formula its docstring states -
+and ``auto`` picks the least. The defaults were measured on the TCP transport over loopback
+on a 2-core machine (``minimpi explain --calibrate`` measures them again on yours, and
+``--calibrate --save`` keeps them).
+
+**Contention.** The formulas assume every rank has a core and a link of its own, so that
+ranks that send at the same time do not slow each other down. When ranks share cores
+(more ranks than cores: oversubscribed) or one host's memory bandwidth (loopback TCP,
+where "bandwidth" is CPU copying), that is wrong, and algorithms that move more bytes in
+all lose. So each registration also states the work of the call summed over all ranks:
+``messages`` (messages all ranks send), ``volume`` (bytes all ranks send) and ``local``
+(bytes all ranks reduce or copy locally), and the predicted time is ::
+
+    max(formula, contention)
+    contention = (messages·α/4 + 2·volume·β + local·γ) / min(p, cores)
+
+- the CPU time the whole call needs, spread over the cores it can use. A byte sent costs
+β twice: the sender copies it into the kernel and the receiver copies it out (the
+ping-pong that measures β overlaps the two; ranks that share cores cannot). A message
+costs α/4 of processing, as in a step that posts several (the rest of α is waiting).
+Between equal predictions (typically several algorithms at the same contention bound),
+``auto`` takes the smaller formula - fewer steps - then the algorithm registered first.
+
+``cores`` is this host's ``os.cpu_count()`` unless ``MINIMPI_COST_CORES`` (or the
+calibration file) says otherwise; for a job over several hosts it would be cores per host
+× hosts (each host copies only its own ranks' bytes) - set ``MINIMPI_COST_CORES`` so.
+With p <= cores the term rarely decides: it is the average rank's work, which the
+formula's critical path mostly covers, except where every rank sends and receives whole
+vectors at once (recursive doubling) or copies them.
 
 Where each input comes from, later sources overriding earlier ones field by field:
 
 1. the built-in defaults below (:class:`CostModel`);
-2. a calibration file, JSON ``{"alpha": s, "beta": s/B, "gamma": s/B, "segment": B}``
+2. a calibration file, JSON ``{"alpha": s, "beta": s/B, "gamma": s/B, "segment": B,
+   "cores": N}``
    (any subset; other keys are ignored): ``$MINIMPI_COST_FILE`` if set (empty: none),
    else ``$XDG_CONFIG_HOME/minimpi/cost.json`` (default ``~/.config/minimpi/cost.json``);
 3. the environment: ``MINIMPI_COST_ALPHA`` (seconds), ``MINIMPI_COST_BETA`` and
-   ``MINIMPI_COST_GAMMA`` (seconds per byte), ``MINIMPI_COST_SEGMENT`` (bytes).
+   ``MINIMPI_COST_GAMMA`` (seconds per byte), ``MINIMPI_COST_SEGMENT`` (bytes),
+   ``MINIMPI_COST_CORES`` (cores the ranks share).
 
-Every rank must choose the same algorithm, so every rank must see the same model: on
-several hosts, give them the same calibration file or set the environment variables
-(``minimpi run -x MINIMPI_COST_ALPHA=...``). :func:`model_sources` says where each input
-came from (``minimpi explain`` prints it).
+Every rank must choose the same algorithm, so every rank must see the same model:
+``minimpi run`` exports the launcher's model (the five variables above, unless already
+set) to every rank, so ranks on other hosts, with other calibration files or core counts,
+still agree. :func:`model_sources` says where each input came from (``minimpi explain``
+prints it).
 
 Segmented (pipelined) algorithms use ``segment`` bytes per message.
 """
@@ -28,7 +59,7 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Tuple
 
 
@@ -40,16 +71,22 @@ class CostModel:
     beta: float = 1 / 4.3e9       # per-byte transfer time (s/B): slope, 256 KiB .. 8 MiB
     gamma: float = 1 / 13.5e9     # per-byte reduction time (s/B): float64 SUM in place, 4 MiB
     segment: int = 256 * 1024     # pipeline segment size (B)
+    #: cores the ranks share (contention term): this host's, unless told otherwise
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     def describe(self) -> str:
         return (f"alpha = {self.alpha * 1e6:.1f} us per message, "
                 f"beta = {1 / self.beta / 1e9:.2f} GB/s, gamma = {1 / self.gamma / 1e9:.2f} GB/s "
-                f"reduction, segment = {self.segment // 1024} KiB")
+                f"reduction, segment = {self.segment // 1024} KiB, cores = {self.cores}")
 
 
 #: the model's inputs, their environment variables and how a value is read
 FIELDS = {"alpha": ("MINIMPI_COST_ALPHA", float), "beta": ("MINIMPI_COST_BETA", float),
-          "gamma": ("MINIMPI_COST_GAMMA", float), "segment": ("MINIMPI_COST_SEGMENT", int)}
+          "gamma": ("MINIMPI_COST_GAMMA", float), "segment": ("MINIMPI_COST_SEGMENT", int),
+          "cores": ("MINIMPI_COST_CORES", int)}
+
+#: where a field's value comes from when nothing overrides it
+DEFAULT_SOURCE = {"cores": "this host: os.cpu_count()"}
 
 
 def config_path(env=None) -> Optional[str]:
@@ -96,7 +133,7 @@ def model_sources(env=None) -> Tuple[CostModel, Dict[str, str]]:
     if hit is not None:
         return hit
     model = CostModel()
-    sources = {name: "built-in default" for name in FIELDS}
+    sources = {name: DEFAULT_SOURCE.get(name, "built-in default") for name in FIELDS}
     if path and os.path.exists(path):
         try:
             values = read_config(path)
@@ -128,6 +165,35 @@ def clear_cache() -> None:
     """Forget files already read (after writing a new calibration file in this process)."""
     _cache.clear()
     _warned.clear()
+
+
+def contention(model: CostModel, p: int, volume: float, local: float = 0.0,
+               messages: float = 0.0) -> float:
+    """The least time a call can take when its ranks share ``min(p, cores)`` cores: the CPU
+    time of all its work - ``messages`` (α/4 each), ``volume`` bytes sent (β at each
+    end), ``local`` bytes reduced or copied (γ) - spread over them. See the module
+    docstring."""
+    work = messages * model.alpha / 4 + 2 * volume * model.beta + local * model.gamma
+    return work / max(1, min(p, model.cores))
+
+
+def predict(model: CostModel, p: int, formula: float, volume: float = 0.0,
+            local: float = 0.0, messages: float = 0.0) -> float:
+    """The predicted time: ``max(formula, contention)``."""
+    return max(formula, contention(model, p, volume, local, messages))
+
+
+def tree_volume(p: int) -> int:
+    """Blocks a binomial scatter (or gather) of one block per rank moves in all: each
+    non-root rank receives (sends) the blocks of its whole subtree - ``p/2·log2 p`` for a
+    power of two, p-1 for a flat tree."""
+    return sum(min(r & -r, p - r) for r in range(1, p))
+
+
+def xor_exchanges(p: int) -> int:
+    """(rank, step) pairs of a recursive doubling over p ranks without folding (step k:
+    rank r exchanges with r XOR 2^k if that rank exists): p·log2 p for a power of two."""
+    return sum(1 for k in range(ceil_log2(p)) for r in range(p) if r ^ (1 << k) < p)
 
 
 def ceil_log2(p: int) -> int:

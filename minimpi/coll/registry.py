@@ -2,13 +2,22 @@
 
 Each algorithm module registers its functions with :func:`algorithm`::
 
-    @algorithm("bcast", "binomial", cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta))
+    @algorithm("bcast", "binomial", cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta),
+               messages=lambda m, p, n: p - 1, volume=lambda p, n: (p - 1) * n)
     def bcast_binomial(ch, buf, root): ...
+
+``cost`` is the alpha-beta-gamma formula (its docstring states the same); ``messages``
+(a function of the model, p, n) the messages all ranks send in all, ``volume`` the bytes
+all ranks send in all and ``local`` the bytes all ranks reduce or copy in all, from which
+:func:`minimpi.coll.cost.contention` bounds the time when ranks share cores. The
+prediction is ``max(cost, contention)`` (:meth:`Algorithm.predict`).
 
 Choosing (:func:`choose`), in order: the call's ``algorithm=`` argument, the environment
 variable ``MINIMPI_<COLLECTIVE>`` (``minimpi run --coll allreduce=ring`` sets it), else
 ``auto``: the algorithm with the least predicted time under the alpha-beta-gamma model
-(:mod:`minimpi.coll.cost`) among those whose restrictions allow the call.
+(:mod:`minimpi.coll.cost`) among those whose restrictions allow the call; between equal
+predictions (several algorithms at the same contention bound) the one whose formula is
+less, then the one registered first (:func:`tie_key`).
 """
 from __future__ import annotations
 
@@ -17,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import AlgorithmError
-from .cost import CostModel, default_model
+from .cost import CostModel, contention, default_model
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,21 @@ class Algorithm:
     #: whether it also moves Python objects (lowercase API), not only buffers
     objects: bool = True
     summary: str = ""
+    #: bytes all ranks send in all, for p ranks and n bytes (None: not stated)
+    volume: Optional[Callable[[int, int], float]] = None
+    #: bytes all ranks reduce or copy locally in all (None: none)
+    local: Optional[Callable[[int, int], float]] = None
+    #: messages all ranks send in all, for the model, p and n (None: not stated)
+    messages: Optional[Callable[[CostModel, int, int], float]] = None
+
+    def predict(self, model: CostModel, p: int, nbytes: int) -> Tuple[float, float, float]:
+        """(predicted time, formula, contention): the prediction is the larger of the two."""
+        formula = float(self.cost(model, p, nbytes))
+        volume = float(self.volume(p, nbytes)) if self.volume is not None else 0.0
+        local = float(self.local(p, nbytes)) if self.local is not None else 0.0
+        messages = float(self.messages(model, p, nbytes)) if self.messages is not None else 0.0
+        crowd = contention(model, p, volume, local, messages)
+        return max(formula, crowd), formula, crowd
 
     def refusal(self, p: int, nbytes: int, op=None, objects: bool = False) -> Optional[str]:
         """Why this algorithm cannot serve the call, or None when it can."""
@@ -53,6 +77,9 @@ REGISTRY: Dict[str, Dict[str, Algorithm]] = {}
 
 
 def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int], float],
+              volume: Optional[Callable[[int, int], float]] = None,
+              local: Optional[Callable[[int, int], float]] = None,
+              messages: Optional[Callable[[CostModel, int, int], float]] = None,
               commutative_only: bool = False, power_of_two_only: bool = False,
               check: Optional[Callable[..., Optional[str]]] = None,
               objects: bool = True) -> Callable:
@@ -61,7 +88,7 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
         doc = (fn.__doc__ or "").strip().splitlines()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, power_of_two_only, check, objects,
-            doc[0] if doc else "")
+            doc[0] if doc else "", volume, local, messages)
         return fn
     return register
 
@@ -82,8 +109,15 @@ def predictions(collective: str, p: int, nbytes: int, op=None,
     out = []
     for alg in algorithms(collective).values():
         why = alg.refusal(p, nbytes, op, objects)
-        out.append((alg, None if why else alg.cost(model, p, nbytes), why))
+        out.append((alg, None if why else alg.predict(model, p, nbytes)[0], why))
     return out
+
+
+def tie_key(predicted: float, formula: float) -> Tuple[float, float]:
+    """What ``auto`` minimises: the predicted time, then - between algorithms that the
+    contention bound ties (the same bytes moved on the same cores) - the formula, i.e. the
+    one with fewer steps and messages; equal keys go to the algorithm registered first."""
+    return (float(f"{predicted:.9e}"), formula)
 
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
@@ -107,11 +141,13 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
-    best = None
-    best_time = 0.0
-    for alg, predicted, why in predictions(collective, p, nbytes, op, objects=objects):
-        if why is None and (best is None or predicted < best_time):
-            best, best_time = alg, predicted
+    best, best_key = None, None
+    model = default_model()
+    for alg in table.values():
+        if alg.refusal(p, nbytes, op, objects) is None:
+            key = tie_key(*alg.predict(model, p, nbytes)[:2])
+            if best is None or key < best_key:
+                best, best_key = alg, key
     if best is None:  # pragma: no cover - every collective has an unrestricted algorithm
         raise AlgorithmError(f"{where}{call}: no {collective} algorithm can serve this call")
     return best

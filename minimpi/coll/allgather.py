@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cost import ceil_log2, floor_log2, not_pow2
+from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
 from .data import Blocks, as_bytes, fold_power_of_two, unfold_rank
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -18,10 +18,13 @@ from .schedule import Channel, Schedule
 
 @algorithm("allgather", "binomial",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta
-           + ceil_log2(p) * (m.alpha + n * m.beta))
+           + ceil_log2(p) * (m.alpha + n * m.beta),
+           messages=lambda m, p, n: 2 * (p - 1),
+           volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
 def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     """Binomial gather to rank 0, then binomial broadcast of everything: 2·ceil(log2 p)
-    steps; time ceil(log2 p)·α + ((p-1)/p)·nβ + ceil(log2 p)·(α + nβ).
+    steps; time ceil(log2 p)·α + ((p-1)/p)·nβ + ceil(log2 p)·(α + nβ); volume
+    T(p)·n/p + (p-1)·n (T: :func:`~minimpi.coll.cost.tree_volume`).
 
     Gather, step k (mask = 2^k): a rank with bit k set sends the blocks of its subtree
     [rank, rank + mask) to rank - mask; the receiver gets [rank + mask, rank + 2·mask).
@@ -55,9 +58,11 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "ring",
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * m.beta))
+           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * m.beta),
+           messages=lambda m, p, n: p * (p - 1),
+           volume=lambda p, n: (p - 1) * n)
 def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
-    """Ring: p-1 steps; time (p-1)·(α + (n/p)·β).
+    """Ring: p-1 steps; time (p-1)·(α + (n/p)·β); volume (p-1)·n.
 
     Step k: send block (rank - k) to the right neighbour, receive block (rank - k - 1) from
     the left one (straight into place); each block travels p-1 hops.
@@ -75,10 +80,14 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 @algorithm("allgather", "recursive_doubling",
            cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
-           + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta)
+           + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta,
+           messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
+           volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n
+           + (p - (1 << floor_log2(p))) * (1 + 1 / p) * n)
 def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
     """Recursive doubling: log2 p steps (+2 when p is not a power of two); time
-    log2 p·α + ((p-1)/p)·nβ, plus α + (n/p)β and α + nβ for the fold and unfold.
+    log2 p·α + ((p-1)/p)·nβ, plus α + (n/p)β and α + nβ for the fold and unfold; volume
+    (q-1)·n + (p-q)(1 + 1/p)·n (q = 2^floor(log2 p)).
 
     Step k (mask = 2^k): exchange everything gathered so far - the blocks of the 2^k
     newranks that share our bits above k - with newrank ^ mask; the data doubles each step.
@@ -127,9 +136,12 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "bruck",
-           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta)
+           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta,
+           messages=lambda m, p, n: p * ceil_log2(p),
+           volume=lambda p, n: (p - 1) * n)
 def allgather_bruck(ch: Channel, blocks: Blocks) -> Schedule:
-    """Bruck: ceil(log2 p) steps for any p; time ceil(log2 p)·α + ((p-1)/p)·nβ.
+    """Bruck: ceil(log2 p) steps for any p; time ceil(log2 p)·α + ((p-1)/p)·nβ; volume
+    (p-1)·n.
 
     Step k (d = 2^k): send the blocks we hold, those of ranks rank .. rank+d-1 (mod p), to
     rank - d; receive those of ranks rank+d .. rank+2d-1 (mod p) from rank + d. The last

@@ -26,16 +26,23 @@ from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
+def _pof2(p: int) -> int:
+    """q = 2^floor(log2 p): the ranks left after the fold."""
+    return 1 << floor_log2(p)
+
+
 def _fold_steps(p: int) -> int:
     """Extra full-vector steps a non-power-of-two p costs the folding algorithms (0 or 2)."""
     return 2 * not_pow2(p)
 
 
 @algorithm("allreduce", "binomial",
-           cost=lambda m, p, n: 2 * ceil_log2(p) * (m.alpha + n * m.beta) + ceil_log2(p) * n * m.gamma)
+           cost=lambda m, p, n: 2 * ceil_log2(p) * (m.alpha + n * m.beta) + ceil_log2(p) * n * m.gamma,
+           messages=lambda m, p, n: 2 * (p - 1),
+           volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
     """Binomial reduce to rank 0, then binomial broadcast: 2·ceil(log2 p) steps;
-    time 2·ceil(log2 p)·(α + nβ) + ceil(log2 p)·nγ.
+    time 2·ceil(log2 p)·(α + nβ) + ceil(log2 p)·nγ; volume 2(p-1)·n, (p-1)·n reduced.
 
     Reduce (:func:`~minimpi.coll.reduce.reduce_binomial` to root 0), step k (mask = 2^k):
     a rank with bit k set sends its partial result (ranks [rank, rank + mask)) to
@@ -50,10 +57,15 @@ def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
 
 @algorithm("allreduce", "recursive_doubling",
            cost=lambda m, p, n: (floor_log2(p) + _fold_steps(p)) * (m.alpha + n * m.beta)
-           + (floor_log2(p) + _fold_steps(p) // 2) * n * m.gamma)
+           + (floor_log2(p) + _fold_steps(p) // 2) * n * m.gamma,
+           messages=lambda m, p, n: _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
+           volume=lambda p, n: _pof2(p) * floor_log2(p) * n + 2 * (p - _pof2(p)) * n,
+           local=lambda p, n: _pof2(p) * floor_log2(p) * n + (p - _pof2(p)) * n)
 def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedule:
     """Recursive doubling: log2 p steps of full-vector exchanges (+2 when p is not a power of
-    two); time (log2 p + f)·(α + nβ) + (log2 p + f/2)·nγ, f = 0 or 2.
+    two); time (log2 p + f)·(α + nβ) + (log2 p + f/2)·nγ, f = 0 or 2. Every rank sends
+    and receives the whole vector each step: volume q·log2 q·n + 2(p-q)·n, q·log2 q·n +
+    (p-q)·n reduced (q = 2^floor(log2 p)) - the most of any allreduce.
 
     Step k (mask = 2^k): exchange everything with newrank ^ mask and combine, the lower
     partner's partial on the left. Any p: first fold (the even rank of each of the first
@@ -87,13 +99,16 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
 @algorithm("allreduce", "rabenseifner", objects=False,
            cost=lambda m, p, n: (2 * floor_log2(p) + _fold_steps(p)) * m.alpha
            + (2 * (p - 1) / p + _fold_steps(p)) * n * m.beta
-           + ((p - 1) / p + _fold_steps(p) // 2) * n * m.gamma)
+           + ((p - 1) / p + _fold_steps(p) // 2) * n * m.gamma,
+           messages=lambda m, p, n: 2 * _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
+           volume=lambda p, n: 2 * (_pof2(p) - 1) * n + 2 * (p - _pof2(p)) * n,
+           local=lambda p, n: (p - 1) * n)
 def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Schedule:
     """Rabenseifner: reduce-scatter by recursive halving, then allgather by recursive doubling.
 
     2·log2 p steps (+2 when p is not a power of two, as in recursive doubling); time
     2·log2 p·α + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ - the bandwidth of the ring with the latency
-    of a tree. Halving runs with distance 1, 2, 4, ... so the partners' partial results always
+    of a tree; volume 2(q-1)·n + 2(p-q)·n, (p-1)·n reduced (q = 2^floor(log2 p)). Halving runs with distance 1, 2, 4, ... so the partners' partial results always
     cover adjacent rank ranges: non-commutative ops are fine.
 
     Halving step (mask = 2^k): split the current window in two; the lower partner keeps the
@@ -150,13 +165,17 @@ def _ring_cost(m, p, n):
         + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma / min(s, 2)
 
 
-@algorithm("allreduce", "ring", objects=False, commutative_only=True, cost=_ring_cost)
+@algorithm("allreduce", "ring", objects=False, commutative_only=True, cost=_ring_cost,
+           messages=lambda m, p, n: p * (p - 1) * (1 + min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))),
+           volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0,
                     contribution: Optional[np.ndarray] = None) -> Schedule:
     """Ring: reduce-scatter around the ring, then allgather around it; 2(p-1) block steps.
 
-    Time 2(p-1)·α + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ: each rank sends and receives only
-    2(p-1)/p of the vector, the least any algorithm can. The vector is cut into p blocks.
+    Time 2(p-1)·α + (p-1)(S-1)·α/4 + 2·((p-1)/p)·nβ + ((p-1)/p)·nγ/min(S, 2), with S the
+    segments per block step (below): each rank sends and receives only 2(p-1)/p of the
+    vector, the least any algorithm can; volume 2(p-1)·n, (p-1)·n reduced. The vector is
+    cut into p blocks.
 
     Reduce-scatter, step k = 0..p-2: send block (rank-k-1) to the right, receive block
     (rank-k-2) from the left and reduce our contribution into it; after p-1 steps rank r
@@ -165,7 +184,9 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
     larger segments: each segment costs a rendezvous handshake): while segment t is being
     reduced, segment t+1 is already on the wire (its data was reduced S segments ago), so
     transfer and reduction overlap. The model charges each extra segment α/4 (its handshake
-    overlaps the previous transfer) and hides half of the reduction time once S >= 2.
+    overlaps the previous transfer: the (p-1)(S-1)·α/4 above) and hides half of the
+    reduction time once S >= 2 (the /min(S, 2)); S = min(MAX_RING_SEGMENTS, ceil((n/p) /
+    segment)).
 
     ``contribution``: our own vector when it is not already in ``data`` (``Allreduce``
     without ``IN_PLACE``). Then a partial result lands straight in ``data`` and our part is

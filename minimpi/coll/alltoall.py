@@ -31,10 +31,27 @@ def _scattered_cost(m, p, n):
     return m.alpha + (p - 1) * m.alpha / 2 + (p - 1) / p * n * m.beta
 
 
-@algorithm("alltoallv", "ring", cost=_ring_cost)
-@algorithm("alltoall", "ring", cost=_ring_cost)
+def _volume(p, n):
+    """Bytes all ranks send when every block goes straight to its owner."""
+    return (p - 1) * n
+
+
+def _messages(m, p, n):
+    """Messages all ranks send when every block goes straight to its owner."""
+    return p * (p - 1)
+
+
+def _bruck_volume(p, n):
+    """Step k sends the blocks whose index has bit k set: popcount(i) sends of block i."""
+    return sum(bin(i).count("1") for i in range(p)) * n
+
+
+@algorithm("alltoallv", "ring", cost=_ring_cost, messages=_messages,
+           volume=_volume)
+@algorithm("alltoall", "ring", cost=_ring_cost, messages=_messages,
+           volume=_volume)
 def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
-    """Pairwise shift: p-1 steps; time (p-1)·(α + (n/p)·β).
+    """Pairwise shift: p-1 steps; time (p-1)·(α + (n/p)·β); volume (p-1)·n.
 
     Step k = 1..p-1: send our block for rank+k to rank+k, receive rank-k's block for us
     (straight into place). One exchange in flight at a time, so no rank is flooded.
@@ -50,12 +67,14 @@ def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     return recv
 
 
-@algorithm("alltoallv", "scattered", cost=_scattered_cost)
-@algorithm("alltoall", "scattered", cost=_scattered_cost)
+@algorithm("alltoallv", "scattered", cost=_scattered_cost, messages=_messages,
+           volume=_volume)
+@algorithm("alltoall", "scattered", cost=_scattered_cost, messages=_messages,
+           volume=_volume)
 def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Scattered: every receive and send posted at once, one step; time
     α + (p-1)·α/2 + ((p-1)/p)·nβ (the exchanges overlap, so the latency is paid once, but
-    each of the 2(p-1) messages still costs processing time, modelled as α/2).
+    each of the 2(p-1) messages still costs α/4 of processing); volume (p-1)·n.
 
     Sends go to rank+1, rank+2, ... and receives come from rank-1, rank-2, ..., so not
     every rank starts with the same partner.
@@ -82,10 +101,17 @@ def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
 
 
 @algorithm("alltoall", "bruck",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n / 2 * m.beta))
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n / 2 * m.beta + n * m.gamma)
+           + 2 * n * m.gamma,
+           messages=lambda m, p, n: p * ceil_log2(p),
+           volume=_bruck_volume, local=lambda p, n: p * (2 + ceil_log2(p)) * n)
 def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
-    """Bruck: ceil(log2 p) steps; time ceil(log2 p)·(α + (n/2)·β) - fewest messages, so best
-    for small blocks; each block may be forwarded several times.
+    """Bruck: ceil(log2 p) steps; time ceil(log2 p)·(α + (n/2)·β + nγ) + 2nγ - fewest
+    messages, so best for small blocks; each block may be forwarded several times.
+
+    Copies count (at γ a byte): the rotation in and out (2n), and each step packs the n/2
+    bytes it sends and unpacks the n/2 it receives (n). Volume Σ popcount(i)·n over
+    i < p (p/2·log2 p·n for p a power of two); p(2 + ceil(log2 p))·n copied.
 
     Rotate: work[i] = our block for rank+i. Step k (d = 2^k): send the blocks work[i] whose
     index has bit k set to rank + d, and receive the same slots from rank - d (so what we

@@ -19,7 +19,9 @@ def _token() -> np.ndarray:
     return np.empty(0, np.uint8)
 
 
-@algorithm("barrier", "binomial", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha)
+@algorithm("barrier", "binomial", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha,
+           messages=lambda m, p, n: 2 * (p - 1),
+           volume=lambda p, n: 0)
 def barrier_binomial(ch: Channel) -> Schedule:
     """Binomial gather of "arrived" to rank 0, then a binomial release: 2·ceil(log2 p) steps.
 
@@ -44,7 +46,9 @@ def barrier_binomial(ch: Channel) -> Schedule:
         mask >>= 1
 
 
-@algorithm("barrier", "ring", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0)
+@algorithm("barrier", "ring", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
+           messages=lambda m, p, n: 2 * p if p > 1 else 0,
+           volume=lambda p, n: 0)
 def barrier_ring(ch: Channel) -> Schedule:
     """A token goes round the ring twice: 0 -> 1 -> ... -> p-1 -> 0, two rounds.
 
@@ -64,7 +68,9 @@ def barrier_ring(ch: Channel) -> Schedule:
             yield [ch.isend(_token(), right)]
 
 
-@algorithm("barrier", "dissemination", cost=lambda m, p, n: ceil_log2(p) * m.alpha)
+@algorithm("barrier", "dissemination", cost=lambda m, p, n: ceil_log2(p) * m.alpha,
+           messages=lambda m, p, n: p * ceil_log2(p),
+           volume=lambda p, n: 0)
 def barrier_dissemination(ch: Channel) -> Schedule:
     """Dissemination (Hensgen, Finkel, Manber): ceil(log2 p) steps, time ceil(log2 p)·α.
 

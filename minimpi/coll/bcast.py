@@ -13,16 +13,19 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .cost import ceil_log2, default_model, segments
+from .cost import ceil_log2, default_model, segments, tree_volume
 from .data import as_bytes, received, segment_bounds
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
 @algorithm("bcast", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta))
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta),
+           messages=lambda m, p, n: p - 1,
+           volume=lambda p, n: (p - 1) * n)
 def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
-    """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·(α + nβ).
+    """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·(α + nβ);
+    volume (p-1)·n.
 
     Step k (mask = 2^k): every rank that already has the data (rel < mask) sends it to
     rel + mask. Receiving happens first: a rank waits for its parent, the rank that differs
@@ -49,12 +52,15 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
 
 @algorithm("bcast", "ring",
            cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-           * (m.alpha + min(n, m.segment) * m.beta))
+           * (m.alpha + min(n, m.segment) * m.beta),
+           messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
+           volume=lambda p, n: (p - 1) * n)
 def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None) -> Schedule:
     """Pipelined chain: root -> root+1 -> ... -> root-1, in segments (default: the cost model's).
 
     With s segments: p-1+s-1 steps; time (p+s-2)·(α + (n/s)β), so for large n every link
-    streams at once and the time approaches nβ. Objects travel as one segment.
+    streams at once and the time approaches nβ; volume (p-1)·n. Objects travel as one
+    segment.
     """
     p, rel = ch.size, (ch.rank - root) % ch.size
     if p == 1:
@@ -90,12 +96,16 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
 
 
 @algorithm("bcast", "scatter_allgather", objects=False,
-           cost=lambda m, p, n: (ceil_log2(p) + p - 1) * m.alpha + 2 * (p - 1) / p * n * m.beta)
+           cost=lambda m, p, n: (ceil_log2(p) + p - 1) * m.alpha + 2 * (p - 1) / p * n * m.beta,
+           messages=lambda m, p, n: (p - 1) + p * (p - 1),
+           volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
 def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedule:
     """Van de Geijn: binomial scatter of p chunks, then a ring allgather of the chunks.
 
     Steps: ceil(log2 p) + p-1; time (log2 p + p-1)·α + 2·((p-1)/p)·nβ - about twice the
-    bandwidth of the binomial tree for large n, at the price of more messages.
+    bandwidth of the binomial tree for large n, at the price of more messages - but volume
+    T(p)·n/p + (p-1)·n (T: :func:`~minimpi.coll.cost.tree_volume`), more than the tree's
+    (p-1)·n, so where ranks share cores it loses.
     """
     p, rel = ch.size, (ch.rank - root) % ch.size
     raw = as_bytes(data)

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cost import ceil_log2, default_model, segments
+from .cost import ceil_log2, default_model, segments, tree_volume
 from .data import RootedBlocks, as_bytes
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
 @algorithm("gather", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta)
+           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta,
+           messages=lambda m, p, n: p - 1,
+           volume=lambda p, n: tree_volume(p) * n)
 def gather_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
-    """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·α + (p-1)·nβ.
+    """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·α + (p-1)·nβ;
+    volume T(p)·n, T(p) = p/2·log2 p for p a power of two (each block is forwarded up
+    the tree: :func:`~minimpi.coll.cost.tree_volume`).
 
     Step k (mask = 2^k): a rank whose bit k is set sends everything it holds (the blocks of
     its subtree ``[rel, rel + mask)``) to ``rel - mask`` and is done; the others receive
@@ -48,13 +52,16 @@ def gather_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int =
 
 @algorithm("gather", "ring",
            cost=lambda m, p, n: 0.0 if p == 1 else
-           ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta))
+           ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta),
+           messages=lambda m, p, n: p * (p - 1) / 2 * segments(n, m.segment),
+           volume=lambda p, n: p * (p - 1) / 2 * n)
 def gather_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain root-1 -> ... -> root+1 -> root, nearest block first.
 
     Rel k sends its own block (in s segments of ``segment`` bytes) to k-1, then forwards,
     one step behind, the blocks of k+1..p-1 as they arrive from k+1; the root receives the
-    blocks of 1..p-1 in order. Steps: (p-1)·s + p-2; time ((p-1)·s + p-2)·(α + (n/s)β).
+    blocks of 1..p-1 in order. Steps: (p-1)·s + p-2; time ((p-1)·s + p-2)·(α + (n/s)β);
+    volume p(p-1)/2·n.
     """
     p, rel = ch.size, blocks.me
     if p == 1:
@@ -84,12 +91,17 @@ def gather_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256
 
 
 @algorithm("gather", "linear",
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n * m.beta))
+           cost=lambda m, p, n: 0.0 if p == 1 else
+           m.alpha + (p - 1) * m.alpha / 4 + (p - 1) * n * m.beta,
+           messages=lambda m, p, n: p - 1,
+           volume=lambda p, n: (p - 1) * n)
 def gather_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Flat tree: every rank sends its block straight to the root, all in one step.
 
-    1 step, p-1 messages into the root; time (p-1)·(α + nβ). Every block lands straight
-    in the root's buffer (also for ``Gatherv``: no block lists are pickled).
+    1 step, p-1 receives posted at once by the root; time α + (p-1)·α/4 + (p-1)·nβ (the
+    latencies overlap; each message still costs the root α/4 of processing, and its bytes
+    arrive one after another); volume (p-1)·n. Every block lands straight in the root's
+    buffer (also for ``Gatherv``: no block lists are pickled).
     """
     p, rel = ch.size, blocks.me
     if rel == 0:

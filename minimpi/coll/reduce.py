@@ -16,16 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from .cost import ceil_log2, default_model, floor_log2
+from .cost import ceil_log2, default_model, floor_log2, tree_volume
 from .data import Operand, even_bounds, fold_in, fold_power_of_two, received, unfold_rank
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
 @algorithm("reduce", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma))
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma),
+           messages=lambda m, p, n: p - 1,
+           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule:
-    """Binomial tree: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ).
+    """Binomial tree: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ); volume (p-1)·n,
+    (p-1)·n reduced.
 
     Step k (mask = 2^k): a rank whose bit k is set sends its partial result to ``rel - mask``
     and is done; the others receive the partial result of ``rel + mask`` - the next higher
@@ -60,15 +63,19 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
 
 
 @algorithm("reduce", "ring", commutative_only=True, objects=False,
-           cost=lambda m, p, n: 2 * (p - 1) * m.alpha + (p - 1) / p * n * (2 * m.beta + m.gamma))
+           cost=lambda m, p, n: 2 * (p - 1) * m.alpha + (p - 1) / p * n * (2 * m.beta + m.gamma)
+           + n * m.gamma,
+           messages=lambda m, p, n: p * (p - 1) + p - 1,
+           volume=lambda p, n: (p - 1) * n * (1 + 1 / p), local=lambda p, n: 2 * (p - 1) * n)
 def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
     """Ring reduce-scatter, then every rank sends its finished chunk to the root.
 
     The buffer is cut in p chunks. Step s (s = 0..p-2): rank r sends chunk (r-s) mod p to
     r+1 and receives chunk (r-s-1) mod p from r-1, which it combines into its own. After
     p-1 steps rank r holds chunk (r+1) mod p fully reduced; one more step sends it to the
-    root. p steps; time 2(p-1)·α + ((p-1)/p)·n·(2β + γ). Chunks are combined in ring
-    order, not rank order: commutative ops only.
+    root. p steps; time 2(p-1)·α + ((p-1)/p)·n·(2β + γ) + nγ (a rank other than the root
+    first copies its vector); volume (p-1)(1 + 1/p)·n, (p-1)·n reduced and (p-1)·n copied.
+    Chunks are combined in ring order, not rank order: commutative ops only.
     """
     p, r = ch.size, ch.rank
     acc = data if r == root else data.copy()
@@ -96,11 +103,27 @@ def _rabenseifner_cost(m, p, n):
     pof2 = 1 << floor_log2(p)
     extra = 0.0 if pof2 == p else 2 * (m.alpha + n * m.beta) + n * m.gamma
     return (2 * floor_log2(p) * m.alpha + 2 * (pof2 - 1) / pof2 * n * m.beta
-            + (pof2 - 1) / pof2 * n * m.gamma + extra)
+            + (pof2 - 1) / pof2 * n * m.gamma + n * m.gamma + extra)
+
+
+def _rabenseifner_volume(p, n):
+    q = 1 << floor_log2(p)
+    return (p - q) * n + (q - 1) * n + tree_volume(q) * n / q
+
+
+def _rabenseifner_messages(m, p, n):
+    q = 1 << floor_log2(p)
+    return (p - q) + q * floor_log2(q) + (q - 1) + 1
+
+
+def _rabenseifner_local(p, n):
+    q = 1 << floor_log2(p)
+    return (p - q) * n + (q - 1) * n + (p - 1) * n
 
 
 @algorithm("reduce", "rabenseifner", commutative_only=True, objects=False,
-           cost=_rabenseifner_cost)
+           cost=_rabenseifner_cost, messages=_rabenseifner_messages,
+           volume=_rabenseifner_volume, local=_rabenseifner_local)
 def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
     """Rabenseifner: reduce-scatter by recursive halving, then a binomial gather.
 
@@ -109,8 +132,11 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     q/2, q/4, ..., 1 each rank swaps half of its current chunk range with its partner and
     combines the half it keeps (log2 q steps); then each holds one of q chunks, and a
     binomial gather (log2 q steps) brings them to new rank 0, which sends the result to the
-    root if that is another rank. Time about 2·log2 q·α + 2((q-1)/q)·nβ + ((q-1)/q)·nγ,
-    plus α + nβ + nγ and α + nβ when p is not a power of two. Commutative ops only.
+    root if that is another rank. Time about 2·log2 q·α + 2((q-1)/q)·nβ + ((q-1)/q)·nγ
+    + nγ (a rank other than the root first copies its vector), plus α + nβ + nγ and α + nβ
+    when p is not a power of two. Volume (p-q)·n + (q-1)·n + T(q)·n/q (fold, halving,
+    gather; T: :func:`~minimpi.coll.cost.tree_volume`), (p-1)·n reduced and (p-1)·n copied.
+    Commutative ops only.
     """
     p, r = ch.size, ch.rank
     acc = data if r == root else data.copy()

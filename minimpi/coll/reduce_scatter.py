@@ -15,7 +15,7 @@ from typing import Any, List
 
 import numpy as np
 
-from .cost import ceil_log2, floor_log2, not_pow2
+from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
 from .data import (Operand, as_bytes, first_real, fold_in, fold_power_of_two, running_sum,
                    unfold_rank)
 from .reduce import reduce_binomial
@@ -25,11 +25,16 @@ from .schedule import Channel, Schedule
 
 @algorithm("reduce_scatter", "binomial", objects=False,
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma)
-           + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta)
+           + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta + n * m.gamma,
+           messages=lambda m, p, n: 2 * (p - 1),
+           volume=lambda p, n: (p - 1) * n + tree_volume(p) * n / p,
+           local=lambda p, n: (p - 1) * n + p * n)
 def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                             counts: List[int]) -> Schedule:
     """Binomial reduce of the whole vector to rank 0, then binomial scatter of the blocks:
-    2·ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ) + ceil(log2 p)·α + ((p-1)/p)·nβ.
+    2·ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + nγ) + ceil(log2 p)·α + ((p-1)/p)·nβ
+    + nγ (every rank first copies its input); volume (p-1)·n + T(p)·n/p (T:
+    :func:`~minimpi.coll.cost.tree_volume`), (p-1)·n reduced and p·n copied.
 
     Reduce (:func:`~minimpi.coll.reduce.reduce_binomial` to root 0), step k (mask = 2^k):
     a rank with bit k set sends its partial result (ranks [rank, rank + mask)) to
@@ -54,10 +59,12 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
 
 
 @algorithm("reduce_scatter", "ring", objects=False, commutative_only=True,
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)))
+           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
+           messages=lambda m, p, n: p * (p - 1),
+           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                         counts: List[int]) -> Schedule:
-    """Ring: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)).
+    """Ring: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)); volume (p-1)·n, (p-1)·n reduced.
 
     Step k = 0..p-2: send the partial result of block (rank-k-1) to the right (at k = 0 our
     own contribution, straight from ``send``), receive the partial of block (rank-k-2) from
@@ -86,11 +93,17 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
 @algorithm("reduce_scatter", "recursive_halving", objects=False, commutative_only=True,
            cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
            + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta
-           + ((p - 1) / p + not_pow2(p)) * n * m.gamma)
+           + ((p - 1) / p + not_pow2(p)) * n * m.gamma + n * m.gamma,
+           messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
+           volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n
+           + (p - (1 << floor_log2(p))) * (1 + 1 / p) * n,
+           local=lambda p, n: (p - 1) * n + p * n)
 def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                                      counts: List[int]) -> Schedule:
     """Recursive halving: log2 p steps (+2 when p is not a power of two); time
-    log2 p·α + ((p-1)/p)·n(β + γ), plus α + n(β + γ) and α + (n/p)β for fold and unfold.
+    log2 p·α + ((p-1)/p)·n(β + γ) + nγ (every rank first copies its input), plus
+    α + n(β + γ) and α + (n/p)β for fold and unfold; volume (q-1)·n + (p-q)(1 + 1/p)·n
+    (q = 2^floor(log2 p)), (p-1)·n reduced and p·n copied.
 
     Step (mask = p'/2, p'/4, ..., 1): split the window of newranks in two at mask; keep the
     half holding our newrank, send the other half to newrank ^ mask and reduce the half it
@@ -131,10 +144,19 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
 
 
 @algorithm("reduce_scatter", "pairwise", objects=False,
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)))
+           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
+           messages=lambda m, p, n: p * (p - 1),
+           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                             counts: List[int]) -> Schedule:
-    """Pairwise exchange: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)).
+    """Pairwise exchange: p-1 steps; time (p-1)·(α + (n/p)·(β + γ)); volume (p-1)·n,
+    (p-1)·n reduced.
+
+    The same steps, bytes and reductions as the ring (each step sends one block's worth
+    and reduces one into ours), so the model predicts the same time: on the tie ``auto``
+    takes the ring, registered first, for commutative ops (measured, the two are within
+    about 15% of each other either way), and pairwise, which keeps rank order, for
+    non-commutative ones.
 
     Step k = 1..p-1: send our contribution to block (rank+k) to rank+k, receive rank-k's
     contribution to our block and reduce it in. Contributions arrive from rank-1, rank-2,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cost import ceil_log2, default_model, segments
+from .cost import ceil_log2, default_model, segments, xor_exchanges
 from .data import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -84,9 +84,13 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
 
 
 @algorithm("scan", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma))
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
+           messages=lambda m, p, n: xor_exchanges(p),
+           volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
 def scan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
-    """Recursive doubling: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + 2nγ).
+    """Recursive doubling: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + 2nγ); volume
+    X(p)·n, up to 2·X(p)·n reduced (X: :func:`~minimpi.coll.cost.xor_exchanges`, p·log2 p
+    for a power of two: every rank sends its whole partial each step).
 
     Each rank keeps ``partial``, the reduction of its aligned block of 2^k ranks, and its
     ``result``. Step k: swap ``partial`` with ``rank XOR 2^k``. The partner's block is
@@ -98,32 +102,40 @@ def scan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int =
 
 @algorithm("scan", "ring",
            cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)))
+           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
+           messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
+           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def scan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain 0 -> 1 -> ... -> p-1, in segments of ``segment`` bytes.
 
     Rank r receives the prefix x0..x[r-1] from r-1, combines ``prefix (op) x_r`` and sends
     it on, one segment behind. With s segments: p-1+s-1 steps; time
-    (p+s-2)·(α + (n/s)(β + γ)). Objects travel as one segment.
+    (p+s-2)·(α + (n/s)(β + γ)); volume (p-1)·n, (p-1)·n reduced. Objects travel as one
+    segment.
     """
     return (yield from _chain(ch, red, data, out, True, segment))
 
 
 @algorithm("exscan", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma))
+           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
+           messages=lambda m, p, n: xor_exchanges(p),
+           volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
 def exscan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
     """Recursive doubling as for scan, but ``result`` starts empty: the first block from
     below is assigned, later ones combined. ceil(log2 p) steps; time
-    ceil(log2 p)·(α + nβ + 2nγ)."""
+    ceil(log2 p)·(α + nβ + 2nγ); volume X(p)·n, up to 2·X(p)·n reduced."""
     return (yield from _doubling(ch, red, data, out, False))
 
 
 @algorithm("exscan", "ring",
            cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)))
+           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
+           messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
+           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain: rank r receives x0..x[r-1] from r-1 straight into its result and
-    sends ``prefix (op) x_r`` on. p-1+s-1 steps; time (p+s-2)·(α + (n/s)(β + γ))."""
+    sends ``prefix (op) x_r`` on. p-1+s-1 steps; time (p+s-2)·(α + (n/s)(β + γ)); volume
+    (p-1)·n, (p-1)·n reduced."""
     return (yield from _chain(ch, red, data, out, False, segment))
 
 

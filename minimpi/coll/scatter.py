@@ -15,16 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from .cost import ceil_log2, default_model, segments
+from .cost import ceil_log2, default_model, segments, tree_volume
 from .data import RootedBlocks, as_bytes
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
 
 @algorithm("scatter", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta)
+           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta,
+           messages=lambda m, p, n: p - 1,
+           volume=lambda p, n: tree_volume(p) * n)
 def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
-    """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·α + (p-1)·nβ.
+    """Binomial tree: ceil(log2 p) steps, p-1 messages; time ceil(log2 p)·α + (p-1)·nβ;
+    volume T(p)·n, T(p) = p/2·log2 p for p a power of two (each block is forwarded down
+    the tree: :func:`~minimpi.coll.cost.tree_volume`).
 
     A rank first receives, from its parent (the rank that differs in its lowest set bit),
     the blocks of its whole subtree ``[rel, rel + lowbit(rel))``; then, for each lower
@@ -53,14 +57,16 @@ def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int 
 
 @algorithm("scatter", "ring",
            cost=lambda m, p, n: 0.0 if p == 1 else
-           ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta))
+           ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta),
+           messages=lambda m, p, n: p * (p - 1) / 2 * segments(n, m.segment),
+           volume=lambda p, n: p * (p - 1) / 2 * n)
 def scatter_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain root -> root+1 -> ... -> root-1, farthest block first.
 
     The root sends the blocks of relative ranks p-1, p-2, ..., 1 (each cut in segments of
     ``segment`` bytes: s per block) to rel 1; rel k receives the blocks of k..p-1 and, one
     step behind, forwards all but its own to k+1. Steps: (p-1)·s + p-2; time
-    ((p-1)·s + p-2)·(α + (n/s)β): every link streams at once.
+    ((p-1)·s + p-2)·(α + (n/s)β): every link streams at once; volume p(p-1)/2·n.
     """
     p, rel = ch.size, blocks.me
     if p == 1:
@@ -86,12 +92,17 @@ def scatter_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 25
 
 
 @algorithm("scatter", "linear",
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n * m.beta))
+           cost=lambda m, p, n: 0.0 if p == 1 else
+           m.alpha + (p - 1) * m.alpha / 4 + (p - 1) * n * m.beta,
+           messages=lambda m, p, n: p - 1,
+           volume=lambda p, n: (p - 1) * n)
 def scatter_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Flat tree: the root sends every other rank its block directly, all in one step.
 
-    1 step, p-1 messages from the root; time (p-1)·(α + nβ). Every block lands straight
-    in its owner's buffer (also for ``Scatterv``: no block lists are pickled).
+    1 step, p-1 messages posted at once by the root; time α + (p-1)·α/4 + (p-1)·nβ (the
+    latencies overlap; each message still costs the root α/4 of processing, and its bytes
+    leave one after another); volume (p-1)·n. Every block lands straight in its owner's
+    buffer (also for ``Scatterv``: no block lists are pickled).
     """
     p, rel = ch.size, blocks.me
     if rel == 0:

@@ -6,10 +6,11 @@
     minimpi explain --list                                  # every collective and algorithm
     minimpi explain --calibrate [--save [PATH]]             # measure alpha, beta, gamma here
 
-It prints the cost model's inputs (alpha, beta, gamma, segment) with where each came from
-(built-in default, calibration file, environment), then every registered algorithm of the
-collective with its predicted time, or the reason it cannot serve the call, marking the
-one ``auto`` picks. Everything comes from the registry (:mod:`minimpi.coll.registry`), so a
+It prints the cost model's inputs (alpha, beta, gamma, segment, cores) with where each
+came from (built-in default, this host, calibration file, environment), then every
+registered algorithm of the collective with its predicted time - the larger of its
+alpha-beta-gamma formula and its contention bound, both shown - or the reason it cannot
+serve the call, marking the one ``auto`` picks. Everything comes from the registry (:mod:`minimpi.coll.registry`), so a
 newly registered algorithm shows up here without any change to this file.
 
 ``--bytes`` is the byte count the call passes to the chooser: the size of the buffer of
@@ -104,11 +105,14 @@ def describe_model(model, sources, out: TextIO) -> None:
         ("gamma", f"{model.gamma * 1e9:.4f} ns per byte ({1 / model.gamma / 1e9:.2f} GB/s "
                   f"reduction)", sources["gamma"]),
         ("segment", _fmt_bytes(model.segment), sources["segment"]),
+        ("cores", f"{model.cores} (the ranks share min(p, cores))", sources["cores"]),
     ]
     print("cost model: a message of n bytes costs alpha + n*beta; reducing n bytes costs "
           "n*gamma", file=out)
     for name, value, source in rows:
         print(f"  {name:<8} = {value:<40} [{source}]", file=out)
+    print("  predicted = max(formula, contention); contention = (messages*alpha/4 + "
+          "2*volume*beta + local*gamma) / min(p, cores)", file=out)
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
@@ -131,12 +135,14 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     print(f"\n{collective} of {_fmt_bytes(nbytes)} on {p} rank{'s' if p != 1 else ''}"
           f"{op_text}, {'Python objects' if objects else 'buffers'}:", file=out)
     rows = []
+    terms = {}
     for alg in table.values():
         why = alg.refusal(p, nbytes, op, objects)
         predicted = None
         if why is None:
             try:
-                predicted = float(alg.cost(model, p, nbytes))
+                predicted, formula, crowd = alg.predict(model, p, nbytes)
+                terms[alg.name] = (formula, crowd)
             except Exception as e:  # a broken formula is reported, not fatal
                 why = f"cost formula failed: {type(e).__name__}: {e}"
         rows.append((alg, predicted, why))
@@ -150,15 +156,18 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
     width = max(len(a.name) for a, _, _ in rows)
     best = min((t for _, t, _ in rows if t is not None), default=None)
-    print(f"    {'algorithm'.ljust(width)}  {'predicted':>11}  {'vs best':>7}  summary", file=out)
+    print(f"    {'algorithm'.ljust(width)}  {'predicted':>11}  {'vs best':>7}  "
+          f"{'formula':>11}  {'contention':>11}  summary", file=out)
     for alg, predicted, why in rows:
         mark = "*" if alg.name == picked else " "
         if predicted is None:
             print(f"  {mark} {alg.name.ljust(width)}  {'refused':>11}  {'':>7}  {why}", file=out)
         else:
             ratio = predicted / best if best else 1.0
+            formula, crowd = terms[alg.name]
             print(f"  {mark} {alg.name.ljust(width)}  {_fmt_time(predicted):>11}  "
-                  f"{ratio:6.2f}x  {summary(alg)}", file=out)
+                  f"{ratio:6.2f}x  {_fmt_time(formula):>11}  {_fmt_time(crowd):>11}  "
+                  f"{summary(alg)}", file=out)
     if pick_error:
         print(f"\nauto cannot pick: {pick_error}", file=out)
     elif forced and forced != "auto":

@@ -148,12 +148,29 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
     # e.g.  if getattr(args, "trace", None): env["MINIMPI_TRACE"] = args.trace
     for key, value in args.env:   # explicit -x wins
         env[key] = value
+    env.update(cost_model_env(env))
     if getattr(args, "mpi4py_shim", True):
         # `from mpi4py import MPI` -> minimpi.MPI: the shim directory goes first on the path
         # (after the script's own directory), ahead of any installed mpi4py.
         rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env["PYTHONPATH"] = SHIM_DIR + (os.pathsep + rest if rest else "")
     return env
+
+
+def cost_model_env(env: dict) -> dict:
+    """The launcher's cost model as ``MINIMPI_COST_*`` variables, for every rank, so that all
+    ranks (on any host, with any calibration file or core count) choose alike; variables
+    already set here or by ``-x`` are left to them."""
+    from minimpi.coll import cost
+    missing = [(name, var) for name, (var, _) in cost.FIELDS.items()
+               if var not in env and var not in os.environ]
+    if not missing:
+        return {}
+    try:
+        model, _ = cost.model_sources({**os.environ, **env})   # -x MINIMPI_COST_FILE too
+    except ValueError:            # a malformed MINIMPI_COST_*: each rank reports it
+        return {}
+    return {var: repr(getattr(model, name)) for name, var in missing}
 
 
 #: Directory holding the ``mpi4py`` package that forwards to minimpi (see minimpi/rc.py).

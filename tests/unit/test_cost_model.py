@@ -1,0 +1,143 @@
+"""The cost model's contention term and the properties ``auto`` relies on (see
+minimpi/coll/cost.py): every registration states its work, ranks that share cores make
+bandwidth-lean algorithms win, a flat tree beats a binomial one for small blocks, and the
+launcher hands its model to every rank."""
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+from minimpi import ops
+from minimpi.coll import cost, registry
+from minimpi.launcher import run as run_cmd
+from minimpi.launcher.explain_cmd import explain
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def clean_model(monkeypatch, tmp_path):
+    """Built-in defaults, no calibration file, no env overrides; 2 cores unless a test says."""
+    monkeypatch.setenv("MINIMPI_COST_FILE", str(tmp_path / "absent.json"))
+    for var, _ in cost.FIELDS.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MINIMPI_COST_CORES", "2")
+    cost.clear_cache()
+    yield
+    cost.clear_cache()
+
+
+def cores(monkeypatch, n: int) -> None:
+    monkeypatch.setenv("MINIMPI_COST_CORES", str(n))
+    cost.clear_cache()
+
+
+def pick(collective: str, p: int, n: int, op=None) -> str:
+    return registry.choose(collective, p, n, op).name
+
+
+def test_every_registration_states_its_work():
+    registry.algorithms("bcast")
+    model = cost.CostModel(cores=2)
+    for collective in registry.COLLECTIVE_MODULES + ["allreduce", "alltoallv", "exscan"]:
+        for alg in registry.algorithms(collective).values():
+            assert alg.volume is not None and alg.messages is not None, (collective, alg.name)
+            for p in (1, 2, 3, 8):
+                for n in (0, 8, 4 * MiB):
+                    total, formula, crowd = alg.predict(model, p, n)
+                    assert total == max(formula, crowd) and crowd >= 0
+                    assert alg.volume(p, n) >= 0 and alg.messages(model, p, n) >= 0
+
+
+def test_contention_formula():
+    m = cost.CostModel(alpha=4e-5, beta=1e-9, gamma=1e-10, cores=2)
+    # (messages·α/4 + 2·volume·β + local·γ) / min(p, cores)
+    assert cost.contention(m, 8, 1000, 500, 4) == pytest.approx((4e-5 + 2e-6 + 5e-8) / 2)
+    assert cost.contention(m, 1, 1000) == pytest.approx(2e-6)      # one rank: one core
+    assert [cost.tree_volume(p) for p in (1, 2, 4, 8, 5)] == [0, 1, 4, 12, 5]
+    assert [cost.xor_exchanges(p) for p in (1, 2, 4, 3)] == [0, 2, 8, 4]
+
+
+def test_cores_source(monkeypatch):
+    model, sources = cost.model_sources()
+    assert model.cores == 2 and sources["cores"] == "env MINIMPI_COST_CORES"
+    monkeypatch.delenv("MINIMPI_COST_CORES")
+    cost.clear_cache()
+    model, sources = cost.model_sources()
+    assert sources["cores"].startswith("this host") and model.cores >= 1
+
+
+def test_shared_cores_favour_the_bandwidth_lean_bcast(monkeypatch):
+    # 8 ranks on 2 cores: van de Geijn moves more bytes in all than the tree, and loses
+    assert pick("bcast", 8, 4 * MiB) == "binomial"
+    assert pick("bcast", 8, 64 * MiB) == "binomial"
+    # with a core per rank the formula decides, and van de Geijn's bandwidth wins
+    cores(monkeypatch, 64)
+    assert pick("bcast", 8, 4 * MiB) == "scatter_allgather"
+
+
+def test_large_reductions_on_shared_cores():
+    assert pick("reduce", 8, 16 * MiB, ops.SUM) == "binomial"
+    assert pick("reduce", 4, 4 * MiB, ops.SUM) == "binomial"
+    assert pick("reduce_scatter", 8, 4 * MiB, ops.SUM) in ("ring", "pairwise")
+    # p = 2: recursive halving does the ring's exchange, plus a copy of the whole input
+    assert pick("reduce_scatter", 2, 4 * MiB, ops.SUM) == "ring"
+    assert pick("allreduce", 8, 4 * MiB, ops.SUM) == "binomial"
+
+
+def test_flat_tree_beats_binomial_for_small_blocks():
+    m = cost.CostModel(cores=2)
+    for collective in ("gather", "scatter"):
+        table = registry.algorithms(collective)
+        for p in (4, 8):
+            linear = table["linear"].predict(m, p, 8)[0]
+            assert linear < table["binomial"].predict(m, p, 8)[0]
+            assert pick(collective, p, 8) == "linear"
+            assert pick(collective, p, 256 << 10) == "linear"
+
+
+def test_alltoall_bruck_pays_for_its_copies():
+    assert pick("alltoall", 8, 8) == "bruck"                   # fewest messages
+    assert pick("alltoall", 8, 256 << 10) == "scattered"
+    assert pick("alltoall", 4, 256 << 10) == "scattered"
+
+
+def test_ties_go_to_the_smaller_formula():
+    # at p = 8 on 2 cores ring, scattered (alltoall) - and ring, recursive doubling
+    # (allgather) - send the same bytes; the one with fewer steps wins
+    assert pick("alltoall", 8, 4 * MiB) == "scattered"
+    assert pick("allgather", 8, 4 * MiB) != "ring"
+
+
+def test_explain_prints_cores_and_both_terms():
+    out = io.StringIO()
+    assert explain("bcast", 4 * MiB, 8, out=out) == 0
+    text = out.getvalue()
+    assert "cores    = 2" in text and "[env MINIMPI_COST_CORES]" in text
+    assert "contention" in text and "formula" in text and "min(p, cores)" in text
+
+
+def test_launcher_exports_its_model(monkeypatch):
+    exported = run_cmd.cost_model_env({})
+    assert set(exported) == {var for var, _ in cost.FIELDS.values()} - {"MINIMPI_COST_CORES"}
+    model = cost.default_model()
+    assert float(exported["MINIMPI_COST_ALPHA"]) == model.alpha
+    assert int(exported["MINIMPI_COST_SEGMENT"]) == model.segment
+    monkeypatch.delenv("MINIMPI_COST_CORES")
+    cost.clear_cache()
+    exported = run_cmd.cost_model_env({"MINIMPI_COST_BETA": "1e-9"})   # as from -x
+    assert "MINIMPI_COST_BETA" not in exported
+    assert int(exported["MINIMPI_COST_CORES"]) == cost.CostModel().cores
+
+
+def test_run_extra_env_carries_the_model(monkeypatch):
+    monkeypatch.delenv("MINIMPI_COST_CORES")
+    cost.clear_cache()
+    parser = argparse.ArgumentParser()
+    run_cmd.add_arguments(parser)
+    args, _ = parser.parse_known_args(["-n", "2", "-x", "MINIMPI_COST_ALPHA=1e-5", "prog.py"])
+    env = run_cmd.extra_env(args)
+    assert env["MINIMPI_COST_ALPHA"] == "1e-5"
+    assert all(var in env for var, _ in cost.FIELDS.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from .argtypes import byte_size
 
 EPILOG = """\
 The collective runs for real on N threads over the in-process transport; every message
@@ -27,14 +28,6 @@ examples:
 """
 
 
-def _size(text: str) -> int:
-    from minimpi.units import parse_size
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = ("minimpi draw COLLECTIVE --algorithm ALG -n P [--root R] [--bytes N] "
                "[-o out.svg|out.png]\n       minimpi draw --list")
@@ -44,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "-np", dest="nprocs", type=int, default=4, metavar="P",
                    help="number of ranks (default 4)")
     p.add_argument("--root", type=int, default=0, help="root rank for rooted collectives")
-    p.add_argument("--bytes", type=_size, default=None, metavar="N",
+    p.add_argument("--bytes", type=byte_size, default=None, metavar="N",
                    help="size of each rank's data (default: one float64 per block)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write an SVG (.svg) or PNG (.png); without it print text")

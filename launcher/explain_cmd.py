@@ -23,29 +23,11 @@ import os
 import re
 import sys
 from typing import List, Optional, TextIO
+from .argtypes import byte_size, positive_int
 
 #: --op names (case-insensitive) -> attribute of minimpi.ops; "noncommutative" is a user op
 OP_NAMES = ["sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor",
             "maxloc", "minloc", "replace", "commutative", "noncommutative"]
-
-
-def parse_size(text: str) -> int:
-    """Byte sizes: ``8``, ``64KiB``, ``4MiB``, ``1GiB`` (also ``64k``, ``1MB``)."""
-    from minimpi.units import parse_size as _parse
-    try:
-        return _parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of ranks: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("the number of ranks must be at least 1")
-    return n
 
 
 def make_op(name: Optional[str]):
@@ -238,9 +220,9 @@ def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = __doc__.split("\n\n")[1]
     p.add_argument("collective", nargs="?", help="e.g. allreduce, bcast (see --list)")
-    p.add_argument("--bytes", "-b", type=parse_size, default=parse_size("1MiB"), metavar="SIZE",
+    p.add_argument("--bytes", "-b", type=byte_size, default=1 << 20, metavar="SIZE",
                    help="bytes of the call: 8, 64KiB, 4MiB, ... (default 1MiB)")
-    p.add_argument("-n", "--np", dest="nprocs", type=_positive, default=4, metavar="P",
+    p.add_argument("-n", "--np", dest="nprocs", type=positive_int, default=4, metavar="P",
                    help="number of ranks (default 4)")
     p.add_argument("--op", type=make_op, default=None, metavar="OP",
                    help=f"reduction op: {', '.join(OP_NAMES)} (default: sum for reductions)")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
 import sys
 
 import minimpi
 
+from .argtypes import byte_size, key_value, positive_int, seconds, seconds_or_off
 from .job import JobSpec, run_job
 
 EPILOG = """\
@@ -46,71 +46,21 @@ deadlocks:
   deadlock.
 """
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-
-
-def parse_size(text: str) -> int:
-    """'65536', '64KiB', '64k', '1MiB', '1.5MB' -> bytes (K/M/G are powers of 1024)."""
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 65536, 64KiB, 1MiB)")
-    number, unit = float(m.group(1)), m.group(2).lower()
-    return int(number * 1024 ** _UNITS[unit])
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("the number of processes must be at least 1")
-    return n
-
-
-def _seconds(text: str) -> float:
-    try:
-        t = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if t <= 0:
-        raise argparse.ArgumentTypeError("a timeout must be positive")
-    return t
-
-
-def _nonnegative_seconds(text: str) -> float:
-    try:
-        t = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if t < 0:
-        raise argparse.ArgumentTypeError("must be 0 (off) or a positive number of seconds")
-    return t
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = ("minimpi run -n N [options] program.py [args...]\n"
                "       minimpi run -n N [options] -m module [args...]")
     p.epilog = EPILOG
-    p.add_argument("-n", "-np", dest="nprocs", type=_positive_int, required=True, metavar="N",
+    p.add_argument("-n", "-np", dest="nprocs", type=positive_int, required=True, metavar="N",
                    help="number of ranks")
     p.add_argument("-m", dest="module", metavar="MODULE",
                    help="run a module (like python -m); everything after it goes to the ranks")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS",
                    help="end the whole job after SECONDS, print what each rank was doing, exit 124")
-    p.add_argument("--deadlock-timeout", type=_nonnegative_seconds, default=5.0, metavar="SECONDS",
+    p.add_argument("--deadlock-timeout", type=seconds_or_off, default=5.0, metavar="SECONDS",
                    help="report a deadlock and end the job (exit code 3) when every running rank "
                         "has been blocked in minimpi with nothing moving for SECONDS "
                         "(default 5; 0 disables)")
-    p.add_argument("--startup-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+    p.add_argument("--startup-timeout", type=seconds, default=60.0, metavar="SECONDS",
                    help="how long (from launch) ranks may take to register with the coordinator "
                         "once any rank has registered (default 60); the ranks that never did "
                         "are named, exit 124")
@@ -118,12 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='do not prefix output lines with "[rank] "')
     p.add_argument("--output-dir", metavar="DIR",
                    help="also write rank N's stdout/stderr to DIR/rank.N.stdout and DIR/rank.N.stderr")
-    p.add_argument("--eager-limit", type=parse_size, metavar="BYTES",
+    p.add_argument("--eager-limit", type=byte_size, metavar="BYTES",
                    help="largest message sent eagerly (e.g. 65536, 64KiB, 1MiB); "
                         "env MINIMPI_EAGER_LIMIT")
-    p.add_argument("--coll", action="append", type=_key_value, default=[], metavar="NAME=ALG",
+    p.add_argument("--coll", action="append", type=key_value, default=[], metavar="NAME=ALG",
                    help="collective algorithm, e.g. bcast=ring (sets MINIMPI_BCAST=ring); repeatable")
-    p.add_argument("-x", "--env", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+    p.add_argument("-x", "--env", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="set an environment variable for every rank; repeatable")
     p.add_argument("--oversubscribe", action="store_true",
                    help="accepted for mpirun habits; minimpi never limits ranks per core")

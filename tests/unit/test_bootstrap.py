@@ -11,7 +11,8 @@ import zmq
 from minimpi.bootstrap import (BootInfo, CoordinatorClient, bootstrap, seal, unseal)
 from minimpi.errors import MinimpiError, MPITimeoutError
 from minimpi.launcher.coordinator import Coordinator
-from minimpi.launcher.run import parse_size, split_argv
+from minimpi.launcher.argtypes import byte_size as parse_size
+from minimpi.launcher.run import split_argv
 
 SECRET = bytes(range(32))
 

@@ -12,7 +12,8 @@ import pytest
 from minimpi.coll import cost, registry
 from minimpi.coll.registry import algorithm
 from minimpi.launcher import cli, explain_cmd
-from minimpi.launcher.explain_cmd import explain, make_op, parse_size
+from minimpi.launcher.argtypes import byte_size as parse_size
+from minimpi.launcher.explain_cmd import explain, make_op
 
 FAKE = "explain_test_collective"
 

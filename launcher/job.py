@@ -370,15 +370,14 @@ class Job:
         sig = self._signal_received
         if sig is None:
             return
+        if self.failure is None:   # also when a second signal came before the first was seen
+            name = signal.Signals(abs(sig)).name
+            self.fail(Failure("interrupt", 128 + abs(sig),
+                              f"minimpi: received {name}; terminating all ranks"))
         if sig < 0:   # second Ctrl-C: no more grace
             self.terminate_all(signal.SIGKILL)
             self.kill_at = None
-            self._signal_received = abs(sig)
-            return
-        if self.failure is None:
-            name = signal.Signals(sig).name
-            self.fail(Failure("interrupt", 128 + sig,
-                              f"minimpi: received {name}; terminating all ranks"))
+            self._signal_received = -sig
 
     # -- the end ---------------------------------------------------------------------------
     def _finish(self) -> int:

@@ -78,6 +78,7 @@ class Job:
         self.failure: Optional[Failure] = None
         self.kill_at: Optional[float] = None        # when to SIGKILL after SIGTERM
         self.all_done_at: Optional[float] = None    # when the last rank was reaped
+        self.first_registered_at: Optional[float] = None   # when the first rank registered
         self._signal_received: Optional[int] = None
         self._wake_r = self._wake_w = None
         self._old_handlers: dict[int, object] = {}
@@ -211,15 +212,14 @@ class Job:
 
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
-        startup_deadline = start + spec.startup_timeout
 
         while True:
             now = time.monotonic()
+            startup_deadline = self.startup_deadline()
             # ---- deadlines ----
             if job_deadline is not None and now >= job_deadline and self.failure is None:
                 self._on_job_timeout()
-            if (now >= startup_deadline and self.failure is None and not coord.table_sent
-                    and coord.registered_ranks()):
+            if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
             if self.failure is None and deadlock.check(now):
                 self._on_deadlock()
@@ -236,9 +236,8 @@ class Job:
                 if not forward.open_fds() or now - self.all_done_at > 2.0:
                     break
             # ---- wait ----
-            waits = [d for d in (job_deadline, self.kill_at) if d is not None]
-            if self.failure is None and not coord.table_sent:
-                waits.append(startup_deadline)
+            waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline())
+                     if d is not None]
             if self.all_done_at is not None:
                 waits.append(self.all_done_at + 2.0)
             if self.failure is None and deadlock.enabled:
@@ -272,6 +271,16 @@ class Job:
                     if rp.pidfd is None and rp.alive:
                         self._reap(rp)
         return self._finish()
+
+    def startup_deadline(self) -> Optional[float]:
+        """When the ranks that have not registered are given up on: ``startup_timeout`` after
+        the first rank registered (a program may initialize late, e.g. with
+        ``mpi4py.rc.initialize = False``). None while there is nothing to time out: no rank
+        registered yet (a program that never initializes minimpi is not waited for), the
+        address table went out, or the job is already ending."""
+        if self.first_registered_at is None or self.coord.table_sent or self.failure is not None:
+            return None
+        return self.first_registered_at + self.spec.startup_timeout
 
     # -- events ----------------------------------------------------------------------------
     def _reap(self, rp: RankProcess) -> None:
@@ -340,6 +349,8 @@ class Job:
                 text += f": {ev.message}"
             self.fail(Failure("abort", ev.code & 0xFF if ev.code >= 0 else 1, text, rank=ev.rank))
         elif ev.kind == "registered":
+            if self.first_registered_at is None:
+                self.first_registered_at = time.monotonic()
             self._check_vanished()
 
     def _on_job_timeout(self) -> None:

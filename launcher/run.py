@@ -61,8 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "has been blocked in minimpi with nothing moving for SECONDS "
                         "(default 5; 0 disables)")
     p.add_argument("--startup-timeout", type=seconds, default=60.0, metavar="SECONDS",
-                   help="how long (from launch) ranks may take to register with the coordinator "
-                        "once any rank has registered (default 60); the ranks that never did "
+                   help="how long ranks may take to register with the coordinator, counted from "
+                        "the first rank's registration (default 60); the ranks that never did "
                         "are named, exit 124")
     p.add_argument("--no-prefix", action="store_true",
                    help='do not prefix output lines with "[rank] "')

@@ -156,7 +156,11 @@ class Engine(FrameSink):
         if inc is not None:
             self._bind(req, inc)
         else:
-            q.posted.append(req)
+            lost = self._source_lost(source, self._groups.get(context)) if self.lost_peers else None
+            if lost is None:
+                q.posted.append(req)
+            else:  # the peer it names is gone: nothing can ever match
+                req._fail(PeerLostError(self._lost_text(lost, describe(req))))
         return req
 
     def _bind(self, req: RecvRequest, inc: Incoming) -> None:
@@ -165,6 +169,9 @@ class Engine(FrameSink):
         req.peer = inc.peer
         st = req.status
         st.source, st.tag, st.nbytes = inc.source, inc.tag, inc.length
+        if not inc.arrived and inc.peer in self.lost_peers:  # (taken by Mprobe before the loss)
+            req._fail(PeerLostError(self._lost_text(inc.peer, describe(req))))
+            return
         if inc.rendezvous:
             self._rndv_recvs[(inc.peer, inc.msg_id)] = req
             self._send_control(inc.peer, CTS, inc.msg_id)
@@ -306,17 +313,31 @@ class Engine(FrameSink):
             req = self._rndv_recvs.pop(key)
             req._fail(PeerLostError(self._lost_text(peer, describe(req))))
         owner = self._current.pop(peer, None)
-        if isinstance(owner, RecvRequest):
+        if isinstance(owner, Incoming):   # an unexpected message cut off mid-payload
+            owner = owner.waiting
+        if owner is not None:
             owner._fail(PeerLostError(self._lost_text(peer, describe(owner))))
-        # Receives that name this peer as their source can never match now.
         for context, q in self._queues.items():
+            # Its messages that never fully arrived (cut off, or a request-to-send whose data
+            # can no longer come) must not match a receive that would then wait forever.
+            if any(inc.peer == peer for inc in q.unexpected):
+                q.unexpected[:] = [inc for inc in q.unexpected
+                                   if inc.peer != peer or inc.arrived]
+            # Receives that name this peer as their source can never match now.
             group = self._groups.get(context)
             if group is None:
                 continue
             for req in list(q.posted):
-                if 0 <= req.source < len(group) and group[req.source] == peer:
+                lost = self._source_lost(req.source, group)
+                if lost is not None:
                     q.posted.remove(req)
-                    req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+                    req._fail(PeerLostError(self._lost_text(lost, describe(req))))
+
+    def _source_lost(self, source: int, group: Optional[Sequence[int]]) -> Optional[int]:
+        """The world rank of communicator rank ``source`` if that peer is gone, else None."""
+        if group is not None and 0 <= source < len(group) and group[source] in self.lost_peers:
+            return group[source]
+        return None
 
     def _lost_text(self, peer: int, what: str) -> str:
         reason = self.lost_peers.get(peer, "connection lost")

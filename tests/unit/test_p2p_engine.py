@@ -314,3 +314,54 @@ def test_status_count_of_object_is_pickled_size(run):
 
     n = run(2, body)[1]
     assert n == len(pickle.dumps([1, 2, 3], protocol=5))  # as mpi4py reports it
+
+
+class _NullTransport:
+    """Accepts frames and moves nothing: the test plays the peer by calling the engine."""
+
+    def attach(self, sink):
+        pass
+
+    def send(self, peer, header, payload, on_sent):
+        if on_sent is not None:
+            on_sent(None)
+
+    def progress(self, timeout):
+        return False
+
+
+def _engine_with_lost_peer(kind):
+    """An engine of rank 0 in a world of 2 whose peer (rank 1) sent the start of a message
+    to tag 5 and then vanished: a request-to-send, or an eager message cut off mid-payload."""
+    from minimpi.p2p.engine import Engine
+    eng = Engine(0, 2, _NullTransport(), eager_limit=16)
+    eng.register_context(0, (0, 1))
+    eng.frame_arrived(1, frames.Header(kind, 0, 0, 1, 5, 1, 1000))
+    eng.peer_lost(1, "exited (connection closed)")
+    return eng
+
+
+@pytest.mark.parametrize("kind", [frames.RTS, frames.EAGER])
+def test_message_cut_off_by_a_lost_peer_fails_its_receive_instead_of_hanging(kind):
+    eng = _engine_with_lost_peer(kind)
+    assert eng.iprobe(0, ANY_SOURCE, 5) is None          # nothing deliverable is left
+    for source in (1, ANY_SOURCE):
+        req = eng.irecv(0, source, 5, memoryview(bytearray(1000)), False, ("Recv", "source", source, 5, "COMM_WORLD"))
+        if source == ANY_SOURCE:
+            assert not req.done                            # another rank could still send
+            continue
+        assert req.done
+        with pytest.raises(errors.PeerLostError, match=r"rank 0: Recv\(source=1, tag=5\).*world rank 1 is gone"):
+            req.wait()
+
+
+def test_receive_that_matched_a_message_before_its_sender_died_fails():
+    from minimpi.p2p.engine import Engine
+    eng = Engine(0, 2, _NullTransport())
+    eng.register_context(0, (0, 1))
+    eng.frame_arrived(1, frames.Header(frames.EAGER, 0, 0, 1, 5, 1, 1000))   # payload pending
+    req = eng.irecv(0, ANY_SOURCE, 5, memoryview(bytearray(1000)), False, "Recv(tag=5)")
+    assert not req.done
+    eng.peer_lost(1, "exited (connection closed)")
+    with pytest.raises(errors.PeerLostError, match="world rank 1 is gone"):
+        req.wait()

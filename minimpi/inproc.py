@@ -12,6 +12,7 @@ was blocked on.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, List, Optional
 
 from .errors import MPITimeoutError
@@ -81,8 +82,9 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
                for r in range(size)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + timeout   # one limit for the whole run, not one per rank
     for t in threads:
-        t.join(timeout)
+        t.join(max(0.0, deadline - time.monotonic()))
     stuck = [r for r, t in enumerate(threads) if t.is_alive()]
     if stuck:
         for engine in engines:

@@ -365,3 +365,15 @@ def test_receive_that_matched_a_message_before_its_sender_died_fails():
     eng.peer_lost(1, "exited (connection closed)")
     with pytest.raises(errors.PeerLostError, match="world rank 1 is gone"):
         req.wait()
+
+
+def test_run_threads_timeout_bounds_the_whole_run_not_each_rank():
+    import time
+
+    def body(comm):
+        comm.recv(source=(comm.rank + 1) % comm.size, tag=3)   # every rank blocks forever
+
+    start = time.monotonic()
+    with pytest.raises(errors.MPITimeoutError, match="4 of 4 ranks did not finish within 0.5 s"):
+        run_threads(4, body, timeout=0.5)
+    assert time.monotonic() - start < 1.5    # not 4 x 0.5 s

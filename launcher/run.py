@@ -84,8 +84,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-mpi4py-shim", dest="mpi4py_shim", action="store_false",
                    help="do not make `import mpi4py` resolve to minimpi in the ranks (by default "
                         "it does, even where the real mpi4py is installed)")
-    # Later options (--trace FILE, --deadlock-timeout S, --stats) go here,
-    # with their env mapping in extra_env() below.
 
 
 def extra_env(args: argparse.Namespace) -> dict[str, str]:
@@ -95,7 +93,6 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
         env["MINIMPI_EAGER_LIMIT"] = str(args.eager_limit)
     for name, alg in args.coll:
         env[f"MINIMPI_{name.upper().replace('-', '_')}"] = alg
-    # e.g.  if getattr(args, "trace", None): env["MINIMPI_TRACE"] = args.trace
     for key, value in args.env:   # explicit -x wins
         env[key] = value
     env.update(cost_model_env(env))

@@ -11,9 +11,9 @@ runtime starts. It
 * sets ``engine.step_hook`` (the collective framework calls it at the start of every
   algorithm step), so collective slices are named with their algorithm
   (``Allreduce[ring] 4.0 MiB``) and hold one nested slice per step;
-* wraps a few methods *of this engine instance* (``isend``, ``frame_arrived``, ``_bind``,
-  ``payload_arrived``, ``wait_until``) to see each message leave and each receive complete.
-  A message is named by (sender's world rank, its ``msg_id``), which both sides know, so
+* wraps a few methods *of this engine instance* (``isend``, ``_bind``, ``payload_arrived``,
+  ``wait_until``; matching itself is not wrapped) to see each message leave and each
+  receive complete. A message is named by (sender's world rank, its ``msg_id``), which both sides know, so
   every send gets exactly one flow arrow to the receive that matched it. Recording only
   appends to a list: no message is added, delayed or reordered.
 
@@ -377,11 +377,9 @@ def _install_api_wrappers() -> None:
 
 def _hook_engine(engine: Any, obs: Observer) -> None:
     """Instance-level wrappers on one engine: the class and every other engine are untouched."""
-    from .p2p.frames import EAGER
     from .p2p.request import RecvRequest
 
-    rank = engine.rank
-    isend, frame_arrived = engine.isend, engine.frame_arrived
+    isend = engine.isend
     bind, payload_arrived, wait_until = engine._bind, engine.payload_arrived, engine.wait_until
     perf = time.perf_counter
 
@@ -396,9 +394,7 @@ def _hook_engine(engine: Any, obs: Observer) -> None:
     def traced_payload_arrived(peer, header, buffer):
         owner = engine._current.get(peer)
         payload_arrived(peer, header, buffer)
-        if isinstance(owner, RecvRequest):
-            obs.received(peer, header.msg_id, header.tag, header.length, header.context)
-        elif owner is not None and getattr(owner, "waiting", None) is not None:
+        if isinstance(owner, RecvRequest) or getattr(owner, "waiting", None) is not None:
             obs.received(peer, header.msg_id, header.tag, header.length, header.context)
 
     def traced_bind(req, inc):
@@ -417,7 +413,6 @@ def _hook_engine(engine: Any, obs: Observer) -> None:
     engine.payload_arrived = traced_payload_arrived
     engine._bind = traced_bind
     engine.wait_until = traced_wait_until
-    del frame_arrived, EAGER, rank  # matching itself is not wrapped
 
 
 def sync_clock(engine: Any, rank: int, size: int, rounds: int = CLOCK_ROUNDS) -> Tuple[float, float]:
@@ -463,14 +458,12 @@ def attach(engine: Any, rank: int, size: int, env: Dict[str, str], *, sync: bool
     _install_api_wrappers()
     _hook_engine(engine, obs)
     engine.observer = obs
+    engine.step_hook = obs.on_step   # also names the per-collective statistics
     if trace:
-        engine.step_hook = obs.on_step
         obs.events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank,
                            "args": {"name": f"rank {rank}"}})
         obs.events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": rank,
                            "args": {"sort_index": rank}})
-    else:
-        engine.step_hook = obs.on_step   # names the per-collective statistics
     obs.start = time.perf_counter()
     return obs
 

@@ -23,7 +23,7 @@ from .constants import ANY_SOURCE, ANY_TAG, IDENT, CONGRUENT, PROC_NULL, SIMILAR
 from .errors import ArgumentError, CommError, RankError, TagError
 from .p2p.engine import Engine
 from .p2p.frames import F_OBJECT, F_SYNC
-from .p2p.message import finish_object, probe_status
+from .p2p.message import ProbeWait, finish_object, probe_status
 from .p2p.request import CompletedRequest, RecvRequest, Request, Status
 from .topology import CartMixin
 
@@ -50,8 +50,9 @@ def _byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Any]:
 
 
 def _null_status(status: Optional[Status]) -> None:
+    """Fill ``status`` as a receive or probe from ``MPI.PROC_NULL`` leaves it."""
     if status is not None:
-        status.source, status.tag, status.nbytes = PROC_NULL, ANY_TAG, 0
+        status._assign(Status(PROC_NULL, ANY_TAG, 0))
 
 
 class Comm(CommExtras):
@@ -316,7 +317,7 @@ class Comm(CommExtras):
             return st is not None
 
         if not arrived():
-            self._engine.wait_until(arrived, [_ProbeWait(self, "probe", source, tag)])
+            self._engine.wait_until(arrived, [ProbeWait(self, "probe", source, tag)])
         if status is not None:
             status._assign(found[-1])
         return True
@@ -489,15 +490,6 @@ def _share_handle(target: "Comm", source: Any) -> None:
     else:
         raise CommError(f"{type(target).__name__}({source!r}): expected a communicator "
                         f"(e.g. MPI.COMM_WORLD) or nothing")
-
-
-class _ProbeWait:
-    """Stands in for a request in 'what am I blocked on' reports while a Probe waits."""
-
-    done = False
-
-    def __init__(self, comm: Comm, call: str, source: int, tag: int) -> None:
-        self.description = (call, "source", source, tag, comm.name)
 
 
 class Intracomm(CollectiveMethods, Comm):

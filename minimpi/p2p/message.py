@@ -54,13 +54,13 @@ def finish_object(req: Request) -> Any:
     return serialization.loads(req.buffer)
 
 
-class _MprobeWait:
-    """Stands in for a request in 'what am I blocked on' reports while Mprobe waits."""
+class ProbeWait:
+    """Stands in for a request in 'what am I blocked on' reports while a (M)probe waits."""
 
     done = False
 
-    def __init__(self, comm: "Comm", source: int, tag: int) -> None:
-        self.description = ("mprobe", "source", source, tag, comm.name)
+    def __init__(self, comm: "Comm", call: str, source: int, tag: int) -> None:
+        self.description = (call, "source", source, tag, comm.name)
 
 
 class Message:
@@ -171,8 +171,8 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
     comm._check_source(source, call)
     comm._check_recv_tag(tag, call)
     if source == PROC_NULL:
-        if status is not None:
-            status._assign(Status(PROC_NULL, ANY_TAG, 0))
+        from ..comm import _null_status
+        _null_status(status)
         return Message._make(None, None, no_proc=True)   # equal to MPI.MESSAGE_NO_PROC
     engine = comm._engine
     found: list = []
@@ -185,7 +185,7 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
 
     if blocking:
         if not take():
-            engine.wait_until(take, [_MprobeWait(comm, source, tag)])
+            engine.wait_until(take, [ProbeWait(comm, call, source, tag)])
     else:
         engine.poll()
         if not take():

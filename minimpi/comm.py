@@ -10,7 +10,6 @@ with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
-import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -441,9 +440,8 @@ class Comm(CommExtras):
 
     # -- attributes ---------------------------------------------------------------------------
     def Get_attr(self, keyval: int) -> Any:
-        from .constants import TAG_UB as _TAG_UB
         if keyval == KEYVAL_TAG_UB:
-            return _TAG_UB
+            return TAG_UB
         if keyval in _PREDEFINED_ATTRS:
             return _PREDEFINED_ATTRS[keyval](self)
         return self._attrs.get(keyval)

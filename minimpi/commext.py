@@ -8,10 +8,10 @@ communicator stays about messages.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
-from .handles import ERRORS_RETURN, Errhandler, INFO_NULL, Info, refusing, unsupported
+from .constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .p2p.request import CompletedRequest, Request, Status
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
-from .constants import CONGRUENT, IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
+from .constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from .errors import MinimpiError, RankError, ERR_GROUP
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -52,9 +52,6 @@ class _Refused:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise unsupported(self._feature, self._label)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-
     @classmethod
     def _make(cls, name: str, feature: str, methods: Tuple[str, ...] = ()) -> type:
         ns: Dict[str, Any] = {"_feature": feature, "_label": f"MPI.{name}"}

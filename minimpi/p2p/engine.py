@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, TruncationError
 from ..transports.base import FrameSink, Transport
 from . import frames
-from .frames import CTS, DATA, EAGER, F_OBJECT, F_SYNC, RTS, SYNC_ACK, Header
+from .frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from .matching import Incoming, MatchQueues
 from .request import RecvRequest, Request, SendRequest, Status, describe
 

@@ -34,10 +34,6 @@ class Incoming:
         self.waiting: Optional[RecvRequest] = None
 
 
-def matches(want_source: int, want_tag: int, source: int, tag: int) -> bool:
-    return (want_source == source or want_source == ANY_SOURCE) and (want_tag == tag or want_tag == ANY_TAG)
-
-
 class MatchQueues:
     __slots__ = ("posted", "unexpected")
 

@@ -343,35 +343,44 @@ class Comm(CommExtras):
         The id is unused on every member, so messages can never cross into another live
         communicator that shares a process with this one.
         """
-        engine = self._engine
-        mine = getattr(engine, "next_context", FIRST_FREE_CONTEXT)
-        context = max(self._exchange(mine, "context"))
-        engine.next_context = context + 2
+        return self._agree_context(self._exchange(self._free_context(), "context"))
+
+    def _free_context(self) -> int:
+        """The lowest context id this process has not used yet."""
+        return getattr(self._engine, "next_context", FIRST_FREE_CONTEXT)
+
+    def _agree_context(self, proposals: Sequence[int]) -> int:
+        """Take the largest of the members' free context ids (so it is free on all of them)."""
+        context = max(proposals)
+        self._engine.next_context = context + 2
         return context
 
-    def _exchange(self, value: Any, what: str) -> List[Any]:
+    def _exchange(self, value: Any, what: str, members: Optional[Sequence[int]] = None,
+                  tag: Optional[int] = None) -> List[Any]:
         """All-to-all exchange of one small object (for communicator creation).
 
-        A linear gather to rank 0 and a release, on the collective context, so it can never
-        be confused with user messages.
+        Among ``members`` (ranks of this communicator, default all; the first one leads) on
+        the collective context, so it can never be confused with user messages: a linear
+        gather to the leader and a release of the list of values (in ``members`` order).
+        ``tag`` defaults to the next collective tag (then every member must call it).
         """
-        tag = self._next_coll_tag()
-        ctx = self._coll_context
-        if self._size == 1:
+        if tag is None:
+            tag = self._next_coll_tag()
+        members = list(range(self._size)) if members is None else list(members)
+        ctx, call = self._coll_context, f"{what} exchange"
+        leader, others = members[0], members[1:]
+        if not others:
             return [value]
-        if self._rank == 0:
-            values = [value] + [None] * (self._size - 1)
-            reqs = [self._recv_obj_ctx(src, tag, ctx, f"{what} exchange") for src in range(1, self._size)]
-            for src, r in zip(range(1, self._size), reqs):
-                values[src] = r.wait()
+        if self._rank == leader:
+            reqs = [self._recv_obj_ctx(src, tag, ctx, call) for src in others]
+            values = [value] + [r.wait() for r in reqs]
             payload, nbytes = serialization.dumps(values)
-            sends = [self._isend_bytes(payload, nbytes, dst, tag, F_OBJECT, f"{what} exchange", ctx)
-                     for dst in range(1, self._size)]
-            Request.waitall(sends)
+            Request.waitall([self._isend_bytes(payload, nbytes, dst, tag, F_OBJECT, call, ctx)
+                             for dst in others])
             return values
         payload, nbytes = serialization.dumps(value)
-        self._isend_bytes(payload, nbytes, 0, tag, F_OBJECT, f"{what} exchange", ctx).wait()
-        return self._recv_obj_ctx(0, tag, ctx, f"{what} exchange").wait()
+        self._isend_bytes(payload, nbytes, leader, tag, F_OBJECT, call, ctx).wait()
+        return self._recv_obj_ctx(leader, tag, ctx, call).wait()
 
     def _recv_obj_ctx(self, source: int, tag: int, ctx: int, call: str) -> Request:
         req = self._irecv_into(None, source, tag, call, ctx)
@@ -406,10 +415,8 @@ class Comm(CommExtras):
         if not isinstance(color, int) or (color < 0 and color != UNDEFINED):
             raise ArgumentError(f"rank {self._rank}: Split(color={color!r}): color must be an "
                                 f"int >= 0 or MPI.UNDEFINED")
-        mine = getattr(self._engine, "next_context", FIRST_FREE_CONTEXT)
-        entries = self._exchange((color, key, mine), "Split")
-        context = max(e[2] for e in entries)
-        self._engine.next_context = context + 2
+        entries = self._exchange((color, key, self._free_context()), "Split")
+        context = self._agree_context([e[2] for e in entries])
         if color == UNDEFINED:
             return COMM_NULL
         members = sorted((k, r) for r, (c, k, _) in enumerate(entries) if c == color)

@@ -238,14 +238,12 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     """``Comm.Create_group``: collective over the members of ``group`` only.
 
     The members agree on a context id unused by all of them: each sends its next free
-    context to the group's first member, which answers with the maximum (a linear gather and
-    release on the parent's collective context, with a tag derived from ``tag`` so that
-    concurrent ``Create_group`` calls on disjoint groups never mix).
+    context to the group's first member, which answers with all of them (``Comm._exchange``
+    among the members: a linear gather and release on the parent's collective context, with
+    a tag derived from ``tag`` so that concurrent ``Create_group`` calls on disjoint groups
+    never mix); each takes the maximum.
     """
-    from . import serialization
-    from .comm import COMM_NULL, FIRST_FREE_CONTEXT
-    from .p2p.frames import F_OBJECT
-    from .p2p.request import Request
+    from .comm import COMM_NULL
 
     comm._alive("Create_group")
     _check_subset(comm, group, "Create_group")
@@ -257,22 +255,8 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
                          f"0..{_CREATE_GROUP_TAG - 1}")
     parent_rank = {w: i for i, w in enumerate(comm._group)}
     members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
-    ctx, wire_tag, call = comm._coll_context, _CREATE_GROUP_TAG + int(tag), "Create_group"
-    engine = comm._engine
-    mine = getattr(engine, "next_context", FIRST_FREE_CONTEXT)
-    leader = members[0]
-    if len(members) == 1:
-        context = mine
-    elif comm._rank == leader:
-        reqs = [comm._recv_obj_ctx(src, wire_tag, ctx, call) for src in members[1:]]
-        context = max([mine] + [r.wait() for r in reqs])
-        payload, nbytes = serialization.dumps(context)
-        Request.waitall([comm._isend_bytes(payload, nbytes, dst, wire_tag, F_OBJECT, call, ctx)
-                         for dst in members[1:]])
-    else:
-        payload, nbytes = serialization.dumps(mine)
-        comm._isend_bytes(payload, nbytes, leader, wire_tag, F_OBJECT, call, ctx).wait()
-        context = comm._recv_obj_ctx(leader, wire_tag, ctx, call).wait()
-    engine.next_context = context + 2
+    proposals = comm._exchange(comm._free_context(), "Create_group", members,
+                               _CREATE_GROUP_TAG + int(tag))
+    context = comm._agree_context(proposals)
     return comm._derive(group._members, group._members.index(me), context,
                         f"{comm._name}.create_group")

@@ -34,6 +34,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from .units import format_size
+
 ENV_TRACE = "MINIMPI_TRACE"
 ENV_STATS = "MINIMPI_STATS"
 ENV_DIR = "MINIMPI_OBSERVE_DIR"
@@ -50,17 +52,6 @@ _REQUEST_CALLS = ("wait", "Wait", "test", "Test", "waitall", "Waitall", "waitany
                   "testsome", "Testsome")
 _ARG_NAMES = ("dest", "source", "tag", "sendtag", "recvtag", "root")
 _BUFFER_ARGS = ("buf", "sendbuf", "recvbuf")
-
-
-def human_size(n: int) -> str:
-    """1536 -> '1.5 KiB', 4194304 -> '4.0 MiB'."""
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024.0
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}"
-    return f"{n} B"  # pragma: no cover
 
 
 def _nbytes(value: Any) -> Optional[int]:
@@ -159,7 +150,7 @@ class Observer:
         if self.trace:
             self._close_step(cur, t1)
             self._close_sub(cur, t1)
-            name = cur.name if cur.nbytes is None else f"{cur.name} {human_size(cur.nbytes)}"
+            name = cur.name if cur.nbytes is None else f"{cur.name} {format_size(cur.nbytes)}"
             self._emit_slice(name, cur.ts, t1, cur.args)
         row = self.per_call.get(cur.stats_key)
         if row is None:
@@ -267,7 +258,7 @@ def _is_nonblocking(base: str) -> bool:
 def _flow(ph: str, rank: int, sender: int, msg_id: int, tag: int, nbytes: int, context: int,
           ts: float, peer: int) -> dict:
     coll = context & 1
-    name = f"{human_size(nbytes)}" + ("" if coll else f" tag {tag}")
+    name = f"{format_size(nbytes)}" + ("" if coll else f" tag {tag}")
     return {"ph": ph, "id": sender * (1 << 32) + msg_id, "name": name,
             "cat": "coll-msg" if coll else "msg", "ts": ts, "pid": 0, "tid": rank,
             "args": {"bytes": nbytes, "tag": tag, "context": context, "peer": peer}}
@@ -529,8 +520,8 @@ def format_stats(docs: List[dict], nprocs: int) -> str:
     rows = []
     for d in docs:
         s = d["stats"]
-        rows.append((str(s["rank"]), str(s["sent"][0]), human_size(s["sent"][1]),
-                     str(s["received"][0]), human_size(s["received"][1]), ms(s["wall"]),
+        rows.append((str(s["rank"]), str(s["sent"][0]), format_size(s["sent"][1]),
+                     str(s["received"][0]), format_size(s["received"][1]), ms(s["wall"]),
                      ms(s["in_calls"]), ms(s["blocked"]), ms(max(0.0, s["wall"] - s["in_calls"]))))
     lines += _table(head, rows)
     missing = sorted(set(range(nprocs)) - {d["rank"] for d in docs})
@@ -543,7 +534,7 @@ def format_stats(docs: List[dict], nprocs: int) -> str:
         s = d["stats"]
         for key, v in sorted(s["per_call"].items(), key=lambda kv: -kv[1][1]):
             rows2.append((str(s["rank"]), key, str(int(v[0])), ms(v[1]), str(int(v[2])),
-                          human_size(int(v[3])), str(int(v[4])), human_size(int(v[5]))))
+                          format_size(int(v[3])), str(int(v[4])), format_size(int(v[5]))))
     if rows2:
         lines.append("")
         lines.append("per call (collectives named with their algorithm):")

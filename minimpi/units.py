@@ -16,8 +16,12 @@ def parse_size(text: str) -> int:
 
 
 def format_size(n: int) -> str:
-    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= size and n % (size // 1024 if size > 1024 else 1) == 0 and n / size >= 1:
-            value = n / size
-            return f"{value:g} {unit}" if value != int(value) else f"{int(value)} {unit}"
-    return f"{n} B"
+    """``16777216`` -> ``'16 MiB'``, ``1536`` -> ``'1.5 KiB'``, ``100`` -> ``'100 B'``."""
+    value, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    if unit == "B":
+        return f"{n} B"
+    return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"

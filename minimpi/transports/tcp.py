@@ -81,10 +81,15 @@ class _OutConn:
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         _tune(self.sock)
         self.fd = self.sock.fileno()
-        err = self.sock.connect_ex((host.strip("[]"), int(port)))
-        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
-            raise TransportError(f"rank {transport.rank}: cannot connect to rank {peer} at {address}: "
-                                 f"{os.strerror(err)}")
+        try:
+            err = self.sock.connect_ex((host.strip("[]"), int(port)))
+            why = None if err in (0, errno.EINPROGRESS, errno.EWOULDBLOCK) else os.strerror(err)
+        except (OSError, ValueError) as exc:   # an address that does not resolve or parse
+            why = str(exc)
+        if why is not None:
+            self.sock.close()
+            raise TransportError(f"rank {transport.rank}: cannot connect to rank {peer} at "
+                                 f"{address}: {why}")
         transport._register(self, _POLLOUT)
 
     def on_event(self, events: int) -> None:

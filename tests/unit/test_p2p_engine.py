@@ -377,3 +377,17 @@ def test_run_threads_timeout_bounds_the_whole_run_not_each_rank():
     with pytest.raises(errors.MPITimeoutError, match="4 of 4 ranks did not finish within 0.5 s"):
         run_threads(4, body, timeout=0.5)
     assert time.monotonic() - start < 1.5    # not 4 x 0.5 s
+
+
+def test_tcp_send_to_an_unresolvable_address_fails_the_frame_not_the_caller():
+    from minimpi.transports.tcp import TcpTransport
+    t = TcpTransport(0, 2, b"s" * 32)
+    try:
+        t.listen()
+        t.set_peers(["127.0.0.1:1", "256.1.1.1:5"])
+        failures = []
+        t.send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 1, 0), (), failures.append)
+        assert len(failures) == 1 and "cannot connect to rank 1 at 256.1.1.1:5" in failures[0]
+        assert len(t._handlers) == 1   # only the listener: no half-made connection is left
+    finally:
+        t.close()

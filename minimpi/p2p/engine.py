@@ -51,7 +51,9 @@ class Engine(FrameSink):
         self._groups: Dict[int, Tuple[int, ...]] = {}  # context -> world ranks of its members
         self._next_msg_id = 1
         self._current: Dict[int, object] = {}  # peer -> what the payload now arriving belongs to
-        self._rndv_sends: Dict[Tuple[int, int], Tuple[SendRequest, Sequence[memoryview], int, int, int, int]] = {}
+        # (dest, msg_id) -> what to send once the receiver answers CTS:
+        # (request, payload, context, source, tag, flags, nbytes)
+        self._rndv_sends: Dict[Tuple[int, int], Tuple[SendRequest, Sequence[memoryview], int, int, int, int, int]] = {}
         self._rndv_recvs: Dict[Tuple[int, int], RecvRequest] = {}
         self._sync_sends: Dict[Tuple[int, int], SendRequest] = {}
         self.lost_peers: Dict[int, str] = {}
@@ -115,7 +117,7 @@ class Engine(FrameSink):
             header = frames.pack(EAGER, flags, context, source, tag, msg_id, nbytes)
             self.transport.send(dest, header, payload, req._sent)
         else:
-            self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags)
+            self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
             header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
             self.transport.send(dest, header, (), None)
         return req
@@ -281,8 +283,8 @@ class Engine(FrameSink):
                         watch.arrived(self, inc)
             return None
         if kind == CTS:
-            req, payload, context, source, tag, flags = self._rndv_sends.pop((peer, header.msg_id))
-            data = frames.pack(DATA, flags, context, source, tag, header.msg_id, req_len(payload))
+            req, payload, context, source, tag, flags, nbytes = self._rndv_sends.pop((peer, header.msg_id))
+            data = frames.pack(DATA, flags, context, source, tag, header.msg_id, nbytes)
             self.transport.send(peer, data, payload, req._sent)
             return None
         if kind == SYNC_ACK:
@@ -457,10 +459,6 @@ class Engine(FrameSink):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
-
-
-def req_len(payload: Sequence[memoryview]) -> int:
-    return sum(seg.nbytes for seg in payload)
 
 
 def eager_limit_from_env(environ=os.environ) -> int:

@@ -63,15 +63,23 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
     return segments, total
 
 
-def loads(payload: "bytearray | memoryview") -> Any:
-    """Rebuild the object from a received payload; out-of-band buffers become views of it."""
+#: bytes of the fixed part of the layout (buffer count and pickle length)
+HEAD_SIZE = _COUNT.size
+
+
+def layout(payload: "bytearray | memoryview") -> Tuple[int, List[int], int]:
+    """``(pickle_len, out-of-band buffer lengths, offset of the pickle)`` of a payload."""
     view = memoryview(payload)
     nbuf, plen = _COUNT.unpack_from(view, 0)
     offset = _COUNT.size
-    lengths = []
-    for _ in range(nbuf):
-        lengths.append(_LEN.unpack_from(view, offset)[0])
-        offset += _LEN.size
+    lengths = [_LEN.unpack_from(view, offset + _LEN.size * i)[0] for i in range(nbuf)]
+    return plen, lengths, offset + _LEN.size * nbuf
+
+
+def loads(payload: "bytearray | memoryview") -> Any:
+    """Rebuild the object from a received payload; out-of-band buffers become views of it."""
+    view = memoryview(payload)
+    plen, lengths, offset = layout(view)
     pickled = view[offset:offset + plen]
     offset += plen
     bufs = []

@@ -25,13 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def object_count(total: int, payload: Any = None) -> int:
     """mpi4py's count for an object message of ``total`` bytes (``payload`` if at hand)."""
-    head = serialization._COUNT.size
-    if payload is None or len(payload) < head:
-        return max(total - head, 0)
-    view = memoryview(payload)
-    nbuf, plen = serialization._COUNT.unpack_from(view, 0)
-    extra = sum(serialization._LEN.unpack_from(view, head + 8 * i)[0] for i in range(nbuf))
-    return plen + extra
+    if payload is None or len(payload) < serialization.HEAD_SIZE:
+        return max(total - serialization.HEAD_SIZE, 0)
+    plen, lengths, _ = serialization.layout(payload)
+    return plen + sum(lengths)
 
 
 def incoming_status(inc: Any) -> Status:

@@ -48,8 +48,25 @@ _FORMS = ("a numpy array, bytearray, array.array or memoryview, optionally as "
           "[buf, MPI.TYPE], [buf, count, MPI.TYPE] or [buf, (count, displ), MPI.TYPE]")
 
 
+class _CopyBack:
+    """``finish``/``is_temporary`` of a spec whose ``_finish`` copies a temporary back."""
+
+    _finish: Callable[[], None] | None
+
+    @property
+    def is_temporary(self) -> bool:
+        """True when ``array`` is a copy (non-contiguous user array), not the user's memory."""
+        return self._finish is not None
+
+    def finish(self) -> None:
+        """Copy received data back into a non-contiguous user array (no-op otherwise)."""
+        if self._finish is not None:
+            fin, self._finish = self._finish, None
+            fin()
+
+
 @dataclass
-class BufSpec:
+class BufSpec(_CopyBack):
     """The elements one call sends from or receives into.
 
     ``array``: flat 1-D numpy view (dtype ``datatype.dtype``) of exactly these elements;
@@ -70,20 +87,9 @@ class BufSpec:
         """Byte-level memoryview of the data, zero-copy; writable if the buffer is."""
         return memoryview(_bytes_of(self.array))
 
-    @property
-    def is_temporary(self) -> bool:
-        """True when ``array`` is a copy (non-contiguous user array), not the user's memory."""
-        return self._finish is not None
-
-    def finish(self) -> None:
-        """Copy received data back into a non-contiguous user array (no-op otherwise)."""
-        if self._finish is not None:
-            fin, self._finish = self._finish, None
-            fin()
-
 
 @dataclass
-class VBufSpec:
+class VBufSpec(_CopyBack):
     """A buffer split in per-rank blocks (``Scatterv``, ``Gatherv``, ``Alltoallv``...).
 
     ``array``: flat view of the whole buffer; ``counts``/``displs``: per rank, in items of
@@ -114,15 +120,6 @@ class VBufSpec:
     @property
     def total_count(self) -> int:
         return sum(self.counts)
-
-    @property
-    def is_temporary(self) -> bool:
-        return self._finish is not None
-
-    def finish(self) -> None:
-        if self._finish is not None:
-            fin, self._finish = self._finish, None
-            fin()
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -248,6 +245,11 @@ def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: st
     return _bytes_of(flat), datatype, finish, _describe(buf)
 
 
+def _is_type_spec(x: Any) -> bool:
+    """Whether the second item of ``[buf, x]`` names a datatype (not a count)."""
+    return isinstance(x, (Datatype, str, np.dtype)) or (isinstance(x, type) and issubclass(x, np.generic))
+
+
 def _split_spec(spec: Any, call: str, arg: str) -> tuple[Any, Any, Any, Any]:
     """(buf, count-ish, displ-ish, type) from a list/tuple spec."""
     n = len(spec)
@@ -255,7 +257,7 @@ def _split_spec(spec: Any, call: str, arg: str) -> tuple[Any, Any, Any, Any]:
         return spec[0], None, None, None
     if n == 2:
         buf, x = spec
-        if isinstance(x, (Datatype, str, np.dtype)) or (isinstance(x, type) and issubclass(x, np.generic)):
+        if _is_type_spec(x):
             return buf, None, None, x
         if isinstance(x, tuple) and len(x) == 2:
             return buf, x[0], x[1], None
@@ -404,7 +406,7 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
             buf = spec[0]
         elif n == 2:
             buf, x = spec
-            if isinstance(x, (Datatype, str, np.dtype)) or (isinstance(x, type) and issubclass(x, np.generic)):
+            if _is_type_spec(x):
                 tspec = x
             elif _is_counts_displs(x):
                 counts, displs = x

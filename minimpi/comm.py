@@ -384,7 +384,7 @@ class Comm(CommExtras):
 
     def _recv_obj_ctx(self, source: int, tag: int, ctx: int, call: str) -> Request:
         req = self._irecv_into(None, source, tag, call, ctx)
-        req._finish = lambda: serialization.loads(req.buffer)
+        req._finish = lambda: finish_object(req)
         return req
 
     def _next_coll_tag(self) -> int:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from .. import serialization
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
-from ..errors import RequestError
+from ..errors import RequestError, SerializationError
 from .frames import F_OBJECT
-from .request import CompletedRequest, Request, Status
+from .request import CompletedRequest, Request, Status, describe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comm import Comm
@@ -46,9 +46,20 @@ def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
 
 
 def finish_object(req: Request) -> Any:
-    """Decode a received object and set its status count to mpi4py's pickled size."""
+    """Decode a received object and set its status count to mpi4py's pickled size.
+
+    Unpickling can fail at the receiver (a class it cannot import, a ``__setstate__`` that
+    raises): that becomes a :class:`SerializationError` naming the rank, call and sender, so
+    the request keeps it and every later wait raises it again.
+    """
     req.status.nbytes = object_count(req.status.nbytes, req.buffer)
-    return serialization.loads(req.buffer)
+    try:
+        return serialization.loads(req.buffer)
+    except Exception as exc:   # unpickling can raise almost anything
+        rank = req._engine.rank if req._engine is not None else -1
+        raise SerializationError(
+            f"rank {rank}: {describe(req)}: cannot unpickle the object sent by rank "
+            f"{req.status.source}: {type(exc).__name__}: {exc}") from exc
 
 
 class ProbeWait:

@@ -391,3 +391,32 @@ def test_tcp_send_to_an_unresolvable_address_fails_the_frame_not_the_caller():
         assert len(t._handlers) == 1   # only the listener: no half-made connection is left
     finally:
         t.close()
+
+
+def _refuse_to_unpickle():
+    raise ImportError("no module named 'only_on_the_sender'")
+
+
+class _SenderOnly:
+    def __reduce__(self):
+        return (_refuse_to_unpickle, ())
+
+
+def test_object_that_cannot_be_unpickled_raises_a_named_error_on_every_wait(run):
+    def body(comm):
+        if comm.rank == 0:
+            comm.send(_SenderOnly(), 1, tag=4)
+            return None
+        req = comm.irecv(source=0, tag=4)
+        errs = []
+        for _ in range(2):          # a second wait must not return None silently
+            try:
+                req.wait()
+            except errors.SerializationError as exc:
+                errs.append(str(exc))
+        return errs
+
+    errs = run(2, body)[1]
+    assert len(errs) == 2
+    assert "rank 1: irecv(source=0, tag=4) on COMM_WORLD: cannot unpickle the object sent by rank 0" in errs[0]
+    assert "ImportError" in errs[0]

@@ -94,11 +94,7 @@ class CommExtras:
     # -- buffered sends: the data is copied at once, the call completes locally -------------
     def _bsend_bytes(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
                      flags: int, call: str) -> Request:
-        data = bytearray(nbytes)
-        pos = 0
-        for seg in payload:
-            data[pos:pos + seg.nbytes] = seg
-            pos += seg.nbytes
+        data = bytearray().join(payload)   # one copy of every segment
         # The engine delivers it in the background (and before exit); the caller's request is
         # complete now, as a buffered send's is once the data sits in the attached buffer.
         self._isend_bytes((memoryview(data),), nbytes, dest, tag, flags, call)

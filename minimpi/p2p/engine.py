@@ -446,9 +446,8 @@ class Engine(FrameSink):
         if transport is None:
             return True
         deadline = time.monotonic() + timeout
+        # (peer_lost drops rendezvous sends to a lost peer, so none of these waits on one)
         while (transport.pending_sends() or self._rndv_sends) and time.monotonic() < deadline:
-            if all(k[0] in self.lost_peers for k in self._rndv_sends) and not transport.pending_sends():
-                break
             transport.progress(0.05)
         return not (transport.pending_sends() or self._rndv_sends)
 

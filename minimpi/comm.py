@@ -425,8 +425,15 @@ class Comm(CommExtras):
         return self._derive(group, ranks.index(self._rank), context, f"{self._name}.split({color})")
 
     def Free(self) -> None:
-        """Release the communicator; later use raises ``CommError``."""
+        """Release the communicator; later use raises ``CommError``.
+
+        ``COMM_WORLD`` and ``COMM_SELF`` cannot be freed (``CommError``, MPI_ERR_COMM, as in
+        mpi4py), and stay usable.
+        """
         self._alive("Free")
+        if self._context < FIRST_FREE_CONTEXT:
+            raise CommError(f"rank {self._rank}: Free on {self._name}: a predefined "
+                            f"communicator cannot be freed (MPI_ERR_COMM)")
         self._freed = True
         self._engine.release_context(self._context)
         self._engine.release_context(self._coll_context)

@@ -407,3 +407,19 @@ def test_probe_count_of_object_is_pickled_size():
         return n
 
     assert run(2, body)[1] == len(pickle.dumps({"k": "v" * 10}, 5))
+
+
+def test_predefined_communicators_cannot_be_freed():
+    def body(comm):
+        with pytest.raises(MPI.Exception, match="predefined communicator cannot be freed") as exc:
+            comm.Free()
+        assert exc.value.Get_error_class() == MPI.ERR_COMM
+        dup = comm.Dup()
+        dup.Free()
+        assert not dup
+        return comm.allreduce(1)      # still usable
+
+    assert run(2, body) == [2, 2]
+    with pytest.raises(MPI.Exception):
+        MPI.COMM_SELF.Free()
+    assert MPI.COMM_SELF.allreduce(3) == 3

@@ -21,6 +21,11 @@ def describe(req: "Request") -> str:
     return str(d)
 
 
+def _base_type(datatype: Any) -> Any:
+    """The predefined datatype a (contiguous derived) datatype is made of; itself otherwise."""
+    return getattr(datatype, "base", datatype)
+
+
 class Status:
     """What a completed receive or a probe found: source, tag, size (``MPI.Status``)."""
 
@@ -62,7 +67,9 @@ class Status:
         return self.nbytes // size
 
     def Get_elements(self, datatype: Any) -> int:
-        return self.Get_count(datatype)
+        """Number of basic elements received: for a contiguous derived type, items of its
+        base type (``CONTIGUOUS(3, INT)`` x 2 is 6 elements), counting a partial item too."""
+        return self.Get_count(_base_type(datatype))
 
     def Is_cancelled(self) -> bool:
         return self.cancelled
@@ -77,8 +84,9 @@ class Status:
         self.error = error
 
     def Set_elements(self, datatype: Any, count: int) -> None:
-        size = 1 if datatype is None else int(datatype.Get_size())
-        self.nbytes = count * size
+        """Make the status report ``count`` basic elements of ``datatype``."""
+        base = _base_type(datatype)
+        self.nbytes = count * (1 if base is None else int(base.Get_size()))
 
     def __repr__(self) -> str:
         return f"Status(source={self.source}, tag={self.tag}, count={self.nbytes} bytes)"

@@ -423,3 +423,13 @@ def test_predefined_communicators_cannot_be_freed():
     with pytest.raises(MPI.Exception):
         MPI.COMM_SELF.Free()
     assert MPI.COMM_SELF.allreduce(3) == 3
+
+
+def test_status_elements_count_basic_elements_of_a_derived_type():
+    triple = MPI.INT.Create_contiguous(3).Commit()
+    st = MPI.Status()
+    st.Set_elements(MPI.INT, 7)                 # 7 ints: 2 whole triples and a partial one
+    assert st.Get_count(MPI.INT) == 7 and st.Get_elements(MPI.INT) == 7
+    assert st.Get_count(triple) == MPI.UNDEFINED and st.Get_elements(triple) == 7
+    st.Set_elements(triple, 6)                  # elements, not items: 6 ints
+    assert st.Get_count(MPI.BYTE) == 24 and st.Get_count(triple) == 2

@@ -224,12 +224,15 @@ class Comm(CommExtras):
 
     # bsend/ibsend/Bsend/Ibsend (buffered: complete locally) are in CommExtras.
     def rsend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Ready-mode send of an object: as ``send`` (a receive need not be posted first)."""
         self.send(obj, dest, tag)
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start sending a Python object; complete the request with ``wait``/``test``."""
         return self._send_obj(obj, dest, tag, "isend")
 
     def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start a synchronous send of an object: completes once the receiver matched it."""
         return self._send_obj(obj, dest, tag, "issend", F_SYNC)
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
@@ -244,6 +247,8 @@ class Comm(CommExtras):
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> Any:
+        """Send an object to ``dest`` and receive one from ``source`` at once (no deadlock
+        when two ranks exchange); returns the received object."""
         rreq = self._recv_obj(source, recvtag, "sendrecv")
         sreq = self._send_obj(sendobj, dest, sendtag, "sendrecv")
         self._engine.wait_all([rreq, sreq])
@@ -251,9 +256,11 @@ class Comm(CommExtras):
         return rreq.wait(status)
 
     def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        """Wait until a matching message is available (as ``Probe``; object counts as mpi4py)."""
         return self.Probe(source, tag, status)
 
     def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        """Whether a matching message is available now (as ``Iprobe``)."""
         return self.Iprobe(source, tag, status)
 
     # -- Capitalized: buffers ----------------------------------------------------------------
@@ -262,18 +269,23 @@ class Comm(CommExtras):
         self._send_buf(buf, dest, tag, "Send").wait()
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Synchronous send of a buffer: returns once the receiver has matched the message."""
         self._send_buf(buf, dest, tag, "Ssend", F_SYNC).wait()
 
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Ready-mode send of a buffer: as ``Send`` (a receive need not be posted first)."""
         self._send_buf(buf, dest, tag, "Rsend").wait()
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start sending a buffer; do not modify it until the request completes."""
         return self._send_buf(buf, dest, tag, "Isend")
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a synchronous send of a buffer: completes once the receiver matched it."""
         return self._send_buf(buf, dest, tag, "Issend", F_SYNC)
 
     def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a ready-mode send of a buffer (as ``Isend``)."""
         return self._send_buf(buf, dest, tag, "Irsend")
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
@@ -282,11 +294,13 @@ class Comm(CommExtras):
         self._recv_buf(buf, source, tag, "Recv").wait(status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Start receiving into a buffer; it is filled once the request completes."""
         return self._recv_buf(buf, source, tag, "Irecv")
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> None:
+        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once."""
         rreq = self._recv_buf(recvbuf, source, recvtag, "Sendrecv")
         sreq = self._send_buf(sendbuf, dest, sendtag, "Sendrecv")
         self._engine.wait_all([rreq, sreq])
@@ -295,6 +309,7 @@ class Comm(CommExtras):
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Optional[Status] = None) -> None:
+        """Send the contents of ``buf`` and replace them with the message received."""
         spec = parse_buffer(buf, writable=True, call="Sendrecv_replace", arg="buf")
         outgoing = spec.array.copy()
         self.Sendrecv(outgoing, dest, sendtag, buf, source, recvtag, status)
@@ -322,6 +337,7 @@ class Comm(CommExtras):
         return True
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
+        """Whether a matching message is available now (without receiving it); never blocks."""
         self._alive("Iprobe")
         self._check_source(source, "Iprobe")
         self._check_recv_tag(tag, "Iprobe")
@@ -439,6 +455,7 @@ class Comm(CommExtras):
         self._engine.release_context(self._coll_context)
 
     def Compare(self, other: "Comm") -> int:
+        """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
         if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
             return IDENT
         if isinstance(other, Comm) and other._group == self._group:
@@ -454,6 +471,7 @@ class Comm(CommExtras):
 
     # -- attributes ---------------------------------------------------------------------------
     def Get_attr(self, keyval: int) -> Any:
+        """The value of attribute ``keyval`` (predefined ones such as ``MPI.TAG_UB``, or one set with ``Set_attr``); None if unset."""
         if keyval == KEYVAL_TAG_UB:
             return TAG_UB
         if keyval in _PREDEFINED_ATTRS:
@@ -461,6 +479,7 @@ class Comm(CommExtras):
         return self._attrs.get(keyval)
 
     def Set_attr(self, keyval: int, value: Any) -> None:
+        """Attach ``value`` to this communicator under ``keyval``."""
         self._attrs[keyval] = value
 
     def __eq__(self, other: object) -> bool:

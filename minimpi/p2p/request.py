@@ -157,11 +157,13 @@ class Request:
 
     # -- mpi4py API ----------------------------------------------------------------------
     def wait(self, status: Optional[Status] = None) -> Any:
+        """Block until complete; return the received object (None for sends and buffers)."""
         if not self.done:
             self._engine.wait_for(self)
         return self._collect(status)
 
     def test(self, status: Optional[Status] = None) -> Tuple[bool, Any]:
+        """``(done, object)`` after one round of progress, without blocking."""
         if not self.done and self._engine is not None:
             self._engine.poll()
         if not self.done:
@@ -169,13 +171,16 @@ class Request:
         return True, self._collect(status)
 
     def Wait(self, status: Optional[Status] = None) -> bool:
+        """Block until complete (raising its error, if any); returns True."""
         self.wait(status)
         return True
 
     def Test(self, status: Optional[Status] = None) -> bool:
+        """Whether the request completed (one round of progress, no blocking)."""
         return self.test(status)[0]
 
     def Get_status(self, status: Optional[Status] = None) -> bool:
+        """Whether the request is complete, filling ``status``; unlike ``Test`` it stays active."""
         if not self.done and self._engine is not None:
             self._engine.poll()
         if self.done and status is not None:
@@ -183,6 +188,7 @@ class Request:
         return self.done
 
     def Cancel(self) -> None:
+        """Cancel a receive that has not matched yet (``Status.Is_cancelled``); no effect otherwise."""
         if not self.done and self._engine is not None:
             self._engine.cancel(self)
 

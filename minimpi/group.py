@@ -111,14 +111,14 @@ class Group:
         return self._new([w for i, w in enumerate(self._members) if i not in drop])
 
     def Range_incl(self, ranges: Sequence[Tuple[int, int, int]]) -> "Group":
+        """``Incl`` of the ranks in the ``(first, last, stride)`` triplets (``last`` included)."""
         self._check("Range_incl")
-        return self.Incl([r for first, last, stride in ranges
-                          for r in range(first, last + (1 if stride > 0 else -1), stride)])
+        return self.Incl(_expand_ranges(ranges, "Range_incl"))
 
     def Range_excl(self, ranges: Sequence[Tuple[int, int, int]]) -> "Group":
+        """``Excl`` of the ranks in the ``(first, last, stride)`` triplets (``last`` included)."""
         self._check("Range_excl")
-        return self.Excl([r for first, last, stride in ranges
-                          for r in range(first, last + (1 if stride > 0 else -1), stride)])
+        return self.Excl(_expand_ranges(ranges, "Range_excl"))
 
     def Dup(self) -> "Group":
         self._check("Dup")
@@ -188,6 +188,16 @@ class Group:
         self._null = True
         self._members = ()
         self._me = UNDEFINED
+
+
+def _expand_ranges(ranges: Sequence[Tuple[int, int, int]], call: str) -> List[int]:
+    """The ranks named by MPI range triplets ``(first, last, stride)``, ``last`` included."""
+    out: List[int] = []
+    for first, last, stride in ranges:
+        if stride == 0:
+            raise RankError(f"Group.{call}: range ({first}, {last}, {stride}) has stride 0")
+        out.extend(range(first, last + (1 if stride > 0 else -1), stride))
+    return out
 
 
 def _with_me(members: List[int], *groups: Group) -> Group:

@@ -433,3 +433,15 @@ def test_status_elements_count_basic_elements_of_a_derived_type():
     assert st.Get_count(triple) == MPI.UNDEFINED and st.Get_elements(triple) == 7
     st.Set_elements(triple, 6)                  # elements, not items: 6 ints
     assert st.Get_count(MPI.BYTE) == 24 and st.Get_count(triple) == 2
+
+
+def test_group_range_incl_excl():
+    def body(comm):
+        g = comm.Get_group()
+        incl = g.Range_incl([(5, 1, -2), (0, 0, 1)]).world_ranks
+        excl = g.Range_excl([(0, 4, 2)]).world_ranks
+        with pytest.raises(MPI.Exception, match=r"Range_incl: range \(0, 3, 0\) has stride 0"):
+            g.Range_incl([(0, 3, 0)])
+        return incl, excl
+
+    assert run(6, body)[0] == ((5, 3, 1, 0), (1, 3, 5))

@@ -10,6 +10,7 @@ with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -428,9 +429,14 @@ class Comm(CommExtras):
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """Partition by ``color`` (``MPI.UNDEFINED``: not a member), order by (``key``, old rank)."""
         self._alive("Split")
-        if not isinstance(color, int) or (color < 0 and color != UNDEFINED):
-            raise ArgumentError(f"rank {self._rank}: Split(color={color!r}): color must be an "
-                                f"int >= 0 or MPI.UNDEFINED")
+        try:   # numpy integers too (a color computed from an array), as mpi4py takes them
+            color_i, key = operator.index(color), operator.index(key)
+        except TypeError:
+            color_i = None
+        if color_i is None or (color_i < 0 and color_i != UNDEFINED):
+            raise ArgumentError(f"rank {self._rank}: Split(color={color!r}, key={key!r}): color "
+                                f"and key must be ints, color >= 0 or MPI.UNDEFINED")
+        color = color_i
         entries = self._exchange((color, key, self._free_context()), "Split")
         context = self._agree_context([e[2] for e in entries])
         if color == UNDEFINED:

@@ -445,3 +445,13 @@ def test_group_range_incl_excl():
         return incl, excl
 
     assert run(6, body)[0] == ((5, 3, 1, 0), (1, 3, 5))
+
+
+def test_split_takes_numpy_integer_color_and_key():
+    def body(comm):
+        sub = comm.Split(np.int64(comm.rank % 2), np.int32(-comm.rank))
+        with pytest.raises(MPI.Exception, match=r"Split\(color=1.5, key=0\)"):
+            comm.Split(1.5)
+        return sub.rank, sub.allreduce(comm.rank)
+
+    assert run(4, body) == [(1, 2), (1, 4), (0, 2), (0, 4)]

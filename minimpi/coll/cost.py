@@ -120,6 +120,8 @@ def read_config(path: str) -> Dict[str, float]:
 
 
 _cache: Dict[tuple, Tuple[CostModel, Dict[str, str]]] = {}
+#: everything the model depends on: where the calibration file is, and the overrides
+_KEY_VARS = ("MINIMPI_COST_FILE", "XDG_CONFIG_HOME", "HOME") + tuple(var for var, _ in FIELDS.values())
 _warned: set = set()
 
 
@@ -127,11 +129,12 @@ def model_sources(env=None) -> Tuple[CostModel, Dict[str, str]]:
     """The model and, per field, where its value came from ("built-in default", "file PATH",
     "env NAME"). A calibration file that cannot be used is ignored with one warning."""
     env = os.environ if env is None else env
-    path = config_path(env)
-    key = (path,) + tuple(env.get(var) for var, _ in FIELDS.values())
+    # Called for every collective call: key on the raw variables, resolve the path on a miss.
+    key = tuple(env.get(var) for var in _KEY_VARS)
     hit = _cache.get(key)
     if hit is not None:
         return hit
+    path = config_path(env)
     model = CostModel()
     sources = {name: DEFAULT_SOURCE.get(name, "built-in default") for name in FIELDS}
     if path and os.path.exists(path):

@@ -85,6 +85,7 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               objects: bool = True) -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
+        _auto_choices.clear()
         doc = (fn.__doc__ or "").strip().splitlines()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, power_of_two_only, check, objects,
@@ -141,8 +142,17 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
-    best, best_key = None, None
     model = default_model()
+    # auto's answer depends only on these (refusals look at p, commutativity and objects),
+    # so repeated calls - the common case - skip the predictions.
+    op_key = None if op is None else op.Is_commutative()
+    if any(alg.check is not None for alg in table.values()):
+        op_key = op  # a custom check may look at the op itself
+    memo_key = (collective, p, nbytes, op_key, objects, model)
+    best = _auto_choices.get(memo_key)
+    if best is not None:
+        return best
+    best_key = None
     for alg in table.values():
         if alg.refusal(p, nbytes, op, objects) is None:
             key = tie_key(*alg.predict(model, p, nbytes)[:2])
@@ -150,7 +160,13 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
                 best, best_key = alg, key
     if best is None:  # pragma: no cover - every collective has an unrestricted algorithm
         raise AlgorithmError(f"{where}{call}: no {collective} algorithm can serve this call")
+    if len(_auto_choices) > 4096:
+        _auto_choices.clear()
+    _auto_choices[memo_key] = best
     return best
+
+
+_auto_choices: Dict[tuple, Algorithm] = {}
 
 
 _loaded = False

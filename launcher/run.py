@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import sys
+from typing import Optional
 
 import minimpi
 
@@ -20,6 +22,8 @@ examples:
   minimpi run -n 4 script.py arg1 arg2
   minimpi run -n 3 --timeout 30 -m mypackage.tool --flag
   minimpi run -n 5 --coll bcast=ring --eager-limit 64KiB -x OMP_NUM_THREADS=1 app.py
+  minimpi run -n 4 python -m mpi4py lab.py   (a leading `python` is accepted, as with mpiexec;
+                                            ranks run under the Python that runs minimpi)
 
 output:
   Every line a rank prints is forwarded with a "[rank] " prefix (stderr to stderr).
@@ -171,8 +175,31 @@ def _module_exists(name: str, shim: bool = False) -> bool:
         del sys.path[:len(extra)]
 
 
+#: interpreter options that take no value, accepted after a leading ``python``
+_PYTHON_FLAGS = {"-u", "-B", "-E", "-I", "-O", "-OO", "-q", "-s", "-S"}
+
+
+def strip_interpreter(argv: list[str]) -> tuple[Optional[str], list[str]]:
+    """mpiexec habit: ``python [flags] script.py ...`` or ``python -m module ...``.
+
+    Returns (module or None, the rest: the program and its arguments, or the module's
+    arguments). The ranks always run under the Python that runs minimpi.
+    """
+    if not argv or not re.fullmatch(r"python[\d.]*", os.path.basename(argv[0])) or \
+            os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK):
+        return None, argv
+    rest = argv[1:]
+    while rest and rest[0] in _PYTHON_FLAGS:
+        rest = rest[1:]
+    if len(rest) >= 2 and rest[0] == "-m":
+        return rest[1], rest[2:]
+    return None, rest
+
+
 def main(args: argparse.Namespace) -> int:
     passthrough = list(getattr(args, "passthrough", []))
+    if args.module is None:
+        args.module, passthrough = strip_interpreter(passthrough)
     if args.module is not None:
         if not _module_exists(args.module, getattr(args, "mpi4py_shim", True)):
             return _usage_error(f"no module named {args.module!r}")

@@ -300,3 +300,14 @@ def test_bad_mac_is_ignored(write_script, job_marker):
     assert "bad MAC" in res.stderr
     assert "forged" not in res.stderr
     assert res.stdout.count("ok 3") == 3
+
+
+def test_mpiexec_style_python_prefix(write_script, job_marker):
+    script = write_script("viapython.py", """
+        from mpi4py import MPI
+        print("size", MPI.COMM_WORLD.Get_size())
+    """)
+    for argv in (["python", script], ["python3", "-u", "-m", "mpi4py", script]):
+        r = run_minimpi("-n", "2", "--no-prefix", *marker_args(job_marker), *argv, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == ["size 2", "size 2"]

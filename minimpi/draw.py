@@ -622,7 +622,8 @@ def svg_to_png(svg: str, path: str) -> None:
     if tool:
         subprocess.run([tool, "-o", path], input=svg.encode("utf-8"), check=True)
         return
-    raise DrawError("writing PNG needs an SVG converter: `pip install cairosvg` or install "
+    raise DrawError("writing PNG needs an SVG converter: `pip install 'minimpi[draw]'` "
+                    "(cairosvg) or install "
                     "rsvg-convert (librsvg); or write .svg instead")
 
 

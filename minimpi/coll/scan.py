@@ -83,10 +83,21 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
     return result[0] if red.objects else out
 
 
-@algorithm("scan", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
-           messages=lambda m, p, n: xor_exchanges(p),
-           volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
+#: Scan and Exscan move the same data in the same steps, so they share their cost model.
+#: Recursive doubling: ceil(log2 p)·(α + nβ + 2nγ); X(p) exchanges, up to 2·X(p)·n reduced.
+DOUBLING_COST = dict(
+    cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
+    messages=lambda m, p, n: xor_exchanges(p),
+    volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
+#: Pipelined chain with s segments: (p+s-2)·(α + (n/s)(β + γ)); (p-1)·n sent and reduced.
+CHAIN_COST = dict(
+    cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
+    * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
+    messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
+    volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
+
+
+@algorithm("scan", "binomial", **DOUBLING_COST)
 def scan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
     """Recursive doubling: ceil(log2 p) steps; time ceil(log2 p)·(α + nβ + 2nγ); volume
     X(p)·n, up to 2·X(p)·n reduced (X: :func:`~minimpi.coll.cost.xor_exchanges`, p·log2 p
@@ -100,11 +111,7 @@ def scan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int =
     return (yield from _doubling(ch, red, data, out, True))
 
 
-@algorithm("scan", "ring",
-           cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
-           messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
-           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
+@algorithm("scan", "ring", **CHAIN_COST)
 def scan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain 0 -> 1 -> ... -> p-1, in segments of ``segment`` bytes.
 
@@ -116,10 +123,7 @@ def scan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256
     return (yield from _chain(ch, red, data, out, True, segment))
 
 
-@algorithm("exscan", "binomial",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
-           messages=lambda m, p, n: xor_exchanges(p),
-           volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
+@algorithm("exscan", "binomial", **DOUBLING_COST)
 def exscan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
     """Recursive doubling as for scan, but ``result`` starts empty: the first block from
     below is assigned, later ones combined. ceil(log2 p) steps; time
@@ -127,11 +131,7 @@ def exscan_binomial(ch: Channel, red: Operand, data: Any, out: Any, segment: int
     return (yield from _doubling(ch, red, data, out, False))
 
 
-@algorithm("exscan", "ring",
-           cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-           * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
-           messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
-           volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
+@algorithm("exscan", "ring", **CHAIN_COST)
 def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 256 * 1024) -> Schedule:
     """Pipelined chain: rank r receives x0..x[r-1] from r-1 straight into its result and
     sends ``prefix (op) x_r`` on. p-1+s-1 steps; time (p+s-2)·(α + (n/s)(β + γ)); volume

@@ -28,8 +28,6 @@ CTS = 3
 DATA = 4
 SYNC_ACK = 5
 
-KIND_NAMES = {EAGER: "EAGER", RTS: "RTS", CTS: "CTS", DATA: "DATA", SYNC_ACK: "SYNC_ACK"}
-
 # flags
 F_OBJECT = 1  # payload is a serialized Python object (see minimpi.serialization)
 F_SYNC = 2    # synchronous send: the receiver acknowledges the match
@@ -48,12 +46,7 @@ class Header(NamedTuple):
     length: int
 
     def pack(self) -> bytes:
-        return HEADER.pack(self.kind, self.flags, 0, self.context, self.source, self.tag,
-                           self.msg_id, self.length)
-
-    @property
-    def payload_length(self) -> int:
-        return self.length if self.kind in HAS_PAYLOAD else 0
+        return pack(*self)
 
 
 def pack(kind: int, flags: int, context: int, source: int, tag: int, msg_id: int, length: int) -> bytes:

@@ -86,6 +86,8 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
         _auto_choices.clear()
+        if check is not None:
+            _custom_checks.add(collective)
         doc = (fn.__doc__ or "").strip().splitlines()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, power_of_two_only, check, objects,
@@ -146,7 +148,7 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     # auto's answer depends only on these (refusals look at p, commutativity and objects),
     # so repeated calls - the common case - skip the predictions.
     op_key = None if op is None else op.Is_commutative()
-    if any(alg.check is not None for alg in table.values()):
+    if collective in _custom_checks:
         op_key = op  # a custom check may look at the op itself
     memo_key = (collective, p, nbytes, op_key, objects, model)
     best = _auto_choices.get(memo_key)
@@ -162,11 +164,15 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
         raise AlgorithmError(f"{where}{call}: no {collective} algorithm can serve this call")
     if len(_auto_choices) > 4096:
         _auto_choices.clear()
+        if check is not None:
+            _custom_checks.add(collective)
     _auto_choices[memo_key] = best
     return best
 
 
 _auto_choices: Dict[tuple, Algorithm] = {}
+#: collectives with an algorithm whose ``check`` may look at more than the op's commutativity
+_custom_checks: set = set()
 
 
 _loaded = False

@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import zmq

@@ -22,7 +22,7 @@ import argparse
 import os
 import re
 import sys
-from typing import List, Optional, TextIO
+from typing import Optional, TextIO
 from .argtypes import byte_size, positive_int
 
 #: --op names (case-insensitive) -> attribute of minimpi.ops; "noncommutative" is a user op
@@ -171,14 +171,10 @@ def list_all(out: Optional[TextIO] = None) -> int:
         width = max(len(n) for n in table)
         for name, alg in table.items():
             notes = []
-            if alg.power_of_two_only:
-                notes.append("power-of-two p only")
             if alg.commutative_only:
                 notes.append("commutative ops only")
             if not alg.objects:
                 notes.append("buffers only")
-            if alg.check is not None:
-                notes.append("further restrictions")
             note = f" [{'; '.join(notes)}]" if notes else ""
             print(f"  {name.ljust(width)}  {summary(alg)}{note}", file=out)
     return 0

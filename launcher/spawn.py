@@ -18,7 +18,7 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 PR_SET_PDEATHSIG = 1

@@ -19,23 +19,23 @@ import time as _time
 
 from . import __version__ as _minimpi_version
 from . import runtime as _runtime
-from .comm import COMM_NULL, Cartcomm, Comm, Intracomm, Topocomm
+from .comm import COMM_NULL, Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401  (public names)
 from .constants import *  # noqa: F401,F403
 from .constants import IN_PLACE, BOTTOM  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
 from .datatypes import *  # noqa: F401,F403
 from .datatypes import PREDEFINED as _PREDEFINED_TYPES, Datatype
 from .errors import *  # noqa: F401,F403
-from .errors import MinimpiError as Exception  # noqa: A001  (mpi4py's name)
-from .errors import UnsupportedError, error_string as _error_string
+from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
+from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
 from .group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN,  # noqa: F401
                       INFO_ENV, INFO_NULL, Errhandler, Info, _Refused, refusing)
 from .ops import *  # noqa: F401,F403
-from .ops import Op
+from .ops import Op  # noqa: F401
 from .p2p.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
-from .p2p.persistent import Prequest
-from .p2p.request import Request, Status
+from .p2p.persistent import Prequest  # noqa: F401
+from .p2p.request import Request, Status  # noqa: F401
 from .topology import compute_dims as Compute_dims  # noqa: F401
 from .topology import TopologyError as _TopologyError  # noqa: F401
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple

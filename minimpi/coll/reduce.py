@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .cost import ceil_log2, default_model, floor_log2, tree_volume
+from .cost import ceil_log2, floor_log2, tree_volume
 from .data import Operand, even_bounds, fold_in, fold_power_of_two, received, unfold_rank
 from .registry import algorithm
 from .schedule import Channel, Schedule

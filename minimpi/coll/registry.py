@@ -22,8 +22,8 @@ less, then the one registered first (:func:`tie_key`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
 
 from ..errors import AlgorithmError
 from .cost import CostModel, contention, default_model
@@ -37,11 +37,11 @@ class Algorithm:
     #: predicted seconds for p ranks and n bytes (per rank's contribution, see each module)
     cost: Callable[[CostModel, int, int], float]
     commutative_only: bool = False
-    power_of_two_only: bool = False
-    #: extra restriction: (p, nbytes, op) -> reason it cannot serve the call, or None
-    check: Optional[Callable[..., Optional[str]]] = None
     #: whether it also moves Python objects (lowercase API), not only buffers
     objects: bool = True
+    #: buffer reductions: it reads the caller's ``sendbuf`` itself (``contribution=``), so
+    #: the API layer need not copy the input into ``recvbuf`` first
+    reads_sendbuf: bool = False
     summary: str = ""
     #: bytes all ranks send in all, for p ranks and n bytes (None: not stated)
     volume: Optional[Callable[[int, int], float]] = None
@@ -63,13 +63,9 @@ class Algorithm:
         """Why this algorithm cannot serve the call, or None when it can."""
         if objects and not self.objects:
             return "moves buffers only (the lowercase, Python-object call cannot use it)"
-        if self.power_of_two_only and p & (p - 1):
-            return f"needs a power-of-two number of ranks (this communicator has {p})"
         if self.commutative_only and op is not None and not op.Is_commutative():
             return (f"reorders operands, so it needs a commutative op "
                     f"({getattr(op, 'name', op)} is not commutative)")
-        if self.check is not None:
-            return self.check(p, nbytes, op)
         return None
 
 
@@ -80,17 +76,14 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               volume: Optional[Callable[[int, int], float]] = None,
               local: Optional[Callable[[int, int], float]] = None,
               messages: Optional[Callable[[CostModel, int, int], float]] = None,
-              commutative_only: bool = False, power_of_two_only: bool = False,
-              check: Optional[Callable[..., Optional[str]]] = None,
-              objects: bool = True) -> Callable:
+              commutative_only: bool = False, objects: bool = True,
+              reads_sendbuf: bool = False) -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
         _auto_choices.clear()
-        if check is not None:
-            _custom_checks.add(collective)
         doc = (fn.__doc__ or "").strip().splitlines()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
-            collective, name, fn, cost, commutative_only, power_of_two_only, check, objects,
+            collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
             doc[0] if doc else "", volume, local, messages)
         return fn
     return register
@@ -104,16 +97,6 @@ def algorithms(collective: str) -> Dict[str, Algorithm]:
         raise AlgorithmError(f"unknown collective {collective!r}; known: "
                              f"{', '.join(sorted(REGISTRY))}") from None
 
-
-def predictions(collective: str, p: int, nbytes: int, op=None,
-                model: Optional[CostModel] = None, objects: bool = False) -> List[Tuple[Algorithm, Optional[float], Optional[str]]]:
-    """Every algorithm with its predicted time (None when refused) and refusal reason."""
-    model = model or default_model()
-    out = []
-    for alg in algorithms(collective).values():
-        why = alg.refusal(p, nbytes, op, objects)
-        out.append((alg, None if why else alg.predict(model, p, nbytes)[0], why))
-    return out
 
 
 def tie_key(predicted: float, formula: float) -> Tuple[float, float]:
@@ -148,8 +131,6 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     # auto's answer depends only on these (refusals look at p, commutativity and objects),
     # so repeated calls - the common case - skip the predictions.
     op_key = None if op is None else op.Is_commutative()
-    if collective in _custom_checks:
-        op_key = op  # a custom check may look at the op itself
     memo_key = (collective, p, nbytes, op_key, objects, model)
     best = _auto_choices.get(memo_key)
     if best is not None:
@@ -162,17 +143,15 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
                 best, best_key = alg, key
     if best is None:  # pragma: no cover - every collective has an unrestricted algorithm
         raise AlgorithmError(f"{where}{call}: no {collective} algorithm can serve this call")
-    if len(_auto_choices) > 4096:
+    if len(_auto_choices) >= AUTO_MEMO_SIZE:   # a long job with ever-new sizes: start over
         _auto_choices.clear()
-        if check is not None:
-            _custom_checks.add(collective)
     _auto_choices[memo_key] = best
     return best
 
 
+#: auto's choices remembered by (collective, p, bytes, op kind, objects, model)
 _auto_choices: Dict[tuple, Algorithm] = {}
-#: collectives with an algorithm whose ``check`` may look at more than the op's commutativity
-_custom_checks: set = set()
+AUTO_MEMO_SIZE = 4096
 
 
 _loaded = False

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from .cost import ceil_log2, default_model, segments, tree_volume
 from .data import RootedBlocks, as_bytes

@@ -16,7 +16,7 @@ and receive spelled out), and one implementation serves three uses:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional
 
 import numpy as np
 
@@ -90,10 +90,6 @@ class Channel:
                 f"rank {self.rank}: {self.call} on {self.comm.name}: received {got} bytes from "
                 f"rank {req.status.source} where {expected} were expected; every rank must pass "
                 f"matching counts and datatypes (and the same root and op)")
-
-    def sendrecv(self, send: Any, dest: int, into: Optional[np.ndarray], source: int) -> Step:
-        """Both halves of an exchange, as one step."""
-        return [self.irecv(into, source), self.isend(send, dest)]
 
 
 def _finish_step(ch: Channel, step: Step) -> None:

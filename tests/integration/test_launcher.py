@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import (assert_no_leftovers, finish, leftover_processes, marker_args,
+from conftest import (assert_no_leftovers, finish, marker_args,
                       run_minimpi, start_minimpi)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux launcher tests")

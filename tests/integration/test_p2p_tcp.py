@@ -5,7 +5,6 @@ import re
 import socket
 import time
 
-import pytest
 
 from conftest import marker_args, run_minimpi, start_minimpi, finish
 
@@ -103,7 +102,6 @@ def test_32_ranks_oversubscribed_to_any_source(write_script, job_marker):
         else:
             comm.Send(np.full(1 << 16, comm.rank, np.float64), 0, 1)
     """)
-    t = time.monotonic()
     r = run_minimpi("-n", "32", *marker_args(job_marker), script, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "received from all 31" in r.stdout

@@ -141,3 +141,13 @@ def test_run_extra_env_carries_the_model(monkeypatch):
     env = run_cmd.extra_env(args)
     assert env["MINIMPI_COST_ALPHA"] == "1e-5"
     assert all(var in env for var, _ in cost.FIELDS.values())
+
+
+def test_auto_survives_more_distinct_sizes_than_it_remembers():
+    """A long job whose collectives see ever-new byte counts (Allgatherv with varying counts)
+    makes auto choose for more keys than its memo holds; every choice must still be made."""
+    from minimpi.ops import SUM
+    for nbytes in range(5000):
+        alg = registry.choose("allreduce", 4, nbytes, SUM)
+        assert alg.name in registry.algorithms("allreduce")
+    assert len(registry._auto_choices) <= registry.AUTO_MEMO_SIZE

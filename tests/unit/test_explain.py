@@ -24,14 +24,10 @@ def fake_collective():
     registry.algorithms("bcast")          # load the real modules first
     algorithm(FAKE, "tree", cost=lambda m, p, n: cost.ceil_log2(p) * (m.alpha + n * m.beta))(
         lambda ch, data: None)
-    algorithm(FAKE, "halving", power_of_two_only=True,
-              cost=lambda m, p, n: cost.ceil_log2(p) * m.alpha)(lambda ch, data: None)
     algorithm(FAKE, "reorder", commutative_only=True,
               cost=lambda m, p, n: m.alpha)(lambda ch, data: None)
-    algorithm(FAKE, "bufonly", objects=False, cost=lambda m, p, n: 0.5 * m.alpha)(
+    algorithm(FAKE, "bufonly", objects=False, cost=lambda m, p, n: 0.1 * m.alpha)(
         lambda ch, data: None)
-    algorithm(FAKE, "small_only", check=lambda p, n, op: "only up to 1 KiB" if n > 1024 else None,
-              cost=lambda m, p, n: 0.1 * m.alpha)(lambda ch, data: None)
     yield FAKE
     registry.REGISTRY.pop(FAKE, None)
 
@@ -84,21 +80,18 @@ def test_every_registered_algorithm_has_a_time_or_a_reason(p):
 def test_marks_the_algorithm_auto_chooses(fake_collective):
     text = run_explain(fake_collective, 64, 8, make_op("sum"))
     got = rows(text)
-    assert got["small_only"][0] and not any(star for n, (star, _) in got.items() if n != "small_only")
-    assert registry.choose(fake_collective, 8, 64, make_op("sum")).name == "small_only"
-    assert "* small_only: what auto picks" in text
+    assert got["bufonly"][0] and not any(star for n, (star, _) in got.items() if n != "bufonly")
+    assert registry.choose(fake_collective, 8, 64, make_op("sum")).name == "bufonly"
+    assert "* bufonly: what auto picks" in text
 
 
 def test_refusals_show_their_reasons(fake_collective):
     text = run_explain(fake_collective, 4096, 6, make_op("noncommutative"), objects=True)
     got = rows(text)
-    assert "refused" in got["halving"][1] and "power-of-two" in got["halving"][1]
-    assert "(this communicator has 6)" in got["halving"][1]
     assert "refused" in got["reorder"][1] and "commutative" in got["reorder"][1]
     assert "refused" in got["bufonly"][1] and "buffers only" in got["bufonly"][1]
-    assert "refused" in got["small_only"][1] and "only up to 1 KiB" in got["small_only"][1]
     assert got["tree"][0]                      # the only one left is what auto picks
-    # with p a power of two and a commutative op, the same algorithms get times
+    # with buffers and a commutative op, the same algorithms get times
     got = rows(run_explain(fake_collective, 64, 8, make_op("sum")))
     assert all("refused" not in rest for _, rest in got.values())
 
@@ -108,10 +101,10 @@ def test_forced_algorithm_is_reported(fake_collective, monkeypatch):
     text = run_explain(fake_collective, 64, 8, make_op("sum"))
     assert rows(text)["tree"][0]
     assert f"forced by MINIMPI_{FAKE.upper()}=tree" in text
-    monkeypatch.setenv(f"MINIMPI_{FAKE.upper()}", "halving")
+    monkeypatch.setenv(f"MINIMPI_{FAKE.upper()}", "bufonly")
     out = io.StringIO()
-    assert explain(fake_collective, 64, 6, None, out=out) == 1
-    assert "power-of-two" in out.getvalue() and "auto cannot pick" in out.getvalue()
+    assert explain(fake_collective, 64, 6, None, out=out, objects=True) == 1
+    assert "buffers only" in out.getvalue() and "auto cannot pick" in out.getvalue()
 
 
 def test_unknown_collective_is_a_usage_error(capsys):

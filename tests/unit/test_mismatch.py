@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import pytest
 
 from minimpi import mismatch
 from minimpi.errors import CollectiveMismatchError, JobAbortedError, MinimpiError, PeerLostError

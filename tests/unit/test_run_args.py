@@ -1,7 +1,6 @@
 """`minimpi run` argument handling that mpiexec users rely on."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 

@@ -186,7 +186,8 @@ def measure(comm, ctl: P2P, call, target: float, max_iters: int,
 
 def worker(args) -> None:
     from minimpi import MPI
-    from minimpi.coll import common, registry
+    from minimpi.coll import registry
+    from minimpi.comm.collectives import common
 
     comm = MPI.COMM_WORLD
     ctl = P2P(comm)

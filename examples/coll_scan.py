@@ -8,6 +8,7 @@ A classic use: each rank has a variable number of items and needs its offset in 
 import sys
 
 import numpy as np
+
 from minimpi import MPI
 
 comm = MPI.COMM_WORLD

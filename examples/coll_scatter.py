@@ -6,6 +6,7 @@
 import sys
 
 import numpy as np
+
 from minimpi import MPI
 
 comm = MPI.COMM_WORLD

@@ -10,6 +10,7 @@ result equals full-batch training on one machine.
 import sys
 
 import numpy as np
+
 from minimpi import MPI
 
 comm = MPI.COMM_WORLD

@@ -10,6 +10,7 @@ pipeline fills): stage 0 is already on micro-batch 3 while stage 3 finishes micr
 import sys
 
 import numpy as np
+
 from minimpi import MPI
 
 comm = MPI.COMM_WORLD

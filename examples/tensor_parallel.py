@@ -14,6 +14,7 @@
 import sys
 
 import numpy as np
+
 from minimpi import MPI
 
 comm = MPI.COMM_WORLD

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from minimpi.units import parse_size
+from minimpi.data.units import parse_size
 
 
 def byte_size(text: str) -> int:

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import zmq
 
-from minimpi.bootstrap import seal, unseal
+from minimpi.runtime.bootstrap import seal, unseal
 
 
 @dataclass
@@ -62,8 +62,8 @@ class RankState:
 
 
 def format_state(state: dict) -> str:
-    if isinstance(state, dict) and "blocked" in state:   # a minimpi.diagnose report
-        from minimpi.diagnose import format_state as diagnose_format
+    if isinstance(state, dict) and "blocked" in state:   # a minimpi.runtime.diagnose report
+        from minimpi.runtime.diagnose import format_state as diagnose_format
         return diagnose_format(state)
     return ", ".join(f"{k}={v}" for k, v in state.items()) if state else "{}"
 

@@ -1,6 +1,6 @@
 """Deadlock detection, launcher side: "every live rank is blocked and nothing moves".
 
-Ranks report their state to the coordinator (:mod:`minimpi.diagnose`): when a wait has lasted
+Ranks report their state to the coordinator (:mod:`minimpi.runtime.diagnose`): when a wait has lasted
 ``block_report_after`` seconds (what it waits for, where in the user's script), again while
 that wait is still going on but data moved (an ``io`` counter), and when it ends. The
 coordinator keeps the latest report of each rank (``RankState.state``, ``state_time``).
@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from minimpi.diagnose import edge_text, format_state, wait_targets
+from minimpi.runtime.diagnose import edge_text, format_state, wait_targets
 
 #: the launcher's exit code for a detected deadlock (see ``minimpi run --help``)
 EXIT_DEADLOCK = 3

@@ -5,12 +5,13 @@
     minimpi draw allreduce --algorithm ring -n 4 -o ring.svg
     minimpi draw bcast --algorithm ring -n 4 --bytes 1MiB -o pipeline.png
 
-See :mod:`minimpi.draw` for how the schedule is recorded.
+See :mod:`minimpi.tools.draw` for how the schedule is recorded.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+
 from .argtypes import byte_size
 
 EPILOG = """\
@@ -45,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from minimpi import draw
+    from minimpi.tools import draw
     if args.list:
         print(draw.list_text())
         return 0

@@ -23,9 +23,10 @@ import os
 import re
 import sys
 from typing import Optional, TextIO
+
 from .argtypes import byte_size, positive_int
 
-#: --op names (case-insensitive) -> attribute of minimpi.ops; "noncommutative" is a user op
+#: --op names (case-insensitive) -> attribute of minimpi.data.ops; "noncommutative" is a user op
 OP_NAMES = ["sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor",
             "maxloc", "minloc", "replace", "commutative", "noncommutative"]
 
@@ -35,7 +36,7 @@ def make_op(name: Optional[str]):
     created with ``commute=False``; ``commutative`` one with ``commute=True``."""
     if name is None:
         return None
-    from minimpi import ops
+    from minimpi.data import ops
     key = name.lower()
     if key in ("noncommutative", "non-commutative", "noncommute"):
         return ops.Op.Create(noncommutative, commute=False)
@@ -73,7 +74,7 @@ def _fmt_time(seconds: float) -> str:
 
 
 def _fmt_bytes(n: int) -> str:
-    from minimpi.units import format_size
+    from minimpi.data.units import format_size
     text = format_size(n)
     return text if text.endswith(" B") else f"{text} ({n} B)"
 
@@ -183,8 +184,8 @@ def list_all(out: Optional[TextIO] = None) -> int:
 def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None) -> int:
     """Measure alpha, beta, gamma with a 2-rank TCP job; optionally save them."""
     out = out or sys.stdout
-    from minimpi.coll import calibrate as cal
     from minimpi.coll import cost
+    from minimpi.tools import calibrate as cal
     print("measuring with a 2-rank job over TCP (python -m minimpi run -n 2) ...", file=out)
     out.flush()
     try:
@@ -248,6 +249,6 @@ def main(args: argparse.Namespace) -> int:
     op = args.op
     name = args.collective.lower()
     if op is None and ("reduce" in name or "scan" in name):
-        from minimpi import ops
+        from minimpi.data import ops
         op = ops.SUM
     return explain(name, args.bytes, args.nprocs, op, args.objects)

@@ -22,16 +22,23 @@ from typing import BinaryIO, Optional
 
 import zmq
 
-from minimpi.bootstrap import (ENV_BIND, ENV_COORD, ENV_JOBID, ENV_LAUNCHER_PID, ENV_LIFELINE,
-                               ENV_RANK, ENV_SECRET, ENV_SIZE, ENV_STARTUP_TIMEOUT)
-
-from minimpi.diagnose import ENV_DEADLOCK_TIMEOUT
+from minimpi.runtime.bootstrap import (
+    ENV_BIND,
+    ENV_COORD,
+    ENV_JOBID,
+    ENV_LAUNCHER_PID,
+    ENV_LIFELINE,
+    ENV_RANK,
+    ENV_SECRET,
+    ENV_SIZE,
+    ENV_STARTUP_TIMEOUT,
+)
+from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
 from .output import OutputForwarder
-from .spawn import (RankProcess, describe_returncode, exit_code_for, rank_command,
-                    spawn_rank)
+from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
 
 EXIT_TIMEOUT = 124
 EXIT_STARTUP = 124
@@ -314,7 +321,7 @@ class Job:
         """(rank, error) of the rank whose uncaught error caused ``rank``'s, if that is known.
 
         Ranks report an uncaught exception to the coordinator before they exit
-        (``minimpi.diagnose.failure_state``); an error that is only a consequence (a peer that
+        (``minimpi.runtime.diagnose.failure_state``); an error that is only a consequence (a peer that
         vanished) is attributed to the earliest non-consequence error of another rank.
         """
         own = self.coord.ranks[rank].state

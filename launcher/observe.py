@@ -1,4 +1,4 @@
-"""``minimpi run --trace FILE`` / ``--stats``: the launcher's half (see :mod:`minimpi.trace`).
+"""``minimpi run --trace FILE`` / ``--stats``: the launcher's half (see :mod:`minimpi.runtime.trace`).
 
 Before the job: a private temporary directory, named to every rank by ``MINIMPI_OBSERVE_DIR``
 (with ``MINIMPI_TRACE=1`` and/or ``MINIMPI_STATS=1``). Each rank writes ``rank.N.json`` there
@@ -16,7 +16,14 @@ import sys
 import tempfile
 from typing import Optional, TextIO
 
-from minimpi.trace import ENV_DIR, ENV_STATS, ENV_TRACE, format_stats, load_rank_files, merge_traces
+from minimpi.runtime.trace import (
+    ENV_DIR,
+    ENV_STATS,
+    ENV_TRACE,
+    format_stats,
+    load_rank_files,
+    merge_traces,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

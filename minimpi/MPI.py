@@ -17,33 +17,39 @@ import sys as _sys
 import threading as _threading
 import time as _time
 
+# Everything imported here without a leading underscore is a public name of this module
+# (mpi4py's ``MPI`` namespace), hence the F401 waivers. The order matters (see the keyvals
+# below), so the import sorter leaves this file alone.
+# isort: skip_file
 from . import __version__ as _minimpi_version
-from . import runtime as _runtime
-from .comm import COMM_NULL, Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401  (public names)
+from .comm.communicator import COMM_NULL, Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
+from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
+from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
+                           ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info, _Refused,
+                           refusing)
+from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
+from .comm.persistent import Prequest  # noqa: F401
+from .comm.topology import TopologyError as _TopologyError  # noqa: F401
+from .comm.topology import compute_dims as Compute_dims  # noqa: F401
 from .constants import *  # noqa: F401,F403
-from .constants import IN_PLACE, BOTTOM  # noqa: F401
+from .constants import BOTTOM, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
-from .datatypes import *  # noqa: F401,F403
-from .datatypes import PREDEFINED as _PREDEFINED_TYPES, Datatype
+from .data.datatypes import *  # noqa: F401,F403
+from .data.datatypes import PREDEFINED as _PREDEFINED_TYPES, Datatype
+from .data.ops import *  # noqa: F401,F403
+from .data.ops import Op  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
 from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
-from .group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
-from .handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN,  # noqa: F401
-                      INFO_ENV, INFO_NULL, Errhandler, Info, _Refused, refusing)
-from .ops import *  # noqa: F401,F403
-from .ops import Op  # noqa: F401
-from .p2p.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
-from .p2p.persistent import Prequest  # noqa: F401
 from .p2p.request import Request, Status  # noqa: F401
-from .topology import compute_dims as Compute_dims  # noqa: F401
-from .topology import TopologyError as _TopologyError  # noqa: F401
+from .runtime import world as _runtime
 
 # Attribute keyvals for Comm.Get_attr (after the star imports: constants.TAG_UB is the value,
 # MPI.TAG_UB the keyval, as in mpi4py).
-from .comm import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST, KEYVAL_IO as IO,  # noqa: E402,F401
-                   KEYVAL_LASTUSEDCODE as LASTUSEDCODE, KEYVAL_TAG_UB as TAG_UB,
-                   KEYVAL_UNIVERSE_SIZE as UNIVERSE_SIZE, KEYVAL_WTIME_IS_GLOBAL as WTIME_IS_GLOBAL)
+from .comm.communicator import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST,  # noqa: E402,F401
+                                KEYVAL_IO as IO, KEYVAL_LASTUSEDCODE as LASTUSEDCODE,
+                                KEYVAL_TAG_UB as TAG_UB, KEYVAL_UNIVERSE_SIZE as UNIVERSE_SIZE,
+                                KEYVAL_WTIME_IS_GLOBAL as WTIME_IS_GLOBAL)
 
 # -- every predefined datatype under its MPI name (``getattr(MPI, "2INT")`` included) --------
 globals().update(_PREDEFINED_TYPES)

@@ -18,10 +18,10 @@ from .errors import MinimpiError  # noqa: E402,F401
 
 def __getattr__(name: str):
     if name == "COMM_WORLD":
-        from .runtime import comm_world
+        from .runtime.world import comm_world
         return comm_world()
     if name == "COMM_SELF":
-        from .runtime import comm_self
+        from .runtime.world import comm_self
         return comm_self()
     if name == "MPI":
         import importlib

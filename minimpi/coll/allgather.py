@@ -1,6 +1,6 @@
 """Allgather: every rank ends with the blocks of all ranks, in rank order.
 
-Each schedule takes ``blocks`` (:class:`~minimpi.coll.data.Blocks`): the p blocks of the
+Each schedule takes ``blocks`` (:class:`~minimpi.coll.blocks.Blocks`): the p blocks of the
 receive buffer (``Allgather``/``Allgatherv``: views at counts/displs, this rank's block
 already filled; uneven counts and zeros are fine) or a list of p objects (``allgather``:
 this rank's item set). A message carrying several blocks is one array (zero-copy when they
@@ -8,10 +8,9 @@ lie back to back) or a list of objects. ``n`` in the costs is the byte count of 
 """
 from __future__ import annotations
 
-from typing import Any
-
+from .blocks import Blocks
 from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
-from .data import Blocks, as_bytes, fold_power_of_two, unfold_rank
+from .peers import fold_power_of_two, unfold_rank
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -160,59 +159,3 @@ def allgather_bruck(ch: Channel, blocks: Blocks) -> Schedule:
         blocks.unpack(recv_idx, into, req)
         d <<= 1
     return blocks
-
-
-class AllgatherMethods:
-    """``Allgather``/``Allgatherv``/``allgather`` (+ ``Iallgather``/``Iallgatherv``)."""
-
-    def Allgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """Gather every rank's ``sendbuf`` into every ``recvbuf`` (p equal blocks, rank order).
-
-        ``sendbuf`` may be ``MPI.IN_PLACE`` (this rank's block is already in ``recvbuf``).
-        """
-        self._allgather_buf(sendbuf, recvbuf, algorithm, "Allgather", False, False)
-
-    def Iallgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgather", True, False)
-
-    def Allgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Allgather`` with per-rank counts: ``recvbuf = [buf, (counts, displs), TYPE]``."""
-        self._allgather_buf(sendbuf, recvbuf, algorithm, "Allgatherv", False, True)
-
-    def Iallgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgatherv", True, True)
-
-    def _allgather_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
-        from ..buffers import parse_buffer, parse_vbuffer
-        from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import execute
-        p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
-        if not vector and len(set(recv.counts)) > 1:
-            raise CountError(
-                f"rank {rank}: {call}: recvbuf holds {recv.total_count} x {recv.datatype.name}, "
-                f"which does not split into {p} equal blocks; give [buf, count, TYPE] with the "
-                f"per-rank count, or use Allgatherv")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
-        if send is not IN_PLACE:
-            if send.nbytes != recv.block_nbytes(rank):
-                raise CountError(
-                    f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
-                    f"({send.nbytes} bytes) but this rank's block of recvbuf is "
-                    f"{recv.counts[rank]} x {recv.datatype.name} ({recv.block_nbytes(rank)} bytes)")
-            if send.nbytes:
-                as_bytes(recv.block(rank))[...] = as_bytes(send.array)
-        blocks = Blocks.of_vbuffer(recv)
-        return execute(self, "allgather", call, recv.total_count * recv.datatype.size,
-                       lambda fn, ch: fn(ch, blocks), algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: recv.finish())
-
-    def allgather(self, sendobj: Any, algorithm: str = None) -> list:
-        """Gather every rank's Python object; every rank returns the list in rank order."""
-        from .common import execute
-        items = [None] * self.size
-        items[self.rank] = sendobj
-        return execute(self, "allgather", "allgather", 0,
-                       lambda fn, ch: fn(ch, Blocks(items=items)), algorithm=algorithm,
-                       objects=True, finalize=lambda blocks: blocks.items)

@@ -1,6 +1,6 @@
 """Allreduce: every rank ends with x0 (op) x1 (op) ... (op) x[p-1].
 
-Each schedule takes ``red`` (the :class:`~minimpi.coll.data.Operand`: how two values are
+Each schedule takes ``red`` (the :class:`~minimpi.coll.blocks.Operand`: how two values are
 combined, in MPI order) and ``data``: the flat numpy receive buffer, already holding this
 rank's contribution (``Allreduce`` copies ``sendbuf`` in unless ``IN_PLACE``), reduced in
 place; or, for the object ``allreduce``, this rank's object (each schedule returns the
@@ -19,9 +19,11 @@ from typing import Any, Optional
 import numpy as np
 
 from .bcast import bcast_binomial
+from .blocks import even_bounds
 from .cost import ceil_log2, floor_log2, not_pow2, segments
-from .data import Operand, even_bounds, fold_in, fold_power_of_two, received, unfold_rank
+from .peers import fold_power_of_two, unfold_rank
 from .reduce import reduce_binomial
+from .reduction import Operand, fold_in, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -165,7 +167,8 @@ def _ring_cost(m, p, n):
         + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma / min(s, 2)
 
 
-@algorithm("allreduce", "ring", objects=False, commutative_only=True, cost=_ring_cost,
+@algorithm("allreduce", "ring", objects=False, commutative_only=True, reads_sendbuf=True,
+           cost=_ring_cost,
            messages=lambda m, p, n: p * (p - 1) * (1 + min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0,
@@ -253,50 +256,3 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         yield [ch.irecv(data[bounds[rb]:bounds[rb + 1]], left),
                ch.isend(data[bounds[sb]:bounds[sb + 1]], right)]
     return data
-
-
-class AllreduceMethods:
-    """``Allreduce``/``Iallreduce``/``allreduce`` of ``Intracomm``."""
-
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
-        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into every ``recvbuf``.
-
-        ``sendbuf`` may be ``MPI.IN_PLACE`` (the input is taken from ``recvbuf``).
-        """
-        self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Allreduce", False)
-
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
-        return self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Iallreduce", True)
-
-    def _allreduce_buf(self, sendbuf, recvbuf, op, algorithm, call, nonblocking):
-        from ..buffers import parse_buffer
-        from ..constants import IN_PLACE
-        from .common import check_op, execute, send_as_recv
-        op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
-        op.check_datatype(recv.datatype, call)
-        mine = None if send is IN_PLACE else send_as_recv(self, call, send, recv)
-
-        def invoke(fn, ch):
-            red = Operand(op, False, recv.datatype, ch.call)
-            if mine is None:
-                return fn(ch, red, recv.array)
-            if fn is allreduce_ring:                  # reads sendbuf itself: no input copy
-                return fn(ch, red, recv.array, contribution=mine)
-            if recv.nbytes:
-                recv.array[...] = mine
-            return fn(ch, red, recv.array)
-
-        return execute(self, "allreduce", call, recv.nbytes, invoke,
-                       op=op, algorithm=algorithm, nonblocking=nonblocking,
-                       finalize=lambda _: recv.finish())
-
-    def allreduce(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
-        """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
-        from .common import check_op, execute
-        op = check_op(self, op, "allreduce")
-        return execute(self, "allreduce", "allreduce", 0,
-                       lambda fn, ch: fn(ch, Operand(op, True, None, ch.call), sendobj), op=op,
-                       algorithm=algorithm, objects=True)
-

@@ -1,6 +1,6 @@
 """All-to-all: block j of rank i's send data becomes block i of rank j's receive data.
 
-Each schedule takes ``send`` and ``recv`` (:class:`~minimpi.coll.data.Blocks`): the p
+Each schedule takes ``send`` and ``recv`` (:class:`~minimpi.coll.blocks.Blocks`): the p
 blocks of the send and receive buffers (counts/displs per rank; uneven counts and zeros
 for ``Alltoallv``), or lists of p objects (``alltoall``). ``n`` in the costs is the byte
 count one rank sends in all.
@@ -13,11 +13,9 @@ every rank must make alike) depends on p alone: its costs are given for n = 0.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from .data import Blocks, as_bytes
+from .blocks import Blocks
 from .cost import ceil_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -138,84 +136,3 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     for i in range(p):
         recv.put((rank - i) % p, work.get(i))
     return recv
-
-
-class AlltoallMethods:
-    """``Alltoall``/``Alltoallv``/``alltoall`` (+ ``Ialltoall``/``Ialltoallv``)."""
-
-    def Alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """Send block j of ``sendbuf`` to rank j; receive rank i's block into block i of
-        ``recvbuf`` (p equal blocks each). ``sendbuf`` may be ``MPI.IN_PLACE``."""
-        self._alltoall_buf(sendbuf, recvbuf, algorithm, "Alltoall", False, False)
-
-    def Ialltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoall", True, False)
-
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Alltoall`` with per-rank counts: ``[buf, (counts, displs), TYPE]`` on both sides;
-        ``sendcounts[j]`` here must equal ``recvcounts[i]`` on rank j."""
-        self._alltoall_buf(sendbuf, recvbuf, algorithm, "Alltoallv", False, True)
-
-    def Ialltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoallv", True, True)
-
-    def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
-        from ..buffers import parse_vbuffer
-        from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import execute
-        p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
-        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf",
-                             allow_in_place=True)
-        rblocks = Blocks.of_vbuffer(recv)
-        if send is IN_PLACE:                          # send from a copy of recvbuf's data
-            sblocks = Blocks(recv.array.copy(), rblocks.counts, rblocks.displs)
-        else:
-            sblocks = Blocks.of_vbuffer(send)
-            if send.array.dtype != recv.array.dtype:  # different datatypes: move bytes
-                sblocks = Blocks(as_bytes(send.array), [c * send.datatype.size for c in send.counts],
-                                 [d * send.datatype.size for d in send.displs])
-                rblocks = Blocks(as_bytes(recv.array), [c * recv.datatype.size for c in recv.counts],
-                                 [d * recv.datatype.size for d in recv.displs])
-        if not vector:
-            for name, b in (("sendbuf", sblocks), ("recvbuf", rblocks)):
-                if len(set(b.counts)) > 1:
-                    raise CountError(
-                        f"rank {rank}: {call}: {name} does not split into {p} equal blocks "
-                        f"({sum(b.counts)} elements); give [buf, count, TYPE] with the per-rank "
-                        f"count, or use Alltoallv")
-            if sblocks.counts[0] * sblocks.array.itemsize != rblocks.counts[0] * rblocks.array.itemsize:
-                raise CountError(
-                    f"rank {rank}: {call}: sendbuf blocks are {sblocks.counts[0] * sblocks.array.itemsize} "
-                    f"bytes but recvbuf blocks are {rblocks.counts[0] * rblocks.array.itemsize} bytes; "
-                    f"they must match")
-            nbytes = sum(sblocks.counts) * sblocks.array.itemsize
-        else:
-            mine = sblocks.counts[rank] * sblocks.array.itemsize
-            if mine != rblocks.counts[rank] * rblocks.array.itemsize:
-                raise CountError(
-                    f"rank {rank}: {call}: sendcounts[{rank}] and recvcounts[{rank}] (this rank's "
-                    f"block to itself) differ: {mine} vs "
-                    f"{rblocks.counts[rank] * rblocks.array.itemsize} bytes")
-            nbytes = 0                                # counts differ per rank: choose by p alone
-        return execute(self, "alltoallv" if vector else "alltoall", call, nbytes,
-                       lambda fn, ch: fn(ch, sblocks, rblocks), algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: recv.finish())
-
-    def alltoall(self, sendobj: Any, algorithm: str = None) -> list:
-        """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""
-        from ..errors import CountError
-        from .common import execute
-        p = self.size
-        try:
-            items = list(sendobj)
-        except TypeError:
-            items = None
-        if items is None or len(items) != p:
-            what = f"{len(items)} items" if items is not None else type(sendobj).__name__
-            raise CountError(f"rank {self.rank}: alltoall: sendobj must be a sequence of "
-                             f"{p} objects (one per rank), got {what}")
-        return execute(self, "alltoall", "alltoall", 0,
-                       lambda fn, ch: fn(ch, Blocks(items=items), Blocks(items=[None] * p)),
-                       algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)

@@ -5,8 +5,6 @@ message latencies α only.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .cost import ceil_log2
@@ -83,25 +81,3 @@ def barrier_dissemination(ch: Channel) -> Schedule:
     while dist < p:
         yield [ch.irecv(_token(), (r - dist) % p), ch.isend(_token(), (r + dist) % p)]
         dist <<= 1
-
-
-class BarrierMethods:
-    """``Barrier``/``barrier``/``Ibarrier``."""
-
-    def Barrier(self, algorithm: str = None) -> None:
-        """Block until every rank of the communicator has called Barrier."""
-        self._barrier("Barrier", algorithm, False)
-
-    def barrier(self, algorithm: str = None) -> None:
-        self._barrier("barrier", algorithm, False)
-
-    def Ibarrier(self, algorithm: str = None):
-        return self._barrier("Ibarrier", algorithm, True)
-
-    def ibarrier(self, algorithm: str = None):
-        return self._barrier("ibarrier", algorithm, True)
-
-    def _barrier(self, call: str, algorithm: Any, nonblocking: bool):
-        from .common import execute
-        return execute(self, "barrier", call, 0, lambda fn, ch: fn(ch), algorithm=algorithm,
-                       nonblocking=nonblocking)

@@ -13,8 +13,17 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .blocks import as_bytes, segment_bounds
 from .cost import ceil_log2, default_model, segments, tree_volume
-from .data import as_bytes, received, segment_bounds
+from .peers import (
+    absolute,
+    binomial_children,
+    binomial_parent,
+    relative,
+    ring_neighbours,
+    subtree_end,
+)
+from .reduction import received
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -28,25 +37,18 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
     volume (p-1)·n.
 
     Step k (mask = 2^k): every rank that already has the data (rel < mask) sends it to
-    rel + mask. Receiving happens first: a rank waits for its parent, the rank that differs
-    in its lowest set bit, then sends to children rel + mask for each lower mask.
+    rel + mask. So a rank first waits for its parent, the rank that differs in its lowest
+    set bit, then sends to its children rel + mask for each lower mask, largest first
+    (:mod:`~minimpi.coll.peers` draws the tree).
     """
-    p, rel = ch.size, (ch.rank - root) % ch.size
+    p, rel = ch.size, relative(ch.rank, root, ch.size)
     into = None if ch.objects else data   # objects arrive as objects
-    mask = 1
-    while mask < p:                       # find the parent: lowest set bit of rel
-        if rel & mask:
-            parent = (rel - mask + root) % p
-            req = ch.irecv(into, parent)
-            yield [req]
-            data = received(req, into)
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:                       # send down to children, largest subtree first
-        if rel + mask < p:
-            yield [ch.isend(data, (rel + mask + root) % p)]
-        mask >>= 1
+    if rel != 0:                          # receive from the parent
+        req = ch.irecv(into, absolute(binomial_parent(rel), root, p))
+        yield [req]
+        data = received(req, into)
+    for child in binomial_children(rel, p):   # send down, largest subtree first
+        yield [ch.isend(data, absolute(child, root, p))]
     return data
 
 
@@ -62,10 +64,10 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
     streams at once and the time approaches nβ; volume (p-1)·n. Objects travel as one
     segment.
     """
-    p, rel = ch.size, (ch.rank - root) % ch.size
+    p, rel = ch.size, relative(ch.rank, root, ch.size)
     if p == 1:
         return data
-    prev, nxt = (ch.rank - 1) % p, (ch.rank + 1) % p
+    prev, nxt = ring_neighbours(ch.rank, p)
     last = rel == p - 1
     if ch.objects:
         if rel != 0:
@@ -107,7 +109,7 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
     T(p)·n/p + (p-1)·n (T: :func:`~minimpi.coll.cost.tree_volume`), more than the tree's
     (p-1)·n, so where ranks share cores it loses.
     """
-    p, rel = ch.size, (ch.rank - root) % ch.size
+    p, rel = ch.size, relative(ch.rank, root, ch.size)
     raw = as_bytes(data)
     n = raw.size
     if p == 1 or n == 0:
@@ -120,59 +122,18 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
         hi = min(n, (first_rel + count) * chunk)
         return raw[lo:hi]
 
-    # Scatter: each rank receives the chunks of its whole subtree from its parent.
-    mask = 1
-    while mask < p:
-        if rel & mask:
-            src = (rel - mask + root) % p
-            piece = span(rel, min(mask, p - rel))
-            yield [ch.irecv(piece, src)]
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        if rel + mask < p:
-            piece = span(rel + mask, min(mask, p - rel - mask))
-            yield [ch.isend(piece, (rel + mask + root) % p)]
-        mask >>= 1
+    # Scatter: each rank receives the chunks of its whole subtree from its parent and hands
+    # each child the chunks of the child's subtree.
+    if rel != 0:
+        piece = span(rel, subtree_end(rel, p) - rel)
+        yield [ch.irecv(piece, absolute(binomial_parent(rel), root, p))]
+    for child in binomial_children(rel, p):
+        piece = span(child, subtree_end(child, p) - child)
+        yield [ch.isend(piece, absolute(child, root, p))]
     # Ring allgather of the p chunks: in step k, pass on the chunk received in step k-1.
-    left, right = (ch.rank - 1) % p, (ch.rank + 1) % p
+    left, right = ring_neighbours(ch.rank, p)
     for k in range(p - 1):
         send_rel = (rel - k) % p
         recv_rel = (rel - k - 1) % p
         yield [ch.irecv(span(recv_rel, 1), left), ch.isend(span(send_rel, 1), right)]
     return data
-
-
-class BcastMethods:
-    """``Bcast``/``bcast``/``Ibcast`` of ``Intracomm``."""
-
-    def Bcast(self, buf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
-        self._ibcast(buf, root, algorithm, "Bcast", False)
-
-    def Ibcast(self, buf: Any, root: int = 0, algorithm: str = None):
-        return self._ibcast(buf, root, algorithm, "Ibcast", True)
-
-    def _ibcast(self, buf, root, algorithm, call, nonblocking):
-        from ..buffers import parse_buffer
-        from .common import check_root, execute
-        check_root(self, root, call)
-        spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
-        return execute(self, "bcast", call, spec.nbytes,
-                       lambda fn, ch: fn(ch, spec.array, root), root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: spec.finish())
-
-    def bcast(self, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
-        """Broadcast a Python object from ``root``; every rank returns it."""
-        return self._bcast_obj(obj, root, algorithm, "bcast", False)
-
-    def ibcast(self, obj: Any = None, root: int = 0, algorithm: str = None):
-        return self._bcast_obj(obj, root, algorithm, "ibcast", True)
-
-    def _bcast_obj(self, obj, root, algorithm, call, nonblocking):
-        from .common import check_root, execute
-        check_root(self, root, call)
-        return execute(self, "bcast", call, 0,
-                       lambda fn, ch: fn(ch, obj if self.rank == root else None, root),
-                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

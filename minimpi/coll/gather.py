@@ -3,17 +3,15 @@
 Three algorithms, each written once for ``Gather``, ``Gatherv`` and the object ``gather``
 (the mirror images of the scatter algorithms). Ranks are renumbered relative to the root
 (``rel = (rank - root) mod p``); what a message carries - a contiguous run of bytes, or a
-list of blocks - is decided by :class:`~minimpi.coll.data.RootedBlocks`.
+list of blocks - is decided by :class:`~minimpi.coll.blocks.RootedBlocks`.
 
 Costs use ``n`` = bytes of one rank's block (0 for ``Gatherv`` and objects, where only the
 root knows every size, so every rank chooses on ``p`` alone).
 """
 from __future__ import annotations
 
-from typing import Any
-
-from .cost import ceil_log2, default_model, segments, tree_volume
-from .data import RootedBlocks, as_bytes
+from .blocks import RootedBlocks
+from .cost import ceil_log2, segments, tree_volume
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -114,68 +112,3 @@ def gather_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0
     blocks.hold(rel, rel + 1)
     yield [ch.isend(blocks.take(rel, rel + 1, 0), root)]
     return None
-
-
-class GatherMethods:
-    """``Gather``/``Gatherv``/``gather`` and their ``I`` variants."""
-
-    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Rank i's ``sendbuf`` lands in block i of the root's ``recvbuf`` (``MPI.IN_PLACE``
-        as the root's ``sendbuf``: its block is already in place)."""
-        self._gather_buf(sendbuf, recvbuf, root, algorithm, "Gather", False, False)
-
-    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
-        return self._gather_buf(sendbuf, recvbuf, root, algorithm, "Igather", False, True)
-
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Like Gather with per-rank counts: the root passes ``[buf, (counts, displs), TYPE]``."""
-        self._gather_buf(sendbuf, recvbuf, root, algorithm, "Gatherv", True, False)
-
-    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
-        return self._gather_buf(sendbuf, recvbuf, root, algorithm, "Igatherv", True, True)
-
-    def _gather_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
-        from ..buffers import parse_buffer, parse_vbuffer
-        from ..constants import IN_PLACE
-        from .common import check_equal_blocks, check_root, execute
-        check_root(self, root, call)
-        p, at_root = self.size, self.rank == root
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=at_root)
-        in_place = send is IN_PLACE
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf") if at_root else None
-        if at_root and not vector:
-            check_equal_blocks(self, call, recv, "recvbuf", None if in_place else send, "sendbuf",
-                               "Gatherv")
-        model = default_model()
-        if vector:
-            known = {a: recv.block(a) for a in range(p)} if at_root else {}
-            own = None if in_place else send.array  # the root's own is copied at the end
-            nbytes = 0
-            make = lambda ch: RootedBlocks.listed(ch, root, known=known, own=own)
-        else:
-            nbytes = recv.block_nbytes(0) if in_place else send.nbytes
-            everything = as_bytes(recv.array)[:p * nbytes] if at_root else None
-            src = None if in_place else as_bytes(send.array)
-            if at_root and src is not None:         # the root's own block: a local copy
-                everything[root * nbytes:(root + 1) * nbytes] = src
-            make = lambda ch: RootedBlocks.fixed(ch, root, nbytes, everything=everything, src=src)
-        finish = (lambda _: recv.finish()) if at_root else (lambda _: None)
-        return execute(self, "gather", call, nbytes,
-                       lambda fn, ch: fn(ch, make(ch), root, model.segment),
-                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
-
-    def gather(self, sendobj: Any, root: int = 0, algorithm: str = None) -> Any:
-        """The root returns the list of every rank's ``sendobj`` in rank order; others None."""
-        return self._gather_obj(sendobj, root, algorithm, "gather", False)
-
-    def igather(self, sendobj: Any, root: int = 0, algorithm: str = None):
-        return self._gather_obj(sendobj, root, algorithm, "igather", True)
-
-    def _gather_obj(self, sendobj, root, algorithm, call, nonblocking):
-        from .common import check_root, execute
-        check_root(self, root, call)
-        model = default_model()
-        return execute(self, "gather", call, 0,
-                       lambda fn, ch: fn(ch, RootedBlocks.listed(ch, root, own=sendobj, objects=True),
-                                         root, model.segment),
-                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

@@ -4,7 +4,7 @@ Three algorithms. The binomial tree is written once for buffers and Python objec
 rank order, so it serves every op; the ring and Rabenseifner algorithms cut the buffer in
 chunks and reorder operands, so they need a commutative op and buffers. How two values are
 combined (in place for buffers, ``op(a, b)`` for objects) is
-:class:`~minimpi.coll.data.Operand`; which side is the lower ranks is always stated.
+:class:`~minimpi.coll.blocks.Operand`; which side is the lower ranks is always stated.
 
 ``data`` is this rank's contribution, as a writable accumulator at the root (its receive
 buffer, already holding its own contribution) and read-only elsewhere. Costs use ``n`` =
@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .blocks import even_bounds
 from .cost import ceil_log2, floor_log2, tree_volume
-from .data import Operand, even_bounds, fold_in, fold_power_of_two, received, unfold_rank
+from .peers import fold_power_of_two, unfold_rank
+from .reduction import Operand, fold_in, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -181,62 +183,3 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
         elif r == root:
             yield [ch.irecv(acc, first)]
     return acc if r == root else None
-
-
-class ReduceMethods:
-    """``Reduce``/``reduce`` and their ``I`` variants."""
-
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
-               algorithm: str = None) -> None:
-        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into the root's
-        ``recvbuf`` (``MPI.IN_PLACE`` as the root's ``sendbuf``: its input is in ``recvbuf``)."""
-        self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Reduce", False)
-
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
-                algorithm: str = None):
-        return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
-
-    def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
-        from .common import check_op, check_root, execute
-        check_root(self, root, call)
-        op = check_op(self, op, call)
-        at_root = self.rank == root
-        acc, datatype, finish = _reduce_operands(self, sendbuf, recvbuf, call, use_recv=at_root)
-        op.check_datatype(datatype, call)
-        red = Operand(op, False, datatype, call)
-        acc = red.mine(acc, readonly=not at_root)
-        return execute(self, "reduce", call, acc.nbytes,
-                       lambda fn, ch: fn(ch, red, acc, root), op=op, root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: finish())
-
-    def reduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None) -> Any:
-        """The root returns x0 (op) x1 (op) ... of every rank's ``sendobj``; others None."""
-        return self._reduce_obj(sendobj, op, root, algorithm, "reduce", False)
-
-    def ireduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None):
-        return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
-
-    def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
-        from .common import check_op, check_root, execute
-        check_root(self, root, call)
-        op = check_op(self, op, call)
-        red = Operand(op, True, None, call)
-        return execute(self, "reduce", call, 0, lambda fn, ch: fn(ch, red, sendobj, root),
-                       op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
-
-
-def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):
-    """(accumulator, datatype, finish): with ``use_recv`` the accumulator is the receive
-    buffer holding this rank's input (copied from ``sendbuf`` unless ``IN_PLACE``); without
-    it, the send buffer itself (read-only; ``recvbuf`` is ignored)."""
-    from ..buffers import parse_buffer
-    from ..constants import IN_PLACE
-    from .common import send_as_recv
-    send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf",
-                        allow_in_place=use_recv)
-    if not use_recv:
-        return send.array, send.datatype, lambda: None
-    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-    if send is not IN_PLACE:
-        recv.array[...] = send_as_recv(comm, call, send, recv)
-    return recv.array, recv.datatype, recv.finish

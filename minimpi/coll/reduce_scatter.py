@@ -1,6 +1,6 @@
 """Reduce-scatter: rank r ends with block r of x0 (op) x1 (op) ... (op) x[p-1].
 
-Each schedule takes ``red`` (the :class:`~minimpi.coll.data.Operand`: op and datatype),
+Each schedule takes ``red`` (the :class:`~minimpi.coll.blocks.Operand`: op and datatype),
 ``send`` (this rank's whole input vector, flat numpy, never modified), ``recv`` (block r of
 the result goes here) and ``counts`` (elements of each rank's block; blocks lie back to
 back in rank order). ``n`` in the costs is the byte count of the whole vector.
@@ -11,14 +11,15 @@ recursive halving combine in a different order and are ``commutative_only``.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import List
 
 import numpy as np
 
+from .blocks import running_sum
 from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
-from .data import (Operand, as_bytes, first_real, fold_in, fold_power_of_two, running_sum,
-                   unfold_rank)
+from .peers import first_real, fold_power_of_two, unfold_rank
 from .reduce import reduce_binomial
+from .reduction import Operand, fold_in
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -182,94 +183,3 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
     if higher is not None:
         red.lower_into(recv, higher)      # lower part (op) higher part
         recv[...] = higher
-
-
-class ReduceScatterMethods:
-    """``Reduce_scatter``/``Reduce_scatter_block`` (+ ``I`` variants) of ``Intracomm``."""
-
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = None,
-                       algorithm: str = None) -> None:
-        """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
-        the ``recvcounts[r]`` items of block r in ``recvbuf``.
-
-        ``recvcounts=None``: each rank's ``recvbuf`` count (gathered from all ranks, as in
-        mpi4py). ``sendbuf=MPI.IN_PLACE``: the input is taken from ``recvbuf`` (which must
-        then hold the whole vector) and the result is stored at its start.
-        """
-        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter",
-                             False, False)
-
-    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
-                        op: Any = None, algorithm: str = None):
-        return self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm,
-                                    "Ireduce_scatter", True, False)
-
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
-                             algorithm: str = None) -> None:
-        """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
-
-        With ``MPI.IN_PLACE``, ``recvbuf`` holds the whole input (p blocks) and block r of
-        the result is stored at its start.
-        """
-        self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block",
-                             False, True)
-
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
-                              algorithm: str = None):
-        return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm,
-                                    "Ireduce_scatter_block", True, True)
-
-    def _reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
-                        block):
-        from ..buffers import parse_buffer
-        from ..constants import IN_PLACE
-        from ..errors import CountError
-        from .common import check_op, execute
-        p, rank = self.size, self.rank
-        op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
-        op.check_datatype(recv.datatype, call)
-        in_place = send is IN_PLACE
-        if block:
-            if in_place:
-                if recv.count % p:
-                    raise CountError(
-                        f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the whole input, "
-                        f"{recv.count} x {recv.datatype.name}, which does not split into {p} "
-                        f"equal blocks")
-                counts = [recv.count // p] * p
-            else:
-                counts = [recv.count] * p
-        elif recvcounts is None:
-            if in_place:
-                raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
-            counts = self.allgather(recv.count)
-        else:
-            from ..buffers import _int_list
-            counts = _int_list(recvcounts, "recvcounts", p, call, "recvcounts")
-        total = sum(counts)
-        source = recv if in_place else send
-        if source.count != total or source.datatype.size != recv.datatype.size:
-            what = "recvbuf (IN_PLACE input)" if in_place else "sendbuf"
-            raise CountError(
-                f"rank {rank}: {call}: {what} has {source.count} x {source.datatype.name} but "
-                f"the blocks of all ranks add up to {total} x {recv.datatype.name}")
-        if not in_place and recv.count < counts[rank]:
-            raise CountError(
-                f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, fewer "
-                f"than this rank's block of {counts[rank]}")
-        k = recv.datatype.base_count
-        elems = [c * k for c in counts]
-        if in_place:
-            vector = recv.array.copy()                # the input; the result overwrites the start
-        else:
-            vector = send.array
-            if vector.dtype != recv.array.dtype:
-                vector = as_bytes(vector).view(recv.array.dtype)
-        out = recv.array[:elems[rank]]
-        return execute(self, "reduce_scatter", call, total * recv.datatype.size,
-                       lambda fn, ch: fn(ch, Operand(op, False, recv.datatype, ch.call), vector,
-                                         out, elems),
-                       op=op, algorithm=algorithm, nonblocking=nonblocking,
-                       finalize=lambda _: recv.finish())

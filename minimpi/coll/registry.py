@@ -50,6 +50,10 @@ class Algorithm:
     #: messages all ranks send in all, for the model, p and n (None: not stated)
     messages: Optional[Callable[[CostModel, int, int], float]] = None
 
+    def __call__(self, *args, **kwargs):
+        """Run the algorithm: its schedule generator."""
+        return self.function(*args, **kwargs)
+
     def predict(self, model: CostModel, p: int, nbytes: int) -> Tuple[float, float, float]:
         """(predicted time, formula, contention): the prediction is the larger of the two."""
         formula = float(self.cost(model, p, nbytes))

@@ -1,7 +1,7 @@
 """Scan and Exscan: rank r gets x0 (op) ... (op) xr (inclusive) or x0 (op) ... (op) x[r-1].
 
 Two algorithms each, both in rank order, so they serve every op (commutative or not), and
-each is written once for buffers and Python objects (:class:`~minimpi.coll.data.Operand`
+each is written once for buffers and Python objects (:class:`~minimpi.coll.blocks.Operand`
 does the combining; which side holds the lower ranks is always stated). Exscan leaves rank
 0's receive buffer untouched (the object ``exscan`` returns None there), as mpi4py does.
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cost import ceil_log2, default_model, segments, xor_exchanges
-from .data import Operand, received
+from .cost import ceil_log2, segments, xor_exchanges
+from .reduction import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -137,63 +137,3 @@ def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 2
     sends ``prefix (op) x_r`` on. p-1+s-1 steps; time (p+s-2)·(α + (n/s)(β + γ)); volume
     (p-1)·n, (p-1)·n reduced."""
     return (yield from _chain(ch, red, data, out, False, segment))
-
-
-class ScanMethods:
-    """``Scan``/``Exscan``/``scan``/``exscan`` and their ``I`` variants."""
-
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
-        """Rank r's ``recvbuf`` = x0 (op) ... (op) xr (``MPI.IN_PLACE``: input in recvbuf)."""
-        self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Scan", False)
-
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
-        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Iscan", True)
-
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
-        """Rank r's ``recvbuf`` = x0 (op) ... (op) x[r-1]; rank 0's is left untouched."""
-        self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Exscan", False)
-
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
-        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
-
-    def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
-        from ..buffers import parse_buffer
-        from ..constants import IN_PLACE
-        from .common import check_op, execute, send_as_recv
-        op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
-        if send is IN_PLACE:
-            data = recv.array.copy()
-        else:
-            data = send_as_recv(self, call, send, recv)
-        op.check_datatype(recv.datatype, call)
-        red = Operand(op, False, recv.datatype, call)
-        segment = default_model().segment
-        return execute(self, collective, call, recv.nbytes,
-                       lambda fn, ch: fn(ch, red, data, recv.array, segment), op=op,
-                       algorithm=algorithm, nonblocking=nonblocking,
-                       finalize=lambda _: recv.finish())
-
-    def scan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
-        """Rank r returns x0 (op) ... (op) xr of the ranks' ``sendobj``."""
-        return self._scan_obj(sendobj, op, algorithm, "scan", "scan", False)
-
-    def iscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
-        return self._scan_obj(sendobj, op, algorithm, "scan", "iscan", True)
-
-    def exscan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
-        """Rank r returns x0 (op) ... (op) x[r-1]; rank 0 returns None."""
-        return self._scan_obj(sendobj, op, algorithm, "exscan", "exscan", False)
-
-    def iexscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
-        return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
-
-    def _scan_obj(self, sendobj, op, algorithm, collective, call, nonblocking):
-        from .common import check_op, execute
-        op = check_op(self, op, call)
-        red = Operand(op, True, None, call)
-        segment = default_model().segment
-        return execute(self, collective, call, 0,
-                       lambda fn, ch: fn(ch, red, sendobj, None, segment), op=op,
-                       algorithm=algorithm, objects=True, nonblocking=nonblocking)

@@ -4,18 +4,15 @@ Three algorithms, each written once for ``Scatter``, ``Scatterv`` and the object
 ``scatter``. Ranks are renumbered relative to the root (``rel = (rank - root) mod p``) so
 the schedule is the same for every root; relative rank ``r`` receives the root's block of
 absolute rank ``(r + root) mod p``. What a message between two ranks carries - a contiguous
-run of bytes, or a list of blocks - is decided by :class:`~minimpi.coll.data.RootedBlocks`.
+run of bytes, or a list of blocks - is decided by :class:`~minimpi.coll.blocks.RootedBlocks`.
 
 Costs use ``n`` = bytes of one rank's block (0 for ``Scatterv`` and objects, where only the
 root knows every size, so every rank chooses on ``p`` alone).
 """
 from __future__ import annotations
 
-from typing import Any
-
-
-from .cost import ceil_log2, default_model, segments, tree_volume
-from .data import RootedBlocks, as_bytes
+from .blocks import RootedBlocks
+from .cost import ceil_log2, segments, tree_volume
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -113,81 +110,3 @@ def scatter_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 
     yield [req]
     blocks.put(rel, rel + 1, req.wait())
     return blocks.own_block()
-
-
-class ScatterMethods:
-    """``Scatter``/``Scatterv``/``scatter`` and their ``I`` variants."""
-
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Send block i of the root's ``sendbuf`` to rank i's ``recvbuf`` (``MPI.IN_PLACE``
-        as the root's ``recvbuf`` leaves its block where it is)."""
-        self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Scatter", False, False)
-
-    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
-        return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatter", False, True)
-
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Like Scatter with per-rank counts: the root passes ``[buf, (counts, displs), TYPE]``."""
-        self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Scatterv", True, False)
-
-    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
-        return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatterv", True, True)
-
-    def _scatter_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
-        from ..buffers import parse_buffer, parse_vbuffer
-        from ..constants import IN_PLACE
-        from .common import check_equal_blocks, check_root, execute
-        check_root(self, root, call)
-        p, at_root = self.size, self.rank == root
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf", allow_in_place=at_root)
-        in_place = recv is IN_PLACE
-        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf") if at_root else None
-        if at_root and not vector:
-            check_equal_blocks(self, call, send, "sendbuf", None if in_place else recv, "recvbuf",
-                               "Scatterv")
-        model = default_model()
-        if vector:
-            known = {} if in_place else {self.rank: recv.array}
-            items = [send.block(a) for a in range(p)] if at_root else None
-            if at_root and in_place:
-                items[root] = None
-            nbytes = 0
-            make = lambda ch: RootedBlocks.listed(ch, root, items=items, known=known)
-        else:
-            nbytes = send.block_nbytes(0) if in_place else recv.nbytes
-            everything = as_bytes(send.array)[:p * nbytes] if at_root else None
-            dst = None if in_place else as_bytes(recv.array)
-            make = lambda ch: RootedBlocks.fixed(ch, root, nbytes, everything=everything, dst=dst)
-        finish = (lambda _: None) if in_place else (lambda _: recv.finish())
-        return execute(self, "scatter", call, nbytes,
-                       lambda fn, ch: fn(ch, make(ch), root, model.segment),
-                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
-
-    def scatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:
-        """The root's ``sendobj`` is a sequence of p objects; rank i returns item i."""
-        return self._scatter_obj(sendobj, root, algorithm, "scatter", False)
-
-    def iscatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None):
-        return self._scatter_obj(sendobj, root, algorithm, "iscatter", True)
-
-    def _scatter_obj(self, sendobj, root, algorithm, call, nonblocking):
-        from ..errors import ArgumentError
-        from .common import check_root, execute
-        check_root(self, root, call)
-        items = None
-        if self.rank == root:
-            try:
-                items = list(sendobj)
-            except TypeError:
-                items = None
-            if items is None or len(items) != self.size:
-                what = (f"{len(items)} items" if items is not None else
-                        f"{type(sendobj).__name__}, not a sequence")
-                raise ArgumentError(
-                    f"rank {self.rank}: {call}(root={root}): sendobj must be a sequence of "
-                    f"{self.size} objects (one per rank), got {what}")
-        model = default_model()
-        return execute(self, "scatter", call, 0,
-                       lambda fn, ch: fn(ch, RootedBlocks.listed(ch, root, items=items, objects=True),
-                                         root, model.segment),
-                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

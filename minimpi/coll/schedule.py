@@ -16,18 +16,16 @@ and receive spelled out), and one implementation serves three uses:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional
+from typing import Any, Callable, Generator, List, Optional
 
 import numpy as np
 
-from .. import serialization
+from ..data import serialization
 from ..errors import CollectiveMismatchError, TruncationError
-from ..p2p.frames import F_OBJECT
+from ..p2p.endpoint import Endpoint
 from ..p2p.request import Request
-from .data import as_bytes
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..comm import Comm
+from ..transports.frames import F_OBJECT
+from .blocks import as_bytes
 
 Step = List[Request]
 Schedule = Generator[Step, None, Any]
@@ -37,44 +35,45 @@ StepHook = Callable[["Channel", int], None]
 
 
 class Channel:
-    """The point-to-point view of one collective call: ranks of ``comm``, one private tag.
+    """The point-to-point view of one collective call: ranks of an endpoint, one private tag.
 
     Messages use the communicator's collective context and a tag drawn per call, so they
     never match a user's receive, and two outstanding nonblocking collectives never mix.
+    The algorithms see only this: ``rank``, ``size``, ``isend`` and ``irecv``.
     """
 
-    __slots__ = ("comm", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
+    __slots__ = ("ep", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
                  "objects")
 
-    def __init__(self, comm: "Comm", call: str, step_hook: Optional[StepHook] = None,
+    def __init__(self, ep: Endpoint, call: str, step_hook: Optional[StepHook] = None,
                  objects: bool = False) -> None:
-        self.comm = comm
+        self.ep = ep
         #: object mode (lowercase API): every message is pickled, numpy arrays included
         self.objects = objects
-        self.rank = comm.rank
-        self.size = comm.size
+        self.rank = ep.rank
+        self.size = ep.size
         self.call = call
-        self.tag = comm._next_coll_tag()
-        self.context = comm._coll_context
+        self.tag = ep.next_coll_tag()
+        self.context = ep.coll_context
         self.step_hook = step_hook
         self.step_index = 0
 
     def isend(self, data: Any, dest: int) -> Request:
         if not self.objects and isinstance(data, np.ndarray):
             view = memoryview(as_bytes(data))
-            return self.comm._isend_bytes((view,), view.nbytes, dest, self.tag, 0, self.call,
+            return self.ep.isend((view,), view.nbytes, dest, self.tag, 0, self.call,
                                           self.context)
         payload, nbytes = serialization.dumps(data, rank=self.rank, call=self.call)
-        return self.comm._isend_bytes(payload, nbytes, dest, self.tag, F_OBJECT, self.call,
+        return self.ep.isend(payload, nbytes, dest, self.tag, F_OBJECT, self.call,
                                       self.context)
 
     def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
         if into is None:
-            req = self.comm._irecv_into(None, source, self.tag, self.call, self.context)
+            req = self.ep.irecv(None, source, self.tag, self.call, self.context)
             req._finish = lambda: serialization.loads(req.buffer)
             return req
         view = memoryview(as_bytes(into))  # a copy when not contiguous
-        req = self.comm._irecv_into(view, source, self.tag, self.call, self.context)
+        req = self.ep.irecv(view, source, self.tag, self.call, self.context)
         expected = view.nbytes
         if not into.flags.c_contiguous:  # received into a temporary: copy back afterwards
             tmp = np.frombuffer(view, dtype=into.dtype).reshape(into.shape)
@@ -87,7 +86,7 @@ class Channel:
         got = req.status.nbytes
         if got != expected and req.error is None:
             raise CollectiveMismatchError(
-                f"rank {self.rank}: {self.call} on {self.comm.name}: received {got} bytes from "
+                f"rank {self.rank}: {self.call} on {self.ep.name}: received {got} bytes from "
                 f"rank {req.status.source} where {expected} were expected; every rank must pass "
                 f"matching counts and datatypes (and the same root and op)")
 
@@ -100,14 +99,14 @@ def _finish_step(ch: Channel, step: Step) -> None:
                 req.wait()
             except TruncationError as exc:
                 raise CollectiveMismatchError(
-                    f"rank {ch.rank}: {ch.call} on {ch.comm.name}: rank {req.status.source} sent "
+                    f"rank {ch.rank}: {ch.call} on {ch.ep.name}: rank {req.status.source} sent "
                     f"{req.status.nbytes} bytes, more than this rank expected; every rank must pass "
                     f"matching counts and datatypes (and the same root and op)") from exc
 
 
 def run(ch: Channel, schedule: Schedule) -> Any:
     """Run a schedule to the end, completing each step before starting the next."""
-    engine = ch.comm._engine
+    engine = ch.ep.engine
     hook = ch.step_hook
     try:
         step = next(schedule)
@@ -130,7 +129,7 @@ class CollectiveRequest(Request):
 
     def __init__(self, ch: Channel, schedule: Schedule,
                  finalize: Optional[Callable[[Any], Any]] = None) -> None:
-        super().__init__(ch.comm._engine, ch.call)
+        super().__init__(ch.ep.engine, ch.call)
         self._ch = ch
         self._schedule = schedule
         self._step: Optional[Step] = None

@@ -3,7 +3,7 @@
 One engine per process (per rank thread with the inproc transport). It owns the matching
 queues of every communicator context and drives one :class:`~minimpi.transports.base.Transport`.
 
-Protocols (see :mod:`minimpi.p2p.frames`):
+Protocols (see :mod:`minimpi.transports.frames`):
 
 * **Eager** (message <= ``eager_limit``, default 64 KiB): the data follows its header at once.
   If no receive is posted it is kept in the unexpected queue, so a small standard-mode send
@@ -24,9 +24,9 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, TruncationError
+from ..transports import frames
 from ..transports.base import FrameSink, Transport
-from . import frames
-from .frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
+from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from .matching import Incoming, MatchQueues
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
@@ -71,7 +71,7 @@ class Engine(FrameSink):
         # moved something (frames, bytes, connections): lets the deadlock detector tell "stuck"
         # from "a long transfer in flight". Never called before ``block_report_after``.
         self.on_still_blocked: Optional[Callable[[List[Request]], None]] = None
-        # Collective mismatch checks (minimpi.mismatch.Watch), by collective context id: only
+        # Collective mismatch checks (minimpi.coll.mismatch.Watch), by collective context id: only
         # consulted for a message that matched no posted receive.
         self.coll_watch: Dict[int, object] = {}
 
@@ -461,6 +461,6 @@ class Engine(FrameSink):
 
 
 def eager_limit_from_env(environ=os.environ) -> int:
-    from ..units import parse_size
+    from ..data.units import parse_size
     value = environ.get("MINIMPI_EAGER_LIMIT")
     return parse_size(value) if value else DEFAULT_EAGER_LIMIT

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from ..errors import MinimpiError, SUCCESS
+from ..errors import SUCCESS, MinimpiError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine

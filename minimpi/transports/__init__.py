@@ -3,7 +3,7 @@
 A job's processes pick theirs by name (``MINIMPI_TRANSPORT``, default ``tcp``). Adding one
 (shared memory, RDMA verbs) is a new module with a ``create(info)`` factory and one line in
 ``FACTORIES``. ``inproc`` is not listed: it connects threads of one process and is built
-directly by :func:`minimpi.inproc.run_threads`.
+directly by :func:`minimpi.runtime.inproc.run_threads`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import TransportError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..bootstrap import BootInfo
+    from ..runtime.bootstrap import BootInfo
     from .base import Transport
 
 #: name -> module whose ``create(info: BootInfo) -> Transport`` builds it

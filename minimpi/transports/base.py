@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, Optional, Sequence
 
-from ..p2p.frames import Header
+from .frames import Header
 
 #: called with None once a frame is handed off, or with the reason it never can be
 OnSent = Optional[Callable[[Optional[str]], None]]

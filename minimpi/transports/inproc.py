@@ -11,8 +11,8 @@ import collections
 import threading
 from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
-from ..p2p.frames import HAS_PAYLOAD, Header, unpack
 from .base import FrameSink, OnSent, Transport
+from .frames import HAS_PAYLOAD, Header, unpack
 
 FrameRecorder = Callable[[int, int, Header], None]  # (source world rank, dest world rank, header)
 

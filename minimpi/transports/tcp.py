@@ -31,8 +31,8 @@ import time
 from typing import Deque, Dict, List, Optional, Sequence
 
 from ..errors import TransportError
-from ..p2p.frames import HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 from .base import FrameSink, OnSent, Transport
+from .frames import HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 MAGIC = b"MINIMPI1"
 _HELLO = struct.Struct("<8sI16s")     # magic, rank, nonce_c

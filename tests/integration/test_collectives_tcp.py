@@ -4,7 +4,6 @@ sizes, in one job per size."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import marker_args, run_minimpi
 
 PROGRAM = r'''

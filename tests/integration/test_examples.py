@@ -5,7 +5,6 @@ import json
 import pathlib
 
 import pytest
-
 from conftest import marker_args, run_minimpi
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"

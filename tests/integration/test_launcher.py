@@ -8,15 +8,13 @@ import sys
 import time
 
 import pytest
-
-from conftest import (assert_no_leftovers, finish, marker_args,
-                      run_minimpi, start_minimpi)
+from conftest import assert_no_leftovers, finish, marker_args, run_minimpi, start_minimpi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux launcher tests")
 
 HELLO = """
     import sys
-    from minimpi.bootstrap import bootstrap
+    from minimpi.runtime.bootstrap import bootstrap
     b = bootstrap()
     print(f"hello from {b.rank} of {b.size}")
     sys.stdout.write(f"last line of {b.rank} without newline")
@@ -169,7 +167,7 @@ def test_rank_killed_by_signal(write_script, job_marker):
 def test_abort(write_script, job_marker):
     script = write_script("abort.py", """
         import os, time
-        from minimpi.bootstrap import bootstrap
+        from minimpi.runtime.bootstrap import bootstrap
         b = bootstrap()
         if b.rank == 1:
             b.coordinator.abort(3, "cannot go on")
@@ -201,7 +199,7 @@ def test_ranks_die_with_killed_launcher(write_script, tmp_path, job_marker, pdea
     # without PDEATHSIG the lifeline pipe watched by bootstrap() must do the job
     script = write_script("boot_sleep.py", """
         import os, sys, time, pathlib
-        from minimpi.bootstrap import bootstrap
+        from minimpi.runtime.bootstrap import bootstrap
         bootstrap()
         pathlib.Path(sys.argv[1], "ready." + os.environ["MINIMPI_RANK"]).touch()
         time.sleep(60)
@@ -217,7 +215,7 @@ def test_ranks_die_with_killed_launcher(write_script, tmp_path, job_marker, pdea
 def test_job_timeout_reports_states(write_script, job_marker):
     script = write_script("stuck.py", """
         import time
-        from minimpi.bootstrap import bootstrap
+        from minimpi.runtime.bootstrap import bootstrap
         b = bootstrap()
         if b.rank != 2:
             b.coordinator.report_state({"call": "recv", "source": 2, "tag": 7})
@@ -238,7 +236,7 @@ def test_startup_timeout_names_missing_rank(write_script, job_marker):
         import os, time
         if os.environ["MINIMPI_RANK"] == "3":
             time.sleep(60)     # never calls bootstrap
-        from minimpi.bootstrap import bootstrap
+        from minimpi.runtime.bootstrap import bootstrap
         bootstrap().coordinator.exchange_addresses("127.0.0.1:1")
     """)
     res = run_minimpi("-n", 5, "--startup-timeout", "1", *marker_args(job_marker), script,
@@ -252,7 +250,7 @@ def test_rank_exiting_without_registering_fails_fast(write_script, job_marker):
     script = write_script("quit.py", """
         import os
         if os.environ["MINIMPI_RANK"] != "1":
-            from minimpi.bootstrap import bootstrap
+            from minimpi.runtime.bootstrap import bootstrap
             bootstrap().coordinator.exchange_addresses("127.0.0.1:1")
     """)
     t0 = time.monotonic()
@@ -265,7 +263,7 @@ def test_rank_exiting_without_registering_fails_fast(write_script, job_marker):
 def test_rendezvous_same_table_everywhere(write_script, job_marker):
     script = write_script("rdv.py", """
         import os
-        from minimpi.bootstrap import bootstrap
+        from minimpi.runtime.bootstrap import bootstrap
         b = bootstrap()
         table = b.coordinator.exchange_addresses(f"127.0.0.1:{20000 + b.rank}")
         print("TABLE", table)
@@ -283,7 +281,7 @@ def test_rendezvous_same_table_everywhere(write_script, job_marker):
 def test_bad_mac_is_ignored(write_script, job_marker):
     script = write_script("forge.py", """
         import os, time, zmq, msgpack
-        from minimpi.bootstrap import bootstrap
+        from minimpi.runtime.bootstrap import bootstrap
         b = bootstrap()
         if b.rank == 0:
             ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.connect(os.environ["MINIMPI_COORD"])

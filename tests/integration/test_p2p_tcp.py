@@ -5,8 +5,7 @@ import re
 import socket
 import time
 
-
-from conftest import marker_args, run_minimpi, start_minimpi, finish
+from conftest import finish, marker_args, run_minimpi, start_minimpi
 
 
 def test_pingpong_objects_and_arrays_of_many_sizes(write_script, job_marker):
@@ -211,7 +210,8 @@ def test_kill_9_of_a_rank_ends_job(write_script, job_marker):
 def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, job_marker, tmp_path):
     script = write_script("stranger.py", f"""
         import time
-        from minimpi import MPI, runtime
+        from minimpi import MPI
+        from minimpi.runtime import world as runtime
         comm = MPI.COMM_WORLD
         if comm.rank == 1:
             tr = runtime.world_state().engine.transport
@@ -237,7 +237,8 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
     s.sendall(b"GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxx")
     s2 = socket.create_connection(("127.0.0.1", port))
     # a fake peer with a valid-looking hello but no secret
-    import struct, os as _os
+    import os as _os
+    import struct
     s2.sendall(struct.pack("<8sI16s", b"MINIMPI1", 0, _os.urandom(16)))
     s2.recv(48)
     s2.sendall(b"\0" * 32)
@@ -296,7 +297,8 @@ def test_comm_abort_ends_the_job_with_its_code(write_script, job_marker):
 
 
 def test_singleton_without_launcher(tmp_path):
-    import subprocess, sys
+    import subprocess
+    import sys
     path = tmp_path / "single.py"
     path.write_text(
         "from minimpi import MPI\n"

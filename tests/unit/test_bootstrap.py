@@ -7,12 +7,12 @@ import time
 import msgpack
 import pytest
 import zmq
-
-from minimpi.bootstrap import (BootInfo, CoordinatorClient, bootstrap, seal, unseal)
-from minimpi.errors import MinimpiError, MPITimeoutError
-from minimpi.launcher.coordinator import Coordinator
 from minimpi.launcher.argtypes import byte_size as parse_size
+from minimpi.launcher.coordinator import Coordinator
 from minimpi.launcher.run import split_argv
+
+from minimpi.errors import MinimpiError, MPITimeoutError
+from minimpi.runtime.bootstrap import BootInfo, CoordinatorClient, bootstrap, seal, unseal
 
 SECRET = bytes(range(32))
 
@@ -210,6 +210,7 @@ def test_parse_size():
 
 def test_split_argv():
     import argparse
+
     from minimpi.launcher.run import add_arguments
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -4,10 +4,10 @@ import mmap
 import numpy as np
 import pytest
 
-from minimpi import datatypes as D
-from minimpi.buffers import BufSpec, VBufSpec, is_buffer, parse_buffer, parse_vbuffer
 from minimpi.constants import IN_PLACE
-from minimpi.errors import BufferSpecError, CountError, DatatypeError, ERR_BUFFER, ERR_COUNT
+from minimpi.data import datatypes as D
+from minimpi.data.buffers import BufSpec, VBufSpec, is_buffer, parse_buffer, parse_vbuffer
+from minimpi.errors import ERR_BUFFER, ERR_COUNT, BufferSpecError, CountError, DatatypeError
 
 
 def send(spec, **kw):

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minimpi import ops
-from minimpi.coll.data import running_sum
+from minimpi.coll.blocks import running_sum
 from minimpi.coll.registry import algorithms, choose
 from minimpi.constants import IN_PLACE
-from minimpi.datatypes import DOUBLE, INT, INT64_T
+from minimpi.data import ops
+from minimpi.data.datatypes import DOUBLE, INT, INT64_T
+from minimpi.data.ops import Op
 from minimpi.errors import AlgorithmError, CountError, OpError
-from minimpi.inproc import RankFailed, run_threads
-from minimpi.ops import Op
+from minimpi.runtime.inproc import RankFailed, run_threads
 
 SIZES = [1, 2, 3, 4, 5, 7, 8]
 KINDS = ["int32", "float64", "object"]
@@ -186,7 +186,7 @@ def test_allreduce_large_segmented(alg, p, monkeypatch):
 
 
 def test_allreduce_maxloc_pairs():
-    from minimpi.datatypes import DOUBLE_INT
+    from minimpi.data.datatypes import DOUBLE_INT
     p = 4
 
     def body(comm):

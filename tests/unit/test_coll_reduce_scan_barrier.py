@@ -11,12 +11,12 @@ import threading
 import numpy as np
 import pytest
 
-from minimpi import ops
-from minimpi.constants import IN_PLACE
 from minimpi.coll.registry import algorithms
-from minimpi.datatypes import DOUBLE
+from minimpi.constants import IN_PLACE
+from minimpi.data import ops
+from minimpi.data.datatypes import DOUBLE
 from minimpi.errors import AlgorithmError, OpError
-from minimpi.inproc import RankFailed, run_threads
+from minimpi.runtime.inproc import RankFailed, run_threads
 
 SIZES = [1, 2, 3, 4, 5, 7, 8]
 REDUCE_ALGS = ["binomial", "ring", "rabenseifner"]

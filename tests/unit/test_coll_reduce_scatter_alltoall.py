@@ -7,15 +7,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minimpi import ops
-from minimpi.coll.data import running_sum
+from minimpi.coll.blocks import running_sum
 from minimpi.coll.registry import algorithms, choose
 from minimpi.constants import IN_PLACE
-from minimpi.datatypes import DOUBLE, INT, INT64_T
-from minimpi.errors import (AlgorithmError, CollectiveMismatchError, CountError, OpError,
-                            TruncationError)
-from minimpi.inproc import RankFailed, run_threads
-from minimpi.ops import Op
+from minimpi.data import ops
+from minimpi.data.datatypes import DOUBLE, INT, INT64_T
+from minimpi.data.ops import Op
+from minimpi.errors import (
+    AlgorithmError,
+    CollectiveMismatchError,
+    CountError,
+    OpError,
+    TruncationError,
+)
+from minimpi.runtime.inproc import RankFailed, run_threads
 
 SIZES = [1, 2, 3, 4, 5, 7, 8]
 RS_ALGS = ["binomial", "ring", "recursive_halving", "pairwise"]

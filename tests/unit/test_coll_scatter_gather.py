@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minimpi.constants import IN_PLACE
 from minimpi.coll.registry import algorithms
-from minimpi.datatypes import DOUBLE, INT
+from minimpi.constants import IN_PLACE
+from minimpi.data.datatypes import DOUBLE, INT
 from minimpi.errors import AlgorithmError, CountError, RootError
-from minimpi.inproc import RankFailed, run_threads
+from minimpi.runtime.inproc import RankFailed, run_threads
 
 SIZES = [1, 2, 3, 4, 5, 7, 8]
 SCATTER_ALGS = ["binomial", "ring", "linear"]

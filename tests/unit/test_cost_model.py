@@ -8,11 +8,11 @@ import argparse
 import io
 
 import pytest
-
-from minimpi import ops
-from minimpi.coll import cost, registry
 from minimpi.launcher import run as run_cmd
 from minimpi.launcher.explain_cmd import explain
+
+from minimpi.coll import cost, registry
+from minimpi.data import ops
 
 MiB = 1 << 20
 
@@ -146,7 +146,7 @@ def test_run_extra_env_carries_the_model(monkeypatch):
 def test_auto_survives_more_distinct_sizes_than_it_remembers():
     """A long job whose collectives see ever-new byte counts (Allgatherv with varying counts)
     makes auto choose for more keys than its memo holds; every choice must still be made."""
-    from minimpi.ops import SUM
+    from minimpi.data.ops import SUM
     for nbytes in range(5000):
         alg = registry.choose("allreduce", 4, nbytes, SUM)
         assert alg.name in registry.algorithms("allreduce")

@@ -4,9 +4,8 @@ import pickle
 import numpy as np
 import pytest
 
-from minimpi import datatypes as D
-from minimpi.errors import DatatypeError, ERR_TYPE
-
+from minimpi.data import datatypes as D
+from minimpi.errors import ERR_TYPE, DatatypeError
 
 C_SIZES = {
     "CHAR": ctypes.sizeof(ctypes.c_char), "SIGNED_CHAR": 1, "UNSIGNED_CHAR": 1, "BYTE": 1,

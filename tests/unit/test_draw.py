@@ -7,8 +7,8 @@ import xml.dom.minidom
 
 import pytest
 
-from minimpi import draw
 from minimpi.coll.registry import REGISTRY, _load_all
+from minimpi.tools import draw
 
 
 def test_binomial_bcast_p8():

@@ -8,12 +8,12 @@ import json
 import re
 
 import pytest
-
-from minimpi.coll import cost, registry
-from minimpi.coll.registry import algorithm
 from minimpi.launcher import cli, explain_cmd
 from minimpi.launcher.argtypes import byte_size as parse_size
 from minimpi.launcher.explain_cmd import explain, make_op
+
+from minimpi.coll import cost, registry
+from minimpi.coll.registry import algorithm
 
 FAKE = "explain_test_collective"
 
@@ -150,7 +150,7 @@ def test_model_inputs_and_their_sources(monkeypatch, tmp_path):
 
 
 def test_saved_calibration_round_trips(monkeypatch, tmp_path):
-    from minimpi.coll import calibrate
+    from minimpi.tools import calibrate
     path = tmp_path / "sub" / "cost.json"
     monkeypatch.setenv("MINIMPI_COST_FILE", str(path))
     result = {"alpha": 4.5e-5, "beta": 4e-10, "gamma": 8e-11, "measured": {"how": "test"}}
@@ -185,7 +185,7 @@ def test_config_path(monkeypatch):
 
 
 def test_fit_line():
-    from minimpi.coll.calibrate import fit_line
+    from minimpi.tools.calibrate import fit_line
     a, b = fit_line([1.0, 2.0, 3.0], [5.0, 7.0, 9.0])
     assert a == pytest.approx(3.0) and b == pytest.approx(2.0)
 

@@ -1,4 +1,4 @@
-"""Collective mismatch detection on the in-process transport (minimpi.mismatch).
+"""Collective mismatch detection on the in-process transport (minimpi.coll.mismatch).
 
 Each test runs ranks as threads. A rank that detects a mismatch raises
 ``CollectiveMismatchError``; like the launcher in a real job, the helper then aborts the other
@@ -10,10 +10,10 @@ import threading
 
 import numpy as np
 
-from minimpi import mismatch
+from minimpi.coll import mismatch
+from minimpi.data.ops import MAX, SUM
 from minimpi.errors import CollectiveMismatchError, JobAbortedError, MinimpiError, PeerLostError
-from minimpi.inproc import run_threads
-from minimpi.ops import MAX, SUM
+from minimpi.runtime.inproc import run_threads
 
 
 def run_ranks(p, body, timeout=15):
@@ -31,7 +31,7 @@ def run_ranks(p, body, timeout=15):
         except MinimpiError as exc:
             if isinstance(exc, CollectiveMismatchError):
                 for c in comms.values():   # what the launcher does: end the others
-                    c._engine.abort("another rank found a collective mismatch")
+                    c._ep.engine.abort("another rank found a collective mismatch")
             return exc
 
     return run_threads(p, fn, timeout=timeout)
@@ -204,9 +204,10 @@ def test_launcher_names_the_first_real_failure():
     # a rank that failed only because a peer vanished is attributed to the peer's error
     from types import SimpleNamespace
 
-    from minimpi.diagnose import failure_state, format_state
-    from minimpi.errors import PeerLostError
     from minimpi.launcher.job import Job
+
+    from minimpi.errors import PeerLostError
+    from minimpi.runtime.diagnose import failure_state, format_state
 
     first = failure_state(CollectiveMismatchError("collective mismatch: rank 2 called Reduce"))
     later = failure_state(PeerLostError("world rank 2 is gone"))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from minimpi import MPI
-from minimpi.inproc import run_threads
+from minimpi.runtime.inproc import run_threads
 
 
 def run(n, fn, **kw):

@@ -4,10 +4,10 @@ import pickle
 import numpy as np
 import pytest
 
-from minimpi import datatypes as D
-from minimpi import ops
-from minimpi.errors import CountError, ERR_OP, OpError
-from minimpi.ops import Op, reduce_local
+from minimpi.data import datatypes as D
+from minimpi.data import ops
+from minimpi.data.ops import Op, reduce_local
+from minimpi.errors import ERR_OP, CountError, OpError
 
 
 # ---------------------------------------------------------------------- Python objects

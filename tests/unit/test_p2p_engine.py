@@ -8,10 +8,10 @@ import pytest
 
 from minimpi import errors
 from minimpi.constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
-from minimpi.inproc import RankFailed, run_threads
-from minimpi.p2p import frames
+from minimpi.data import serialization
 from minimpi.p2p.request import Request, Status
-from minimpi import serialization
+from minimpi.runtime.inproc import RankFailed, run_threads
+from minimpi.transports import frames
 
 
 @pytest.fixture(params=["inproc", "tcp"])
@@ -190,7 +190,7 @@ def test_probe_then_receive_unknown_size_and_iprobe(run):
         st = Status()
         comm.Probe(source=ANY_SOURCE, tag=ANY_TAG, status=st)
         assert (st.source, st.tag) == (0, 77)
-        from minimpi.datatypes import INT64_T
+        from minimpi.data.datatypes import INT64_T
         n = st.Get_count(INT64_T)
         buf = np.empty(n, dtype="i8")
         comm.Recv(buf, st.source, st.tag)

@@ -1,9 +1,7 @@
 """`minimpi run` argument handling that mpiexec users rely on."""
 from __future__ import annotations
 
-
 import pytest
-
 from minimpi.launcher.run import strip_interpreter
 
 

@@ -1,4 +1,4 @@
 """mpi4py.futures shim: not implemented (it needs dynamic process management)."""
-from minimpi.handles import unsupported
+from minimpi.comm.handles import unsupported
 
 raise unsupported("Spawn", "mpi4py.futures (MPIPoolExecutor, MPICommExecutor)")

@@ -1,4 +1,4 @@
 """mpi4py.util.dtlib shim."""
-from minimpi.datatypes import from_numpy_dtype, to_numpy_dtype  # noqa: F401
+from minimpi.data.datatypes import from_numpy_dtype, to_numpy_dtype  # noqa: F401
 
 __all__ = ["from_numpy_dtype", "to_numpy_dtype"]

@@ -14,8 +14,8 @@ import sys
 import threading
 from typing import Optional
 
+from ..errors import JobAbortedError
 from .bootstrap import BootInfo, bootstrap
-from .errors import JobAbortedError
 
 _lock = threading.RLock()
 _state: Optional["_Runtime"] = None
@@ -24,13 +24,13 @@ _finalized = False
 
 class _Runtime:
     def __init__(self, info: BootInfo) -> None:
-        from .comm import Intracomm
-        from .p2p.engine import Engine, eager_limit_from_env
+        from ..comm.communicator import Intracomm
+        from ..p2p.engine import Engine, eager_limit_from_env
 
         self.info = info
         transport = None
         if info.size > 1:
-            from . import transports
+            from .. import transports
             transport = transports.create(info.env.get("MINIMPI_TRANSPORT", "tcp"), info)
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
         if info.coordinator is not None:
@@ -46,10 +46,10 @@ class _Runtime:
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         self.failing = False
-        # deadlock diagnosis: long waits are reported to the launcher (minimpi.diagnose)
+        # deadlock diagnosis: long waits are reported to the launcher (minimpi.runtime.diagnose)
         from .diagnose import install as install_diagnostics
         self.reporter = install_diagnostics(self.engine, info.coordinator, info.env)
-        self.observer = None   # minimpi.trace: only with --trace/--stats (no hooks otherwise)
+        self.observer = None   # minimpi.runtime.trace: only with --trace/--stats (no hooks otherwise)
         if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):
             from .trace import attach
             self.observer = attach(self.engine, info.rank, info.size, info.env)

@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .units import format_size
+from ..data.units import format_size
 
 ENV_TRACE = "MINIMPI_TRACE"
 ENV_STATS = "MINIMPI_STATS"
@@ -288,7 +288,9 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
                 if engine is not None:
                     return getattr(engine, "observer", None)
             return None
-        return getattr(getattr(first, "_engine", None), "observer", None)
+        ep = getattr(first, "_ep", None)          # a communicator; else a request
+        engine = ep.engine if ep is not None else getattr(first, "_engine", None)
+        return getattr(engine, "observer", None)
 
     def traced(first, *args, **kwargs):
         obs = observer_of(first, args)
@@ -337,8 +339,8 @@ def _install_api_wrappers() -> None:
         if _wrapped:
             return
         _wrapped = True
-        from .comm import Comm
-        from .p2p.request import Request
+        from ..comm.communicator import Comm
+        from ..p2p.request import Request
         classes, todo = [], [Comm]
         while todo:
             klass = todo.pop()
@@ -368,7 +370,7 @@ def _install_api_wrappers() -> None:
 
 def _hook_engine(engine: Any, obs: Observer) -> None:
     """Instance-level wrappers on one engine: the class and every other engine are untouched."""
-    from .p2p.request import RecvRequest
+    from ..p2p.request import RecvRequest
 
     isend = engine.isend
     bind, payload_arrived, wait_until = engine._bind, engine.payload_arrived, engine.wait_until

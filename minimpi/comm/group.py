@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
-from .constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
-from .errors import MinimpiError, RankError, ERR_GROUP
+from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
+from ..errors import ERR_GROUP, MinimpiError, RankError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comm import Comm
+    from .communicator import Comm
 
 
 class GroupError(MinimpiError):
@@ -213,29 +213,29 @@ GROUP_EMPTY = Group._of((), None)
 
 # -- communicators from groups -------------------------------------------------------------
 def comm_group(comm: "Comm") -> Group:
-    return Group._of(comm._group, comm._group[comm._rank])
+    return Group._of(comm._ep.group, comm._ep.group[comm.rank])
 
 
 def _check_subset(comm: "Comm", group: Group, call: str) -> None:
     group._check(call)
-    outside = [w for w in group._members if w not in comm._group]
+    outside = [w for w in group._members if w not in comm._ep.group]
     if outside:
-        raise GroupError(f"rank {comm._rank}: {call}: the group holds processes (world ranks "
-                         f"{outside}) that are not members of {comm._name}")
+        raise GroupError(f"rank {comm.rank}: {call}: the group holds processes (world ranks "
+                         f"{outside}) that are not members of {comm.name}")
 
 
 def create(comm: "Comm", group: Group) -> Any:
     """``Comm.Create``: collective over ``comm``; members get the new communicator."""
     comm._alive("Create")
     _check_subset(comm, group, "Create")
-    me = comm._group[comm._rank]
+    me = comm._ep.group[comm.rank]
     if me in group._members:
         color, key = 0, group._members.index(me)
     else:
         color, key = UNDEFINED, 0
     new = comm.Split(color, key)
     if new:
-        new._name = f"{comm._name}.create"
+        new._ep.name = f"{comm.name}.create"
     return new
 
 
@@ -253,20 +253,20 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     a tag derived from ``tag`` so that concurrent ``Create_group`` calls on disjoint groups
     never mix); each takes the maximum.
     """
-    from .comm import COMM_NULL
+    from .communicator import COMM_NULL
 
     comm._alive("Create_group")
     _check_subset(comm, group, "Create_group")
-    me = comm._group[comm._rank]
+    me = comm._ep.group[comm.rank]
     if me not in group._members:
         return COMM_NULL
     if not 0 <= int(tag) < _CREATE_GROUP_TAG:
-        raise GroupError(f"rank {comm._rank}: Create_group(tag={tag!r}): tag must be in "
+        raise GroupError(f"rank {comm.rank}: Create_group(tag={tag!r}): tag must be in "
                          f"0..{_CREATE_GROUP_TAG - 1}")
-    parent_rank = {w: i for i, w in enumerate(comm._group)}
+    parent_rank = {w: i for i, w in enumerate(comm._ep.group)}
     members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
     proposals = comm._exchange(comm._free_context(), "Create_group", members,
                                _CREATE_GROUP_TAG + int(tag))
     context = comm._agree_context(proposals)
     return comm._derive(group._members, group._members.index(me), context,
-                        f"{comm._name}.create_group")
+                        f"{comm.name}.create_group")

@@ -1,6 +1,6 @@
 """Run an SPMD function on N ranks as threads of this process (tests, notebooks, drawing).
 
-    >>> from minimpi.inproc import run_threads
+    >>> from minimpi.runtime.inproc import run_threads
     >>> run_threads(4, lambda comm: comm.allreduce(comm.rank))
     [6, 6, 6, 6]
 
@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any, Callable, List, Optional
 
-from .errors import MPITimeoutError
-from .p2p.engine import DEFAULT_EAGER_LIMIT, Engine
-from .transports.inproc import FrameRecorder, InprocFabric
+from ..errors import MPITimeoutError
+from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
+from ..transports.inproc import FrameRecorder, InprocFabric
 
 
 class RankFailed(Exception):
@@ -35,7 +35,8 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List
         return [fabric.transport(r) for r in range(size)]
     if kind == "tcp":  # real sockets on loopback, ranks as threads: the transport conformance runs
         import os
-        from .transports.tcp import TcpTransport
+
+        from ..transports.tcp import TcpTransport
         secret = os.urandom(32)
         ts = [TcpTransport(r, size, secret) for r in range(size)]
         addresses = [t.listen() for t in ts]
@@ -54,7 +55,7 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     used to run one conformance suite over both). The first exception (lowest rank) is
     re-raised as :class:`RankFailed` from the original.
     """
-    from .comm import Intracomm
+    from ..comm.communicator import Intracomm
 
     transports = _transports(transport, size, recorder)
     engines = [Engine(r, size, transports[r], eager_limit) for r in range(size)]
@@ -105,5 +106,5 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
 
 
 def _describe(req: Any) -> str:
-    from .p2p.request import describe
+    from ..p2p.request import describe
     return describe(req)

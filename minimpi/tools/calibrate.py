@@ -65,7 +65,7 @@ def fit_line(xs: List[float], ys: List[float]) -> tuple:
 
 def measure_gamma(nbytes: int = GAMMA_BYTES, repeats: int = 7) -> float:
     """Seconds per byte of reducing (SUM) one float64 buffer into another."""
-    from ..ops import SUM, reduce_local
+    from ..data.ops import SUM, reduce_local
     a = np.ones(nbytes // 8)
     b = np.ones(nbytes // 8)
     reduce_local(a, b, SUM)          # warm up: pages touched, code paths loaded
@@ -113,7 +113,7 @@ def measure(quick: bool = False, timeout: float = 300.0) -> Dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "calibration.json")
         cmd = [sys.executable, "-m", "minimpi", "run", "-n", "2", "--no-prefix",
-               "-m", "minimpi.coll.calibrate", "--worker", path] + (["--quick"] if quick else [])
+               "-m", "minimpi.tools.calibrate", "--worker", path] + (["--quick"] if quick else [])
         proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(path):
             raise RuntimeError(f"the calibration job failed (exit {proc.returncode}):\n"
@@ -124,7 +124,7 @@ def measure(quick: bool = False, timeout: float = 300.0) -> Dict:
 
 def save(result: Dict, path: Optional[str] = None) -> str:
     """Write ``result`` as the calibration file (default: :func:`cost.config_path`)."""
-    from .cost import clear_cache, config_path
+    from ..coll.cost import clear_cache, config_path
     path = path or config_path()
     if not path:
         raise ValueError("MINIMPI_COST_FILE is set empty: no calibration file to write")

@@ -1,4 +1,10 @@
-"""Collective methods of ``Intracomm``: one mixin per collective module, composed here."""
+"""The mpi4py-facing collective methods of ``Intracomm``: one mixin per collective.
+
+Each module here parses a collective's arguments (buffer specs, ``IN_PLACE``, counts, root,
+op), then runs the algorithm the registry chooses from :mod:`minimpi.coll` through
+:func:`~minimpi.comm.collectives.common.execute`. The dependency points one way: this layer
+imports the algorithms, never the reverse.
+"""
 from __future__ import annotations
 
 from .allgather import AllgatherMethods

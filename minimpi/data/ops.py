@@ -37,8 +37,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import CountError, OpError
 from .datatypes import Datatype, from_numpy_dtype
-from .errors import CountError, OpError
 
 __all__ = [
     "Op", "OP_NULL", "SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR",
@@ -401,7 +401,7 @@ def _rebuild_user(fn: Callable, commute: bool) -> Op:
 
 def reduce_local(inbuf: Any, inoutbuf: Any, op: Op, *, call: str = "Reduce_local") -> None:
     """``inoutbuf = inbuf (op) inoutbuf`` on two local buffer arguments (any form that
-    :func:`minimpi.buffers.parse_buffer` accepts), as ``MPI.Op.Reduce_local``."""
+    :func:`minimpi.data.buffers.parse_buffer` accepts), as ``MPI.Op.Reduce_local``."""
     from .buffers import parse_buffer
 
     if not isinstance(op, Op):

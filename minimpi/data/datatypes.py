@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DatatypeError
+from ..errors import DatatypeError
 
 __all__ = [
     "Datatype", "DATATYPE_NULL", "PREDEFINED", "TYPECODES",

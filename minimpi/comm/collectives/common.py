@@ -11,11 +11,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..errors import CountError, RootError
-from ..mismatch import open_call
-from .data import as_bytes
-from .registry import choose
-from .schedule import Channel, Schedule, run, start
+from ...coll.blocks import as_bytes
+from ...coll.mismatch import open_call
+from ...coll.registry import Algorithm, choose
+from ...coll.schedule import Channel, Schedule, run, start
+from ...errors import CountError, RootError
 
 
 def check_root(comm: Any, root: int, call: str) -> None:
@@ -25,22 +25,24 @@ def check_root(comm: Any, root: int, call: str) -> None:
 
 
 def execute(comm: Any, collective: str, call: str, nbytes: int,
-            invoke: Callable[[Callable, Channel], Schedule], *, op: Any = None,
+            invoke: Callable[[Algorithm, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
             finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None) -> Any:
-    """Choose an algorithm, then run ``invoke(algorithm_function, channel)``'s schedule.
+    """Choose an algorithm, then run ``invoke(algorithm, channel)``'s schedule (an
+    :class:`~minimpi.coll.registry.Algorithm` is called like its function).
 
     Blocking: returns ``finalize(result)``. Nonblocking: returns a request whose ``wait()``
     gives ``finalize(result)``. ``root`` (rooted collectives), ``op``, ``nbytes`` and the
-    algorithm go into the call's signature (:mod:`minimpi.mismatch`), so ranks that call
+    algorithm go into the call's signature (:mod:`minimpi.coll.mismatch`), so ranks that call
     different collectives fail with ``CollectiveMismatchError`` instead of hanging.
     """
     comm._alive(call)
     alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
                  rank=comm.rank, call=call)
-    ch = Channel(comm, f"{call}[{alg.name}]", getattr(comm._engine, "step_hook", None), objects)
-    open_call(comm, ch, collective, call, alg.name, root, op, nbytes, objects)
-    schedule = invoke(alg.function, ch)
+    ch = Channel(comm._ep, f"{call}[{alg.name}]", getattr(comm._ep.engine, "step_hook", None),
+                 objects)
+    open_call(ch, collective, call, alg.name, root, op, nbytes, objects)
+    schedule = invoke(alg, ch)
     if nonblocking:
         return start(ch, schedule, finalize)
     result = run(ch, schedule)
@@ -79,8 +81,8 @@ def check_equal_blocks(comm: Any, call: str, blocks: Any, blocks_arg: str, own: 
 
 def check_op(comm: Any, op: Any, call: str) -> Any:
     """The op to use (SUM when None), or OpError before anything is sent."""
-    from ..errors import OpError
-    from ..ops import SUM, Op
+    from ...data.ops import SUM, Op
+    from ...errors import OpError
     if op is None:
         return SUM
     if not isinstance(op, Op):

@@ -29,7 +29,7 @@ DATA = 4
 SYNC_ACK = 5
 
 # flags
-F_OBJECT = 1  # payload is a serialized Python object (see minimpi.serialization)
+F_OBJECT = 1  # payload is a serialized Python object (see minimpi.data.serialization)
 F_SYNC = 2    # synchronous send: the receiver acknowledges the match
 
 #: frames that carry ``length`` bytes of payload after the header

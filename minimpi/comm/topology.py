@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
-from .constants import CART, PROC_NULL, UNDEFINED
-from .errors import ERR_DIMS, ERR_TOPOLOGY, MinimpiError, RankError
+from ..constants import CART, PROC_NULL, UNDEFINED
+from ..errors import ERR_DIMS, ERR_TOPOLOGY, MinimpiError, RankError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comm import Comm
+    from .communicator import Comm
 
 
 class TopologyError(MinimpiError):
@@ -188,7 +188,7 @@ class CartMixin:
 
 
 def _as_cart(comm: Any, dims: Sequence[int], periods: Sequence[bool]) -> Any:
-    from .comm import Cartcomm
+    from .communicator import Cartcomm
     cart = Cartcomm(comm)          # a handle sharing the communicator's state
     cart._dims = tuple(int(d) for d in dims)
     cart._periods = tuple(bool(p) for p in periods)
@@ -199,7 +199,7 @@ def _as_cart(comm: Any, dims: Sequence[int], periods: Sequence[bool]) -> Any:
 def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
                 reorder: bool = False) -> Any:
     """``Intracomm.Create_cart`` (collective over ``comm``)."""
-    from .comm import COMM_NULL
+    from .communicator import COMM_NULL
     comm._alive("Create_cart")
     dims = [int(d) for d in dims]
     if periods is None:

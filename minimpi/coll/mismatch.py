@@ -54,7 +54,7 @@ import collections
 import zlib
 from typing import Any, Dict, Optional, Tuple
 
-from .errors import CollectiveMismatchError
+from ..errors import CollectiveMismatchError
 
 SEQ_BITS = 14
 SEQ_MASK = (1 << SEQ_BITS) - 1
@@ -149,7 +149,7 @@ def _kind_name(kind: int) -> str:
     if 1 <= kind <= len(KINDS):
         return DISPLAY[KINDS[kind - 1]]
     try:  # a collective outside the fixed table: look among the registered ones
-        from .coll.registry import REGISTRY
+        from .registry import REGISTRY
         for name in REGISTRY:
             if _kind_id(name) == kind:
                 return name.capitalize()
@@ -214,7 +214,7 @@ def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool)
 
     algs = [mine.algorithm]
     try:
-        from .coll.registry import REGISTRY
+        from .registry import REGISTRY
         algs += [a for a in REGISTRY.get(mine.collective, {}) if a != mine.algorithm]
     except Exception:  # pragma: no cover - only for messages
         pass
@@ -247,10 +247,10 @@ def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool)
 class Watch:
     """Mismatch bookkeeping of one communicator's collective context (one per engine)."""
 
-    __slots__ = ("comm", "calls", "order", "error")
+    __slots__ = ("ep", "calls", "order", "error")
 
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
+    def __init__(self, ep: Any) -> None:
+        self.ep = ep
         # seq mod 2**14 -> the recent call, as the tuple of Call's fields (cheap to make)
         self.calls: Dict[int, tuple] = {}
         self.order: collections.deque = collections.deque()
@@ -262,7 +262,7 @@ class Watch:
 
     def error_for(self, mine: Call, source: int, their_tag: int, length: int,
                   rendezvous: bool) -> CollectiveMismatchError:
-        comm = self.comm
+        ep = self.ep
         their_sig = their_tag >> SEQ_BITS
         same_kind = (their_sig & 0x1FFF) == (mine.sig & 0x1FFF)
         if same_kind:
@@ -273,8 +273,8 @@ class Watch:
             theirs = describe_signature(their_sig)
             mine_text = mine.text()
         return CollectiveMismatchError(
-            f"collective mismatch: rank {comm.rank} called {mine_text} as collective "
-            f"#{mine.seq} on {comm.name} while rank {source} called {theirs}; every rank of a "
+            f"collective mismatch: rank {ep.rank} called {mine_text} as collective "
+            f"#{mine.seq} on {ep.name} while rank {source} called {theirs}; every rank of a "
             f"communicator must call the same collectives in the same order, with the same "
             f"root, op and sizes")
 
@@ -312,7 +312,7 @@ class Watch:
             pass
 
 
-def open_call(comm: Any, ch: Any, collective: str, call: str, algorithm: str,
+def open_call(ch: Any, collective: str, call: str, algorithm: str,
               root: Optional[int], op: Any, nbytes: int, objects: bool) -> None:
     """Give channel ``ch`` its signed tag and check it against what already arrived.
 
@@ -321,12 +321,12 @@ def open_call(comm: Any, ch: Any, collective: str, call: str, algorithm: str,
     sequence number with another signature is already here, or when an earlier call on this
     communicator was found mismatched after it returned.
     """
-    engine = comm._engine
+    engine = ch.ep.engine
     context = ch.context
     watches = engine.coll_watch
     watch = watches.get(context)
     if watch is None:
-        watch = watches[context] = Watch(comm)
+        watch = watches[context] = Watch(ch.ep)
     elif watch.error is not None:
         err, watch.error = watch.error, None
         raise err
@@ -350,9 +350,10 @@ def open_call(comm: Any, ch: Any, collective: str, call: str, algorithm: str,
                                       inc.rendezvous)
 
 
-def call_of(comm: Any, tag: int) -> Optional[Call]:
-    """This rank's recent collective call with channel tag ``tag`` (for deadlock reports)."""
-    watch = comm._engine.coll_watch.get(comm._coll_context)
+def call_of(ep: Any, tag: int) -> Optional[Call]:
+    """This rank's recent collective call with channel tag ``tag`` on endpoint ``ep`` (for
+    deadlock reports)."""
+    watch = ep.engine.coll_watch.get(ep.coll_context)
     if watch is None:
         return None
     mine = watch.call(tag & SEQ_MASK)

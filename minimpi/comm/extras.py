@@ -1,22 +1,22 @@
 """mpi4py communicator features beyond plain point-to-point (a mixin of ``Comm``).
 
-Groups and ``Create``/``Create_group`` (:mod:`minimpi.group`), Cartesian topologies
-(:mod:`minimpi.topology`), persistent requests (:mod:`minimpi.p2p.persistent`), matched
-probes (:mod:`minimpi.p2p.message`), buffered sends, error handlers, and clear refusals for
-features minimpi does not implement. Kept apart from :mod:`minimpi.comm` so that the core
+Groups and ``Create``/``Create_group`` (:mod:`minimpi.comm.group`), Cartesian topologies
+(:mod:`minimpi.comm.topology`), persistent requests (:mod:`minimpi.comm.persistent`), matched
+probes (:mod:`minimpi.comm.message`), buffered sends, error handlers, and clear refusals for
+features minimpi does not implement. Kept apart from :mod:`minimpi.comm.communicator` so that the core
 communicator stays about messages.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from .constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ..p2p.request import CompletedRequest, Request, Status
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
-from .p2p.request import CompletedRequest, Request, Status
 
 
 class CommExtras:
-    """Mixed into :class:`minimpi.comm.Comm`."""
+    """Mixed into :class:`minimpi.comm.communicator.Comm`."""
 
     # -- groups ----------------------------------------------------------------------------
     def Get_group(self) -> Any:
@@ -57,9 +57,9 @@ class CommExtras:
 
     # -- persistent requests ---------------------------------------------------------------
     def _persistent(self, start, call: str, peer_name: str, peer: int, tag: int) -> Request:
-        from .p2p.persistent import Prequest
+        from .persistent import Prequest
         self._alive(call)
-        return Prequest(start, self._engine, (call, peer_name, peer, tag, self._name))
+        return Prequest(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         self._check_dest(dest, "Send_init")
@@ -68,7 +68,7 @@ class CommExtras:
                                 "Send_init", "dest", dest, tag)
 
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        from .p2p.frames import F_SYNC
+        from ..transports.frames import F_SYNC
         self._check_dest(dest, "Ssend_init")
         self._check_send_tag(tag, "Ssend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Ssend_init", F_SYNC),
@@ -97,7 +97,7 @@ class CommExtras:
         data = bytearray().join(payload)   # one copy of every segment
         # The engine delivers it in the background (and before exit); the caller's request is
         # complete now, as a buffered send's is once the data sits in the attached buffer.
-        self._isend_bytes((memoryview(data),), nbytes, dest, tag, flags, call)
+        self._ep.isend((memoryview(data),), nbytes, dest, tag, flags, call)
         return CompletedRequest()
 
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
@@ -115,22 +115,22 @@ class CommExtras:
     # -- matched probes ----------------------------------------------------------------------
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Optional[Status] = None) -> Any:
-        from .p2p.message import mprobe
+        from .message import mprobe
         return mprobe(self, source, tag, status, True, "Mprobe")
 
     def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                 status: Optional[Status] = None) -> Any:
-        from .p2p.message import mprobe
+        from .message import mprobe
         return mprobe(self, source, tag, status, False, "Improbe")
 
     def mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Optional[Status] = None) -> Any:
-        from .p2p.message import mprobe
+        from .message import mprobe
         return mprobe(self, source, tag, status, True, "mprobe")
 
     def improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                 status: Optional[Status] = None) -> Any:
-        from .p2p.message import mprobe
+        from .message import mprobe
         return mprobe(self, source, tag, status, False, "improbe")
 
     # -- error handlers, info ----------------------------------------------------------------
@@ -141,7 +141,7 @@ class CommExtras:
         return self._attrs.get("__errhandler__", ERRORS_RETURN)
 
     def Call_errhandler(self, errorcode: int) -> None:
-        from .errors import MinimpiError
+        from ..errors import MinimpiError
         raise MinimpiError(int(errorcode))
 
     def Set_info(self, info: Info) -> None:
@@ -161,7 +161,7 @@ class CommExtras:
     @classmethod
     def Get_parent(cls) -> Any:
         """Never spawned: ``MPI.COMM_NULL`` (as mpi4py answers in a process not spawned)."""
-        from .comm import COMM_NULL
+        from .communicator import COMM_NULL
         return COMM_NULL
 
     Spawn = refusing("Spawn", "Intracomm.Spawn")

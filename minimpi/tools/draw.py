@@ -2,7 +2,7 @@
 
 Nothing here knows how any algorithm works. :func:`record` runs the collective - the same
 code every job runs - on ``p`` threads over the in-process transport
-(:func:`minimpi.inproc.run_threads`) and watches it:
+(:func:`minimpi.runtime.inproc.run_threads`) and watches it:
 
 * the fabric's ``recorder`` sees every frame on the wire (eager or rendezvous),
 * ``engine.step_hook`` (called by the collective framework at the start of each step)
@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import AlgorithmError
+from ..errors import AlgorithmError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MAX_RANKS = 16
@@ -186,7 +186,7 @@ def _or_send(b: Dict[str, np.ndarray], initial: bool) -> np.ndarray:
 
 
 def _sum():
-    from .ops import SUM
+    from ..data.ops import SUM
     return SUM
 
 
@@ -319,9 +319,9 @@ class _RankLog:
 def record(collective: str, algorithm: str, p: int, root: int = 0,
            nbytes: Optional[int] = None, timeout: float = 30.0) -> Schedule:
     """Run ``collective`` with ``algorithm`` on ``p`` threads and record its schedule."""
-    from .coll.registry import algorithms
-    from .inproc import run_threads
-    from .p2p.frames import EAGER, RTS
+    from ..coll.registry import algorithms
+    from ..runtime.inproc import run_threads
+    from ..transports.frames import EAGER, RTS
 
     collective = collective.lower()
     try:
@@ -367,7 +367,7 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
     def body(comm: Any) -> None:
         rank = comm.rank
         log = logs[rank]
-        engine = comm._engine
+        engine = comm._ep.engine
         bufs = driver.setup(rank, p, root, per_block)
         isend, irecv = engine.isend, engine.irecv
         groups = engine._groups
@@ -628,7 +628,7 @@ def svg_to_png(svg: str, path: str) -> None:
 
 def list_text() -> str:
     """Every collective and algorithm in the registry, with the first line of its docstring."""
-    from .coll.registry import REGISTRY, _load_all
+    from ..coll.registry import REGISTRY, _load_all
     _load_all()
     lines = []
     for coll in sorted(REGISTRY):

@@ -15,16 +15,27 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import serialization
-from .buffers import parse_buffer
-from .coll.api import CollectiveMethods
-from .commext import CommExtras
-from .constants import ANY_SOURCE, ANY_TAG, IDENT, CONGRUENT, PROC_NULL, SIMILAR, TAG_UB, UNDEFINED, UNEQUAL
-from .errors import ArgumentError, CommError, RankError, TagError
-from .p2p.engine import Engine
-from .p2p.frames import F_OBJECT, F_SYNC
-from .p2p.message import ProbeWait, finish_object, probe_status
-from .p2p.request import CompletedRequest, RecvRequest, Request, Status
+from ..constants import (
+    ANY_SOURCE,
+    ANY_TAG,
+    CONGRUENT,
+    IDENT,
+    PROC_NULL,
+    SIMILAR,
+    TAG_UB,
+    UNDEFINED,
+    UNEQUAL,
+)
+from ..data import serialization
+from ..data.buffers import parse_buffer
+from ..errors import ArgumentError, CommError, RankError, TagError
+from ..p2p.endpoint import Endpoint
+from ..p2p.engine import Engine
+from ..p2p.request import CompletedRequest, Request, Status
+from ..transports.frames import F_OBJECT, F_SYNC
+from .collectives import CollectiveMethods
+from .extras import CommExtras
+from .message import ProbeWait, finish_object, probe_status
 from .topology import CartMixin
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
@@ -35,7 +46,7 @@ def _byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Any]:
     """The bytes of a buffer argument, and its parsed spec when one was needed.
 
     Plain contiguous numpy arrays and bytearrays (the common case) take a fast path; every
-    other form goes through :func:`~minimpi.buffers.parse_buffer`.
+    other form goes through :func:`~minimpi.data.buffers.parse_buffer`.
     """
     kind = type(buf)
     if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable):
@@ -68,50 +79,42 @@ class Comm(CommExtras):
         if engine is None or not isinstance(engine, Engine):
             _share_handle(self, engine)
             return
-        self._engine = engine
-        self._group: Tuple[int, ...] = tuple(group)
-        self._rank = rank
-        self._size = len(self._group)
-        self._context = context
-        self._coll_context = context + 1
-        self._coll_seq = 0
-        self._name = name or f"comm#{context}"
+        #: who we are to the p2p engine (shared with the collective algorithms' channels)
+        self._ep = Endpoint(engine, group, rank, context, name or f"comm#{context}")
         self._freed = False
         self._attrs: dict = {}
-        engine.register_context(context, self._group)
-        engine.register_context(context + 1, self._group)
 
     # -- basic properties ---------------------------------------------------------------
     @property
     def rank(self) -> int:
-        return self._rank
+        return self._ep.rank
 
     @property
     def size(self) -> int:
-        return self._size
+        return self._ep.size
 
     def Get_rank(self) -> int:
-        return self._rank
+        return self._ep.rank
 
     def Get_size(self) -> int:
-        return self._size
+        return self._ep.size
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._ep.name
 
     def Get_name(self) -> str:
         """The name as MPI reports it: what Set_name set, else ``MPI_COMM_WORLD``,
         ``MPI_COMM_SELF`` or ``""`` (``.name`` is minimpi's descriptive label for messages)."""
-        return self.__dict__.get("_user_name", _MPI_NAMES.get(self._name, ""))
+        return self.__dict__.get("_user_name", _MPI_NAMES.get(self._ep.name, ""))
 
     def Set_name(self, name: str) -> None:
-        self._name = self._user_name = name
+        self._ep.name = self._user_name = name
 
     @property
     def world_ranks(self) -> Tuple[int, ...]:
         """The world rank of each member, in communicator rank order."""
-        return self._group
+        return self._ep.group
 
     def Is_inter(self) -> bool:
         return False
@@ -128,48 +131,37 @@ class Comm(CommExtras):
         return True
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._name} rank {self._rank} of {self._size}>"
+        return f"<{type(self).__name__} {self.name} rank {self.rank} of {self.size}>"
 
     # -- argument checks (each names rank, call, argument and what was expected) ---------
     def _alive(self, call: str) -> None:
         if self._freed:
-            raise CommError(f"rank {self._engine.rank}: {call} on {self._name}, which was freed "
+            raise CommError(f"rank {self._ep.engine.rank}: {call} on {self.name}, which was freed "
                             f"(Comm.Free); use a live communicator")
 
     def _check_dest(self, dest: int, call: str, arg: str = "dest") -> None:
-        if not (0 <= dest < self._size) and dest != PROC_NULL:
+        if not (0 <= dest < self.size) and dest != PROC_NULL:
             raise RankError(
-                f"rank {self._rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self._name}; "
-                f"expected 0..{self._size - 1} or MPI.PROC_NULL")
+                f"rank {self.rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self.name}; "
+                f"expected 0..{self.size - 1} or MPI.PROC_NULL")
 
     def _check_source(self, source: int, call: str, arg: str = "source") -> None:
-        if not (0 <= source < self._size) and source not in (ANY_SOURCE, PROC_NULL):
+        if not (0 <= source < self.size) and source not in (ANY_SOURCE, PROC_NULL):
             raise RankError(
-                f"rank {self._rank}: {call}({arg}={source!r}): invalid {arg} rank on {self._name}; "
-                f"expected 0..{self._size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+                f"rank {self.rank}: {call}({arg}={source!r}): invalid {arg} rank on {self.name}; "
+                f"expected 0..{self.size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
 
     def _check_send_tag(self, tag: int, call: str) -> None:
         if not (0 <= tag <= TAG_UB):
-            raise TagError(f"rank {self._rank}: {call}(tag={tag!r}): invalid tag; expected "
+            raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} (MPI.ANY_TAG is only for receives)")
 
     def _check_recv_tag(self, tag: int, call: str) -> None:
         if not (0 <= tag <= TAG_UB) and tag != ANY_TAG:
-            raise TagError(f"rank {self._rank}: {call}(tag={tag!r}): invalid tag; expected "
+            raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} or MPI.ANY_TAG")
 
     # -- the core operations all others use ----------------------------------------------
-    def _isend_bytes(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
-                     flags: int, call: str, context: Optional[int] = None) -> Request:
-        return self._engine.isend(self._context if context is None else context,
-                                  self._group[dest], self._rank, tag, payload, nbytes, flags,
-                                  (call, "dest", dest, tag, self._name))
-
-    def _irecv_into(self, target: Optional[memoryview], source: int, tag: int, call: str,
-                    context: Optional[int] = None) -> RecvRequest:
-        return self._engine.irecv(self._context if context is None else context, source, tag,
-                                  target, target is None, (call, "source", source, tag, self._name))
-
     def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
         self._alive(call)
@@ -177,17 +169,17 @@ class Comm(CommExtras):
         self._check_send_tag(tag, call)
         if dest == PROC_NULL:
             return CompletedRequest()
-        payload, nbytes = serialization.dumps(obj, rank=self._rank, call=call)
-        send = self._bsend_bytes if buffered else self._isend_bytes
+        payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
+        send = self._bsend_bytes if buffered else self._ep.isend
         return send(payload, nbytes, dest, tag, flags | F_OBJECT, call)
 
-    def _recv_obj(self, source: int, tag: int, call: str) -> Request:
+    def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
         self._alive(call)
         self._check_source(source, call)
         self._check_recv_tag(tag, call)
         if source == PROC_NULL:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        req = self._irecv_into(None, source, tag, call)
+        req = self._ep.irecv(None, source, tag, call, context)
         req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
         return req
 
@@ -199,7 +191,7 @@ class Comm(CommExtras):
         if dest == PROC_NULL:
             return CompletedRequest()
         view, _ = _byte_view(buf, False, call)
-        send = self._bsend_bytes if buffered else self._isend_bytes
+        send = self._bsend_bytes if buffered else self._ep.isend
         return send((view,), view.nbytes, dest, tag, flags, call)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
@@ -209,7 +201,7 @@ class Comm(CommExtras):
         view, spec = _byte_view(buf, True, call)
         if source == PROC_NULL:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        req = self._irecv_into(view, source, tag, call)
+        req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
             req._finish = spec.finish
         return req
@@ -252,7 +244,7 @@ class Comm(CommExtras):
         when two ranks exchange); returns the received object."""
         rreq = self._recv_obj(source, recvtag, "sendrecv")
         sreq = self._send_obj(sendobj, dest, sendtag, "sendrecv")
-        self._engine.wait_all([rreq, sreq])
+        self._ep.engine.wait_all([rreq, sreq])
         sreq.wait()
         return rreq.wait(status)
 
@@ -304,7 +296,7 @@ class Comm(CommExtras):
         """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once."""
         rreq = self._recv_buf(recvbuf, source, recvtag, "Sendrecv")
         sreq = self._send_buf(sendbuf, dest, sendtag, "Sendrecv")
-        self._engine.wait_all([rreq, sreq])
+        self._ep.engine.wait_all([rreq, sreq])
         sreq.wait()
         rreq.wait(status)
 
@@ -332,7 +324,7 @@ class Comm(CommExtras):
             return st is not None
 
         if not arrived():
-            self._engine.wait_until(arrived, [ProbeWait(self, "probe", source, tag)])
+            self._ep.engine.wait_until(arrived, [ProbeWait(self, "probe", source, tag)])
         if status is not None:
             status._assign(found[-1])
         return True
@@ -345,7 +337,7 @@ class Comm(CommExtras):
         if source == PROC_NULL:
             _null_status(status)
             return True
-        self._engine.poll()
+        self._ep.engine.poll()
         st = probe_status(self, source, tag)
         if st is None:
             return False
@@ -364,12 +356,12 @@ class Comm(CommExtras):
 
     def _free_context(self) -> int:
         """The lowest context id this process has not used yet."""
-        return getattr(self._engine, "next_context", FIRST_FREE_CONTEXT)
+        return getattr(self._ep.engine, "next_context", FIRST_FREE_CONTEXT)
 
     def _agree_context(self, proposals: Sequence[int]) -> int:
         """Take the largest of the members' free context ids (so it is free on all of them)."""
         context = max(proposals)
-        self._engine.next_context = context + 2
+        self._ep.engine.next_context = context + 2
         return context
 
     def _exchange(self, value: Any, what: str, members: Optional[Sequence[int]] = None,
@@ -382,41 +374,33 @@ class Comm(CommExtras):
         ``tag`` defaults to the next collective tag (then every member must call it).
         """
         if tag is None:
-            tag = self._next_coll_tag()
-        members = list(range(self._size)) if members is None else list(members)
-        ctx, call = self._coll_context, f"{what} exchange"
+            tag = self._ep.next_coll_tag()
+        members = list(range(self.size)) if members is None else list(members)
+        ctx, call = self._ep.coll_context, f"{what} exchange"
         leader, others = members[0], members[1:]
         if not others:
             return [value]
-        if self._rank == leader:
-            reqs = [self._recv_obj_ctx(src, tag, ctx, call) for src in others]
+        if self.rank == leader:
+            reqs = [self._recv_obj(src, tag, call, ctx) for src in others]
             values = [value] + [r.wait() for r in reqs]
             payload, nbytes = serialization.dumps(values)
-            Request.waitall([self._isend_bytes(payload, nbytes, dst, tag, F_OBJECT, call, ctx)
+            Request.waitall([self._ep.isend(payload, nbytes, dst, tag, F_OBJECT, call, ctx)
                              for dst in others])
             return values
         payload, nbytes = serialization.dumps(value)
-        self._isend_bytes(payload, nbytes, leader, tag, F_OBJECT, call, ctx).wait()
-        return self._recv_obj_ctx(leader, tag, ctx, call).wait()
+        self._ep.isend(payload, nbytes, leader, tag, F_OBJECT, call, ctx).wait()
+        return self._recv_obj(leader, tag, call, ctx).wait()
 
-    def _recv_obj_ctx(self, source: int, tag: int, ctx: int, call: str) -> Request:
-        req = self._irecv_into(None, source, tag, call, ctx)
-        req._finish = lambda: finish_object(req)
-        return req
 
-    def _next_coll_tag(self) -> int:
-        """Tag of the next collective call on this communicator (same order on every member)."""
-        self._coll_seq += 1
-        return self._coll_seq & 0x7FFFFFFF
 
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
-        return Intracomm(self._engine, group, rank, context, name)
+        return Intracomm(self._ep.engine, group, rank, context, name)
 
     def Dup(self, info: Any = None) -> "Intracomm":
         """A new communicator with the same members whose messages never mix with this one's."""
         self._alive("Dup")
         context = self._allocate_context()
-        comm = self._derive(self._group, self._rank, context, f"{self._name}.dup")
+        comm = self._derive(self._ep.group, self.rank, context, f"{self.name}.dup")
         cls = type(self)
         if cls is not Intracomm:   # mpi4py: Dup of a user subclass (or Cartcomm) keeps its type
             same = cls.__new__(cls)
@@ -434,7 +418,7 @@ class Comm(CommExtras):
         except TypeError:
             color_i = None
         if color_i is None or (color_i < 0 and color_i != UNDEFINED):
-            raise ArgumentError(f"rank {self._rank}: Split(color={color!r}, key={key!r}): color "
+            raise ArgumentError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
                                 f"and key must be ints, color >= 0 or MPI.UNDEFINED")
         color = color_i
         entries = self._exchange((color, key, self._free_context()), "Split")
@@ -443,8 +427,8 @@ class Comm(CommExtras):
             return COMM_NULL
         members = sorted((k, r) for r, (c, k, _) in enumerate(entries) if c == color)
         ranks = [r for _, r in members]
-        group = [self._group[r] for r in ranks]
-        return self._derive(group, ranks.index(self._rank), context, f"{self._name}.split({color})")
+        group = [self._ep.group[r] for r in ranks]
+        return self._derive(group, ranks.index(self.rank), context, f"{self.name}.split({color})")
 
     def Free(self) -> None:
         """Release the communicator; later use raises ``CommError``.
@@ -453,27 +437,26 @@ class Comm(CommExtras):
         mpi4py), and stay usable.
         """
         self._alive("Free")
-        if self._context < FIRST_FREE_CONTEXT:
-            raise CommError(f"rank {self._rank}: Free on {self._name}: a predefined "
+        if self._ep.context < FIRST_FREE_CONTEXT:
+            raise CommError(f"rank {self.rank}: Free on {self.name}: a predefined "
                             f"communicator cannot be freed (MPI_ERR_COMM)")
         self._freed = True
-        self._engine.release_context(self._context)
-        self._engine.release_context(self._coll_context)
+        self._ep.release()
 
     def Compare(self, other: "Comm") -> int:
         """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
         if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
             return IDENT
-        if isinstance(other, Comm) and other._group == self._group:
+        if isinstance(other, Comm) and other._ep.group == self._ep.group:
             return CONGRUENT
-        if isinstance(other, Comm) and sorted(other._group) == sorted(self._group):
+        if isinstance(other, Comm) and sorted(other._ep.group) == sorted(self._ep.group):
             return SIMILAR
         return UNEQUAL
 
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
-        from . import runtime
-        runtime.abort(int(errorcode), f"rank {self._rank} called Abort({errorcode}) on {self._name}")
+        from ..runtime import world as runtime
+        runtime.abort(int(errorcode), f"rank {self.rank} called Abort({errorcode}) on {self.name}")
 
     # -- attributes ---------------------------------------------------------------------------
     def Get_attr(self, keyval: int) -> Any:
@@ -511,10 +494,22 @@ _PREDEFINED_ATTRS = {
     KEYVAL_HOST: lambda comm: PROC_NULL,
     KEYVAL_IO: lambda comm: comm.rank,
     KEYVAL_WTIME_IS_GLOBAL: lambda comm: False,
-    KEYVAL_UNIVERSE_SIZE: lambda comm: comm._engine.size,
+    KEYVAL_UNIVERSE_SIZE: lambda comm: comm._ep.engine.size,
     KEYVAL_APPNUM: lambda comm: 0,
     KEYVAL_LASTUSEDCODE: lambda comm: 0x3FFFFFFF,
 }
+
+
+class _NullEndpoint:
+    """What a null communicator (``Comm()``, a freed handle's twin) answers for its identity."""
+    engine = None
+    group: Tuple[int, ...] = ()
+    rank = UNDEFINED
+    size = 0
+    name = "COMM_NULL"
+
+
+_NULL_ENDPOINT = _NullEndpoint()
 
 
 def _share_handle(target: "Comm", source: Any) -> None:
@@ -522,8 +517,7 @@ def _share_handle(target: "Comm", source: Any) -> None:
     if isinstance(source, Comm):
         target.__dict__ = source.__dict__
     elif source is None or isinstance(source, _NullComm):
-        target.__dict__ = {"_null": True, "_freed": True, "_name": "COMM_NULL", "_rank": UNDEFINED,
-                           "_size": 0, "_group": (), "_attrs": {}, "_engine": None}
+        target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": _NULL_ENDPOINT}
     else:
         raise CommError(f"{type(target).__name__}({source!r}): expected a communicator "
                         f"(e.g. MPI.COMM_WORLD) or nothing")
@@ -534,7 +528,7 @@ class Intracomm(CollectiveMethods, Comm):
 
 
 class Cartcomm(CartMixin, Intracomm):
-    """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.topology)."""
+    """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.comm.topology)."""
 
 
 Topocomm = Intracomm

@@ -6,21 +6,21 @@ take it; ``Message.Recv``/``Irecv``/``recv``/``irecv`` then receive exactly that
 Counts of object messages: mpi4py pickles objects in band, so ``Status.Get_count()`` after
 ``recv`` (or after a ``probe``) is the size of the pickle. minimpi frames objects as
 ``u32 nbuffers | u64 pickle_len | u64 len(buffer_i)... | pickle | buffers`` (see
-:mod:`minimpi.serialization`); :func:`object_count` reports pickle plus out-of-band buffer
+:mod:`minimpi.data.serialization`); :func:`object_count` reports pickle plus out-of-band buffer
 bytes, which equals mpi4py's count whenever the object holds no large buffers.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from .. import serialization
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from ..data import serialization
 from ..errors import RequestError, SerializationError
-from .frames import F_OBJECT
-from .request import CompletedRequest, Request, Status, describe
+from ..p2p.request import CompletedRequest, Request, Status, describe
+from ..transports.frames import F_OBJECT
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..comm import Comm
+    from .communicator import Comm
 
 
 def object_count(total: int, payload: Any = None) -> int:
@@ -41,7 +41,7 @@ def incoming_status(inc: Any) -> Status:
 
 def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
     """Status of the message a receive on ``comm`` would match now, or None."""
-    inc = comm._engine._queue(comm._context).find_unexpected(source, tag, remove=False)
+    inc = comm._ep.engine._queue(comm._ep.context).find_unexpected(source, tag, remove=False)
     return None if inc is None else incoming_status(inc)
 
 
@@ -137,10 +137,10 @@ class Message:
         if no_proc:
             self._no_proc = False
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        from ..comm import _byte_view
+        from .communicator import _byte_view
         view, spec = _byte_view(buf, True, "Message.Recv")
         comm = self._comm
-        req = comm._engine.irecv_message(inc, view, False,
+        req = comm._ep.engine.irecv_message(inc, view, False,
                                          ("Message.Recv", "source", inc.source, inc.tag, comm.name))
         if spec is not None and spec.is_temporary:
             req._finish = spec.finish
@@ -156,7 +156,7 @@ class Message:
             self._no_proc = False
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         comm = self._comm
-        req = comm._engine.irecv_message(inc, None, True,
+        req = comm._ep.engine.irecv_message(inc, None, True,
                                          ("Message.recv", "source", inc.source, inc.tag, comm.name))
         req._finish = lambda: finish_object(req)
         return req
@@ -179,14 +179,14 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
     comm._check_source(source, call)
     comm._check_recv_tag(tag, call)
     if source == PROC_NULL:
-        from ..comm import _null_status
+        from .communicator import _null_status
         _null_status(status)
         return Message._make(None, None, no_proc=True)   # equal to MPI.MESSAGE_NO_PROC
-    engine = comm._engine
+    engine = comm._ep.engine
     found: list = []
 
     def take() -> bool:
-        inc = engine.take_message(comm._context, source, tag)
+        inc = engine.take_message(comm._ep.context, source, tag)
         if inc is not None:
             found.append(inc)
         return inc is not None

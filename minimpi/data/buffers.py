@@ -3,7 +3,7 @@
 Every uppercase call (``Send``, ``Recv``, ``Bcast``, ``Reduce``...) starts with
 :func:`parse_buffer` (or :func:`parse_vbuffer` for the v-variants). The result names the
 exact elements the call uses as a flat 1-D numpy array **over the user's memory** (no copy
-for contiguous input), its :class:`~minimpi.datatypes.Datatype`, and the count in items of
+for contiguous input), its :class:`~minimpi.data.datatypes.Datatype`, and the count in items of
 that datatype.
 
 Accepted forms (as mpi4py accepts them)::
@@ -38,9 +38,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .constants import IN_PLACE
+from ..constants import IN_PLACE
+from ..errors import BufferSpecError, CountError, DatatypeError
 from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, resolve_datatype
-from .errors import BufferSpecError, CountError, DatatypeError
 
 __all__ = ["BufSpec", "VBufSpec", "parse_buffer", "parse_vbuffer", "is_buffer"]
 

@@ -8,7 +8,7 @@ that last: nothing here runs for a wait shorter than ``engine.block_report_after
   collective step the wait belongs to, describe every pending request (call, peer as
   communicator and world rank, tag, communicator, size, protocol: a large send waiting for
   its rendezvous clear-to-send, a synchronous send waiting for its match) and send it all to
-  the coordinator with :meth:`~minimpi.bootstrap.CoordinatorClient.report_state`.
+  the coordinator with :meth:`~minimpi.runtime.bootstrap.CoordinatorClient.report_state`.
 * ``on_still_blocked(waiting_on)`` - that wait is still going on but its progress moved
   something (frames or bytes arrived or left, a connection opened). Re-report, at most every
   :data:`REREPORT_INTERVAL` s, with an increased ``io`` counter: to the launcher this says
@@ -36,12 +36,13 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .units import format_size
+from ..data.units import format_size
 
 #: at most one "still blocked, but data moved" report per this many seconds
 REREPORT_INTERVAL = 0.25
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: the minimpi package (two levels up: minimpi/runtime/diagnose.py); frames inside it are ours
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 ENV_DEADLOCK_TIMEOUT = "MINIMPI_DEADLOCK_TIMEOUT"
 
 
@@ -86,10 +87,10 @@ def _collective_channel(frame):
 # Describing what a wait is waiting for
 # ---------------------------------------------------------------------------------------
 def _coll_info(ch) -> Dict[str, Any]:
-    info = {"call": ch.call, "comm": ch.comm.name, "step": ch.step_index, "seq": None, "sig": None}
+    info = {"call": ch.call, "comm": ch.ep.name, "step": ch.step_index, "seq": None, "sig": None}
     try:
-        from .mismatch import call_of
-        mine = call_of(ch.comm, ch.tag)
+        from ..coll.mismatch import call_of
+        mine = call_of(ch.ep, ch.tag)
         if mine is not None:
             info["seq"] = mine.seq
             info["sig"] = mine.text()
@@ -102,7 +103,7 @@ def _item(engine, req) -> Optional[Dict[str, Any]]:
     """One pending request as a dict (None when it is done)."""
     if getattr(req, "done", False):
         return None
-    from .p2p.request import RecvRequest, SendRequest
+    from ..p2p.request import RecvRequest, SendRequest
     d = getattr(req, "description", None)
     item: Dict[str, Any] = {"call": str(d), "dir": None, "peer": None, "world": None, "tag": None,
                             "comm": None, "nbytes": None, "proto": None, "any": None}
@@ -132,7 +133,7 @@ def _item(engine, req) -> Optional[Dict[str, Any]]:
             item["nbytes"] = req.target.nbytes
     elif hasattr(req, "_ch") and hasattr(req, "_step"):   # a nonblocking collective
         ch = req._ch
-        item.update(call=ch.call, dir="coll", comm=ch.comm.name)
+        item.update(call=ch.call, dir="coll", comm=ch.ep.name)
         item["coll"] = _coll_info(ch)
         pending = [_item(engine, r) for r in (req._step or [])]
         item["step_items"] = [p for p in pending if p is not None]
@@ -349,7 +350,7 @@ def failure_state(exc: BaseException) -> Dict[str, Any]:
     ``consequence`` marks errors caused by another rank's failure (a peer that vanished, an
     aborted job), so the launcher can name the rank whose error came first instead.
     """
-    from .errors import JobAbortedError, PeerLostError
+    from ..errors import JobAbortedError, PeerLostError
     return {"blocked": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
             "consequence": isinstance(exc, (PeerLostError, JobAbortedError))}
 

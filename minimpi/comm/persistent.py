@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import RequestError
-from .request import Request, Status
+from ..p2p.request import Request, Status
 
 _EMPTY = Status()
 

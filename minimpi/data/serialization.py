@@ -15,7 +15,7 @@ import pickle
 import struct
 from typing import Any, List, Tuple
 
-from .errors import SerializationError
+from ..errors import SerializationError
 
 _COUNT = struct.Struct("<IQ")
 _LEN = struct.Struct("<Q")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 
 _WHY = {
     "Win": "one-sided communication (MPI.Win, Put/Get/Accumulate)",

@@ -1,0 +1,1 @@
+"""minimpi.comm.communicator."""

@@ -1,0 +1,52 @@
+"""The mpi4py-facing allreduce methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...coll.reduction import Operand
+from ...constants import IN_PLACE
+from ...data.buffers import parse_buffer
+from .common import check_op, execute, send_as_recv
+
+
+class AllreduceMethods:
+    """``Allreduce``/``Iallreduce``/``allreduce`` of ``Intracomm``."""
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into every ``recvbuf``.
+
+        ``sendbuf`` may be ``MPI.IN_PLACE`` (the input is taken from ``recvbuf``).
+        """
+        self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Allreduce", False)
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+        return self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Iallreduce", True)
+
+    def _allreduce_buf(self, sendbuf, recvbuf, op, algorithm, call, nonblocking):
+        op = check_op(self, op, call)
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        op.check_datatype(recv.datatype, call)
+        mine = None if send is IN_PLACE else send_as_recv(self, call, send, recv)
+
+        def invoke(alg, ch):
+            red = Operand(op, False, recv.datatype, ch.call)
+            if mine is None:
+                return alg(ch, red, recv.array)
+            if alg.reads_sendbuf:                     # no copy of the input into recvbuf
+                return alg(ch, red, recv.array, contribution=mine)
+            if recv.nbytes:
+                recv.array[...] = mine
+            return alg(ch, red, recv.array)
+
+        return execute(self, "allreduce", call, recv.nbytes, invoke,
+                       op=op, algorithm=algorithm, nonblocking=nonblocking,
+                       finalize=lambda _: recv.finish())
+
+    def allreduce(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+        """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
+        op = check_op(self, op, "allreduce")
+        return execute(self, "allreduce", "allreduce", 0,
+                       lambda alg, ch: alg(ch, Operand(op, True, None, ch.call), sendobj), op=op,
+                       algorithm=algorithm, objects=True)
+

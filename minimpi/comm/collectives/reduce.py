@@ -1,0 +1,63 @@
+"""The mpi4py-facing reduce methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...coll.reduction import Operand
+from ...constants import IN_PLACE
+from ...data.buffers import parse_buffer
+from .common import check_op, check_root, execute, send_as_recv
+
+
+class ReduceMethods:
+    """``Reduce``/``reduce`` and their ``I`` variants."""
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
+               algorithm: str = None) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into the root's
+        ``recvbuf`` (``MPI.IN_PLACE`` as the root's ``sendbuf``: its input is in ``recvbuf``)."""
+        self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Reduce", False)
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
+                algorithm: str = None):
+        return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
+
+    def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
+        check_root(self, root, call)
+        op = check_op(self, op, call)
+        at_root = self.rank == root
+        acc, datatype, finish = _reduce_operands(self, sendbuf, recvbuf, call, use_recv=at_root)
+        op.check_datatype(datatype, call)
+        red = Operand(op, False, datatype, call)
+        acc = red.mine(acc, readonly=not at_root)
+        return execute(self, "reduce", call, acc.nbytes,
+                       lambda alg, ch: alg(ch, red, acc, root), op=op, root=root, algorithm=algorithm,
+                       nonblocking=nonblocking, finalize=lambda _: finish())
+
+    def reduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None) -> Any:
+        """The root returns x0 (op) x1 (op) ... of every rank's ``sendobj``; others None."""
+        return self._reduce_obj(sendobj, op, root, algorithm, "reduce", False)
+
+    def ireduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None):
+        return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
+
+    def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
+        check_root(self, root, call)
+        op = check_op(self, op, call)
+        red = Operand(op, True, None, call)
+        return execute(self, "reduce", call, 0, lambda alg, ch: alg(ch, red, sendobj, root),
+                       op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+
+
+def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):
+    """(accumulator, datatype, finish): with ``use_recv`` the accumulator is the receive
+    buffer holding this rank's input (copied from ``sendbuf`` unless ``IN_PLACE``); without
+    it, the send buffer itself (read-only; ``recvbuf`` is ignored)."""
+    send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf",
+                        allow_in_place=use_recv)
+    if not use_recv:
+        return send.array, send.datatype, lambda: None
+    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+    if send is not IN_PLACE:
+        recv.array[...] = send_as_recv(comm, call, send, recv)
+    return recv.array, recv.datatype, recv.finish

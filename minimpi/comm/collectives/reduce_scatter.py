@@ -1,0 +1,97 @@
+"""The mpi4py-facing reduce_scatter methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...coll.blocks import as_bytes
+from ...coll.reduction import Operand
+from ...constants import IN_PLACE
+from ...data.buffers import _int_list, parse_buffer
+from ...errors import CountError
+from .common import check_op, execute
+
+
+class ReduceScatterMethods:
+    """``Reduce_scatter``/``Reduce_scatter_block`` (+ ``I`` variants) of ``Intracomm``."""
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = None,
+                       algorithm: str = None) -> None:
+        """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
+        the ``recvcounts[r]`` items of block r in ``recvbuf``.
+
+        ``recvcounts=None``: each rank's ``recvbuf`` count (gathered from all ranks, as in
+        mpi4py). ``sendbuf=MPI.IN_PLACE``: the input is taken from ``recvbuf`` (which must
+        then hold the whole vector) and the result is stored at its start.
+        """
+        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter",
+                             False, False)
+
+    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                        op: Any = None, algorithm: str = None):
+        return self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm,
+                                    "Ireduce_scatter", True, False)
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
+                             algorithm: str = None) -> None:
+        """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
+
+        With ``MPI.IN_PLACE``, ``recvbuf`` holds the whole input (p blocks) and block r of
+        the result is stored at its start.
+        """
+        self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block",
+                             False, True)
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
+                              algorithm: str = None):
+        return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm,
+                                    "Ireduce_scatter_block", True, True)
+
+    def _reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
+                        block):
+        p, rank = self.size, self.rank
+        op = check_op(self, op, call)
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        op.check_datatype(recv.datatype, call)
+        in_place = send is IN_PLACE
+        if block:
+            if in_place:
+                if recv.count % p:
+                    raise CountError(
+                        f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the whole input, "
+                        f"{recv.count} x {recv.datatype.name}, which does not split into {p} "
+                        f"equal blocks")
+                counts = [recv.count // p] * p
+            else:
+                counts = [recv.count] * p
+        elif recvcounts is None:
+            if in_place:
+                raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
+            counts = self.allgather(recv.count)
+        else:
+            counts = _int_list(recvcounts, "recvcounts", p, call, "recvcounts")
+        total = sum(counts)
+        source = recv if in_place else send
+        if source.count != total or source.datatype.size != recv.datatype.size:
+            what = "recvbuf (IN_PLACE input)" if in_place else "sendbuf"
+            raise CountError(
+                f"rank {rank}: {call}: {what} has {source.count} x {source.datatype.name} but "
+                f"the blocks of all ranks add up to {total} x {recv.datatype.name}")
+        if not in_place and recv.count < counts[rank]:
+            raise CountError(
+                f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, fewer "
+                f"than this rank's block of {counts[rank]}")
+        k = recv.datatype.base_count
+        elems = [c * k for c in counts]
+        if in_place:
+            vector = recv.array.copy()                # the input; the result overwrites the start
+        else:
+            vector = send.array
+            if vector.dtype != recv.array.dtype:
+                vector = as_bytes(vector).view(recv.array.dtype)
+        out = recv.array[:elems[rank]]
+        return execute(self, "reduce_scatter", call, total * recv.datatype.size,
+                       lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call), vector,
+                                         out, elems),
+                       op=op, algorithm=algorithm, nonblocking=nonblocking,
+                       finalize=lambda _: recv.finish())

@@ -1,0 +1,66 @@
+"""The mpi4py-facing scan methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...coll.cost import default_model
+from ...coll.reduction import Operand
+from ...constants import IN_PLACE
+from ...data.buffers import parse_buffer
+from .common import check_op, execute, send_as_recv
+
+
+class ScanMethods:
+    """``Scan``/``Exscan``/``scan``/``exscan`` and their ``I`` variants."""
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+        """Rank r's ``recvbuf`` = x0 (op) ... (op) xr (``MPI.IN_PLACE``: input in recvbuf)."""
+        self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Scan", False)
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Iscan", True)
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+        """Rank r's ``recvbuf`` = x0 (op) ... (op) x[r-1]; rank 0's is left untouched."""
+        self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Exscan", False)
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
+
+    def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
+        op = check_op(self, op, call)
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        if send is IN_PLACE:
+            data = recv.array.copy()
+        else:
+            data = send_as_recv(self, call, send, recv)
+        op.check_datatype(recv.datatype, call)
+        red = Operand(op, False, recv.datatype, call)
+        segment = default_model().segment
+        return execute(self, collective, call, recv.nbytes,
+                       lambda alg, ch: alg(ch, red, data, recv.array, segment), op=op,
+                       algorithm=algorithm, nonblocking=nonblocking,
+                       finalize=lambda _: recv.finish())
+
+    def scan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+        """Rank r returns x0 (op) ... (op) xr of the ranks' ``sendobj``."""
+        return self._scan_obj(sendobj, op, algorithm, "scan", "scan", False)
+
+    def iscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
+        return self._scan_obj(sendobj, op, algorithm, "scan", "iscan", True)
+
+    def exscan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+        """Rank r returns x0 (op) ... (op) x[r-1]; rank 0 returns None."""
+        return self._scan_obj(sendobj, op, algorithm, "exscan", "exscan", False)
+
+    def iexscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
+        return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
+
+    def _scan_obj(self, sendobj, op, algorithm, collective, call, nonblocking):
+        op = check_op(self, op, call)
+        red = Operand(op, True, None, call)
+        segment = default_model().segment
+        return execute(self, collective, call, 0,
+                       lambda alg, ch: alg(ch, red, sendobj, None, segment), op=op,
+                       algorithm=algorithm, objects=True, nonblocking=nonblocking)

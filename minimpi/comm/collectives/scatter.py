@@ -1,0 +1,84 @@
+"""The mpi4py-facing scatter methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...coll.blocks import EqualBlocks, ListedBlocks, as_bytes
+from ...coll.cost import default_model
+from ...constants import IN_PLACE
+from ...data.buffers import parse_buffer, parse_vbuffer
+from ...errors import ArgumentError
+from .common import check_equal_blocks, check_root, execute
+
+
+class ScatterMethods:
+    """``Scatter``/``Scatterv``/``scatter`` and their ``I`` variants."""
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
+        """Send block i of the root's ``sendbuf`` to rank i's ``recvbuf`` (``MPI.IN_PLACE``
+        as the root's ``recvbuf`` leaves its block where it is)."""
+        self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Scatter", False, False)
+
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
+        return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatter", False, True)
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
+        """Like Scatter with per-rank counts: the root passes ``[buf, (counts, displs), TYPE]``."""
+        self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Scatterv", True, False)
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
+        return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatterv", True, True)
+
+    def _scatter_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
+        check_root(self, root, call)
+        p, at_root = self.size, self.rank == root
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf", allow_in_place=at_root)
+        in_place = recv is IN_PLACE
+        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf") if at_root else None
+        if at_root and not vector:
+            check_equal_blocks(self, call, send, "sendbuf", None if in_place else recv, "recvbuf",
+                               "Scatterv")
+        model = default_model()
+        if vector:
+            known = {} if in_place else {self.rank: recv.array}
+            items = [send.block(a) for a in range(p)] if at_root else None
+            if at_root and in_place:
+                items[root] = None
+            nbytes = 0
+            make = lambda ch: ListedBlocks(ch, root, items=items, known=known)
+        else:
+            nbytes = send.block_nbytes(0) if in_place else recv.nbytes
+            everything = as_bytes(send.array)[:p * nbytes] if at_root else None
+            dst = None if in_place else as_bytes(recv.array)
+            make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, dst=dst)
+        finish = (lambda _: None) if in_place else (lambda _: recv.finish())
+        return execute(self, "scatter", call, nbytes,
+                       lambda alg, ch: alg(ch, make(ch), root, model.segment),
+                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+
+    def scatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:
+        """The root's ``sendobj`` is a sequence of p objects; rank i returns item i."""
+        return self._scatter_obj(sendobj, root, algorithm, "scatter", False)
+
+    def iscatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None):
+        return self._scatter_obj(sendobj, root, algorithm, "iscatter", True)
+
+    def _scatter_obj(self, sendobj, root, algorithm, call, nonblocking):
+        check_root(self, root, call)
+        items = None
+        if self.rank == root:
+            try:
+                items = list(sendobj)
+            except TypeError:
+                items = None
+            if items is None or len(items) != self.size:
+                what = (f"{len(items)} items" if items is not None else
+                        f"{type(sendobj).__name__}, not a sequence")
+                raise ArgumentError(
+                    f"rank {self.rank}: {call}(root={root}): sendobj must be a sequence of "
+                    f"{self.size} objects (one per rank), got {what}")
+        model = default_model()
+        return execute(self, "scatter", call, 0,
+                       lambda alg, ch: alg(ch, ListedBlocks(ch, root, items=items, objects=True),
+                                         root, model.segment),
+                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

@@ -1,0 +1,71 @@
+"""A communicator as the point-to-point engine sees it: the one object both layers above use.
+
+An :class:`Endpoint` is a group of world ranks, this process's rank in it, and the two
+context ids its messages travel on - one for the user's point-to-point messages, one for
+collectives - so that messages never cross communicators and a collective's messages never
+match a user's receive. ``Comm`` (the mpi4py-facing API) and the collective algorithms'
+``Channel`` both send and receive through it; neither needs the other.
+
+Ranks given to :meth:`Endpoint.isend` / :meth:`Endpoint.irecv` are ranks of this group; the
+engine works in world ranks, so the endpoint translates on the way down.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+from .engine import Engine
+from .request import RecvRequest, Request
+
+
+class Endpoint:
+    """``rank`` of ``size`` in ``group`` (world ranks), on contexts ``context`` and ``context + 1``.
+
+    Registering the contexts with the engine happens here, so a message that arrives for an
+    endpoint before any receive is posted already has a queue to wait in.
+    """
+
+    __slots__ = ("engine", "group", "rank", "size", "context", "coll_context", "name",
+                 "_coll_seq")
+
+    def __init__(self, engine: Engine, group: Sequence[int], rank: int, context: int,
+                 name: str) -> None:
+        self.engine = engine
+        self.group: Tuple[int, ...] = tuple(group)
+        self.rank = rank
+        self.size = len(self.group)
+        self.context = context
+        self.coll_context = context + 1
+        #: a label for error messages ("COMM_WORLD", "COMM_WORLD.split(1)", ...)
+        self.name = name
+        self._coll_seq = 0
+        engine.register_context(context, self.group)
+        engine.register_context(self.coll_context, self.group)
+
+    def isend(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
+              flags: int, call: str, context: Optional[int] = None) -> Request:
+        """Start sending ``payload`` (``nbytes`` in all) to group rank ``dest``.
+
+        ``context`` defaults to the point-to-point one; collectives pass ``coll_context``.
+        ``call`` names the API call in errors and deadlock reports.
+        """
+        return self.engine.isend(self.context if context is None else context,
+                                 self.group[dest], self.rank, tag, payload, nbytes, flags,
+                                 (call, "dest", dest, tag, self.name))
+
+    def irecv(self, target: Optional[memoryview], source: int, tag: int, call: str,
+              context: Optional[int] = None) -> RecvRequest:
+        """Start receiving from group rank ``source`` (or ``ANY_SOURCE``) into ``target``
+        (a writable memoryview of the expected size), or - ``target`` None - into a fresh
+        buffer of whatever size arrives (an object receive)."""
+        return self.engine.irecv(self.context if context is None else context, source, tag,
+                                 target, target is None, (call, "source", source, tag, self.name))
+
+    def next_coll_tag(self) -> int:
+        """The tag of the next collective call (every member draws them in the same order)."""
+        self._coll_seq += 1
+        return self._coll_seq & 0x7FFFFFFF
+
+    def release(self) -> None:
+        """Stop routing messages to this endpoint's contexts (``Comm.Free``)."""
+        self.engine.release_context(self.context)
+        self.engine.release_context(self.coll_context)

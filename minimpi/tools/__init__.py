@@ -1,0 +1,1 @@
+"""minimpi.tools."""

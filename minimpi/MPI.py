@@ -22,7 +22,8 @@ import time as _time
 # below), so the import sorter leaves this file alone.
 # isort: skip_file
 from . import __version__ as _minimpi_version
-from .comm.communicator import COMM_NULL, Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
+from .comm.communicator import Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
+from .comm.null import COMM_NULL  # noqa: F401
 from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
                            ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info, _Refused,

@@ -20,7 +20,7 @@ import numpy as np
 
 from .bcast import bcast_binomial
 from .blocks import even_bounds
-from .cost import ceil_log2, floor_log2, not_pow2, segments
+from .cost import ceil_log2, default_model, floor_log2, not_pow2, segments
 from .peers import fold_power_of_two, unfold_rank
 from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
@@ -206,7 +206,6 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
             data[...] = contribution
         return data
     if not segment:
-        from .cost import default_model
         segment = default_model().segment
     left, right = (rank - 1) % p, (rank + 1) % p
     unit = red.datatype.base_count if red.datatype is not None else 1

@@ -55,6 +55,7 @@ import zlib
 from typing import Any, Dict, Optional, Tuple
 
 from ..errors import CollectiveMismatchError
+from .registry import REGISTRY
 
 SEQ_BITS = 14
 SEQ_MASK = (1 << SEQ_BITS) - 1
@@ -149,7 +150,6 @@ def _kind_name(kind: int) -> str:
     if 1 <= kind <= len(KINDS):
         return DISPLAY[KINDS[kind - 1]]
     try:  # a collective outside the fixed table: look among the registered ones
-        from .registry import REGISTRY
         for name in REGISTRY:
             if _kind_id(name) == kind:
                 return name.capitalize()
@@ -214,7 +214,6 @@ def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool)
 
     algs = [mine.algorithm]
     try:
-        from .registry import REGISTRY
         algs += [a for a in REGISTRY.get(mine.collective, {}) if a != mine.algorithm]
     except Exception:  # pragma: no cover - only for messages
         pass

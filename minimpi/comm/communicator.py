@@ -13,8 +13,6 @@ from __future__ import annotations
 import operator
 from typing import Any, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
@@ -27,43 +25,20 @@ from ..constants import (
     UNEQUAL,
 )
 from ..data import serialization
-from ..data.buffers import parse_buffer
+from ..data.buffers import byte_view, parse_buffer
 from ..errors import ArgumentError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
-from ..p2p.request import CompletedRequest, Request, Status
+from ..p2p.request import CompletedRequest, Request, Status, null_status
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .extras import CommExtras
 from .message import ProbeWait, finish_object, probe_status
+from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .topology import CartMixin
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
 FIRST_FREE_CONTEXT = 4
-
-
-def _byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Any]:
-    """The bytes of a buffer argument, and its parsed spec when one was needed.
-
-    Plain contiguous numpy arrays and bytearrays (the common case) take a fast path; every
-    other form goes through :func:`~minimpi.data.buffers.parse_buffer`.
-    """
-    kind = type(buf)
-    if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable):
-        try:
-            return memoryview(buf).cast("B"), None
-        except (TypeError, ValueError):
-            pass
-    elif kind is bytearray:
-        return memoryview(buf), None
-    spec = parse_buffer(buf, writable=writable, call=call, arg="buf")
-    return spec.view, spec
-
-
-def _null_status(status: Optional[Status]) -> None:
-    """Fill ``status`` as a receive or probe from ``MPI.PROC_NULL`` leaves it."""
-    if status is not None:
-        status._assign(Status(PROC_NULL, ANY_TAG, 0))
 
 
 class Comm(CommExtras):
@@ -190,7 +165,7 @@ class Comm(CommExtras):
         self._check_send_tag(tag, call)
         if dest == PROC_NULL:
             return CompletedRequest()
-        view, _ = _byte_view(buf, False, call)
+        view, _ = byte_view(buf, False, call)
         send = self._bsend_bytes if buffered else self._ep.isend
         return send((view,), view.nbytes, dest, tag, flags, call)
 
@@ -198,7 +173,7 @@ class Comm(CommExtras):
         self._alive(call)
         self._check_source(source, call)
         self._check_recv_tag(tag, call)
-        view, spec = _byte_view(buf, True, call)
+        view, spec = byte_view(buf, True, call)
         if source == PROC_NULL:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(view, source, tag, call)
@@ -313,7 +288,7 @@ class Comm(CommExtras):
         self._check_source(source, "Probe")
         self._check_recv_tag(tag, "Probe")
         if source == PROC_NULL:
-            _null_status(status)
+            null_status(status)
             return True
         found: List[Status] = []
 
@@ -335,7 +310,7 @@ class Comm(CommExtras):
         self._check_source(source, "Iprobe")
         self._check_recv_tag(tag, "Iprobe")
         if source == PROC_NULL:
-            _null_status(status)
+            null_status(status)
             return True
         self._ep.engine.poll()
         st = probe_status(self, source, tag)
@@ -396,6 +371,15 @@ class Comm(CommExtras):
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
         return Intracomm(self._ep.engine, group, rank, context, name)
 
+    def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
+        """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""
+        cart = Cartcomm(self)          # a handle sharing the communicator's state
+        cart._dims = tuple(int(d) for d in dims)
+        cart._periods = tuple(bool(p) for p in periods)
+        if ".split" in self.name:
+            cart._ep.name = self.name.replace(".split", ".cart", 1)
+        return cart
+
     def Dup(self, info: Any = None) -> "Intracomm":
         """A new communicator with the same members whose messages never mix with this one's."""
         self._alive("Dup")
@@ -455,8 +439,8 @@ class Comm(CommExtras):
 
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
-        from ..runtime import world as runtime
-        runtime.abort(int(errorcode), f"rank {self.rank} called Abort({errorcode}) on {self.name}")
+        self._ep.engine.abort_job(int(errorcode),
+                                  f"rank {self.rank} called Abort({errorcode}) on {self.name}")
 
     # -- attributes ---------------------------------------------------------------------------
     def Get_attr(self, keyval: int) -> Any:
@@ -474,7 +458,7 @@ class Comm(CommExtras):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Comm):
             return vars(self) is vars(other) or (not self and not other)
-        if isinstance(other, _NullComm):
+        if isinstance(other, NullComm):
             return not self
         return NotImplemented
 
@@ -500,24 +484,12 @@ _PREDEFINED_ATTRS = {
 }
 
 
-class _NullEndpoint:
-    """What a null communicator (``Comm()``, a freed handle's twin) answers for its identity."""
-    engine = None
-    group: Tuple[int, ...] = ()
-    rank = UNDEFINED
-    size = 0
-    name = "COMM_NULL"
-
-
-_NULL_ENDPOINT = _NullEndpoint()
-
-
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
     if isinstance(source, Comm):
         target.__dict__ = source.__dict__
-    elif source is None or isinstance(source, _NullComm):
-        target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": _NULL_ENDPOINT}
+    elif source is None or isinstance(source, NullComm):
+        target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
     else:
         raise CommError(f"{type(target).__name__}({source!r}): expected a communicator "
                         f"(e.g. MPI.COMM_WORLD) or nothing")
@@ -532,26 +504,3 @@ class Cartcomm(CartMixin, Intracomm):
 
 
 Topocomm = Intracomm
-
-
-class _NullComm:
-    """``MPI.COMM_NULL``: what Split returns to ranks whose color is UNDEFINED."""
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return "MPI.COMM_NULL"
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or (isinstance(other, Comm) and not other)
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __getattr__(self, name: str) -> Any:
-        raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "
-                        f"(Split with color=MPI.UNDEFINED returns COMM_NULL)")
-
-
-COMM_NULL = _NullComm()

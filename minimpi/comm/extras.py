@@ -11,8 +11,15 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ..errors import MinimpiError
 from ..p2p.request import CompletedRequest, Request, Status
+from ..transports.frames import F_SYNC
+from .group import comm_group, create, create_group
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
+from .message import mprobe
+from .null import COMM_NULL
+from .persistent import Prequest
+from .topology import create_cart
 
 
 class CommExtras:
@@ -20,7 +27,6 @@ class CommExtras:
 
     # -- groups ----------------------------------------------------------------------------
     def Get_group(self) -> Any:
-        from .group import comm_group
         self._alive("Get_group")
         return comm_group(self)
 
@@ -30,18 +36,15 @@ class CommExtras:
 
     def Create(self, group: Any) -> Any:
         """A communicator of ``group``'s members (collective over this communicator)."""
-        from .group import create
         return create(self, group)
 
     def Create_group(self, group: Any, tag: int = 0) -> Any:
         """A communicator of ``group``'s members (collective over the members only)."""
-        from .group import create_group
         return create_group(self, group, tag)
 
     # -- topologies ------------------------------------------------------------------------
     def Create_cart(self, dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
                     reorder: bool = False) -> Any:
-        from .topology import create_cart
         return create_cart(self, dims, periods, reorder)
 
     def Get_topology(self) -> int:
@@ -57,7 +60,6 @@ class CommExtras:
 
     # -- persistent requests ---------------------------------------------------------------
     def _persistent(self, start, call: str, peer_name: str, peer: int, tag: int) -> Request:
-        from .persistent import Prequest
         self._alive(call)
         return Prequest(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
@@ -68,7 +70,6 @@ class CommExtras:
                                 "Send_init", "dest", dest, tag)
 
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        from ..transports.frames import F_SYNC
         self._check_dest(dest, "Ssend_init")
         self._check_send_tag(tag, "Ssend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Ssend_init", F_SYNC),
@@ -115,22 +116,18 @@ class CommExtras:
     # -- matched probes ----------------------------------------------------------------------
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Optional[Status] = None) -> Any:
-        from .message import mprobe
         return mprobe(self, source, tag, status, True, "Mprobe")
 
     def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                 status: Optional[Status] = None) -> Any:
-        from .message import mprobe
         return mprobe(self, source, tag, status, False, "Improbe")
 
     def mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Optional[Status] = None) -> Any:
-        from .message import mprobe
         return mprobe(self, source, tag, status, True, "mprobe")
 
     def improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                 status: Optional[Status] = None) -> Any:
-        from .message import mprobe
         return mprobe(self, source, tag, status, False, "improbe")
 
     # -- error handlers, info ----------------------------------------------------------------
@@ -141,7 +138,6 @@ class CommExtras:
         return self._attrs.get("__errhandler__", ERRORS_RETURN)
 
     def Call_errhandler(self, errorcode: int) -> None:
-        from ..errors import MinimpiError
         raise MinimpiError(int(errorcode))
 
     def Set_info(self, info: Info) -> None:
@@ -161,7 +157,6 @@ class CommExtras:
     @classmethod
     def Get_parent(cls) -> Any:
         """Never spawned: ``MPI.COMM_NULL`` (as mpi4py answers in a process not spawned)."""
-        from .communicator import COMM_NULL
         return COMM_NULL
 
     Spawn = refusing("Spawn", "Intracomm.Spawn")

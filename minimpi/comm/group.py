@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..errors import ERR_GROUP, MinimpiError, RankError
+from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -253,8 +254,6 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     a tag derived from ``tag`` so that concurrent ``Create_group`` calls on disjoint groups
     never mix); each takes the maximum.
     """
-    from .communicator import COMM_NULL
-
     comm._alive("Create_group")
     _check_subset(comm, group, "Create_group")
     me = comm._ep.group[comm.rank]

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..data import serialization
+from ..data.buffers import byte_view
 from ..errors import RequestError, SerializationError
-from ..p2p.request import CompletedRequest, Request, Status, describe
+from ..p2p.request import CompletedRequest, Request, Status, describe, null_status
 from ..transports.frames import F_OBJECT
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,8 +138,7 @@ class Message:
         if no_proc:
             self._no_proc = False
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        from .communicator import _byte_view
-        view, spec = _byte_view(buf, True, "Message.Recv")
+        view, spec = byte_view(buf, True, "Message.Recv")
         comm = self._comm
         req = comm._ep.engine.irecv_message(inc, view, False,
                                          ("Message.Recv", "source", inc.source, inc.tag, comm.name))
@@ -179,8 +179,7 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
     comm._check_source(source, call)
     comm._check_recv_tag(tag, call)
     if source == PROC_NULL:
-        from .communicator import _null_status
-        _null_status(status)
+        null_status(status)
         return Message._make(None, None, no_proc=True)   # equal to MPI.MESSAGE_NO_PROC
     engine = comm._ep.engine
     found: list = []

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from ..constants import CART, PROC_NULL, UNDEFINED
 from ..errors import ERR_DIMS, ERR_TOPOLOGY, MinimpiError, RankError
+from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -175,11 +176,11 @@ class CartMixin:
         sub = self.Split(color, key)
         dims = [d for d, keep in zip(self._dims, remain) if keep]
         periods = [p for p, keep in zip(self._periods, remain) if keep]
-        return _as_cart(sub, dims, periods)
+        return sub._as_cart(dims, periods)
 
     def Dup(self, info: Any = None) -> Any:
         """A new communicator with the same members and the same topology."""
-        return _as_cart(super().Dup(), self._dims, self._periods)
+        return super().Dup()._as_cart(self._dims, self._periods)
 
     Clone = Dup
 
@@ -187,19 +188,9 @@ class CartMixin:
         return create_cart(self, *args, **kwargs)
 
 
-def _as_cart(comm: Any, dims: Sequence[int], periods: Sequence[bool]) -> Any:
-    from .communicator import Cartcomm
-    cart = Cartcomm(comm)          # a handle sharing the communicator's state
-    cart._dims = tuple(int(d) for d in dims)
-    cart._periods = tuple(bool(p) for p in periods)
-    cart._name = comm.name.replace(".split", ".cart", 1) if ".split" in comm.name else comm.name
-    return cart
-
-
 def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
                 reorder: bool = False) -> Any:
     """``Intracomm.Create_cart`` (collective over ``comm``)."""
-    from .communicator import COMM_NULL
     comm._alive("Create_cart")
     dims = [int(d) for d in dims]
     if periods is None:
@@ -218,5 +209,5 @@ def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bo
     sub = comm.Split(0 if comm.rank < n else UNDEFINED, comm.rank)
     if not sub:
         return COMM_NULL
-    sub._name = f"{comm.name}.cart"
-    return _as_cart(sub, dims, periods)
+    sub._ep.name = f"{comm.name}.cart"
+    return sub._as_cart(dims, periods)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -466,3 +466,22 @@ def _is_counts_displs(x: Any) -> bool:
         return False
     a, b = x
     return (a is None or _is_seq(a)) or (b is None or _is_seq(b))
+
+
+def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:
+    """The bytes of a point-to-point buffer argument, and its parsed spec when one was needed.
+
+    Plain contiguous numpy arrays and bytearrays (the common case) take a fast path; every
+    other form goes through :func:`parse_buffer` (whose spec knows how to copy a temporary
+    back into a non-contiguous receive buffer).
+    """
+    kind = type(buf)
+    if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable):
+        try:
+            return memoryview(buf).cast("B"), None
+        except (TypeError, ValueError):
+            pass
+    elif kind is bytearray:
+        return memoryview(buf), None
+    spec = parse_buffer(buf, writable=writable, call=call, arg="buf")
+    return spec.view, spec

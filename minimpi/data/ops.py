@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import CountError, OpError
+from .buffers import parse_buffer
 from .datatypes import Datatype, from_numpy_dtype
 
 __all__ = [
@@ -402,7 +403,6 @@ def _rebuild_user(fn: Callable, commute: bool) -> Op:
 def reduce_local(inbuf: Any, inoutbuf: Any, op: Op, *, call: str = "Reduce_local") -> None:
     """``inoutbuf = inbuf (op) inoutbuf`` on two local buffer arguments (any form that
     :func:`minimpi.data.buffers.parse_buffer` accepts), as ``MPI.Op.Reduce_local``."""
-    from .buffers import parse_buffer
 
     if not isinstance(op, Op):
         raise OpError(f"{call}: op must be an MPI.Op such as MPI.SUM, got {type(op).__name__}")

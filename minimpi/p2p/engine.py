@@ -23,6 +23,7 @@ import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..data.units import parse_size
 from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, TruncationError
 from ..transports import frames
 from ..transports.base import FrameSink, Transport
@@ -74,6 +75,9 @@ class Engine(FrameSink):
         # Collective mismatch checks (minimpi.coll.mismatch.Watch), by collective context id: only
         # consulted for a message that matched no posted receive.
         self.coll_watch: Dict[int, object] = {}
+        # How ``Comm.Abort(code)`` ends the job: the process runtime installs one that tells
+        # the launcher and exits with ``code``; without one only this engine is aborted.
+        self.job_abort: Optional[Callable[[int, str], None]] = None
 
     # -- communicator contexts ----------------------------------------------------------
     def register_context(self, context: int, group: Sequence[int]) -> None:
@@ -439,6 +443,14 @@ class Engine(FrameSink):
         """Make every current and future wait of this engine raise :class:`JobAbortedError`."""
         self.aborted = reason
 
+    def abort_job(self, code: int, reason: str) -> None:
+        """End the whole job with exit code ``code`` (``Comm.Abort``), through ``job_abort``;
+        an engine without one (threads in a test) aborts itself and raises."""
+        if self.job_abort is not None:
+            self.job_abort(code, reason)
+        self.abort(reason)
+        raise JobAbortedError(f"rank {self.rank}: {reason} (exit code {code})")
+
     # -- shutdown ---------------------------------------------------------------------------
     def flush(self, timeout: float = 30.0) -> bool:
         """Deliver queued sends before exit. False if some could not be delivered in time."""
@@ -461,6 +473,5 @@ class Engine(FrameSink):
 
 
 def eager_limit_from_env(environ=os.environ) -> int:
-    from ..data.units import parse_size
     value = environ.get("MINIMPI_EAGER_LIMIT")
     return parse_size(value) if value else DEFAULT_EAGER_LIMIT

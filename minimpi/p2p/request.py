@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
-from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from ..errors import SUCCESS, MinimpiError
+from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
+from ..errors import SUCCESS, MinimpiError, PeerLostError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -129,7 +129,6 @@ class Request:
         if failure is None:
             self._complete()
         else:
-            from ..errors import PeerLostError
             self._fail(PeerLostError(f"{describe(self)}: {failure}"))
 
     def _fail(self, error: BaseException) -> None:
@@ -383,3 +382,9 @@ class RecvRequest(Request):
         self.truncated = False
         self.peer = -1
         self.matched = False
+
+
+def null_status(status: Optional[Status]) -> None:
+    """Fill ``status`` as a receive or probe from ``MPI.PROC_NULL`` leaves it."""
+    if status is not None:
+        status._assign(Status(PROC_NULL, ANY_TAG, 0))

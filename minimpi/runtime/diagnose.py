@@ -36,7 +36,10 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from ..coll.mismatch import call_of
 from ..data.units import format_size
+from ..errors import JobAbortedError, PeerLostError
+from ..p2p.request import RecvRequest, SendRequest
 
 #: at most one "still blocked, but data moved" report per this many seconds
 REREPORT_INTERVAL = 0.25
@@ -89,7 +92,6 @@ def _collective_channel(frame):
 def _coll_info(ch) -> Dict[str, Any]:
     info = {"call": ch.call, "comm": ch.ep.name, "step": ch.step_index, "seq": None, "sig": None}
     try:
-        from ..coll.mismatch import call_of
         mine = call_of(ch.ep, ch.tag)
         if mine is not None:
             info["seq"] = mine.seq
@@ -103,7 +105,6 @@ def _item(engine, req) -> Optional[Dict[str, Any]]:
     """One pending request as a dict (None when it is done)."""
     if getattr(req, "done", False):
         return None
-    from ..p2p.request import RecvRequest, SendRequest
     d = getattr(req, "description", None)
     item: Dict[str, Any] = {"call": str(d), "dir": None, "peer": None, "world": None, "tag": None,
                             "comm": None, "nbytes": None, "proto": None, "any": None}
@@ -350,7 +351,6 @@ def failure_state(exc: BaseException) -> Dict[str, Any]:
     ``consequence`` marks errors caused by another rank's failure (a peer that vanished, an
     aborted job), so the launcher can name the rank whose error came first instead.
     """
-    from ..errors import JobAbortedError, PeerLostError
     return {"blocked": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
             "consequence": isinstance(exc, (PeerLostError, JobAbortedError))}
 

@@ -15,9 +15,12 @@ import threading
 import time
 from typing import Any, Callable, List, Optional
 
+from ..comm.communicator import Intracomm
 from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
+from ..p2p.request import describe
 from ..transports.inproc import FrameRecorder, InprocFabric
+from ..transports.tcp import TcpTransport
 
 
 class RankFailed(Exception):
@@ -36,7 +39,6 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List
     if kind == "tcp":  # real sockets on loopback, ranks as threads: the transport conformance runs
         import os
 
-        from ..transports.tcp import TcpTransport
         secret = os.urandom(32)
         ts = [TcpTransport(r, size, secret) for r in range(size)]
         addresses = [t.listen() for t in ts]
@@ -55,10 +57,16 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     used to run one conformance suite over both). The first exception (lowest rank) is
     re-raised as :class:`RankFailed` from the original.
     """
-    from ..comm.communicator import Intracomm
 
     transports = _transports(transport, size, recorder)
     engines = [Engine(r, size, transports[r], eager_limit) for r in range(size)]
+
+    def abort_all(code: int, reason: str) -> None:   # Comm.Abort ends every rank's waits
+        for engine in engines:
+            engine.abort(reason)
+
+    for engine in engines:
+        engine.job_abort = abort_all
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
     blocked: List[str] = [""] * size
@@ -67,7 +75,7 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
         engine = engines[rank]
         engine.block_report_after = 0.5
         engine.on_blocked = lambda reqs: blocked.__setitem__(
-            rank, ", ".join(_describe(r) for r in reqs))
+            rank, ", ".join(describe(r) for r in reqs))
         engine.on_unblocked = lambda: blocked.__setitem__(rank, "")
         comm = Intracomm(engine, range(size), rank, 0, "COMM_WORLD")
         try:
@@ -103,8 +111,3 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
         if exc is not None:
             raise RankFailed(rank, exc) from exc
     return results
-
-
-def _describe(req: Any) -> str:
-    from ..p2p.request import describe
-    return describe(req)

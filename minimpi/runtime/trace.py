@@ -34,7 +34,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..comm.communicator import Comm
 from ..data.units import format_size
+from ..p2p.request import RecvRequest, Request
 
 ENV_TRACE = "MINIMPI_TRACE"
 ENV_STATS = "MINIMPI_STATS"
@@ -313,7 +315,7 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
             nbytes = _nbytes(v)
             if nbytes is not None:
                 break
-        comm_name = getattr(first, "_name", None)
+        comm_name = getattr(getattr(first, "_ep", None), "name", None)
         if comm_name and not classmethod_:
             info["comm"] = comm_name
         obs.depth = 1
@@ -339,8 +341,6 @@ def _install_api_wrappers() -> None:
         if _wrapped:
             return
         _wrapped = True
-        from ..comm.communicator import Comm
-        from ..p2p.request import Request
         classes, todo = [], [Comm]
         while todo:
             klass = todo.pop()
@@ -370,7 +370,6 @@ def _install_api_wrappers() -> None:
 
 def _hook_engine(engine: Any, obs: Observer) -> None:
     """Instance-level wrappers on one engine: the class and every other engine are untouched."""
-    from ..p2p.request import RecvRequest
 
     isend = engine.isend
     bind, payload_arrived, wait_until = engine._bind, engine.payload_arrived, engine.wait_until

@@ -14,8 +14,12 @@ import sys
 import threading
 from typing import Optional
 
+from .. import transports
+from ..comm.communicator import Intracomm
 from ..errors import JobAbortedError
+from ..p2p.engine import Engine, eager_limit_from_env
 from .bootstrap import BootInfo, bootstrap
+from .diagnose import install as install_diagnostics
 
 _lock = threading.RLock()
 _state: Optional["_Runtime"] = None
@@ -24,15 +28,12 @@ _finalized = False
 
 class _Runtime:
     def __init__(self, info: BootInfo) -> None:
-        from ..comm.communicator import Intracomm
-        from ..p2p.engine import Engine, eager_limit_from_env
-
         self.info = info
         transport = None
         if info.size > 1:
-            from .. import transports
             transport = transports.create(info.env.get("MINIMPI_TRANSPORT", "tcp"), info)
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
+        self.engine.job_abort = abort
         if info.coordinator is not None:
             address = transport.listen() if transport is not None else "none"
             addresses = info.coordinator.exchange_addresses(address)
@@ -47,7 +48,6 @@ class _Runtime:
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         self.failing = False
         # deadlock diagnosis: long waits are reported to the launcher (minimpi.runtime.diagnose)
-        from .diagnose import install as install_diagnostics
         self.reporter = install_diagnostics(self.engine, info.coordinator, info.env)
         self.observer = None   # minimpi.runtime.trace: only with --trace/--stats (no hooks otherwise)
         if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):

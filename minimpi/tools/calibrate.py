@@ -30,6 +30,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ..coll.cost import clear_cache, config_path
+from ..data.ops import SUM, reduce_local
+
 SMALL = 8
 LARGE_SIZES = [256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20]
 GAMMA_BYTES = 4 << 20
@@ -65,7 +68,6 @@ def fit_line(xs: List[float], ys: List[float]) -> tuple:
 
 def measure_gamma(nbytes: int = GAMMA_BYTES, repeats: int = 7) -> float:
     """Seconds per byte of reducing (SUM) one float64 buffer into another."""
-    from ..data.ops import SUM, reduce_local
     a = np.ones(nbytes // 8)
     b = np.ones(nbytes // 8)
     reduce_local(a, b, SUM)          # warm up: pages touched, code paths loaded
@@ -124,7 +126,6 @@ def measure(quick: bool = False, timeout: float = 300.0) -> Dict:
 
 def save(result: Dict, path: Optional[str] = None) -> str:
     """Write ``result`` as the calibration file (default: :func:`cost.config_path`)."""
-    from ..coll.cost import clear_cache, config_path
     path = path or config_path()
     if not path:
         raise ValueError("MINIMPI_COST_FILE is set empty: no calibration file to write")

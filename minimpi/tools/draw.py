@@ -33,7 +33,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..coll.registry import REGISTRY, _load_all, algorithms
+from ..data.ops import SUM
 from ..errors import AlgorithmError
+from ..runtime.inproc import run_threads
+from ..transports.frames import EAGER, RTS
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MAX_RANKS = 16
@@ -186,7 +190,6 @@ def _or_send(b: Dict[str, np.ndarray], initial: bool) -> np.ndarray:
 
 
 def _sum():
-    from ..data.ops import SUM
     return SUM
 
 
@@ -319,9 +322,6 @@ class _RankLog:
 def record(collective: str, algorithm: str, p: int, root: int = 0,
            nbytes: Optional[int] = None, timeout: float = 30.0) -> Schedule:
     """Run ``collective`` with ``algorithm`` on ``p`` threads and record its schedule."""
-    from ..coll.registry import algorithms
-    from ..runtime.inproc import run_threads
-    from ..transports.frames import EAGER, RTS
 
     collective = collective.lower()
     try:
@@ -628,7 +628,6 @@ def svg_to_png(svg: str, path: str) -> None:
 
 def list_text() -> str:
     """Every collective and algorithm in the registry, with the first line of its docstring."""
-    from ..coll.registry import REGISTRY, _load_all
     _load_all()
     lines = []
     for coll in sorted(REGISTRY):

@@ -15,7 +15,8 @@ from ...coll.blocks import as_bytes
 from ...coll.mismatch import open_call
 from ...coll.registry import Algorithm, choose
 from ...coll.schedule import Channel, Schedule, run, start
-from ...errors import CountError, RootError
+from ...data.ops import SUM, Op
+from ...errors import CountError, OpError, RootError
 
 
 def check_root(comm: Any, root: int, call: str) -> None:
@@ -81,8 +82,6 @@ def check_equal_blocks(comm: Any, call: str, blocks: Any, blocks_arg: str, own: 
 
 def check_op(comm: Any, op: Any, call: str) -> Any:
     """The op to use (SUM when None), or OpError before anything is sent."""
-    from ...data.ops import SUM, Op
-    from ...errors import OpError
     if op is None:
         return SUM
     if not isinstance(op, Op):

@@ -1,0 +1,47 @@
+"""``MPI.COMM_NULL``: what ``Split`` returns to ranks whose color is ``MPI.UNDEFINED``.
+
+It lives apart from the communicator classes so that every module that hands out
+communicators (``Create``, ``Create_group``, ``Create_cart``, ``Get_parent``) can return it
+without importing them. It compares equal to any null communicator handle (``Comm()``, a
+handle made from ``COMM_NULL``), which is falsy, as in mpi4py.
+"""
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+from ..constants import UNDEFINED
+from ..errors import CommError
+
+
+class NullComm:
+    """The type of ``MPI.COMM_NULL``; any use other than comparing it raises CommError."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "MPI.COMM_NULL"
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (isinstance(getattr(other, "_ep", None), NullEndpoint)
+                                 and not other)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "
+                        f"(Split with color=MPI.UNDEFINED returns COMM_NULL)")
+
+
+class NullEndpoint:
+    """What a null communicator handle (``Comm()``) answers for its identity."""
+    engine = None
+    group: Tuple[int, ...] = ()
+    rank = UNDEFINED
+    size = 0
+    name = "COMM_NULL"
+
+
+COMM_NULL = NullComm()
+NULL_ENDPOINT = NullEndpoint()

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from .blocks import Blocks
 from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
-from .peers import fold_power_of_two, unfold_rank
+from .peers import (
+    binomial_children,
+    binomial_parent,
+    fold_power_of_two,
+    ring_neighbours,
+    subtree_end,
+    unfold_rank,
+)
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -30,29 +37,23 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     Broadcast: rank 0 sends all p blocks down the same tree, largest subtree first.
     """
     p, rank = ch.size, ch.rank
-    mask = 1
-    while mask < p:                                   # gather towards rank 0
-        if rank & mask:
-            yield [ch.isend(blocks.pack(range(rank, min(rank + mask, p))), rank - mask)]
-            break
-        if rank + mask < p:
-            idx = range(rank + mask, min(rank + 2 * mask, p))
-            into = blocks.target(idx)
-            req = ch.irecv(into, rank + mask)
-            yield [req]
-            blocks.unpack(idx, into, req)
-        mask <<= 1
+    children = binomial_children(rank, p)
+    for child in reversed(children):                  # gather towards rank 0
+        idx = range(child, subtree_end(child, p))     # the child's subtree's blocks
+        into = blocks.target(idx)
+        req = ch.irecv(into, child)
+        yield [req]
+        blocks.unpack(idx, into, req)
     everything = range(p)
-    if rank:                                          # receive all blocks from the parent
-        into = blocks.target(everything)
-        req = ch.irecv(into, rank - mask)
+    if rank:
+        parent = binomial_parent(rank)
+        yield [ch.isend(blocks.pack(range(rank, subtree_end(rank, p))), parent)]
+        into = blocks.target(everything)              # then all blocks from the parent
+        req = ch.irecv(into, parent)
         yield [req]
         blocks.unpack(everything, into, req)
-    mask >>= 1
-    while mask:
-        if rank + mask < p:
-            yield [ch.isend(blocks.pack(everything), rank + mask)]
-        mask >>= 1
+    for child in children:                            # broadcast, largest subtree first
+        yield [ch.isend(blocks.pack(everything), child)]
     return blocks
 
 
@@ -67,7 +68,7 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
     the left one (straight into place); each block travels p-1 hops.
     """
     p, rank = ch.size, ch.rank
-    left, right = (rank - 1) % p, (rank + 1) % p
+    left, right = ring_neighbours(rank, p)
     for k in range(p - 1):
         send_idx, recv_idx = [(rank - k) % p], [(rank - k - 1) % p]
         into = blocks.target(recv_idx)

@@ -21,7 +21,7 @@ import numpy as np
 from .bcast import bcast_binomial
 from .blocks import even_bounds
 from .cost import ceil_log2, default_model, floor_log2, not_pow2, segments
-from .peers import fold_power_of_two, unfold_rank
+from .peers import fold_power_of_two, ring_neighbours, unfold_rank
 from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
 from .registry import algorithm
@@ -207,7 +207,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         return data
     if not segment:
         segment = default_model().segment
-    left, right = (rank - 1) % p, (rank + 1) % p
+    left, right = ring_neighbours(rank, p)
     unit = red.datatype.base_count if red.datatype is not None else 1
     bounds = even_bounds(data.size // unit, p, unit)  # block b = [bounds[b], bounds[b+1])
     largest = bounds[1] - bounds[0]

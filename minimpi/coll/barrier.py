@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cost import ceil_log2
+from .peers import binomial_children, binomial_parent, ring_neighbours
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -28,20 +29,15 @@ def barrier_binomial(ch: Channel) -> Schedule:
     Release: the same tree backwards. Time 2·ceil(log2 p)·α.
     """
     p, r = ch.size, ch.rank
-    mask = 1
-    while mask < p:                            # arrive, from the leaves up
-        if r & mask:
-            yield [ch.isend(_token(), r - mask)]
-            yield [ch.irecv(_token(), r - mask)]   # released by the parent
-            break
-        if r + mask < p:
-            yield [ch.irecv(_token(), r + mask)]
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:                            # release, from the root down
-        if r + mask < p:
-            yield [ch.isend(_token(), r + mask)]
-        mask >>= 1
+    children = binomial_children(r, p)
+    for child in reversed(children):           # arrive, from the leaves up
+        yield [ch.irecv(_token(), child)]
+    if r != 0:
+        parent = binomial_parent(r)
+        yield [ch.isend(_token(), parent)]
+        yield [ch.irecv(_token(), parent)]     # released by the parent
+    for child in children:                     # release, from the root down
+        yield [ch.isend(_token(), child)]
 
 
 @algorithm("barrier", "ring", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
@@ -56,7 +52,7 @@ def barrier_ring(ch: Channel) -> Schedule:
     p, r = ch.size, ch.rank
     if p == 1:
         return
-    left, right = (r - 1) % p, (r + 1) % p
+    left, right = ring_neighbours(r, p)
     for _round in range(2):
         if r == 0:
             yield [ch.isend(_token(), right)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .blocks import RootedBlocks
 from .cost import ceil_log2, segments, tree_volume
+from .peers import binomial_children, binomial_parent, subtree_end
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -26,25 +27,20 @@ def gather_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int =
     the tree: :func:`~minimpi.coll.cost.tree_volume`).
 
     Step k (mask = 2^k): a rank whose bit k is set sends everything it holds (the blocks of
-    its subtree ``[rel, rel + mask)``) to ``rel - mask`` and is done; the others receive
-    the subtree of child ``rel + mask``.
+    its subtree ``[rel, rel + mask)``) to its parent ``rel - mask`` and is done; the others
+    receive the subtree of child ``rel + mask``.
     """
     p, rel = ch.size, blocks.me
-    low = rel & -rel if rel else p                 # size of my subtree (lowest set bit)
-    hi = min(p, rel + low)
+    hi = subtree_end(rel, p)                       # my subtree: [rel, hi)
     blocks.hold(rel, hi)
-    mask = 1
-    while mask < p:
-        if rel & mask:                             # send my subtree to the parent
-            yield [ch.isend(blocks.take(rel, hi, rel - mask), blocks.abs(rel - mask))]
-            break
-        child = rel + mask
-        if child < p:                              # collect the child's subtree
-            c_hi = min(p, child + mask)
-            req = ch.irecv(blocks.slot(child, c_hi), blocks.abs(child))
-            yield [req]
-            blocks.put(child, c_hi, req.wait())
-        mask <<= 1
+    for child in reversed(binomial_children(rel, p)):   # nearest child first
+        c_hi = subtree_end(child, p)
+        req = ch.irecv(blocks.slot(child, c_hi), blocks.abs(child))
+        yield [req]
+        blocks.put(child, c_hi, req.wait())
+    if rel != 0:                                   # send my subtree to the parent
+        parent = binomial_parent(rel)
+        yield [ch.isend(blocks.take(rel, hi, parent), blocks.abs(parent))]
     return blocks.gathered() if rel == 0 else None
 
 

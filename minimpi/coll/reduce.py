@@ -18,7 +18,16 @@ import numpy as np
 
 from .blocks import even_bounds
 from .cost import ceil_log2, floor_log2, tree_volume
-from .peers import fold_power_of_two, unfold_rank
+from .peers import (
+    absolute,
+    binomial_children,
+    binomial_parent,
+    fold_power_of_two,
+    relative,
+    ring_neighbours,
+    subtree_end,
+    unfold_rank,
+)
 from .reduction import Operand, fold_in, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -33,26 +42,22 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
     (p-1)·n reduced.
 
     Step k (mask = 2^k): a rank whose bit k is set sends its partial result to ``rel - mask``
-    and is done; the others receive the partial result of ``rel + mask`` - the next higher
-    ranks - and combine ``acc = acc (op) child``. A commutative op uses ranks relative to
-    the root; a non-commutative one needs the plain rank order, so the tree is rooted at
-    rank 0, which then sends the result to the root (one more step).
+    (its parent) and is done; the others receive the partial result of child ``rel + mask``
+    - the next higher ranks - and combine ``acc = acc (op) child``. A commutative op uses
+    ranks relative to the root; a non-commutative one needs the plain rank order, so the
+    tree is rooted at rank 0, which then sends the result to the root (one more step).
     """
     p = ch.size
     tree_root = root if red.op.Is_commutative() else 0
-    rel = (ch.rank - tree_root) % p
+    rel = relative(ch.rank, tree_root, p)
     acc = data
     tmp = red.slot(data)
-    mask = 1
-    while mask < p:
-        if rel & mask:                                  # hand my partial result up
-            yield [ch.isend(acc, (rel - mask + tree_root) % p)]
-            break
-        if rel + mask < p:                              # combine a child's (higher ranks)
-            req = ch.irecv(tmp, (rel + mask + tree_root) % p)
-            yield [req]
-            acc = red.into_lower(acc, received(req, tmp))
-        mask <<= 1
+    for child in reversed(binomial_children(rel, p)):  # nearest child first: rel+1, rel+2, ..
+        req = ch.irecv(tmp, absolute(child, tree_root, p))
+        yield [req]
+        acc = red.into_lower(acc, received(req, tmp))  # the child holds the higher ranks
+    if rel != 0:                                        # hand my partial result up
+        yield [ch.isend(acc, absolute(binomial_parent(rel), tree_root, p))]
     if tree_root != root:                               # non-commutative: 0 -> root
         if ch.rank == tree_root:
             yield [ch.isend(acc, root)]
@@ -86,7 +91,7 @@ def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sched
     bounds = even_bounds(acc.size, p)                   # chunk c = [bounds[c], bounds[c+1])
     chunk = lambda c: acc[bounds[c]:bounds[c + 1]]
     tmp = np.empty(bounds[1], acc.dtype)
-    left, right = (r - 1) % p, (r + 1) % p
+    left, right = ring_neighbours(r, p)
     for s in range(p - 1):                              # reduce-scatter round the ring
         send_c, recv_c = (r - s) % p, (r - s - 1) % p
         into = tmp[:bounds[recv_c + 1] - bounds[recv_c]]
@@ -166,16 +171,14 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
             red.lower_into(tmp[ks:ke], acc[ks:ke])
             lo, hi = keep
             mask >>= 1
-        mask = 1                                        # binomial gather to new rank 0
-        while mask < q:
-            if new & mask:
-                s, e = span(lo, hi)
-                yield [ch.isend(acc[s:e], real(new - mask))]
-                break
-            s, e = span(hi, min(q, hi + mask))
-            yield [ch.irecv(acc[s:e], real(new + mask))]
-            hi = min(q, hi + mask)
-            mask <<= 1
+        # binomial gather to new rank 0: each child brings its subtree's chunks
+        for child in reversed(binomial_children(new, q)):
+            hi = subtree_end(child, q)
+            s, e = span(child, hi)
+            yield [ch.irecv(acc[s:e], real(child))]
+        if new != 0:
+            s, e = span(lo, hi)
+            yield [ch.isend(acc[s:e], real(binomial_parent(new)))]
     first = real(0)
     if first != root:
         if r == first:

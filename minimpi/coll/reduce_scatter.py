@@ -17,7 +17,15 @@ import numpy as np
 
 from .blocks import running_sum
 from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
-from .peers import first_real, fold_power_of_two, unfold_rank
+from .peers import (
+    binomial_children,
+    binomial_parent,
+    first_real,
+    fold_power_of_two,
+    ring_neighbours,
+    subtree_end,
+    unfold_rank,
+)
 from .reduce import reduce_binomial
 from .reduction import Operand, fold_in
 from .registry import algorithm
@@ -47,15 +55,10 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
     offs = running_sum(counts)
     acc = send.copy()
     yield from reduce_binomial(ch, red, acc, 0)      # rank 0's acc: the whole result
-    mask = rank & -rank if rank else 1 << (p - 1).bit_length()   # my subtree's size
     if rank:                                          # my subtree's blocks from the parent
-        yield [ch.irecv(acc[offs[rank]:offs[min(rank + mask, p)]], rank - mask)]
-    mask >>= 1
-    while mask:
-        if rank + mask < p:
-            child = rank + mask
-            yield [ch.isend(acc[offs[child]:offs[min(child + mask, p)]], child)]
-        mask >>= 1
+        yield [ch.irecv(acc[offs[rank]:offs[subtree_end(rank, p)]], binomial_parent(rank))]
+    for child in binomial_children(rank, p):          # each child its subtree's blocks
+        yield [ch.isend(acc[offs[child]:offs[subtree_end(child, p)]], child)]
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
@@ -78,7 +81,7 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
     if p == 1:
         recv[...] = send
         return
-    left, right = (rank - 1) % p, (rank + 1) % p
+    left, right = ring_neighbours(rank, p)
     largest = max(counts)
     slots = (np.empty(largest, send.dtype), np.empty(largest, send.dtype))
     outgoing = send[offs[(rank - 1) % p]:offs[(rank - 1) % p + 1]]

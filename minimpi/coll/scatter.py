@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .blocks import RootedBlocks
 from .cost import ceil_log2, segments, tree_volume
+from .peers import binomial_children, binomial_parent, subtree_end
 from .registry import algorithm
 from .schedule import Channel, Schedule
 
@@ -31,23 +32,15 @@ def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int 
     mask, largest first, it sends child ``rel + mask`` that child's subtree's blocks.
     """
     p, rel = ch.size, blocks.me
-    mask = 1
-    while mask < p:                            # receive the subtree from the parent
-        if rel & mask:
-            hi = min(p, rel + mask)
-            blocks.hold(rel, hi)
-            req = ch.irecv(blocks.slot(rel, hi), blocks.abs(rel - mask))
-            yield [req]
-            blocks.put(rel, hi, req.wait())
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:                            # hand each child its subtree
-        child = rel + mask
-        if child < p:
-            hi = min(p, child + mask)
-            yield [ch.isend(blocks.take(child, hi, child), blocks.abs(child))]
-        mask >>= 1
+    if rel != 0:                               # receive my subtree from the parent
+        hi = subtree_end(rel, p)
+        blocks.hold(rel, hi)
+        req = ch.irecv(blocks.slot(rel, hi), blocks.abs(binomial_parent(rel)))
+        yield [req]
+        blocks.put(rel, hi, req.wait())
+    for child in binomial_children(rel, p):    # hand each child its subtree, largest first
+        hi = subtree_end(child, p)
+        yield [ch.isend(blocks.take(child, hi, child), blocks.abs(child))]
     return blocks.own_block()
 
 

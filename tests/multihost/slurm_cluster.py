@@ -208,8 +208,9 @@ class SlurmCluster:
             self._lock = None
 
 
-def teardown(d: str, procs: Optional[dict] = None) -> list[str]:
-    """Cancel jobs, kill job processes and the daemons of the cluster in d, remove d."""
+def teardown(d: str, procs: Optional[dict] = None, cancel: bool = True) -> list[str]:
+    """Cancel jobs (unless not cancel: when the owner died, its daemons are dying too), kill
+    job processes and the daemons of the cluster in d, remove d.  Returns what is left."""
     conf = os.path.join(d, "slurm.conf")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["SLURM_CONF"] = conf
@@ -223,9 +224,12 @@ def teardown(d: str, procs: Optional[dict] = None) -> list[str]:
         except (OSError, ValueError, IndexError):
             pass
     alive_daemons = [p for p in daemons.values() if alive(p)]
-    if os.path.exists(conf) and alive_daemons:
+    if cancel and os.path.exists(conf) and alive_daemons:
         # tell the controller first, so that it does not try to requeue or relaunch
-        run(["scancel", "--full", "--user=root"], env=env, check=False, timeout=10)
+        try:
+            run(["scancel", "--full", "--user=root"], env=env, check=False, timeout=5)
+        except InfraError:     # an unresponsive controller: its jobs are killed below anyway
+            pass
     # Job steps, tasks and clients carry our SLURM_CONF.  The daemons' own helpers
     # (slurmctld's slurmscriptd) do too, but they go with their parent.
     stray = [p for p in pids_with_env("SLURM_CONF", conf)
@@ -264,7 +268,7 @@ def cleanup_stale(include_manual: bool = False) -> list[str]:
     done = []
     for d in glob.glob(os.path.join(STATE_ROOT, "slurm-*")):
         if os.path.isdir(d) and (include_manual or owner_gone(d)):
-            teardown(d)
+            teardown(d, cancel=False)
             done.append(d)
     return done
 

@@ -221,3 +221,58 @@ def test_slurm_teardown_kills_running_jobs():
         if srun:
             srun.wait(timeout=10)
     assert not any(alive(p) for p in tasks + daemons)
+
+
+# ---- what a killed test run leaves is removed by the next one ------------------------------
+KILLED_OWNER = """
+import sys, time
+sys.path.insert(0, {here!r})
+from {module} import {cls}
+obj = {cls}({args}).up()
+print({attr}, flush=True)
+time.sleep(300)
+"""
+
+
+def _up_in_a_process_then_kill_it(module: str, cls: str, args: str, attr: str) -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = KILLED_OWNER.format(here=here, module=module, cls=cls, args=args, attr=attr)
+    proc = subprocess.Popen([PY, "-c", src], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline().strip()
+        assert line, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    return line
+
+
+def test_hosts_left_by_a_killed_run_are_removed_by_the_next():
+    reason = netns_mod.unavailable_reason()
+    if reason:
+        pytest.skip(f"network-namespace hosts: {reason}")
+    k = int(_up_in_a_process_then_kill_it("netns_hosts", "NetnsHosts", "n=1", "obj.k"))
+    assert os.path.exists(f"/sys/class/net/mmpi{k}br")        # left behind
+    hosts = netns_mod.NetnsHosts(n=1).up()                   # cleans up stale set-ups first
+    try:
+        assert not os.path.exists(f"/sys/class/net/mmpi{k}br") or hosts.k == k
+        assert f"mmpi{k}-h1" not in run(["ip", "netns", "list"]).stdout or hosts.k == k
+        assert hosts.ssh("h1", "hostname").stdout.strip() == "h1"
+    finally:
+        hosts.down()
+
+
+def test_slurm_left_by_a_killed_run_is_removed_by_the_next():
+    reason = slurm_mod.unavailable_reason()
+    if reason:
+        pytest.skip(f"Slurm: {reason}")
+    conf = _up_in_a_process_then_kill_it("slurm_cluster", "SlurmCluster", "", "obj.conf")
+    cluster = slurm_mod.SlurmCluster().up()
+    try:
+        assert not os.path.exists(conf)
+        assert not slurm_mod.pids_with_env("SLURM_CONF", conf)
+        cp = cluster.run(["srun", "-n", "1", "hostname"])
+        assert cp.stdout.strip() == cluster.node
+    finally:
+        cluster.down()

@@ -167,6 +167,16 @@ def test_skip_reason_names_root(monkeypatch):
     assert "needs root" in slurm_mod._probe()
 
 
+def test_skip_reason_names_missing_programs_and_the_setup_script(monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("the probe stops at the root check first")
+    monkeypatch.setattr(netns_mod, "PROGRAMS", netns_mod.PROGRAMS + ["/nonexistent/sshd"])
+    monkeypatch.setattr(slurm_mod, "PROGRAMS", ["/nonexistent/slurmd"])
+    assert "missing /nonexistent/sshd" in netns_mod._probe()
+    assert "tests/multihost/setup.sh" in netns_mod._probe()
+    assert "missing /nonexistent/slurmd" in slurm_mod._probe()
+
+
 # ---- Slurm ---------------------------------------------------------------------------------
 PROCID = ("import json, os, sys; import minimpi; "
           "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('SLURM_')}))")

@@ -1,0 +1,326 @@
+"""A one-node Slurm cluster on this machine: munged, slurmctld and slurmd, all private.
+
+    cluster = SlurmCluster(cpus=8).up()
+    cluster.run(["srun", "-n", "4", "hostname"])     # SLURM_CONF set; bounded
+    cluster.env                                     # {"SLURM_CONF": ...} for your own clients
+    cluster.down()                                  # cancels jobs, kills tasks and daemons
+
+Every daemon runs in the foreground as our child (munged as user munge) with files in
+STATE_ROOT/slurm-<pid>/: slurm.conf, state, spool, logs, and munge's socket, so nothing
+touches /etc/slurm or /run/munge.  The ports are picked free.  The node is this machine's
+short host name with NodeAddr 127.0.0.1 (no DNS needed); CPUs=cpus with config_overrides,
+so `srun -n 8` runs on a 2-core machine.  One cluster at a time per machine (a lock): two
+slurmd with the same NodeName on one machine are not something Slurm promises to handle.
+
+Processes left by jobs (slurmstepd, tasks) are found by SLURM_CONF=<our conf> in their
+environment and killed at teardown.
+
+Command line:  python3 tests/multihost/slurm_cluster.py up|down|cleanup
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import pwd
+import socket
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from infra_common import (SETUP_HINT, STATE_ROOT, FileLock, InfraError, alive,  # noqa: E402
+                          die_with_parent, missing_programs, owner_gone, pids_with_env,
+                          rmtree, run, tail, terminate, write_owner)
+
+PROGRAMS = ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/srun",
+            "/usr/bin/sinfo", "/usr/bin/salloc", "/usr/bin/sbatch", "/usr/bin/scancel",
+            "/usr/bin/squeue"]
+MUNGE_KEY = "/etc/munge/munge.key"
+LOCK = os.path.join(STATE_ROOT, "slurm.lock")
+LOCK_WAIT_S = 240.0
+IDLE_WAIT_S = 30.0
+
+CONF = """\
+ClusterName=minimpi-test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={dir}/munge/munge.socket
+MailProg=/bin/true
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+# a cancelled job's tasks get SIGKILL 2 s after SIGTERM (default 30 s)
+KillWait=2
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class SlurmCluster:
+    def __init__(self, cpus: int = 8, persistent: bool = False):
+        self.cpus, self.persistent = cpus, persistent
+        self.dir = ""
+        self.node = socket.gethostname().split(".")[0]
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.timings: dict[str, float] = {}
+        self._lock: Optional[FileLock] = None
+
+    @property
+    def conf(self) -> str:
+        return os.path.join(self.dir, "slurm.conf")
+
+    @property
+    def env(self) -> dict:
+        """Variables a Slurm client (srun, salloc, sbatch, sinfo) needs to reach this cluster."""
+        return {"SLURM_CONF": self.conf}
+
+    def client_env(self, extra: Optional[dict] = None) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.env)
+        env.update(extra or {})
+        return env
+
+    def run(self, argv: Sequence[str], timeout: float = 30.0, check: bool = True,
+            env: Optional[dict] = None, input: Optional[str] = None
+            ) -> subprocess.CompletedProcess:
+        return run(argv, timeout=timeout, check=check, env=self.client_env(env), input=input)
+
+    def logs(self) -> str:
+        return "".join(f"--- {name} log:\n{tail(os.path.join(self.dir, name))}\n"
+                       for name in ("munge/munged.log", "slurmctld.log", "slurmd.log"))
+
+    # ---- up / down -----------------------------------------------------------------------
+    def up(self) -> "SlurmCluster":
+        t0 = time.monotonic()
+        self._lock = FileLock(LOCK, "slurm cluster").acquire(timeout=LOCK_WAIT_S)
+        try:
+            cleanup_stale()
+            self._start()
+        except BaseException:
+            self._down_quietly()
+            raise
+        self.timings["up_s"] = time.monotonic() - t0
+        return self
+
+    def _start(self) -> None:
+        self.dir = os.path.join(STATE_ROOT, f"slurm-{os.getpid()}")
+        rmtree(self.dir)
+        os.makedirs(self.dir, mode=0o755)
+        write_owner(self.dir, self.persistent)
+        for sub in ("state", "spool"):
+            os.makedirs(os.path.join(self.dir, sub), mode=0o700)
+        munge = pwd.getpwnam("munge")
+        mdir = os.path.join(self.dir, "munge")
+        os.makedirs(mdir, mode=0o755)          # munged wants its socket dir open to all
+        os.chmod(mdir, 0o755)
+        os.chown(mdir, munge.pw_uid, munge.pw_gid)
+        ctld_port, slurmd_port = _free_ports(2)
+        with open(self.conf, "w") as f:
+            f.write(CONF.format(host=self.node, dir=self.dir, cpus=self.cpus,
+                                ctld_port=ctld_port, slurmd_port=slurmd_port))
+        env = self.client_env()
+        self._spawn("munged", ["/usr/sbin/munged", "-F", f"--socket={mdir}/munge.socket",
+                               f"--pid-file={mdir}/munged.pid", f"--log-file={mdir}/munged.log",
+                               f"--seed-file={mdir}/munged.seed", f"--key-file={MUNGE_KEY}"],
+                    env, user=munge.pw_uid, group=munge.pw_gid)
+        self._wait(lambda: os.path.exists(f"{mdir}/munge.socket"), 10, "munged's socket")
+        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-c"], env)
+        self._spawn("slurmd", ["/usr/sbin/slurmd", "-D"], env)
+        self._wait(self._idle, IDLE_WAIT_S, f"node {self.node} to be idle in sinfo")
+
+    def _spawn(self, name, argv, env, user=None, group=None):
+        log = open(os.path.join(self.dir, f"{name}.out"), "w")
+        kw = {} if user is None else {"user": user, "group": group, "extra_groups": []}
+        with log:
+            self.procs[name] = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,
+                preexec_fn=None if self.persistent else die_with_parent, **kw)
+
+    def _idle(self) -> bool:
+        cp = self.run(["sinfo", "-h", "-o", "%t"], timeout=10, check=False)
+        return cp.returncode == 0 and cp.stdout.strip().startswith("idle")
+
+    def _wait(self, ready, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            dead = [n for n, p in self.procs.items() if p.poll() is not None]
+            if dead or time.monotonic() >= deadline:
+                why = (f"{', '.join(dead)} exited" if dead else f"not within {timeout} s")
+                outs = "".join(f"--- {n} output:\n{tail(os.path.join(self.dir, n + '.out'))}\n"
+                               for n in self.procs)
+                raise InfraError(f"waiting for {what}: {why}\n{outs}{self.logs()}")
+            time.sleep(0.1)
+
+    def down(self) -> None:
+        """Stop everything; InfraError naming what is left if anything survived."""
+        if not self.dir:
+            return
+        t0 = time.monotonic()
+        problems = teardown(self.dir, self.procs)
+        self.procs, self.dir = {}, ""
+        if self._lock:
+            self._lock.release()
+            self._lock = None
+        self.timings["down_s"] = time.monotonic() - t0
+        if problems:
+            raise InfraError("slurm teardown left: " + "; ".join(problems))
+
+    def _down_quietly(self) -> None:
+        try:
+            self.down()
+        except InfraError:
+            pass
+        if self._lock:
+            self._lock.release()
+            self._lock = None
+
+
+def teardown(d: str, procs: Optional[dict] = None, cancel: bool = True) -> list[str]:
+    """Cancel jobs (unless not cancel: when the owner died, its daemons are dying too), kill
+    job processes and the daemons of the cluster in d, remove d.  Returns what is left."""
+    conf = os.path.join(d, "slurm.conf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["SLURM_CONF"] = conf
+    problems = []
+    daemons = {n: p.pid for n, p in (procs or {}).items()}
+    for name, pidfile in (("slurmd", "slurmd.pid"), ("slurmctld", "slurmctld.pid"),
+                          ("munged", "munge/munged.pid")):
+        try:
+            with open(os.path.join(d, pidfile)) as f:
+                daemons.setdefault(name, int(f.read().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
+    alive_daemons = [p for p in daemons.values() if alive(p)]
+    if cancel and os.path.exists(conf) and alive_daemons:
+        # tell the controller first, so that it does not try to requeue or relaunch
+        try:
+            run(["scancel", "--full", "--user=root"], env=env, check=False, timeout=5)
+        except InfraError:     # an unresponsive controller: its jobs are killed below anyway
+            pass
+    # Job steps, tasks and clients carry our SLURM_CONF.  The daemons' own helpers
+    # (slurmctld's slurmscriptd) do too, but they go with their parent.
+    stray = [p for p in pids_with_env("SLURM_CONF", conf)
+             if p not in daemons.values() and _ppid(p) not in daemons.values()]
+    left = terminate(stray, grace=2.0)
+    if left:
+        problems.append(f"job processes {left} survived SIGKILL")
+    for name in ("slurmd", "slurmctld", "munged"):
+        if name in daemons:
+            left = terminate([daemons[name]], grace=5.0)
+            if left:
+                problems.append(f"{name} (pid {daemons[name]}) survived SIGKILL")
+    for p in (procs or {}).values():
+        try:
+            p.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+    leftover = pids_with_env("SLURM_CONF", conf)
+    if leftover:
+        problems.append(f"processes with SLURM_CONF={conf}: {leftover}")
+    rmtree(d)
+    if os.path.exists(d):
+        problems.append(f"directory {d}")
+    return problems
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def cleanup_stale(include_manual: bool = False) -> list[str]:
+    done = []
+    for d in glob.glob(os.path.join(STATE_ROOT, "slurm-*")):
+        if os.path.isdir(d) and (include_manual or owner_gone(d)):
+            teardown(d, cancel=False)
+            done.append(d)
+    return done
+
+
+_reason_cache: dict[str, Optional[str]] = {}
+
+
+def unavailable_reason() -> Optional[str]:
+    """None when a Slurm cluster can be started here, else why not (for pytest.skip)."""
+    if "r" not in _reason_cache:
+        _reason_cache["r"] = _probe()
+    return _reason_cache["r"]
+
+
+def _probe() -> Optional[str]:
+    if os.geteuid() != 0:
+        return f"needs root to run slurmd/slurmctld/munged (running as uid {os.geteuid()})"
+    missing = missing_programs(PROGRAMS)
+    if missing:
+        return f"missing {', '.join(missing)} ({SETUP_HINT})"
+    if not os.path.exists(MUNGE_KEY):
+        return f"no {MUNGE_KEY} (the munge package makes it; {SETUP_HINT})"
+    try:
+        pwd.getpwnam("munge")
+    except KeyError:
+        return f"no user munge ({SETUP_HINT})"
+    return None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="a one-node Slurm cluster, for tests")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up")
+    u.add_argument("--cpus", type=int, default=8)
+    sub.add_parser("down")
+    c = sub.add_parser("cleanup")
+    c.add_argument("--all", action="store_true")
+    a = p.parse_args(argv)
+    if a.cmd == "up":
+        reason = unavailable_reason()
+        if reason:
+            print(f"cannot start slurm: {reason}", file=sys.stderr)
+            return 1
+        c = SlurmCluster(a.cpus, persistent=True).up()
+        c._lock.release()     # the lock only lives as long as this process anyway
+        print(f"up in {c.timings['up_s']:.2f} s; export SLURM_CONF={c.conf}")
+        print(f"down: python3 {__file__} down")
+    else:
+        with FileLock(LOCK, "slurm cluster").acquire(timeout=LOCK_WAIT_S):
+            print("removed:", cleanup_stale(include_manual=True if a.cmd == "down" else a.all))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

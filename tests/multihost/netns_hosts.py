@@ -34,9 +34,20 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from infra_common import (SETUP_HINT, STATE_ROOT, FileLock, InfraError,  # noqa: E402
-                          die_with_parent, missing_programs, owner_gone, rmtree, run, tail,
-                          terminate, write_owner)
+from infra_common import (  # noqa: E402
+    SETUP_HINT,
+    STATE_ROOT,
+    FileLock,
+    InfraError,
+    die_with_parent,
+    missing_programs,
+    owner_gone,
+    rmtree,
+    run,
+    tail,
+    terminate,
+    write_owner,
+)
 
 PROGRAMS = ["/usr/sbin/ip", "/usr/sbin/tc", "/usr/sbin/sshd", "/usr/bin/ssh",
             "/usr/bin/ssh-keygen", "/usr/bin/unshare"]

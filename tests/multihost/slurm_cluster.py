@@ -30,9 +30,22 @@ import time
 from typing import Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from infra_common import (SETUP_HINT, STATE_ROOT, FileLock, InfraError, alive,  # noqa: E402
-                          die_with_parent, missing_programs, owner_gone, pids_with_env,
-                          rmtree, run, tail, terminate, write_owner)
+from infra_common import (  # noqa: E402
+    SETUP_HINT,
+    STATE_ROOT,
+    FileLock,
+    InfraError,
+    alive,
+    die_with_parent,
+    missing_programs,
+    owner_gone,
+    pids_with_env,
+    rmtree,
+    run,
+    tail,
+    terminate,
+    write_owner,
+)
 
 PROGRAMS = ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/srun",
             "/usr/bin/sinfo", "/usr/bin/salloc", "/usr/bin/sbatch", "/usr/bin/scancel",

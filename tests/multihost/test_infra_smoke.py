@@ -8,9 +8,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import netns_hosts as netns_mod
+import pytest
 import slurm_cluster as slurm_mod
 from infra_common import alive, run
 

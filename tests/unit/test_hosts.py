@@ -2,11 +2,21 @@
 from __future__ import annotations
 
 import pytest
-
-from minimpi.launcher.hosts import (MAX_EXPANSION, HostListError, HostSlots,
-                                    expand_nodelist, expand_tasks_per_node, group_by_host,
-                                    hosts_from_slurm_env, parse_hostfile, parse_hosts,
-                                    parse_hosts_or_layout, parse_layout, place, total_slots)
+from minimpi.launcher.hosts import (
+    MAX_EXPANSION,
+    HostListError,
+    HostSlots,
+    expand_nodelist,
+    expand_tasks_per_node,
+    group_by_host,
+    hosts_from_slurm_env,
+    parse_hostfile,
+    parse_hosts,
+    parse_hosts_or_layout,
+    parse_layout,
+    place,
+    total_slots,
+)
 
 
 def hs(*pairs):

@@ -34,6 +34,7 @@ from minimpi.runtime.bootstrap import (
     ENV_STARTUP_TIMEOUT,
 )
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
+from minimpi.transports.shm import cleanup_job
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
@@ -197,6 +198,7 @@ class Job:
             forward.close_all()
             os.close(lifeline_w)
             coord.close()
+            cleanup_job(self.job_id)   # shared-memory segments of ranks that died early
             self._restore_signals()
 
     def _loop(self, start: float) -> int:

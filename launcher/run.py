@@ -75,6 +75,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eager-limit", type=byte_size, metavar="BYTES",
                    help="largest message sent eagerly (e.g. 65536, 64KiB, 1MiB); "
                         "env MINIMPI_EAGER_LIMIT")
+    p.add_argument("--transport", choices=("auto", "shm", "tcp"), metavar="{auto,shm,tcp}",
+                   help="how ranks exchange messages: auto (default) uses shared memory between "
+                        "ranks on one host and TCP between hosts; shm or tcp use that one for "
+                        "every pair; env MINIMPI_TRANSPORT")
+    p.add_argument("--progress", choices=("auto", "spin", "yield", "block"),
+                   metavar="{auto,spin,yield,block}",
+                   help="how a waiting rank waits: spin (poll up to 100 us, then sleep), yield "
+                        "(shorter spins that give the core away), block (sleep at once); auto "
+                        "(default): spin while ranks on a host <= its cores, yield up to twice "
+                        "that, block beyond; env MINIMPI_PROGRESS")
     p.add_argument("--coll", action="append", type=key_value, default=[], metavar="NAME=ALG",
                    help="collective algorithm, e.g. bcast=ring (sets MINIMPI_BCAST=ring); repeatable")
     p.add_argument("-x", "--env", action="append", type=key_value, default=[], metavar="KEY=VALUE",
@@ -95,6 +105,10 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
     env: dict[str, str] = {}
     if args.eager_limit is not None:
         env["MINIMPI_EAGER_LIMIT"] = str(args.eager_limit)
+    if getattr(args, "transport", None):
+        env["MINIMPI_TRANSPORT"] = args.transport
+    if getattr(args, "progress", None):
+        env["MINIMPI_PROGRESS"] = args.progress
     for name, alg in args.coll:
         env[f"MINIMPI_{name.upper().replace('-', '_')}"] = alg
     for key, value in args.env:   # explicit -x wins

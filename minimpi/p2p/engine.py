@@ -13,9 +13,10 @@ Protocols (see :mod:`minimpi.transports.frames`):
   for its receive, as in every real MPI, and large transfers are zero-copy.
 
 Progress: any blocking call runs :meth:`Engine.wait_until`, which calls
-``transport.progress(timeout)`` - it reads and writes on every connection, so two ranks that
-both send before receiving never stall each other on full socket buffers - and sleeps only in
-the transport's poll.
+``transport.progress`` - it reads and writes on every connection, so two ranks that both
+send before receiving never stall each other on full socket buffers. How it waits is the
+engine's :class:`~minimpi.p2p.progress.ProgressPolicy`: poll without sleeping for a short
+while, then sleep in the transport's poll (or sleep at once: ``block``).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..transports import frames
 from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from .matching import Incoming, MatchQueues
+from .progress import ProgressPolicy
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
 DEFAULT_EAGER_LIMIT = 64 * 1024
@@ -46,6 +48,8 @@ class Engine(FrameSink):
         self.size = size
         self.transport = transport
         self.eager_limit = int(eager_limit)
+        #: how a blocked wait polls and sleeps (the runtime sets it from MINIMPI_PROGRESS)
+        self.progress_policy = ProgressPolicy("block")
         if transport is not None:
             transport.attach(self)
         self._queues: Dict[int, MatchQueues] = {}
@@ -413,7 +417,7 @@ class Engine(FrameSink):
                     self.advance_active()
                 if done():
                     break
-                moved = transport.progress(POLL_INTERVAL)
+                moved = self.progress_policy.wait(transport, POLL_INTERVAL)
                 if self.active:
                     self.advance_active()
                 if done():

@@ -11,6 +11,7 @@ was blocked on.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable, List, Optional
@@ -20,7 +21,12 @@ from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
 from ..p2p.request import describe
 from ..transports.inproc import FrameRecorder, InprocFabric
+from ..transports.router import RouterTransport
+from ..transports.shm import ShmTransport
 from ..transports.tcp import TcpTransport
+
+#: the transports run_threads can connect its ranks with
+TRANSPORTS = ("inproc", "tcp", "shm", "routed")
 
 
 class RankFailed(Exception):
@@ -36,16 +42,21 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List
     if kind == "inproc":
         fabric = InprocFabric(size, recorder)
         return [fabric.transport(r) for r in range(size)]
-    if kind == "tcp":  # real sockets on loopback, ranks as threads: the transport conformance runs
-        import os
-
-        secret = os.urandom(32)
+    # The real transports between threads: what the p2p conformance suite runs over.
+    secret, job = os.urandom(32), f"threads{os.urandom(6).hex()}"
+    if kind == "tcp":   # loopback sockets
         ts = [TcpTransport(r, size, secret) for r in range(size)]
-        addresses = [t.listen() for t in ts]
-        for t in ts:
-            t.set_peers(addresses)
-        return ts
-    raise ValueError(f"run_threads: unknown transport {kind!r} (inproc or tcp)")
+    elif kind == "shm":   # shared-memory rings (segments named after a fresh job id)
+        ts = [ShmTransport(r, size, job) for r in range(size)]
+    elif kind == "routed":   # two pretend hosts: shm within one, TCP between them
+        ts = [RouterTransport(r, size, [ShmTransport(r, size, job), TcpTransport(r, size, secret)],
+                              host=f"host{r % 2}") for r in range(size)]
+    else:
+        raise ValueError(f"run_threads: unknown transport {kind!r} ({', '.join(TRANSPORTS)})")
+    addresses = [t.listen() for t in ts]
+    for t in ts:
+        t.set_peers(addresses)
+    return ts
 
 
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
@@ -53,9 +64,10 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
                 transport: str = "inproc", **kwargs: Any) -> List[Any]:
     """Call ``fn(comm, *args, **kwargs)`` on ``size`` ranks; return the results in rank order.
 
-    ``transport``: ``"inproc"`` (default) or ``"tcp"`` (loopback sockets between the threads,
-    used to run one conformance suite over both). The first exception (lowest rank) is
-    re-raised as :class:`RankFailed` from the original.
+    ``transport``: ``"inproc"`` (default), ``"tcp"`` (loopback sockets between the threads),
+    ``"shm"`` (shared-memory rings) or ``"routed"`` (ranks of even and odd number on two
+    pretend hosts: shm within each, TCP between them) - one conformance suite runs over all.
+    The first exception (lowest rank) is re-raised as :class:`RankFailed` from the original.
     """
 
     transports = _transports(transport, size, recorder)
@@ -102,6 +114,14 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
             if hasattr(t, "wake"):
                 t.wake()
         detail = "; ".join(f"rank {r}: {blocked[r] or 'running (not blocked in minimpi)'}" for r in stuck)
+        # aborted ranks leave their waits within a poll interval; then their transports
+        # (sockets, shared-memory segments) can be closed
+        end = time.monotonic() + 2.0
+        for r in stuck:
+            threads[r].join(max(0.0, end - time.monotonic()))
+        if transport != "inproc" and not any(t.is_alive() for t in threads):
+            for t in transports:
+                t.close()
         raise MPITimeoutError(f"run_threads: {len(stuck)} of {size} ranks did not finish within "
                               f"{timeout:g} s - {detail}")
     if transport != "inproc":

@@ -18,6 +18,7 @@ from .. import transports
 from ..comm.communicator import Intracomm
 from ..errors import JobAbortedError
 from ..p2p.engine import Engine, eager_limit_from_env
+from ..p2p.progress import ProgressPolicy
 from .bootstrap import BootInfo, bootstrap
 from .diagnose import install as install_diagnostics
 
@@ -31,7 +32,8 @@ class _Runtime:
         self.info = info
         transport = None
         if info.size > 1:
-            transport = transports.create(info.env.get("MINIMPI_TRANSPORT", "tcp"), info)
+            # a router: shared memory to ranks on this host, TCP to the others (by default)
+            transport = transports.create(info.env.get("MINIMPI_TRANSPORT", transports.DEFAULT), info)
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
         self.engine.job_abort = abort
         if info.coordinator is not None:
@@ -41,9 +43,11 @@ class _Runtime:
                 transport.set_peers(addresses)
                 # Small jobs connect every pair at start-up, while all ranks are in this call,
                 # so that no message later waits for a handshake with a rank that is busy.
-                if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")) and \
-                        hasattr(transport, "connect_all"):
+                if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")):
                     transport.connect_all()
+                # spin before sleeping only while the ranks on this host have a core each
+                self.engine.progress_policy = ProgressPolicy.from_env(
+                    info.env, len(transport.local_ranks))
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         self.failing = False

@@ -1,9 +1,16 @@
 """Transports: one module per wire, all behind :class:`~minimpi.transports.base.Transport`.
 
-A job's processes pick theirs by name (``MINIMPI_TRANSPORT``, default ``tcp``). Adding one
-(shared memory, RDMA verbs) is a new module with a ``create(info)`` factory and one line in
-``FACTORIES``. ``inproc`` is not listed: it connects threads of one process and is built
-directly by :func:`minimpi.runtime.inproc.run_threads`.
+A job's processes pick theirs by name (``minimpi run --transport``, env ``MINIMPI_TRANSPORT``):
+
+- ``auto`` (the default): for each peer the first of :data:`AUTO` that reaches it - shared
+  memory for ranks on this host, TCP for the others (:mod:`~minimpi.transports.router`);
+- any name in :data:`FACTORIES`: that transport for every peer (``tcp``; ``shm`` when every
+  rank shares this host).
+
+Adding one (RDMA verbs) is a new module with a ``create(info)`` factory, one line in
+``FACTORIES`` and, to have ``auto`` use it, its name in ``AUTO``. ``inproc`` is not listed:
+it connects threads of one process and is built directly by
+:func:`minimpi.runtime.inproc.run_threads`.
 """
 from __future__ import annotations
 
@@ -11,20 +18,40 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ..errors import TransportError
+from .router import RouterTransport, host_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.bootstrap import BootInfo
-    from .base import Transport
 
 #: name -> module whose ``create(info: BootInfo) -> Transport`` builds it
 FACTORIES = {
     "tcp": "minimpi.transports.tcp",
+    "shm": "minimpi.transports.shm",
 }
 
+#: what ``auto`` offers, in order of preference: each peer gets the first that reaches it
+#: (shm only reaches ranks on this host); all but the last may be missing on a host
+AUTO = ("shm", "tcp")
 
-def create(name: str, info: "BootInfo") -> "Transport":
-    module = FACTORIES.get(name)
-    if module is None:
-        raise TransportError(f"rank {info.rank}: unknown transport {name!r} (MINIMPI_TRANSPORT); "
-                             f"available: {', '.join(FACTORIES)}")
-    return importlib.import_module(module).create(info)
+#: the default of ``MINIMPI_TRANSPORT``
+DEFAULT = "auto"
+
+
+def create(name: str, info: "BootInfo") -> RouterTransport:
+    """The transport of a ``minimpi run`` process: a router over ``name``'s members."""
+    names = AUTO if name == "auto" else (name,)
+    members = []
+    for member in names:
+        module = FACTORIES.get(member)
+        if module is None:
+            raise TransportError(f"rank {info.rank}: unknown transport {name!r} "
+                                 f"(MINIMPI_TRANSPORT); available: auto, {', '.join(FACTORIES)}")
+        try:
+            members.append(importlib.import_module(module).create(info))
+        except TransportError:
+            if name != "auto" or member == names[-1]:
+                raise
+            # auto: a transport this host cannot run (no /dev/shm, ...); peers route around it
+    optional = names[:-1] if name == "auto" else ()
+    return RouterTransport(info.rank, info.size, members, host=host_id(info.env),
+                           optional=optional)

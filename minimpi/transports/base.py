@@ -1,4 +1,4 @@
-"""The one interface every transport implements (tcp, inproc; later shm and verbs).
+"""The one interface every transport implements (tcp, shm, inproc; later verbs).
 
 A transport moves *frames* (a packed 32-byte header plus payload segments) between ranks of
 one job and knows nothing about matching, tags or requests. The engine drives it:
@@ -12,6 +12,12 @@ one job and knows nothing about matching, tags or requests. The engine drives it
   ``frame_arrived(peer, header)`` returns where the payload must go (a writable memoryview of
   exactly ``header.length`` bytes, e.g. the user's posted receive buffer, so data is received
   straight into it), then ``payload_arrived(peer, header, buffer)`` once it is all there.
+
+A process reaches its peers through several transports at once (shared memory for ranks on
+its host, TCP for the rest): :class:`~minimpi.transports.router.RouterTransport` owns them and
+waits on all of them in one poll. For that, a transport says what to wait on
+(``wait_fds``) and may arm its wake-ups before the caller sleeps (``prepare_sleep`` /
+``end_sleep``); the defaults suit a transport whose fds alone say when there is work.
 """
 from __future__ import annotations
 
@@ -47,6 +53,8 @@ class Transport(ABC):
 
     #: short name used in logs, traces and ``minimpi explain``
     name = "base"
+    #: which peers it can reach: "network" (any rank) or "host" (ranks on this host only)
+    scope = "network"
 
     @abstractmethod
     def attach(self, sink: FrameSink) -> None:
@@ -57,8 +65,9 @@ class Transport(ABC):
         """Start accepting connections; return this rank's address for the rendezvous table."""
 
     @abstractmethod
-    def set_peers(self, addresses: Sequence[str]) -> None:
-        """The address of every rank (index = world rank), from the rendezvous."""
+    def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
+        """The address of every rank (index = world rank), from the rendezvous; None for the
+        ranks a router sends to through another transport (never used here)."""
 
     @abstractmethod
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
@@ -67,6 +76,19 @@ class Transport(ABC):
     @abstractmethod
     def progress(self, timeout: Optional[float]) -> bool:
         """Move data; block at most ``timeout`` s if nothing is ready. True if anything happened."""
+
+    def wait_fds(self) -> Sequence[int]:
+        """File descriptors that become readable when ``progress(0)`` may find work, so that
+        a router can sleep on several transports in one poll."""
+        raise NotImplementedError(f"the {self.name} transport cannot be combined with others")
+
+    def prepare_sleep(self) -> bool:
+        """Called before the caller blocks on ``wait_fds()``: arm wake-ups. Returns False
+        (with nothing left armed) when work is already waiting, so the caller must not block."""
+        return True
+
+    def end_sleep(self) -> None:
+        """Called after that poll returned (whatever woke it)."""
 
     def pending_sends(self) -> int:
         """Number of frames queued but not yet handed off (used to flush at exit)."""

@@ -380,7 +380,10 @@ class TcpTransport(Transport):
         self.secret = secret
         self.bind_host = bind_host
         self._sink: Optional[FrameSink] = None
-        self._poller = select.poll()
+        # epoll where there is one: its own fd can be polled, so a router can sleep on TCP
+        # and shared memory at once (wait_fds)
+        self._epoll = hasattr(select, "epoll")
+        self._poller = select.epoll() if self._epoll else select.poll()
         self._handlers: Dict[int, object] = {}
         self._masks: Dict[int, int] = {}
         self._out: List[Optional[_OutConn]] = [None] * size
@@ -410,7 +413,7 @@ class TcpTransport(Transport):
             self._masks.pop(conn.fd, None)
             try:
                 self._poller.unregister(conn.fd)
-            except (KeyError, ValueError):
+            except (KeyError, ValueError, OSError):
                 pass
         self._handshaking.discard(conn)
 
@@ -426,14 +429,22 @@ class TcpTransport(Transport):
         host, port = sock.getsockname()[:2]
         return f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
 
-    def set_peers(self, addresses: Sequence[str]) -> None:
+    def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         self._addresses = list(addresses)
+
+    def _reached(self) -> List[int]:
+        """The peers this transport carries messages to (a router gives others None)."""
+        return [p for p, a in enumerate(self._addresses) if a and p != self.rank]
 
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
         conn = self._out[peer]
         if conn is None:
             if self._addresses is None:
                 raise TransportError(f"rank {self.rank}: no address table yet (rendezvous not done)")
+            if not self._addresses[peer]:
+                if on_sent is not None:
+                    on_sent(f"rank {peer} is not reachable over TCP")
+                return
             try:
                 conn = self._out[peer] = _OutConn(self, peer, self._addresses[peer])
             except TransportError as exc:
@@ -454,34 +465,32 @@ class TcpTransport(Transport):
         it are ready; since every rank waits for both directions, no rank leaves while a
         handshake with it is still pending.
         """
-        for peer in range(self.size):
-            if peer != self.rank and self._out[peer] is None:
+        peers = self._reached()     # routing is symmetric: these also connect to us
+        for peer in peers:
+            if self._out[peer] is None:
                 self._out[peer] = _OutConn(self, peer, self._addresses[peer])
         deadline = time.monotonic() + timeout
         while True:
             # A peer may finish and close before this loop sees it: count what was ever ready.
             outs = len(self._ready_out)
             ins = len(self._ready_in)
-            if outs == ins == self.size - 1:
+            if outs == ins == len(peers):
                 return
-            failed = [p for p, c in enumerate(self._out)
-                      if p != self.rank and c is None and p not in self._ready_out]
+            failed = [p for p in peers if self._out[p] is None and p not in self._ready_out]
             if failed or time.monotonic() > deadline:
                 raise TransportError(
                     f"rank {self.rank}: could not connect to every rank within {timeout:g} s "
-                    f"({outs} of {self.size - 1} outgoing and {ins} incoming connections ready"
+                    f"({outs} of {len(peers)} outgoing and {ins} incoming connections ready"
                     f"{'; failed: ranks ' + str(failed) if failed else ''})")
             self.progress(0.2)
 
     def progress(self, timeout: Optional[float]) -> bool:
-        if timeout is None:
-            ms = -1
-        else:
-            ms = int(timeout * 1000) if timeout > 0 else 0
         if self._handshaking:
-            ms = 200 if ms < 0 else min(ms, 200)
+            timeout = 0.2 if timeout is None else min(timeout, 0.2)
+        if not self._epoll:   # select.poll counts milliseconds
+            timeout = -1 if timeout is None else int(timeout * 1000)
         try:
-            events = self._poller.poll(ms)
+            events = self._poller.poll(timeout)
         except InterruptedError:
             return False
         handlers = self._handlers
@@ -495,6 +504,11 @@ class TcpTransport(Transport):
                 conn.refuse("handshake not completed in time")
         return bool(events)
 
+    def wait_fds(self) -> List[int]:
+        if not self._epoll:
+            return super().wait_fds()
+        return [self._poller.fileno()]
+
     def pending_sends(self) -> int:
         return self._pending
 
@@ -506,6 +520,8 @@ class TcpTransport(Transport):
                 pass
         self._handlers.clear()
         self._masks.clear()
+        if self._epoll:
+            self._poller.close()
 
 
 def create(info) -> TcpTransport:

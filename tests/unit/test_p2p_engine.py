@@ -14,9 +14,10 @@ from minimpi.runtime.inproc import RankFailed, run_threads
 from minimpi.transports import frames
 
 
-@pytest.fixture(params=["inproc", "tcp"])
+@pytest.fixture(params=["inproc", "tcp", "shm", "routed"])
 def run(request):
-    """The conformance suite: every test runs over the in-process and the TCP transport."""
+    """The conformance suite: every test runs over the in-process, TCP and shared-memory
+    transports, and over a router that uses shm within and TCP between two pretend hosts."""
     def runner(*args, **kwargs):
         return run_threads(*args, transport=request.param, **kwargs)
     return runner

@@ -1,0 +1,128 @@
+"""How a blocked rank waits: it polls for a short while before it sleeps, as MPI libraries do.
+
+On the virtual machines CI and cloud users run on, a process that blocks in ``poll`` lets
+its virtual CPU halt, and waking it again costs about 30-35 us - several times what a small
+message takes. A rank that keeps making non-blocking progress for a few tens of
+microseconds before it sleeps catches most replies without paying that. Spinning only pays
+while every rank has a core of its own, though: ranks that outnumber cores would take turns
+spinning while the rank that has the data waits for a core. Hence the policies
+(``minimpi run --progress``, env ``MINIMPI_PROGRESS``):
+
+``spin``
+    call ``progress(0)`` for up to the spin budget, then sleep in ``progress(timeout)``.
+``yield``
+    the same with ``sched_yield()`` between polls and a shorter budget, so that a rank
+    sharing our core (maybe the one we wait for) runs instead of us.
+``block``
+    sleep in ``progress(timeout)`` at once: an idle rank costs no CPU at all.
+``auto`` (default)
+    ``spin`` when the ranks on this host are no more than the cores this process may run
+    on (``os.sched_getaffinity``), ``yield`` up to twice that, ``block`` beyond - so 32
+    ranks on 2 cores never spin each other out.
+
+The budget adapts: a wait that had to sleep but was woken within ``max_spin`` of its start
+would have been caught by a longer spin, so the budget grows to 1.5 times that wait; a
+wait that slept longer halves it (down to ``min_spin``), so a rank whose messages come
+late (long computations between them) stops burning CPU on spins that never pay.
+``MINIMPI_SPIN_US`` sets ``max_spin``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Mapping, Optional
+
+from ..errors import ArgumentError
+
+MODES = ("auto", "spin", "yield", "block")
+#: the longest spin before sleeping (s): about two VM wake-ups
+MAX_SPIN = 100e-6
+#: with yield, ranks share cores: shorter spins
+MAX_YIELD_SPIN = 30e-6
+#: the budget never adapts below this (s)
+MIN_SPIN = 5e-6
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class ProgressPolicy:
+    """Spin, yield or block before/while waiting (see the module docstring)."""
+
+    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_", "reason")
+
+    def __init__(self, mode: str = "block", max_spin: Optional[float] = None,
+                 reason: str = "") -> None:
+        if mode not in MODES[1:]:
+            raise ArgumentError(f"progress policy {mode!r}: expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.yield_ = mode == "yield"
+        if mode == "block":
+            self.max_spin = 0.0
+        elif max_spin is not None:
+            self.max_spin = max_spin
+        else:
+            self.max_spin = MAX_YIELD_SPIN if self.yield_ else MAX_SPIN
+        self.min_spin = min(MIN_SPIN, self.max_spin)
+        self.spin = self.max_spin
+        #: why ``auto`` chose this mode (for diagnostics)
+        self.reason = reason
+
+    @classmethod
+    def choose(cls, setting: str, ranks_here: int, cores: Optional[int] = None,
+               max_spin: Optional[float] = None) -> "ProgressPolicy":
+        """The policy for ``setting`` (one of :data:`MODES`) with ``ranks_here`` ranks of the
+        job on this host sharing ``cores`` cores (default: this process's)."""
+        setting = (setting or "auto").strip().lower()
+        if setting not in MODES:
+            raise ArgumentError(f"MINIMPI_PROGRESS={setting!r}: expected one of {', '.join(MODES)}")
+        if setting != "auto":
+            return cls(setting, max_spin, f"{setting} (asked for)")
+        cores = usable_cores() if cores is None else cores
+        if ranks_here <= cores:
+            mode = "spin"
+        elif ranks_here <= 2 * cores:
+            mode = "yield"
+        else:
+            mode = "block"
+        return cls(mode, max_spin, f"auto: {ranks_here} ranks on this host, {cores} cores -> {mode}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], ranks_here: int) -> "ProgressPolicy":
+        spin_us = env.get("MINIMPI_SPIN_US")
+        try:
+            max_spin = float(spin_us) * 1e-6 if spin_us else None
+        except ValueError:
+            raise ArgumentError(f"MINIMPI_SPIN_US={spin_us!r} is not a number") from None
+        return cls.choose(env.get("MINIMPI_PROGRESS", "auto"), ranks_here, max_spin=max_spin)
+
+    def wait(self, transport, timeout: float) -> bool:
+        """One round of waiting: spin on ``progress(0)`` for the budget, then sleep at most
+        ``timeout`` s. True if anything moved."""
+        spin = self.spin
+        if not spin:
+            return transport.progress(timeout)
+        progress = transport.progress
+        clock = time.perf_counter
+        start = clock()
+        deadline = start + spin
+        yield_ = self.yield_
+        while True:
+            if progress(0):
+                return True
+            if clock() >= deadline:
+                break
+            if yield_:
+                os.sched_yield()
+        moved = progress(timeout)
+        waited = clock() - start
+        if moved and waited < self.max_spin:
+            self.spin = min(self.max_spin, max(spin, 1.5 * waited))   # a longer spin would have caught it
+        else:
+            self.spin = max(self.min_spin, spin / 2)
+        return moved

@@ -1,0 +1,203 @@
+"""Per-peer routing: shared memory to the ranks on this host, the network to the others.
+
+A process's engine drives one :class:`RouterTransport`. It owns the real transports
+(``members``, in order of preference, e.g. shm then tcp) and behaves as one transport:
+
+- ``listen()`` publishes this rank's host identity and every member's address in one string,
+  ``host=H;shm=A1;tcp=A2``, which the rendezvous hands to every rank unchanged;
+- ``set_peers()`` picks, for each peer, the first member that the peer also offers and that
+  can reach it - a member of scope ``"host"`` (shared memory) only when both ranks have the
+  same host identity - and hands each member the addresses of its peers (None for the rest).
+  Both ends of a pair see the same two strings, so they always agree on the route;
+- ``send()`` goes to the peer's member; ``progress()`` polls every member, and when nothing
+  is ready sleeps on all their file descriptors in one ``poll`` (after each member armed its
+  wake-ups with ``prepare_sleep``), so a rank waiting on a TCP peer still wakes at once for a
+  shared-memory message and the other way round.
+
+Adding a transport (RDMA verbs) is one module and one name in ``transports.AUTO``.
+
+Host identity (:func:`host_id`): the host name plus what decides whether two processes can
+share memory and wake each other - the kernel's boot id, the network namespace (the
+wake-up sockets live there) and the device of ``/dev/shm``. Ranks that differ in any of them
+are on different "hosts" and talk over the network.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import socket
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..errors import TransportError
+from .base import FrameSink, OnSent, Transport
+
+#: the router wakes at least this often while it sleeps (TCP times out handshakes, shared
+#: memory looks for peers that died without a pidfd to tell)
+MAX_SLEEP = 0.25
+
+
+def host_id(environ=os.environ) -> str:
+    """This process's host identity (``MINIMPI_HOST_ID`` overrides it, for tests)."""
+    if environ.get("MINIMPI_HOST_ID"):
+        return environ["MINIMPI_HOST_ID"]
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id",):
+        try:
+            with open(path) as f:
+                parts.append(f.read().strip())
+        except OSError:
+            pass
+    for path in ("/proc/self/ns/net", "/dev/shm"):
+        try:
+            st = os.stat(path)
+            parts.append(f"{st.st_dev}:{st.st_ino}")
+        except OSError:
+            pass
+    name = socket.gethostname().replace(";", "_").replace("=", "_")
+    return f"{name}:{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:12]}"
+
+
+def parse_address(address: str) -> Tuple[str, Dict[str, str]]:
+    """``host=H;shm=A1;tcp=A2`` -> (H, {"shm": A1, "tcp": A2})."""
+    fields = dict(part.split("=", 1) for part in address.split(";") if "=" in part)
+    return fields.pop("host", ""), fields
+
+
+class RouterTransport(Transport):
+    """Several transports behind one, chosen per peer (see the module docstring)."""
+
+    def __init__(self, rank: int, size: int, members: Sequence[Transport],
+                 host: Optional[str] = None, optional: Sequence[str] = ()) -> None:
+        if not members:
+            raise TransportError(f"rank {rank}: no transport to route through")
+        self.rank = rank
+        self.size = size
+        self.members: List[Transport] = list(members)
+        self.host = host or host_id()
+        #: members that may be left out when they cannot start here (``auto``)
+        self.optional = set(optional)
+        self._route: List[Optional[Transport]] = [None] * size
+        #: world ranks on this host, this one included (known after set_peers)
+        self.local_ranks: List[int] = [rank]
+        self._poller = select.poll()
+        self._fds: Tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return "+".join(t.name for t in self.members)
+
+    def routes(self) -> List[Optional[str]]:
+        """The member that carries messages to each peer (None for this rank itself)."""
+        return [t.name if t is not None else None for t in self._route]
+
+    def attach(self, sink: FrameSink) -> None:
+        for t in self.members:
+            t.attach(sink)
+
+    def listen(self) -> str:
+        parts = [f"host={self.host}"]
+        for t in list(self.members):
+            try:
+                parts.append(f"{t.name}={t.listen()}")
+            except TransportError as exc:
+                if t.name not in self.optional or len(self.members) == 1:
+                    raise
+                # auto: this host cannot run it; peers see it missing and route around it
+                print(f"minimpi rank {self.rank}: not using {t.name}: {exc}", file=sys.stderr,
+                      flush=True)
+                t.close()
+                self.members.remove(t)
+        return ";".join(parts)
+
+    def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
+        parsed = [parse_address(a) if a else ("", {}) for a in addresses]
+        per_member: Dict[int, List[Optional[str]]] = {id(t): [None] * self.size for t in self.members}
+        self.local_ranks = [r for r, (host, _) in enumerate(parsed) if host == self.host]
+        for peer, (host, offered) in enumerate(parsed):
+            if peer == self.rank:
+                for t in self.members:
+                    per_member[id(t)][peer] = addresses[peer]
+                continue
+            for t in self.members:
+                if t.name in offered and (t.scope != "host" or host == self.host):
+                    self._route[peer] = t
+                    per_member[id(t)][peer] = offered[t.name]
+                    break
+            else:
+                where = "this host" if host == self.host else f"host {host or '?'}"
+                raise TransportError(
+                    f"rank {self.rank}: no transport reaches rank {peer} on {where}: it offers "
+                    f"{', '.join(offered) or 'none'}, this rank uses {self.name} "
+                    f"(shm reaches only ranks on the same host; use --transport auto or tcp)")
+        for t in self.members:
+            t.set_peers(per_member[id(t)])
+
+    def connect_all(self, timeout: float = 60.0) -> None:
+        """Open every connection now for the members that connect lazily (TCP)."""
+        for t in self.members:
+            if hasattr(t, "connect_all"):
+                t.connect_all(timeout)
+
+    def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
+        t = self._route[peer]
+        if t is None:
+            raise TransportError(f"rank {self.rank}: no route to rank {peer} (rendezvous not done)")
+        t.send(peer, header, payload, on_sent)
+
+    def progress(self, timeout: Optional[float]) -> bool:
+        members = self.members
+        if len(members) == 1:
+            return members[0].progress(timeout)
+        moved = False
+        for t in members:
+            if t.progress(0):
+                moved = True
+        if moved or timeout == 0:
+            return moved
+        armed = []
+        for t in members:
+            if not t.prepare_sleep():
+                for a in armed:
+                    a.end_sleep()
+                return self.progress(0)
+            armed.append(t)
+        fds = tuple(fd for t in members for fd in t.wait_fds())
+        if fds != self._fds:
+            self._poller = select.poll()
+            for fd in fds:
+                self._poller.register(fd, select.POLLIN)
+            self._fds = fds
+        limit = MAX_SLEEP if timeout is None else min(timeout, MAX_SLEEP)
+        try:
+            self._poller.poll(int(limit * 1000))
+        except InterruptedError:
+            pass
+        for t in armed:
+            t.end_sleep()
+        return self.progress(0)
+
+    def wait_fds(self) -> List[int]:
+        return [fd for t in self.members for fd in t.wait_fds()]
+
+    def prepare_sleep(self) -> bool:
+        armed = []
+        for t in self.members:
+            if not t.prepare_sleep():
+                for a in armed:
+                    a.end_sleep()
+                return False
+            armed.append(t)
+        return True
+
+    def end_sleep(self) -> None:
+        for t in self.members:
+            t.end_sleep()
+
+    def pending_sends(self) -> int:
+        return sum(t.pending_sends() for t in self.members)
+
+    def close(self) -> None:
+        for t in self.members:
+            t.close()

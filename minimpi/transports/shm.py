@@ -1,0 +1,823 @@
+"""Shared-memory transport: ranks on one host exchange frames through per-pair rings.
+
+**Segments.** Every rank owns one segment, its *inbox* ``/dev/shm/minimpi-<job>-<rank>``,
+created in :meth:`ShmTransport.listen`: a control block, then one ring per possible sender
+(indexed by world rank; only the rings of senders on this host are ever touched, and only
+those are reserved with ``posix_fallocate``, so a full /dev/shm is a clear error at start-up
+rather than a SIGBUS later). Each rank maps the inbox of every peer on its host in
+:meth:`set_peers` and is the only writer of its own ring there; the owner is the only reader.
+Once every local peer has mapped an inbox, its owner unlinks the file (the memory lives on
+while mapped), so after start-up nothing is left under /dev/shm whatever happens; before
+that, the launcher removes a job's segments when the job ends (:func:`cleanup_job`), also
+after ``kill -9``.
+
+**Rings** are single-producer single-consumer byte streams carrying exactly the frames TCP
+carries (32-byte header, then payload). ``tail`` (bytes ever written, producer) and ``head``
+(bytes ever consumed, consumer) are 8-byte counters in cache lines of their own. The producer
+copies a frame in and then publishes ``tail``; the consumer copies each payload straight into
+its destination (the posted receive buffer) and then publishes ``head``. A header never
+straddles the end of the ring (when fewer than 32 bytes are left there, both sides skip
+them); a payload may, and is copied in two pieces. A frame larger than the free space streams
+through in pieces, as through a socket, while the reader copies out on its own core.
+
+**Large payloads are copied once.** A rendezvous ``DATA`` frame of ``CMA_MIN`` bytes or more
+travels as a descriptor (the sender's buffer addresses) instead of its bytes; the receiver
+reads them straight into the posted buffer with ``process_vm_readv`` (cross memory attach)
+and answers with an ``ACK`` record, which completes the send. A receiver first checks that the
+kernel lets it read each peer (a probe in :meth:`set_peers`) and says so in that peer's ring;
+without that the bytes stream through the ring (two copies, pipelined). Under YAMA
+``ptrace_scope=1`` a rank allows this with ``PR_SET_PTRACER_ANY``, as MPI libraries do: the
+trust boundary is the user account either way, since any process of that user may also open
+the job's segments (mode 0600).
+
+**Sleeping without missing a wake-up.** The engine spins on ``progress(0)`` (its progress
+policy) and then sleeps in ``progress(timeout)``: in poll on this rank's wake socket (an
+abstract-namespace unix datagram socket: nothing on disk) and on a pidfd per local peer
+(readable when that peer exits). Before sleeping, a rank raises its ``sleeping`` flag, fences,
+and looks at its rings once more; a sender publishes ``tail``, fences, and sends one datagram
+if it sees the flag. Each side stores, fences, then loads the other's word, so at least one
+sees the other (Dekker): no lost wake-up, and a syscall only when someone really sleeps. A
+sender waiting for ring space raises ``want_space`` on its ring in the same way; the reader
+wakes it after freeing space. The fence is a lock acquire/release (a locked instruction).
+
+A peer that exits, is killed, or closes its transport is noticed through its pidfd or its
+``closed`` flag: what it wrote before is delivered, then the engine hears ``peer_lost`` and
+every operation that needs that peer fails with a clear error.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import glob
+import mmap
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import TransportError
+from .base import FrameSink, OnSent, Transport
+from .frames import DATA, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+
+SHM_DIR = "/dev/shm"
+PREFIX = "minimpi-"
+MAGIC = 0x314D48534D50494D   # b"MIPMSHM1" little-endian: an inbox of this protocol
+
+#: per-sender ring size bounds; the size is chosen from the job size (see :func:`ring_bytes`)
+RING_MAX = 256 * 1024
+RING_MIN = 32 * 1024
+#: the inbox of one rank is at most about this large (rings of all possible senders)
+INBOX_BUDGET = 8 * 1024 * 1024
+#: rendezvous payloads from this size on are read with process_vm_readv (one copy)
+CMA_MIN = 64 * 1024
+#: a descriptor names at most this many sender buffers (else the bytes stream through the ring)
+MAX_DESC_SEGMENTS = 256
+#: progress(0) calls between two looks for peers that exited (a spinning rank never sleeps)
+CHECK_EVERY = 512
+
+# control block of an inbox: 8-byte words; words written by different processes sit in
+# different cache lines (indices into a 'Q' view)
+C_MAGIC, C_RING, C_SLOTS = 0, 1, 2
+C_SLEEPING = 8           # byte 64: the owner is (about to be) asleep in poll
+C_CLOSED = 16            # byte 128: the owner closed its transport
+MAPPED_AT = 192          # one byte per sender: it has mapped this inbox
+# control words of one ring (indices into a 'Q' view of its 256-byte head)
+R_TAIL = 0               # producer: bytes ever written
+R_HEAD = 8               # consumer: bytes ever consumed
+R_WANT = 16              # producer: blocked waiting for space
+R_CMA = 24               # consumer: it can read the producer's memory (process_vm_readv)
+RING_CTL = 256
+
+#: the reserved header field marks a payload sent by reference (a descriptor follows)
+BY_REFERENCE = 1
+#: a transport-level record (never shown to the engine): "your by-reference frame was read"
+K_ACK = 0x7F
+_DESC = struct.Struct("<QI4x")      # token, number of (address, length) entries
+_ENTRY = struct.Struct("<QQ")
+_PROBE = b"minimpi cma probe"
+_U64 = struct.Struct("=Q")
+
+
+def ring_bytes(size: int, override: Optional[str] = None) -> int:
+    """The ring size for a job of ``size`` ranks: a power of two, so that an inbox of
+    ``size`` rings stays within ``INBOX_BUDGET`` (``MINIMPI_SHM_RING`` overrides)."""
+    if override:
+        from ..data.units import parse_size
+        want = parse_size(override)
+    else:
+        want = INBOX_BUDGET // max(1, size)
+    want = max(RING_MIN, min(RING_MAX if not override else 1 << 40, want))
+    return 1 << (want.bit_length() - 1)
+
+
+def segment_name(job_id: str, rank: int) -> str:
+    return f"{PREFIX}{job_id}-{rank}"
+
+
+def cleanup_job(job_id: str, directory: str = SHM_DIR) -> List[str]:
+    """Remove every shared-memory segment of job ``job_id``; returns the paths removed.
+
+    The launcher calls this when a job ends, however it ends. Ranks unlink their own segment
+    as soon as every local peer has mapped it, so normally nothing is left to remove; this
+    covers ranks that crashed or were killed during start-up.
+    """
+    if not job_id or "/" in job_id or not os.path.isdir(directory):
+        return []
+    removed = []
+    for path in glob.glob(os.path.join(directory, glob.escape(f"{PREFIX}{job_id}-") + "*")):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def available(directory: str = SHM_DIR) -> Optional[str]:
+    """None if this host can run the transport, else why not."""
+    if not sys.platform.startswith("linux"):
+        return "shared memory transport needs Linux (abstract unix sockets, /dev/shm)"
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        return f"{directory} is missing or not writable"
+    return None
+
+
+# --------------------------------------------------------------------------- helpers
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.process_vm_readv.restype = ctypes.c_ssize_t
+        _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong,
+                                           ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.c_ulong]
+    except (OSError, AttributeError):
+        _libc = None
+
+
+def _address(view: memoryview) -> int:
+    """The address of a contiguous buffer's first byte (read-only buffers too)."""
+    import numpy as np
+    return int(np.frombuffer(view, np.uint8).ctypes.data) if view.nbytes else 0
+
+
+def _read_remote(pid: int, target: memoryview, entries: Sequence[Tuple[int, int]]) -> Optional[str]:
+    """Copy the remote buffers ``entries`` of process ``pid`` into ``target``, in order;
+    None on success, else the reason it failed."""
+    if _libc is None:
+        return "process_vm_readv is not available"
+    base = _address(target)
+    pos = 0
+    for addr, length in entries:
+        done = 0
+        while done < length:
+            local = _Iovec(base + pos, length - done)
+            remote = _Iovec(addr + done, length - done)
+            n = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            if n <= 0:
+                err = ctypes.get_errno()
+                return f"process_vm_readv from pid {pid} failed: {os.strerror(err) if n < 0 else 'no progress'}"
+            done += n
+            pos += n
+    return None
+
+
+def _allow_peers_to_read() -> None:
+    """Under YAMA ptrace_scope=1 only ancestors may read a process's memory; let the other
+    ranks (siblings) do it, as MPI libraries' cross memory attach does."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            if f.read().strip() != "1":
+                return
+    except OSError:
+        return
+    if _libc is not None:
+        PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
+        _libc.prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
+
+
+def _pidfd(pid: int) -> Optional[int]:
+    if pid == os.getpid() or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------- segments
+class _Segment:
+    """One mapped inbox (ours or a peer's)."""
+
+    def __init__(self, path: str, fd: int, length: int) -> None:
+        self.path = path
+        self.map = mmap.mmap(fd, length)
+        self.view = memoryview(self.map)
+        self.ctl = self.view[:MAPPED_AT].cast("Q")
+
+    def ring(self, index: int, ring: int) -> Tuple[memoryview, memoryview]:
+        """(control words, data area) of ring ``index``."""
+        start = _rings_offset(self.ctl[C_SLOTS]) + index * (RING_CTL + ring)
+        return self.view[start:start + RING_CTL].cast("Q"), self.view[start + RING_CTL:start + RING_CTL + ring]
+
+    def close(self) -> None:
+        self.ctl.release()
+        self.view.release()
+        try:
+            self.map.close()
+        except BufferError:   # a ring view still referenced somewhere: the GC unmaps it
+            pass
+
+
+def _rings_offset(slots: int) -> int:
+    return (MAPPED_AT + slots + 4095) // 4096 * 4096
+
+
+def _inbox_bytes(slots: int, ring: int) -> int:
+    return _rings_offset(slots) + slots * (RING_CTL + ring)
+
+
+# --------------------------------------------------------------------------- rings
+class _Frame:
+    """A frame (or the rest of one) waiting for room in a ring."""
+
+    __slots__ = ("segments", "on_sent", "started", "token", "keep")
+
+    def __init__(self, segments: List[memoryview], on_sent: OnSent, token: int = 0,
+                 keep: Sequence[memoryview] = ()) -> None:
+        self.segments = segments      # the first one is the header (and descriptor)
+        self.on_sent = on_sent
+        self.started = False          # header written: the rest is payload
+        self.token = token            # by reference: completed by the receiver's ACK
+        self.keep = keep              # by reference: the buffers the receiver reads
+
+
+class _Out:
+    """Our ring in one peer's inbox: we write, the peer reads."""
+
+    __slots__ = ("peer", "ctl", "data", "cap", "mask", "tail", "head", "queue", "peer_ctl",
+                 "wake", "awaiting", "tokens")
+
+    def __init__(self, peer: int, seg: _Segment, index: int, ring: int, wake: bytes) -> None:
+        self.peer = peer
+        self.ctl, self.data = seg.ring(index, ring)
+        self.cap = ring
+        self.mask = ring - 1
+        self.tail = self.ctl[R_TAIL]
+        self.head = self.ctl[R_HEAD]
+        self.queue: Deque[_Frame] = collections.deque()
+        self.peer_ctl = seg.ctl
+        self.wake = wake
+        self.awaiting: Dict[int, _Frame] = {}   # token -> frame read by reference, not yet ACKed
+        self.tokens = 0
+
+
+class _In:
+    """A ring in our inbox that one peer writes and we read."""
+
+    __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
+                 "pid")
+
+    def __init__(self, peer: int, seg: _Segment, ring: int, pid: int) -> None:
+        self.peer = peer
+        self.ctl, self.data = seg.ring(peer, ring)
+        self.cap = ring
+        self.mask = ring - 1
+        self.head = self.ctl[R_HEAD]
+        self.d_header: Optional[Header] = None     # payload being copied out in pieces
+        self.d_target: Optional[memoryview] = None
+        self.d_pos = 0
+        self.pid = pid
+
+
+class ShmTransport(Transport):
+    """Frames through shared-memory rings between the ranks of one host."""
+
+    name = "shm"
+    #: reaches only ranks on the same host (see minimpi.transports.router)
+    scope = "host"
+
+    def __init__(self, rank: int, size: int, job_id: str, directory: str = SHM_DIR,
+                 ring: Optional[int] = None, cma: bool = True) -> None:
+        why = available(directory)
+        if why is not None:
+            raise TransportError(f"rank {rank}: cannot use the shared-memory transport: {why}")
+        self.rank = rank
+        self.size = size
+        self.job_id = job_id
+        self.directory = directory
+        self.ring = ring or ring_bytes(size)
+        if self.ring & (self.ring - 1) or self.ring < 4 * HEADER_SIZE:
+            raise TransportError(f"rank {rank}: shared-memory ring size {self.ring} must be a "
+                                 f"power of two of at least {4 * HEADER_SIZE} bytes")
+        self.cma = cma and _libc is not None
+        self._sink: Optional[FrameSink] = None
+        self._inbox: Optional[_Segment] = None
+        self._unlinked = False
+        self._out: List[Optional[_Out]] = [None] * size
+        self._in: List[_In] = []
+        self._peers: List[int] = []            # local peers (world ranks)
+        self._segments: Dict[int, _Segment] = {}
+        self._pidfds: Dict[int, int] = {}      # fd -> peer
+        self._pids: Dict[int, int] = {}
+        self._lost: Dict[int, str] = {}
+        self._blocked: List[_Out] = []         # rings with frames waiting for room
+        self._pending = 0
+        self._until_check = CHECK_EVERY
+        self._fence = threading.Lock()       # acquire + release: a full memory fence
+        self._wake_sock: Optional[socket.socket] = None
+        self._kick_sock: Optional[socket.socket] = None
+        self._poller = select.poll()         # wake socket and pidfds: where we sleep
+        self._pid_poller = select.poll()     # pidfds alone: who has exited
+        self._inbox_fd = -1
+        self._probe = ctypes.create_string_buffer(_PROBE + struct.pack("<I", rank))
+
+    # -- set-up ---------------------------------------------------------------------------
+    def attach(self, sink: FrameSink) -> None:
+        self._sink = sink
+
+    def _wake_name(self, rank: int) -> bytes:
+        return f"\0{PREFIX}{self.job_id}-{rank}".encode()
+
+    def listen(self) -> str:
+        path = os.path.join(self.directory, segment_name(self.job_id, self.rank))
+        length = _inbox_bytes(self.size, self.ring)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise TransportError(f"rank {self.rank}: cannot create shared memory {path}: {exc}") from None
+        try:
+            os.ftruncate(fd, length)         # sparse: only the rings of local peers get pages
+            self._inbox = _Segment(path, fd, length)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(path)
+            raise TransportError(f"rank {self.rank}: cannot map shared memory {path}: {exc}") from None
+        self._inbox_fd = fd                  # kept to reserve rings in set_peers
+        ctl = self._inbox.ctl
+        ctl[C_RING], ctl[C_SLOTS] = self.ring, self.size
+        ctl[C_MAGIC] = MAGIC                 # last: the inbox is ready
+        self._wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self._wake_sock.bind(self._wake_name(self.rank))
+        except OSError as exc:
+            self.close()
+            raise TransportError(f"rank {self.rank}: cannot bind the shared-memory wake-up "
+                                 f"socket: {exc}") from None
+        self._wake_sock.setblocking(False)
+        self._kick_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._kick_sock.setblocking(False)
+        self._poller.register(self._wake_sock.fileno(), select.POLLIN)
+        if self.cma:
+            _allow_peers_to_read()
+        return f"{os.getpid()},{ctypes.addressof(self._probe)}"
+
+    def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
+        """Map the inbox of every peer with an address (peers routed elsewhere have None)."""
+        inbox = self._inbox
+        for peer, address in enumerate(addresses):
+            if peer == self.rank or not address:
+                continue
+            pid, probe = (int(x) for x in address.split(","))
+            path = os.path.join(self.directory, segment_name(self.job_id, peer))
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError as exc:
+                raise TransportError(f"rank {self.rank}: cannot open rank {peer}'s shared memory "
+                                     f"{path}: {exc}") from None
+            try:
+                seg = _Segment(path, fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+            if seg.ctl[C_MAGIC] != MAGIC or seg.ctl[C_RING] != self.ring or seg.ctl[C_SLOTS] != self.size:
+                raise TransportError(f"rank {self.rank}: {path} is not an inbox of this job")
+            self._segments[peer] = seg
+            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._wake_name(peer))
+            self._in.append(_In(peer, inbox, self.ring, pid))
+            self._peers.append(peer)
+            self._pids[peer] = pid
+            fd = _pidfd(pid)
+            if fd is not None:
+                self._pidfds[fd] = peer
+                self._poller.register(fd, select.POLLIN)
+                self._pid_poller.register(fd, select.POLLIN)
+            self._reserve(peer)
+            if self.cma and self._can_read(peer, pid, probe):
+                self._in[-1].ctl[R_CMA] = 1     # peer may send us its large payloads by reference
+            seg.view[MAPPED_AT + self.rank] = 1
+        self._maybe_unlink()
+
+    def _can_read(self, peer: int, pid: int, probe: int) -> bool:
+        """Whether the kernel lets us read ``peer``'s memory: read its probe buffer."""
+        expect = _PROBE + struct.pack("<I", peer) + b"\0"
+        got = bytearray(len(expect))
+        return _read_remote(pid, memoryview(got), [(probe, len(expect))]) is None and got == expect
+
+    def _reserve(self, peer: int) -> None:
+        """Allocate the pages of the ring ``peer`` writes in our inbox now, so that a full
+        /dev/shm is an error here rather than a SIGBUS in the middle of a message."""
+        offset = _rings_offset(self.size) + peer * (RING_CTL + self.ring)
+        try:
+            os.posix_fallocate(self._inbox_fd, offset, RING_CTL + self.ring)
+        except OSError as exc:
+            raise TransportError(
+                f"rank {self.rank}: cannot reserve {self.ring} bytes of shared memory in "
+                f"{self.directory} ({exc}); free some space there, or run with --transport tcp"
+            ) from None
+
+    def _maybe_unlink(self) -> None:
+        """Remove our inbox's name once every local peer has mapped it."""
+        if self._unlinked or self._inbox is None:
+            return
+        view = self._inbox.view
+        if all(view[MAPPED_AT + p] for p in self._peers):
+            self._unlink(self._inbox.path)
+
+    def _unlink(self, path: str) -> None:
+        self._unlinked = True
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.close(self._inbox_fd)
+        self._inbox_fd = -1
+
+    # -- sending --------------------------------------------------------------------------
+    def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
+        out = self._out[peer]
+        if out is None:
+            reason = self._lost.get(peer) or f"rank {peer} is not reachable through shared memory"
+            if on_sent is not None:
+                on_sent(reason)
+            return
+        if not out.queue:
+            # The common small frame: header and payload fit before the end of the ring.
+            tail = out.tail
+            pos = tail & out.mask
+            n = HEADER_SIZE
+            for seg in payload:
+                n += seg.nbytes
+            cap = out.cap
+            if pos + n <= cap and (tail + n - out.head <= cap or tail + n - self._refresh(out) <= cap):
+                data = out.data
+                data[pos:pos + HEADER_SIZE] = header
+                pos += HEADER_SIZE
+                for seg in payload:
+                    end = pos + seg.nbytes
+                    data[pos:end] = seg
+                    pos = end
+                out.tail = tail = tail + n
+                self._publish(out, tail)
+                if on_sent is not None:
+                    on_sent(None)
+                return
+        out.queue.append(self._frame(out, header, payload, on_sent))
+        self._pending += 1
+        if len(out.queue) == 1:
+            self._flush(out)
+
+    @staticmethod
+    def _refresh(out: _Out) -> int:
+        out.head = out.ctl[R_HEAD]
+        return out.head
+
+    def _publish(self, out: _Out, tail: int) -> None:
+        out.ctl[R_TAIL] = tail
+        with self._fence:                       # store tail; fence; load the reader's flag
+            pass
+        if out.peer_ctl[C_SLEEPING]:
+            self._kick(out.wake)
+
+    def _kick(self, name: bytes) -> None:
+        try:
+            self._kick_sock.sendto(b"w", name)
+        except OSError:   # its queue is full (it will wake anyway) or it is gone (pidfd tells)
+            pass
+
+    def _frame(self, out: _Out, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> _Frame:
+        """A queued frame; a large DATA payload goes by reference when the reader can read us."""
+        if header[0] == DATA and out.ctl[R_CMA] and 0 < len(payload) <= MAX_DESC_SEGMENTS:
+            length = sum(seg.nbytes for seg in payload)
+            if length >= CMA_MIN and all(seg.c_contiguous for seg in payload):
+                out.tokens += 1
+                token = out.tokens
+                desc = bytearray(header)
+                desc[2] |= BY_REFERENCE           # the reserved field (see frames.py)
+                desc += _DESC.pack(token, len(payload))
+                for seg in payload:
+                    desc += _ENTRY.pack(_address(seg), seg.nbytes)
+                return _Frame([memoryview(desc)], on_sent, token, payload)
+        segments = [memoryview(header)]
+        segments.extend(payload)
+        return _Frame(segments, on_sent)
+
+    def _flush(self, out: _Out) -> bool:
+        """Write as much of ``out``'s queue as the ring has room for. True if anything moved."""
+        queue, data, cap, mask = out.queue, out.data, out.cap, out.mask
+        tail, head = out.tail, out.head
+        start = tail
+        while queue:
+            frame = queue[0]
+            segs = frame.segments
+            if not frame.started:
+                first = segs[0]
+                skip = cap - (tail & mask) if cap - (tail & mask) < HEADER_SIZE else 0
+                if tail + skip + first.nbytes - head > cap:
+                    head = self._refresh(out)
+                    if tail + skip + first.nbytes - head > cap:
+                        break
+                tail += skip
+                tail = self._copy_in(data, mask, tail, first)
+                frame.started = True
+                segs.pop(0)
+                if frame.token:                   # by reference: only the header travels
+                    out.awaiting[frame.token] = frame
+                    segs.clear()
+            while segs:
+                free = cap - (tail - head)
+                if not free:
+                    head = self._refresh(out)
+                    free = cap - (tail - head)
+                    if not free:
+                        break
+                seg = segs[0]
+                n = min(free, seg.nbytes)
+                tail = self._copy_in(data, mask, tail, seg[:n] if n < seg.nbytes else seg)
+                if n == seg.nbytes:
+                    segs.pop(0)
+                else:
+                    segs[0] = seg[n:]
+                    out.tail = tail
+                    self._publish(out, tail)      # the reader copies this part out meanwhile
+            if segs:
+                break
+            queue.popleft()
+            if not frame.token:
+                self._pending -= 1
+                if frame.on_sent is not None:
+                    frame.on_sent(None)
+        if tail != start:
+            out.tail = tail
+            self._publish(out, tail)
+        if queue and out not in self._blocked:
+            self._blocked.append(out)
+        return tail != start
+
+    @staticmethod
+    def _copy_in(data: memoryview, mask: int, tail: int, seg: memoryview) -> int:
+        pos = tail & mask
+        n = seg.nbytes
+        first = min(n, mask + 1 - pos)
+        data[pos:pos + first] = seg[:first] if first < n else seg
+        if first < n:
+            data[:n - first] = seg[first:]
+        return tail + n
+
+    # -- receiving ------------------------------------------------------------------------
+    def progress(self, timeout: Optional[float]) -> bool:
+        moved = False
+        for inc in self._in:
+            if inc.ctl[R_TAIL] != inc.head:
+                failure = self._read(inc)
+                moved = True
+                if failure is not None:
+                    self._peer_gone(inc.peer, failure)
+                    break                         # self._in changed
+        if self._blocked:
+            moved = self._unblock() or moved
+        if moved or timeout == 0:
+            self._until_check -= 1
+            if self._until_check <= 0:
+                self._until_check = CHECK_EVERY
+                moved = self._check_peers(0) or moved
+            return moved
+        if self.prepare_sleep():
+            try:
+                self._poller.poll(-1 if timeout is None else int(timeout * 1000))
+            except InterruptedError:
+                pass
+            self.end_sleep()
+        return self.progress(0) or moved
+
+    def _unblock(self) -> bool:
+        moved = False
+        for out in list(self._blocked):
+            if out.queue:
+                moved = self._flush(out) or moved
+            if not out.queue:
+                self._blocked.remove(out)
+        return moved
+
+    def _read(self, inc: _In) -> Optional[str]:
+        """Deliver everything the peer has published in its ring. Returns why the peer must
+        be given up (its large payload could not be read), else None."""
+        sink, data, cap, mask, peer = self._sink, inc.data, inc.cap, inc.mask, inc.peer
+        unpack = HEADER.unpack_from
+        head = inc.head
+        tail = inc.ctl[R_TAIL]
+        try:
+            while head != tail:
+                if inc.d_target is not None:      # the rest of a payload
+                    target, pos = inc.d_target, head & mask
+                    n = min(target.nbytes - inc.d_pos, tail - head, cap - pos)
+                    target[inc.d_pos:inc.d_pos + n] = data[pos:pos + n]
+                    head += n
+                    inc.d_pos += n
+                    if inc.d_pos == target.nbytes:
+                        header, inc.d_header, inc.d_target = inc.d_header, None, None
+                        sink.payload_arrived(peer, header, target)
+                else:
+                    pos = head & mask
+                    if cap - pos < HEADER_SIZE:   # headers never straddle the end
+                        head += cap - pos
+                        continue
+                    kind, flags, extra, context, source, tag, msg_id, length = unpack(data, pos)
+                    head += HEADER_SIZE
+                    if kind == K_ACK:
+                        self._acked(peer, msg_id)
+                        continue
+                    header = Header(kind, flags, context, source, tag, msg_id, length)
+                    if extra & BY_REFERENCE:
+                        head, failure = self._read_by_reference(inc, header, head)
+                        if failure is not None:
+                            return failure
+                        continue
+                    target = sink.frame_arrived(peer, header)
+                    if kind not in HAS_PAYLOAD:
+                        continue
+                    pos = head & mask
+                    if length <= tail - head and pos + length <= cap:   # all here, in one piece
+                        if length:
+                            target[:length] = data[pos:pos + length]
+                        head += length
+                        sink.payload_arrived(peer, header, target)
+                    else:
+                        inc.d_header, inc.d_target, inc.d_pos = header, target, 0
+                if head == tail:
+                    tail = inc.ctl[R_TAIL]
+            return None
+        finally:
+            inc.head = head
+            ctl = inc.ctl
+            ctl[R_HEAD] = head
+            with self._fence:                   # store head; fence; load the writer's flag
+                pass
+            if ctl[R_WANT]:
+                self._kick(self._wake_name(peer))
+
+    def _read_by_reference(self, inc: _In, header: Header, head: int) -> Tuple[int, Optional[str]]:
+        """A descriptor: read the payload straight from the sender's memory, then ACK.
+        Returns the new head and why the read failed (None: it did not)."""
+        raw = self._copy_out(inc, head, _DESC.size)
+        token, count = _DESC.unpack(raw)
+        head += _DESC.size
+        raw = self._copy_out(inc, head, count * _ENTRY.size)
+        head += count * _ENTRY.size
+        entries = [_ENTRY.unpack_from(raw, i * _ENTRY.size) for i in range(count)]
+        target = self._sink.frame_arrived(inc.peer, header)
+        failure = _read_remote(inc.pid, target, entries)
+        if failure is not None:
+            return head, f"failed: its message could not be read ({failure})"
+        self._sink.payload_arrived(inc.peer, header, target)
+        self.send(inc.peer, HEADER.pack(K_ACK, 0, 0, 0, 0, 0, token, 0), (), None)
+        return head, None
+
+    @staticmethod
+    def _copy_out(inc: _In, head: int, n: int) -> bytes:
+        pos = head & inc.mask
+        first = min(n, inc.cap - pos)
+        out = bytes(inc.data[pos:pos + first])
+        if first < n:
+            out += bytes(inc.data[:n - first])
+        return out
+
+    def _acked(self, peer: int, token: int) -> None:
+        out = self._out[peer]
+        frame = out.awaiting.pop(token, None) if out is not None else None
+        if frame is not None:
+            self._pending -= 1
+            if frame.on_sent is not None:
+                frame.on_sent(None)
+
+    # -- sleeping (also used by the router, which polls several transports at once) ------
+    def wait_fds(self) -> List[int]:
+        return [self._wake_sock.fileno(), *self._pidfds]
+
+    def prepare_sleep(self) -> bool:
+        """Raise our flags before blocking; False (flags lowered) if work is already here."""
+        ctl = self._inbox.ctl
+        ctl[C_SLEEPING] = 1
+        for out in self._blocked:
+            out.ctl[R_WANT] = 1
+        with self._fence:                       # store the flags; fence; look at the rings
+            pass
+        ready = any(inc.ctl[R_TAIL] != inc.head for inc in self._in) or \
+            (self._blocked and self._unblock()) or self._check_peers(0)
+        if ready:
+            self.end_sleep()
+            return False
+        return True
+
+    def end_sleep(self) -> None:
+        self._inbox.ctl[C_SLEEPING] = 0
+        for out in self._blocked:
+            out.ctl[R_WANT] = 0
+        while True:
+            try:
+                self._wake_sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+        self._check_peers(0)
+        self._maybe_unlink()
+
+    # -- peers that go away -----------------------------------------------------------------
+    def _check_peers(self, timeout: int) -> bool:
+        """Notice peers that exited (pidfd readable) or closed their transport."""
+        gone = []
+        if self._pidfds:
+            gone = [self._pidfds[fd] for fd, _ in self._pid_poller.poll(timeout)]
+        for peer in self._peers:
+            seg = self._segments.get(peer)
+            if seg is not None and seg.ctl[C_CLOSED] and peer not in gone:
+                gone.append(peer)
+        for peer in gone:
+            self._peer_gone(peer, "exited")
+        return bool(gone)
+
+    def _peer_gone(self, peer: int, reason: str) -> None:
+        """Deliver what ``peer`` wrote before it went, then fail everything that needs it."""
+        if peer in self._lost:
+            return
+        self._lost[peer] = reason
+        for inc in self._in:
+            if inc.peer == peer:
+                self._in.remove(inc)
+                if inc.ctl[R_TAIL] != inc.head and not reason.startswith("failed"):
+                    self._read(inc)             # frames it wrote before it went
+                break
+        for fd, p in list(self._pidfds.items()):
+            if p == peer:
+                del self._pidfds[fd]
+                for poller in (self._poller, self._pid_poller):
+                    poller.unregister(fd)
+                os.close(fd)
+        out = self._out[peer]
+        self._out[peer] = None
+        if out is not None:
+            if out in self._blocked:
+                self._blocked.remove(out)
+            dropped = list(out.queue) + [f for f in out.awaiting.values() if f not in out.queue]
+            out.queue.clear()
+            out.awaiting.clear()
+            self._pending -= len(dropped)
+            why = f"rank {peer} {reason}"
+            for frame in dropped:
+                if frame.on_sent is not None:
+                    frame.on_sent(why)
+        if peer in self._peers:
+            self._peers.remove(peer)
+        self._sink.peer_lost(peer, reason)
+
+    def pending_sends(self) -> int:
+        return self._pending
+
+    def close(self) -> None:
+        """Tell the local peers we are gone, wake them, and release our memory."""
+        inbox, self._inbox = self._inbox, None
+        if inbox is None:
+            return
+        inbox.ctl[C_CLOSED] = 1
+        for peer in self._peers:
+            self._kick(self._wake_name(peer))
+        if not self._unlinked:
+            self._unlink(inbox.path)
+        for sock in (self._wake_sock, self._kick_sock):
+            if sock is not None:
+                sock.close()
+        for fd in self._pidfds:
+            os.close(fd)
+        self._pidfds.clear()
+        # drop our views into the rings before unmapping
+        self._in.clear()
+        self._out = [None] * self.size
+        self._blocked.clear()
+        for seg in self._segments.values():
+            seg.close()
+        self._segments.clear()
+        inbox.close()
+
+
+def create(info) -> ShmTransport:
+    """The transport of a process started by ``minimpi run`` (see minimpi.transports)."""
+    env = info.env
+    return ShmTransport(info.rank, info.size, info.job_id,
+                        ring=ring_bytes(info.size, env.get("MINIMPI_SHM_RING")),
+                        cma=env.get("MINIMPI_SHM_CMA", "1") != "0")

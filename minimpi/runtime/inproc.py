@@ -114,6 +114,9 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
             if hasattr(t, "wake"):
                 t.wake()
         detail = "; ".join(f"rank {r}: {blocked[r] or 'running (not blocked in minimpi)'}" for r in stuck)
+        # a rank that failed is usually why the others wait: say so
+        detail += "".join(f"; rank {r} failed first: {type(e).__name__}: {e}"
+                          for r, e in enumerate(errors) if e is not None)
         # aborted ranks leave their waits within a poll interval; then their transports
         # (sockets, shared-memory segments) can be closed
         end = time.monotonic() + 2.0

@@ -58,6 +58,9 @@ import sys
 import threading
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
+from ..data.units import parse_size
 from ..errors import TransportError
 from .base import FrameSink, OnSent, Transport
 from .frames import DATA, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
@@ -105,7 +108,6 @@ def ring_bytes(size: int, override: Optional[str] = None) -> int:
     """The ring size for a job of ``size`` ranks: a power of two, so that an inbox of
     ``size`` rings stays within ``INBOX_BUDGET`` (``MINIMPI_SHM_RING`` overrides)."""
     if override:
-        from ..data.units import parse_size
         want = parse_size(override)
     else:
         want = INBOX_BUDGET // max(1, size)
@@ -163,7 +165,6 @@ if sys.platform.startswith("linux"):
 
 def _address(view: memoryview) -> int:
     """The address of a contiguous buffer's first byte (read-only buffers too)."""
-    import numpy as np
     return int(np.frombuffer(view, np.uint8).ctypes.data) if view.nbytes else 0
 
 
@@ -452,7 +453,8 @@ class ShmTransport(Transport):
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
         out = self._out[peer]
         if out is None:
-            reason = self._lost.get(peer) or f"rank {peer} is not reachable through shared memory"
+            reason = (f"rank {peer} {self._lost[peer]}" if peer in self._lost
+                      else f"rank {peer} is not reachable through shared memory")
             if on_sent is not None:
                 on_sent(reason)
             return

@@ -1,0 +1,372 @@
+"""The shared-memory transport at the frame level, and what it relies on: the router that
+picks it per peer and the progress policy that spins before sleeping.
+
+The engine-level conformance suite runs over shm too (tests/unit/test_p2p_engine.py, params
+``shm`` and ``routed``); these tests aim at what only shm has: ring wrap-around, payloads
+streamed through a ring smaller than they are, payloads read by reference, wake-ups of a
+sleeping rank, peers that close or are killed, and the segments' names on disk.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from minimpi import errors
+from minimpi.p2p.progress import ProgressPolicy
+from minimpi.runtime.inproc import run_threads
+from minimpi.transports import frames, shm
+from minimpi.transports.base import FrameSink
+from minimpi.transports.router import RouterTransport, parse_address
+from minimpi.transports.shm import ShmTransport, cleanup_job
+from minimpi.transports.tcp import TcpTransport
+
+
+class Sink(FrameSink):
+    """Records every frame (with its payload) and every lost peer, in order."""
+
+    def __init__(self) -> None:
+        self.events = []
+
+    def frame_arrived(self, peer, header):
+        if header.kind in frames.HAS_PAYLOAD:
+            return memoryview(bytearray(header.length))
+        self.events.append(("frame", peer, header.msg_id, None))
+        return None
+
+    def payload_arrived(self, peer, header, buffer):
+        self.events.append(("frame", peer, header.msg_id, bytes(buffer)))
+
+    def peer_lost(self, peer, reason):
+        self.events.append(("lost", peer, reason, None))
+
+
+def job() -> str:
+    return "test" + os.urandom(6).hex()
+
+
+def pair(ring=4096, cma=True, size=2):
+    """``size`` shm transports in this process (ranks as objects), wired and mapped."""
+    name = job()
+    ts = [ShmTransport(r, size, name, ring=ring, cma=cma) for r in range(size)]
+    sinks = [Sink() for _ in ts]
+    for t, s in zip(ts, sinks):
+        t.attach(s)
+    addresses = [t.listen() for t in ts]
+    for t in ts:
+        t.set_peers(addresses)
+    return ts, sinks, name
+
+
+def close_all(ts):
+    for t in ts:
+        t.close()
+
+
+def payload_of(i: int, n: int) -> bytes:
+    return bytes((i * 7 + k) % 251 for k in range(n))
+
+
+def drive(ts, until, limit=5.0):
+    """Call progress(0) on every transport until ``until()`` (single-threaded)."""
+    deadline = time.monotonic() + limit
+    while not until():
+        assert time.monotonic() < deadline, "no progress"
+        for t in ts:
+            t.progress(0)
+
+
+def test_frames_of_every_size_wrap_around_a_small_ring_in_order():
+    # 40 frames of sizes that put headers at every offset near the end of a 512-byte ring,
+    # and payloads larger than the ring (streamed through it in pieces)
+    ts, sinks, _ = pair(ring=512)
+    try:
+        sizes = [0, 1, 7, 31, 32, 33, 100, 480, 511, 512, 513, 1500, 5000] * 3 + [3, 64, 200, 9]
+        sent = []
+        for i, n in enumerate(sizes):
+            header = frames.pack(frames.EAGER, 0, 0, 0, 0, i, n)
+            data = payload_of(i, n)
+            ts[0].send(1, header, [memoryview(data[:n // 3]), memoryview(data[n // 3:])],
+                       lambda why, i=i: sent.append((i, why)))
+        drive(ts, lambda: len(sinks[1].events) == len(sizes))
+        assert [e[2] for e in sinks[1].events] == list(range(len(sizes)))
+        assert all(e[3] == payload_of(e[2], sizes[e[2]]) for e in sinks[1].events)
+        assert sent == [(i, None) for i in range(len(sizes))]
+        assert ts[0].pending_sends() == 0
+    finally:
+        close_all(ts)
+
+
+@pytest.mark.parametrize("cma", [True, False])
+def test_large_data_frame_by_reference_completes_only_once_read(cma):
+    ts, sinks, _ = pair(ring=4096, cma=cma)
+    try:
+        n = 3 * shm.CMA_MIN + 5
+        data = payload_of(3, n)
+        parts = [memoryview(data[:1000]), memoryview(data[1000:n - 7]), memoryview(data[n - 7:])]
+        done = []
+        ts[0].send(1, frames.pack(frames.DATA, 0, 0, 0, 0, 9, n), parts, done.append)
+        if cma:   # only the descriptor went into the ring: nothing is complete before the read
+            assert done == [] and ts[0].pending_sends() == 1
+        drive(ts, lambda: done == [None])
+        assert sinks[1].events == [("frame", 0, 9, data)]
+        assert ts[0].pending_sends() == 0
+    finally:
+        close_all(ts)
+
+
+def test_descriptor_is_used_exactly_when_the_reader_can_read_us():
+    ts, _, _ = pair(ring=4096, cma=True)
+    try:
+        out = ts[0]._out[1]
+        assert out.ctl[shm.R_CMA] == 1       # rank 1 probed rank 0's memory successfully
+        header = frames.pack(frames.DATA, 0, 0, 0, 0, 1, shm.CMA_MIN)
+        assert ts[0]._frame(out, header, [memoryview(bytes(shm.CMA_MIN))], None).token
+        small = frames.pack(frames.DATA, 0, 0, 0, 0, 1, 100)
+        assert not ts[0]._frame(out, small, [memoryview(bytes(100))], None).token
+        eager = frames.pack(frames.EAGER, 0, 0, 0, 0, 1, shm.CMA_MIN)   # eager: always inline
+        assert not ts[0]._frame(out, eager, [memoryview(bytes(shm.CMA_MIN))], None).token
+    finally:
+        close_all(ts)
+
+
+def test_a_sleeping_reader_is_woken_by_a_frame_and_a_blocked_writer_by_free_space():
+    ts, sinks, _ = pair(ring=1024)
+    try:
+        woke = []
+
+        def reader():
+            start = time.monotonic()
+            ts[1].progress(5.0)       # sleeps: nothing is there yet
+            woke.append(time.monotonic() - start)
+
+        th = threading.Thread(target=reader)
+        th.start()
+        time.sleep(0.2)
+        ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 1, 3), [memoryview(b"abc")], None)
+        th.join(5)
+        assert woke and woke[0] < 2.0, woke          # woken, not timed out
+        assert sinks[1].events[-1][3] == b"abc"
+        # Fill the ring: the writer blocks (sleeps) until the reader frees space.
+        big = payload_of(1, 10_000)
+        done = []
+        ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 2, len(big)), [memoryview(big)], done.append)
+        assert not done
+
+        def writer():
+            deadline = time.monotonic() + 5
+            while not done and time.monotonic() < deadline:
+                ts[0].progress(5.0)
+
+        th = threading.Thread(target=writer)
+        start = time.monotonic()
+        th.start()
+        time.sleep(0.2)
+        while len(sinks[1].events) < 2 and time.monotonic() - start < 5:
+            ts[1].progress(0.05)
+        th.join(5)
+        assert done == [None] and sinks[1].events[-1][3] == big
+        assert time.monotonic() - start < 3.0
+    finally:
+        close_all(ts)
+
+
+def test_frames_sent_before_a_peer_closed_arrive_then_the_peer_is_lost():
+    ts, sinks, _ = pair()
+    try:
+        ts[1].send(0, frames.pack(frames.EAGER, 0, 0, 0, 0, 5, 2), [memoryview(b"hi")], None)
+        ts[1].close()
+        start = time.monotonic()
+        while len(sinks[0].events) < 2 and time.monotonic() - start < 2:
+            ts[0].progress(0.5)
+        assert time.monotonic() - start < 1.0     # noticed at once, not after a timeout
+        assert [e[0] for e in sinks[0].events] == ["frame", "lost"]
+        assert sinks[0].events[1][1:3] == (1, "exited")
+        failed = []
+        ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 6, 0), [], failed.append)
+        assert failed and "rank 1 exited" in failed[0]
+    finally:
+        close_all(ts)
+
+
+def test_segments_are_unlinked_once_every_peer_mapped_them_and_cleanup_removes_the_rest():
+    name = job()
+    ts = [ShmTransport(r, 3, name, ring=4096) for r in range(3)]
+    try:
+        for t in ts:
+            t.attach(Sink())
+        addresses = [t.listen() for t in ts]
+        files = sorted(glob.glob(f"/dev/shm/minimpi-{name}-*"))
+        assert [os.path.basename(f) for f in files] == [f"minimpi-{name}-{r}" for r in range(3)]
+        for t in ts:
+            t.set_peers(addresses)
+        for t in ts:
+            t.progress(0.01)
+        assert glob.glob(f"/dev/shm/minimpi-{name}-*") == []
+    finally:
+        close_all(ts)
+    # a job whose ranks never got as far as mapping each other (killed during start-up)
+    name = job()
+    t = ShmTransport(0, 2, name, ring=4096)
+    t.listen()
+    assert cleanup_job(name) == [f"/dev/shm/minimpi-{name}-0"]
+    assert glob.glob(f"/dev/shm/minimpi-{name}-*") == []
+    t.close()
+    assert cleanup_job("") == [] and cleanup_job("../etc") == []
+
+
+PEER = r'''
+import sys, time
+from minimpi.p2p.engine import Engine
+from minimpi.transports.shm import ShmTransport
+job, mode = sys.argv[1], sys.argv[2]
+t = ShmTransport(1, 2, job, ring=65536, cma=(mode == "rendezvous"))
+eng = Engine(1, 2, t, eager_limit=1024 if mode == "rendezvous" else 1 << 30)
+print(t.listen(), flush=True)
+t.set_peers([sys.stdin.readline().strip(), None])
+eng.register_context(0, (0, 1))
+data = bytes(4 << 20)
+req = eng.isend(0, 0, 1, 7, [memoryview(data)], len(data))   # rendezvous, or streaming
+t.progress(0)
+print("sent", flush=True)
+time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("mode", ["rendezvous", "streaming"])
+def test_a_peer_killed_mid_message_fails_the_receive_with_a_clear_error(mode):
+    from minimpi.p2p.engine import Engine
+    name = job()
+    t = ShmTransport(0, 2, name, ring=65536)
+    eng = Engine(0, 2, t)
+    address = t.listen()
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(PEER), name, mode],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        peer_address = child.stdout.readline().strip()
+        t.set_peers([address, peer_address])
+        child.stdin.write(address + "\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "sent"
+        eng.register_context(0, (0, 1))
+        target = bytearray(4 << 20)
+        req = eng.irecv(0, 1, 7, memoryview(target), False, ("Recv", "source", 1, 7, "COMM_WORLD"))
+        eng.poll()                 # matched: a CTS went out, or the first 64 KiB came in
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(5)
+        start = time.monotonic()
+        eng.wait_for(req, timeout=10)
+        with pytest.raises(errors.PeerLostError, match=r"Recv\(source=1, tag=7\).*world rank 1 is gone \(exited\)"):
+            req.wait()
+        assert time.monotonic() - start < 2.0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        t.close()
+        cleanup_job(name)
+    assert glob.glob(f"/dev/shm/minimpi-{name}-*") == []
+
+
+# --------------------------------------------------------------------------- the router
+def test_router_sends_through_shm_on_the_same_host_and_tcp_between_hosts():
+    def body(comm):
+        return comm.allgather(comm.rank)
+
+    assert run_threads(4, body, transport="routed") == [list(range(4))] * 4
+    name, secret = job(), os.urandom(32)
+    ts = [RouterTransport(r, 3, [ShmTransport(r, 3, name, ring=4096), TcpTransport(r, 3, secret)],
+                          host="a" if r < 2 else "b") for r in range(3)]
+    try:
+        for t in ts:
+            t.attach(Sink())
+        addresses = [t.listen() for t in ts]
+        assert parse_address(addresses[2])[0] == "b" and set(parse_address(addresses[2])[1]) == {"shm", "tcp"}
+        for t in ts:
+            t.set_peers(addresses)
+        assert ts[0].routes() == [None, "shm", "tcp"]
+        assert ts[2].routes() == ["tcp", "tcp", None]
+        assert ts[0].local_ranks == [0, 1] and ts[2].local_ranks == [2]
+    finally:
+        close_all(ts)
+
+
+def test_shm_alone_cannot_reach_another_host_and_says_so():
+    name = job()
+    ts = [RouterTransport(r, 2, [ShmTransport(r, 2, name, ring=4096)], host=f"h{r}")
+          for r in range(2)]
+    try:
+        addresses = [t.listen() for t in ts]
+        with pytest.raises(errors.TransportError, match="no transport reaches rank 1 on host h1"):
+            ts[0].set_peers(addresses)
+    finally:
+        close_all(ts)
+        cleanup_job(name)
+
+
+# --------------------------------------------------------------------------- progress policy
+@pytest.mark.parametrize("ranks, cores, mode", [(2, 2, "spin"), (1, 4, "spin"), (3, 2, "yield"),
+                                                (4, 2, "yield"), (5, 2, "block"), (32, 2, "block")])
+def test_auto_spins_only_while_ranks_have_cores(ranks, cores, mode):
+    assert ProgressPolicy.choose("auto", ranks, cores).mode == mode
+    assert ProgressPolicy.choose("block", 1, 64).mode == "block"
+    assert ProgressPolicy.choose("spin", 64, 1).mode == "spin"
+
+
+def test_progress_setting_errors_name_the_choices():
+    with pytest.raises(errors.ArgumentError, match="auto, spin, yield, block"):
+        ProgressPolicy.choose("fast", 2, 2)
+    with pytest.raises(errors.ArgumentError, match="MINIMPI_SPIN_US"):
+        ProgressPolicy.from_env({"MINIMPI_SPIN_US": "x"}, 2)
+
+
+class _Clocked:
+    """A transport whose data arrives ``delay`` seconds after each wait starts."""
+
+    def __init__(self, delay):
+        self.delay = delay
+        self.calls = []
+        self.start = None
+
+    def progress(self, timeout):
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = now
+        self.calls.append(timeout)
+        if now - self.start >= self.delay:
+            self.start = None
+            return True
+        if timeout:
+            time.sleep(max(0.0, min(timeout, self.start + self.delay - now)))
+            self.start = None
+            return True
+        return False
+
+
+def test_block_never_polls_and_spin_catches_early_replies_without_sleeping():
+    block = _Clocked(0.0)
+    ProgressPolicy("block").wait(block, 0.25)
+    assert block.calls == [0.25]
+    quick = _Clocked(20e-6)
+    policy = ProgressPolicy("spin", max_spin=0.01)
+    assert policy.wait(quick, 0.25)
+    assert 0.25 not in quick.calls and quick.calls[0] == 0
+
+
+def test_spin_budget_shrinks_when_waits_are_long_and_grows_back_when_short():
+    policy = ProgressPolicy("spin", max_spin=200e-6)
+    late = _Clocked(0.005)                 # replies come long after any spin
+    for _ in range(6):
+        policy.wait(late, 0.25)
+    assert policy.spin == pytest.approx(policy.min_spin)
+    soon = _Clocked(100e-6)                # within max_spin: spinning would have caught them
+    for _ in range(6):
+        policy.wait(soon, 0.25)
+    assert policy.spin >= 100e-6

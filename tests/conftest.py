@@ -9,9 +9,13 @@
 The ``job_marker`` fixture gives a unique value; pass ``-x`` ``MINIMPI_TEST_MARKER=<value>``
 (``marker_args(job_marker)``) so every rank carries it, and it checks at teardown that no
 process with that marker is left.
+
+Every test also checks that it leaves no shared-memory segment (``/dev/shm/minimpi-*``)
+behind (:func:`no_shared_memory_left`).
 """
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -102,6 +106,44 @@ def assert_no_leftovers(marker: str, wait: float = 3.0, var: str = MARKER_VAR) -
 
 def marker_args(marker: str) -> list[str]:
     return ["-x", f"{MARKER_VAR}={marker}"]
+
+
+SHM_SEGMENTS = "/dev/shm/minimpi-*"
+
+
+def shm_segments(since: float = 0.0) -> list[str]:
+    """minimpi's shared-memory segments that exist now (created at or after ``since``)."""
+    found = []
+    for path in glob.glob(SHM_SEGMENTS):
+        try:
+            if os.stat(path).st_ctime >= since:
+                found.append(path)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left():
+    """Fail a test that leaves a segment behind: a job removes its segments on every exit
+    path (ranks once their peers mapped them, the launcher when the job ends). Segments of
+    jobs that others run on this machine at the same time are told apart by their creation
+    time and given 3 s to go (ranks unlink theirs right after start-up)."""
+    start = time.time() - 1.0
+    before = set(shm_segments())
+    yield
+    deadline = time.monotonic() + 3.0
+    left = [p for p in shm_segments(start) if p not in before]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in shm_segments(start) if p not in before]
+    if left:
+        for path in left:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        pytest.fail(f"shared-memory segments left behind: {left}")
 
 
 @pytest.fixture

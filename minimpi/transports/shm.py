@@ -76,6 +76,11 @@ RING_MIN = 32 * 1024
 INBOX_BUDGET = 8 * 1024 * 1024
 #: rendezvous payloads from this size on are read with process_vm_readv (one copy)
 CMA_MIN = 64 * 1024
+#: the most one progress call reads by reference, or streams through one ring, before it
+#: returns: a gigabyte message still lets the engine run its checks (deadlock detection,
+#: other peers) every few milliseconds
+CMA_CHUNK = 32 * 1024 * 1024
+STREAM_CHUNK = 4 * 1024 * 1024
 #: a descriptor names at most this many sender buffers (else the bytes stream through the ring)
 MAX_DESC_SEGMENTS = 256
 #: progress(0) calls between two looks for peers that exited (a spinning rank never sleeps)
@@ -91,7 +96,8 @@ MAPPED_AT = 192          # one byte per sender: it has mapped this inbox
 R_TAIL = 0               # producer: bytes ever written
 R_HEAD = 8               # consumer: bytes ever consumed
 R_WANT = 16              # producer: blocked waiting for space
-R_CMA = 24               # consumer: it can read the producer's memory (process_vm_readv)
+R_CMA = 24               # consumer: whether it can read the producer's memory (below)
+CMA_UNKNOWN, CMA_YES, CMA_NO = 0, 1, 2
 RING_CTL = 256
 
 #: the reserved header field marks a payload sent by reference (a descriptor follows)
@@ -168,24 +174,20 @@ def _address(view: memoryview) -> int:
     return int(np.frombuffer(view, np.uint8).ctypes.data) if view.nbytes else 0
 
 
-def _read_remote(pid: int, target: memoryview, entries: Sequence[Tuple[int, int]]) -> Optional[str]:
-    """Copy the remote buffers ``entries`` of process ``pid`` into ``target``, in order;
-    None on success, else the reason it failed."""
+def _read_remote(pid: int, local: int, remote: int, length: int) -> Optional[str]:
+    """Copy ``length`` bytes at address ``remote`` of process ``pid`` to address ``local``
+    of ours; None on success, else the reason it failed."""
     if _libc is None:
         return "process_vm_readv is not available"
-    base = _address(target)
-    pos = 0
-    for addr, length in entries:
-        done = 0
-        while done < length:
-            local = _Iovec(base + pos, length - done)
-            remote = _Iovec(addr + done, length - done)
-            n = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if n <= 0:
-                err = ctypes.get_errno()
-                return f"process_vm_readv from pid {pid} failed: {os.strerror(err) if n < 0 else 'no progress'}"
-            done += n
-            pos += n
+    done = 0
+    while done < length:
+        mine = _Iovec(local + done, length - done)
+        theirs = _Iovec(remote + done, length - done)
+        n = _libc.process_vm_readv(pid, ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0)
+        if n <= 0:
+            err = ctypes.get_errno()
+            return f"process_vm_readv from pid {pid} failed: {os.strerror(err) if n < 0 else 'no progress'}"
+        done += n
     return None
 
 
@@ -201,6 +203,19 @@ def _allow_peers_to_read() -> None:
     if _libc is not None:
         PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
         _libc.prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (without a pidfd to tell; ours always does)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
 
 
 def _pidfd(pid: int) -> Optional[int]:
@@ -248,15 +263,18 @@ def _inbox_bytes(slots: int, ring: int) -> int:
 class _Frame:
     """A frame (or the rest of one) waiting for room in a ring."""
 
-    __slots__ = ("segments", "on_sent", "started", "token", "keep")
+    __slots__ = ("segments", "on_sent", "started", "token", "keep", "header")
 
-    def __init__(self, segments: List[memoryview], on_sent: OnSent, token: int = 0,
-                 keep: Sequence[memoryview] = ()) -> None:
-        self.segments = segments      # the first one is the header (and descriptor)
+    def __init__(self, segments: Optional[List[memoryview]], on_sent: OnSent, token: int = 0,
+                 keep: Sequence[memoryview] = (), header: bytes = b"") -> None:
+        # the first segment is the header (and descriptor); None: not decided yet whether
+        # the payload goes by reference (``header`` and ``keep`` hold the frame until then)
+        self.segments = segments
         self.on_sent = on_sent
         self.started = False          # header written: the rest is payload
         self.token = token            # by reference: completed by the receiver's ACK
         self.keep = keep              # by reference: the buffers the receiver reads
+        self.header = header
 
 
 class _Out:
@@ -283,7 +301,7 @@ class _In:
     """A ring in our inbox that one peer writes and we read."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
-                 "pid")
+                 "pid", "x_header", "x_target", "x_base", "x_pos", "x_entries", "x_token")
 
     def __init__(self, peer: int, seg: _Segment, ring: int, pid: int) -> None:
         self.peer = peer
@@ -295,6 +313,11 @@ class _In:
         self.d_target: Optional[memoryview] = None
         self.d_pos = 0
         self.pid = pid
+        # a payload being read by reference, a chunk per progress call
+        self.x_header: Optional[Header] = None
+        self.x_target: Optional[memoryview] = None
+        self.x_base = self.x_pos = self.x_token = 0
+        self.x_entries: List[List[int]] = []      # [address, length] still to read
 
 
 class ShmTransport(Transport):
@@ -327,8 +350,10 @@ class ShmTransport(Transport):
         self._segments: Dict[int, _Segment] = {}
         self._pidfds: Dict[int, int] = {}      # fd -> peer
         self._pids: Dict[int, int] = {}
+        self._departed: List[int] = []         # peers that left before we could map them
         self._lost: Dict[int, str] = {}
         self._blocked: List[_Out] = []         # rings with frames waiting for room
+        self._pulling: List[_In] = []          # rings whose payload we read by reference
         self._pending = 0
         self._until_check = CHECK_EVERY
         self._fence = threading.Lock()       # acquire + release: a full memory fence
@@ -381,44 +406,61 @@ class ShmTransport(Transport):
 
     def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         """Map the inbox of every peer with an address (peers routed elsewhere have None)."""
-        inbox = self._inbox
         for peer, address in enumerate(addresses):
             if peer == self.rank or not address:
                 continue
             pid, probe = (int(x) for x in address.split(","))
-            path = os.path.join(self.directory, segment_name(self.job_id, peer))
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except OSError as exc:
-                raise TransportError(f"rank {self.rank}: cannot open rank {peer}'s shared memory "
-                                     f"{path}: {exc}") from None
-            try:
-                seg = _Segment(path, fd, os.fstat(fd).st_size)
-            finally:
-                os.close(fd)
-            if seg.ctl[C_MAGIC] != MAGIC or seg.ctl[C_RING] != self.ring or seg.ctl[C_SLOTS] != self.size:
-                raise TransportError(f"rank {self.rank}: {path} is not an inbox of this job")
-            self._segments[peer] = seg
-            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._wake_name(peer))
-            self._in.append(_In(peer, inbox, self.ring, pid))
             self._peers.append(peer)
             self._pids[peer] = pid
+            # what the peer sends us lands in our own inbox, whatever becomes of it
+            self._in.append(_In(peer, self._inbox, self.ring, pid))
+            self._reserve(peer)
+            seg = self._map_inbox(peer)
+            if seg is None:               # it has finished already (and removed its inbox)
+                self._departed.append(peer)
+                continue
+            self._segments[peer] = seg
+            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._wake_name(peer))
             fd = _pidfd(pid)
             if fd is not None:
                 self._pidfds[fd] = peer
                 self._poller.register(fd, select.POLLIN)
                 self._pid_poller.register(fd, select.POLLIN)
-            self._reserve(peer)
-            if self.cma and self._can_read(peer, pid, probe):
-                self._in[-1].ctl[R_CMA] = 1     # peer may send us its large payloads by reference
+            # may the peer send us its large payloads by reference? (it waits for the answer)
+            verdict = CMA_YES if self.cma and self._can_read(peer, pid, probe) else CMA_NO
+            self._in[-1].ctl[R_CMA] = verdict
             seg.view[MAPPED_AT + self.rank] = 1
+            with self._fence:
+                pass
+            if seg.ctl[C_SLEEPING]:
+                self._kick(self._wake_name(peer))
         self._maybe_unlink()
+
+    def _map_inbox(self, peer: int) -> Optional[_Segment]:
+        """Map ``peer``'s inbox; None if it is gone (a peer removes it when it closes)."""
+        path = os.path.join(self.directory, segment_name(self.job_id, peer))
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise TransportError(f"rank {self.rank}: cannot open rank {peer}'s shared memory "
+                                 f"{path}: {exc}") from None
+        try:
+            seg = _Segment(path, fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        if seg.ctl[C_MAGIC] != MAGIC or seg.ctl[C_RING] != self.ring or seg.ctl[C_SLOTS] != self.size:
+            seg.close()
+            raise TransportError(f"rank {self.rank}: {path} is not an inbox of this job")
+        return seg
 
     def _can_read(self, peer: int, pid: int, probe: int) -> bool:
         """Whether the kernel lets us read ``peer``'s memory: read its probe buffer."""
         expect = _PROBE + struct.pack("<I", peer) + b"\0"
-        got = bytearray(len(expect))
-        return _read_remote(pid, memoryview(got), [(probe, len(expect))]) is None and got == expect
+        got = ctypes.create_string_buffer(len(expect))
+        return _read_remote(pid, ctypes.addressof(got), probe, len(expect)) is None and \
+            got.raw == expect
 
     def _reserve(self, peer: int) -> None:
         """Allocate the pages of the ring ``peer`` writes in our inbox now, so that a full
@@ -503,10 +545,13 @@ class ShmTransport(Transport):
             pass
 
     def _frame(self, out: _Out, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> _Frame:
-        """A queued frame; a large DATA payload goes by reference when the reader can read us."""
-        if header[0] == DATA and out.ctl[R_CMA] and 0 < len(payload) <= MAX_DESC_SEGMENTS:
+        """A queued frame; a large DATA payload goes by reference when the reader can read us
+        (until the reader has said whether it can, the frame waits: see set_peers)."""
+        if header[0] == DATA and out.ctl[R_CMA] != CMA_NO and 0 < len(payload) <= MAX_DESC_SEGMENTS:
             length = sum(seg.nbytes for seg in payload)
             if length >= CMA_MIN and all(seg.c_contiguous for seg in payload):
+                if out.ctl[R_CMA] == CMA_UNKNOWN:
+                    return _Frame(None, on_sent, keep=payload, header=header)
                 out.tokens += 1
                 token = out.tokens
                 desc = bytearray(header)
@@ -528,6 +573,11 @@ class ShmTransport(Transport):
             frame = queue[0]
             segs = frame.segments
             if not frame.started:
+                if segs is None:                  # by reference or not: the reader decides
+                    if out.ctl[R_CMA] == CMA_UNKNOWN:
+                        break
+                    queue[0] = frame = self._frame(out, frame.header, frame.keep, frame.on_sent)
+                    segs = frame.segments
                 first = segs[0]
                 skip = cap - (tail & mask) if cap - (tail & mask) < HEADER_SIZE else 0
                 if tail + skip + first.nbytes - head > cap:
@@ -541,7 +591,7 @@ class ShmTransport(Transport):
                 if frame.token:                   # by reference: only the header travels
                     out.awaiting[frame.token] = frame
                     segs.clear()
-            while segs:
+            while segs and tail - start < STREAM_CHUNK:
                 free = cap - (tail - head)
                 if not free:
                     head = self._refresh(out)
@@ -584,6 +634,12 @@ class ShmTransport(Transport):
     # -- receiving ------------------------------------------------------------------------
     def progress(self, timeout: Optional[float]) -> bool:
         moved = False
+        if self._pulling:                         # payloads being read by reference
+            for inc in list(self._pulling):
+                failure = self._read(inc)
+                if failure is not None:
+                    self._peer_gone(inc.peer, failure)
+            moved = True
         for inc in self._in:
             if inc.ctl[R_TAIL] != inc.head:
                 failure = self._read(inc)
@@ -621,9 +677,13 @@ class ShmTransport(Transport):
         be given up (its large payload could not be read), else None."""
         sink, data, cap, mask, peer = self._sink, inc.data, inc.cap, inc.mask, inc.peer
         unpack = HEADER.unpack_from
-        head = inc.head
+        head = start = inc.head
         tail = inc.ctl[R_TAIL]
         try:
+            if inc.x_target is not None:          # first the payload we are reading
+                failure = self._pull(inc)
+                if failure is not None or inc.x_target is not None:
+                    return failure
             while head != tail:
                 if inc.d_target is not None:      # the rest of a payload
                     target, pos = inc.d_target, head & mask
@@ -646,9 +706,10 @@ class ShmTransport(Transport):
                         continue
                     header = Header(kind, flags, context, source, tag, msg_id, length)
                     if extra & BY_REFERENCE:
-                        head, failure = self._read_by_reference(inc, header, head)
-                        if failure is not None:
-                            return failure
+                        head = self._start_pull(inc, header, head)
+                        failure = self._pull(inc)
+                        if failure is not None or inc.x_target is not None:
+                            return failure        # later frames wait for this payload
                         continue
                     target = sink.frame_arrived(peer, header)
                     if kind not in HAS_PAYLOAD:
@@ -661,7 +722,7 @@ class ShmTransport(Transport):
                         sink.payload_arrived(peer, header, target)
                     else:
                         inc.d_header, inc.d_target, inc.d_pos = header, target, 0
-                if head == tail:
+                if head == tail and head - start < STREAM_CHUNK:
                     tail = inc.ctl[R_TAIL]
             return None
         finally:
@@ -673,22 +734,46 @@ class ShmTransport(Transport):
             if ctl[R_WANT]:
                 self._kick(self._wake_name(peer))
 
-    def _read_by_reference(self, inc: _In, header: Header, head: int) -> Tuple[int, Optional[str]]:
-        """A descriptor: read the payload straight from the sender's memory, then ACK.
-        Returns the new head and why the read failed (None: it did not)."""
-        raw = self._copy_out(inc, head, _DESC.size)
-        token, count = _DESC.unpack(raw)
+    def _start_pull(self, inc: _In, header: Header, head: int) -> int:
+        """A descriptor arrived: find the destination of its payload. Returns the new head."""
+        token, count = _DESC.unpack(self._copy_out(inc, head, _DESC.size))
         head += _DESC.size
         raw = self._copy_out(inc, head, count * _ENTRY.size)
-        head += count * _ENTRY.size
-        entries = [_ENTRY.unpack_from(raw, i * _ENTRY.size) for i in range(count)]
-        target = self._sink.frame_arrived(inc.peer, header)
-        failure = _read_remote(inc.pid, target, entries)
-        if failure is not None:
-            return head, f"failed: its message could not be read ({failure})"
+        inc.x_entries = [list(_ENTRY.unpack_from(raw, i * _ENTRY.size)) for i in range(count)]
+        inc.x_header, inc.x_token, inc.x_pos = header, token, 0
+        inc.x_target = self._sink.frame_arrived(inc.peer, header)
+        inc.x_base = _address(inc.x_target)
+        return head + count * _ENTRY.size
+
+    def _pull(self, inc: _In) -> Optional[str]:
+        """Read the next ``CMA_CHUNK`` bytes of a payload straight from the sender's memory
+        into its destination; once all is there, deliver it and ACK. None, or why it failed."""
+        budget = CMA_CHUNK
+        entries = inc.x_entries
+        while entries and budget:
+            entry = entries[0]
+            n = min(entry[1], budget)
+            failure = _read_remote(inc.pid, inc.x_base + inc.x_pos, entry[0], n)
+            if failure is not None:
+                return f"failed: its message could not be read ({failure})"
+            inc.x_pos += n
+            budget -= n
+            if n == entry[1]:
+                entries.pop(0)
+            else:
+                entry[0] += n
+                entry[1] -= n
+        if entries:
+            if inc not in self._pulling:
+                self._pulling.append(inc)
+            return None
+        header, target, token = inc.x_header, inc.x_target, inc.x_token
+        inc.x_header = inc.x_target = None
+        if inc in self._pulling:
+            self._pulling.remove(inc)
         self._sink.payload_arrived(inc.peer, header, target)
         self.send(inc.peer, HEADER.pack(K_ACK, 0, 0, 0, 0, 0, token, 0), (), None)
-        return head, None
+        return None
 
     @staticmethod
     def _copy_out(inc: _In, head: int, n: int) -> bytes:
@@ -743,12 +828,17 @@ class ShmTransport(Transport):
     # -- peers that go away -----------------------------------------------------------------
     def _check_peers(self, timeout: int) -> bool:
         """Notice peers that exited (pidfd readable) or closed their transport."""
-        gone = []
+        gone = self._departed
+        self._departed = []
         if self._pidfds:
-            gone = [self._pidfds[fd] for fd, _ in self._pid_poller.poll(timeout)]
+            gone += [self._pidfds[fd] for fd, _ in self._pid_poller.poll(timeout)]
+        watched = set(self._pidfds.values())
         for peer in self._peers:
+            if peer in gone:
+                continue
             seg = self._segments.get(peer)
-            if seg is not None and seg.ctl[C_CLOSED] and peer not in gone:
+            if seg is not None and seg.ctl[C_CLOSED] or peer not in watched and \
+                    not _alive(self._pids[peer]):
                 gone.append(peer)
         for peer in gone:
             self._peer_gone(peer, "exited")
@@ -762,6 +852,8 @@ class ShmTransport(Transport):
         for inc in self._in:
             if inc.peer == peer:
                 self._in.remove(inc)
+                if inc in self._pulling:
+                    self._pulling.remove(inc)
                 if inc.ctl[R_TAIL] != inc.head and not reason.startswith("failed"):
                     self._read(inc)             # frames it wrote before it went
                 break

@@ -1,6 +1,6 @@
-"""Every collective with every algorithm over real processes and TCP (a representative slice
-of the in-process matrix in tests/unit/test_coll_*.py), at non-power-of-two and power-of-two
-sizes, in one job per size."""
+"""Every collective with every algorithm over real processes, over TCP and over shared memory
+(a representative slice of the in-process matrix in tests/unit/test_coll_*.py), at
+non-power-of-two and power-of-two sizes, in one job per size and transport."""
 from __future__ import annotations
 
 import pytest
@@ -90,10 +90,12 @@ print(f"rank {rank}: {checked} collective calls correct")
 '''
 
 
-@pytest.mark.parametrize("size", [3, 4, 5])
-def test_every_collective_and_algorithm_over_tcp(size, write_script, job_marker):
+@pytest.mark.parametrize("transport, size", [("tcp", 3), ("tcp", 4), ("tcp", 5),
+                                             ("shm", 3), ("shm", 4)])
+def test_every_collective_and_algorithm(transport, size, write_script, job_marker):
     script = write_script("all_collectives.py", PROGRAM)
-    r = run_minimpi("-n", str(size), *marker_args(job_marker), script, timeout=120)
+    r = run_minimpi("-n", str(size), "--transport", transport, *marker_args(job_marker), script,
+                    timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [l for l in r.stdout.splitlines() if "collective calls correct" in l]
     assert len(lines) == size

@@ -96,18 +96,23 @@ def test_waiting_for_a_finished_rank(write_script, job_marker):
 
 
 def test_waiting_for_a_finished_rank_by_name(write_script, job_marker):
-    # Without a connection from rank 1 (no start-up connections), only the coordinator knows
-    # that rank 1 is gone: the deadlock report says so.
+    # Without a connection from rank 1 (TCP, no start-up connections), only the coordinator
+    # knows that rank 1 is gone: the deadlock report says so.
     script = write_script("early1.py", """
         from minimpi import MPI
         comm = MPI.COMM_WORLD
         if comm.rank == 0:
             comm.recv(source=1, tag=5)
     """)
-    res = run(2, script, job_marker, "-x", "MINIMPI_CONNECT_ALL_MAX=0")
+    res = run(2, script, job_marker, "-x", "MINIMPI_CONNECT_ALL_MAX=0", "--transport", "tcp")
     assert res.returncode == EXIT_DEADLOCK, res.stderr
     assert ("rank 0 waits for rank 1 in recv(tag=5) at early1.py:5 -> rank 1 already exited "
             "normally") in res.stderr
+    # Over shared memory a rank sees its peer exit (a pidfd) and the receive fails at once.
+    res = run(2, script, job_marker, "--transport", "shm")
+    assert res.returncode == 1, res.stderr
+    assert "recv(source=1, tag=5) on COMM_WORLD cannot complete: world rank 1 is gone (exited)" \
+        in res.stderr
 
 
 def test_no_false_alarm_for_a_computing_rank(write_script, job_marker):

@@ -1,14 +1,20 @@
-"""Point-to-point over real processes and TCP sockets, started by `minimpi run`."""
+"""Point-to-point over real processes started by `minimpi run`: over TCP sockets and over
+shared memory (``transport`` parameter), and what only TCP has (strangers on a port)."""
 from __future__ import annotations
 
 import re
 import socket
 import time
 
+import pytest
 from conftest import finish, marker_args, run_minimpi, start_minimpi
 
+#: the transports every data-moving test runs over
+over_each_transport = pytest.mark.parametrize("transport", ["tcp", "shm"])
 
-def test_pingpong_objects_and_arrays_of_many_sizes(write_script, job_marker):
+
+@over_each_transport
+def test_pingpong_objects_and_arrays_of_many_sizes(transport, write_script, job_marker):
     script = write_script("pingpong.py", """
         import numpy as np
         from minimpi import MPI
@@ -36,12 +42,13 @@ def test_pingpong_objects_and_arrays_of_many_sizes(write_script, job_marker):
                 assert got == obj
         print("pingpong ok", comm.rank)
     """)
-    r = run_minimpi("-n", "2", *marker_args(job_marker), script, timeout=60)
+    r = run_minimpi("-n", "2", "--transport", transport, *marker_args(job_marker), script, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "[0] pingpong ok 0" in r.stdout and "[1] pingpong ok 1" in r.stdout
 
 
-def test_ordering_any_source_and_64mib_sendrecv_ring(write_script, job_marker):
+@over_each_transport
+def test_ordering_any_source_and_64mib_sendrecv_ring(transport, write_script, job_marker):
     script = write_script("order.py", """
         import numpy as np
         from minimpi import MPI
@@ -78,12 +85,13 @@ def test_ordering_any_source_and_64mib_sendrecv_ring(write_script, job_marker):
             comm.send(rank, 0, tag=9)
         print("order ok")
     """)
-    r = run_minimpi("-n", "3", *marker_args(job_marker), script, timeout=60)
+    r = run_minimpi("-n", "3", "--transport", transport, *marker_args(job_marker), script, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("order ok") == 3
 
 
-def test_32_ranks_oversubscribed_to_any_source(write_script, job_marker):
+@over_each_transport
+def test_32_ranks_oversubscribed_to_any_source(transport, write_script, job_marker):
     script = write_script("many.py", """
         import numpy as np
         from minimpi import MPI
@@ -101,12 +109,13 @@ def test_32_ranks_oversubscribed_to_any_source(write_script, job_marker):
         else:
             comm.Send(np.full(1 << 16, comm.rank, np.float64), 0, 1)
     """)
-    r = run_minimpi("-n", "32", *marker_args(job_marker), script, timeout=120)
+    r = run_minimpi("-n", "32", "--transport", transport, *marker_args(job_marker), script, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "received from all 31" in r.stdout
 
 
-def test_small_both_send_completes_large_both_send_waits(write_script, job_marker):
+@over_each_transport
+def test_small_both_send_completes_large_both_send_waits(transport, write_script, job_marker):
     script = write_script("bothsend.py", """
         import sys, numpy as np
         from minimpi import MPI
@@ -117,21 +126,23 @@ def test_small_both_send_completes_large_both_send_waits(write_script, job_marke
         comm.Recv(np.empty(n, np.uint8), other)
         print("exchanged", n)
     """)
-    small = run_minimpi("-n", "2", *marker_args(job_marker), script, "1000", timeout=30)
+    small = run_minimpi("-n", "2", "--transport", transport, *marker_args(job_marker), script, "1000",
+                        timeout=30)
     assert small.returncode == 0 and small.stdout.count("exchanged 1000") == 2
     # Above the eager limit a standard send waits for its receive, as in MPI: this deadlocks,
     # and the job must end (here by --timeout) with every process gone.
-    big = run_minimpi("-n", "2", "--timeout", "3", *marker_args(job_marker), script,
-                      str(16 << 20), timeout=30)
+    big = run_minimpi("-n", "2", "--timeout", "3", "--transport", transport,
+                      *marker_args(job_marker), script, str(16 << 20), timeout=30)
     assert big.returncode == 124 and "exchanged" not in big.stdout, big.stderr
     # Raising the eager limit makes the same program complete (buffered at the receiver).
-    eager = run_minimpi("-n", "2", "--eager-limit", "32MiB", *marker_args(job_marker), script,
-                        str(16 << 20), timeout=30)
+    eager = run_minimpi("-n", "2", "--eager-limit", "32MiB", "--transport", transport,
+                        *marker_args(job_marker), script, str(16 << 20), timeout=30)
     assert eager.returncode == 0, eager.stderr
     assert eager.stdout.count("exchanged") == 2
 
 
-def test_split_and_dup_isolation(write_script, job_marker):
+@over_each_transport
+def test_split_and_dup_isolation(transport, write_script, job_marker):
     script = write_script("split.py", """
         from minimpi import MPI
         world = MPI.COMM_WORLD
@@ -152,12 +163,13 @@ def test_split_and_dup_isolation(write_script, job_marker):
         assert kind == "row" and src // 2 == world.rank // 2
         print("isolated", world.rank, row.rank, row.size)
     """)
-    r = run_minimpi("-n", "5", *marker_args(job_marker), script, timeout=30)
+    r = run_minimpi("-n", "5", "--transport", transport, *marker_args(job_marker), script, timeout=30)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("isolated") == 5 and "isolated 4 0 1" in r.stdout
 
 
-def test_truncation_error_reaches_the_user(write_script, job_marker):
+@over_each_transport
+def test_truncation_error_reaches_the_user(transport, write_script, job_marker):
     script = write_script("trunc.py", """
         import numpy as np
         from minimpi import MPI
@@ -170,12 +182,13 @@ def test_truncation_error_reaches_the_user(write_script, job_marker):
             except MPI.Exception as e:
                 print("caught", e.Get_error_class() == MPI.ERR_TRUNCATE, str(e))
     """)
-    r = run_minimpi("-n", "2", *marker_args(job_marker), script, timeout=30)
+    r = run_minimpi("-n", "2", "--transport", transport, *marker_args(job_marker), script, timeout=30)
     assert r.returncode == 0, r.stderr
     assert "caught True" in r.stdout and "800 bytes" in r.stdout and "80 bytes" in r.stdout
 
 
-def test_crash_while_others_wait_ends_job_fast(write_script, job_marker):
+@over_each_transport
+def test_crash_while_others_wait_ends_job_fast(transport, write_script, job_marker):
     script = write_script("crash.py", """
         from minimpi import MPI
         comm = MPI.COMM_WORLD
@@ -184,13 +197,14 @@ def test_crash_while_others_wait_ends_job_fast(write_script, job_marker):
         comm.recv(source=2)   # would wait forever
     """)
     t = time.monotonic()
-    r = run_minimpi("-n", "4", *marker_args(job_marker), script, timeout=30)
+    r = run_minimpi("-n", "4", "--transport", transport, *marker_args(job_marker), script, timeout=30)
     assert time.monotonic() - t < 5
     assert r.returncode == 1
     assert "rank 2" in r.stderr and "rank two fails on purpose" in r.stderr
 
 
-def test_kill_9_of_a_rank_ends_job(write_script, job_marker):
+@over_each_transport
+def test_kill_9_of_a_rank_ends_job(transport, write_script, job_marker):
     script = write_script("kill9.py", """
         import os, signal
         from minimpi import MPI
@@ -201,7 +215,7 @@ def test_kill_9_of_a_rank_ends_job(write_script, job_marker):
         comm.recv(source=1)
     """)
     t = time.monotonic()
-    r = run_minimpi("-n", "3", *marker_args(job_marker), script, timeout=30)
+    r = run_minimpi("-n", "3", "--transport", transport, *marker_args(job_marker), script, timeout=30)
     assert time.monotonic() - t < 5
     assert r.returncode == 128 + 9
     assert "rank 1" in r.stderr and "SIGKILL" in r.stderr
@@ -214,8 +228,9 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
         from minimpi.runtime import world as runtime
         comm = MPI.COMM_WORLD
         if comm.rank == 1:
-            tr = runtime.world_state().engine.transport
-            sock = tr._listener.sock
+            router = runtime.world_state().engine.transport
+            tcp = next(t for t in router.members if t.name == "tcp")
+            sock = tcp._listener.sock
             host, port = sock.getsockname()[:2]
             open({str(tmp_path / 'port')!r}, "w").write(str(port))
         # wait until the test has poked the port, while making progress
@@ -253,7 +268,8 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
     assert re.search(r"refused a connection .*did not prove the job secret", r.stderr)
 
 
-def test_buffers_and_objects_above_2_gib(write_script, job_marker):
+@over_each_transport
+def test_buffers_and_objects_above_2_gib(transport, write_script, job_marker):
     script = write_script("huge.py", """
         import numpy as np
         from minimpi import MPI
@@ -275,7 +291,7 @@ def test_buffers_and_objects_above_2_gib(write_script, job_marker):
             assert obj["big"].size == n // 8 + 1 and obj["big"][-1] == 3 and obj["big"][0] == 3
             print("huge ok")
     """)
-    r = run_minimpi("-n", "2", *marker_args(job_marker), script, timeout=180)
+    r = run_minimpi("-n", "2", "--transport", transport, *marker_args(job_marker), script, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "huge ok" in r.stdout
 

@@ -1,0 +1,116 @@
+"""Shared memory between real processes: which transport `minimpi run` picks, segments that
+never outlive a job (crash, kill -9, death during start-up), and waiting that costs no CPU
+when ranks outnumber cores.
+
+The data-moving tests of test_p2p_tcp.py and test_collectives_tcp.py run over both
+transports; the conftest fixture checks after every test that no segment is left.
+"""
+from __future__ import annotations
+
+import glob
+import time
+
+import pytest
+from conftest import marker_args, run_minimpi
+
+ROUTES = """
+    from minimpi import MPI
+    from minimpi.runtime.world import world_state
+    comm = MPI.COMM_WORLD
+    state = world_state()
+    routes = state.engine.transport.routes()
+    print("routes", comm.rank, ",".join(r or "self" for r in routes))
+    print("policy", comm.rank, state.engine.progress_policy.mode)
+    assert comm.allreduce(comm.rank) == comm.size * (comm.size - 1) // 2
+"""
+
+
+@pytest.mark.parametrize("options, route", [((), "shm"), (("--transport", "auto"), "shm"),
+                                            (("--transport", "tcp"), "tcp"),
+                                            (("-x", "MINIMPI_TRANSPORT=tcp"), "tcp"),
+                                            (("--transport", "shm"), "shm")])
+def test_run_picks_shared_memory_on_one_host_unless_told(options, route, write_script, job_marker):
+    script = write_script("routes.py", ROUTES)
+    r = run_minimpi("-n", "3", *options, *marker_args(job_marker), script, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert f"[0] routes 0 self,{route},{route}" in r.stdout
+    assert f"[2] routes 2 {route},{route},self" in r.stdout
+
+
+def test_progress_policy_follows_the_option_and_the_core_count(write_script, job_marker):
+    import os
+    script = write_script("routes.py", ROUTES)
+    cores = len(os.sched_getaffinity(0))
+    r = run_minimpi("-n", "2", "--progress", "block", *marker_args(job_marker), script, timeout=30)
+    assert r.returncode == 0 and "[0] policy 0 block" in r.stdout, r.stderr
+    r = run_minimpi("-n", str(2 * cores + 1), *marker_args(job_marker), script, timeout=60)
+    assert r.returncode == 0 and "[0] policy 0 block" in r.stdout, r.stderr   # oversubscribed
+
+
+def test_kill_9_in_the_middle_of_a_large_message_ends_the_job_and_leaves_nothing(
+        write_script, job_marker):
+    script = write_script("kill_mid.py", """
+        import os, signal, numpy as np
+        from minimpi import MPI
+        comm = MPI.COMM_WORLD
+        a = np.ones(32 << 20, np.uint8)
+        if comm.rank == 1:
+            req = comm.Isend(a, 0, tag=1)         # rank 0 reads it straight from our memory
+            os.kill(os.getpid(), signal.SIGKILL)  # ... while we die
+        elif comm.rank == 0:
+            comm.Recv(a, 1, tag=1)
+            comm.Recv(a, 1, tag=2)                # never comes
+        comm.Barrier()
+    """)
+    start = time.monotonic()
+    r = run_minimpi("-n", "3", "--transport", "shm", *marker_args(job_marker), script, timeout=30)
+    assert time.monotonic() - start < 10
+    assert r.returncode == 128 + 9, r.stderr
+    assert "rank 1" in r.stderr and "SIGKILL" in r.stderr
+
+
+def test_a_rank_that_dies_during_start_up_leaves_no_segment(write_script, job_marker):
+    # rank 0 creates its segment and waits for the others; rank 1 never initializes, so
+    # nobody maps rank 0's segment and only the launcher can remove it
+    script = write_script("early_death.py", """
+        import os, sys, time
+        if os.environ["MINIMPI_RANK"] == "1":
+            time.sleep(0.5)
+            sys.exit(5)
+        from minimpi import MPI
+        MPI.COMM_WORLD.Barrier()
+    """)
+    jobs_before = set(glob.glob("/dev/shm/minimpi-*"))
+    r = run_minimpi("-n", "2", "--transport", "shm", *marker_args(job_marker), script, timeout=30)
+    assert r.returncode == 5, r.stderr
+    assert set(glob.glob("/dev/shm/minimpi-*")) <= jobs_before
+
+
+WAIT_CPU = """
+    import time
+    from minimpi import MPI
+    comm = MPI.COMM_WORLD
+    comm.Barrier()
+    if comm.rank == 0:
+        time.sleep(1.0)                    # everyone else waits for this rank
+    cpu = time.process_time()
+    wall = time.monotonic()
+    comm.Barrier()
+    used = comm.gather((time.process_time() - cpu, time.monotonic() - wall), root=0)
+    if comm.rank == 0:
+        waited = [c for c, w in used[1:]]
+        print("max cpu while waiting %.3f s" % max(waited), "over %.2f s" % min(w for c, w in used[1:]))
+"""
+
+
+@pytest.mark.parametrize("nprocs, progress", [(32, "auto"), (2, "spin")])
+def test_waiting_ranks_do_not_burn_cpu(nprocs, progress, write_script, job_marker):
+    # 32 ranks on 2 cores block at once (auto); a rank that spins (2 ranks, --progress spin)
+    # spins less and less while its peer stays silent, so a 1 s wait costs little CPU either way
+    script = write_script("wait_cpu.py", WAIT_CPU)
+    r = run_minimpi("-n", str(nprocs), "--progress", progress, *marker_args(job_marker), script,
+                    timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if "max cpu while waiting" in l)
+    cpu = float(line.split("waiting ")[1].split()[0])
+    assert cpu < 0.25, line

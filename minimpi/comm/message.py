@@ -53,9 +53,12 @@ def finish_object(req: Request) -> Any:
     raises): that becomes a :class:`SerializationError` naming the rank, call and sender, so
     the request keeps it and every later wait raises it again.
     """
-    req.status.nbytes = object_count(req.status.nbytes, req.buffer)
+    buf = req.buffer
+    parts = serialization.layout(buf) if len(buf) >= serialization.HEAD_SIZE else None
+    # mpi4py's count: the pickle and its out-of-band buffers (see object_count)
+    req.status.nbytes = parts[0] + sum(parts[1]) if parts else object_count(len(buf))
     try:
-        return serialization.loads(req.buffer)
+        return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
         rank = req._engine.rank if req._engine is not None else -1
         raise SerializationError(

@@ -41,6 +41,8 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
         raise SerializationError(
             f"{where}{call}: cannot pickle object of type {type(obj).__name__}: {exc}"
         ) from exc
+    if not buffers:   # the common small object: the head and the pickle, nothing to align
+        return [memoryview(_COUNT.pack(0, len(data))), memoryview(data)], _COUNT.size + len(data)
     raws = []
     for b in buffers:
         try:
@@ -76,10 +78,13 @@ def layout(payload: "bytearray | memoryview") -> Tuple[int, List[int], int]:
     return plen, lengths, offset + _LEN.size * nbuf
 
 
-def loads(payload: "bytearray | memoryview") -> Any:
-    """Rebuild the object from a received payload; out-of-band buffers become views of it."""
+def loads(payload: "bytearray | memoryview", parts: "Tuple[int, List[int], int] | None" = None) -> Any:
+    """Rebuild the object from a received payload; out-of-band buffers become views of it.
+    ``parts``: its :func:`layout`, when the caller has it already."""
     view = memoryview(payload)
-    plen, lengths, offset = layout(view)
+    plen, lengths, offset = layout(view) if parts is None else parts
+    if not lengths:
+        return pickle.loads(view[offset:offset + plen])
     pickled = view[offset:offset + plen]
     offset += plen
     bufs = []

@@ -33,6 +33,8 @@ from .matching import Incoming, MatchQueues
 from .progress import ProgressPolicy
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
+_pack = frames.HEADER.pack
+
 DEFAULT_EAGER_LIMIT = 64 * 1024
 
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
@@ -107,7 +109,8 @@ class Engine(FrameSink):
 
         ``source`` is this rank's rank in the communicator of ``context``.
         """
-        self._check_alive()
+        if self.aborted is not None:
+            self._check_alive()
         req = SendRequest(self, description, dest)
         if dest == self.rank:
             self._send_to_self(req, context, source, tag, payload, nbytes, flags)
@@ -122,7 +125,7 @@ class Engine(FrameSink):
             if flags & F_SYNC:
                 req._pending = 2  # handed off, and acknowledged by the matching receive
                 self._sync_sends[(dest, msg_id)] = req
-            header = frames.pack(EAGER, flags, context, source, tag, msg_id, nbytes)
+            header = _pack(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
             self.transport.send(dest, header, payload, req._sent)
         else:
             self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
@@ -139,7 +142,7 @@ class Engine(FrameSink):
         if flags & F_SYNC:
             req._pending = 2
             self._sync_sends[(self.rank, msg_id)] = req
-        header = Header(EAGER, flags, context, source, tag, msg_id, nbytes)
+        header = Header(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
         target = self.frame_arrived(self.rank, header)
         pos = 0
         for seg in payload:
@@ -151,7 +154,7 @@ class Engine(FrameSink):
 
     def _send_control(self, peer: int, kind: int, msg_id: int) -> None:
         if peer == self.rank:
-            self.frame_arrived(peer, Header(kind, 0, 0, 0, 0, msg_id, 0))
+            self.frame_arrived(peer, Header(kind, 0, 0, 0, 0, 0, msg_id, 0))
         elif peer not in self.lost_peers:
             self.transport.send(peer, frames.pack(kind, 0, 0, 0, 0, msg_id, 0), (), None)
 
@@ -159,10 +162,11 @@ class Engine(FrameSink):
     def irecv(self, context: int, source: int, tag: int, target: Optional[memoryview],
               is_object: bool, description=None) -> RecvRequest:
         """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
-        self._check_alive()
+        if self.aborted is not None:
+            self._check_alive()
         req = RecvRequest(self, description, context, source, tag, target, is_object)
-        q = self._queue(context)
-        inc = q.find_unexpected(source, tag, remove=True)
+        q = self._queues.get(context) or self._queue(context)
+        inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
         if inc is not None:
             self._bind(req, inc)
         else:
@@ -251,8 +255,8 @@ class Engine(FrameSink):
     def frame_arrived(self, peer: int, header: Header) -> Optional[memoryview]:
         kind = header.kind
         if kind == EAGER:
-            q = self._queue(header.context)
-            req = q.take_posted(header.source, header.tag)
+            q = self._queues.get(header.context) or self._queue(header.context)
+            req = q.take_posted(header.source, header.tag) if q.posted else None
             if req is not None:
                 req.matched = True
                 req.peer = peer

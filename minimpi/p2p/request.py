@@ -92,6 +92,11 @@ class Status:
         return f"Status(source={self.source}, tag={self.tag}, count={self.nbytes} bytes)"
 
 
+#: the status of requests that carry no message information (sends, collectives): one shared
+#: object that nothing changes (saves an allocation per send); each receive has its own
+_NO_MESSAGE = Status()
+
+
 class Request:
     """A pending operation; complete it with ``wait``/``Wait`` or poll it with ``test``/``Test``.
 
@@ -102,11 +107,12 @@ class Request:
     __slots__ = ("_engine", "done", "error", "status", "_finish", "_result", "description",
                  "_pending", "_inactive", "__weakref__")
 
-    def __init__(self, engine: Optional["Engine"], description: str = "") -> None:
+    def __init__(self, engine: Optional["Engine"], description: str = "",
+                 status: Optional[Status] = None) -> None:
         self._engine = engine
         self.done = False
         self.error: Optional[BaseException] = None
-        self.status = Status()
+        self.status = _NO_MESSAGE if status is None else status
         self._finish: Optional[Callable[[], Any]] = None  # runs once, at completion by the waiter
         self._result: Any = None
         self.description = description
@@ -347,11 +353,9 @@ class CompletedRequest(Request):
     __slots__ = ()
 
     def __init__(self, status: Optional[Status] = None, result: Any = None) -> None:
-        super().__init__(None, "completed")
+        super().__init__(None, "completed", status)
         self.done = True
         self._pending = 0
-        if status is not None:
-            self.status = status
         self._result = result
 
 
@@ -372,7 +376,7 @@ class RecvRequest(Request):
 
     def __init__(self, engine: "Engine", description: str, context: int, source: int, tag: int,
                  target: Optional[memoryview], is_object: bool) -> None:
-        super().__init__(engine, description)
+        super().__init__(engine, description, Status())
         self.context = context
         self.source = source
         self.tag = tag

@@ -2,10 +2,11 @@
 
 Every frame starts with a 32-byte little-endian header::
 
-    kind u8 | flags u8 | reserved u16 | context u32 | source i32 | tag i32 | msg_id u64 | length u64
+    kind u8 | flags u8 | extra u16 | context u32 | source i32 | tag i32 | msg_id u64 | length u64
 
 ``source`` is the sender's rank *in the communicator* named by ``context``; ``length`` is
-64-bit so buffers and objects above 2 GiB travel as one message. Frame kinds:
+64-bit so buffers and objects above 2 GiB travel as one message; ``extra`` belongs to the
+transport (0 from the engine; shm marks a payload it sends by reference there). Frame kinds:
 
 - ``EAGER``: the payload (``length`` bytes) follows at once.
 - ``RTS`` (request to send): a large message waits for its receive; no payload, ``length`` is
@@ -37,8 +38,12 @@ HAS_PAYLOAD = frozenset((EAGER, DATA))
 
 
 class Header(NamedTuple):
+    """A frame header, field for field as on the wire (so a reader builds it straight from
+    the unpacked bytes: ``tuple.__new__(Header, HEADER.unpack_from(buf, offset))``)."""
+
     kind: int
     flags: int
+    extra: int
     context: int
     source: int
     tag: int
@@ -46,7 +51,7 @@ class Header(NamedTuple):
     length: int
 
     def pack(self) -> bytes:
-        return pack(*self)
+        return HEADER.pack(*self)
 
 
 def pack(kind: int, flags: int, context: int, source: int, tag: int, msg_id: int, length: int) -> bytes:
@@ -54,5 +59,4 @@ def pack(kind: int, flags: int, context: int, source: int, tag: int, msg_id: int
 
 
 def unpack(buf, offset: int = 0) -> Header:
-    kind, flags, _, context, source, tag, msg_id, length = HEADER.unpack_from(buf, offset)
-    return Header(kind, flags, context, source, tag, msg_id, length)
+    return tuple.__new__(Header, HEADER.unpack_from(buf, offset))

@@ -356,7 +356,9 @@ class ShmTransport(Transport):
         self._pulling: List[_In] = []          # rings whose payload we read by reference
         self._pending = 0
         self._until_check = CHECK_EVERY
-        self._fence = threading.Lock()       # acquire + release: a full memory fence
+        # a lock's acquire and release (locked instructions): a full memory fence
+        fence = threading.Lock()
+        self._fence_in, self._fence_out = fence.acquire, fence.release
         self._wake_sock: Optional[socket.socket] = None
         self._kick_sock: Optional[socket.socket] = None
         self._poller = select.poll()         # wake socket and pidfds: where we sleep
@@ -430,8 +432,8 @@ class ShmTransport(Transport):
             verdict = CMA_YES if self.cma and self._can_read(peer, pid, probe) else CMA_NO
             self._in[-1].ctl[R_CMA] = verdict
             seg.view[MAPPED_AT + self.rank] = 1
-            with self._fence:
-                pass
+            self._fence_in()
+            self._fence_out()
             if seg.ctl[C_SLEEPING]:
                 self._kick(self._wake_name(peer))
         self._maybe_unlink()
@@ -533,8 +535,8 @@ class ShmTransport(Transport):
 
     def _publish(self, out: _Out, tail: int) -> None:
         out.ctl[R_TAIL] = tail
-        with self._fence:                       # store tail; fence; load the reader's flag
-            pass
+        self._fence_in()                        # store tail; fence; load the reader's flag
+        self._fence_out()
         if out.peer_ctl[C_SLEEPING]:
             self._kick(out.wake)
 
@@ -676,7 +678,7 @@ class ShmTransport(Transport):
         """Deliver everything the peer has published in its ring. Returns why the peer must
         be given up (its large payload could not be read), else None."""
         sink, data, cap, mask, peer = self._sink, inc.data, inc.cap, inc.mask, inc.peer
-        unpack = HEADER.unpack_from
+        unpack, new = HEADER.unpack_from, tuple.__new__
         head = start = inc.head
         tail = inc.ctl[R_TAIL]
         try:
@@ -699,13 +701,13 @@ class ShmTransport(Transport):
                     if cap - pos < HEADER_SIZE:   # headers never straddle the end
                         head += cap - pos
                         continue
-                    kind, flags, extra, context, source, tag, msg_id, length = unpack(data, pos)
+                    header = new(Header, unpack(data, pos))
+                    kind, length = header[0], header[7]
                     head += HEADER_SIZE
                     if kind == K_ACK:
-                        self._acked(peer, msg_id)
+                        self._acked(peer, header.msg_id)
                         continue
-                    header = Header(kind, flags, context, source, tag, msg_id, length)
-                    if extra & BY_REFERENCE:
+                    if header.extra & BY_REFERENCE:
                         head = self._start_pull(inc, header, head)
                         failure = self._pull(inc)
                         if failure is not None or inc.x_target is not None:
@@ -729,8 +731,8 @@ class ShmTransport(Transport):
             inc.head = head
             ctl = inc.ctl
             ctl[R_HEAD] = head
-            with self._fence:                   # store head; fence; load the writer's flag
-                pass
+            self._fence_in()                    # store head; fence; load the writer's flag
+            self._fence_out()
             if ctl[R_WANT]:
                 self._kick(self._wake_name(peer))
 
@@ -802,8 +804,8 @@ class ShmTransport(Transport):
         ctl[C_SLEEPING] = 1
         for out in self._blocked:
             out.ctl[R_WANT] = 1
-        with self._fence:                       # store the flags; fence; look at the rings
-            pass
+        self._fence_in()                        # store the flags; fence; look at the rings
+        self._fence_out()
         ready = any(inc.ctl[R_TAIL] != inc.head for inc in self._in) or \
             (self._blocked and self._unblock()) or self._check_peers(0)
         if ready:

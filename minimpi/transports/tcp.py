@@ -320,10 +320,10 @@ class _InConn:
             return self.lost("exited (connection closed)")
         self.end += n
         start, end = self.start, self.end
-        unpack = HEADER.unpack_from
+        unpack, new = HEADER.unpack_from, tuple.__new__
         while end - start >= HEADER_SIZE:
-            kind, flags, _, context, source, tag, msg_id, length = unpack(view, start)
-            header = Header(kind, flags, context, source, tag, msg_id, length)
+            header = new(Header, unpack(view, start))
+            kind, length = header[0], header[7]
             start += HEADER_SIZE
             target = sink.frame_arrived(self.peer, header)
             if kind not in HAS_PAYLOAD:

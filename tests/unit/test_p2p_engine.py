@@ -24,7 +24,7 @@ def run(request):
 
 
 def test_header_roundtrip_and_64bit_length():
-    h = frames.Header(frames.EAGER, frames.F_OBJECT, 7, 3, 42, 2**40 + 5, 3 * 2**31)
+    h = frames.Header(frames.EAGER, frames.F_OBJECT, 0, 7, 3, 42, 2**40 + 5, 3 * 2**31)
     raw = h.pack()
     assert len(raw) == frames.HEADER_SIZE == 32
     assert frames.unpack(raw) == h
@@ -337,7 +337,7 @@ def _engine_with_lost_peer(kind):
     from minimpi.p2p.engine import Engine
     eng = Engine(0, 2, _NullTransport(), eager_limit=16)
     eng.register_context(0, (0, 1))
-    eng.frame_arrived(1, frames.Header(kind, 0, 0, 1, 5, 1, 1000))
+    eng.frame_arrived(1, frames.Header(kind, 0, 0, 0, 1, 5, 1, 1000))
     eng.peer_lost(1, "exited (connection closed)")
     return eng
 
@@ -360,7 +360,7 @@ def test_receive_that_matched_a_message_before_its_sender_died_fails():
     from minimpi.p2p.engine import Engine
     eng = Engine(0, 2, _NullTransport())
     eng.register_context(0, (0, 1))
-    eng.frame_arrived(1, frames.Header(frames.EAGER, 0, 0, 1, 5, 1, 1000))   # payload pending
+    eng.frame_arrived(1, frames.Header(frames.EAGER, 0, 0, 0, 1, 5, 1, 1000))   # payload pending
     req = eng.irecv(0, ANY_SOURCE, 5, memoryview(bytearray(1000)), False, "Recv(tag=5)")
     assert not req.done
     eng.peer_lost(1, "exited (connection closed)")

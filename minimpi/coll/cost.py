@@ -124,13 +124,36 @@ _cache: Dict[tuple, Tuple[CostModel, Dict[str, str]]] = {}
 _KEY_VARS = ("MINIMPI_COST_FILE", "XDG_CONFIG_HOME", "HOME") + tuple(var for var, _ in FIELDS.values())
 _warned: set = set()
 
+# Every collective call reads the environment (the model's inputs, MINIMPI_<COLLECTIVE>).
+# os.environ encodes the name and decodes the value on each lookup (about a microsecond);
+# the dict of bytes underneath it (CPython, POSIX) answers in tens of nanoseconds and is
+# what os.environ itself reads and writes, so changes made through os.environ are seen.
+_ENV_BYTES = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_encoded: Dict[str, bytes] = {}
+_KEY_BYTES = tuple(os.fsencode(var) for var in _KEY_VARS)
+
+
+def env_get(name: str) -> Optional[str]:
+    """``os.environ.get(name)``, fast enough for every collective call."""
+    if _ENV_BYTES is None:
+        return os.environ.get(name)
+    key = _encoded.get(name)
+    if key is None:
+        key = _encoded[name] = os.fsencode(name)
+    value = _ENV_BYTES.get(key)
+    return None if value is None else os.fsdecode(value)
+
 
 def model_sources(env=None) -> Tuple[CostModel, Dict[str, str]]:
     """The model and, per field, where its value came from ("built-in default", "file PATH",
     "env NAME"). A calibration file that cannot be used is ignored with one warning."""
-    env = os.environ if env is None else env
     # Called for every collective call: key on the raw variables, resolve the path on a miss.
-    key = tuple(env.get(var) for var in _KEY_VARS)
+    if env is None:
+        env = os.environ
+        key = tuple(map(_ENV_BYTES.get, _KEY_BYTES)) if _ENV_BYTES is not None else \
+            tuple([env.get(var) for var in _KEY_VARS])
+    else:
+        key = tuple([env.get(var) for var in _KEY_VARS])
     hit = _cache.get(key)
     if hit is not None:
         return hit

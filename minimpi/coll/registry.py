@@ -21,13 +21,12 @@ less, then the one registered first (:func:`tie_key`).
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
 from ..errors import AlgorithmError
-from .cost import CostModel, contention, default_model
+from .cost import CostModel, contention, default_model, env_get
 
 
 @dataclass(frozen=True)
@@ -117,9 +116,10 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     table = algorithms(collective)
     source = "algorithm="
     if requested is None or requested == "auto":
-        env = os.environ.get(f"MINIMPI_{collective.upper()}")
+        var = _ENV_NAMES.get(collective) or _ENV_NAMES.setdefault(collective, f"MINIMPI_{collective.upper()}")
+        env = env_get(var)
         if env and env != "auto":
-            requested, source = env, f"MINIMPI_{collective.upper()}"
+            requested, source = env, var
     where = f"rank {rank}: " if rank >= 0 else ""
     call = call or collective
     if requested is not None and requested != "auto":
@@ -153,6 +153,9 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     _auto_choices[memo_key] = best
     return best
 
+
+#: collective -> the variable that forces its algorithm (MINIMPI_ALLREDUCE, ...)
+_ENV_NAMES: Dict[str, str] = {}
 
 #: auto's choices remembered by (collective, p, bytes, op kind, objects, model)
 _auto_choices: Dict[tuple, Algorithm] = {}

@@ -133,6 +133,12 @@ class RouterTransport(Transport):
                     f"(shm reaches only ranks on the same host; use --transport auto or tcp)")
         for t in self.members:
             t.set_peers(per_member[id(t)])
+        # A member that no peer uses is closed: polling it would cost a syscall in every
+        # spin for nothing, and its listener would only ever meet strangers.
+        used = {id(t) for t in self._route if t is not None}
+        for t in [t for t in self.members if id(t) not in used][:len(self.members) - 1]:
+            t.close()
+            self.members.remove(t)
 
     def connect_all(self, timeout: float = 60.0) -> None:
         """Open every connection now for the members that connect lazily (TCP)."""

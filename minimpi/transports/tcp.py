@@ -453,6 +453,24 @@ class TcpTransport(Transport):
                 return
         segments = [memoryview(header)]
         segments.extend(payload)
+        if conn.state == _OutConn.READY and not conn.queue and len(segments) <= IOV_MAX:
+            # Nothing queued (the common case): hand the frame to the kernel at once, and
+            # queue only what it did not take.
+            total = HEADER_SIZE
+            for seg in payload:
+                total += seg.nbytes
+            try:
+                sent = conn.sock.sendmsg(segments)
+            except OSError:      # would block, or failed: flush() below says which
+                sent = 0
+            if sent == total:
+                if on_sent is not None:
+                    on_sent(None)
+                return
+            while sent >= segments[0].nbytes:
+                sent -= segments.pop(0).nbytes
+            if sent:
+                segments[0] = segments[0][sent:]
         conn.queue.append(_Frame(segments, on_sent))
         self._pending += 1
         if conn.state == _OutConn.READY and len(conn.queue) == 1:

@@ -242,7 +242,7 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
         x = comm.sendrecv(comm.rank, 1 - comm.rank, source=1 - comm.rank)
         print("still fine", x)
     """)
-    proc = start_minimpi("-n", "2", *marker_args(job_marker), script)
+    proc = start_minimpi("-n", "2", "--transport", "tcp", *marker_args(job_marker), script)
     port_file = tmp_path / "port"
     deadline = time.monotonic() + 10
     while not port_file.exists() and time.monotonic() < deadline:

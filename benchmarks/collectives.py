@@ -1,9 +1,13 @@
-"""Collective benchmark: every collective x every registered algorithm x size x p, over TCP.
+"""Collective benchmark: every collective x every registered algorithm x size x p.
 
     python benchmarks/collectives.py              # full sweep, p = 2, 4, 8 (about 10-15 min)
     python benchmarks/collectives.py --quick      # fewer sizes, shorter loops (under 2 min)
     python benchmarks/collectives.py --peers      # also Open MPI (TCP) and torch gloo, same run
     python benchmarks/collectives.py -c allreduce,bcast -n 4 --json results.json
+    python benchmarks/collectives.py --transport tcp -c allreduce -n 4   # TCP only
+
+Jobs run with ``minimpi run``'s default transport (shared memory between the ranks of one
+host) unless ``--transport`` says otherwise.
 
 Algorithms are discovered from the registry (:mod:`minimpi.coll.registry`): a newly
 registered one is measured without any change here. Each (p, collective) is one job,
@@ -270,6 +274,7 @@ def run_job(p: int, collective: str, sizes: List[int], args, measure_auto=False)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "out.json")
         cmd = [sys.executable, "-m", "minimpi", "run", "-n", str(p), "--no-prefix",
+               "--transport", args.transport, "--progress", args.progress,
                os.path.abspath(__file__), "--worker", path, "--collective", collective,
                "--sizes", ",".join(map(str, sizes)), "--target", str(args.target),
                "--rounds", str(args.rounds),
@@ -382,6 +387,10 @@ def main() -> int:
     ap.add_argument("--max-iters", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--job-timeout", type=float, default=300.0, help="seconds per (p, collective) job")
     ap.add_argument("--json", metavar="PATH", help="also write every result as JSON")
+    ap.add_argument("--transport", default="auto", choices=("auto", "shm", "tcp"),
+                    help="minimpi run --transport (default auto: shared memory on one host)")
+    ap.add_argument("--progress", default="auto", choices=("auto", "spin", "yield", "block"),
+                    help="minimpi run --progress (default auto)")
     ap.add_argument("--worker", metavar="RESULT_JSON", help=argparse.SUPPRESS)
     ap.add_argument("--collective", help=argparse.SUPPRESS)
     ap.add_argument("--measure-auto", action="store_true", help=argparse.SUPPRESS)

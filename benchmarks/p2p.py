@@ -1,13 +1,16 @@
-"""OSU-style point-to-point benchmark of minimpi over TCP, beside a raw-socket baseline.
+"""OSU-style point-to-point benchmark of minimpi, beside raw-socket baselines.
 
-    python benchmarks/p2p.py            # full sweep (about a minute)
-    python benchmarks/p2p.py --quick    # fewer sizes and iterations
+    python benchmarks/p2p.py                     # full sweep over TCP (about a minute)
+    python benchmarks/p2p.py --quick             # fewer sizes and iterations
+    python benchmarks/p2p.py --transport shm     # minimpi over shared memory
 
 Both are measured in the same run, on the same machine, so the ratios mean something on a
 shared, noisy host:
 
 * latency: one-way time of a ping-pong (half the round trip), median of several repetitions;
-  baseline: two processes doing blocking ``sendall``/``recv_into`` on a TCP socket.
+  baselines: two processes doing ``sendall``/``recv_into`` on a TCP socket, with blocking
+  reads, and with reads that spin (non-blocking, ``MSG_DONTWAIT``) for up to 20 us before
+  they block, as minimpi's ``--progress spin`` does; the ratio is against the spinning one.
 * bandwidth: one rank streams messages to the other, which acknowledges the last one;
   baseline: a raw socket stream received with ``recv_into`` into a preallocated numpy array.
 
@@ -43,14 +46,27 @@ def bw_iterations(n: int, quick: bool) -> int:
 
 
 # --------------------------------------------------------------------------- raw baseline
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+#: how long the spinning baseline polls before it blocks (s)
+SPIN = 20e-6
+
+
+def _recv_exact(sock: socket.socket, view: memoryview, spin: float = 0.0) -> None:
     got = 0
     n = view.nbytes
     while got < n:
+        if spin:
+            deadline = time.perf_counter() + spin
+            while got < n and time.perf_counter() < deadline:
+                try:
+                    got += sock.recv_into(view[got:], 0, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass
+            if got == n:
+                return
         got += sock.recv_into(view[got:])
 
 
-def raw_baseline(lat_sizes, bw_sizes, quick: bool) -> dict:
+def raw_baseline(lat_sizes, bw_sizes, quick: bool, spin: float = 0.0) -> dict:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -61,7 +77,7 @@ def raw_baseline(lat_sizes, bw_sizes, quick: bool) -> dict:
         for n in lat_sizes:
             buf = memoryview(bytearray(n))
             for _ in range(REPEATS * (iterations(n, quick) + 5)):
-                _recv_exact(s, buf)
+                _recv_exact(s, buf, spin)
                 s.sendall(buf)
         for n in bw_sizes:
             target = np.empty(n, np.uint8)
@@ -84,7 +100,7 @@ def raw_baseline(lat_sizes, bw_sizes, quick: bool) -> dict:
                 if i == 5:
                     t = time.perf_counter()
                 conn.sendall(data)
-                _recv_exact(conn, buf)
+                _recv_exact(conn, buf, spin)
             times.append((time.perf_counter() - t) / it / 2)
         out["latency"][n] = statistics.median(times)
     ack = bytearray(1)
@@ -170,6 +186,10 @@ def fmt_size(n: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
+    ap.add_argument("--transport", default="tcp", choices=("tcp", "shm", "auto"),
+                    help="minimpi run --transport (default tcp, like the baselines)")
+    ap.add_argument("--progress", default="auto", choices=("auto", "spin", "yield", "block"),
+                    help="minimpi run --progress (default auto: spin, 2 ranks)")
     ap.add_argument("--worker", metavar="RESULT_JSON", help=argparse.SUPPRESS)
     args = ap.parse_args()
     lat_sizes = LAT_SIZES[:6] + LAT_SIZES[-1:] if args.quick else LAT_SIZES
@@ -178,19 +198,24 @@ def main() -> int:
         minimpi_worker(lat_sizes, bw_sizes, args.quick, args.worker)
         return 0
     raw = raw_baseline(lat_sizes, bw_sizes, args.quick)
+    spin = raw_baseline(lat_sizes, [], args.quick, SPIN)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "minimpi.json")
         cmd = [sys.executable, "-m", "minimpi", "run", "-n", "2", "--no-prefix",
+               "--transport", args.transport, "--progress", args.progress,
                os.path.abspath(__file__), "--worker", path] + (["--quick"] if args.quick else [])
         subprocess.run(cmd, check=True, timeout=1800)
         with open(path) as f:
             mine = json.load(f)
     mine = {k: {int(n): v for n, v in d.items()} for k, d in mine.items()}
-    print("# one-way latency (us), median of", REPEATS, "repetitions; ratio = minimpi / raw socket")
-    print(f"{'size':>10} {'raw socket':>11} {'Send/Recv':>10} {'ratio':>6} {'send/recv obj':>14} {'ratio':>6}")
+    print(f"# minimpi over {args.transport} (--progress {args.progress}); one-way latency (us), "
+          f"median of {REPEATS} repetitions; ratio = minimpi / raw socket that spins")
+    print(f"{'size':>10} {'raw block':>10} {'raw spin':>9} {'Send/Recv':>10} {'ratio':>6} "
+          f"{'send/recv obj':>14} {'ratio':>6}")
     for n in lat_sizes:
-        r, b, o = raw["latency"][n] * 1e6, mine["latency"][n] * 1e6, mine["latency_obj"][n] * 1e6
-        print(f"{fmt_size(n):>10} {r:11.1f} {b:10.1f} {b / r:6.2f} {o:14.1f} {o / r:6.2f}")
+        r, s = raw["latency"][n] * 1e6, spin["latency"][n] * 1e6
+        b, o = mine["latency"][n] * 1e6, mine["latency_obj"][n] * 1e6
+        print(f"{fmt_size(n):>10} {r:10.1f} {s:9.1f} {b:10.1f} {b / s:6.2f} {o:14.1f} {o / s:6.2f}")
     print()
     print("# streaming bandwidth (GB/s), median; ratio = minimpi / raw socket into numpy")
     print(f"{'size':>10} {'raw socket':>11} {'Send/Recv':>10} {'ratio':>6} {'send/recv obj':>14} {'ratio':>6}")

@@ -74,6 +74,14 @@ class CostModel:
     #: cores the ranks share (contention term): this host's, unless told otherwise
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
+    def __post_init__(self) -> None:
+        # auto's memo is keyed on the model for every collective call: hash it once
+        object.__setattr__(self, "_hash", hash((self.alpha, self.beta, self.gamma,
+                                                 self.segment, self.cores)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     def describe(self) -> str:
         return (f"alpha = {self.alpha * 1e6:.1f} us per message, "
                 f"beta = {1 / self.beta / 1e9:.2f} GB/s, gamma = {1 / self.gamma / 1e9:.2f} GB/s "

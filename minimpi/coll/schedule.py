@@ -74,12 +74,11 @@ class Channel:
             return req
         view = memoryview(as_bytes(into))  # a copy when not contiguous
         req = self.ep.irecv(view, source, self.tag, self.call, self.context)
-        expected = view.nbytes
-        if not into.flags.c_contiguous:  # received into a temporary: copy back afterwards
+        # The size is checked when the step ends (_finish_step: the posted view is what was
+        # expected); only a temporary needs work afterwards: the copy back into ``into``.
+        if not into.flags.c_contiguous:
             tmp = np.frombuffer(view, dtype=into.dtype).reshape(into.shape)
-            req._finish = lambda: self._check_size(req, expected) or into.__setitem__(..., tmp)
-        else:
-            req._finish = lambda: self._check_size(req, expected)
+            req._finish = lambda: self._check_size(req, view.nbytes) or into.__setitem__(..., tmp)
         return req
 
     def _check_size(self, req: Request, expected: int) -> None:
@@ -92,8 +91,12 @@ class Channel:
 
 
 def _finish_step(ch: Channel, step: Step) -> None:
-    """Surface the errors of a completed step and run its receives' finishing work."""
+    """Surface the errors of a completed step, check that each buffer receive got as many
+    bytes as it expected, and run the receives' finishing work."""
     for req in step:
+        target = getattr(req, "target", None)
+        if target is not None and req.error is None and req.status.nbytes != target.nbytes:
+            ch._check_size(req, target.nbytes)
         if req.error is not None or req._finish is not None:
             try:
                 req.wait()

@@ -370,3 +370,44 @@ def test_spin_budget_shrinks_when_waits_are_long_and_grows_back_when_short():
     for _ in range(6):
         policy.wait(soon, 0.25)
     assert policy.spin >= 100e-6
+
+
+# --------------------------------------------------------------------------- start-up failures
+def test_a_full_dev_shm_is_a_clear_error_at_start_up_not_a_crash_later(monkeypatch):
+    import errno
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    name = job()
+    ts = [ShmTransport(r, 2, name, ring=4096) for r in range(2)]
+    try:
+        addresses = [t.listen() for t in ts]
+        with pytest.raises(errors.TransportError,
+                           match=r"rank 0: cannot reserve 4096 bytes of shared memory in /dev/shm "
+                                 r"\(\[Errno 28\] No space left on device\); free some space there, "
+                                 r"or run with --transport tcp"):
+            ts[0].set_peers(addresses)
+    finally:
+        close_all(ts)
+        cleanup_job(name)
+
+
+def test_auto_falls_back_to_tcp_where_shared_memory_cannot_run(monkeypatch):
+    from minimpi import transports
+    from minimpi.runtime.bootstrap import BootInfo
+
+    info = BootInfo(rank=0, size=2, secret=b"s" * 32, job_id=job(), bind_host="127.0.0.1",
+                    coordinator=None, env={})
+    monkeypatch.setattr(shm, "available", lambda directory=shm.SHM_DIR: "no /dev/shm here")
+    router = transports.create("auto", info)
+    try:
+        assert router.name == "tcp"
+        assert parse_address(router.listen())[1].keys() == {"tcp"}
+    finally:
+        router.close()
+    with pytest.raises(errors.TransportError, match="cannot use the shared-memory transport: no /dev/shm here"):
+        transports.create("shm", info)
+    with pytest.raises(errors.TransportError, match="unknown transport 'udp'.*available: auto, tcp, shm"):
+        transports.create("udp", info)

@@ -549,7 +549,9 @@ class ShmTransport(Transport):
     def _frame(self, out: _Out, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> _Frame:
         """A queued frame; a large DATA payload goes by reference when the reader can read us
         (until the reader has said whether it can, the frame waits: see set_peers)."""
-        if header[0] == DATA and out.ctl[R_CMA] != CMA_NO and 0 < len(payload) <= MAX_DESC_SEGMENTS:
+        # (a descriptor is written whole, so it must fit in the ring with room to spare)
+        if header[0] == DATA and out.ctl[R_CMA] != CMA_NO and 0 < len(payload) <= MAX_DESC_SEGMENTS \
+                and HEADER_SIZE + _DESC.size + len(payload) * _ENTRY.size <= out.cap // 2:
             length = sum(seg.nbytes for seg in payload)
             if length >= CMA_MIN and all(seg.c_contiguous for seg in payload):
                 if out.ctl[R_CMA] == CMA_UNKNOWN:

@@ -476,10 +476,13 @@ def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional
     back into a non-contiguous receive buffer).
     """
     kind = type(buf)
-    if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable):
+    if kind is np.ndarray:
+        # (a memoryview answers contiguity and writability cheaper than numpy's flags)
         try:
-            return memoryview(buf).cast("B"), None
-        except (TypeError, ValueError):
+            view = memoryview(buf)
+            if view.c_contiguous and not (writable and view.readonly):
+                return view.cast("B"), None
+        except (TypeError, ValueError):   # a dtype the buffer protocol cannot express
             pass
     elif kind is bytearray:
         return memoryview(buf), None

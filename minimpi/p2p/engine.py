@@ -265,7 +265,10 @@ class Engine(FrameSink):
                 if header.flags & F_SYNC:
                     self._send_control(peer, SYNC_ACK, header.msg_id)
                 self._current[peer] = req
-                return self._payload_target(req, header.length)
+                length = header.length
+                if not req.is_object and length <= req.target.nbytes:   # the common case
+                    return req.target[:length]
+                return self._payload_target(req, length)
             inc = Incoming(peer, header.context, header.source, header.tag, header.flags,
                            header.msg_id, header.length, False)
             inc.buffer = bytearray(header.length)

@@ -157,7 +157,8 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
         print(f"\n* {picked}: forced by {env_var}={forced} (auto is overridden)", file=out)
     else:
         print(f"\n* {picked}: what auto picks (least predicted time among the algorithms "
-              f"that can serve the call; {env_var} is not set)", file=out)
+              f"that can serve the call - within {registry.TIE:.0%} of it, the least formula; "
+              f"{env_var} is not set)", file=out)
     return 0 if pick_error is None else 1
 
 

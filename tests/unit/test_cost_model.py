@@ -151,3 +151,19 @@ def test_auto_survives_more_distinct_sizes_than_it_remembers():
         alg = registry.choose("allreduce", 4, nbytes, SUM)
         assert alg.name in registry.algorithms("allreduce")
     assert len(registry._auto_choices) <= registry.AUTO_MEMO_SIZE
+
+
+def test_near_ties_go_to_the_shortest_critical_path():
+    # 64 MiB at p = 4 on 2 cores: binomial, Rabenseifner and the ring meet at the contention
+    # bound (the same bytes on the same cores), binomial 0.06% ahead only by message counts;
+    # the ring's critical path is the shortest, and measured it is the fastest (the binomial
+    # tree's root reduces and sends whole vectors while its core-mate needs the core)
+    table = registry.algorithms("allreduce")
+    m = cost.default_model()
+    predicted = {name: table[name].predict(m, 4, 64 * MiB)[0]
+                 for name in ("binomial", "rabenseifner", "ring")}
+    assert min(predicted, key=predicted.get) == "binomial"
+    assert max(predicted.values()) <= min(predicted.values()) * (1 + registry.TIE)
+    assert pick("allreduce", 4, 64 * MiB, ops.SUM) == "ring"
+    # a real difference is not a tie: 9% apart, the binomial bcast keeps its lead
+    assert pick("bcast", 8, 4 * MiB) == "binomial"

@@ -114,7 +114,10 @@ def measure(quick: bool = False, timeout: float = 300.0) -> Dict:
     """Start the 2-rank calibration job and return its measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "calibration.json")
+        # TCP, whatever the default: the model's terms (beta paid at both ends of a message)
+        # describe a socket; shared memory copies a large message once
         cmd = [sys.executable, "-m", "minimpi", "run", "-n", "2", "--no-prefix",
+               "--transport", "tcp",
                "-m", "minimpi.tools.calibrate", "--worker", path] + (["--quick"] if quick else [])
         proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(path):

@@ -16,9 +16,9 @@ Choosing (:func:`choose`), in order: the call's ``algorithm=`` argument, the env
 variable ``MINIMPI_<COLLECTIVE>`` (``minimpi run --coll allreduce=ring`` sets it), else
 ``auto``: the algorithm with the least predicted time under the alpha-beta-gamma model
 (:mod:`minimpi.coll.cost`) among those whose restrictions allow the call; between equal
-predictions - within :data:`TIE` of the least, typically several algorithms at the same
-contention bound that differ only in their message counts - the one whose formula (its
-critical path) is least, then the one registered first (:func:`tie_key`).
+predictions - algorithms at their contention bound within :data:`TIE` of the least, that
+is the same bytes on the same cores, differing only in message counts - the one whose
+formula (its critical path) is least, then the one registered first (:func:`tie_key`).
 """
 from __future__ import annotations
 
@@ -113,13 +113,16 @@ def algorithms(collective: str) -> Dict[str, Algorithm]:
 TIE = 0.01
 
 
-def tie_key(candidates: Sequence[Tuple[float, float, "Algorithm"]]) -> "Algorithm":
-    """What ``auto`` picks among ``(predicted, formula, algorithm)`` in registration order:
-    of those within :data:`TIE` of the least prediction, the least formula - the shortest
-    critical path, fewest steps - and the first registered of equal ones."""
-    least = min(predicted for predicted, _, _ in candidates)
-    tied = [c for c in candidates if c[0] <= least * (1 + TIE)]
-    return min(tied, key=lambda c: c[1])[2]
+def tie_key(candidates: Sequence[Tuple[float, float, float, "Algorithm"]]) -> "Algorithm":
+    """What ``auto`` picks among ``(predicted, formula, contention, algorithm)`` in
+    registration order: the least prediction - unless it is a contention bound, then of
+    the algorithms at their contention bound within :data:`TIE` of it, the least formula
+    (the shortest critical path, fewest steps); the first registered of equal ones."""
+    least = min(candidates, key=lambda c: (c[0], c[1]))
+    if least[2] < least[1]:            # bound by its critical path: a real prediction
+        return least[3]
+    tied = [c for c in candidates if c[0] <= least[0] * (1 + TIE) and c[2] >= c[1]]
+    return min(tied, key=lambda c: c[1])[3]
 
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
@@ -152,7 +155,7 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     best = _auto_choices.get(memo_key)
     if best is not None:
         return best
-    candidates = [(*alg.predict(model, p, nbytes)[:2], alg) for alg in table.values()
+    candidates = [(*alg.predict(model, p, nbytes), alg) for alg in table.values()
                   if alg.refusal(p, nbytes, op, objects) is None]
     if not candidates:  # pragma: no cover - every collective has an unrestricted algorithm
         raise AlgorithmError(f"{where}{call}: no {collective} algorithm can serve this call")

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from ..data.units import parse_size
 from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, TruncationError
@@ -34,6 +36,16 @@ from .progress import ProgressPolicy
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
 _pack = frames.HEADER.pack
+
+#: from this size on, a buffer that a payload will fill is allocated without zeroing it: a
+#: received object's bytes overwrite it anyway, and zeroing a megabyte costs as much as
+#: copying it (bytearray(n) zeroes; numpy.empty does not)
+UNZEROED_FROM = 64 * 1024
+
+
+def payload_buffer(n: int) -> Union[bytearray, np.ndarray]:
+    """A writable buffer of ``n`` bytes for a payload to land in."""
+    return bytearray(n) if n < UNZEROED_FROM else np.empty(n, np.uint8)
 
 DEFAULT_EAGER_LIMIT = 64 * 1024
 
@@ -217,7 +229,7 @@ class Engine(FrameSink):
 
     def _payload_target(self, req: RecvRequest, length: int) -> memoryview:
         if req.is_object:
-            req.buffer = bytearray(length)
+            req.buffer = payload_buffer(length)
             return memoryview(req.buffer)
         if length > req.target.nbytes:
             self._truncated(req, length)
@@ -271,7 +283,7 @@ class Engine(FrameSink):
                 return self._payload_target(req, length)
             inc = Incoming(peer, header.context, header.source, header.tag, header.flags,
                            header.msg_id, header.length, False)
-            inc.buffer = bytearray(header.length)
+            inc.buffer = payload_buffer(header.length)
             q.unexpected.append(inc)
             self._current[peer] = inc
             if self.coll_watch:

@@ -29,7 +29,7 @@ class Incoming:
         self.msg_id = msg_id
         self.length = length
         self.rendezvous = rendezvous
-        self.buffer: Optional[bytearray] = None
+        self.buffer: Optional[bytearray] = None   # (numpy uint8 from 64 KiB on)
         self.arrived = False
         self.waiting: Optional[RecvRequest] = None
 

@@ -382,7 +382,7 @@ class RecvRequest(Request):
         self.tag = tag
         self.target = target
         self.is_object = is_object
-        self.buffer: Optional[bytearray] = None
+        self.buffer: Optional[bytearray] = None   # (numpy uint8 from 64 KiB on)
         self.truncated = False
         self.peer = -1
         self.matched = False

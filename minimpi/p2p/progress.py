@@ -82,7 +82,7 @@ class ProgressPolicy:
         if setting not in MODES:
             raise ArgumentError(f"MINIMPI_PROGRESS={setting!r}: expected one of {', '.join(MODES)}")
         if setting != "auto":
-            return cls(setting, max_spin, f"{setting} (asked for)")
+            return cls(setting, max_spin, "asked for")
         cores = usable_cores() if cores is None else cores
         if ranks_here <= cores:
             mode = "spin"
@@ -90,7 +90,7 @@ class ProgressPolicy:
             mode = "yield"
         else:
             mode = "block"
-        return cls(mode, max_spin, f"auto: {ranks_here} ranks on this host, {cores} cores -> {mode}")
+        return cls(mode, max_spin, f"auto: {ranks_here} ranks on this host, {cores} cores")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], ranks_here: int) -> "ProgressPolicy":

@@ -234,7 +234,25 @@ class Observer:
         ms, bs, mr, br = self.totals
         return {"rank": self.rank, "wall": wall, "in_calls": self.in_calls,
                 "blocked": self.blocked, "sent": [ms, bs], "received": [mr, br],
-                "per_call": {k: v for k, v in self.per_call.items()}}
+                "per_call": {k: v for k, v in self.per_call.items()},
+                "wires": self._wires()}
+
+    def _wires(self) -> str:
+        """How this rank reaches its peers and how it waits, e.g. ``shm to 3 peers;
+        progress yield (auto: 4 ranks on this host, 2 cores -> yield)``."""
+        routes = getattr(self.engine.transport, "routes", None)
+        text = ""
+        if routes is not None:
+            counts: Dict[str, int] = {}
+            for name in routes():
+                if name is not None:
+                    counts[name] = counts.get(name, 0) + 1
+            text = ", ".join(f"{name} to {n} peer{'s' if n != 1 else ''}"
+                             for name, n in counts.items()) + "; "
+        policy = getattr(self.engine, "progress_policy", None)
+        if policy is not None:
+            text += f"progress {policy.mode}" + (f" ({policy.reason})" if policy.reason else "")
+        return text
 
     def write(self) -> Optional[str]:
         if self.written or not self.out_dir:
@@ -525,6 +543,12 @@ def format_stats(docs: List[dict], nprocs: int) -> str:
                      str(s["received"][0]), format_size(s["received"][1]), ms(s["wall"]),
                      ms(s["in_calls"]), ms(s["blocked"]), ms(max(0.0, s["wall"] - s["in_calls"]))))
     lines += _table(head, rows)
+    wires = {d["stats"].get("wires") for d in docs} - {None, ""}
+    if len(wires) == 1:
+        lines.append(f"every rank: {wires.pop()}")
+    else:
+        lines += [f"rank {d['stats']['rank']}: {d['stats']['wires']}" for d in docs
+                  if d["stats"].get("wires")]
     missing = sorted(set(range(nprocs)) - {d["rank"] for d in docs})
     if missing:
         lines.append(f"(no statistics from rank(s) {', '.join(map(str, missing))}: they did "

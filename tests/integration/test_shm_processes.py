@@ -114,3 +114,15 @@ def test_waiting_ranks_do_not_burn_cpu(nprocs, progress, write_script, job_marke
     line = next(l for l in r.stdout.splitlines() if "max cpu while waiting" in l)
     cpu = float(line.split("waiting ")[1].split()[0])
     assert cpu < 0.25, line
+
+
+def test_stats_say_which_wire_and_progress_policy_each_rank_used(write_script, job_marker):
+    script = write_script("routes.py", ROUTES)
+    r = run_minimpi("-n", "3", "--stats", "--transport", "tcp", "--progress", "block",
+                    *marker_args(job_marker), script, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "every rank: tcp to 2 peers; progress block (asked for)" in r.stderr
+    r = run_minimpi("-n", "2", "--stats", *marker_args(job_marker), script, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "every rank: shm to 1 peer; progress " in r.stderr
+    assert "(auto: 2 ranks on this host, " in r.stderr

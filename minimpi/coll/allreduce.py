@@ -10,7 +10,8 @@ Operand order: binomial, recursive doubling and Rabenseifner always combine two 
 results that cover *adjacent* ranges of ranks, lower range on the left, so non-commutative
 ops give rank order. The ring accumulates each block starting at a different rank
 (cyclically), so it is registered ``commutative_only`` and ``auto`` never picks it for a
-non-commutative op.
+non-commutative op. The hierarchical algorithm keeps rank order when each host's ranks are
+contiguous (and is refused for a non-commutative op when they are not).
 """
 from __future__ import annotations
 
@@ -20,11 +21,19 @@ import numpy as np
 
 from .bcast import bcast_binomial
 from .blocks import even_bounds
-from .cost import ceil_log2, default_model, floor_log2, not_pow2, segments
-from .peers import fold_power_of_two, ring_neighbours, unfold_rank
+from .cost import CostModel, Layout, ceil_log2, default_model, floor_log2, not_pow2, segments
+from .groups import GroupChannel
+from .peers import (
+    fold_power_of_two,
+    host_groups,
+    host_leaders,
+    host_of,
+    ring_neighbours,
+    unfold_rank,
+)
 from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
-from .registry import algorithm
+from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
 
 
@@ -255,3 +264,79 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         yield [ch.irecv(data[bounds[rb]:bounds[rb + 1]], left),
                ch.isend(data[bounds[sb]:bounds[sb + 1]], right)]
     return data
+
+
+#: what the leaders of the hierarchical allreduce may run (both keep rank order)
+LEADER_ALGORITHMS = ("recursive_doubling", "rabenseifner")
+
+
+def leaders_allreduce(model: CostModel, hosts: int, n: int, objects: bool) -> str:
+    """The flat allreduce the leaders of :func:`allreduce_hierarchical` run over the
+    inter-host link: the cheaper of recursive doubling (log2 H steps of the whole vector:
+    latency) and Rabenseifner (2(H-1)/H·n per leader: bandwidth) for H leaders; Python
+    objects: recursive doubling. Every rank decides alike (same model, H and n)."""
+    if objects:
+        return "recursive_doubling"
+    return min(LEADER_ALGORITHMS, key=lambda name: flat_cost("allreduce", name, model, model.inter,
+                                                             hosts, n))
+
+
+def _hierarchical_phases(m, p, n, layout=None):
+    """The predicted time of each step of :func:`allreduce_hierarchical`."""
+    t = layout or Layout.one_host(p)
+    return (flat_cost("reduce", "binomial", m, m.intra, t.widest, n),
+            flat_cost("allreduce", leaders_allreduce(m, t.hosts, n, False), m, m.inter, t.hosts, n),
+            flat_cost("bcast", "binomial", m, m.intra, t.widest, n))
+
+
+def _hierarchical_volume(p, n, layout=None):
+    """Steps 1 and 3 send (p-H)·n each; the leaders send Rabenseifner's 2(q-1)·n + 2(H-q)·n
+    (recursive doubling, taken for small n, sends more, but then volume does not decide)."""
+    hosts = (layout or Layout.one_host(p)).hosts
+    q = _pof2(hosts)
+    return 2 * (p - hosts) * n + 2 * (q - 1) * n + 2 * (hosts - q) * n
+
+
+def _hierarchical_messages(m, p, n, layout=None):
+    hosts = (layout or Layout.one_host(p)).hosts
+    q = _pof2(hosts)
+    return 2 * (p - hosts) + 2 * q * floor_log2(q) + 2 * (hosts - q)
+
+
+@algorithm("allreduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
+           cost=lambda m, p, n, layout=None: sum(_hierarchical_phases(m, p, n, layout)),
+           messages=_hierarchical_messages, volume=_hierarchical_volume,
+           local=lambda p, n, layout=None: (p - 1) * n)
+def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:
+    """Three steps: reduce inside each host, allreduce among one leader per host, broadcast
+    inside each host.
+
+    With H hosts and at most L ranks on one: time ceil(log2 L)·(α_i + nβ_i + nγ) + A(H) +
+    ceil(log2 L)·(α_i + nβ_i) (i: within a host), where A(H) is the leaders' allreduce
+    over the inter-host link (:func:`leaders_allreduce`: recursive doubling's or
+    Rabenseifner's formula with α_e, β_e); volume 2(p-H)·n plus the leaders'. Only the
+    leaders' step crosses hosts: 2(H-1)/H·n per host with Rabenseifner, where a flat ring
+    over interleaved hosts sends 2(p-1)/p·n across from every rank.
+
+    1. Inside each host: :func:`~minimpi.coll.reduce.reduce_binomial` to the host's lowest
+       rank, its leader.
+    2. Between hosts: the leaders, in host order, run :func:`allreduce_recursive_doubling`
+       or :func:`allreduce_rabenseifner` (:func:`leaders_allreduce` says which).
+    3. Inside each host: :func:`~minimpi.coll.bcast.bcast_binomial` from the leader.
+
+    Operand order: steps 1 and 2 combine ranks, then hosts, in order, so the result is in
+    rank order when each host's ranks are contiguous; when hosts interleave it is not, and
+    the registry refuses a non-commutative op.
+    """
+    groups = host_groups(ch.ep.hosts)
+    home = groups[host_of(ch.rank, groups)]
+    host = GroupChannel(ch, home)
+    acc = yield from reduce_binomial(host, red, data, 0)     # 1. inside my host
+    if host.rank == 0:                                        # 2. between hosts (leaders)
+        leaders = GroupChannel(ch, host_leaders(groups))
+        n = 0 if red.objects else data.nbytes
+        name = leaders_allreduce(default_model(), leaders.size, n, red.objects)
+        among = allreduce_recursive_doubling if name == "recursive_doubling" else allreduce_rabenseifner
+        acc = yield from among(leaders, red, acc)
+    # 3. inside my host: the leader sends the result; the others receive it into ``data``
+    return (yield from bcast_binomial(host, acc if host.rank == 0 else data, 0))

@@ -166,12 +166,15 @@ def allgather_bruck(ch: Channel, blocks: Blocks) -> Schedule:
     return blocks
 
 
-def _hierarchical_cost(m, p, n, layout=None):
+def _hierarchical_phases(m, p, n, layout=None):
+    """Each step of :func:`allgather_hierarchical` and its predicted time."""
     t = layout or Layout.one_host(p)
     L, intra = t.widest, m.intra
-    gather = ceil_log2(L) * intra.alpha + (L - 1) * n / max(p, 1) * intra.beta
-    return (gather + flat_cost("allgather", "bruck", m, m.inter, t.hosts, n)
-            + ceil_log2(L) * intra.time(n))
+    return [(f"inside hosts: binomial gather over {L} ranks",
+             ceil_log2(L) * intra.alpha + (L - 1) * n / max(p, 1) * intra.beta),
+            (f"between hosts: bruck allgather over {t.hosts} leaders",
+             flat_cost("allgather", "bruck", m, m.inter, t.hosts, n)),
+            (f"inside hosts: binomial bcast over {L} ranks", ceil_log2(L) * intra.time(n))]
 
 
 def _hierarchical_volume(p, n, layout=None):
@@ -185,7 +188,8 @@ def _hierarchical_messages(m, p, n, layout=None):
     return 2 * (p - hosts) + hosts * ceil_log2(hosts)
 
 
-@algorithm("allgather", "hierarchical", hierarchical=True, cost=_hierarchical_cost,
+@algorithm("allgather", "hierarchical", hierarchical=True, phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=_hierarchical_messages, volume=_hierarchical_volume)
 def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
     """Three steps: gather each host's blocks at its leader, allgather whole hosts' blocks

@@ -282,11 +282,15 @@ def leaders_allreduce(model: CostModel, hosts: int, n: int, objects: bool) -> st
 
 
 def _hierarchical_phases(m, p, n, layout=None):
-    """The predicted time of each step of :func:`allreduce_hierarchical`."""
+    """Each step of :func:`allreduce_hierarchical` and its predicted time."""
     t = layout or Layout.one_host(p)
-    return (flat_cost("reduce", "binomial", m, m.intra, t.widest, n),
-            flat_cost("allreduce", leaders_allreduce(m, t.hosts, n, False), m, m.inter, t.hosts, n),
-            flat_cost("bcast", "binomial", m, m.intra, t.widest, n))
+    among = leaders_allreduce(m, t.hosts, n, False)
+    return [(f"inside hosts: binomial reduce over {t.widest} ranks",
+             flat_cost("reduce", "binomial", m, m.intra, t.widest, n)),
+            (f"between hosts: {among} allreduce over {t.hosts} leaders",
+             flat_cost("allreduce", among, m, m.inter, t.hosts, n)),
+            (f"inside hosts: binomial bcast over {t.widest} ranks",
+             flat_cost("bcast", "binomial", m, m.intra, t.widest, n))]
 
 
 def _hierarchical_volume(p, n, layout=None):
@@ -304,7 +308,8 @@ def _hierarchical_messages(m, p, n, layout=None):
 
 
 @algorithm("allreduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
-           cost=lambda m, p, n, layout=None: sum(_hierarchical_phases(m, p, n, layout)),
+           phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=_hierarchical_messages, volume=_hierarchical_volume,
            local=lambda p, n, layout=None: (p - 1) * n)
 def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:

@@ -144,13 +144,17 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
     return data
 
 
-def _hierarchical_cost(m, p, n, layout=None):
+def _hierarchical_phases(m, p, n, layout=None):
+    """Each step of :func:`bcast_hierarchical` and its predicted time."""
     t = layout or Layout.one_host(p)
-    return (flat_cost("bcast", "binomial", m, m.inter, t.hosts, n)
-            + flat_cost("bcast", "binomial", m, m.intra, t.widest, n))
+    return [(f"between hosts: binomial bcast over {t.hosts} leaders",
+             flat_cost("bcast", "binomial", m, m.inter, t.hosts, n)),
+            (f"inside hosts: binomial bcast over {t.widest} ranks",
+             flat_cost("bcast", "binomial", m, m.intra, t.widest, n))]
 
 
-@algorithm("bcast", "hierarchical", hierarchical=True, cost=_hierarchical_cost,
+@algorithm("bcast", "hierarchical", hierarchical=True, phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=lambda m, p, n, layout=None: p - 1,
            volume=lambda p, n, layout=None: (p - 1) * n)
 def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:

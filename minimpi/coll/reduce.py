@@ -194,14 +194,18 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     return acc if r == root else None
 
 
-def _hierarchical_cost(m, p, n, layout=None):
+def _hierarchical_phases(m, p, n, layout=None):
+    """Each step of :func:`reduce_hierarchical` and its predicted time."""
     t = layout or Layout.one_host(p)
-    return (flat_cost("reduce", "binomial", m, m.intra, t.widest, n)
-            + flat_cost("reduce", "binomial", m, m.inter, t.hosts, n))
+    return [(f"inside hosts: binomial reduce over {t.widest} ranks",
+             flat_cost("reduce", "binomial", m, m.intra, t.widest, n)),
+            (f"between hosts: binomial reduce over {t.hosts} leaders",
+             flat_cost("reduce", "binomial", m, m.inter, t.hosts, n))]
 
 
 @algorithm("reduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
-           cost=_hierarchical_cost,
+           phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=lambda m, p, n, layout=None: p - 1,
            volume=lambda p, n, layout=None: (p - 1) * n,
            local=lambda p, n, layout=None: (p - 1) * n)

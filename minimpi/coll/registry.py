@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import AlgorithmError
 from .cost import CostModel, Layout, Link, contention, default_model
@@ -61,6 +61,9 @@ class Algorithm:
     #: it combines each host's ranks first, so rank order survives only when every host's
     #: ranks are contiguous: with a non-commutative op it refuses hosts that interleave
     order_needs_contiguous_hosts: bool = False
+    #: hierarchical: (model, p, n, layout) -> [(what a step does, its predicted seconds)],
+    #: which ``cost`` adds up (``minimpi explain`` shows them)
+    phases: Optional[Callable[..., List[Tuple[str, float]]]] = None
 
     def __call__(self, *args, **kwargs):
         """Run the algorithm: its schedule generator."""
@@ -111,7 +114,8 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               messages: Optional[Callable[[CostModel, int, int], float]] = None,
               commutative_only: bool = False, objects: bool = True,
               reads_sendbuf: bool = False, hierarchical: bool = False,
-              order_needs_contiguous_hosts: bool = False) -> Callable:
+              order_needs_contiguous_hosts: bool = False,
+              phases: Optional[Callable[..., List[Tuple[str, float]]]] = None) -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
         _auto_choices.clear()
@@ -119,7 +123,7 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
             doc[0] if doc else "", volume, local, messages, hierarchical,
-            order_needs_contiguous_hosts)
+            order_needs_contiguous_hosts, phases)
         return fn
     return register
 

@@ -26,10 +26,18 @@ def layout_option(text: Optional[str], nprocs: Optional[int], default_p: int = 4
     return p, Layout.of(place(p, hosts))
 
 
+def _time(seconds: float) -> str:
+    """As the table of ``minimpi explain`` writes times (its module imports this one)."""
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
 def _link(link, sources: dict, names: Tuple[str, str]) -> str:
-    from .explain_cmd import _fmt_time
     where = "; ".join(sources[name] for name in names)
-    value = f"{_fmt_time(link.alpha)} per message, {1 / link.beta / 1e9:.3g} GB/s"
+    value = f"{_time(link.alpha)} per message, {1 / link.beta / 1e9:.3g} GB/s"
     return f"{value:<40} [{where}]"
 
 
@@ -38,13 +46,12 @@ def describe_links(model, sources: dict, layout, out: TextIO) -> None:
     if layout is None or layout.hosts == 1:
         return
     slow = model.slowest(layout)
-    from .explain_cmd import _fmt_time
     print(f"hosts: {layout}; H = {layout.hosts} hosts, L = {layout.widest} ranks on the "
           f"widest host", file=out)
     print(f"  intra    = {_link(model.intra, sources, ('alpha_intra', 'beta_intra'))}", file=out)
     print(f"  inter    = {_link(model.inter, sources, ('alpha_inter', 'beta_inter'))}", file=out)
     cores = sum(min(c, model.cores) for c in layout.counts)
-    print(f"  flat algorithms: every step over the slower link ({_fmt_time(slow.alpha)}, "
+    print(f"  flat algorithms: every step over the slower link ({_time(slow.alpha)}, "
           f"{1 / slow.beta / 1e9:.3g} GB/s); hierarchical ones: each step over its own link",
           file=out)
     print(f"  contention: with intra's alpha and beta (CPU work), / sum over hosts of "
@@ -57,21 +64,20 @@ def describe_steps(table, model, p: int, nbytes: int, layout, op, objects: bool,
     flat algorithm (only when the ranks span several hosts)."""
     if layout is None or layout.hosts == 1:
         return
-    from .explain_cmd import _fmt_time
     usable = [alg for alg in table.values() if alg.refusal(p, nbytes, op, objects, layout) is None]
     flat = [alg for alg in usable if not alg.hierarchical]
     print("\nwhy, step by step:", file=out)
     if flat:
         best = min(flat, key=lambda alg: alg.predict(model, p, nbytes, layout)[0])
-        print(f"  best flat: {best.name} {_fmt_time(best.predict(model, p, nbytes, layout)[0])}, "
+        print(f"  best flat: {best.name} {_time(best.predict(model, p, nbytes, layout)[0])}, "
               f"every step over the slower link", file=out)
     for alg in usable:
         if alg.hierarchical and alg.phases is not None:
             predicted, formula, crowd = alg.predict(model, p, nbytes, layout)
             steps = alg.phases(model, p, nbytes, layout)
-            print(f"  {alg.name}: {_fmt_time(formula)} = "
-                  + " + ".join(_fmt_time(t) for _, t in steps)
+            print(f"  {alg.name}: {_time(formula)} = "
+                  + " + ".join(_time(t) for _, t in steps)
                   + ("" if predicted == formula else
-                     f" (contention {_fmt_time(crowd)} decides)"), file=out)
+                     f" (contention {_time(crowd)} decides)"), file=out)
             for k, (what, seconds) in enumerate(steps, 1):
-                print(f"    {k}. {_fmt_time(seconds):>11}  {what}", file=out)
+                print(f"    {k}. {_time(seconds):>11}  {what}", file=out)

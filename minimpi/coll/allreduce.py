@@ -21,7 +21,7 @@ import numpy as np
 
 from .bcast import bcast_binomial
 from .blocks import even_bounds
-from .cost import CostModel, Layout, ceil_log2, default_model, floor_log2, not_pow2, segments
+from .cost import Layout, ceil_log2, default_model, floor_log2, not_pow2, segments
 from .groups import GroupChannel
 from .peers import (
     fold_power_of_two,
@@ -33,7 +33,7 @@ from .peers import (
 )
 from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
-from .registry import algorithm, flat_cost
+from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
 
 
@@ -266,25 +266,16 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
     return data
 
 
-#: what the leaders of the hierarchical allreduce may run (both keep rank order)
-LEADER_ALGORITHMS = ("recursive_doubling", "rabenseifner")
+#: what the leaders of each hierarchical allreduce choose from: the cheapest over the
+#: inter-host link for H leaders and n bytes (:func:`~minimpi.coll.registry.cheapest`)
+LEADERS = {"hierarchical": ("recursive_doubling", "rabenseifner"),
+           "hierarchical_ring": ("ring",)}
 
 
-def leaders_allreduce(model: CostModel, hosts: int, n: int, objects: bool) -> str:
-    """The flat allreduce the leaders of :func:`allreduce_hierarchical` run over the
-    inter-host link: the cheaper of recursive doubling (log2 H steps of the whole vector:
-    latency) and Rabenseifner (2(H-1)/H·n per leader: bandwidth) for H leaders; Python
-    objects: recursive doubling. Every rank decides alike (same model, H and n)."""
-    if objects:
-        return "recursive_doubling"
-    return min(LEADER_ALGORITHMS, key=lambda name: flat_cost("allreduce", name, model, model.inter,
-                                                             hosts, n))
-
-
-def _hierarchical_phases(m, p, n, layout=None):
-    """Each step of :func:`allreduce_hierarchical` and its predicted time."""
+def _hierarchical_phases(name, m, p, n, layout=None):
+    """Each step of the hierarchical allreduce ``name`` and its predicted time."""
     t = layout or Layout.one_host(p)
-    among = leaders_allreduce(m, t.hosts, n, False)
+    among = cheapest("allreduce", LEADERS[name], m, m.inter, t.hosts, n)
     return [(f"inside hosts: binomial reduce over {t.widest} ranks",
              flat_cost("reduce", "binomial", m, m.intra, t.widest, n)),
             (f"between hosts: {among} allreduce over {t.hosts} leaders",
@@ -294,22 +285,37 @@ def _hierarchical_phases(m, p, n, layout=None):
 
 
 def _hierarchical_volume(p, n, layout=None):
-    """Steps 1 and 3 send (p-H)·n each; the leaders send Rabenseifner's 2(q-1)·n + 2(H-q)·n
-    (recursive doubling, taken for small n, sends more, but then volume does not decide)."""
+    """Steps 1 and 3 send (p-H)·n each; the leaders 2(H-1)·n (ring, Rabenseifner for H a
+    power of two; the contention bound does not decide where recursive doubling is taken)."""
     hosts = (layout or Layout.one_host(p)).hosts
-    q = _pof2(hosts)
-    return 2 * (p - hosts) * n + 2 * (q - 1) * n + 2 * (hosts - q) * n
+    return 2 * (p - hosts) * n + 2 * (hosts - 1) * n
 
 
 def _hierarchical_messages(m, p, n, layout=None):
     hosts = (layout or Layout.one_host(p)).hosts
-    q = _pof2(hosts)
-    return 2 * (p - hosts) + 2 * q * floor_log2(q) + 2 * (hosts - q)
+    return 2 * (p - hosts) + 2 * hosts * ceil_log2(hosts)
+
+
+def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
+    """The steps of :func:`allreduce_hierarchical` (``name`` says what the leaders run)."""
+    groups = host_groups(ch.ep.hosts)
+    home = groups[host_of(ch.rank, groups)]
+    host = GroupChannel(ch, home)
+    acc = yield from reduce_binomial(host, red, data, 0)     # 1. inside my host
+    if host.rank == 0:                                        # 2. between hosts (leaders)
+        leaders = GroupChannel(ch, host_leaders(groups))
+        model = default_model()
+        among = "recursive_doubling" if red.objects else cheapest(
+            "allreduce", LEADERS[name], model, model.inter, leaders.size, data.nbytes)
+        acc = yield from algorithms("allreduce")[among](leaders, red, acc)
+    # 3. inside my host: the leader sends the result; the others receive it into ``data``
+    return (yield from bcast_binomial(host, acc if host.rank == 0 else data, 0))
 
 
 @algorithm("allreduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
-           phases=_hierarchical_phases,
-           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
+           phases=lambda m, p, n, layout=None: _hierarchical_phases("hierarchical", m, p, n, layout),
+           cost=lambda m, p, n, layout=None: sum(
+               t for _, t in _hierarchical_phases("hierarchical", m, p, n, layout)),
            messages=_hierarchical_messages, volume=_hierarchical_volume,
            local=lambda p, n, layout=None: (p - 1) * n)
 def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:
@@ -317,31 +323,42 @@ def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:
     inside each host.
 
     With H hosts and at most L ranks on one: time ceil(log2 L)·(α_i + nβ_i + nγ) + A(H) +
-    ceil(log2 L)·(α_i + nβ_i) (i: within a host), where A(H) is the leaders' allreduce
-    over the inter-host link (:func:`leaders_allreduce`: recursive doubling's or
-    Rabenseifner's formula with α_e, β_e); volume 2(p-H)·n plus the leaders'. Only the
-    leaders' step crosses hosts: 2(H-1)/H·n per host with Rabenseifner, where a flat ring
-    over interleaved hosts sends 2(p-1)/p·n across from every rank.
+    ceil(log2 L)·(α_i + nβ_i) (i: within a host), where A(H) is the leaders' allreduce over
+    the inter-host link: recursive doubling's or Rabenseifner's formula with α_e, β_e,
+    whichever is less (:func:`~minimpi.coll.registry.cheapest`; objects: recursive
+    doubling); volume 2(p-H)·n plus the leaders'. Only the leaders' step crosses hosts:
+    2(H-1)/H·n per host with Rabenseifner (H a power of two), where a flat ring over
+    interleaved hosts sends 2(p-1)/p·n across from every rank.
 
     1. Inside each host: :func:`~minimpi.coll.reduce.reduce_binomial` to the host's lowest
        rank, its leader.
     2. Between hosts: the leaders, in host order, run :func:`allreduce_recursive_doubling`
-       or :func:`allreduce_rabenseifner` (:func:`leaders_allreduce` says which).
+       (small n: log2 H steps) or :func:`allreduce_rabenseifner` (large n).
     3. Inside each host: :func:`~minimpi.coll.bcast.bcast_binomial` from the leader.
 
     Operand order: steps 1 and 2 combine ranks, then hosts, in order, so the result is in
     rank order when each host's ranks are contiguous; when hosts interleave it is not, and
     the registry refuses a non-commutative op.
     """
-    groups = host_groups(ch.ep.hosts)
-    home = groups[host_of(ch.rank, groups)]
-    host = GroupChannel(ch, home)
-    acc = yield from reduce_binomial(host, red, data, 0)     # 1. inside my host
-    if host.rank == 0:                                        # 2. between hosts (leaders)
-        leaders = GroupChannel(ch, host_leaders(groups))
-        n = 0 if red.objects else data.nbytes
-        name = leaders_allreduce(default_model(), leaders.size, n, red.objects)
-        among = allreduce_recursive_doubling if name == "recursive_doubling" else allreduce_rabenseifner
-        acc = yield from among(leaders, red, acc)
-    # 3. inside my host: the leader sends the result; the others receive it into ``data``
-    return (yield from bcast_binomial(host, acc if host.rank == 0 else data, 0))
+    return (yield from _two_levels(ch, red, data, "hierarchical"))
+
+
+@algorithm("allreduce", "hierarchical_ring", hierarchical=True, commutative_only=True,
+           objects=False,
+           phases=lambda m, p, n, layout=None: _hierarchical_phases("hierarchical_ring", m, p, n,
+                                                                    layout),
+           cost=lambda m, p, n, layout=None: sum(
+               t for _, t in _hierarchical_phases("hierarchical_ring", m, p, n, layout)),
+           messages=_hierarchical_messages, volume=_hierarchical_volume,
+           local=lambda p, n, layout=None: (p - 1) * n)
+def allreduce_hierarchical_ring(ch: Channel, red: Operand, data: np.ndarray) -> Schedule:
+    """As :func:`allreduce_hierarchical`, but the leaders run the ring: 2(H-1)/H·n per
+    leader for any number of hosts H.
+
+    Time ceil(log2 L)·(α_i + nβ_i + nγ) + R(H) + ceil(log2 L)·(α_i + nβ_i), R(H) the
+    ring's formula (:func:`allreduce_ring`) over H leaders with α_e, β_e. Rabenseifner
+    pays two extra whole-vector steps between hosts when H is not a power of two (3 hosts:
+    3n per leader where the ring sends 4n/3); the ring combines in ring order, so
+    commutative ops only.
+    """
+    return (yield from _two_levels(ch, red, data, "hierarchical_ring"))

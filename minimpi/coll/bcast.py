@@ -29,7 +29,7 @@ from .peers import (
     subtree_end,
 )
 from .reduction import received
-from .registry import algorithm, flat_cost
+from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
 
 
@@ -144,11 +144,17 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
     return data
 
 
+#: what the leaders of the hierarchical bcast choose from: the cheapest over the inter-host
+#: link for H leaders and n bytes (:func:`~minimpi.coll.registry.cheapest`)
+LEADERS = ("binomial", "scatter_allgather", "ring")
+
+
 def _hierarchical_phases(m, p, n, layout=None):
     """Each step of :func:`bcast_hierarchical` and its predicted time."""
     t = layout or Layout.one_host(p)
-    return [(f"between hosts: binomial bcast over {t.hosts} leaders",
-             flat_cost("bcast", "binomial", m, m.inter, t.hosts, n)),
+    among = cheapest("bcast", LEADERS, m, m.inter, t.hosts, n)
+    return [(f"between hosts: {among} bcast over {t.hosts} leaders",
+             flat_cost("bcast", among, m, m.inter, t.hosts, n)),
             (f"inside hosts: binomial bcast over {t.widest} ranks",
              flat_cost("bcast", "binomial", m, m.intra, t.widest, n))]
 
@@ -158,21 +164,30 @@ def _hierarchical_phases(m, p, n, layout=None):
            messages=lambda m, p, n, layout=None: p - 1,
            volume=lambda p, n, layout=None: (p - 1) * n)
 def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
-    """Two levels: a binomial tree among one leader per host, then one inside each host.
+    """Two levels: a broadcast among one leader per host, then a binomial tree inside each
+    host.
 
-    With H hosts and at most L ranks on one: ceil(log2 H) + ceil(log2 L) steps; time
-    ceil(log2 H)·(α_e + nβ_e) + ceil(log2 L)·(α_i + nβ_i) (e: between hosts, i: within a
-    host); volume (p-1)·n, of which only (H-1)·n crosses hosts - each host receives the
-    data once, where a flat tree over interleaved hosts may send it across many times.
+    With H hosts and at most L ranks on one: time B(H) + ceil(log2 L)·(α_i + nβ_i) (i:
+    within a host), where B(H) is the leaders' broadcast over the inter-host link - the
+    binomial tree's ceil(log2 H)·(α_e + nβ_e), van de Geijn's or the pipelined ring's
+    formula with α_e, β_e, whichever is least (:func:`~minimpi.coll.registry.cheapest`;
+    objects: the tree); volume about (p-1)·n, of which only the leaders' part crosses hosts
+    - each host receives the data once, where a flat tree over interleaved hosts may send
+    it across many times.
 
-    1. Between hosts: :func:`bcast_binomial` from the root over the leaders (the root on
-       its host, the lowest rank on each other host; :func:`~minimpi.coll.peers.host_leaders`).
+    1. Between hosts: the leaders (the root on its host, the lowest rank on each other
+       host; :func:`~minimpi.coll.peers.host_leaders`) broadcast from the root, in host
+       order.
     2. Inside each host: :func:`bcast_binomial` from the leader over the host's ranks.
     """
     groups = host_groups(ch.ep.hosts)
     leaders = host_leaders(groups, root)
     mine = host_of(ch.rank, groups)
     if ch.rank == leaders[mine]:                              # 1. between hosts
-        data = yield from bcast_binomial(GroupChannel(ch, leaders), data, host_of(root, groups))
+        model = default_model()
+        among = "binomial" if ch.objects else cheapest(
+            "bcast", LEADERS, model, model.inter, len(leaders), data.nbytes)
+        data = yield from algorithms("bcast")[among](GroupChannel(ch, leaders), data,
+                                                     host_of(root, groups))
     home = groups[mine]                                       # 2. inside my host
     return (yield from bcast_binomial(GroupChannel(ch, home), data, home.index(leaders[mine])))

@@ -135,6 +135,14 @@ def flat_cost(collective: str, name: str, model: CostModel, link: Link, p: int,
     return float(REGISTRY[collective][name].cost(model.over(link), p, nbytes))
 
 
+def cheapest(collective: str, names: Tuple[str, ...], model: CostModel, link: Link, p: int,
+             nbytes: float) -> str:
+    """Of the flat algorithms ``names``, the one whose formula is least for p ranks over
+    ``link`` (the first of equals): how a hierarchical algorithm picks what one of its steps
+    runs. It depends only on values every rank of that step has, so they all agree."""
+    return min(names, key=lambda name: flat_cost(collective, name, model, link, p, nbytes))
+
+
 def algorithms(collective: str) -> Dict[str, Algorithm]:
     _load_all()
     try:
@@ -148,8 +156,10 @@ def algorithms(collective: str) -> Dict[str, Algorithm]:
 def tie_key(predicted: float, formula: float) -> Tuple[float, float]:
     """What ``auto`` minimises: the predicted time, then - between algorithms that the
     contention bound ties (the same bytes moved on the same cores) - the formula, i.e. the
-    one with fewer steps and messages; equal keys go to the algorithm registered first."""
-    return (float(f"{predicted:.9e}"), formula)
+    one with fewer steps and messages; equal keys go to the algorithm registered first.
+    Both to 9 digits: the same terms added in another order (a hierarchical algorithm on
+    one host is its flat phases) may differ in the last bit, and must still tie."""
+    return (float(f"{predicted:.9e}"), float(f"{formula:.9e}"))
 
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,

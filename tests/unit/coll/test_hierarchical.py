@@ -324,6 +324,28 @@ def test_non_commutative_refused_when_hosts_interleave(collective, hosts):
                                                   algorithm=HIER))[0] != ""
 
 
+def test_sub_communicator_uses_its_own_layout():
+    """A communicator split from the world sees its members' hosts in its own rank order
+    (reversed here), and the hierarchical algorithms group by them."""
+    def body(comm):
+        sub = comm.Split(comm.rank % 2, -comm.rank)     # world a,a,b,b,a,a,b,b
+        out = np.zeros(3)
+        sub.Allreduce(np.full(3, float(comm.rank)), out, algorithm=HIER)
+        b = np.full(2, float(comm.rank)) if sub.rank == 1 else np.zeros(2)
+        sub.Bcast(b, root=1, algorithm=HIER)
+        g = sub.allgather(comm.rank, algorithm=HIER)
+        return sub._ep.hosts, out, b, g
+
+    got = on("aabbaabb", body)
+    evens, odds = [0, 2, 4, 6], [1, 3, 5, 7]
+    for world, (hosts, out, b, g) in enumerate(got):
+        members = evens if world % 2 == 0 else odds
+        assert hosts == (1, 0, 1, 0)                    # b,a,b,a in either half
+        np.testing.assert_array_equal(out, np.full(3, float(sum(members))))
+        np.testing.assert_array_equal(b, np.full(2, float(members[::-1][1])))
+        assert g == members[::-1]
+
+
 # --------------------------------------------------------------------- nonblocking
 @pytest.mark.parametrize("hosts", layouts(["aabbb", "abcab"]))
 def test_several_outstanding_nonblocking(hosts):
@@ -441,16 +463,19 @@ def test_one_host_never_picks_hierarchical():
             table = registry.algorithms(collective)
             for p in (1, 2, 3, 5, 7, 8, 16):
                 for n in (0, 8, 4096, MiB, 64 * MiB):
-                    flat = min(a.predict(model, p, n)[:2] for a in table.values()
-                               if not a.hierarchical)
-                    hier = table[HIER].predict(model, p, n)[:2]
-                    assert registry.tie_key(*hier) >= registry.tie_key(*flat), (collective, p, n)
+                    flat = min(registry.tie_key(*a.predict(model, p, n)[:2])
+                               for a in table.values() if not a.hierarchical)
+                    for alg in table.values():
+                        if alg.hierarchical:
+                            assert registry.tie_key(*alg.predict(model, p, n)[:2]) >= flat, (
+                                collective, alg.name, p, n)
     for collective in COLLECTIVES:
         for p in (2, 5, 8):
             for n in (8, MiB, 64 * MiB):
-                assert registry.choose(collective, p, n, ops.SUM).name != HIER
-                assert registry.choose(collective, p, n, ops.SUM,
-                                       layout=Layout.one_host(p)).name != HIER
+                for op in (ops.SUM, MATMUL.op):
+                    assert not registry.choose(collective, p, n, op).hierarchical
+                    assert not registry.choose(collective, p, n, op,
+                                               layout=Layout.one_host(p)).hierarchical
 
 
 def test_hierarchical_cost_is_its_phases():

@@ -48,10 +48,12 @@ pays depends on where its ranks are (:class:`Layout`, the same on every rank):
   That overprices a tree over contiguous hosts, whose near steps stay inside a host - where
   the hierarchical algorithm does the same thing and is priced right;
 - a *hierarchical* algorithm (``registry.algorithm(..., hierarchical=True)``) prices each of
-  its phases on the link that phase uses: intra-host steps on ``intra`` over the most ranks
-  any host has, the leaders' step on ``inter`` over one rank per host. With one host its
-  leaders' step is empty and it costs what its flat phases cost, so a flat algorithm (the
-  same or a better one, registered first) wins every tie.
+  its phases - flat algorithms run on groups of ranks - with that flat algorithm's own
+  formula over the link the phase uses: intra-host steps on ``intra`` over the most ranks
+  any host has, the leaders' step on ``inter`` over one rank per host (where the leaders
+  may run whichever of a few flat algorithms is cheapest: ``registry.cheapest``). With one
+  host its leaders' step is empty and it costs what its flat phases cost, so a flat
+  algorithm (the same or a better one, registered first) wins every tie.
 
 Contention (CPU work) is always priced with the intra-host α and β: copying a byte into
 the kernel costs the CPU the same whichever link it leaves on.
@@ -70,9 +72,9 @@ Where each input comes from, later sources overriding earlier ones field by fiel
    (``auto``, ``None`` or empty: the same as alpha or beta).
 
 Every rank must choose the same algorithm, so every rank must see the same model:
-``minimpi run`` exports the launcher's model (the variables above, unless already set;
-a link field that is not set travels as ``None``, "the same as alpha or beta") to every rank, so ranks on other hosts, with other calibration files or core counts,
-still agree. :func:`model_sources` says where each input came from (``minimpi explain``
+``minimpi run`` exports the launcher's model (the variables above, unless already set; a
+link field that is not set travels as ``None``, "the same as alpha or beta") to every
+rank, so ranks on other hosts, with other calibration files or core counts, still agree. :func:`model_sources` says where each input came from (``minimpi explain``
 prints it).
 
 Segmented (pipelined) algorithms use ``segment`` bytes per message.
@@ -185,12 +187,24 @@ class Layout:
         """The layout of ranks whose host labels (any hashable, one per rank) are ``hosts``."""
         return _layout_of(tuple(hosts))
 
+    @staticmethod
+    def of_group(world_hosts: Tuple[int, ...], group: Tuple[int, ...]) -> "Layout":
+        """The layout of a communicator: ``group`` (its world ranks, in its rank order) on
+        ``world_hosts`` (the host of each world rank, ``Engine.hosts``). Every collective
+        call asks, so the answer is remembered."""
+        return _group_layout(world_hosts, group)
+
     def __str__(self) -> str:
         if len(set(self.counts)) == 1:
             text = f"{self.hosts} host{'s' if self.hosts > 1 else ''} x {self.counts[0]} ranks"
         else:
             text = f"{self.hosts} hosts of {'+'.join(map(str, self.counts))} ranks"
         return text if self.contiguous else text + " (hosts interleaved in rank order)"
+
+
+@functools.lru_cache(maxsize=256)
+def _group_layout(world_hosts: Tuple[int, ...], group: Tuple[int, ...]) -> Layout:
+    return _layout_of(tuple(world_hosts[w] for w in group))
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,12 +1,12 @@
 """Reduce: the root gets x0 (op) x1 (op) ... (op) x[p-1] of every rank's data.
 
 Three flat algorithms and a hierarchical one. The binomial tree is written once for buffers
-and Python objects and keeps rank order, so it serves every op; the ring and Rabenseifner algorithms cut the buffer in
-chunks and reorder operands, so they need a commutative op and buffers. The hierarchical one
-(trees inside hosts, then among hosts) keeps rank order when each host's ranks are
-contiguous. How two values are
-combined (in place for buffers, ``op(a, b)`` for objects) is
-:class:`~minimpi.coll.blocks.Operand`; which side is the lower ranks is always stated.
+and Python objects and keeps rank order, so it serves every op; the ring and Rabenseifner
+algorithms cut the buffer in chunks and reorder operands, so they need a commutative op and
+buffers. The hierarchical one (trees inside hosts, then among hosts) keeps rank order when
+each host's ranks are contiguous. How two values are combined (in place for buffers,
+``op(a, b)`` for objects) is :class:`~minimpi.coll.blocks.Operand`; which side is the lower
+ranks is always stated.
 
 ``data`` is this rank's contribution, as a writable accumulator at the root (its receive
 buffer, already holding its own contribution) and read-only elsewhere. Costs use ``n`` =

@@ -40,8 +40,9 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     different collectives fail with ``CollectiveMismatchError`` instead of hanging.
     """
     comm._alive(call)
+    ep = comm._ep
     alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
-                 rank=comm.rank, call=call, layout=Layout.of(comm._ep.hosts))
+                 rank=comm.rank, call=call, layout=Layout.of_group(ep.engine.hosts, ep.group))
     ch = Channel(comm._ep, f"{call}[{alg.name}]", getattr(comm._ep.engine, "step_hook", None),
                  objects)
     open_call(ch, collective, call, alg.name, root, op, nbytes, objects)

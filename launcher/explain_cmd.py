@@ -199,9 +199,17 @@ def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None,
     from minimpi.coll import cost
     from minimpi.tools import calibrate as cal
 
-    from .hosts import parse_hosts, total_slots
+    from .hosts import parse_hosts, parse_layout, total_slots
     nprocs = 2
     if hosts:
+        try:
+            parse_layout(hosts)
+        except ValueError:              # not NxM: a real host list, as it should be
+            pass
+        else:
+            print(f"minimpi explain --calibrate: --hosts {hosts} is a pretend layout; "
+                  f"measuring needs real hosts, e.g. --hosts node1:2,node2:2", file=sys.stderr)
+            return 2
         try:
             nprocs = total_slots(parse_hosts(hosts))
         except ValueError as e:

@@ -345,6 +345,33 @@ def test_sub_communicator_uses_its_own_layout():
         assert g == members[::-1]
 
 
+def test_over_tcp_sockets():
+    """The same calls over real loopback sockets (the transport every job uses)."""
+    hosts = "aabab"
+
+    def body(comm):
+        r = comm.rank
+        b = np.arange(4.0) if r == 3 else np.zeros(4)
+        comm.Bcast(b, root=3, algorithm=HIER)
+        s = np.zeros(70_000)                     # rendezvous-sized
+        comm.Allreduce(np.full(70_000, r + 1.0), s, algorithm=HIER)
+        red = np.zeros(2) if r == 1 else None
+        comm.Reduce(np.full(2, float(r)), red, root=1, algorithm=HIER)
+        return b, s, red, comm.allgather(r, algorithm=HIER)
+
+    got = run_threads(5, body, hosts=list(hosts), transport="tcp", timeout=30)
+    for r, (b, s, red, g) in enumerate(got):
+        np.testing.assert_array_equal(b, np.arange(4.0))
+        assert np.all(s == 15) and g == list(range(5))
+        if r == 1:
+            np.testing.assert_array_equal(red, np.full(2, 10.0))
+
+
+def test_calibrate_refuses_a_pretend_layout(capsys):
+    assert cli.main(["explain", "--calibrate", "--hosts", "2x2"]) == 2
+    assert "real hosts" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------- nonblocking
 @pytest.mark.parametrize("hosts", layouts(["aabbb", "abcab"]))
 def test_several_outstanding_nonblocking(hosts):

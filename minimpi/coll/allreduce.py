@@ -352,8 +352,8 @@ def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:
            messages=_hierarchical_messages, volume=_hierarchical_volume,
            local=lambda p, n, layout=None: (p - 1) * n)
 def allreduce_hierarchical_ring(ch: Channel, red: Operand, data: np.ndarray) -> Schedule:
-    """As :func:`allreduce_hierarchical`, but the leaders run the ring: 2(H-1)/H·n per
-    leader for any number of hosts H.
+    """As the hierarchical allreduce, but the leaders run the ring: 2(H-1)/H·n per leader
+    for any number of hosts H.
 
     Time ceil(log2 L)·(α_i + nβ_i + nγ) + R(H) + ceil(log2 L)·(α_i + nβ_i), R(H) the
     ring's formula (:func:`allreduce_ring`) over H leaders with α_e, β_e. Rabenseifner

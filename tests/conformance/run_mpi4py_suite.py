@@ -535,6 +535,12 @@ def compare(run: dict, base: dict | None) -> dict:
     if base is None:
         run["baseline"] = None
         return run
+    for tid in base:  # never collected here (import error, lost rank): count it as lost
+        if tid not in run["tests"]:
+            run["tests"][tid] = {"outcome": "lost", "detail": f"{run['status']}: {run['note']}",
+                                 "where": ""}
+    counts = collections.Counter(r["outcome"] for r in run["tests"].values())
+    run["counts"] = {k: counts.get(k, 0) for k in run["counts"]}
     bc = collections.Counter(base.values())
     passing = [t for t, o in base.items() if o == "pass"]
     matched = [t for t in passing if run["tests"].get(t, {}).get("outcome") == "pass"]
@@ -543,7 +549,7 @@ def compare(run: dict, base: dict | None) -> dict:
                        "regressions": [t for t in passing if t not in set(matched)],
                        "extra_pass": sorted(t for t, r in run["tests"].items()
                                             if r["outcome"] == "pass" and base.get(t) != "pass"),
-                       "missing_in_run": sorted(t for t in base if t not in run["tests"])}
+                       "not_in_baseline": sorted(t for t in run["tests"] if t not in base)}
     return run
 
 

@@ -5,7 +5,7 @@ Started by run_mpi4py_suite.py on every rank, under ``minimpi run`` or under a r
 the same on both.
 
     python rank_runner.py --testdir DIR --module test_p2p_obj --outdir DIR
-                          [--select FILE] [--patch-get-vendor]
+                          [--select FILE] [--patch-get-vendor] [--preload FILE]
 
 It writes DIR/rank-<rank>.json (rank-pid<pid>.json when mpi4py itself cannot be imported)
 and rewrites it atomically after every test, so a job that deadlocks or is killed still
@@ -14,6 +14,7 @@ The file holds:
 
     rank, size, module, pid, finished (true once the whole module ran)
     patched            names added to MPI by --patch-get-vendor (empty when none were needed)
+    preload            the --preload file run in this rank before the module (null when none)
     mpi_import_error / import_error   {"type", "message", "where", "traceback"} or null
     tests              every selected test id, in run order
     current            the test id being run when the file was written (null between tests)
@@ -186,6 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("--select", help="JSON file {'include': [ids] or null, 'exclude': [ids]}")
     ap.add_argument("--patch-get-vendor", action="store_true",
                     help="add MPI.get_vendor in this process when mpi4py.MPI lacks it")
+    ap.add_argument("--preload", help="a Python file run in this rank (with MPI in its namespace) "
+                                      "before the test module is imported: for triage experiments")
     args = ap.parse_args(argv)
 
     # as mpi4py's own test/main.py does: never probe GPU array libraries
@@ -196,7 +199,8 @@ def main(argv=None) -> int:
     os.makedirs(args.outdir, exist_ok=True)
 
     state = {"module": args.module, "pid": os.getpid(), "rank": None, "size": None,
-             "finished": False, "patched": [], "mpi_import_error": None, "import_error": None,
+             "finished": False, "patched": [], "preload": args.preload,
+             "mpi_import_error": None, "import_error": None,
              "tests": [], "current": None, "results": {}, "fixture_errors": []}
 
     try:
@@ -219,6 +223,10 @@ def main(argv=None) -> int:
     state["current"] = f"<import {args.module}>"
     rec.write()
     try:
+        if args.preload:
+            with open(args.preload, encoding="utf-8") as f:
+                code = compile(f.read(), args.preload, "exec")
+            exec(code, {"__name__": "__preload__", "MPI": MPI})  # noqa: S102 - the user's own file
         module = importlib.import_module(args.module)
     except BaseException:  # noqa: BLE001
         d = describe_exception(sys.exc_info(), testdir)

@@ -58,8 +58,8 @@ MODULES = ["test_p2p_obj", "test_p2p_buf", "test_cco_obj", "test_cco_buf", "test
            "test_msgspec", "test_msgzero"]
 NS = [1, 2, 4]
 # --short: a quick subset for CI (well under a minute once the modules import)
-SHORT_MODULES = ["test_status", "test_request", "test_op", "test_environ", "test_msgzero",
-                 "test_cco_obj"]
+SHORT_MODULES = ["test_p2p_obj", "test_cco_obj", "test_status", "test_request", "test_op",
+                 "test_environ", "test_msgzero"]
 SHORT_NS = [1, 2]
 
 MARKER_VAR = "MINIMPI_CONFORMANCE_MARKER"
@@ -276,7 +276,8 @@ def read_rank_files(outdir: Path) -> tuple[dict, list]:
 
 
 def run_job(runner: Runner, testdir: Path, module: str, n: int, timeout: float,
-            workdir: Path, select: dict | None, patch_get_vendor: bool) -> dict:
+            workdir: Path, select: dict | None, patch_get_vendor: bool,
+            preload: Path | None = None) -> dict:
     """One `run -n N` of one module; returns the raw per-rank data and how the job ended."""
     workdir.mkdir(parents=True, exist_ok=True)
     outdir = workdir / "ranks"
@@ -287,6 +288,8 @@ def run_job(runner: Runner, testdir: Path, module: str, n: int, timeout: float,
         argv += ["--select", str(sel)]
     if patch_get_vendor:
         argv.append("--patch-get-vendor")
+    if preload:
+        argv += ["--preload", str(preload)]
     marker = uuid.uuid4().hex
     env = dict(os.environ)
     env[MARKER_VAR] = marker
@@ -408,7 +411,8 @@ def run_module(runner: Runner, testdir: Path, module: str, n: int, args, workroo
     select = None
     for attempt in range(1 + (0 if args.no_rerun else args.max_reruns)):
         job = run_job(runner, testdir, module, n, args.timeout,
-                      workroot / f"{module}-n{n}-{attempt}", select, args.patch_get_vendor)
+                      workroot / f"{module}-n{n}-{attempt}", select, args.patch_get_vendor,
+                      args.preload)
         st, nt = job_status(job, n)
         order, merged = merge_ranks(job, n, st)
         if all_tests is None:
@@ -566,6 +570,7 @@ def print_table(runs: list[dict], header: str, out) -> None:
     print(f"{'module':<{w}} {'N':>2} {'status':<16} {'pass':>5} {'fail':>5} {'error':>5} "
           f"{'skip':>5} {'lost':>5} | {'MPICH pass/fail/err/skip':>24} | {'matched':>13}  time",
           file=out)
+    last_note = {}
     for r in runs:
         c = r["counts"]
         lost = c["lost"] + c["deadlock"] + c["crash"]
@@ -580,8 +585,9 @@ def print_table(runs: list[dict], header: str, out) -> None:
         print(f"{r['module']:<{w}} {r['n']:>2} {r['status']:<16} {c['pass']:>5} {c['fail']:>5} "
               f"{c['error']:>5} {c['skip']:>5} {lost:>5} | {bstr:>24} | {mstr:>13}  "
               f"{r['wall_s']:.0f}s", file=out)
-        if r["status"] != "OK" or r["note"]:
+        if (r["status"] != "OK" or r["note"]) and last_note.get(r["module"]) != r["note"]:
             print(f"{'':<{w}}    -> {r['status']}: {r['note']}", file=out)
+        last_note[r["module"]] = r["note"]
 
 
 def totals_by_n(runs: list[dict]) -> dict:
@@ -650,6 +656,10 @@ def main(argv=None) -> int:
     ap.add_argument("--patch-get-vendor", action="store_true",
                     help="add a stand-in MPI.get_vendor in the ranks when the MPI module lacks "
                          "it (only to see past that import error; reported in the output)")
+    ap.add_argument("--preload", type=lambda p: Path(p).resolve(),
+                    help="a Python file each rank runs (MPI in its namespace) before importing "
+                         "the test module: for triage experiments ('what if X were fixed'); "
+                         "reported in the output")
     ap.add_argument("--short", action="store_true",
                     help=f"quick CI subset: {','.join(SHORT_MODULES)} at n={','.join(map(str, SHORT_NS))}")
     ap.add_argument("--min-ratio", type=float,
@@ -724,6 +734,7 @@ def main(argv=None) -> int:
     patched = args.patch_get_vendor and args.runner == "minimpi"
     header = (f"mpi4py {MPI4PY_VERSION} test suite under {desc}"
               + ("  [PATCHED: stand-in MPI.get_vendor added in the ranks]" if patched else "")
+              + (f"  [PRELOAD: {args.preload}]" if args.preload else "")
               + (f"\nbaseline: {baseline.get('runner')}" if baseline and args.runner == "minimpi"
                  else ""))
     print_table(runs, header, table_out)
@@ -737,7 +748,12 @@ def main(argv=None) -> int:
         else:
             line = f"TOTAL n={key}: {t['pass']}/{t['tests']} pass"
         if t["modules_bad"]:
-            line += "; not OK: " + ", ".join(t["modules_bad"])
+            by_status = collections.defaultdict(list)
+            for item in t["modules_bad"]:
+                mod, st = item.split(":")
+                by_status[st].append(mod)
+            line += "; " + "; ".join(f"{st} x{len(mods)}: {', '.join(mods)}"
+                                     for st, mods in by_status.items())
         print(line, file=table_out)
         if args.min_ratio is not None:
             if (t["ratio"] or 0.0) < args.min_ratio or any(
@@ -751,6 +767,7 @@ def main(argv=None) -> int:
     if args.json:
         doc = {"mpi4py": MPI4PY_VERSION, "testdir": str(testdir), "runner": desc,
                "patched_get_vendor": patched,
+               "preload": str(args.preload) if args.preload else None,
                "baseline": baseline.get("runner") if baseline else None,
                "totals": totals, "min_ratio": args.min_ratio, "gate_ok": gate_ok,
                "runs": [{k: v for k, v in r.items() if k != "order"} for r in runs]}

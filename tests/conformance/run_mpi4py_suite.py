@@ -315,11 +315,15 @@ def run_job(runner: Runner, testdir: Path, module: str, n: int, timeout: float,
     wall = time.monotonic() - t0
     ranks, strays = read_rank_files(outdir)
     try:
-        tail = logpath.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+        lines = logpath.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
-        tail = []
+        lines = []
+    # exit 3 is also what a rank's own exit(3) gives: the launcher's report tells them apart
+    deadlock_reported = any(line.startswith("minimpi: deadlock") for line in lines)
+    tail = lines[-25:]
     return {"cmd": cmd, "rc": rc, "harness_killed": harness_killed, "wall_s": round(wall, 1),
-            "ranks": ranks, "strays": strays, "log_tail": tail, "leftovers": leftovers}
+            "ranks": ranks, "strays": strays, "log_tail": tail, "leftovers": leftovers,
+            "deadlock_reported": deadlock_reported}
 
 
 def job_status(job: dict, n: int) -> tuple[str, str]:
@@ -333,7 +337,7 @@ def job_status(job: dict, n: int) -> tuple[str, str]:
         return "IMPORT_ERROR", f"{imp[0]['message']} [{imp[0]['where']}]"
     finished = [r for r in ranks.values() if r.get("finished")]
     all_done = len(finished) == n
-    if rc == MINIMPI_DEADLOCK_EXIT and not all_done:
+    if rc == MINIMPI_DEADLOCK_EXIT and not all_done and job["deadlock_reported"]:
         return "DEADLOCK", "minimpi's deadlock detector ended the job"
     if job["harness_killed"] or rc == TIMEOUT_EXIT:
         if all_done:

@@ -486,14 +486,19 @@ def record_baseline(path: Path, runs: list[dict], runner_desc: str, old: dict | 
         pass
     mods = base.setdefault("modules", {})
     for run in runs:
-        mod = mods.setdefault(run["module"], {"status": {}, "tests": {}})
+        mod = mods.setdefault(run["module"], {"status": {}, "tests": {}, "notes": {}})
+        mod.setdefault("notes", {})
         key = str(run["n"])
         mod["status"][key] = run["status"]
-        for tid in list(mod["tests"]):
-            mod["tests"][tid].pop(key, None)
+        for table in (mod["tests"], mod["notes"]):
+            for tid in list(table):
+                table[tid].pop(key, None)
         for tid, rec in run["tests"].items():
             mod["tests"].setdefault(tid, {})[key] = rec["outcome"]
-        mod["tests"] = {k: dict(sorted(v.items())) for k, v in sorted(mod["tests"].items()) if v}
+            if rec["outcome"] != "pass":  # why it did not pass (e.g. the skip reason)
+                mod["notes"].setdefault(tid, {})[key] = rec.get("detail", "")
+        for name in ("tests", "notes"):
+            mod[name] = {k: dict(sorted(v.items())) for k, v in sorted(mod[name].items()) if v}
     base["modules"] = dict(sorted(mods.items(), key=lambda kv: _module_key(kv[0])))
     path.write_text(json.dumps(base, indent=1) + "\n", encoding="utf-8")
     write_baseline_md(base, BASELINE_MD if path == DEFAULT_BASELINE else path.with_suffix(".md"))
@@ -525,10 +530,14 @@ def write_baseline_md(base: dict, path: Path) -> None:
             totals[key]["tests"] += total
             lines.append(f"| {module} | {key} | {mod['status'][key]} | {total} | {c['pass']} | "
                          f"{c['fail']} | {c['error']} | {c['skip']} |")
+        notes = mod.get("notes", {})
         for tid, per_n in mod["tests"].items():
             bad = {k: v for k, v in per_n.items() if v != "pass"}
             if bad:
-                others.append(f"- `{tid}`: " + ", ".join(f"n={k} {v}" for k, v in sorted(bad.items())))
+                why = notes.get(tid, {})
+                others.append(f"- `{tid}`: " + ", ".join(
+                    f"n={k} {v}" + (f" ({why[k]})" if why.get(k) else "")
+                    for k, v in sorted(bad.items(), key=lambda kv: int(kv[0]))))
     for key in sorted(totals, key=int):
         c = totals[key]
         lines.append(f"| **all** | {key} | | {c['tests']} | {c['pass']} | {c['fail']} | "

@@ -6,9 +6,9 @@
     python tests/conformance/run_mpi4py_suite.py --short --min-ratio 0.95   # CI gate
     python tests/conformance/run_mpi4py_suite.py --runner mpich --record-baseline
 
-The test folder comes from mpi4py's source distribution, fetched once with pip into a
-git-ignored cache (tests/conformance/.cache, or $MINIMPI_CONFORMANCE_CACHE, or --cache-dir);
-nothing of it is committed. Each module runs as one job per N: `minimpi run -n N --timeout T
+The test folder comes from mpi4py's source distribution, fetched once with pip into a cache
+outside the repository (~/.cache/minimpi/conformance, or $MINIMPI_CONFORMANCE_CACHE, or
+--cache-dir); nothing of it is committed. Each module runs as one job per N: `minimpi run -n N --timeout T
 python rank_runner.py ...` (or `mpiexec -n N` from a scratch virtualenv holding mpi4py and
 MPICH with --runner mpich). rank_runner.py writes one result file per rank after every test;
 a test counts as passed only if it passed on every rank. A job that deadlocks (minimpi's
@@ -83,8 +83,13 @@ def log(msg: str) -> None:
 
 # --------------------------------------------------------------------------- the suite
 def default_cache_dir() -> Path:
+    """Outside the repository on purpose: pytest (testpaths = tests, no '.*' exclusion) would
+    otherwise collect the cached mpi4py test_*.py files, and worktrees can share one copy."""
     env = os.environ.get("MINIMPI_CONFORMANCE_CACHE")
-    return Path(env) if env else HERE / ".cache"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "minimpi" / "conformance"
 
 
 def sha256(path: Path) -> str:

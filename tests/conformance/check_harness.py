@@ -165,7 +165,8 @@ def main() -> int:
             check(got in ("deadlock", "crash"), f"{mod}: {stuck} marked deadlock/crash (got {got})")
             cls = "TestHang" if "hang" in mod else "TestCrash"
             got3 = t.get(f"{mod}.{cls}.test3Pass", {}).get("outcome")
-            check(got3 == "pass", f"{mod}: the test after the stuck one ran in a rerun (got {got3})")
+            check(got3 == "pass",
+                  f"{mod}: the test after the stuck one ran in a rerun (got {got3})")
 
         rc, doc, log = run_harness(base + ["--modules", "test_fake_sleep", "--n", "2",
                                            "--timeout", "8", "--no-rerun"], 200)

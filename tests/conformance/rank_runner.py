@@ -60,7 +60,8 @@ def describe_exception(exc_info, testdir: str) -> dict:
     full = "".join(traceback.format_exception(etype, value, tb))
     if len(full) > TB_LIMIT:
         full = "..." + full[-TB_LIMIT:]
-    return {"type": getattr(etype, "__name__", str(etype)), "detail": detail, "where": where, "tb": full}
+    return {"type": getattr(etype, "__name__", str(etype)), "detail": detail, "where": where,
+            "tb": full}
 
 
 class Recorder:
@@ -167,7 +168,7 @@ def iter_tests(suite):
 
 
 def filter_suite(suite, keep):
-    """A copy of suite (same nesting, so class fixtures still run once) with the tests keep() accepts."""
+    """A copy of suite, same nesting (class fixtures still run once), with the tests keep() takes."""
     out = unittest.TestSuite()
     for item in suite:
         if isinstance(item, unittest.TestSuite):

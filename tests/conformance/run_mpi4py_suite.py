@@ -8,8 +8,8 @@
 
 The test folder comes from mpi4py's source distribution, fetched once with pip into a cache
 outside the repository (~/.cache/minimpi/conformance, or $MINIMPI_CONFORMANCE_CACHE, or
---cache-dir); nothing of it is committed. Each module runs as one job per N: `minimpi run -n N --timeout T
-python rank_runner.py ...` (or `mpiexec -n N` from a scratch virtualenv holding mpi4py and
+--cache-dir); nothing of it is committed. Each module runs as one job per N:
+`minimpi run -n N --timeout T rank_runner.py ...` (or `mpiexec -n N` from a scratch virtualenv holding mpi4py and
 MPICH with --runner mpich). rank_runner.py writes one result file per rank after every test;
 a test counts as passed only if it passed on every rank. A job that deadlocks (minimpi's
 deadlock detector, exit 3), runs past its timeout or loses a rank is reported with the test
@@ -165,7 +165,7 @@ def _pids_with_marker(marker: str) -> list[int]:
 
 
 def kill_leftovers(marker: str, grace: float = 3.0) -> list[int]:
-    """End, by pid, every process started for this job that is still alive (SIGTERM, then SIGKILL)."""
+    """End, by pid, every process of this job that is still alive (SIGTERM, then SIGKILL)."""
     pids = _pids_with_marker(marker)
     for pid in pids:
         try:
@@ -679,7 +679,8 @@ def main(argv=None) -> int:
                          "the test module: for triage experiments ('what if X were fixed'); "
                          "reported in the output")
     ap.add_argument("--short", action="store_true",
-                    help=f"quick CI subset: {','.join(SHORT_MODULES)} at n={','.join(map(str, SHORT_NS))}")
+                    help=f"quick CI subset: {','.join(SHORT_MODULES)} "
+                         f"at n={','.join(map(str, SHORT_NS))}")
     ap.add_argument("--min-ratio", type=float,
                     help="exit 1 if at some N the fraction of MPICH-passing tests that pass here "
                          "is below this, or a module deadlocked/crashed/lost results")
@@ -694,7 +695,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     ap.add_argument("--suite-dir", type=Path,
                     help="an extracted mpi4py test/ folder to use instead of fetching one")
-    ap.add_argument("--keep", type=Path, help="keep every job's rank files and log under this folder")
+    ap.add_argument("--keep", type=Path,
+                    help="keep every job's rank files and log under this folder")
     args = ap.parse_args(argv)
 
     modules = args.modules or (SHORT_MODULES if args.short else MODULES)

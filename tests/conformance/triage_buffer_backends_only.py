@@ -3,7 +3,8 @@ that export the buffer protocol (array.array and numpy), dropping its __dlpack__
 __cuda_array_interface__ backends, so that tests looping over array types show the first
 failure that is not "this object is not a buffer".
 
-    run_mpi4py_suite.py --patch-get-vendor --preload tests/conformance/triage_buffer_backends_only.py
+    run_mpi4py_suite.py --patch-get-vendor \
+        --preload tests/conformance/triage_buffer_backends_only.py
 
 Runs inside each rank (mpi4py's test folder is on sys.path); touches only the test helper.
 """

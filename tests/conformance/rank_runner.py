@@ -168,7 +168,7 @@ def iter_tests(suite):
 
 
 def filter_suite(suite, keep):
-    """A copy of suite, same nesting (class fixtures still run once), with the tests keep() takes."""
+    """A copy of suite with the tests keep() takes, same nesting (class fixtures run once)."""
     out = unittest.TestSuite()
     for item in suite:
         if isinstance(item, unittest.TestSuite):

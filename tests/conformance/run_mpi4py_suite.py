@@ -8,14 +8,14 @@
 
 The test folder comes from mpi4py's source distribution, fetched once with pip into a cache
 outside the repository (~/.cache/minimpi/conformance, or $MINIMPI_CONFORMANCE_CACHE, or
---cache-dir); nothing of it is committed. Each module runs as one job per N:
-`minimpi run -n N --timeout T rank_runner.py ...` (or `mpiexec -n N` from a scratch
-virtualenv holding mpi4py and MPICH with --runner mpich). rank_runner.py writes one result
-file per rank after every test; a test counts as passed only if it passed on every rank. A job that deadlocks (minimpi's
-deadlock detector, exit 3), runs past its timeout or loses a rank is reported with the test
-each rank was running, then (unless --no-rerun) the module is run again without the tests
-already done and without the stuck ones, so one deadlock does not hide the rest of the
-module. The module's status stays DEADLOCK/CRASH either way.
+--cache-dir); nothing of it is committed. Each module runs as one job per N: `minimpi run -n
+N --timeout T rank_runner.py ...` (or `mpiexec -n N` from a scratch virtualenv holding
+mpi4py and MPICH with --runner mpich). rank_runner.py writes one result file per rank after
+every test; a test counts as passed only if it passed on every rank. A job that deadlocks
+(minimpi's deadlock detector, exit 3), runs past its timeout or loses a rank is reported
+with the test each rank was running, then (unless --no-rerun) the module is run again
+without the tests already done and without the stuck ones, so one deadlock does not hide the
+rest of the module. The module's status stays DEADLOCK/CRASH either way.
 
 Per test and rank the outcome is pass, fail, error, skip, xfail or xpass; merged over ranks:
 deadlock > crash > error > fail (xpass) > lost (no result) > skip > pass (xfail).

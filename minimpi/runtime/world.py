@@ -99,7 +99,7 @@ def finalize() -> None:
             print(f"minimpi rank {state.info.rank}: exiting with sends that no rank received: "
                   f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
         if state.info.coordinator is not None:
-            state.info.coordinator.finalize()
+            state.info.coordinator.finalize(lost=sorted(engine.lost_peers))
     if state.observer is not None:   # this rank's trace/statistics, merged by the launcher
         try:
             state.observer.write()

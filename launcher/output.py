@@ -27,6 +27,7 @@ from typing import BinaryIO, Optional
 READ_SIZE = 65536
 TAIL_LINES = 12
 TRACEBACK = b"Traceback (most recent call last):"
+IGNORED = b"Exception ignored in"   # Python's report of an error in atexit, __del__, ...
 #: a held traceback of a rank that is still running is written after this many seconds
 HOLD_SECONDS = 2.0
 #: at most this many lines of one traceback are held (the rest is written through)
@@ -125,9 +126,9 @@ class OutputForwarder:
     def _hold(self, s: _Stream, lines: list[bytes]) -> list[bytes]:
         """Keep a traceback (and what follows it) back; return the lines to write now."""
         if s.held is None:
-            try:
-                start = lines.index(TRACEBACK)
-            except ValueError:
+            start = next((i for i, ln in enumerate(lines)
+                          if ln == TRACEBACK or ln.startswith(IGNORED)), None)
+            if start is None:
                 return lines
             s.held, s.held_since = [], time.monotonic()
             now, lines = lines[:start], lines[start:]

@@ -600,7 +600,20 @@ def _process_state(pid: int) -> str:
 
 
 def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks) if ranks else "none"
+    """``0, 2-57, 63``: runs of three or more as ranges, so 64 ranks fit on a line."""
+    if not ranks:
+        return "none"
+    parts, ordered = [], sorted(ranks)
+    start = prev = ordered[0]
+    for r in ordered[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev - start >= 2 else
+                     ", ".join(str(x) for x in range(start, prev + 1)))
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts)
 
 
 def run_job(spec: JobSpec, stdout: Optional[BinaryIO] = None,

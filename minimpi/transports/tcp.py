@@ -281,6 +281,9 @@ class _InConn:
             data = self.sock.recv(total - len(self.hs))
         except (BlockingIOError, InterruptedError):
             return None
+        except ConnectionResetError:
+            self.close()   # the other end went away (a rank ending with the job): not a refusal
+            return None
         except OSError as exc:
             self.refuse(f"handshake failed: {exc}")
             return None

@@ -332,6 +332,8 @@ class Job:
         how = describe_returncode(rc)
         self.coord.ranks[rp.rank].exit_status = how
         self.reap_order.append(rp.rank)
+        if rc == 0 and self.forward is not None:
+            self.forward.release(rp.rank)   # a traceback it caught and printed: show it now
         if self.failure is not None or rp.killed_by_launcher:
             return
         self._judge(time.monotonic())

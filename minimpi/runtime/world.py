@@ -106,8 +106,8 @@ def finalize() -> None:
         try:
             flushed = engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30")))
         except Exception:   # engine state cut mid-update by an exception from a signal handler
-            flushed = False
-        if not flushed:
+            flushed = None  # (sys.exit there): nothing sensible to report about queued sends
+        if flushed is False:
             print(f"minimpi rank {state.info.rank}: exiting with sends that no rank received: "
                   f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
         if state.info.coordinator is not None:

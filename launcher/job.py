@@ -110,6 +110,7 @@ class Job:
         self.forward: Optional[OutputForwarder] = None   # set by run()
         self.reap_order: list[int] = []               # ranks, in the order they were reaped
         self._suspect_until: Optional[float] = None   # _judge waits for a culprit until then
+        self._suspect_since: Optional[float] = None   # ... counting from this first look
         self._wake_r = self._wake_w = None
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup = -1
@@ -263,6 +264,8 @@ class Job:
                 self.kill_at = None
             # ---- done? ----
             all_reaped = all(not rp.alive for rp in self.ranks)
+            if all_reaped and self._suspect_until is not None:
+                self._judge(now, give_up=True)   # every rank has ended: nothing more to learn
             if all_reaped:
                 if self.all_done_at is None:
                     self.all_done_at = now
@@ -371,27 +374,40 @@ class Job:
         return [st.rank for st in errors if st.rank not in roots] + roots
 
     def _judge(self, now: float, give_up: bool = False) -> None:
-        """Decide who ended the job, from the ranks reaped so far (see the module doc)."""
+        """Decide who ended the job, from the ranks reaped so far (see the module doc).
+
+        Among the ranks the failures point at, in this order: one that reported an error of
+        its own, one that ended abnormally, one that exited 0 (a peer that merely finished
+        also shows up as "lost", so this one is only believed after a short wait in which
+        no rank reported an error of its own), one still running.
+        """
         if self.failure is not None:
             return
         failed = [r for r in self.reap_order
                   if self.ranks[r].returncode != 0 and not self.ranks[r].killed_by_launcher]
         if not failed:
-            self._suspect_until = None
+            self._suspect_until = self._suspect_since = None
             return
         for r in failed:
             if self._failed_alone(r):
                 return self._blame(r, failed)
         suspects = self._suspects(failed)
-        ended = [r for r in self.reap_order if r in suspects]
-        if ended:
-            return self._blame(ended[0], failed)
-        if suspects and not give_up:
-            if self._suspect_until is None:
-                self._suspect_until = now + self.spec.settle
+        coord = self.coord
+        errors = [r for r in suspects if coord.ranks[r].failure is not None]
+        reaped = [r for r in self.reap_order if r in suspects]
+        clean = [r for r in reaped if self.ranks[r].returncode == 0]
+        for r in reaped:
+            if r in errors or self.ranks[r].returncode != 0:
+                return self._blame(r, failed)
+        if self._suspect_since is None:
+            self._suspect_since = now
+        wait = self.spec.settle if (errors or not clean) else min(1.0, self.spec.settle)
+        self._suspect_until = self._suspect_since + wait
+        if suspects and not give_up and now < self._suspect_until:
             return
-        # nobody to point at (or the rank pointed at keeps running): the first one it is
-        self._blame(suspects[0] if suspects else failed[0], failed)
+        # the wait is over: the best lead there is (an error it reported beats a clean exit)
+        lead = errors or clean or suspects or failed
+        self._blame(lead[0], failed)
 
     def _blame(self, culprit: int, failed: list[int]) -> None:
         self._suspect_until = None
@@ -399,6 +415,12 @@ class Job:
         first_rc = next((self.ranks[r].returncode for r in failed if r != culprit), 1)
         st = self.coord.ranks[culprit]
         waiting = [r for r in failed if r != culprit and culprit in self.coord.ranks[r].lost]
+        if rc is None and st.failure is not None and st.failure.get("error"):
+            # reported its error but has not ended yet (the teardown will end it)
+            self.fail(Failure("exit", exit_code_for(first_rc),
+                              f"minimpi: rank {culprit} failed: {st.failure['error']}",
+                              rank=culprit))
+            return
         if rc is None or rc == 0:
             # it ended its part cleanly (or closed its connections and runs on) while others
             # still needed it: the job failed, so its code cannot be 0

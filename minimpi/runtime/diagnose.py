@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -356,8 +357,13 @@ def failure_state(exc: BaseException, lost: Any = ()) -> Dict[str, Any]:
     (the world ranks this rank saw vanish) tells it where to look. ``where``/``code`` are the
     user's own line that raised, for the launcher's one-line summary.
     """
+    lost = sorted(int(p) for p in lost)
+    if isinstance(exc, PeerLostError):
+        # every peer that merely finished is "lost" too: name the one this error is about
+        named = [int(m) for m in re.findall(r"world rank (\d+) is gone", str(exc))]
+        lost = [p for p in named if p in lost] or lost
     state = {"blocked": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
-             "type": type(exc).__name__, "lost": sorted(int(p) for p in lost),
+             "type": type(exc).__name__, "lost": lost,
              "consequence": isinstance(exc, (PeerLostError, JobAbortedError))}
     tb, user = exc.__traceback__, None
     while tb is not None:   # the innermost frame of the traceback that is not minimpi's

@@ -129,6 +129,10 @@ def test_a_clean_exit_while_others_wait_is_blamed_with_a_failing_code():
     _ends(job, 2, 0)                                # exits 0 early
     assert job.failure is None
     _ends(job, 0, 1, _peer_lost([2]), lost=[2])
+    # a peer that merely finished is "lost" too: believed only after 1 s without any rank
+    # reporting an error of its own
+    assert job.failure is None and job._suspect_until == 101.0
+    job._judge(101.0)
     assert (job.failure.rank, job.failure.exit_code) == (2, 1)
     assert "exited with code 0 while rank(s) 0 still expected messages" in job.failure.summary
 

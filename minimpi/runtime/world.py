@@ -96,7 +96,8 @@ def finalize() -> None:
             return
         _finalized = True
     engine = state.engine
-    if not state.failing and _inside_a_call(engine):
+    if not state.failing and (_inside_a_call(engine)
+                              or getattr(engine.transport, "interrupted", False)):
         # sys.exit()/exit from inside a communication call (a signal handler, a callback):
         # the peers wait for this rank's next message, not for its queued ones, so a flush
         # would only stall the exit for MINIMPI_FLUSH_TIMEOUT. Leave now; the launcher

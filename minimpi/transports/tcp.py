@@ -449,6 +449,10 @@ class TcpTransport(Transport):
             self.max_handshakes = MAX_HANDSHAKES
         self.refusals = 0
         self._listener_paused_until: Optional[float] = None
+        # An exception (sys.exit from a signal handler) escaped from the middle of a send or
+        # receive: queues and offsets may be half-updated, so nothing more may be sent
+        # (a "flush" could send bytes twice and the peer would read garbage).
+        self.interrupted = False
         self._unlogged_refusals: Dict[str, int] = {}
         self._refusal_logged_at = 0.0
         self._ready_out = set()  # peers whose connection from / to this rank was ever ready
@@ -535,7 +539,11 @@ class TcpTransport(Transport):
         conn.queue.append(_Frame(segments, on_sent))
         self._pending += 1
         if conn.state == _OutConn.READY and len(conn.queue) == 1:
-            conn.flush()
+            try:
+                conn.flush()
+            except BaseException:
+                self.interrupted = True
+                raise
 
     def connect_all(self, timeout: float = 60.0) -> None:
         """Open (and authenticate) every connection now instead of on first use.
@@ -575,10 +583,14 @@ class TcpTransport(Transport):
         except InterruptedError:
             return False
         handlers = self._handlers
-        for fd, ev in events:
-            conn = handlers.get(fd)
-            if conn is not None:
-                conn.on_event(ev)
+        try:
+            for fd, ev in events:
+                conn = handlers.get(fd)
+                if conn is not None:
+                    conn.on_event(ev)
+        except BaseException:
+            self.interrupted = True
+            raise
         if self._handshaking:
             now = time.monotonic()
             for conn in [c for c in self._handshaking if c.deadline < now]:

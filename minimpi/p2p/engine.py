@@ -96,6 +96,15 @@ class Engine(FrameSink):
         # How ``Comm.Abort(code)`` ends the job: the process runtime installs one that tells
         # the launcher and exits with ``code``; without one only this engine is aborted.
         self.job_abort: Optional[Callable[[int, str], None]] = None
+        #: host index of every world rank (ranks with equal indices share a machine); one
+        #: host until the rendezvous says otherwise (:meth:`set_hosts`)
+        self.hosts: Tuple[int, ...] = (0,) * size
+
+    def set_hosts(self, identities: Sequence[str]) -> None:
+        """Record which world ranks share a host, from each rank's host identity (any
+        hashable label); hosts are numbered in order of their first rank."""
+        numbers: Dict[str, int] = {}
+        self.hosts = tuple(numbers.setdefault(h, len(numbers)) for h in identities)
 
     # -- communicator contexts ----------------------------------------------------------
     def register_context(self, context: int, group: Sequence[int]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 from ..comm.communicator import Intracomm
 from ..errors import MPITimeoutError
@@ -38,7 +38,8 @@ class RankFailed(Exception):
         self.exc = exc
 
 
-def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List[Any]:
+def _transports(kind: str, size: int, recorder: Optional[FrameRecorder],
+                hosts: Sequence[str]) -> List[Any]:
     if kind == "inproc":
         fabric = InprocFabric(size, recorder)
         return [fabric.transport(r) for r in range(size)]
@@ -48,9 +49,9 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List
         ts = [TcpTransport(r, size, secret) for r in range(size)]
     elif kind == "shm":   # shared-memory rings (segments named after a fresh job id)
         ts = [ShmTransport(r, size, job) for r in range(size)]
-    elif kind == "routed":   # two pretend hosts: shm within one, TCP between them
+    elif kind == "routed":   # shm between ranks of one (pretend) host, TCP between hosts
         ts = [RouterTransport(r, size, [ShmTransport(r, size, job), TcpTransport(r, size, secret)],
-                              host=f"host{r % 2}") for r in range(size)]
+                              host=hosts[r]) for r in range(size)]
     else:
         raise ValueError(f"run_threads: unknown transport {kind!r} ({', '.join(TRANSPORTS)})")
     addresses = [t.listen() for t in ts]
@@ -61,17 +62,28 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List
 
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
                 eager_limit: int = DEFAULT_EAGER_LIMIT, recorder: Optional[FrameRecorder] = None,
-                transport: str = "inproc", **kwargs: Any) -> List[Any]:
+                transport: str = "inproc", hosts: Optional[Sequence[Any]] = None,
+                **kwargs: Any) -> List[Any]:
     """Call ``fn(comm, *args, **kwargs)`` on ``size`` ranks; return the results in rank order.
 
     ``transport``: ``"inproc"`` (default), ``"tcp"`` (loopback sockets between the threads),
-    ``"shm"`` (shared-memory rings) or ``"routed"`` (ranks of even and odd number on two
-    pretend hosts: shm within each, TCP between them) - one conformance suite runs over all.
-    The first exception (lowest rank) is re-raised as :class:`RankFailed` from the original.
+    ``"shm"`` (shared-memory rings) or ``"routed"`` (a router per rank: shm between ranks of
+    one host, TCP between hosts; hosts default to two, even and odd ranks) - one conformance
+    suite runs over all. ``hosts``: a host label per rank, to pretend the ranks are spread
+    over machines (topology-aware collectives, and the router's choice of wire; default: all
+    on one). The first exception (lowest rank) is re-raised as :class:`RankFailed` from the
+    original.
     """
-
-    transports = _transports(transport, size, recorder)
+    if hosts is not None and len(hosts) != size:
+        raise ValueError(f"run_threads: hosts has {len(hosts)} labels for {size} ranks")
+    if hosts is None and transport == "routed":
+        hosts = [f"host{r % 2}" for r in range(size)]
+    labels = [str(h) for h in hosts] if hosts is not None else ["host"] * size
+    transports = _transports(transport, size, recorder, labels)
     engines = [Engine(r, size, transports[r], eager_limit) for r in range(size)]
+    if hosts is not None:   # the collectives see the hosts the router routes by
+        for engine in engines:
+            engine.set_hosts(labels)
 
     def abort_all(code: int, reason: str) -> None:   # Comm.Abort ends every rank's waits
         for engine in engines:

@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ..errors import TransportError
-from .router import RouterTransport, host_id
+from .router import RouterTransport
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.bootstrap import BootInfo
@@ -37,8 +37,9 @@ AUTO = ("shm", "tcp")
 DEFAULT = "auto"
 
 
-def create(name: str, info: "BootInfo") -> RouterTransport:
-    """The transport of a ``minimpi run`` process: a router over ``name``'s members."""
+def create(name: str, info: "BootInfo", host: str) -> RouterTransport:
+    """The transport of a ``minimpi run`` process: a router over ``name``'s members.
+    ``host``: this process's host identity (``runtime.bootstrap.host_identity``)."""
     names = AUTO if name == "auto" else (name,)
     members = []
     for member in names:
@@ -53,5 +54,4 @@ def create(name: str, info: "BootInfo") -> RouterTransport:
                 raise
             # auto: a transport this host cannot run (no /dev/shm, ...); peers route around it
     optional = names[:-1] if name == "auto" else ()
-    return RouterTransport(info.rank, info.size, members, host=host_id(info.env),
-                           optional=optional)
+    return RouterTransport(info.rank, info.size, members, host, optional=optional)

@@ -77,6 +77,11 @@ class Transport(ABC):
     def progress(self, timeout: Optional[float]) -> bool:
         """Move data; block at most ``timeout`` s if nothing is ready. True if anything happened."""
 
+    def reaches(self, address: str) -> bool:
+        """Whether this transport can reach the rank that published ``address`` (asked of a
+        ``"host"``-scope transport for a peer on the same host; both ends answer alike)."""
+        return True
+
     def wait_fds(self) -> Sequence[int]:
         """File descriptors that become readable when ``progress(0)`` may find work, so that
         a router can sleep on several transports in one poll."""

@@ -7,8 +7,9 @@ A process's engine drives one :class:`RouterTransport`. It owns the real transpo
   ``host=H;shm=A1;tcp=A2``, which the rendezvous hands to every rank unchanged;
 - ``set_peers()`` picks, for each peer, the first member that the peer also offers and that
   can reach it - a member of scope ``"host"`` (shared memory) only when both ranks have the
-  same host identity - and hands each member the addresses of its peers (None for the rest).
-  Both ends of a pair see the same two strings, so they always agree on the route;
+  same host identity and the member agrees (``reaches``: the same /dev/shm and network
+  namespace) - and hands each member the addresses of its peers (None for the rest). Both
+  ends of a pair see the same two strings, so they always agree on the route;
 - ``send()`` goes to the peer's member; ``progress()`` polls every member, and when nothing
   is ready sleeps on all their file descriptors in one ``poll`` (after each member armed its
   wake-ups with ``prepare_sleep``), so a rank waiting on a TCP peer still wakes at once for a
@@ -16,17 +17,13 @@ A process's engine drives one :class:`RouterTransport`. It owns the real transpo
 
 Adding a transport (RDMA verbs) is one module and one name in ``transports.AUTO``.
 
-Host identity (:func:`host_id`): the host name plus what decides whether two processes can
-share memory and wake each other - the kernel's boot id, the network namespace (the
-wake-up sockets live there) and the device of ``/dev/shm``. Ranks that differ in any of them
-are on different "hosts" and talk over the network.
+The host identity comes from the runtime (``runtime.bootstrap.host_identity``: host name
+and boot id), the same one the rendezvous gives the topology-aware collectives, so the
+ranks that share shared memory are exactly those the collectives count as one host.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import select
-import socket
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -38,27 +35,6 @@ from .base import FrameSink, OnSent, Transport
 MAX_SLEEP = 0.25
 
 
-def host_id(environ=os.environ) -> str:
-    """This process's host identity (``MINIMPI_HOST_ID`` overrides it, for tests)."""
-    if environ.get("MINIMPI_HOST_ID"):
-        return environ["MINIMPI_HOST_ID"]
-    parts = []
-    for path in ("/proc/sys/kernel/random/boot_id",):
-        try:
-            with open(path) as f:
-                parts.append(f.read().strip())
-        except OSError:
-            pass
-    for path in ("/proc/self/ns/net", "/dev/shm"):
-        try:
-            st = os.stat(path)
-            parts.append(f"{st.st_dev}:{st.st_ino}")
-        except OSError:
-            pass
-    name = socket.gethostname().replace(";", "_").replace("=", "_")
-    return f"{name}:{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:12]}"
-
-
 def parse_address(address: str) -> Tuple[str, Dict[str, str]]:
     """``host=H;shm=A1;tcp=A2`` -> (H, {"shm": A1, "tcp": A2})."""
     fields = dict(part.split("=", 1) for part in address.split(";") if "=" in part)
@@ -68,14 +44,15 @@ def parse_address(address: str) -> Tuple[str, Dict[str, str]]:
 class RouterTransport(Transport):
     """Several transports behind one, chosen per peer (see the module docstring)."""
 
-    def __init__(self, rank: int, size: int, members: Sequence[Transport],
-                 host: Optional[str] = None, optional: Sequence[str] = ()) -> None:
+    def __init__(self, rank: int, size: int, members: Sequence[Transport], host: str,
+                 optional: Sequence[str] = ()) -> None:
         if not members:
             raise TransportError(f"rank {rank}: no transport to route through")
         self.rank = rank
         self.size = size
         self.members: List[Transport] = list(members)
-        self.host = host or host_id()
+        # (";" and "=" separate the fields of an address)
+        self.host = host.replace(";", "_").replace("=", "_")
         #: members that may be left out when they cannot start here (``auto``)
         self.optional = set(optional)
         self._route: List[Optional[Transport]] = [None] * size
@@ -121,7 +98,8 @@ class RouterTransport(Transport):
                     per_member[id(t)][peer] = addresses[peer]
                 continue
             for t in self.members:
-                if t.name in offered and (t.scope != "host" or host == self.host):
+                if t.name in offered and (t.scope != "host" or host == self.host
+                                          and t.reaches(offered[t.name])):
                     self._route[peer] = t
                     per_member[id(t)][peer] = offered[t.name]
                     break
@@ -205,6 +183,12 @@ class RouterTransport(Transport):
     def end_sleep(self) -> None:
         for t in self.members:
             t.end_sleep()
+
+    @property
+    def interrupted(self) -> bool:
+        """A member was left half-way through a send or receive by an exception (a signal
+        handler's exit): nothing more may be sent (see the runtime's finalize)."""
+        return any(getattr(t, "interrupted", False) for t in self.members)
 
     def pending_sends(self) -> int:
         return sum(t.pending_sends() for t in self.members)

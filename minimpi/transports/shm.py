@@ -205,6 +205,19 @@ def _allow_peers_to_read() -> None:
         _libc.prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
 
 
+def _reach_key(directory: str) -> str:
+    """What two processes must share to use this transport: the segments' file system and
+    the network namespace of the wake-up sockets (device and inode of each)."""
+    parts = []
+    for path in (directory, "/proc/self/ns/net"):
+        try:
+            st = os.stat(path)
+            parts.append(f"{st.st_dev:x}.{st.st_ino:x}")
+        except OSError:
+            parts.append("?")
+    return "-".join(parts)
+
+
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` exists (without a pidfd to tell; ours always does)."""
     if pid == os.getpid():
@@ -355,6 +368,9 @@ class ShmTransport(Transport):
         self._blocked: List[_Out] = []         # rings with frames waiting for room
         self._pulling: List[_In] = []          # rings whose payload we read by reference
         self._pending = 0
+        # An exception (sys.exit from a signal handler) escaped from the middle of writing or
+        # reading a ring: offsets may be half-updated, so nothing more may be sent (as TCP)
+        self.interrupted = False
         self._until_check = CHECK_EVERY
         # a lock's acquire and release (locked instructions): a full memory fence
         fence = threading.Lock()
@@ -404,14 +420,19 @@ class ShmTransport(Transport):
         self._poller.register(self._wake_sock.fileno(), select.POLLIN)
         if self.cma:
             _allow_peers_to_read()
-        return f"{os.getpid()},{ctypes.addressof(self._probe)}"
+        return f"{os.getpid()},{ctypes.addressof(self._probe)},{_reach_key(self.directory)}"
+
+    def reaches(self, address: str) -> bool:
+        """A peer on this host shares our memory and wake-ups only with the same /dev/shm
+        and network namespace (abstract sockets live there): containers on one kernel may not."""
+        return address.split(",")[2] == _reach_key(self.directory)
 
     def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         """Map the inbox of every peer with an address (peers routed elsewhere have None)."""
         for peer, address in enumerate(addresses):
             if peer == self.rank or not address:
                 continue
-            pid, probe = (int(x) for x in address.split(","))
+            pid, probe = (int(x) for x in address.split(",")[:2])
             self._peers.append(peer)
             self._pids[peer] = pid
             # what the peer sends us lands in our own inbox, whatever becomes of it
@@ -570,6 +591,13 @@ class ShmTransport(Transport):
 
     def _flush(self, out: _Out) -> bool:
         """Write as much of ``out``'s queue as the ring has room for. True if anything moved."""
+        try:
+            return self._write_queue(out)
+        except BaseException:   # half-way through a frame: see ``interrupted``
+            self.interrupted = True
+            raise
+
+    def _write_queue(self, out: _Out) -> bool:
         queue, data, cap, mask = out.queue, out.data, out.cap, out.mask
         tail, head = out.tail, out.head
         start = tail
@@ -729,6 +757,9 @@ class ShmTransport(Transport):
                 if head == tail and head - start < STREAM_CHUNK:
                     tail = inc.ctl[R_TAIL]
             return None
+        except BaseException:   # half-way through a frame: see ``interrupted``
+            self.interrupted = True
+            raise
         finally:
             inc.head = head
             ctl = inc.ctl

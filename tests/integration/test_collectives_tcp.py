@@ -1,5 +1,5 @@
 """Every collective with every algorithm over real processes, over TCP and over shared memory
-(a representative slice of the in-process matrix in tests/unit/test_coll_*.py), at
+(a representative slice of the in-process matrix in tests/unit/coll/test_<collective>.py), at
 non-power-of-two and power-of-two sizes, in one job per size and transport."""
 from __future__ import annotations
 

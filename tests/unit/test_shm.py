@@ -401,13 +401,33 @@ def test_auto_falls_back_to_tcp_where_shared_memory_cannot_run(monkeypatch):
     info = BootInfo(rank=0, size=2, secret=b"s" * 32, job_id=job(), bind_host="127.0.0.1",
                     coordinator=None, env={})
     monkeypatch.setattr(shm, "available", lambda directory=shm.SHM_DIR: "no /dev/shm here")
-    router = transports.create("auto", info)
+    router = transports.create("auto", info, "this-host")
     try:
         assert router.name == "tcp"
         assert parse_address(router.listen())[1].keys() == {"tcp"}
     finally:
         router.close()
     with pytest.raises(errors.TransportError, match="cannot use the shared-memory transport: no /dev/shm here"):
-        transports.create("shm", info)
+        transports.create("shm", info, "this-host")
     with pytest.raises(errors.TransportError, match="unknown transport 'udp'.*available: auto, tcp, shm"):
-        transports.create("udp", info)
+        transports.create("udp", info, "this-host")
+
+
+def test_same_host_name_but_another_dev_shm_or_network_namespace_goes_over_tcp():
+    # (containers on one kernel, or network-namespace "hosts" that share a host name)
+    name, secret = job(), os.urandom(32)
+    ts = [RouterTransport(r, 2, [ShmTransport(r, 2, name, ring=4096), TcpTransport(r, 2, secret)],
+                          "same-host") for r in range(2)]
+    try:
+        for t in ts:
+            t.attach(Sink())
+        addresses = [t.listen() for t in ts]
+        host, offered = parse_address(addresses[1])
+        pid, probe, key = offered["shm"].split(",")
+        assert ts[0].members[0].reaches(offered["shm"])
+        addresses[1] = addresses[1].replace(f"shm={offered['shm']}", f"shm={pid},{probe},elsewhere")
+        ts[0].set_peers(addresses)
+        assert ts[0].routes() == [None, "tcp"]
+    finally:
+        close_all(ts)
+        cleanup_job(name)

@@ -5,8 +5,8 @@
     python benchmarks/compare.py                        # everything (15-20 minutes)
     python benchmarks/compare.py --systems minimpi-tcp,openmpi-tcp,limits --sizes 8,1M --out /tmp/c
 
-Systems (``--systems``, default all): minimpi-tcp, minimpi-shm (``-x MINIMPI_TRANSPORT=shm``;
-"not available" while minimpi has no such transport), openmpi (mpi4py on Open MPI, its
+Systems (``--systems``, default all): minimpi-tcp and minimpi-shm (``-x MINIMPI_TRANSPORT=tcp``
+or ``=shm``: minimpi's default, auto, is shared memory on one host), openmpi (mpi4py on Open MPI, its
 default transports: shared memory within a host), openmpi-tcp (``--mca btl tcp,self``),
 mpich (mpi4py on MPICH), gloo (torch.distributed), and limits (what the machine allows,
 measured by benchmarks/limits.py: a blocking Python socket ping-pong, one that spins up to
@@ -223,8 +223,8 @@ class System:
         if self.key.startswith("minimpi"):
             cmd = [sys.executable, "-m", "minimpi", "run", "-n", str(p), "--no-prefix",
                    "--deadlock-timeout", "120"]
-            if self.key == "minimpi-shm":
-                cmd += ["-x", "MINIMPI_TRANSPORT=shm"]
+            # the transport named, never the default (auto: shared memory on one host)
+            cmd += ["-x", "MINIMPI_TRANSPORT=" + ("shm" if self.key == "minimpi-shm" else "tcp")]
             return cmd + [WORKER] + wargs, env
         env.pop("PYTHONPATH", None)       # the real mpi4py, never minimpi's shim
         if self.key == "gloo":

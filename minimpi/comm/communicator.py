@@ -152,9 +152,10 @@ class Comm(CommExtras):
                            f"0..{TAG_UB} or MPI.ANY_TAG")
 
     # -- the core operations all others use ----------------------------------------------
-    # Each checks its arguments with one cheap test first and runs the checks that name the
-    # problem (or handle PROC_NULL) only when that fails: a small message costs a few
-    # microseconds in all, so the checks must not cost one of them.
+    # Each checks its arguments with one cheap test first (plain ints in range) and runs the
+    # checks that name the problem (or accept numpy integers, or handle PROC_NULL) only when
+    # that fails: a small message costs a few microseconds in all, so the checks must not
+    # cost one of them.
     def _send_checks(self, dest: int, tag: int, call: str) -> bool:
         """False (the send goes nowhere) for PROC_NULL; raises for a bad argument."""
         self._alive(call)
@@ -171,7 +172,8 @@ class Comm(CommExtras):
 
     def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
-        if (self._freed or not 0 <= dest < self._ep.size or not 0 <= tag <= TAG_UB) and \
+        if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
+                type(tag) is not int or not 0 <= tag <= TAG_UB) and \
                 not self._send_checks(dest, tag, call):
             return CompletedRequest()
         payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
@@ -179,7 +181,8 @@ class Comm(CommExtras):
         return send(payload, nbytes, dest, tag, flags | F_OBJECT, call)
 
     def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
-        if (self._freed or not 0 <= source < self._ep.size and source != ANY_SOURCE or
+        if (self._freed or type(source) is not int or type(tag) is not int or
+                not 0 <= source < self._ep.size and source != ANY_SOURCE or
                 not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
                 not self._recv_checks(source, tag, call):
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
@@ -189,7 +192,8 @@ class Comm(CommExtras):
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
-        if (self._freed or not 0 <= dest < self._ep.size or not 0 <= tag <= TAG_UB) and \
+        if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
+                type(tag) is not int or not 0 <= tag <= TAG_UB) and \
                 not self._send_checks(dest, tag, call):
             return CompletedRequest()
         view, _ = byte_view(buf, False, call)
@@ -197,7 +201,8 @@ class Comm(CommExtras):
         return send((view,), view.nbytes, dest, tag, flags, call)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
-        null = (self._freed or not 0 <= source < self._ep.size and source != ANY_SOURCE or
+        null = (self._freed or type(source) is not int or type(tag) is not int or
+                not 0 <= source < self._ep.size and source != ANY_SOURCE or
                 not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
             not self._recv_checks(source, tag, call)
         view, spec = byte_view(buf, True, call)

@@ -65,6 +65,10 @@ class RouterTransport(Transport):
     def name(self) -> str:
         return "+".join(t.name for t in self.members)
 
+    def member(self, name: str) -> Optional[Transport]:
+        """The member transport called ``name`` ("tcp", "shm"), if this router has it."""
+        return next((t for t in self.members if t.name == name), None)
+
     def routes(self) -> List[Optional[str]]:
         """The member that carries messages to each peer (None for this rank itself)."""
         return [t.name if t is not None else None for t in self._route]

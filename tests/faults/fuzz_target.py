@@ -2,8 +2,9 @@
 
     fuzz_target.py OUTDIR MODE ROUNDS
 
-Every rank writes OUTDIR/addr.<rank> (its data-plane "host:port" and pid), waits for the
-file OUTDIR/go (the test creates it once its attack is done), then runs ROUNDS checked
+Every rank writes OUTDIR/addr.<rank> (its TCP data-plane "host:port" and pid: the tests run
+it with --transport tcp), waits for the file OUTDIR/go (the test creates it once its attack
+is done), then runs ROUNDS checked
 collectives and point-to-point exchanges, opening its connections only now (the test sets
 MINIMPI_CONNECT_ALL_MAX=0) so that they must succeed in spite of the attack. Each rank
 prints ``ok <rank> <peak RSS in KiB> <open fds>`` at the end.
@@ -25,7 +26,7 @@ from minimpi.runtime import world
 outdir, mode, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-transport = world.world_state().engine.transport
+transport = world.world_state().engine.transport.member("tcp")   # (the job runs over TCP)
 host, port = transport._listener.sock.getsockname()[:2]
 with open(os.path.join(outdir, f"addr.{rank}.tmp"), "w") as f:
     f.write(f"{host}:{port} {os.getpid()}")

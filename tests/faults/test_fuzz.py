@@ -130,8 +130,8 @@ def test_data_plane_strangers_are_dropped_and_the_job_goes_on(tmp_path, job_mark
     # out of descriptors and its next outgoing connection fails (the job dies)
     left = Leftovers(job_marker, tmp_path)
     env = dict(os.environ, MINIMPI_CONNECT_ALL_MAX="0")
-    proc = subprocess.Popen([*MINIMPI, "run", "-n", "3", *left.args(), TARGET, str(tmp_path),
-                             "plain", "30"], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*MINIMPI, "run", "-n", "3", "--transport", "tcp", *left.args(),
+                             TARGET, str(tmp_path), "plain", "30"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_low_fd_limit)
     idle = []
@@ -209,7 +209,7 @@ def _huge_frame(host: str, port: int, claim: int, budget: int) -> int:
 
 def test_coordinator_strangers_cannot_starve_or_bloat_the_launcher(tmp_path, job_marker):
     left = Leftovers(job_marker, tmp_path)
-    proc = start_minimpi("-n", 3, *left.args(), TARGET, tmp_path, "plain", 150)
+    proc = start_minimpi("-n", 3, "--transport", "tcp", *left.args(), TARGET, tmp_path, "plain", 150)
     sampler = Sampler(proc.pid)
     flooders = []
     try:
@@ -246,7 +246,8 @@ def _rank_pid(outdir) -> int:
 
 def test_coordinator_insider_replay_and_junk_are_dropped(tmp_path, job_marker):
     left = Leftovers(job_marker, tmp_path)
-    proc = start_minimpi("-n", 3, *left.args(), TARGET, tmp_path, "insider", 20)
+    proc = start_minimpi("-n", 3, "--transport", "tcp", *left.args(), TARGET, tmp_path, "insider",
+                         20)
     sampler = Sampler(proc.pid)
     try:
         wait_addresses(tmp_path, 3, proc)

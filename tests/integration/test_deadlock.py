@@ -108,11 +108,13 @@ def test_waiting_for_a_finished_rank_by_name(write_script, job_marker):
     assert res.returncode == EXIT_DEADLOCK, res.stderr
     assert ("rank 0 waits for rank 1 in recv(tag=5) at early1.py:5 -> rank 1 already exited "
             "normally") in res.stderr
-    # Over shared memory a rank sees its peer exit (a pidfd) and the receive fails at once.
+    # Over shared memory a rank sees its peer exit (a pidfd): the receive fails at once with
+    # PeerLostError, and the launcher names the rank that left early instead of a deadlock.
     res = run(2, script, job_marker, "--transport", "shm")
     assert res.returncode == 1, res.stderr
-    assert "recv(source=1, tag=5) on COMM_WORLD cannot complete: world rank 1 is gone (exited)" \
+    assert "rank 1 exited with code 0 while rank(s) 0 still expected messages from it" \
         in res.stderr
+    assert "rank(s) 0 lost a peer (PeerLostError)" in res.stderr
 
 
 def test_no_false_alarm_for_a_computing_rank(write_script, job_marker):

@@ -228,8 +228,7 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
         from minimpi.runtime import world as runtime
         comm = MPI.COMM_WORLD
         if comm.rank == 1:
-            router = runtime.world_state().engine.transport
-            tcp = next(t for t in router.members if t.name == "tcp")
+            tcp = runtime.world_state().engine.transport.member("tcp")
             sock = tcp._listener.sock
             host, port = sock.getsockname()[:2]
             open({str(tmp_path / 'port')!r}, "w").write(str(port))

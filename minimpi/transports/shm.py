@@ -39,6 +39,9 @@ if it sees the flag. Each side stores, fences, then loads the other's word, so a
 sees the other (Dekker): no lost wake-up, and a syscall only when someone really sleeps. A
 sender waiting for ring space raises ``want_space`` on its ring in the same way; the reader
 wakes it after freeing space. The fence is a lock acquire/release (a locked instruction).
+That bytes are visible before the counter that publishes them is x86-64's store order
+(Python cannot place a release/acquire barrier cheaply), so the transport is offered on
+x86-64 only; elsewhere ``auto`` uses TCP.
 
 A peer that exits, is killed, or closes its transport is noticed through its pidfd or its
 ``closed`` flag: what it wrote before is delivered, then the engine hears ``peer_lost`` and
@@ -51,6 +54,7 @@ import ctypes
 import glob
 import mmap
 import os
+import platform
 import select
 import socket
 import struct
@@ -100,24 +104,22 @@ R_CMA = 24               # consumer: whether it can read the producer's memory (
 CMA_UNKNOWN, CMA_YES, CMA_NO = 0, 1, 2
 RING_CTL = 256
 
-#: the reserved header field marks a payload sent by reference (a descriptor follows)
+#: in the header's ``extra`` field: the payload is sent by reference (a descriptor follows)
 BY_REFERENCE = 1
 #: a transport-level record (never shown to the engine): "your by-reference frame was read"
 K_ACK = 0x7F
 _DESC = struct.Struct("<QI4x")      # token, number of (address, length) entries
 _ENTRY = struct.Struct("<QQ")
 _PROBE = b"minimpi cma probe"
-_U64 = struct.Struct("=Q")
 
 
 def ring_bytes(size: int, override: Optional[str] = None) -> int:
     """The ring size for a job of ``size`` ranks: a power of two, so that an inbox of
     ``size`` rings stays within ``INBOX_BUDGET`` (``MINIMPI_SHM_RING`` overrides)."""
     if override:
-        want = parse_size(override)
+        want = max(4 * HEADER_SIZE, parse_size(override))
     else:
-        want = INBOX_BUDGET // max(1, size)
-    want = max(RING_MIN, min(RING_MAX if not override else 1 << 40, want))
+        want = max(RING_MIN, min(RING_MAX, INBOX_BUDGET // max(1, size)))
     return 1 << (want.bit_length() - 1)
 
 
@@ -148,6 +150,9 @@ def available(directory: str = SHM_DIR) -> Optional[str]:
     """None if this host can run the transport, else why not."""
     if not sys.platform.startswith("linux"):
         return "shared memory transport needs Linux (abstract unix sockets, /dev/shm)"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return (f"shared memory transport needs x86-64's store order (this is "
+                f"{platform.machine()}): its rings publish bytes with plain stores")
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         return f"{directory} is missing or not writable"
     return None
@@ -580,7 +585,7 @@ class ShmTransport(Transport):
                 out.tokens += 1
                 token = out.tokens
                 desc = bytearray(header)
-                desc[2] |= BY_REFERENCE           # the reserved field (see frames.py)
+                desc[2] |= BY_REFERENCE           # the extra field (see frames.py)
                 desc += _DESC.pack(token, len(payload))
                 for seg in payload:
                     desc += _ENTRY.pack(_address(seg), seg.nbytes)

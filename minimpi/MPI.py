@@ -65,6 +65,16 @@ def Get_version() -> tuple:
     return (VERSION, SUBVERSION)
 
 
+def get_vendor() -> tuple:
+    """mpi4py's ``MPI.get_vendor()``: ``("minimpi", (major, minor, micro))``.
+
+    The name matches none of the MPI implementations mpi4py's test helpers special-case
+    (MPICH, Open MPI, Intel MPI...), so no workaround meant for those fires here.
+    """
+    parts = [int(p) if p.isdigit() else 0 for p in _minimpi_version.split(".")[:3]]
+    return ("minimpi", tuple(parts + [0] * (3 - len(parts))))
+
+
 def Get_library_version() -> str:
     return (f"minimpi {_minimpi_version} (pure Python; mpi4py-compatible subset of MPI "
             f"{VERSION}.{SUBVERSION})")
@@ -136,8 +146,7 @@ ARGVS_NULL = None
 DISPLACEMENTS_MIXED = 0
 
 #: ``MPI.REQUEST_NULL``: the null request; every completed (non-persistent) request equals it.
-REQUEST_NULL = Request(None, "REQUEST_NULL")
-REQUEST_NULL.done, REQUEST_NULL._pending, REQUEST_NULL._inactive = True, 0, True
+REQUEST_NULL = Request()
 
 
 # -- environment -----------------------------------------------------------------------------
@@ -220,7 +229,24 @@ File = _Refused._make("File", "File", ("Open", "Delete", "Get_amode"))
 Intercomm = _Refused._make("Intercomm", "Intercomm")
 Graphcomm = _Refused._make("Graphcomm", "Graph")
 Distgraphcomm = _Refused._make("Distgraphcomm", "Graph")
-Grequest = _Refused._make("Grequest", "Grequest", ("Start",))
+
+
+class Grequest(Request):
+    """``MPI.Grequest``: generalized requests are not implemented. ``MPI.Grequest()`` is a
+    null handle; ``Grequest.Start`` raises NotImplementedError naming the feature, and
+    ``Grequest(req)`` of another kind of request is a TypeError (as in mpi4py)."""
+
+    __slots__ = ()
+
+    def _check_handle_type(self, target: Request) -> None:
+        if not isinstance(target, Grequest):
+            raise TypeError(f"MPI.Grequest({target!r:.60}): not a generalized request")
+
+    Start = staticmethod(refusing("Grequest", "MPI.Grequest.Start"))
+    Complete = refusing("Grequest", "MPI.Grequest.Complete")
+    complete = Complete
+
+
 WIN_NULL = None
 FILE_NULL = None
 Open_port = refusing("Spawn", "MPI.Open_port")

@@ -22,6 +22,7 @@ less, then the one registered first (:func:`tie_key`).
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
@@ -159,17 +160,22 @@ AUTO_MEMO_SIZE = 4096
 
 
 _loaded = False
+_load_lock = threading.Lock()
 
 
 def _load_all() -> None:
-    """Import every algorithm module so that all registrations have run."""
+    """Import every algorithm module so that all registrations have run (once; ranks
+    running as threads may ask at the same time, and none may see a partial registry)."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import importlib
-    for module in COLLECTIVE_MODULES:
-        importlib.import_module(f"minimpi.coll.{module}")
+    with _load_lock:
+        if _loaded:
+            return
+        import importlib
+        for module in COLLECTIVE_MODULES:
+            importlib.import_module(f"minimpi.coll.{module}")
+        _loaded = True
 
 
 #: one module per collective (adding a collective: one module and one line here)

@@ -29,11 +29,11 @@ from ..data.buffers import byte_view, parse_buffer
 from ..errors import ArgumentError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
-from ..p2p.request import CompletedRequest, Request, Status, null_status
+from ..p2p.request import CompletedRequest, PairRequest, Request, Status, null_status
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .extras import CommExtras
-from .message import ProbeWait, finish_object, probe_status
+from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .topology import CartMixin
 
@@ -173,9 +173,9 @@ class Comm(CommExtras):
         self._alive(call)
         self._check_source(source, call)
         self._check_recv_tag(tag, call)
-        view, spec = byte_view(buf, True, call)
-        if source == PROC_NULL:
+        if source == PROC_NULL:   # mpi4py does not look at the buffer then
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+        view, spec = byte_view(buf, True, call)
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
             req._finish = spec.finish
@@ -205,20 +205,50 @@ class Comm(CommExtras):
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Optional[Status] = None) -> Any:
-        """Receive a Python object (any size: no buffer needed; ``buf`` is accepted and ignored)."""
-        return self._recv_obj(source, tag, "recv").wait(status)
+        """Receive a Python object (any size: no buffer needed).
+
+        ``buf`` is deprecated, as in mpi4py: passing one warns (``UserWarning``); an int or a
+        writable buffer then caps the message size (a larger one raises ``TruncationError``)
+        and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
+        received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
+        """
+        capacity = recv_capacity(buf, "recv", warn=True)
+        return self._capped(self._recv_obj(source, tag, "recv"), capacity).wait(status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Start receiving a Python object; ``req.wait()`` returns it."""
-        return self._recv_obj(source, tag, "irecv")
+        """Start receiving a Python object; ``req.wait()`` returns it (``buf``: as ``recv``'s,
+        without the warning)."""
+        capacity = recv_capacity(buf, "irecv", warn=False)
+        return self._capped(self._recv_obj(source, tag, "irecv"), capacity)
+
+    @staticmethod
+    def _capped(req: Request, capacity: Optional[int]) -> Request:
+        if capacity is not None and req._finish is not None:
+            req._finish = lambda: finish_object(req, capacity)
+        return req
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> Any:
         """Send an object to ``dest`` and receive one from ``source`` at once (no deadlock
-        when two ranks exchange); returns the received object."""
-        rreq = self._recv_obj(source, recvtag, "sendrecv")
-        sreq = self._send_obj(sendobj, dest, sendtag, "sendrecv")
+        when two ranks exchange); returns the received object.
+
+        Both halves are checked (and the object pickled) before anything is posted, so a
+        call that raises has no effect on later messages.
+        """
+        call = "sendrecv"
+        capacity = recv_capacity(recvbuf, call, warn=True)
+        self._alive(call)
+        self._check_dest(dest, call)
+        self._check_send_tag(sendtag, call)
+        self._check_source(source, call)
+        self._check_recv_tag(recvtag, call)
+        payload = None
+        if dest != PROC_NULL:
+            payload = serialization.dumps(sendobj, rank=self.rank, call=call)
+        rreq = self._capped(self._recv_obj(source, recvtag, call), capacity)
+        sreq = CompletedRequest() if payload is None else \
+            self._ep.isend(payload[0], payload[1], dest, sendtag, F_OBJECT, call)
         self._ep.engine.wait_all([rreq, sreq])
         sreq.wait()
         return rreq.wait(status)
@@ -265,22 +295,69 @@ class Comm(CommExtras):
         """Start receiving into a buffer; it is filled once the request completes."""
         return self._recv_buf(buf, source, tag, "Irecv")
 
+    def _sendrecv(self, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
+                  recvtag: int, call: str) -> Tuple[Request, Request]:
+        """Post a buffer receive and a send, after checking **both**: a call that raises has
+        posted nothing, so it cannot swallow a later message."""
+        self._alive(call)
+        self._check_dest(dest, call)
+        self._check_send_tag(sendtag, call)
+        self._check_source(source, call)
+        self._check_recv_tag(recvtag, call)
+        sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
+        rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
+        rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
+            self._ep.irecv(rview, source, recvtag, call)
+        if rspec is not None and rspec.is_temporary:
+            rreq._finish = rspec.finish
+        sreq = CompletedRequest() if sview is None else \
+            self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
+        return rreq, sreq
+
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> None:
-        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once."""
-        rreq = self._recv_buf(recvbuf, source, recvtag, "Sendrecv")
-        sreq = self._send_buf(sendbuf, dest, sendtag, "Sendrecv")
+        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once
+        (both buffers are checked before anything is posted)."""
+        rreq, sreq = self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag,
+                                    "Sendrecv")
         self._ep.engine.wait_all([rreq, sreq])
         sreq.wait()
         rreq.wait(status)
 
+    def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
+        """Nonblocking ``Sendrecv``: one request, complete once both halves are (its status
+        is the receive's)."""
+        rreq, sreq = self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag,
+                                    "Isendrecv")
+        return PairRequest(rreq, sreq, "Isendrecv")
+
+    def _replace_parts(self, buf: Any, dest: int, source: int, call: str) -> Tuple[Any, Any]:
+        """(outgoing copy, receive target) of a Sendrecv_replace: the data to send is copied
+        first, since the receive overwrites ``buf``."""
+        if dest == PROC_NULL:
+            return None, buf
+        spec = parse_buffer(buf, writable=source != PROC_NULL, call=call, arg="buf")
+        return spec.array.copy(), buf
+
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Optional[Status] = None) -> None:
         """Send the contents of ``buf`` and replace them with the message received."""
-        spec = parse_buffer(buf, writable=True, call="Sendrecv_replace", arg="buf")
-        outgoing = spec.array.copy()
-        self.Sendrecv(outgoing, dest, sendtag, buf, source, recvtag, status)
+        outgoing, target = self._replace_parts(buf, dest, source, "Sendrecv_replace")
+        rreq, sreq = self._sendrecv(outgoing, dest, sendtag, target, source, recvtag,
+                                    "Sendrecv_replace")
+        self._ep.engine.wait_all([rreq, sreq])
+        sreq.wait()
+        rreq.wait(status)
+
+    def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,
+                          source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
+        """Nonblocking ``Sendrecv_replace`` (the outgoing data is copied at the call)."""
+        outgoing, target = self._replace_parts(buf, dest, source, "Isendrecv_replace")
+        rreq, sreq = self._sendrecv(outgoing, dest, sendtag, target, source, recvtag,
+                                    "Isendrecv_replace")
+        return PairRequest(rreq, sreq, "Isendrecv_replace")
 
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
         """Wait until a matching message is available (without receiving it)."""

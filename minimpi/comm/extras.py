@@ -61,7 +61,7 @@ class CommExtras:
     # -- persistent requests ---------------------------------------------------------------
     def _persistent(self, start, call: str, peer_name: str, peer: int, tag: int) -> Request:
         self._alive(call)
-        return Prequest(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
+        return Prequest._create(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         self._check_dest(dest, "Send_init")

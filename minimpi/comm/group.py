@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
+from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..errors import ERR_GROUP, MinimpiError, RankError
 from .null import COMM_NULL
@@ -240,8 +241,9 @@ def create(comm: "Comm", group: Group) -> Any:
     return new
 
 
-#: Base of the tags Create_group uses on the parent's collective context. Collective calls
-#: number their tags from 1 upward, so this range never meets theirs.
+#: Create_group's tag must be below this (MPI's tag range; its messages travel on the
+#: parent's collective context with tags from minimpi.coll.slots.create_group_tag, which
+#: never meet a collective call's).
 _CREATE_GROUP_TAG = 0x40000000
 
 
@@ -265,7 +267,7 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     parent_rank = {w: i for i, w in enumerate(comm._ep.group)}
     members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
     proposals = comm._exchange(comm._free_context(), "Create_group", members,
-                               _CREATE_GROUP_TAG + int(tag))
+                               create_group_tag(int(tag)))
     context = comm._agree_context(proposals)
     return comm._derive(group._members, group._members.index(me), context,
                         f"{comm.name}.create_group")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DatatypeError
+from ..errors import DatatypeError, UnknownDatatypeError
 
 __all__ = [
     "Datatype", "DATATYPE_NULL", "PREDEFINED", "TYPECODES",
@@ -429,8 +429,8 @@ def resolve_datatype(obj, *, call: str = "", arg: str = "datatype") -> Datatype:
     if isinstance(obj, str):
         try:
             return from_typecode(obj)
-        except DatatypeError as exc:
-            raise DatatypeError(f"{prefix}{arg}: {exc}") from None
+        except DatatypeError as exc:   # mpi4py: KeyError "cannot map ... to MPI datatype"
+            raise UnknownDatatypeError(f"{prefix}{arg}: {exc}") from None
     if isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic)):
         try:
             return from_numpy_dtype(obj)

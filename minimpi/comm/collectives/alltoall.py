@@ -7,7 +7,7 @@ from ...coll.blocks import Blocks, as_bytes
 from ...constants import IN_PLACE
 from ...data.buffers import parse_vbuffer
 from ...errors import CountError
-from .common import execute
+from .common import collective, execute, in_place
 
 
 class AlltoallMethods:
@@ -29,10 +29,11 @@ class AlltoallMethods:
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
         return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoallv", True, True)
 
+    @collective
     def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
         p, rank = self.size, self.rank
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
-        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf",
+        send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
                              allow_in_place=True)
         rblocks = Blocks.of_vbuffer(recv)
         if send is IN_PLACE:                          # send from a copy of recvbuf's data
@@ -69,6 +70,7 @@ class AlltoallMethods:
                        lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
                        nonblocking=nonblocking, finalize=lambda _: recv.finish())
 
+    @collective
     def alltoall(self, sendobj: Any, algorithm: str = None) -> list:
         """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""
         p = self.size

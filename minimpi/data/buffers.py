@@ -142,10 +142,12 @@ class WBufSpec:
     """An ``Alltoallw`` buffer: per rank a count, a byte displacement and a datatype.
 
     ``blocks[i]`` is rank ``i``'s block as a flat uint8 view (``counts[i] * types[i].size``
-    bytes at byte offset ``displs[i]``; with ``MPI.BOTTOM`` the displacements are absolute
-    addresses from ``MPI.Get_address``).
+    bytes at byte offset ``displs[i]`` of ``array``, the whole buffer's bytes; with
+    ``MPI.BOTTOM`` there is no ``array`` and the displacements are absolute addresses from
+    ``MPI.Get_address``).
     """
 
+    array: Optional[np.ndarray]
     blocks: list[np.ndarray]
     counts: list[int]
     displs: list[int]
@@ -649,7 +651,7 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
             ex = Exported(d, nbytes, readonly, "B", 1, 0, None)
             blocks.append(array_at(ex, f"{call}: {arg} block for rank {i} (MPI.BOTTOM + {d})",
                                    writable))
-    return WBufSpec(blocks, counts_l, displs_l, types_l)
+    return WBufSpec(raw, blocks, counts_l, displs_l, types_l)
 
 
 def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:
@@ -660,7 +662,8 @@ def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional
     back into a non-contiguous receive buffer).
     """
     kind = type(buf)
-    if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable):
+    if kind is np.ndarray and buf.flags.c_contiguous and (buf.flags.writeable or not writable) \
+            and buf.dtype.isnative:
         try:
             return memoryview(buf).cast("B"), None
         except (TypeError, ValueError):

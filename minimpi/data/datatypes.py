@@ -402,8 +402,8 @@ def from_typecode(code: str) -> Datatype:
     key = code.lstrip("=|<") if len(code) > 1 else code
     if key in TYPECODES:
         return TYPECODES[key]
-    try:
-        dt = np.dtype(code)
+    try:   # other numpy type strings ('int32', '<f8'...), not control characters
+        dt = np.dtype(code) if code.isprintable() and code.strip() else None
     except TypeError:
         dt = None
     if dt is not None:

@@ -24,11 +24,12 @@ request's target included - the exporter is too.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -324,28 +325,51 @@ def from_cai(obj: Any, writable: bool, what: str) -> Exported:
 
 
 # -- reaching the memory -----------------------------------------------------------------
-def host_accessible(address: int, nbytes: int, writable: bool) -> bool:
-    """Whether ``[address, address + nbytes)`` is mapped readable (and writable if asked) in
-    this process (Linux ``/proc/self/maps``; False where that cannot be checked)."""
-    if nbytes <= 0:
-        return True
+_maps: List[Tuple[int, int, bytes]] = []     # (start, end, permissions), sorted
+_maps_starts: List[int] = []
+
+
+def _read_maps() -> bool:
+    global _maps, _maps_starts
     try:
         with open("/proc/self/maps", "rb") as f:
-            maps = f.read().splitlines()
+            lines = f.read().splitlines()
     except OSError:
         return False
-    need = b"rw" if writable else b"r"
-    pos, end = address, address + nbytes
-    for line in maps:
+    maps = []
+    for line in lines:
         span, perms = line.split(b" ", 2)[:2]
         lo, hi = (int(x, 16) for x in span.split(b"-"))
-        if lo <= pos < hi:
-            if perms[:len(need)] != need:
-                return False
-            pos = hi
-            if pos >= end:
-                return True
+        maps.append((lo, hi, perms))
+    maps.sort()
+    _maps, _maps_starts = maps, [m[0] for m in maps]
+    return True
+
+
+def _covered(address: int, nbytes: int, need: bytes) -> bool:
+    pos, end = address, address + nbytes
+    i = bisect.bisect_right(_maps_starts, pos) - 1
+    while 0 <= i < len(_maps):
+        lo, hi, perms = _maps[i]
+        if not lo <= pos < hi or perms[:len(need)] != need:
+            return False
+        pos = hi
+        if pos >= end:
+            return True
+        i += 1
     return False
+
+
+def host_accessible(address: int, nbytes: int, writable: bool) -> bool:
+    """Whether ``[address, address + nbytes)`` is mapped readable (and writable if asked) in
+    this process (Linux ``/proc/self/maps``, re-read when the range is not in the copy read
+    last; False where that cannot be checked)."""
+    if nbytes <= 0:
+        return True
+    need = b"rw" if writable else b"r"
+    if _maps and _covered(address, nbytes, need):
+        return True
+    return _read_maps() and _covered(address, nbytes, need)
 
 
 def array_at(ex: Exported, what: str, writable: bool) -> np.ndarray:

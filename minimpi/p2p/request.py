@@ -631,15 +631,17 @@ class CompletedRequest(Request):
         self._result = result
 
 
-class PairRequest(Request):
-    """One request over a receive and a send (``Isendrecv``): complete when both are; its
-    status is the receive's, its error the first of the two."""
+class CombinedRequest(Request):
+    """One request over several (``Isendrecv``: a receive and a send; ``Iflush_buffer``:
+    pending buffered sends): complete when all are; its status is the first one's, its
+    error the first error."""
 
     __slots__ = ("_parts",)
 
-    def __init__(self, recv: Request, send: Request, description: str = "sendrecv") -> None:
-        self._setup(recv._engine or send._engine, description)
-        self._parts = (recv, send)
+    def __init__(self, parts: Sequence[Request], description: str = "combined") -> None:
+        self._setup(next((r._engine for r in parts if r._engine is not None), None),
+                    description)
+        self._parts = tuple(parts)
         self._pending = 0
 
     @property
@@ -652,19 +654,22 @@ class PairRequest(Request):
 
     @property
     def status(self) -> Status:
-        return self._parts[0].status
+        return self._parts[0].status if self._parts else Status()
 
     @status.setter
     def status(self, value: Status) -> None:   # set only by _setup
         pass
 
     def _collect(self, status: Optional[Status]) -> Any:
-        recv, send = self._parts
         self._inactive = True
-        try:
-            send._collect(None)
-        finally:
-            recv._collect(status)
+        first: Optional[BaseException] = None
+        for i, r in enumerate(self._parts):
+            try:
+                r._collect(status if i == 0 else None)
+            except MinimpiError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
         return None
 
     def Cancel(self) -> None:
@@ -674,7 +679,17 @@ class PairRequest(Request):
     cancel = Cancel
 
     def __repr__(self) -> str:
-        return f"<PairRequest {self.description}: {self._parts[0]!r}, {self._parts[1]!r}>"
+        return f"<{type(self).__name__} {self.description}: {list(self._parts)!r}>"
+
+
+class PairRequest(CombinedRequest):
+    """``Isendrecv``'s request: complete once its receive and its send are; the status is
+    the receive's."""
+
+    __slots__ = ()
+
+    def __init__(self, recv: Request, send: Request, description: str = "sendrecv") -> None:
+        super().__init__((recv, send), description)
 
 
 class SendRequest(Request):

@@ -8,6 +8,7 @@ on values every rank has (size, byte count, op, environment), so all ranks pick 
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
@@ -104,8 +105,21 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     schedule = invoke(alg, ch)
     if nonblocking:
         return start(ch, schedule, finalize)
-    result = run(ch, schedule)
+    if objects:   # as mpi4py: one thread at a time per lowercase collective and communicator
+        with comm_lock(comm, collective):
+            result = run(ch, schedule)
+    else:
+        result = run(ch, schedule)
     return finalize(result) if finalize is not None else result
+
+
+def comm_lock(comm: Any, key: str) -> threading.Lock:
+    """The lock of ``comm``'s lock table (mpi4py's ``MPI._comm_lock_table``) under ``key``."""
+    table = comm.__dict__.setdefault("_lock_table", {})
+    lock = table.get(key)
+    if lock is None:
+        lock = table.setdefault(key, threading.Lock())
+    return lock
 
 
 def in_place(buf: Any) -> Any:

@@ -282,8 +282,11 @@ class Watch:
         """Another rank's abort marker arrived (see :mod:`minimpi.coll.slots`)."""
         low = inc.tag & SEQ_MASK
         fields = self.calls.get(low)
-        if fields is None:          # a call this rank has not reached: open_call will see it
-            return
+        if fields is None:
+            behind = (self.ep._coll_seq - low) & SEQ_MASK
+            if 0 < behind < (SEQ_MASK + 1) // 2:   # a call finished long ago: nothing to do
+                slots.purge_slot(engine, inc.context, low)
+            return                  # else a call this rank has not reached: open_call sees it
         if low not in self.aborted:
             mine = Call(*fields)
             self.abort(engine, inc.context, low, slots.aborted_error(

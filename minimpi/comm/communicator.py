@@ -10,7 +10,9 @@ with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
+import itertools
 import operator
+import weakref
 import zlib
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -605,6 +607,43 @@ class Comm(CommExtras):
         raise ValueError(f"cannot serialize {self!r}: only MPI.COMM_WORLD, MPI.COMM_SELF and "
                          f"MPI.COMM_NULL can be pickled (their name is what travels)")
 
+    # -- handles (mpi4py's handle / fromhandle / toint / fromint / py2f / f2py) -------------
+    @property
+    def handle(self) -> int:
+        """An integer naming this communicator in this process (0 for a null handle); give
+        it to ``fromhandle`` for another handle on the same communicator."""
+        if self.__dict__.get("_null"):
+            return 0
+        h = self.__dict__.get("_handle")
+        if h is None:
+            h = self.__dict__["_handle"] = next(_next_handle)
+            _HANDLES[h] = self
+        return h
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "Comm":
+        """A handle of this class on the communicator ``handle`` names (0: a null one)."""
+        handle = operator.index(handle)
+        if handle == 0:
+            return cls()
+        comm = _HANDLES.get(handle)
+        if comm is None:
+            raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live communicator "
+                             f"has this handle in this process")
+        return cls(comm)
+
+    def toint(self) -> int:
+        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, value: int) -> "Comm":
+        return cls.fromhandle(value)
+
+    f2py = fromint
+
     # -- Split_type ------------------------------------------------------------------------
     @collective
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> "Intracomm":
@@ -678,6 +717,10 @@ def _share_handle(target: "Comm", source: Any) -> None:
         raise TypeError(f"MPI.{type(target).__name__}({source!r:.60}): expected a "
                         f"communicator (e.g. MPI.COMM_WORLD) or nothing")
 
+
+#: handle number -> communicator, for ``Comm.fromhandle`` (filled when ``.handle`` is read)
+_HANDLES: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
 
 #: this process's COMM_WORLD and COMM_SELF (set by the runtime), what pickles by name
 _PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}

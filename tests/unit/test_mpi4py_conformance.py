@@ -374,6 +374,10 @@ def test_communicator_handles_and_names():
         MPI.Comm((1, 2, 3))
     assert MPI.Intercomm() == MPI.COMM_NULL
     assert isinstance(MPI.Comm.Get_parent(), MPI.Intercomm)
+    world = MPI.COMM_WORLD
+    again = MPI.Intracomm.fromhandle(world.handle)
+    assert again == world and again is not world and world.toint() == world.handle
+    assert MPI.Comm.fromhandle(0) == MPI.COMM_NULL
 
     class MyComm(MPI.Intracomm):       # mpi4py's subclassing demo
         def __new__(cls, comm):

@@ -28,6 +28,7 @@ each phase on its own link (see :mod:`minimpi.coll.cost`, "Hosts").
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -214,17 +215,22 @@ AUTO_MEMO_SIZE = 4096
 
 
 _loaded = False
+_load_lock = threading.Lock()
 
 
 def _load_all() -> None:
-    """Import every algorithm module so that all registrations have run."""
+    """Import every algorithm module so that all registrations have run (once; ranks
+    running as threads may ask at the same time, and none may see a partial registry)."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import importlib
-    for module in COLLECTIVE_MODULES:
-        importlib.import_module(f"minimpi.coll.{module}")
+    with _load_lock:
+        if _loaded:
+            return
+        import importlib
+        for module in COLLECTIVE_MODULES:
+            importlib.import_module(f"minimpi.coll.{module}")
+        _loaded = True
 
 
 #: one module per collective (adding a collective: one module and one line here)

@@ -15,7 +15,7 @@ import threading
 from typing import Optional
 
 from .. import transports
-from ..comm.communicator import Intracomm
+from ..comm.communicator import Intracomm, set_predefined
 from ..errors import JobAbortedError
 from ..p2p.engine import Engine, eager_limit_from_env
 from .bootstrap import BootInfo, bootstrap
@@ -48,6 +48,7 @@ class _Runtime:
                     transport.connect_all()
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
+        set_predefined(self.world, self.self_comm)   # what pickles by name
         self.failing = False
         # deadlock diagnosis: long waits are reported to the launcher (minimpi.runtime.diagnose)
         self.reporter = install_diagnostics(self.engine, info.coordinator, info.env)

@@ -80,11 +80,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-x", "--env", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="set an environment variable for every rank; repeatable")
     p.add_argument("--oversubscribe", action="store_true",
-                   help="accepted for mpirun habits; minimpi never limits ranks per core")
-    p.add_argument("--bind", default="127.0.0.1", metavar="HOST",
-                   help="address the ranks' data plane listens on (default 127.0.0.1)")
+                   help="place more ranks than --hosts/--hostfile/Slurm slots (in proportion "
+                        "to the slots); minimpi never limits ranks per core")
+    p.add_argument("--bind", default=None, metavar="HOST",
+                   help="address the ranks' data plane listens on (default 127.0.0.1; on "
+                        "several hosts see --iface)")
     from . import observe
     observe.add_arguments(p)   # --trace FILE, --stats
+    from . import multihost
+    multihost.add_arguments(p)   # --hosts, --hostfile, --launcher, --rsh, --remote-python, --iface
     p.add_argument("--no-mpi4py-shim", dest="mpi4py_shim", action="store_false",
                    help="do not make `import mpi4py` resolve to minimpi in the ranks (by default "
                         "it does, even where the real mpi4py is installed)")
@@ -223,14 +227,21 @@ def main(args: argparse.Namespace) -> int:
         deadlock_timeout=args.deadlock_timeout,
         prefix=not args.no_prefix,
         output_dir=args.output_dir,
-        bind=args.bind,
+        bind=args.bind or "127.0.0.1",
     )
+    from . import multihost
+    try:   # ranks on other hosts, or on Slurm nodes: through agents (launcher/multihost.py)
+        plan = multihost.plan_from_args(args, args.nprocs)
+    except ValueError as exc:
+        return _usage_error(str(exc))
+    def runner(spec: JobSpec) -> int:
+        return run_job(spec) if plan is None else multihost.run_multihost(spec, plan)
     from . import observe
     session = observe.prepare(args, program or args.module or "")
     if session is None:
-        return run_job(spec)
+        return runner(spec)
     spec.env = {**session.env(), **spec.env}
     try:
-        return run_job(spec)
+        return runner(spec)
     finally:
         session.finish()

@@ -49,7 +49,7 @@ import struct
 import subprocess
 import sys
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import msgpack
 
@@ -177,14 +177,16 @@ class _Feed:
 
 
 class Agent:
-    def __init__(self, start: dict, in_fd: int = 0, out_fd: int = 1) -> None:
+    def __init__(self, start: dict, in_fd: int = 0, out_fd: int = 1,
+                 reader: Optional[FrameReader] = None, early: Sequence[dict] = ()) -> None:
         self.start = start
         self.in_fd, self.out_fd = in_fd, out_fd
         self.ranks: list[RankProcess] = []
         self.pipes: dict[int, tuple[int, int]] = {}    # fd -> (rank, stream)
         self.pidfds: dict[int, RankProcess] = {}
         self.feeds: dict[int, _Feed] = {}              # rank -> its stdin feed
-        self.reader = FrameReader()
+        self.reader = reader or FrameReader()
+        self.early = list(early)          # frames that arrived with the start frame
         self.kill_at: Optional[float] = None
         self.launcher_gone = False
         self.grace = float(start.get("grace", 1.0))
@@ -370,6 +372,8 @@ class Agent:
         for fd in list(self.pipes) + list(self.pidfds):
             poller.register(fd, select.POLLIN)
         need_reap_poll = any(rp.pidfd is None for rp in self.ranks)
+        for msg in self.early:
+            self.on_frame(msg)
         all_done_at: Optional[float] = None
         stdin_open = True
         while True:
@@ -452,8 +456,9 @@ class Agent:
         return 0 if not self.launcher_gone else 1
 
 
-def read_start(fd: int, timeout: float = START_WAIT_S) -> dict:
-    """The launcher's first frame (with the secret), read within ``timeout`` seconds."""
+def read_start(fd: int, timeout: float = START_WAIT_S) -> tuple[dict, FrameReader, list[dict]]:
+    """The launcher's first frame (with the secret), read within ``timeout`` seconds; also
+    the reader (it may hold the start of the next frame) and frames that came along."""
     reader = FrameReader()
     deadline = time.monotonic() + timeout
     while True:
@@ -467,7 +472,7 @@ def read_start(fd: int, timeout: float = START_WAIT_S) -> dict:
         if frames:
             if frames[0].get("t") != "start":
                 raise ProtocolError(f"the first frame is {frames[0].get('t')!r}, not 'start'")
-            return frames[0]
+            return frames[0], reader, frames[1:]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -478,11 +483,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
-        start = read_start(0)
+        start, reader, early = read_start(0)
     except (ProtocolError, OSError) as exc:
         print(f"minimpi agent on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
         return 2
-    agent = Agent(start)
+    agent = Agent(start, reader=reader, early=early)
     try:
         return agent.run()
     except BaseException as exc:

@@ -224,7 +224,7 @@ def rank_main() -> None:
         except Exception as exc:
             raise TypeError(f"the result of {fn.__qualname__} cannot be sent back: {exc}") \
                 from None
-    except BaseException as exc:
+    except Exception as exc:     # SystemExit and Ctrl-C are how the rank ends, not results
         tb = traceback.format_exc()
         try:
             _write_result(fd, ("error", exc, tb))

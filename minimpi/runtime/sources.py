@@ -132,6 +132,7 @@ def first_node(nodelist: str) -> str:
         if text[i] == "[":
             close = text.find("]", i)
             if close < 0:
+                out = ""
                 break
             out += text[i + 1:close].split(",")[0].split("-")[0]
             i = close + 1
@@ -178,6 +179,7 @@ def find(environ: Mapping[str, str]) -> Optional[Rendezvous]:
     if "MINIMPI_COORD" in environ:          # started by `minimpi run`: not ours
         return None
     if environ.get(ENV_COORDINATOR):
+        host, port = _split_host_port(environ[ENV_COORDINATOR], ENV_COORDINATOR)
         found = _rank_size(environ, [p for p in RANK_VARIABLES
                                      if p[0] != "SLURM_PROCID" or in_slurm_step(environ)])
         if found is None:
@@ -186,7 +188,6 @@ def find(environ: Mapping[str, str]) -> Optional[Rendezvous]:
                 f"MINIMPI_RANK and MINIMPI_SIZE (or RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/"
                 f"OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE) for every process")
         rank, size, origin = found
-        host, port = _split_host_port(environ[ENV_COORDINATOR], ENV_COORDINATOR)
         if ":" in host:
             raise MinimpiError(f"minimpi bootstrap: {ENV_COORDINATOR}={host!r}: the coordinator "
                                f"needs an IPv4 address or a host name")

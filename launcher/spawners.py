@@ -74,7 +74,8 @@ class SrunSpawner:
     ``--overlap`` lets the agent steps share the allocation with each other and with other
     steps; ``--cpus-per-task`` gives each agent (and so its ranks, which run inside its step)
     every CPU the allocation has on that node; ``--kill-on-bad-exit`` and srun's own clean-up
-    end the step when the agent or srun dies.
+    end the step when the agent or srun dies; ``--unbuffered``, because srun otherwise holds
+    a task's output until it sees a newline, and the agent's frames are binary.
     """
 
     kind = "slurm"
@@ -86,7 +87,7 @@ class SrunSpawner:
 
     def argv(self, host: str, python: str) -> list[str]:
         cmd = [self.srun, "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
-               "--kill-on-bad-exit=1", "--quiet", "--mem=0"]
+               "--kill-on-bad-exit=1", "--mem=0", "--unbuffered"]
         if self.cpus.get(host):
             cmd.append(f"--cpus-per-task={self.cpus[host]}")
         return cmd + agent_command(python, host)

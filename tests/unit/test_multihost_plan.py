@@ -104,7 +104,7 @@ def test_inside_an_allocation_agents_go_through_srun():
     assert plan.by_host == {"n1": [0, 1, 2, 3], "n2": [4, 5, 6, 7]}
     argv = plan.spawner.argv("n2", "/py")
     for opt in ("--nodes=1", "--ntasks=1", "--nodelist=n2", "--overlap",
-                "--kill-on-bad-exit=1", "--cpus-per-task=8"):
+                "--kill-on-bad-exit=1", "--cpus-per-task=8", "--unbuffered"):
         assert opt in argv
     assert argv[-5:] == ["/py", "-m", "minimpi.launcher.agent", "--host", "n2"]
     # inside a step (srun ... minimpi run), or when asked: run locally

@@ -228,8 +228,8 @@ class Agent:
         if shim and "PYTHONPATH" in env:
             # the launcher's mpi4py shim directory -> this host's (another install may live
             # at another path)
-            import minimpi
-            here = os.path.join(os.path.dirname(os.path.abspath(minimpi.__file__)), "_shim")
+            from minimpi import _shim
+            here = os.path.dirname(os.path.abspath(_shim.__file__))
             env["PYTHONPATH"] = os.pathsep.join(here if p == shim else p
                                                 for p in env["PYTHONPATH"].split(os.pathsep))
         env.update({

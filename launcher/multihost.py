@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import BinaryIO, Mapping, Optional, Sequence
+from typing import BinaryIO, Mapping, Optional
 
 import zmq
 
@@ -291,7 +291,6 @@ class MultiHostJob(Job):
         self.results: dict[int, bytearray] = {}
         self.held: list[tuple[float, RemoteRank]] = []
         self.abandon_at: Optional[float] = None
-        self.hosts_seen: dict[str, dict] = {}       # host -> its agent's hello
         self._stdin_r: Optional[int] = None
         self._stdin_credit = STDIN_WINDOW
         self._stdin_polled = False
@@ -332,7 +331,8 @@ class MultiHostJob(Job):
         return env
 
     def start_agents(self, argv: list[str]) -> None:
-        from .run import SHIM_DIR
+        from minimpi import _shim
+        shim_dir = os.path.dirname(os.path.abspath(_shim.__file__))   # as run.SHIM_DIR
         plan, spec = self.plan, self.spec
         port = int(self.coord.address.rsplit(":", 1)[1])
         env = self.common_env()
@@ -349,7 +349,7 @@ class MultiHostJob(Job):
                 "bind": plan.bind,
                 "stdin_rank": 0 if self.forward_stdin and 0 in ranks else None,
                 "rank_stdin": self.rank_stdin, "result_fd": self.collect_results,
-                "grace": spec.grace, "shim_dir": SHIM_DIR,
+                "grace": spec.grace, "shim_dir": shim_dir,
             }
             try:
                 popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -689,7 +689,6 @@ class MultiHostJob(Job):
                 self._remote_exit(self.ranks[rank], rc)
         elif kind == "hello":
             agent.hello = msg
-            self.hosts_seen[agent.host] = msg
         elif kind == "stdin_ack":
             self._stdin_credit += int(msg.get("n", 0))
         elif kind == "error":
@@ -810,10 +809,3 @@ def run_multihost(spec: JobSpec, plan: HostPlan, stdout: Optional[BinaryIO] = No
     """Run one job through agents; returns the launcher's exit code."""
     return MultiHostJob(spec, plan, stdout, stderr).run()
 
-
-def describe_plan(plan: HostPlan) -> str:
-    return ", ".join(f"{h}: ranks {_ranks(r)}" for h, r in plan.by_host.items())
-
-
-__all__: Sequence[str] = ["HostPlan", "MultiHostJob", "add_arguments", "plan_from_args",
-                          "run_multihost", "EXIT_HOST_LOST"]

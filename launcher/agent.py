@@ -19,8 +19,9 @@ results of ``minimpi.launch`` and their exit statuses to the launcher on stdout.
 * once every rank has exited and its pipes are drained, the agent says ``bye`` and exits 0.
   An agent (or ssh connection) that ends without ``bye`` is a lost host to the launcher.
 
-Wire format, both ways: frames of a 4-byte big-endian length and a msgpack map. Within ssh
-or srun the channel is already authenticated, so frames carry no MAC.
+Wire format, both ways: frames of a 4-byte big-endian length and a msgpack map; the agent
+first writes MAGIC, so that whatever a login script prints to stdout before it is skipped.
+Within ssh or srun the channel is already authenticated, so frames carry no MAC.
 
 launcher -> agent
     {"t": "start", "secret": HEX, "job": ID, "ranks": [R...], "size": N, "argv": [...],
@@ -68,6 +69,8 @@ from .spawn import RankProcess, spawn_rank
 
 ENV_RESULT_FD = "MINIMPI_RESULT_FD"    # where a rank of minimpi.launch writes its result
 MAX_FRAME = 256 << 20
+#: the agent's first bytes on stdout: what a login script printed before it is skipped
+MAGIC = b"\0minimpi-agent-1\0"
 READ_SIZE = 65536
 START_WAIT_S = 30.0        # for the launcher's first frame
 PROBE_WAIT_S = 3.0         # for a TCP connection to one of the coordinator's addresses
@@ -482,6 +485,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--host", help="the name the launcher knows this host by (for ps)")
     p.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        write_all(1, MAGIC)
+    except OSError:
+        return 2           # nobody is listening
     try:
         start, reader, early = read_start(0)
     except (ProtocolError, OSError) as exc:

@@ -42,7 +42,7 @@ from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.runtime.netaddr import AddressError, interface_addresses, is_loopback, route_source
 from minimpi.runtime.sources import in_slurm_step
 
-from .agent import RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode
+from .agent import MAGIC, RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode
 from .coordinator import Coordinator
 from .hosts import (
     HostListError,
@@ -272,6 +272,8 @@ class AgentProc:
     stdin_closed: bool = False
     started_at: float = 0.0
     judged: bool = False
+    synced: bool = False                  # the agent's MAGIC seen: frames from here on
+    preamble: bytes = b""                 # what came before it (a chatty login script)
 
     @property
     def finished(self) -> bool:
@@ -661,6 +663,19 @@ class MultiHostJob(Job):
             if agent.returncode is not None:
                 self._judge_agent(agent)
             return False
+        if not agent.synced:
+            # a login script may print to stdout before the agent starts: skip up to MAGIC
+            buf = agent.preamble + data
+            at = buf.find(MAGIC)
+            if at < 0:
+                agent.preamble = buf[-(len(MAGIC) + 4096):]
+                return True
+            if buf[:at].strip():
+                text = buf[:at].decode("utf-8", "replace").strip().splitlines()
+                self.log(f"minimpi: {agent.describe} printed before the agent started "
+                         f"(ignored): {' | '.join(text)[:300]}")
+            agent.synced, agent.preamble = True, b""
+            data = buf[at + len(MAGIC):]
         try:
             messages = agent.reader.feed(data)
         except ProtocolError as exc:
@@ -755,15 +770,14 @@ class MultiHostJob(Job):
         alive = [r for r in agent.ranks if self.ranks[r].alive]
         if self.failure is not None:
             return
-        if failed_agent and agent.hello is None:
+        if agent.hello is None:   # never got as far as starting ranks
             summary = f"minimpi: could not start the ranks on {agent.host}: {why}"
         else:
             summary = f"minimpi: lost host {agent.host}: {why}"
             if alive:
                 summary += f" (rank(s) {_ranks(alive)} ran there)"
-        details = [f"  | {line}" for line in agent.stderr_tail] if agent.stderr_tail and \
-            not failed_agent else []
-        self.fail(Failure("host", EXIT_HOST_LOST, summary, details=details))
+        # the agent's stderr was shown as it came; the summary repeats only its last line
+        self.fail(Failure("host", EXIT_HOST_LOST, summary))
 
     def _mark_lost_ranks(self, agent: Optional[AgentProc] = None) -> None:
         for a in [agent] if agent is not None else self.agents:

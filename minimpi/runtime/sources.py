@@ -329,10 +329,12 @@ def host_coordinator(rdv: Rendezvous, secret: bytes, startup_timeout: float) -> 
     proc.stdin.flush()
     line = _read_line(proc.stdout, HELPER_READY_S)
     if not line.startswith(b"ready"):
+        exited = proc.poll() is not None
         proc.kill()
         proc.wait()
-        why = line.decode(errors="replace").strip() or \
-            f"it did not answer within {HELPER_READY_S:g} s"
+        why = line.decode(errors="replace").strip() or (
+            f"the helper exited with code {proc.returncode} (its error is above)" if exited
+            else f"the helper did not answer within {HELPER_READY_S:g} s")
         if why.startswith("error "):
             why = why[len("error "):]
         raise MinimpiError(f"minimpi bootstrap: rank 0 could not start the coordinator on port "

@@ -319,8 +319,21 @@ def test_a_host_ssh_cannot_reach_fails_the_job_at_once(hosts2, marker, tmp_path)
     t0 = time.monotonic()
     res = minimpi(hosts2, marker, "-n", 2, "--hosts", "h1:1,nosuchhost:1", prog)
     assert res.returncode == 255, res.stderr
-    assert "minimpi: lost host nosuchhost: ssh to nosuchhost exited with code 255" in res.stderr
+    assert "minimpi: could not start the ranks on nosuchhost: ssh to nosuchhost exited with " \
+        "code 255" in res.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_a_deadlock_across_hosts_is_reported(hosts2, marker, tmp_path):
+    prog = write(tmp_path, "dl.py", """
+        from minimpi import MPI
+        c = MPI.COMM_WORLD
+        c.recv(source=(c.rank + 2) % c.size)       # rank 0 (h1) and rank 2 (h2) wait for each other
+    """)
+    res = minimpi(hosts2, marker, "-n", 4, "--hosts", "h1:2,h2:2", "--deadlock-timeout", "2",
+                  prog)
+    assert res.returncode == 3, res.stderr
+    assert "wait-for cycle: rank 0 waits for rank 2 in recv" in res.stderr
 
 
 def test_launch_api_across_hosts(hosts2, marker, tmp_path):

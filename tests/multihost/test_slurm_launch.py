@@ -62,7 +62,10 @@ def marker():
         time.sleep(0.1)
         left = pids_with_env(MARKER, value)
     for pid in left:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     assert not left, f"processes left behind: {left}"
 
 

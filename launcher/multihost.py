@@ -14,9 +14,9 @@ signal pipe. What differs:
 * a rank "exits" when its agent says so; the job ends when every agent has said ``bye`` and
   its process (ssh, srun) has ended;
 * an agent or ssh connection that ends without ``bye`` is a lost host: the job fails (exit
-  255) naming the host, the ranks that ran there and the end of its stderr. A rank that failed
-  only as a consequence (its peer on the lost host vanished) is held back for a moment, so
-  that the lost host, not the rank that noticed it, is named as the culprit;
+  255) naming the host, the ranks that ran there and the end of its stderr. On several hosts,
+  a rank that failed without an error of its own (its peer on the lost host vanished) is held
+  back for a moment, so that the lost host, not the rank that noticed it, is named;
 * teardown is a ``signal`` frame to every agent (SIGTERM, then SIGKILL after the grace
   period); an agent that does not finish soon after gets EOF on its stdin (it then kills its
   ranks itself), and its local process (ssh, srun) is killed at last. Nothing is left
@@ -497,8 +497,10 @@ class MultiHostJob(Job):
             except HostListError as exc:
                 self.log(f"minimpi: {exc}")
                 return 2
-            if self.forward_stdin and self.ranks[0] is not None:
+            if self.forward_stdin and self.ranks[0] is not None and _stdin_readable():
                 self._start_stdin_thread()
+            elif self.forward_stdin and self.ranks[0] is not None:
+                self.send(self.ranks[0].agent, {"t": "stdin_eof"})
             return self._loop(start)
         finally:
             self._teardown()
@@ -582,6 +584,10 @@ class MultiHostJob(Job):
                 self.abandon_at = now + ABANDON_S
             # ---- done? ----
             if all(a.finished for a in self.agents):
+                # every host has been judged: what was held back is decided now
+                for _, rr in sorted(self.held, key=lambda h: h[0]):
+                    self._reap(rr)
+                self.held.clear()
                 self._mark_lost_ranks()
                 break
             # ---- wait ----
@@ -803,14 +809,28 @@ class MultiHostJob(Job):
 
     def _remote_exit(self, rr: RemoteRank, rc: int) -> None:
         rr.returncode = rc
-        if rc != 0 and self.failure is None and not rr.killed_by_launcher:
+        if rc != 0 and self.failure is None and not rr.killed_by_launcher and \
+                self.plan.multihost:
             own = self.coord.ranks[rr.rank].state
-            if isinstance(own, dict) and own.get("consequence") and \
-                    self._first_error(rr.rank) is None:
-                # it failed because a peer vanished: maybe a host is being lost right now
+            own_error = isinstance(own, dict) and own.get("error") and not own.get("consequence")
+            if not own_error and self._first_error(rr.rank) is None:
+                # no error of its own to blame (a peer vanished, or no report came): maybe a
+                # host is being lost right now, and that host is the culprit
                 self.held.append((time.monotonic() + HOLD_CONSEQUENCE_S, rr))
                 return
         self._reap(rr)
+
+
+def _stdin_readable() -> bool:
+    """Whether reading our stdin is safe: a terminal stops a background job that reads it
+    (SIGTTIN), so a launcher started with & leaves rank 0's stdin empty instead."""
+    try:
+        if os.isatty(0):
+            return os.tcgetpgrp(0) == os.getpgrp()
+        os.fstat(0)
+        return True
+    except OSError:
+        return False
 
 
 def _readable(fd: int) -> bool:

@@ -214,3 +214,16 @@ def test_any_remote_shell_and_a_chatty_login_script(write_script, job_marker, tm
     for r in range(4):   # two "hosts": no rank may listen on loopback
         [line] = [ln for ln in lines if ln.startswith(f"[{r}] rank {r} of 4 total 6 bind ")]
         assert not line.endswith("bind 127.0.0.1"), line
+
+
+def test_a_rank_that_fails_while_every_host_finishes_still_fails_the_job(write_script,
+                                                                        job_marker):
+    """A failure held back (is a host being lost?) must be decided when every host is done."""
+    script = write_script("quick.py", """
+        import os, sys
+        sys.exit(5 if os.environ["MINIMPI_RANK"] == "1" else 0)
+    """)
+    for _ in range(3):
+        res = run_minimpi("-n", 4, *HOSTS, *marker_args(job_marker), script, timeout=60)
+        assert res.returncode == 5, res.stderr
+        assert "minimpi: rank 1 exited with code 5" in res.stderr

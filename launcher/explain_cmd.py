@@ -3,8 +3,10 @@
     minimpi explain allreduce --bytes 4MiB -n 8            # every algorithm's predicted time
     minimpi explain allreduce --bytes 64 -n 6 --op noncommutative
     minimpi explain bcast --bytes 1MiB -n 4 --objects      # the lowercase, object call
+    minimpi explain allreduce --bytes 64MiB --hosts 2x4     # 2 hosts of 4 ranks: flat or hierarchical
     minimpi explain --list                                  # every collective and algorithm
     minimpi explain --calibrate [--save [PATH]]             # measure alpha, beta, gamma here
+    minimpi explain --calibrate --hosts a:2,b:2 [--run-args "..."]   # and both links, over hosts
 
 It prints the cost model's inputs (alpha, beta, gamma, segment, cores) with where each
 came from (built-in default, this host, calibration file, environment), then every
@@ -99,11 +101,14 @@ def describe_model(model, sources, out: TextIO) -> None:
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
-            out: Optional[TextIO] = None) -> int:
-    """Print the model and every algorithm's prediction or refusal. Returns an exit code."""
+            out: Optional[TextIO] = None, layout=None) -> int:
+    """Print the model and every algorithm's prediction or refusal. Returns an exit code.
+    ``layout``: where the ranks run (a :class:`~minimpi.coll.cost.Layout`; None: one host)."""
     out = out or sys.stdout
     from minimpi.coll import cost, registry
     from minimpi.errors import AlgorithmError
+
+    from . import explain_hosts
     try:
         table = registry.algorithms(collective)
     except AlgorithmError as e:
@@ -111,6 +116,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
         return 2
     model, sources = cost.model_sources()
     describe_model(model, sources, out)
+    explain_hosts.describe_links(model, sources, layout, out)
     op_text = ""
     if op is not None:
         op_text = (f", op {getattr(op, 'name', op)} "
@@ -120,11 +126,11 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     rows = []
     terms = {}
     for alg in table.values():
-        why = alg.refusal(p, nbytes, op, objects)
+        why = alg.refusal(p, nbytes, op, objects, layout)
         predicted = None
         if why is None:
             try:
-                predicted, formula, crowd = alg.predict(model, p, nbytes)
+                predicted, formula, crowd = alg.predict(model, p, nbytes, layout)
                 terms[alg.name] = (formula, crowd)
             except Exception as e:  # a broken formula is reported, not fatal
                 why = f"cost formula failed: {type(e).__name__}: {e}"
@@ -133,7 +139,8 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     forced = os.environ.get(env_var)
     picked, pick_error = None, None
     try:
-        picked = registry.choose(collective, p, nbytes, op, None, objects=objects).name
+        picked = registry.choose(collective, p, nbytes, op, None, objects=objects,
+                                 layout=layout).name
     except AlgorithmError as e:
         pick_error = str(e)
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
@@ -151,6 +158,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
             print(f"  {mark} {alg.name.ljust(width)}  {_fmt_time(predicted):>11}  "
                   f"{ratio:6.2f}x  {_fmt_time(formula):>11}  {_fmt_time(crowd):>11}  "
                   f"{summary(alg)}", file=out)
+    explain_hosts.describe_steps(table, model, p, nbytes, layout, op, objects, out)
     if pick_error:
         print(f"\nauto cannot pick: {pick_error}", file=out)
     elif forced and forced != "auto":
@@ -181,27 +189,45 @@ def list_all(out: Optional[TextIO] = None) -> int:
     return 0
 
 
-def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None) -> int:
-    """Measure alpha, beta, gamma with a 2-rank TCP job; optionally save them."""
+def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None,
+              hosts: Optional[str] = None, run_args: str = "") -> int:
+    """Measure alpha, beta, gamma with a 2-rank TCP job - or, with ``hosts``, the intra- and
+    inter-host links too with a job over those hosts; optionally save them."""
     out = out or sys.stdout
+    import shlex
+
     from minimpi.coll import cost
     from minimpi.tools import calibrate as cal
-    print("measuring with a 2-rank job over TCP (python -m minimpi run -n 2) ...", file=out)
+
+    from .hosts import parse_hosts, parse_layout, total_slots
+    nprocs = 2
+    if hosts:
+        try:
+            parse_layout(hosts)
+        except ValueError:              # not NxM: a real host list, as it should be
+            pass
+        else:
+            print(f"minimpi explain --calibrate: --hosts {hosts} is a pretend layout; "
+                  f"measuring needs real hosts, e.g. --hosts node1:2,node2:2", file=sys.stderr)
+            return 2
+        try:
+            nprocs = total_slots(parse_hosts(hosts))
+        except ValueError as e:
+            print(f"minimpi explain --calibrate: {e}", file=sys.stderr)
+            return 2
+    print(f"measuring with a {nprocs}-rank job over TCP (python -m minimpi run -n {nprocs}"
+          + (f" --hosts {hosts}" if hosts else "") + ") ...", file=out)
     out.flush()
     try:
-        result = cal.measure(quick=quick)
+        result = cal.measure(quick=quick, hosts=hosts, nprocs=nprocs,
+                             run_args=shlex.split(run_args or ""))
     except Exception as e:
         print(f"minimpi explain --calibrate: {e}", file=sys.stderr)
         return 1
     model, sources = cost.model_sources()
-    print(f"  alpha = {result['alpha'] * 1e6:8.2f} us per message     "
-          f"(in use now: {model.alpha * 1e6:.2f} us, {sources['alpha']})", file=out)
-    print(f"  beta  = {result['beta'] * 1e9:8.4f} ns per byte      "
-          f"= {1 / result['beta'] / 1e9:.2f} GB/s "
-          f"(in use now: {1 / model.beta / 1e9:.2f} GB/s, {sources['beta']})", file=out)
-    print(f"  gamma = {result['gamma'] * 1e9:8.4f} ns per byte      "
-          f"= {1 / result['gamma'] / 1e9:.2f} GB/s "
-          f"(in use now: {1 / model.gamma / 1e9:.2f} GB/s, {sources['gamma']})", file=out)
+    for name in cost.FIELDS:
+        if name in result and name not in ("segment", "cores"):
+            print(_measured(name, result[name], model, sources), file=out)
     if save_to is None:
         print("not saved (add --save to keep them for auto on this machine)", file=out)
         return 0
@@ -214,13 +240,32 @@ def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None)
     return 0
 
 
+def _measured(name: str, value: float, model, sources: dict) -> str:
+    """One measured input of the model next to the value in use now."""
+    from minimpi.coll import cost
+    now = getattr(model, name)
+    if now is None:                   # a link field that is not set: alpha's or beta's
+        now = getattr(model, cost.LINK_FIELDS[name])
+    if name.startswith("alpha"):
+        return (f"  {name:<5} = {value * 1e6:8.2f} us per message     "
+                f"(in use now: {now * 1e6:.2f} us, {sources[name]})")
+    return (f"  {name:<5} = {value * 1e9:8.4f} ns per byte      = {1 / value / 1e9:.2f} GB/s "
+            f"(in use now: {1 / now / 1e9:.2f} GB/s, {sources[name]})")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = __doc__.split("\n\n")[1]
     p.add_argument("collective", nargs="?", help="e.g. allreduce, bcast (see --list)")
     p.add_argument("--bytes", "-b", type=byte_size, default=1 << 20, metavar="SIZE",
                    help="bytes of the call: 8, 64KiB, 4MiB, ... (default 1MiB)")
-    p.add_argument("-n", "--np", dest="nprocs", type=positive_int, default=4, metavar="P",
-                   help="number of ranks (default 4)")
+    p.add_argument("-n", "--np", dest="nprocs", type=positive_int, default=None, metavar="P",
+                   help="number of ranks (default 4, or every slot of --hosts)")
+    p.add_argument("--hosts", metavar="HOSTS",
+                   help="ranks on several hosts: NxM (N hosts of M ranks) or a:4,b:4; with "
+                        "--calibrate, the hosts of the multi-host calibration job")
+    p.add_argument("--run-args", default="", metavar="ARGS",
+                   help="with --calibrate: more options for `minimpi run` (e.g. how to reach "
+                        "the hosts), as one string")
     p.add_argument("--op", type=make_op, default=None, metavar="OP",
                    help=f"reduction op: {', '.join(OP_NAMES)} (default: sum for reductions)")
     p.add_argument("--objects", action="store_true",
@@ -238,7 +283,7 @@ def main(args: argparse.Namespace) -> int:
     if args.list:
         return list_all()
     if args.calibrate:
-        return calibrate(args.save, args.quick)
+        return calibrate(args.save, args.quick, hosts=args.hosts, run_args=args.run_args)
     if args.save is not None:
         print("minimpi explain: --save needs --calibrate", file=sys.stderr)
         return 2
@@ -251,4 +296,10 @@ def main(args: argparse.Namespace) -> int:
     if op is None and ("reduce" in name or "scan" in name):
         from minimpi.data import ops
         op = ops.SUM
-    return explain(name, args.bytes, args.nprocs, op, args.objects)
+    from .explain_hosts import layout_option
+    try:
+        p, layout = layout_option(args.hosts, args.nprocs)
+    except ValueError as e:
+        print(f"minimpi explain: {e}", file=sys.stderr)
+        return 2
+    return explain(name, args.bytes, p, op, args.objects, layout=layout)

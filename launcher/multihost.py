@@ -14,9 +14,9 @@ signal pipe. What differs:
 * a rank "exits" when its agent says so; the job ends when every agent has said ``bye`` and
   its process (ssh, srun) has ended;
 * an agent or ssh connection that ends without ``bye`` is a lost host: the job fails (exit
-  255) naming the host, the ranks that ran there and the end of its stderr. On several hosts,
-  a rank that failed without an error of its own (its peer on the lost host vanished) is held
-  back for a moment, so that the lost host, not the rank that noticed it, is named;
+  255) naming the host, the ranks that ran there and the end of its stderr. A rank that only
+  failed because its peer on the lost host vanished is not blamed: Job._judge waits for that
+  peer, and the host's loss is what arrives;
 * teardown is a ``signal`` frame to every agent (SIGTERM, then SIGKILL after the grace
   period); an agent that does not finish soon after gets EOF on its stdin (it then kills its
   ranks itself), and its local process (ssh, srun) is killed at last. Nothing is left
@@ -37,7 +37,12 @@ from typing import BinaryIO, Mapping, Optional
 
 import zmq
 
-from minimpi.runtime.bootstrap import ENV_JOBID, ENV_SIZE, ENV_STARTUP_TIMEOUT
+from minimpi.runtime.bootstrap import (
+    ENV_HEARTBEAT_INTERVAL,
+    ENV_JOBID,
+    ENV_SIZE,
+    ENV_STARTUP_TIMEOUT,
+)
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.runtime.netaddr import AddressError, interface_addresses, is_loopback, route_source
 from minimpi.runtime.sources import in_slurm_step
@@ -54,13 +59,12 @@ from .hosts import (
     parse_hosts,
     place,
 )
-from .job import Failure, Job, JobSpec, _ranks
+from .job import Failure, Job, JobSpec, _ranks, heartbeat_interval
 from .output import OutputForwarder, _Stream
 from .spawn import _make_preexec, describe_returncode
 from .spawners import LocalSpawner, RshSpawner, SrunSpawner, remote_python, rsh_from
 
 EXIT_HOST_LOST = 255
-HOLD_CONSEQUENCE_S = 1.0    # how long a consequential rank failure waits for a host loss
 ABANDON_S = 5.0             # after SIGKILL: how long agents get to say bye before EOF + kill
 STDIN_WINDOW = 1 << 20      # forwarded stdin bytes in flight to rank 0's agent
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
@@ -238,6 +242,7 @@ class RemoteRank:
         self.returncode: Optional[int] = None
         self.killed_by_launcher = False
         self.popen = None
+        self.pid = None      # on another host: nothing for this host's /proc to say
 
     @property
     def alive(self) -> bool:
@@ -291,7 +296,6 @@ class MultiHostJob(Job):
         self.rank_stdin = rank_stdin
         self.collect_results = collect_results
         self.results: dict[int, bytearray] = {}
-        self.held: list[tuple[float, RemoteRank]] = []
         self.abandon_at: Optional[float] = None
         self._stdin_r: Optional[int] = None
         self._stdin_credit = STDIN_WINDOW
@@ -328,6 +332,7 @@ class MultiHostJob(Job):
             ENV_JOBID: self.job_id,
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
+            ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
             "PYTHONUNBUFFERED": "1",
         })
         return env
@@ -571,9 +576,10 @@ class MultiHostJob(Job):
             self._check_agent_start(now)
             if self.failure is None and deadlock.check(now):
                 self._on_deadlock()
-            for when, rr in [h for h in self.held if h[0] <= now]:
-                self.held.remove((when, rr))
-                self._reap(rr)
+            if self._suspect_until is not None and now >= self._suspect_until:
+                self._judge(now, give_up=True)
+            heartbeat_due = self._check_heartbeats(now)
+            held_due = self.forward.release_stale(now, lambda r: self.ranks[r].alive)
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
                 self.kill_at = None
@@ -584,16 +590,15 @@ class MultiHostJob(Job):
                 self.abandon_at = now + ABANDON_S
             # ---- done? ----
             if all(a.finished for a in self.agents):
-                # every host has been judged: what was held back is decided now
-                for _, rr in sorted(self.held, key=lambda h: h[0]):
-                    self._reap(rr)
-                self.held.clear()
+                # every host has been judged: nothing more to learn about the ranks
                 self._mark_lost_ranks()
+                if self._suspect_until is not None:
+                    self._judge(now, give_up=True)
                 break
             # ---- wait ----
             waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
-                                 self.abandon_at) if d is not None]
-            waits += [h[0] for h in self.held]
+                                 self.abandon_at, self._suspect_until, heartbeat_due, held_due)
+                     if d is not None]
             waits += [a.started_at + spec.startup_timeout for a in self.agents if a.hello is None
                       and not a.finished]
             if self.failure is None and deadlock.enabled:
@@ -809,15 +814,8 @@ class MultiHostJob(Job):
 
     def _remote_exit(self, rr: RemoteRank, rc: int) -> None:
         rr.returncode = rc
-        if rc != 0 and self.failure is None and not rr.killed_by_launcher and \
-                self.plan.multihost:
-            own = self.coord.ranks[rr.rank].state
-            own_error = isinstance(own, dict) and own.get("error") and not own.get("consequence")
-            if not own_error and self._first_error(rr.rank) is None:
-                # no error of its own to blame (a peer vanished, or no report came): maybe a
-                # host is being lost right now, and that host is the culprit
-                self.held.append((time.monotonic() + HOLD_CONSEQUENCE_S, rr))
-                return
+        # Job._judge blames a rank that only lost a peer after waiting (``settle``) for that
+        # peer to be reaped: a host being lost meanwhile is named instead (_host_lost)
         self._reap(rr)
 
 

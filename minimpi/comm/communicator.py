@@ -41,6 +41,17 @@ from .topology import CartMixin
 FIRST_FREE_CONTEXT = 4
 
 
+def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
+               error: type = RankError) -> None:
+    """A rank or tag must be an integer (numpy integers too): ``send(dest=1.0)`` is an error
+    that names the call, not a TypeError from deep inside the engine."""
+    try:
+        operator.index(value)
+    except TypeError:
+        raise error(f"rank {comm.rank}: {call}({arg}={value!r}): {arg} must be an integer "
+                    f"({expected}), not {type(value).__name__}") from None
+
+
 class Comm(CommExtras):
     """A communicator (``MPI.Comm``): point-to-point communication and management.
 
@@ -115,23 +126,27 @@ class Comm(CommExtras):
                             f"(Comm.Free); use a live communicator")
 
     def _check_dest(self, dest: int, call: str, arg: str = "dest") -> None:
+        _check_int(self, dest, call, arg, f"0..{self.size - 1} or MPI.PROC_NULL")
         if not (0 <= dest < self.size) and dest != PROC_NULL:
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self.name}; "
                 f"expected 0..{self.size - 1} or MPI.PROC_NULL")
 
     def _check_source(self, source: int, call: str, arg: str = "source") -> None:
+        _check_int(self, source, call, arg, f"0..{self.size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
         if not (0 <= source < self.size) and source not in (ANY_SOURCE, PROC_NULL):
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={source!r}): invalid {arg} rank on {self.name}; "
                 f"expected 0..{self.size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
 
     def _check_send_tag(self, tag: int, call: str) -> None:
+        _check_int(self, tag, call, "tag", f"0..{TAG_UB}", TagError)
         if not (0 <= tag <= TAG_UB):
             raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} (MPI.ANY_TAG is only for receives)")
 
     def _check_recv_tag(self, tag: int, call: str) -> None:
+        _check_int(self, tag, call, "tag", f"0..{TAG_UB} or MPI.ANY_TAG", TagError)
         if not (0 <= tag <= TAG_UB) and tag != ANY_TAG:
             raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} or MPI.ANY_TAG")

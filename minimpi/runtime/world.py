@@ -96,12 +96,23 @@ def finalize() -> None:
             return
         _finalized = True
     engine = state.engine
+    if not state.failing and (_inside_a_call(engine)
+                              or getattr(engine.transport, "interrupted", False)):
+        # sys.exit()/exit from inside a communication call (a signal handler, a callback):
+        # the peers wait for this rank's next message, not for its queued ones, so a flush
+        # would only stall the exit for MINIMPI_FLUSH_TIMEOUT. Leave now; the launcher
+        # names this rank as the one that ended first.
+        state.failing = True
     if not state.failing and engine.aborted is None:
-        if not engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30"))):
+        try:
+            flushed = engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30")))
+        except Exception:   # engine state cut mid-update by an exception from a signal handler
+            flushed = None  # (sys.exit there): nothing sensible to report about queued sends
+        if flushed is False:
             print(f"minimpi rank {state.info.rank}: exiting with sends that no rank received: "
                   f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
         if state.info.coordinator is not None:
-            state.info.coordinator.finalize()
+            state.info.coordinator.finalize(lost=sorted(engine.lost_peers))
     if state.observer is not None:   # this rank's trace/statistics, merged by the launcher
         try:
             state.observer.write()
@@ -111,6 +122,13 @@ def finalize() -> None:
     engine.close()
     if state.info.coordinator is not None:
         state.info.coordinator.close()
+
+
+def _inside_a_call(engine: Engine) -> bool:
+    """Whether receives are still posted or operations still running: the process is
+    exiting from the middle of communication rather than after its last call."""
+    return bool(engine.active or engine._rndv_recvs
+                or any(q.posted for q in engine._queues.values()))
 
 
 def abort(code: int, message: str) -> None:

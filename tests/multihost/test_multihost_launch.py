@@ -382,7 +382,7 @@ def test_a_whole_host_killed_mid_job(netns_hosts, marker, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert res.returncode == 255, res.stderr
     assert "minimpi: lost host h2: ssh to h2 exited with code 255" in res.stderr
-    assert "rank(s) 4, 5, 6, 7 ran there" in res.stderr
+    assert "rank(s) 4-7 ran there" in res.stderr
     assert time.monotonic() - t0 < 20
     # h1's ranks and agent are gone too; only its sshd is left there
     deadline = time.monotonic() + 10

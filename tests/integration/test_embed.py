@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MARKER_VAR, assert_no_leftovers
+from jobhelpers import MARKER_VAR, assert_no_leftovers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

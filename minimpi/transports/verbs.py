@@ -1098,6 +1098,16 @@ def _memlock_hint() -> str:
             f"MINIMPI_VERBS_SLOTS / MINIMPI_VERBS_REG_CACHE")
 
 
+def _env_int(env: Mapping[str, str], name: str, who: str) -> Optional[int]:
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise VerbsError(f"{who}: {name}={raw!r} is not a number") from None
+
+
 class PyverbsOps(VerbsOps):
     """:class:`VerbsOps` on a real device through pyverbs (any rdma-core, via verbs_compat).
 
@@ -1119,9 +1129,18 @@ class PyverbsOps(VerbsOps):
         try:
             names = [d.name.decode() for d in m.device.get_device_list()]
         except pv.RDMAError as exc:
+            # With no device at all libibverbs fails (ENOSYS) instead of listing none.
             raise VerbsError(f"{who}: no RDMA device (ibv_get_device_list: {exc})") from None
+        try:
+            self._find_port(names, env, who)
+        except pv.RDMAError as exc:
+            self.close()
+            raise VerbsError(f"{who}: cannot open the RDMA device: {exc}") from None
+
+    def _find_port(self, names: List[str], env: Mapping[str, str], who: str) -> None:
+        pv, m = self.pv, self.pv.m
         want_device = env.get("MINIMPI_VERBS_DEVICE") or None
-        want_port = int(env["MINIMPI_VERBS_PORT"]) if env.get("MINIMPI_VERBS_PORT") else None
+        want_port = _env_int(env, "MINIMPI_VERBS_PORT", who)
         if want_device is not None and want_device not in names:
             raise VerbsError(f"{who}: MINIMPI_VERBS_DEVICE={want_device!r} not found "
                              f"(devices: {', '.join(names) or 'none'})")
@@ -1147,10 +1166,10 @@ class PyverbsOps(VerbsOps):
     def _open(self, ctx, name: str, dev, port: int, attr, env: Mapping[str, str], who: str) -> None:
         pv = self.pv
         self._ctx = ctx
-        want_gid = env.get("MINIMPI_VERBS_GID_INDEX")
+        want_gid = _env_int(env, "MINIMPI_VERBS_GID_INDEX", who)
         zero = "0000:0000:0000:0000:0000:0000:0000:0000"
-        if want_gid:
-            gid_index = int(want_gid)
+        if want_gid is not None:
+            gid_index = want_gid
             gid = ctx.query_gid(port, gid_index).gid
             if gid == zero:
                 ctx.close()
@@ -1328,12 +1347,8 @@ def probe(env: Mapping[str, str] = os.environ) -> Optional[str]:
     """None when the verbs transport can run here, else one line saying why not."""
     try:
         ops = PyverbsOps(-1, env)
-    except ImportError as exc:
+    except (ImportError, VerbsError) as exc:     # PyverbsRDMAError arrives as VerbsError
         return str(exc)
-    except (VerbsError, ValueError) as exc:
-        return str(exc)
-    except Exception as exc:      # a PyverbsRDMAError from opening the device
-        return f"verbs: cannot open the RDMA device: {exc}"
     ops.close()
     return None
 

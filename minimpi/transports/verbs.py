@@ -495,7 +495,6 @@ class VerbsTransport(Transport):
         self._closing = False
         self._closed = False
         self._frames = 0            # frames accepted whose on_sent has not run yet
-        self._inflight = 0          # posted work requests not completed yet
         self._error: Optional[BaseException] = None
         self._poller = select.poll()
         self.psn = int.from_bytes(os.urandom(3), "little")
@@ -709,7 +708,6 @@ class VerbsTransport(Transport):
         p.to_return -= returned
         p.credits -= 1
         p.sq_free -= 1
-        self._inflight += 1
         self.stats["sent_" + _MSG_NAMES[mtype]] += 1
         return slot
 
@@ -789,7 +787,6 @@ class VerbsTransport(Transport):
                 p.credits -= 1
                 p.to_return -= returned
             p.sq_free -= 1
-            self._inflight += 1
             out.next_wr += 1
         self.stats["zero_copy_frames"] += 1
         self.stats["zero_copy_bytes"] += out.total
@@ -835,7 +832,6 @@ class VerbsTransport(Transport):
                         self._lose(p, f"reposting a receive failed: {exc}")
             return
         p.sq_free += 1
-        self._inflight -= 1
         if kind == K_SEND:
             p.free_slots.append(index)
             if c.status:
@@ -1043,7 +1039,14 @@ class VerbsTransport(Transport):
         return bool(self._drain())
 
     def pending_sends(self) -> int:
-        return self._frames + self._inflight
+        return self._frames + self._unacknowledged()
+
+    def _unacknowledged(self) -> int:
+        """Work requests posted to live peers and not completed yet. Those to a peer that is
+        gone do not count: on soft-RoCE a send to a destroyed queue pair never completes (no
+        retry timeout fires), and waiting for it would only delay this rank's exit."""
+        return sum(self._send_depth - p.sq_free for p in self._peers
+                   if p is not None and p.state == _READY)
 
     def close(self) -> None:
         """Say goodbye to every live peer (bounded by ``linger``), then destroy everything."""
@@ -1063,7 +1066,7 @@ class VerbsTransport(Transport):
                 if p is not None and p.state == _READY:
                     self._post(p, M_BYE, 0, (), control=True)
             deadline = time.monotonic() + self.cfg.linger
-            while self._inflight and time.monotonic() < deadline:
+            while self._unacknowledged() and time.monotonic() < deadline:
                 try:
                     if not self._drain():
                         self.ops.arm()

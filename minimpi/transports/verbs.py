@@ -1328,9 +1328,18 @@ class PyverbsOps(VerbsOps):
         if events:
             self._cq.ack_events(events)
 
+    def __del__(self) -> None:
+        # A transport dropped without close() (e.g. a run abandoned on timeout) must not leave
+        # its pyverbs objects to the cycle collector: it may clear the context's list of
+        # dependents first and then destroy a queue pair on a closed device (a segfault, seen
+        # in the soft-RoCE guest). Finalizers run before that clearing, so close in order here.
+        self.close()
+
     def close(self) -> None:
         # Teardown order matters: queue pairs before the CQ they use, memory regions before
         # the protection domain, the CQ (which acknowledges its events) before its channel.
+        if not hasattr(self, "_recv_wrs"):      # __init__ failed before any resource
+            return
         self.pv.release(self._recv_wrs.values())
         self._recv_wrs.clear()
         objects = [*self._qps.values(), *self._mrs.values(), self._cq, self._channel, self._pd,

@@ -12,6 +12,8 @@ import importlib.util
 import inspect
 import pathlib
 import sys
+import threading
+import time
 from typing import Any, Callable, Dict, List, Sequence
 
 import pytest
@@ -38,15 +40,25 @@ def conformance_fixture(build: Callable[[int, Any], List[Any]], params: Sequence
     @pytest.fixture(params=list(params))
     def run(request, monkeypatch):
         built = inproc._transports
+        made: List[Any] = []
 
         def transports(kind, size, recorder):
             if kind == KIND:
-                return build(size, request.param)
+                made.extend(build(size, request.param))
+                return made[-size:]
             return built(kind, size, recorder)
 
         monkeypatch.setattr(inproc, "_transports", transports)
 
         def runner(*args, **kwargs):
             return inproc.run_threads(*args, transport=KIND, **kwargs)
-        return runner
+        yield runner
+        # run_threads leaves the transports of a timed-out run open, with rank threads that
+        # leave within a poll interval of the abort: let them go, then close (idempotent).
+        deadline = time.monotonic() + 10
+        for thread in threading.enumerate():
+            if thread.name.startswith("minimpi-rank-"):
+                thread.join(max(0.0, deadline - time.monotonic()))
+        for transport in made:
+            transport.close()
     return run

@@ -671,7 +671,11 @@ class VerbsTransport(Transport):
             for seg in out.segments:
                 if not seg.contiguous:
                     raise VerbsError("non-contiguous segment")
-                entries.append(self.cache.acquire(seg, 0))
+                # Writable memory is registered writable although the device only reads it:
+                # a read-only pin of anonymous memory can keep a page that copy-on-write later
+                # replaces (a never-written numpy array maps the shared zero page), and the
+                # cached registration would then send stale bytes.
+                entries.append(self.cache.acquire(seg, 0 if seg.readonly else ACCESS_LOCAL_WRITE))
         except VerbsError:
             for entry in entries:
                 self.cache.release(entry)

@@ -29,13 +29,36 @@ if [ "$("$GUEST_PY" -c 'import minimpi, os; print(os.path.dirname(os.path.dirnam
 fi
 
 args=$(printf ' %q' "$@")
+LIMIT=${MINIMPI_VERBS_GUEST_LIMIT:-2400}     # seconds for boot + tests, then the guest is stopped
 start=$(date +%s)
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+guest=""
+watchdog=""
+
+kill_tree() {   # a process and all its descendants (QEMU runs a few levels below vng)
+    local child
+    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+cleanup() {
+    [ -n "$watchdog" ] && kill_tree "$watchdog"
+    [ -n "$guest" ] && kill_tree "$guest"
+    rm -f "$log"
+}
+trap cleanup EXIT
+trap 'echo "run-in-guest: interrupted, stopping the guest" >&2; exit 130' INT TERM
+
 # 2 vCPUs, 2 GiB; KVM is not usable on these machines, so TCG emulation.
-PATH="$CACHE/vng/bin:$PATH" timeout 2400 vng -r "$KERNEL" --force-9p --memory 2G --cpus 2 \
+PATH="$CACHE/vng/bin:$PATH" vng -r "$KERNEL" --force-9p --memory 2G --cpus 2 \
     --qemu-opts="-machine accel=tcg -cpu max" \
-    --exec "bash $REPO/tests/verbs/guest.sh $GUEST_PY$args" 2>&1 | tee "$log" || true
+    --exec "bash $REPO/tests/verbs/guest.sh $GUEST_PY$args" > "$log" 2>&1 < /dev/null &
+guest=$!
+( sleep "$LIMIT"; echo "run-in-guest: no result after $LIMIT s, stopping the guest" >> "$log"
+  kill_tree "$guest" ) &
+watchdog=$!
+tail -n +1 -f --pid="$guest" "$log" &
+wait "$guest" || true
+sleep 0.5
 result=$(grep -a -o 'GUEST-RESULT rc=[0-9]*' "$log" | tail -1 | cut -d= -f2)
 echo "run-in-guest: guest finished in $(( $(date +%s) - start )) s (boot included), rc=${result:-none}"
 [ -n "$result" ] || { echo "run-in-guest: the guest did not report a result (boot failure?)" >&2; exit 1; }

@@ -157,6 +157,27 @@ def test_large_array_is_written_into_the_destination_array_itself():
             t.close()
 
 
+def test_a_cached_source_registration_sends_what_the_array_holds_now():
+    # A never-written array (its pages may still be the shared zero page) is registered by the
+    # first send and reused from the cache by the second, after it was written.
+    ts, sinks = _pair()
+    try:
+        src = np.zeros(1 << 18)                            # 2 MiB, untouched
+        first, second = np.ones_like(src), np.zeros_like(src)
+        sinks[1].targets.update({1: first, 2: second})
+        for msg_id in (1, 2):
+            if msg_id == 2:
+                src[:] = 7.0                               # written after registration
+            ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, msg_id, src.nbytes),
+                       [memoryview(src).cast("B")], None)
+            _until(ts, lambda: len(sinks[1].got) == msg_id)
+        assert (first == 0).all() and (second == 7).all()
+        assert ts[0].cache.hits >= 1                       # the second send reused it
+    finally:
+        for t in ts:
+            t.close()
+
+
 def test_failed_completion_loses_the_peer_naming_the_verbs_status(monkeypatch):
     # A grant with a wrong remote key: the device itself refuses the write.
     original = VerbsTransport._on_grant

@@ -470,7 +470,6 @@ class _Peer:
         self.next_xfer = 1
         self.rx: Optional[_Rx] = None
         self.pumping = False
-        self.repump = False
         self.hello_in = False
         self.hello_slot = -1
         self.hello_acked = False
@@ -521,6 +520,9 @@ class VerbsTransport(Transport):
             raise TransportError(
                 f"rank {self.rank}: verbs: {len(peers)} peers need a completion queue of {depth} "
                 f"entries but {ops.info.device} allows {ops.info.max_cqe}; lower MINIMPI_VERBS_SLOTS")
+        if self._send_depth > ops.info.max_qp_wr:
+            raise TransportError(f"rank {self.rank}: verbs: MINIMPI_VERBS_SLOTS={cfg.slots} exceeds "
+                                 f"the queue depth {ops.info.max_qp_wr} of {ops.info.device}")
         ops.create_cq(depth)
         pool = max(1, len(peers)) * cfg.slots * cfg.slot_size
         # Slot memory is registered once for the life of the transport.
@@ -529,7 +531,8 @@ class VerbsTransport(Transport):
         self._recv_view = memoryview(self._recv_mem)
         self._send_view = memoryview(self._send_mem)
         self._recv_reg = ops.register(address_of(self._recv_view), pool, ACCESS_LOCAL_WRITE)
-        self._send_reg = ops.register(address_of(self._send_view), pool, 0)
+        # writable although only read by the device: see _register_sources on read-only pins
+        self._send_reg = ops.register(address_of(self._send_view), pool, ACCESS_LOCAL_WRITE)
         qpns = [0] * self.size
         for index, j in enumerate(peers):
             qpn = ops.create_qp(self._send_depth, cfg.slots, self._max_sge)
@@ -605,22 +608,18 @@ class VerbsTransport(Transport):
         self._pump(p)
 
     def _pump(self, p: _Peer) -> None:
-        # Sink callbacks (on_sent, frame_arrived) may call send() for the same peer while this
-        # runs: the inner call only asks for another round, so frames keep their order.
+        # An on_sent callback may call send() for the same peer while this runs: the frame it
+        # queues is taken by the running loop (or waits for the same missing credit), so the
+        # nested call must not post out of order.
         if p.pumping:
-            p.repump = True
             return
         p.pumping = True
         try:
-            while True:
-                p.repump = False
-                self._pump_once(p)
-                if not p.repump:
-                    break
+            self._pump_queue(p)
         finally:
             p.pumping = False
 
-    def _pump_once(self, p: _Peer) -> None:
+    def _pump_queue(self, p: _Peer) -> None:
         while p.ctrl and p.state == _READY:
             mtype, arg, body = p.ctrl[0]
             if self._post(p, mtype, arg, (body,), control=True) < 0:

@@ -14,7 +14,7 @@ import pathlib
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
 
@@ -36,7 +36,10 @@ def conformance_tests() -> Dict[str, Callable]:
             and "run" in inspect.signature(fn).parameters}
 
 
-def conformance_fixture(build: Callable[[int, Any], List[Any]], params: Sequence[Any]):
+def conformance_fixture(build: Callable[[int, Any], List[Any]], params: Sequence[Any],
+                        run_timeout: Optional[float] = None):
+    """``run_timeout``: the limit of a run that names none (the suite's default is 30 s; an
+    emulated guest on a busy host needs more). Runs that set their own keep it."""
     @pytest.fixture(params=list(params))
     def run(request, monkeypatch):
         built = inproc._transports
@@ -51,6 +54,8 @@ def conformance_fixture(build: Callable[[int, Any], List[Any]], params: Sequence
         monkeypatch.setattr(inproc, "_transports", transports)
 
         def runner(*args, **kwargs):
+            if run_timeout is not None:
+                kwargs.setdefault("timeout", run_timeout)
             return inproc.run_threads(*args, transport=KIND, **kwargs)
         yield runner
         # run_threads leaves the transports of a timed-out run open, with rank threads that

@@ -43,7 +43,7 @@ def real_transports(size, config=None):
 TESTS = conformance_tests()
 globals().update(TESTS)
 run = conformance_fixture(lambda size, name: real_transports(size, {"default": None, "tiny": TINY}[name]),
-                          ["default", "tiny"])
+                          ["default", "tiny"], run_timeout=300)
 
 
 # -- real jobs: every collective, and examples -----------------------------------------------------

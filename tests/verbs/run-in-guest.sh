@@ -56,6 +56,7 @@ guest=$!
 ( sleep "$LIMIT"; echo "run-in-guest: no result after $LIMIT s, stopping the guest" >> "$log"
   kill_tree "$guest" ) &
 watchdog=$!
+disown "$watchdog"          # stopped at exit: no "Terminated" notice from the shell
 tail -n +1 -f --pid="$guest" "$log" &
 wait "$guest" || true
 sleep 0.5

@@ -121,12 +121,16 @@ class _Sink:
         self.lost.append((peer, reason))
 
 
-def _pair(config=None):
-    ts = real_transports(2, config)
+@pytest.fixture
+def pair():
+    """Two connected transports on the device (ranks 0 and 1 of this process), closed after."""
+    ts = real_transports(2)
     sinks = [_Sink(), _Sink()]
     for t, s in zip(ts, sinks):
         t.attach(s)
-    return ts, sinks
+    yield ts, sinks
+    for t in ts:
+        t.close()
 
 
 def _until(ts, cond, timeout=60.0):
@@ -137,93 +141,77 @@ def _until(ts, cond, timeout=60.0):
             t.progress(0.01)
 
 
-def test_large_array_is_written_into_the_destination_array_itself():
-    ts, sinks = _pair()
-    try:
-        src = np.random.default_rng(1).random(5 * 1024 * 1024 // 8 * 4)   # 20 MiB: several writes
-        dest = np.zeros_like(src)
-        sinks[1].targets[7] = dest
-        sent = []
-        header = frames.pack(frames.EAGER, 0, 0, 0, 0, 7, src.nbytes)
-        ts[0].send(1, header, [memoryview(src).cast("B")], sent.append)
-        _until(ts, lambda: sinks[1].got and sent)
-        assert sent == [None] and np.array_equal(dest, src)
-        view = sinks[1].got[0][1]
-        assert np.shares_memory(np.frombuffer(view, np.uint8), dest)   # delivered in place
-        assert ts[0].stats["zero_copy_frames"] == 1 and ts[0].stats["sent_FRAG"] == 0
-        assert ts[1].cache.covers(memoryview(dest).cast("B"))
-        assert ts[0].ops.info.max_msg < src.nbytes      # so it really took several writes
-    finally:
-        for t in ts:
-            t.close()
+def test_large_array_is_written_into_the_destination_array_itself(pair):
+    ts, sinks = pair
+    src = np.random.default_rng(1).random(5 * 1024 * 1024 // 8 * 4)   # 20 MiB: several writes
+    dest = np.zeros_like(src)
+    sinks[1].targets[7] = dest
+    sent = []
+    header = frames.pack(frames.EAGER, 0, 0, 0, 0, 7, src.nbytes)
+    ts[0].send(1, header, [memoryview(src).cast("B")], sent.append)
+    _until(ts, lambda: sinks[1].got and sent)
+    assert sent == [None] and np.array_equal(dest, src)
+    view = sinks[1].got[0][1]
+    assert np.shares_memory(np.frombuffer(view, np.uint8), dest)   # delivered in place
+    assert ts[0].stats["zero_copy_frames"] == 1 and ts[0].stats["sent_FRAG"] == 0
+    assert ts[1].cache.covers(memoryview(dest).cast("B"))
+    assert ts[0].ops.info.max_msg < src.nbytes      # so it really took several writes
 
 
-def test_a_cached_source_registration_sends_what_the_array_holds_now():
+def test_a_cached_source_registration_sends_what_the_array_holds_now(pair):
     # A never-written array (its pages may still be the shared zero page) is registered by the
     # first send and reused from the cache by the second, after it was written.
-    ts, sinks = _pair()
-    try:
-        src = np.zeros(1 << 18)                            # 2 MiB, untouched
-        first, second = np.ones_like(src), np.zeros_like(src)
-        sinks[1].targets.update({1: first, 2: second})
-        for msg_id in (1, 2):
-            if msg_id == 2:
-                src[:] = 7.0                               # written after registration
-            ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, msg_id, src.nbytes),
-                       [memoryview(src).cast("B")], None)
-            _until(ts, lambda: len(sinks[1].got) == msg_id)
-        assert (first == 0).all() and (second == 7).all()
-        assert ts[0].cache.hits >= 1                       # the second send reused it
-    finally:
-        for t in ts:
-            t.close()
+    ts, sinks = pair
+    src = np.zeros(1 << 18)                            # 2 MiB, untouched
+    first, second = np.ones_like(src), np.zeros_like(src)
+    sinks[1].targets.update({1: first, 2: second})
+    for msg_id in (1, 2):
+        if msg_id == 2:
+            src[:] = 7.0                               # written after registration
+        ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, msg_id, src.nbytes),
+                   [memoryview(src).cast("B")], None)
+        _until(ts, lambda: len(sinks[1].got) == msg_id)
+    assert (first == 0).all() and (second == 7).all()
+    assert ts[0].cache.hits >= 1                       # the second send reused it
 
 
-def test_failed_completion_loses_the_peer_naming_the_verbs_status(monkeypatch):
+def test_failed_completion_loses_the_peer_naming_the_verbs_status(pair, monkeypatch):
     # A grant with a wrong remote key: the device itself refuses the write.
     original = VerbsTransport._on_grant
     monkeypatch.setattr(VerbsTransport, "_on_grant",
                         lambda self, p, xfer, addr, rkey: original(self, p, xfer, addr, rkey ^ 0x100))
-    ts, sinks = _pair()
-    try:
-        failures = []
-        data = bytes(1 << 20)
-        ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 1, len(data)), [memoryview(data)],
-                   failures.append)
-        _until(ts, lambda: sinks[0].lost and sinks[1].lost)
-        assert "IBV_WC_REM_ACCESS_ERR" in sinks[0].lost[0][1], sinks[0].lost
-        assert failures and "REM_ACCESS_ERR" in failures[0]
-        assert sinks[1].lost[0][0] == 0           # the receiving side learns it too
-        print(f"sender: {sinks[0].lost[0][1]}\nreceiver: {sinks[1].lost[0][1]}")
-    finally:
-        for t in ts:
-            t.close()
+    ts, sinks = pair
+    failures = []
+    data = bytes(1 << 20)
+    ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 1, len(data)), [memoryview(data)],
+               failures.append)
+    _until(ts, lambda: sinks[0].lost and sinks[1].lost)
+    assert "IBV_WC_REM_ACCESS_ERR" in sinks[0].lost[0][1], sinks[0].lost
+    assert failures and "REM_ACCESS_ERR" in failures[0]
+    assert sinks[1].lost[0][0] == 0           # the receiving side learns it too
+    print(f"sender: {sinks[0].lost[0][1]}\nreceiver: {sinks[1].lost[0][1]}")
 
 
-def test_waiting_for_completions_never_holds_the_gil():
-    ts, sinks = _pair()
-    try:
-        done = threading.Event()
+def test_waiting_for_completions_never_holds_the_gil(pair):
+    ts, sinks = pair
+    done = threading.Event()
 
-        def wait():
-            ts[1].progress(1.5)               # nothing arrives: sleeps the whole time
-            done.set()
-        counter = 0
-        th = threading.Thread(target=wait)
-        th.start()
-        start = time.monotonic()
-        while not done.is_set() and time.monotonic() - start < 10:
-            counter += 1
-        th.join()
-        # The main thread ran throughout the wait (a thread parked in get_cq_event would
-        # have frozen it: measured at 1.5 s in that case).
-        assert time.monotonic() - start >= 1.4 and counter > 10_000
-    finally:
-        for t in ts:
-            t.close()
+    def wait():
+        ts[1].progress(1.5)               # nothing arrives: sleeps the whole time
+        done.set()
+    counter = 0
+    th = threading.Thread(target=wait)
+    th.start()
+    start = time.monotonic()
+    while not done.is_set() and time.monotonic() - start < 10:
+        counter += 1
+    th.join()
+    # The main thread ran throughout the wait (a thread parked in get_cq_event would
+    # have frozen it: measured at 1.5 s in that case).
+    assert time.monotonic() - start >= 1.4 and counter > 10_000
 
 
-def test_the_installed_pyverbs_needs_the_compat_paths():
+def test_the_installed_pyverbs_is_reached_through_the_compat_layer():
     from minimpi.transports import verbs_compat
     pv = verbs_compat.load()
     ops = PyverbsOps(0)

@@ -24,11 +24,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
 fi
 # The guest venv must import minimpi from this checkout (it may have moved since install).
-if [ "$("$GUEST_PY" -c 'import minimpi, os; print(os.path.dirname(os.path.dirname(minimpi.__file__)))' 2>/dev/null)" != "$REPO" ]; then
+# Both packages count: an editable install maps minimpi.launcher (launcher/) separately.
+if [ "$("$GUEST_PY" -c 'import minimpi, minimpi.launcher, os; d = os.path.dirname; print(d(d(minimpi.__file__)), d(d(minimpi.launcher.__file__)))' 2>/dev/null)" != "$REPO $REPO" ]; then
     "$CACHE/guest-venv/bin/pip" install -q --no-deps -e "$REPO" >/dev/null
 fi
 
-args=$(printf ' %q' "$@")
+args=""
+[ $# -eq 0 ] || args=$(printf ' %q' "$@")   # no arguments: none at all, not one empty one
 LIMIT=${MINIMPI_VERBS_GUEST_LIMIT:-2400}     # seconds for boot + tests, then the guest is stopped
 start=$(date +%s)
 log=$(mktemp)

@@ -38,6 +38,7 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     """
     p, rank = ch.size, ch.rank
     children = binomial_children(rank, p)
+    ch.phase("gather to rank 0")
     for child in reversed(children):                  # gather towards rank 0
         idx = range(child, subtree_end(child, p))     # the child's subtree's blocks
         into = blocks.target(idx)
@@ -48,10 +49,12 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     if rank:
         parent = binomial_parent(rank)
         yield [ch.isend(blocks.pack(range(rank, subtree_end(rank, p))), parent)]
+        ch.phase("broadcast from rank 0")
         into = blocks.target(everything)              # then all blocks from the parent
         req = ch.irecv(into, parent)
         yield [req]
         blocks.unpack(everything, into, req)
+    ch.phase("broadcast from rank 0")
     for child in children:                            # broadcast, largest subtree first
         yield [ch.isend(blocks.pack(everything), child)]
     return blocks
@@ -103,6 +106,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
         hi = 2 * nhi if nhi <= rem else nhi + rem
         return range(lo, hi)
 
+    ch.phase("fold")
     if rank < 2 * rem:                                # fold
         if newrank < 0:
             yield [ch.isend(blocks.pack([rank]), rank + 1)]
@@ -111,6 +115,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
             req = ch.irecv(into, rank - 1)
             yield [req]
             blocks.unpack([rank - 1], into, req)
+    ch.phase("recursive doubling")
     if newrank >= 0:
         mask = 1
         while mask < pof2:
@@ -123,6 +128,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
             yield [req, ch.isend(blocks.pack(mine), unfold_rank(partner_new, rem))]
             blocks.unpack(theirs, into, req)
             mask <<= 1
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold
         everything = range(p)
         if newrank >= 0:

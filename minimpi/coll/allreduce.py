@@ -26,6 +26,7 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .scratch import scratch
 
 
 def _pof2(p: int) -> int:
@@ -52,7 +53,9 @@ def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
     Broadcast (:func:`~minimpi.coll.bcast.bcast_binomial` from root 0): the same tree
     backwards, largest subtree first.
     """
+    ch.phase("reduce to rank 0")
     result = yield from reduce_binomial(ch, red, data, 0)
+    ch.phase("broadcast from rank 0")
     # rank 0 sends the result; the others receive it into ``data`` (or as an object)
     return (yield from bcast_binomial(ch, result if ch.rank == 0 else data, 0))
 
@@ -78,6 +81,7 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
     pof2, rem, newrank = fold_power_of_two(rank, p)
     data = yield from fold_in(ch, red, data)          # fold (p not a power of two)
     tmp = red.slot(data)
+    ch.phase("recursive doubling")
     if newrank >= 0:
         mask = 1
         while mask < pof2:
@@ -87,6 +91,7 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
             got = received(req, tmp)
             data = red.lower_into(got, data) if partner < rank else red.into_lower(data, got)
             mask <<= 1
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold
         if newrank >= 0:
             yield [ch.isend(data, rank - 1)]
@@ -122,8 +127,9 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
     n_items = data.size // unit
     pof2, rem, newrank = fold_power_of_two(rank, p)
     data = yield from fold_in(ch, red, data)          # fold (whole vectors)
+    ch.phase("reduce-scatter (recursive halving)")
     if newrank >= 0:
-        tmp = np.empty((n_items - n_items // 2) * unit, dtype=data.dtype)
+        tmp = scratch((n_items - n_items // 2) * unit, data.dtype, "tmp")
         lo, hi = 0, n_items                           # window, in items
         windows = []
         mask = 1
@@ -141,6 +147,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
             windows.append((lo, hi))
             lo, hi = keep
             mask <<= 1
+        ch.phase("allgather (recursive doubling)")
         while windows:                                # allgather: recursive doubling
             mask >>= 1
             partner = unfold_rank(newrank ^ mask, rem)
@@ -149,6 +156,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
             yield [ch.irecv(data[other[0] * unit:other[1] * unit], partner),
                    ch.isend(data[lo * unit:hi * unit], partner)]
             lo, hi = wlo, whi
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold
         if newrank >= 0:
             yield [ch.isend(data, rank - 1)]
@@ -223,7 +231,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
 
     if contribution is None:
         slot_size = even_bounds(largest // unit, nseg, unit)[1]
-        slots = (np.empty(slot_size, data.dtype), np.empty(slot_size, data.dtype))
+        slots = (scratch(slot_size, data.dtype, "slot"), scratch(slot_size, data.dtype, "slot"))
     # Reduce-scatter: unit t = (step k, segment j) sends segment j of block rank-k-1 (at
     # k = 0 our own contribution), receives segment j of block rank-k-2.
     work = [((rank - k - 1) % p, (rank - k - 2) % p, j) for k in range(p - 1) for j in range(nseg)]
@@ -235,6 +243,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         outgoing = piece(mine if t < nseg else data, sb, j)
         return t, into, dest, [ch.irecv(into, left), ch.isend(outgoing, right)]
 
+    ch.phase("reduce-scatter")
     current = post(0)
     for t in range(len(work)):
         yield current[3]
@@ -250,6 +259,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         if t + 1 < len(work) and not ahead:
             current = post(t + 1)
     # Allgather: pass the complete blocks around.
+    ch.phase("allgather")
     for k in range(p - 1):
         sb, rb = (rank - k) % p, (rank - k - 1) % p
         yield [ch.irecv(data[bounds[rb]:bounds[rb + 1]], left),

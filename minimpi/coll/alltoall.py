@@ -13,12 +13,11 @@ every rank must make alike) depends on p alone: its costs are given for n = 0.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .blocks import Blocks
 from .cost import ceil_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .scratch import scratch
 
 
 def _ring_cost(m, p, n):
@@ -117,13 +116,15 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     work[i] holds rank-i's block for us: store it as block rank-i.
     """
     p, rank = ch.size, ch.rank
+    ch.phase("rotate")
     if send.is_object:
         work = Blocks(items=[send.get((rank + i) % p) for i in range(p)])
     else:
         b = send.counts[0]
-        work = Blocks.uniform(np.empty(b * p, send.array.dtype), p)
+        work = Blocks.uniform(scratch(b * p, send.array.dtype, "work"), p)
         for i in range(p):
             work.put(i, send.get((rank + i) % p))
+    ch.phase("exchange")
     d = 1
     while d < p:
         idx = [i for i in range(p) if i & d]
@@ -133,6 +134,7 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
         yield [req, ch.isend(outgoing, (rank + d) % p)]
         work.unpack(idx, into, req)
         d <<= 1
+    ch.phase("rotate back")
     for i in range(p):
         recv.put((rank - i) % p, work.get(i))
     return recv

@@ -30,12 +30,15 @@ def barrier_binomial(ch: Channel) -> Schedule:
     """
     p, r = ch.size, ch.rank
     children = binomial_children(r, p)
+    ch.phase("arrive")
     for child in reversed(children):           # arrive, from the leaves up
         yield [ch.irecv(_token(), child)]
     if r != 0:
         parent = binomial_parent(r)
         yield [ch.isend(_token(), parent)]
+        ch.phase("release")
         yield [ch.irecv(_token(), parent)]     # released by the parent
+    ch.phase("release")
     for child in children:                     # release, from the root down
         yield [ch.isend(_token(), child)]
 
@@ -53,7 +56,8 @@ def barrier_ring(ch: Channel) -> Schedule:
     if p == 1:
         return
     left, right = ring_neighbours(r, p)
-    for _round in range(2):
+    for round_ in range(2):
+        ch.phase("arrive" if round_ == 0 else "release")
         if r == 0:
             yield [ch.isend(_token(), right)]
             yield [ch.irecv(_token(), left)]

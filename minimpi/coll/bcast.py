@@ -124,6 +124,7 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
 
     # Scatter: each rank receives the chunks of its whole subtree from its parent and hands
     # each child the chunks of the child's subtree.
+    ch.phase("binomial scatter")
     if rel != 0:
         piece = span(rel, subtree_end(rel, p) - rel)
         yield [ch.irecv(piece, absolute(binomial_parent(rel), root, p))]
@@ -131,6 +132,7 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
         piece = span(child, subtree_end(child, p) - child)
         yield [ch.isend(piece, absolute(child, root, p))]
     # Ring allgather of the p chunks: in step k, pass on the chunk received in step k-1.
+    ch.phase("ring allgather")
     left, right = ring_neighbours(ch.rank, p)
     for k in range(p - 1):
         send_rel = (rel - k) % p

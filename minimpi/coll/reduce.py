@@ -31,6 +31,7 @@ from .peers import (
 from .reduction import Operand, fold_in, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .scratch import scratch, scratch_copy, scratch_like
 
 
 @algorithm("reduce", "binomial",
@@ -85,19 +86,21 @@ def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sched
     Chunks are combined in ring order, not rank order: commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else data.copy()
+    acc = data if r == root else scratch_copy(data, "acc")
     if p == 1:
         return acc
     bounds = even_bounds(acc.size, p)                   # chunk c = [bounds[c], bounds[c+1])
     chunk = lambda c: acc[bounds[c]:bounds[c + 1]]
-    tmp = np.empty(bounds[1], acc.dtype)
+    tmp = scratch(bounds[1], acc.dtype, "tmp")
     left, right = ring_neighbours(r, p)
+    ch.phase("reduce-scatter")
     for s in range(p - 1):                              # reduce-scatter round the ring
         send_c, recv_c = (r - s) % p, (r - s - 1) % p
         into = tmp[:bounds[recv_c + 1] - bounds[recv_c]]
         yield [ch.irecv(into, left), ch.isend(chunk(send_c), right)]
         red.lower_into(into, chunk(recv_c))
     mine = (r + 1) % p                                  # gather the chunks at the root
+    ch.phase("gather at the root")
     if r != root:
         yield [ch.isend(chunk(mine), root)]
         return None
@@ -146,15 +149,16 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     Commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else data.copy()
+    acc = data if r == root else scratch_copy(data, "acc")
     if p == 1:
         return acc
     q, rem, new = fold_power_of_two(r, p)
     acc = yield from fold_in(ch, red, acc)              # fold (whole vectors)
-    tmp = np.empty_like(acc)
+    tmp = scratch_like(acc, "tmp")
     real = lambda v: unfold_rank(v, rem)                # new rank -> rank
     bounds = even_bounds(acc.size, q)
     span = lambda lo, hi: (bounds[lo], bounds[hi])
+    ch.phase("reduce-scatter (recursive halving)")
     if new >= 0:
         lo, hi = 0, q                                   # my chunk range
         mask = q >> 1
@@ -172,6 +176,7 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
             lo, hi = keep
             mask >>= 1
         # binomial gather to new rank 0: each child brings its subtree's chunks
+        ch.phase("binomial gather")
         for child in reversed(binomial_children(new, q)):
             hi = subtree_end(child, q)
             s, e = span(child, hi)

@@ -21,7 +21,7 @@ from .schedule import Channel, Schedule
 def _doubling(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool) -> Schedule:
     """Recursive doubling shared by scan and exscan (see ``scan_binomial``)."""
     p, r = ch.size, ch.rank
-    partial = red.copy(data)            # x of the 2^k-aligned block of ranks around r
+    partial = red.copy(data, "partial")          # x of the 2^k-aligned block of ranks around r
     result = red.assign(out, data) if inclusive else out
     have = inclusive                    # exscan: nothing below rank r seen yet
     tmp = red.slot(data)
@@ -50,7 +50,7 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
     if inclusive:                       # result = prefix (op) x_r, built in ``out`` and
         acc = red.assign(out, data)     # forwarded as it is
     else:                               # result = prefix, received straight into ``out``;
-        acc = red.copy(data)            # prefix (op) x_r is forwarded
+        acc = red.copy(data, "acc")          # prefix (op) x_r is forwarded
     fwd = red.pieces(acc, segment)
     n = len(fwd)
     if inclusive or red.objects:

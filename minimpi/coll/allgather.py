@@ -23,6 +23,7 @@ from .schedule import Channel, Schedule
 
 
 @algorithm("allgather", "binomial",
+           formula="⌈log2 p⌉·α + (p-1)/p·n·β + ⌈log2 p⌉·(α + n·β)",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta
            + ceil_log2(p) * (m.alpha + n * m.beta),
            messages=lambda m, p, n: 2 * (p - 1),
@@ -61,6 +62,7 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "ring",
+           formula="(p-1)·(α + n/p·β)",
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * m.beta),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n)
@@ -82,6 +84,7 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "recursive_doubling",
+           formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β",
            cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
            + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta,
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
@@ -142,6 +145,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "bruck",
+           formula="⌈log2 p⌉·α + (p-1)/p·n·β",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta,
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: (p - 1) * n)

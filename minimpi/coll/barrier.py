@@ -18,7 +18,8 @@ def _token() -> np.ndarray:
     return np.empty(0, np.uint8)
 
 
-@algorithm("barrier", "binomial", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha,
+@algorithm("barrier", "binomial",
+           formula="2·⌈log2 p⌉·α", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: 0)
 def barrier_binomial(ch: Channel) -> Schedule:
@@ -43,7 +44,8 @@ def barrier_binomial(ch: Channel) -> Schedule:
         yield [ch.isend(_token(), child)]
 
 
-@algorithm("barrier", "ring", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
+@algorithm("barrier", "ring",
+           formula="2·p·α", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
            messages=lambda m, p, n: 2 * p if p > 1 else 0,
            volume=lambda p, n: 0)
 def barrier_ring(ch: Channel) -> Schedule:
@@ -66,7 +68,8 @@ def barrier_ring(ch: Channel) -> Schedule:
             yield [ch.isend(_token(), right)]
 
 
-@algorithm("barrier", "dissemination", cost=lambda m, p, n: ceil_log2(p) * m.alpha,
+@algorithm("barrier", "dissemination",
+           formula="⌈log2 p⌉·α", cost=lambda m, p, n: ceil_log2(p) * m.alpha,
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: 0)
 def barrier_dissemination(ch: Channel) -> Schedule:

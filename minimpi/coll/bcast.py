@@ -29,6 +29,7 @@ from .schedule import Channel, Schedule
 
 
 @algorithm("bcast", "binomial",
+           formula="⌈log2 p⌉·(α + n·β)",
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta),
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n)
@@ -53,6 +54,7 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
 
 
 @algorithm("bcast", "ring",
+           formula="(p + s - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
            cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
            * (m.alpha + min(n, m.segment) * m.beta),
            messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
@@ -97,7 +99,8 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
     return data
 
 
-@algorithm("bcast", "scatter_allgather", objects=False,
+@algorithm("bcast", "scatter_allgather",
+           formula="(⌈log2 p⌉ + p - 1)·α + 2·(p-1)/p·n·β", objects=False,
            cost=lambda m, p, n: (ceil_log2(p) + p - 1) * m.alpha + 2 * (p - 1) / p * n * m.beta,
            messages=lambda m, p, n: (p - 1) + p * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)

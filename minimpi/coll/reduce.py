@@ -35,6 +35,7 @@ from .scratch import scratch, scratch_copy, scratch_like
 
 
 @algorithm("reduce", "binomial",
+           formula="⌈log2 p⌉·(α + n·β + n·γ)",
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma),
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -70,7 +71,8 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
     return acc if ch.rank == root else None
 
 
-@algorithm("reduce", "ring", commutative_only=True, objects=False,
+@algorithm("reduce", "ring",
+           formula="2·(p-1)·α + (p-1)/p·n·(2·β + γ) + n·γ", commutative_only=True, objects=False,
            cost=lambda m, p, n: 2 * (p - 1) * m.alpha + (p - 1) / p * n * (2 * m.beta + m.gamma)
            + n * m.gamma,
            messages=lambda m, p, n: p * (p - 1) + p - 1,
@@ -131,7 +133,8 @@ def _rabenseifner_local(p, n):
     return (p - q) * n + (q - 1) * n + (p - 1) * n
 
 
-@algorithm("reduce", "rabenseifner", commutative_only=True, objects=False,
+@algorithm("reduce", "rabenseifner",
+           formula="2·⌊log2 p⌋·α + 2·(q-1)/q·n·β + (q-1)/q·n·γ + n·γ + f·(2·(α + n·β) + n·γ)", commutative_only=True, objects=False,
            cost=_rabenseifner_cost, messages=_rabenseifner_messages,
            volume=_rabenseifner_volume, local=_rabenseifner_local)
 def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:

@@ -33,7 +33,8 @@ from .schedule import Channel, Schedule
 from .scratch import scratch, scratch_copy
 
 
-@algorithm("reduce_scatter", "binomial", objects=False,
+@algorithm("reduce_scatter", "binomial",
+           formula="⌈log2 p⌉·(α + n·β + n·γ) + ⌈log2 p⌉·α + (p-1)/p·n·β + n·γ", objects=False,
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma)
            + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta + n * m.gamma,
            messages=lambda m, p, n: 2 * (p - 1),
@@ -65,7 +66,8 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
-@algorithm("reduce_scatter", "ring", objects=False, commutative_only=True,
+@algorithm("reduce_scatter", "ring",
+           formula="(p-1)·(α + n/p·(β + γ))", objects=False, commutative_only=True,
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -97,7 +99,8 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
         outgoing = into
 
 
-@algorithm("reduce_scatter", "recursive_halving", objects=False, commutative_only=True,
+@algorithm("reduce_scatter", "recursive_halving",
+           formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β + ((p-1)/p + f)·n·γ + n·γ", objects=False, commutative_only=True,
            cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
            + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta
            + ((p - 1) / p + not_pow2(p)) * n * m.gamma + n * m.gamma,
@@ -152,7 +155,8 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
-@algorithm("reduce_scatter", "pairwise", objects=False,
+@algorithm("reduce_scatter", "pairwise",
+           formula="(p-1)·(α + n/p·(β + γ))", objects=False,
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)

@@ -22,6 +22,7 @@ less, then the one registered first (:func:`tie_key`).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
@@ -49,6 +50,9 @@ class Algorithm:
     local: Optional[Callable[[int, int], float]] = None
     #: messages all ranks send in all, for the model, p and n (None: not stated)
     messages: Optional[Callable[[CostModel, int, int], float]] = None
+    #: ``cost`` as a reader sees it, e.g. "⌈log2 p⌉·(α + n·β)" (see cost.evaluate: the
+    #: tests check that it computes what ``cost`` computes)
+    formula: str = ""
 
     def __call__(self, *args, **kwargs):
         """Run the algorithm: its schedule generator."""
@@ -81,16 +85,33 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               local: Optional[Callable[[int, int], float]] = None,
               messages: Optional[Callable[[CostModel, int, int], float]] = None,
               commutative_only: bool = False, objects: bool = True,
-              reads_sendbuf: bool = False) -> Callable:
+              reads_sendbuf: bool = False, formula: str = "") -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
         _auto_choices.clear()
-        doc = (fn.__doc__ or "").strip().splitlines()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
-            doc[0] if doc else "", volume, local, messages)
+            first_sentence(fn.__doc__ or ""), volume, local, messages, formula)
         return fn
     return register
+
+
+def plain(text: str) -> str:
+    """Docstring markup as a reader of a terminal wants it: ``x`` -> x,
+    :func:`~a.b.name` -> name, :mod:`a.b` -> a.b."""
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", lambda m: m.group(1).rsplit(".", 1)[-1]
+                  if m.group(0).split("`")[1].startswith("~") else m.group(1), text)
+    return text.replace("``", "")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, whole (lines joined, markup
+    plain): a full stop ends it only where the next word starts with a capital or the
+    paragraph ends, so "0 -> 1 -> ... -> p-1" and "(log2 p + f)·nγ, f = 0 or 2" survive."""
+    para = " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+    para = plain(para)
+    end = re.search(r"(?<![.])\.(?=\s+[A-Z(]|\s*$)", para)
+    return para[:end.start() + 1] if end else para
 
 
 def algorithms(collective: str) -> Dict[str, Algorithm]:
@@ -111,8 +132,10 @@ def tie_key(predicted: float, formula: float) -> Tuple[float, float]:
 
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
-           *, objects: bool = False, rank: int = -1, call: str = "") -> Algorithm:
-    """The algorithm a call runs (see the module docstring for the order of choice)."""
+           *, objects: bool = False, rank: int = -1, call: str = "",
+           model: Optional[CostModel] = None) -> Algorithm:
+    """The algorithm a call runs (see the module docstring for the order of choice);
+    ``model``: another cost model than the job's (``minimpi explain --cores``)."""
     table = algorithms(collective)
     source = "algorithm="
     if requested is None or requested == "auto":
@@ -131,7 +154,7 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
-    model = default_model()
+    model = model or default_model()
     # auto's answer depends only on these (refusals look at p, commutativity and objects),
     # so repeated calls - the common case - skip the predictions.
     op_key = None if op is None else op.Is_commutative()

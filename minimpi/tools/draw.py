@@ -1075,12 +1075,16 @@ def svg_to_png(svg: str, path: str) -> None:
 
 
 def list_text() -> str:
-    """Every collective and algorithm in the registry, with the first line of its docstring."""
+    """Every collective and algorithm in the registry, with the first sentence of its
+    docstring."""
     _load_all()
     lines = []
     for coll in sorted(REGISTRY):
         mark = "" if coll in DRIVERS else "   (no drawing driver yet)"
         lines.append(f"{coll}{mark}")
         for name, alg in REGISTRY[coll].items():
-            lines.append(f"  {name:<20} {alg.summary}")
+            # the whole first sentence, wrapped under itself: never cut mid-sentence
+            lines.extend(textwrap.wrap(alg.summary, TEXT_WIDTH, initial_indent=f"  {name:<20} ",
+                                       subsequent_indent=" " * 23, break_long_words=False,
+                                       break_on_hyphens=False))
     return "\n".join(lines)

@@ -26,13 +26,14 @@ from ..constants import (
 )
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer
-from ..errors import ArgumentError, CommError, RankError, TagError
+from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import CompletedRequest, Request, Status, null_status
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .extras import CommExtras
+from .hints import check_object_recv_buf, recv_buffer_error
 from .message import ProbeWait, finish_object, probe_status
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .topology import CartMixin
@@ -173,7 +174,10 @@ class Comm(CommExtras):
         self._alive(call)
         self._check_source(source, call)
         self._check_recv_tag(tag, call)
-        view, spec = byte_view(buf, True, call)
+        try:
+            view, spec = byte_view(buf, True, call)
+        except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
+            raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         if source == PROC_NULL:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(view, source, tag, call)
@@ -205,11 +209,14 @@ class Comm(CommExtras):
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Optional[Status] = None) -> Any:
-        """Receive a Python object (any size: no buffer needed; ``buf`` is accepted and ignored)."""
+        """Receive a Python object (any size: no buffer needed; a ``buf`` must be a writable
+        buffer or byte count, as in mpi4py, and is not needed)."""
+        check_object_recv_buf(self, buf, "recv", source, tag)
         return self._recv_obj(source, tag, "recv").wait(status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving a Python object; ``req.wait()`` returns it."""
+        check_object_recv_buf(self, buf, "irecv", source, tag)
         return self._recv_obj(source, tag, "irecv")
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,

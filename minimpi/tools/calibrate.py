@@ -116,7 +116,9 @@ def measure(quick: bool = False, timeout: float = 300.0) -> Dict:
         path = os.path.join(tmp, "calibration.json")
         cmd = [sys.executable, "-m", "minimpi", "run", "-n", "2", "--no-prefix",
                "-m", "minimpi.tools.calibrate", "--worker", path] + (["--quick"] if quick else [])
-        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
+        # run in the temporary directory: a current directory holding a `minimpi` folder
+        # (a clone of minimpi) would otherwise shadow the installed package in `python -m`
+        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0 or not os.path.exists(path):
             raise RuntimeError(f"the calibration job failed (exit {proc.returncode}):\n"
                                f"{proc.stdout}{proc.stderr}")

@@ -34,6 +34,7 @@ from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .extras import CommExtras
 from .hints import check_object_recv_buf, recv_buffer_error
+from .ledger import note
 from .message import ProbeWait, finish_object, probe_status
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .topology import CartMixin
@@ -147,7 +148,8 @@ class Comm(CommExtras):
             return CompletedRequest()
         payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
         send = self._bsend_bytes if buffered else self._ep.isend
-        return send(payload, nbytes, dest, tag, flags | F_OBJECT, call)
+        return note(self._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
+                    tag, call, True)
 
     def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
         self._alive(call)
@@ -157,7 +159,7 @@ class Comm(CommExtras):
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(None, source, tag, call, context)
         req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
-        return req
+        return note(self._ep, req, source, tag, call, False)
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
@@ -168,7 +170,8 @@ class Comm(CommExtras):
             return CompletedRequest()
         view, _ = byte_view(buf, False, call)
         send = self._bsend_bytes if buffered else self._ep.isend
-        return send((view,), view.nbytes, dest, tag, flags, call)
+        return note(self._ep, send((view,), view.nbytes, dest, tag, flags, call), dest, tag,
+                    call, True)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
         self._alive(call)
@@ -183,7 +186,7 @@ class Comm(CommExtras):
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
             req._finish = spec.finish
-        return req
+        return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:

@@ -1,0 +1,91 @@
+"""Where this rank's point-to-point messages and nonblocking requests came from.
+
+MPI programs are erroneous when they leave a message unreceived or a request never completed,
+yet they usually end normally - with a wrong answer, or a hang elsewhere. At finalize
+(:mod:`minimpi.runtime.leftovers`) minimpi reports such leftovers, as MPICH's and Open MPI's
+debug modes do, naming the line of the script each one came from. This ledger is what makes
+the line known:
+
+* :meth:`Ledger.sent`: per (destination, communicator, tag), the user's file:line of the
+  last send and how many there were - what a peer's leftover message is traced back to (the
+  receiver has the message, the sender the line; the finalize exchange brings them together);
+* :meth:`Ledger.started`: nonblocking requests (``isend``, ``Irecv``, ...) until a wait or test
+  completes them (or ``Free``), with their line.
+
+The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
+have none and skip this. It costs a dictionary update and a walk of two or three stack frames
+per point-to-point call. Memory is bounded: at most :data:`MAX_SITES` send sites (a program
+using ever new tags stops recording new ones) and :data:`MAX_OPEN` open requests (completed
+ones are dropped when the table fills; past that, open requests are only counted).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+MAX_SITES = 10_000
+MAX_OPEN = 1_000
+
+#: (file:line, call, how many) of sends, by (destination world rank, context, tag)
+Sites = Dict[Tuple[int, int, int], Tuple[str, str, int]]
+
+
+def user_line() -> str:
+    """``script.py:12``: the innermost frame outside the minimpi package."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_globals.get("__name__", "")
+        if name != "minimpi" and not name.startswith("minimpi.") and name != "runpy":
+            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        f = f.f_back
+    return "?"
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.sites: Sites = {}
+        self.open: Dict[int, Tuple[Any, str]] = {}   # serial -> (request, file:line)
+        self.uncounted = 0                           # open requests past MAX_OPEN
+        self._serial = 0
+
+    def sent(self, dest: int, context: int, tag: int, call: str) -> None:
+        """A send to world rank ``dest`` on ``context`` with ``tag`` (call from the comm
+        layer, two frames below the user's call)."""
+        key = (dest, context, tag)
+        old = self.sites.get(key)
+        if old is None and len(self.sites) >= MAX_SITES:
+            return
+        self.sites[key] = (user_line(), call, (old[2] if old else 0) + 1)
+
+    def started(self, req: Any) -> None:
+        """A nonblocking request the user must complete with a wait or test."""
+        if len(self.open) >= MAX_OPEN:
+            self.open = {k: v for k, v in self.open.items() if v[0]}   # drop completed ones
+            if len(self.open) >= MAX_OPEN:
+                self.uncounted += 1
+                return
+        self._serial += 1
+        self.open[self._serial] = (req, user_line())
+
+    def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
+        """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""
+        return {(c, t): v for (d, c, t), v in self.sites.items() if d == dest}
+
+    def never_completed(self) -> List[Tuple[Any, str]]:
+        """Requests never completed by a wait or test (nor freed), with their lines.
+
+        (A request is falsy - mpi4py's REQUEST_NULL - once a wait or test completed it.)"""
+        return [(req, line) for req, line in self.open.values() if req]
+
+
+def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:
+    """Record a point-to-point call of the comm layer (``peer``: the communicator rank sent
+    to, for sends) in the engine's ledger, if it has one; returns ``req``."""
+    ledger: Optional[Ledger] = ep.engine.ledger
+    if ledger is not None:
+        if sending and 0 <= peer < len(ep.group):
+            ledger.sent(ep.group[peer], ep.context, tag, call)
+        if call[:1] in ("i", "I"):          # isend, Irecv, ...: the user must complete it
+            ledger.started(req)
+    return req

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
@@ -182,17 +183,24 @@ AUTO_MEMO_SIZE = 4096
 
 
 _loaded = False
+_load_lock = threading.RLock()
 
 
 def _load_all() -> None:
-    """Import every algorithm module so that all registrations have run."""
+    """Import every algorithm module so that all registrations have run.
+
+    Ranks that are threads (run_threads, minimpi draw) may all get here at once: the first
+    imports under the lock, and none sees the table before every module has registered."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import importlib
-    for module in COLLECTIVE_MODULES:
-        importlib.import_module(f"minimpi.coll.{module}")
+    with _load_lock:
+        if _loaded:
+            return
+        import importlib
+        for module in COLLECTIVE_MODULES:
+            importlib.import_module(f"minimpi.coll.{module}")
+        _loaded = True
 
 
 #: one module per collective (adding a collective: one module and one line here)

@@ -287,3 +287,26 @@ def test_summaries_are_whole_sentences():
     explain_cmd.list_all(out)
     assert "Binomial gather to rank 0, then binomial broadcast of everything: 2·ceil(log2 p) " \
            "steps; time" in out.getvalue()
+
+
+def test_registry_loads_once_for_ranks_that_start_together():
+    # Thread ranks used to see a half-filled registry ("unknown collective 'allreduce'") when
+    # one of them was still importing the algorithm modules.
+    import subprocess
+    import sys
+    code = ("import threading\n"
+            "from minimpi.coll import registry\n"
+            "go, bad = threading.Barrier(8), []\n"
+            "def rank():\n"
+            "    go.wait()\n"
+            "    try:\n"
+            "        registry.algorithms('allreduce'); registry.algorithms('scan')\n"
+            "    except Exception as e:\n"
+            "        bad.append(e)\n"
+            "ts = [threading.Thread(target=rank) for _ in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(bad)\n")
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        assert res.stdout.strip() == "[]", res.stdout + res.stderr

@@ -13,10 +13,11 @@ the line known:
   completes them (or ``Free``), with their line.
 
 The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
-have none and skip this. It costs a dictionary update and a walk of two or three stack frames
-per point-to-point call. Memory is bounded: at most :data:`MAX_SITES` send sites (a program
-using ever new tags stops recording new ones) and :data:`MAX_OPEN` open requests (completed
-ones are dropped when the table fills; past that, open requests are only counted).
+have none and skip this. It costs a dictionary update and a walk of two or three stack
+frames per point-to-point call (about a microsecond). Memory is bounded: at most
+:data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones) and
+:data:`MAX_OPEN` open requests (completed ones are dropped when the table fills; past that,
+open requests are only counted).
 """
 from __future__ import annotations
 
@@ -27,38 +28,45 @@ from typing import Any, Dict, List, Optional, Tuple
 MAX_SITES = 10_000
 MAX_OPEN = 1_000
 
-#: (file:line, call, how many) of sends, by (destination world rank, context, tag)
-Sites = Dict[Tuple[int, int, int], Tuple[str, str, int]]
+#: where a call came from: (code object, line number) of the user's frame; made into
+#: ``script.py:12`` only when a leftover is reported (see :func:`line_text`)
+Site = Tuple[Any, int]
+#: (site, call, how many) of sends, by (destination world rank, context, tag)
+Sites = Dict[Tuple[int, int, int], Tuple[Site, str, int]]
 
 
-def user_line() -> str:
-    """``script.py:12``: the innermost frame outside the minimpi package."""
-    f = sys._getframe(2)
+def user_site() -> Site:
+    """The innermost frame outside the minimpi package (and runpy, which may start it)."""
+    f = sys._getframe(1)
     while f is not None:
         name = f.f_globals.get("__name__", "")
-        if name != "minimpi" and not name.startswith("minimpi.") and name != "runpy":
-            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        if not name.startswith(("minimpi.", "runpy")) and name != "minimpi":
+            return f.f_code, f.f_lineno
         f = f.f_back
-    return "?"
+    return None, 0
+
+
+def line_text(site: Site) -> str:
+    code, line = site
+    return f"{os.path.basename(code.co_filename)}:{line}" if code is not None else "?"
 
 
 class Ledger:
     def __init__(self) -> None:
         self.sites: Sites = {}
-        self.open: Dict[int, Tuple[Any, str]] = {}   # serial -> (request, file:line)
+        self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (request, its site)
         self.uncounted = 0                           # open requests past MAX_OPEN
         self._serial = 0
 
-    def sent(self, dest: int, context: int, tag: int, call: str) -> None:
-        """A send to world rank ``dest`` on ``context`` with ``tag`` (call from the comm
-        layer, two frames below the user's call)."""
+    def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
+        """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
         key = (dest, context, tag)
         old = self.sites.get(key)
         if old is None and len(self.sites) >= MAX_SITES:
             return
-        self.sites[key] = (user_line(), call, (old[2] if old else 0) + 1)
+        self.sites[key] = (site, call, (old[2] if old else 0) + 1)
 
-    def started(self, req: Any) -> None:
+    def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
         if len(self.open) >= MAX_OPEN:
             self.open = {k: v for k, v in self.open.items() if v[0]}   # drop completed ones
@@ -66,17 +74,25 @@ class Ledger:
                 self.uncounted += 1
                 return
         self._serial += 1
-        self.open[self._serial] = (req, user_line())
+        self.open[self._serial] = (req, site)
 
     def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
         """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""
-        return {(c, t): v for (d, c, t), v in self.sites.items() if d == dest}
+        return {(c, t): (line_text(site), call, n)
+                for (d, c, t), (site, call, n) in self.sites.items() if d == dest}
 
     def never_completed(self) -> List[Tuple[Any, str]]:
-        """Requests never completed by a wait or test (nor freed), with their lines.
+        """Requests never completed by a wait or test (nor freed), with their file:line.
 
         (A request is falsy - mpi4py's REQUEST_NULL - once a wait or test completed it.)"""
-        return [(req, line) for req, line in self.open.values() if req]
+        return [(req, line_text(site)) for req, site in self.open.values() if req]
+
+    def line_of(self, req: Any) -> Optional[str]:
+        """The file:line a request was started at, if this ledger has it."""
+        for other, site in self.open.values():
+            if other is req:
+                return line_text(site)
+        return None
 
 
 def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:
@@ -84,8 +100,9 @@ def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> An
     to, for sends) in the engine's ledger, if it has one; returns ``req``."""
     ledger: Optional[Ledger] = ep.engine.ledger
     if ledger is not None:
+        site = user_site()
         if sending and 0 <= peer < len(ep.group):
-            ledger.sent(ep.group[peer], ep.context, tag, call)
+            ledger.sent(ep.group[peer], ep.context, tag, call, site)
         if call[:1] in ("i", "I"):          # isend, Irecv, ...: the user must complete it
-            ledger.started(req)
+            ledger.started(req, site)
     return req

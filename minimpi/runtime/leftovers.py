@@ -135,7 +135,6 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
     unmatched: List[str] = []
     reported = set()
     ledger: Optional[Ledger] = engine.ledger
-    lines = {id(req): line for req, line in (ledger.open.values() if ledger else ())}
     for watch in engine.coll_watch.values():     # found after the call returned
         if watch.error is not None:
             errors.append(str(watch.error))
@@ -156,7 +155,7 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
             if collective:
                 continue                          # a nonblocking collective: reported below
             reported.add(id(req))
-            line = lines.get(id(req))
+            line = ledger.line_of(req) if ledger is not None else None
             unmatched.append(f"{describe(req)}" + (f", posted at {line}" if line else "")
                              + ", never matched a message")
     warnings: List[str] = []

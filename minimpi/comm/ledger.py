@@ -10,19 +10,22 @@ the line known:
   last send and how many there were - what a peer's leftover message is traced back to (the
   receiver has the message, the sender the line; the finalize exchange brings them together);
 * :meth:`Ledger.started`: nonblocking requests (``isend``, ``Irecv``, ...) until a wait or test
-  completes them (or ``Free``), with their line.
+  completes them (or ``Free``), with their line. Only weak references are kept, so a
+  request's buffers and received object are never held longer than the program holds them;
+  the price: a request the program dropped without completing it is not reported.
 
 The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
 have none and skip this. It costs a dictionary update and a walk of two or three stack
 frames per point-to-point call (about a microsecond). Memory is bounded: at most
 :data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones) and
-:data:`MAX_OPEN` open requests (completed ones are dropped when the table fills; past that,
-open requests are only counted).
+:data:`MAX_OPEN` open requests (finished and dropped ones are pruned as the table grows; past that, open
+requests are only counted).
 """
 from __future__ import annotations
 
 import os
 import sys
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 MAX_SITES = 10_000
@@ -54,9 +57,10 @@ def line_text(site: Site) -> str:
 class Ledger:
     def __init__(self) -> None:
         self.sites: Sites = {}
-        self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (request, its site)
+        self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (weakref to request, site)
         self.uncounted = 0                           # open requests past MAX_OPEN
         self._serial = 0
+        self._prune_at = 64
 
     def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
         """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
@@ -68,13 +72,14 @@ class Ledger:
 
     def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
-        if len(self.open) >= MAX_OPEN:
-            self.open = {k: v for k, v in self.open.items() if v[0]}   # drop completed ones
+        if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
+            self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
+            self._prune_at = max(64, 2 * len(self.open))
             if len(self.open) >= MAX_OPEN:
                 self.uncounted += 1
                 return
         self._serial += 1
-        self.open[self._serial] = (req, site)
+        self.open[self._serial] = (weakref.ref(req), site)
 
     def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
         """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""
@@ -82,17 +87,23 @@ class Ledger:
                 for (d, c, t), (site, call, n) in self.sites.items() if d == dest}
 
     def never_completed(self) -> List[Tuple[Any, str]]:
-        """Requests never completed by a wait or test (nor freed), with their file:line.
-
-        (A request is falsy - mpi4py's REQUEST_NULL - once a wait or test completed it.)"""
-        return [(req, line_text(site)) for req, site in self.open.values() if req]
+        """Requests still alive that no wait or test completed (nor Free), with their
+        file:line."""
+        return [(ref(), line_text(site)) for ref, site in self.open.values() if _pending(ref)]
 
     def line_of(self, req: Any) -> Optional[str]:
         """The file:line a request was started at, if this ledger has it."""
-        for other, site in self.open.values():
-            if other is req:
+        for ref, site in self.open.values():
+            if ref() is req:
                 return line_text(site)
         return None
+
+
+def _pending(ref: Any) -> bool:
+    """Whether a weakly referenced request is alive and not yet completed by a wait or test
+    (a request is falsy - mpi4py's REQUEST_NULL - once completed or freed)."""
+    req = ref()
+    return req is not None and bool(req)
 
 
 def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:

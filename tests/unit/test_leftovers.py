@@ -96,11 +96,15 @@ def test_unreceived_messages_name_source_tag_size_and_line():
 
 def test_receives_never_matched_and_requests_never_completed():
     def body(comm):
+        kept = []
         if comm.rank == 0:
-            comm.isend("never waited", dest=1, tag=9)
-            comm.Irecv(np.zeros(2), source=1, tag=3)
+            kept.append(comm.isend("never waited", dest=1, tag=9))
+            comm.Irecv(np.zeros(2), source=1, tag=3)        # the engine keeps it (posted)
+            done = comm.isend("waited", dest=1, tag=10)
+            done.wait()
         else:
             comm.recv(source=0, tag=9)
+            comm.recv(source=0, tag=10)
         return finish(comm)
     (_, warnings0), (errors1, warnings1) = run_threads(2, ledgered(body))
     assert errors1 == [] and warnings1 == []
@@ -109,6 +113,7 @@ def test_receives_never_matched_and_requests_never_completed():
     assert "Irecv(source=1, tag=3) on COMM_WORLD, posted at test_leftovers.py:" in text
     assert "1 nonblocking request never completed with wait() or test()" in text
     assert "isend(dest=1, tag=9) on COMM_WORLD, started at test_leftovers.py:" in text
+    assert "tag=10" not in text
 
 
 def test_messages_waiting_beside_a_blocked_receive():

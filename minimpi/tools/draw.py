@@ -803,7 +803,8 @@ def buffers_note(s: Schedule) -> str:
         for name in s.buffers[r]:
             if name not in s.user_buffers[r] and name not in temps:
                 temps.append(name)
-    note = f"{', '.join(user)}: the caller's buffers" if user else ""
+    note = (f"{', '.join(user)}: the caller's buffer{'s' if len(user) > 1 else ''}"
+            if user else "")
     if temps:
         note += (f"; {', '.join(temps)}: the algorithm's temporar{'ies' if len(temps) > 1 else 'y'}"
                  f", shown while {'they exist' if len(temps) > 1 else 'it exists'}")

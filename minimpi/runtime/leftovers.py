@@ -107,10 +107,11 @@ def _collective_leftover(engine: Any, context: int, inc: Any) -> str:
     name = _context_name(engine, context)
     made = watch.ep._coll_seq if watch is not None else 0
     theirs = describe_signature(inc.tag >> SEQ_BITS)
+    calls = ("no collective call" if made == 0 else
+             f"only {made} collective call{'s' if made != 1 else ''}")
     return (f"collective mismatch: rank {inc.source} called {theirs} as collective #{low} on "
-            f"{name}, but rank {engine.rank} made only {made} collective call"
-            f"{'s' if made != 1 else ''} on {name} before it finished; every rank of a "
-            f"communicator must call the same collectives in the same order")
+            f"{name}, but rank {engine.rank} made {calls} on {name} before it finished; every "
+            f"rank of a communicator must call the same collectives in the same order")
 
 
 def _message_text(inc: Any, name: str, notes: Dict[int, Dict]) -> str:

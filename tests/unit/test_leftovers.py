@@ -131,3 +131,16 @@ def test_messages_waiting_beside_a_blocked_receive():
     waiting = run_threads(2, body)[1]
     assert waiting == [{"source": 0, "world": 0, "tag": 2, "comm": "COMM_WORLD",
                         "nbytes": waiting[0]["nbytes"], "coll": None, "seq": None}]
+
+
+def test_a_rank_that_skipped_the_bcast():
+    def body(comm):
+        buf = np.zeros(4)
+        if comm.rank != 1:
+            comm.Bcast(buf, root=0)
+        return finish(comm)
+    errors = run_threads(3, ledgered(body))[1][0]
+    assert errors == ["collective mismatch: rank 0 called Bcast(root=0) as collective #1 on "
+                      "COMM_WORLD, but rank 1 made no collective call on COMM_WORLD before it "
+                      "finished; every rank of a communicator must call the same collectives "
+                      "in the same order"]

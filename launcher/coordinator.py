@@ -191,7 +191,8 @@ class Coordinator:
             self._drop(f"message of unknown type {kind!r} from rank {rank}")
 
     def _table(self) -> dict:
-        return {"t": "table", "addrs": [s.address for s in self.ranks]}
+        return {"t": "table", "addrs": [s.address for s in self.ranks],
+                "hosts": [s.host or "" for s in self.ranks]}
 
     def close(self) -> None:
         self.socket.close(linger=0)

@@ -4,6 +4,7 @@
     minimpi draw bcast --algorithm binomial -n 8
     minimpi draw allreduce --algorithm ring -n 4 -o ring.svg
     minimpi draw bcast --algorithm ring -n 4 --bytes 1MiB -o pipeline.png
+    minimpi draw allreduce --algorithm hierarchical --hosts 2x4     # 2 hosts of 4 ranks
 
 See :mod:`minimpi.tools.draw` for how the schedule is recorded.
 """
@@ -27,6 +28,7 @@ examples:
   minimpi draw bcast --algorithm binomial -n 8
   minimpi draw scatter --algorithm binomial -n 4 --root 2 -o scatter.svg
   minimpi draw bcast --algorithm ring -n 4 --bytes 1MiB      # pipelined in segments
+  minimpi draw bcast --algorithm hierarchical -n 8 --hosts 2x4   # ranks 0-3, 4-7 per host
 """
 
 
@@ -36,8 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.add_argument("collective", nargs="?", help="e.g. bcast, allreduce, alltoall")
     p.add_argument("--algorithm", "-a", metavar="ALG", help="algorithm name (see --list)")
-    p.add_argument("-n", "-np", dest="nprocs", type=int, default=4, metavar="P",
-                   help="number of ranks (default 4)")
+    p.add_argument("-n", "-np", dest="nprocs", type=int, default=None, metavar="P",
+                   help="number of ranks (default 4, or every slot of --hosts)")
+    p.add_argument("--hosts", metavar="HOSTS",
+                   help="pretend the ranks run on several hosts: NxM (N hosts of M ranks) or "
+                        "a:4,b:2, filled in rank order as minimpi run places them")
     p.add_argument("--root", type=int, default=0, help="root rank for rooted collectives")
     p.add_argument("--bytes", type=byte_size, default=None, metavar="N",
                    help="size of each rank's data (default: one float64 per block)")
@@ -68,7 +73,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"minimpi draw: -o {out}: the file name must end in .svg or .png", file=sys.stderr)
         return 2
     try:
-        sched = draw.record(args.collective, args.algorithm, args.nprocs, args.root, args.bytes)
+        p, hosts = args.nprocs or 4, None
+        if args.hosts:
+            from .hosts import parse_hosts_or_layout, place, total_slots
+            slots = parse_hosts_or_layout(args.hosts)
+            p = args.nprocs or total_slots(slots)
+            hosts = place(p, slots)
+    except ValueError as exc:
+        print(f"minimpi draw: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sched = draw.record(args.collective, args.algorithm, p, args.root, args.bytes,
+                            hosts=hosts)
         if not out:
             print(draw.to_text(sched))
             return 0

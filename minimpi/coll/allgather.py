@@ -9,16 +9,20 @@ lie back to back) or a list of objects. ``n`` in the costs is the byte count of 
 from __future__ import annotations
 
 from .blocks import Blocks
-from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
+from .cost import Layout, ceil_log2, floor_log2, not_pow2, tree_volume
+from .groups import GroupBlocks, GroupChannel
 from .peers import (
     binomial_children,
     binomial_parent,
     fold_power_of_two,
+    host_groups,
+    host_leaders,
+    host_of,
     ring_neighbours,
     subtree_end,
     unfold_rank,
 )
-from .registry import algorithm
+from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
 
 
@@ -169,4 +173,78 @@ def allgather_bruck(ch: Channel, blocks: Blocks) -> Schedule:
         yield [req, ch.isend(blocks.pack(send_idx), (rank - d) % p)]
         blocks.unpack(recv_idx, into, req)
         d <<= 1
+    return blocks
+
+
+def _hierarchical_phases(m, p, n, layout=None):
+    """Each step of :func:`allgather_hierarchical` and its predicted time."""
+    t = layout or Layout.one_host(p)
+    L, intra = t.widest, m.intra
+    return [(f"inside hosts: binomial gather over {L} ranks",
+             ceil_log2(L) * intra.alpha + (L - 1) * n / max(p, 1) * intra.beta),
+            (f"between hosts: bruck allgather over {t.hosts} leaders",
+             flat_cost("allgather", "bruck", m, m.inter, t.hosts, n)),
+            (f"inside hosts: binomial bcast over {L} ranks", ceil_log2(L) * intra.time(n))]
+
+
+def _hierarchical_volume(p, n, layout=None):
+    t = layout or Layout.one_host(p)
+    gather = sum(tree_volume(c) for c in t.counts) * n / max(p, 1)
+    return gather + (t.hosts - 1) * n + (p - t.hosts) * n
+
+
+def _hierarchical_messages(m, p, n, layout=None):
+    hosts = (layout or Layout.one_host(p)).hosts
+    return 2 * (p - hosts) + hosts * ceil_log2(hosts)
+
+
+@algorithm("allgather", "hierarchical", hierarchical=True, phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
+           messages=_hierarchical_messages, volume=_hierarchical_volume)
+def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
+    """Three steps: gather each host's blocks at its leader, allgather whole hosts' blocks
+    among the leaders, broadcast everything inside each host.
+
+    With H hosts and at most L ranks on one: 2·ceil(log2 L) + ceil(log2 H) steps; time
+    ceil(log2 L)·α_i + (L-1)·(n/p)·β_i + ceil(log2 H)·α_e + ((H-1)/H)·n·β_e +
+    ceil(log2 L)·(α_i + nβ_i) (i: within a host, e: between hosts; hosts of equal size);
+    volume sum over hosts of T(ranks there)·n/p + (H-1)·n + (p-H)·n (T:
+    :func:`~minimpi.coll.cost.tree_volume`). Every block crosses to each other host once.
+
+    1. Inside each host, over its local ranks (leader: local rank 0, its lowest rank):
+       binomial gather, as in :func:`allgather_binomial` - local rank r hands its parent the
+       blocks of its subtree, local ranks [r, r + lowest set bit of r).
+    2. Between hosts: :func:`allgather_bruck` among the leaders, in which block h is all
+       the blocks of host h (:class:`~minimpi.coll.groups.GroupBlocks`), so each message
+       carries whole hosts' blocks, wherever in the buffer they lie.
+    3. Inside each host: binomial broadcast of all p blocks from the leader.
+    """
+    groups = host_groups(ch.ep.hosts)
+    home = groups[host_of(ch.rank, groups)]
+    host = GroupChannel(ch, home)
+    mine = GroupBlocks(blocks, [[rank] for rank in home])    # local block i: home[i]'s
+    me, size = host.rank, host.size
+    children = binomial_children(me, size)
+    ch.phase("1. gather inside each host")
+    for child in reversed(children):                  # 1. gather, nearest child first
+        idx = range(child, subtree_end(child, size))
+        into = mine.target(idx)
+        req = host.irecv(into, child)
+        yield [req]
+        mine.unpack(idx, into, req)
+    if me:
+        yield [host.isend(mine.pack(range(me, subtree_end(me, size))), binomial_parent(me))]
+    else:                                             # 2. between hosts: the leaders
+        ch.phase("2. allgather among the host leaders")
+        yield from allgather_bruck(GroupChannel(ch, host_leaders(groups)),
+                                   GroupBlocks(blocks, groups))
+    everything = range(ch.size)                       # 3. broadcast inside the host
+    ch.phase("3. broadcast inside each host")
+    if me:
+        into = blocks.target(everything)
+        req = host.irecv(into, binomial_parent(me))
+        yield [req]
+        blocks.unpack(everything, into, req)
+    for child in children:                            # largest subtree first
+        yield [host.isend(blocks.pack(everything), child)]
     return blocks

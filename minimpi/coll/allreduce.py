@@ -10,7 +10,8 @@ Operand order: binomial, recursive doubling and Rabenseifner always combine two 
 results that cover *adjacent* ranges of ranks, lower range on the left, so non-commutative
 ops give rank order. The ring accumulates each block starting at a different rank
 (cyclically), so it is registered ``commutative_only`` and ``auto`` never picks it for a
-non-commutative op.
+non-commutative op. The hierarchical algorithm keeps rank order when each host's ranks are
+contiguous (and is refused for a non-commutative op when they are not).
 """
 from __future__ import annotations
 
@@ -20,11 +21,19 @@ import numpy as np
 
 from .bcast import bcast_binomial
 from .blocks import even_bounds
-from .cost import ceil_log2, default_model, floor_log2, not_pow2, segments
-from .peers import fold_power_of_two, ring_neighbours, unfold_rank
+from .cost import Layout, ceil_log2, default_model, floor_log2, not_pow2, segments
+from .groups import GroupChannel
+from .peers import (
+    fold_power_of_two,
+    host_groups,
+    host_leaders,
+    host_of,
+    ring_neighbours,
+    unfold_rank,
+)
 from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
-from .registry import algorithm
+from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
 from .scratch import scratch
 
@@ -269,3 +278,104 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         yield [ch.irecv(data[bounds[rb]:bounds[rb + 1]], left),
                ch.isend(data[bounds[sb]:bounds[sb + 1]], right)]
     return data
+
+
+#: what the leaders of each hierarchical allreduce choose from: the cheapest over the
+#: inter-host link for H leaders and n bytes (:func:`~minimpi.coll.registry.cheapest`)
+LEADERS = {"hierarchical": ("recursive_doubling", "rabenseifner"),
+           "hierarchical_ring": ("ring",)}
+
+
+def _hierarchical_phases(name, m, p, n, layout=None):
+    """Each step of the hierarchical allreduce ``name`` and its predicted time."""
+    t = layout or Layout.one_host(p)
+    among = cheapest("allreduce", LEADERS[name], m, m.inter, t.hosts, n)
+    return [(f"inside hosts: binomial reduce over {t.widest} ranks",
+             flat_cost("reduce", "binomial", m, m.intra, t.widest, n)),
+            (f"between hosts: {among} allreduce over {t.hosts} leaders",
+             flat_cost("allreduce", among, m, m.inter, t.hosts, n)),
+            (f"inside hosts: binomial bcast over {t.widest} ranks",
+             flat_cost("bcast", "binomial", m, m.intra, t.widest, n))]
+
+
+def _hierarchical_volume(p, n, layout=None):
+    """Steps 1 and 3 send (p-H)·n each; the leaders 2(H-1)·n (ring, Rabenseifner for H a
+    power of two; the contention bound does not decide where recursive doubling is taken)."""
+    hosts = (layout or Layout.one_host(p)).hosts
+    return 2 * (p - hosts) * n + 2 * (hosts - 1) * n
+
+
+def _hierarchical_messages(m, p, n, layout=None):
+    hosts = (layout or Layout.one_host(p)).hosts
+    return 2 * (p - hosts) + 2 * hosts * ceil_log2(hosts)
+
+
+def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
+    """The steps of :func:`allreduce_hierarchical` (``name`` says what the leaders run)."""
+    groups = host_groups(ch.ep.hosts)
+    home = groups[host_of(ch.rank, groups)]
+    host = GroupChannel(ch, home)
+    ch.phase("1. reduce inside each host")
+    acc = yield from reduce_binomial(host, red, data, 0)     # 1. inside my host
+    ch.phase("2. allreduce among the host leaders")
+    if host.rank == 0:                                        # 2. between hosts (leaders)
+        leaders = GroupChannel(ch, host_leaders(groups))
+        model = default_model()
+        among = "recursive_doubling" if red.objects else cheapest(
+            "allreduce", LEADERS[name], model, model.inter, leaders.size, data.nbytes)
+        acc = yield from algorithms("allreduce")[among](leaders, red, acc)
+    # 3. inside my host: the leader sends the result; the others receive it into ``data``
+    ch.phase("3. broadcast inside each host")
+    return (yield from bcast_binomial(host, acc if host.rank == 0 else data, 0))
+
+
+@algorithm("allreduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
+           phases=lambda m, p, n, layout=None: _hierarchical_phases("hierarchical", m, p, n, layout),
+           cost=lambda m, p, n, layout=None: sum(
+               t for _, t in _hierarchical_phases("hierarchical", m, p, n, layout)),
+           messages=_hierarchical_messages, volume=_hierarchical_volume,
+           local=lambda p, n, layout=None: (p - 1) * n)
+def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:
+    """Three steps: reduce inside each host, allreduce among one leader per host, broadcast
+    inside each host.
+
+    With H hosts and at most L ranks on one: time ceil(log2 L)·(α_i + nβ_i + nγ) + A(H) +
+    ceil(log2 L)·(α_i + nβ_i) (i: within a host), where A(H) is the leaders' allreduce over
+    the inter-host link: recursive doubling's or Rabenseifner's formula with α_e, β_e,
+    whichever is less (:func:`~minimpi.coll.registry.cheapest`; objects: recursive
+    doubling); volume 2(p-H)·n plus the leaders'. Only the leaders' step crosses hosts:
+    2(H-1)/H·n per host with Rabenseifner (H a power of two), where a flat ring over
+    interleaved hosts sends 2(p-1)/p·n across from every rank.
+
+    1. Inside each host: :func:`~minimpi.coll.reduce.reduce_binomial` to the host's lowest
+       rank, its leader.
+    2. Between hosts: the leaders, in host order, run :func:`allreduce_recursive_doubling`
+       (small n: log2 H steps) or :func:`allreduce_rabenseifner` (large n).
+    3. Inside each host: :func:`~minimpi.coll.bcast.bcast_binomial` from the leader.
+
+    Operand order: steps 1 and 2 combine ranks, then hosts, in order, so the result is in
+    rank order when each host's ranks are contiguous; when hosts interleave it is not, and
+    the registry refuses a non-commutative op.
+    """
+    return (yield from _two_levels(ch, red, data, "hierarchical"))
+
+
+@algorithm("allreduce", "hierarchical_ring", hierarchical=True, commutative_only=True,
+           objects=False,
+           phases=lambda m, p, n, layout=None: _hierarchical_phases("hierarchical_ring", m, p, n,
+                                                                    layout),
+           cost=lambda m, p, n, layout=None: sum(
+               t for _, t in _hierarchical_phases("hierarchical_ring", m, p, n, layout)),
+           messages=_hierarchical_messages, volume=_hierarchical_volume,
+           local=lambda p, n, layout=None: (p - 1) * n)
+def allreduce_hierarchical_ring(ch: Channel, red: Operand, data: np.ndarray) -> Schedule:
+    """As the hierarchical allreduce, but the leaders run the ring: 2(H-1)/H·n per leader
+    for any number of hosts H.
+
+    Time ceil(log2 L)·(α_i + nβ_i + nγ) + R(H) + ceil(log2 L)·(α_i + nβ_i), R(H) the
+    ring's formula (:func:`allreduce_ring`) over H leaders with α_e, β_e. Rabenseifner
+    pays two extra whole-vector steps between hosts when H is not a power of two (3 hosts:
+    3n per leader where the ring sends 4n/3); the ring combines in ring order, so
+    commutative ops only.
+    """
+    return (yield from _two_levels(ch, red, data, "hierarchical_ring"))

@@ -1,6 +1,7 @@
 """Broadcast: the root's data ends up on every rank.
 
-Three algorithms. In each, ranks are renumbered relative to the root (``rel = (rank - root)
+Three flat algorithms and a hierarchical one (which knows which ranks share a host). In
+each flat one, ranks are renumbered relative to the root (``rel = (rank - root)
 mod p``) so that the root is relative rank 0 and the schedule is the same for every root.
 
 ``data`` is a flat numpy array (``Bcast``: every rank passes its buffer, the root's is sent,
@@ -14,17 +15,21 @@ from typing import Any, Optional
 import numpy as np
 
 from .blocks import as_bytes, segment_bounds
-from .cost import ceil_log2, default_model, segments, tree_volume
+from .cost import Layout, ceil_log2, default_model, segments, tree_volume
+from .groups import GroupChannel
 from .peers import (
     absolute,
     binomial_children,
     binomial_parent,
+    host_groups,
+    host_leaders,
+    host_of,
     relative,
     ring_neighbours,
     subtree_end,
 )
 from .reduction import received
-from .registry import algorithm
+from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
 
 
@@ -142,3 +147,54 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
         recv_rel = (rel - k - 1) % p
         yield [ch.irecv(span(recv_rel, 1), left), ch.isend(span(send_rel, 1), right)]
     return data
+
+
+#: what the leaders of the hierarchical bcast choose from: the cheapest over the inter-host
+#: link for H leaders and n bytes (:func:`~minimpi.coll.registry.cheapest`)
+LEADERS = ("binomial", "scatter_allgather", "ring")
+
+
+def _hierarchical_phases(m, p, n, layout=None):
+    """Each step of :func:`bcast_hierarchical` and its predicted time."""
+    t = layout or Layout.one_host(p)
+    among = cheapest("bcast", LEADERS, m, m.inter, t.hosts, n)
+    return [(f"between hosts: {among} bcast over {t.hosts} leaders",
+             flat_cost("bcast", among, m, m.inter, t.hosts, n)),
+            (f"inside hosts: binomial bcast over {t.widest} ranks",
+             flat_cost("bcast", "binomial", m, m.intra, t.widest, n))]
+
+
+@algorithm("bcast", "hierarchical", hierarchical=True, phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
+           messages=lambda m, p, n, layout=None: p - 1,
+           volume=lambda p, n, layout=None: (p - 1) * n)
+def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
+    """Two levels: a broadcast among one leader per host, then a binomial tree inside each
+    host.
+
+    With H hosts and at most L ranks on one: time B(H) + ceil(log2 L)·(α_i + nβ_i) (i:
+    within a host), where B(H) is the leaders' broadcast over the inter-host link - the
+    binomial tree's ceil(log2 H)·(α_e + nβ_e), van de Geijn's or the pipelined ring's
+    formula with α_e, β_e, whichever is least (:func:`~minimpi.coll.registry.cheapest`;
+    objects: the tree); volume about (p-1)·n, of which only the leaders' part crosses hosts
+    - each host receives the data once, where a flat tree over interleaved hosts may send
+    it across many times.
+
+    1. Between hosts: the leaders (the root on its host, the lowest rank on each other
+       host; :func:`~minimpi.coll.peers.host_leaders`) broadcast from the root, in host
+       order.
+    2. Inside each host: :func:`bcast_binomial` from the leader over the host's ranks.
+    """
+    groups = host_groups(ch.ep.hosts)
+    leaders = host_leaders(groups, root)
+    mine = host_of(ch.rank, groups)
+    ch.phase("1. broadcast among the host leaders")
+    if ch.rank == leaders[mine]:                              # 1. between hosts
+        model = default_model()
+        among = "binomial" if ch.objects else cheapest(
+            "bcast", LEADERS, model, model.inter, len(leaders), data.nbytes)
+        data = yield from algorithms("bcast")[among](GroupChannel(ch, leaders), data,
+                                                     host_of(root, groups))
+    home = groups[mine]                                       # 2. inside my host
+    ch.phase("2. broadcast inside each host")
+    return (yield from bcast_binomial(GroupChannel(ch, home), data, home.index(leaders[mine])))

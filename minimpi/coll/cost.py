@@ -28,39 +28,66 @@ Between equal predictions (typically several algorithms at the same contention b
 ``auto`` takes the smaller formula - fewer steps - then the algorithm registered first.
 
 ``cores`` is this host's ``os.cpu_count()`` unless ``MINIMPI_COST_CORES`` (or the
-calibration file) says otherwise; for a job over several hosts it would be cores per host
-× hosts (each host copies only its own ranks' bytes) - set ``MINIMPI_COST_CORES`` so.
+calibration file) says otherwise: the cores *of one host*. A call whose ranks span several
+hosts (:class:`Layout`) spreads its work over ``sum over hosts of min(ranks there, cores)``
+cores, since each host copies only its own ranks' bytes.
 With p <= cores the term rarely decides: it is the average rank's work, which the
 formula's critical path mostly covers, except where every rank sends and receives whole
 vectors at once (recursive doubling) or copies them.
+
+**Hosts.** Ranks on one host talk through the kernel's loopback (or shared memory); ranks
+on different hosts through a network, often much slower. So the model knows two links, each
+with its own α and β: ``intra`` (within a host) and ``inter`` (between hosts). Uncalibrated,
+both are ``alpha`` and ``beta``, so a job on one host is priced exactly as before; ``minimpi
+explain --calibrate --hosts a:2,b:2`` measures both on a multi-host job. Which link a call
+pays depends on where its ranks are (:class:`Layout`, the same on every rank):
+
+- a *flat* algorithm does not know where ranks are, and in most of its steps some message
+  crosses hosts (every step of a ring; the far steps of a tree), and a step lasts as long as
+  its slowest message: it is charged the slower link on every step (:meth:`CostModel.slowest`).
+  That overprices a tree over contiguous hosts, whose near steps stay inside a host - where
+  the hierarchical algorithm does the same thing and is priced right;
+- a *hierarchical* algorithm (``registry.algorithm(..., hierarchical=True)``) prices each of
+  its phases - flat algorithms run on groups of ranks - with that flat algorithm's own
+  formula over the link the phase uses: intra-host steps on ``intra`` over the most ranks
+  any host has, the leaders' step on ``inter`` over one rank per host (where the leaders
+  may run whichever of a few flat algorithms is cheapest: ``registry.cheapest``). With one
+  host its leaders' step is empty and it costs what its flat phases cost, so a flat
+  algorithm (the same or a better one, registered first) wins every tie.
+
+Contention (CPU work) is always priced with the intra-host α and β: copying a byte into
+the kernel costs the CPU the same whichever link it leaves on.
 
 Where each input comes from, later sources overriding earlier ones field by field:
 
 1. the built-in defaults below (:class:`CostModel`);
 2. a calibration file, JSON ``{"alpha": s, "beta": s/B, "gamma": s/B, "segment": B,
-   "cores": N}``
+   "cores": N, "alpha_intra": s, "beta_intra": s/B, "alpha_inter": s, "beta_inter": s/B}``
    (any subset; other keys are ignored): ``$MINIMPI_COST_FILE`` if set (empty: none),
    else ``$XDG_CONFIG_HOME/minimpi/cost.json`` (default ``~/.config/minimpi/cost.json``);
 3. the environment: ``MINIMPI_COST_ALPHA`` (seconds), ``MINIMPI_COST_BETA`` and
    ``MINIMPI_COST_GAMMA`` (seconds per byte), ``MINIMPI_COST_SEGMENT`` (bytes),
-   ``MINIMPI_COST_CORES`` (cores the ranks share).
+   ``MINIMPI_COST_CORES`` (cores the ranks share), ``MINIMPI_COST_ALPHA_INTRA``,
+   ``MINIMPI_COST_BETA_INTRA``, ``MINIMPI_COST_ALPHA_INTER``, ``MINIMPI_COST_BETA_INTER``
+   (``auto``, ``None`` or empty: the same as alpha or beta).
 
 Every rank must choose the same algorithm, so every rank must see the same model:
-``minimpi run`` exports the launcher's model (the five variables above, unless already
-set) to every rank, so ranks on other hosts, with other calibration files or core counts,
-still agree. :func:`model_sources` says where each input came from (``minimpi explain``
+``minimpi run`` exports the launcher's model (the variables above, unless already set; a
+link field that is not set travels as ``None``, "the same as alpha or beta") to every
+rank, so ranks on other hosts, with other calibration files or core counts, still agree. :func:`model_sources` says where each input came from (``minimpi explain``
 prints it).
 
 Segmented (pipelined) algorithms use ``segment`` bytes per message.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -73,20 +100,147 @@ class CostModel:
     segment: int = 256 * 1024     # pipeline segment size (B)
     #: cores the ranks share (contention term): this host's, unless told otherwise
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # The two links (see "Hosts" above); None: the same as alpha or beta. Measured by
+    # `minimpi explain --calibrate --hosts ...` on a job that spans hosts.
+    alpha_intra: Optional[float] = None   # latency between two ranks of one host (s)
+    beta_intra: Optional[float] = None    # per-byte time between two ranks of one host (s/B)
+    alpha_inter: Optional[float] = None   # latency between ranks on different hosts (s)
+    beta_inter: Optional[float] = None    # per-byte time between ranks on different hosts (s/B)
 
     def describe(self) -> str:
         return (f"alpha = {self.alpha * 1e6:.1f} us per message, "
                 f"beta = {1 / self.beta / 1e9:.2f} GB/s, gamma = {1 / self.gamma / 1e9:.2f} GB/s "
                 f"reduction, segment = {self.segment // 1024} KiB, cores = {self.cores}")
 
+    @property
+    def intra(self) -> "Link":
+        """The link between two ranks of one host."""
+        return Link(_or(self.alpha_intra, self.alpha), _or(self.beta_intra, self.beta))
+
+    @property
+    def inter(self) -> "Link":
+        """The link between ranks on different hosts."""
+        return Link(_or(self.alpha_inter, self.alpha), _or(self.beta_inter, self.beta))
+
+    def slowest(self, layout: "Layout") -> "Link":
+        """The link a flat algorithm is charged on every step: within one host the intra-host
+        link; across hosts the slower of the two, α and β each (a step waits for its
+        slowest message)."""
+        if layout.hosts == 1:
+            return self.intra
+        intra, inter = self.intra, self.inter
+        return Link(max(intra.alpha, inter.alpha), max(intra.beta, inter.beta))
+
+    def over(self, link: "Link") -> "CostModel":
+        """This model with every message over ``link``: how a flat formula is evaluated for
+        a flat algorithm, or for one phase of a hierarchical one."""
+        return replace(self, alpha=link.alpha, beta=link.beta, alpha_intra=link.alpha,
+                       beta_intra=link.beta, alpha_inter=link.alpha, beta_inter=link.beta)
+
+
+def _or(value: Optional[float], default: float) -> float:
+    return default if value is None else value
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of link: a message of n bytes over it costs ``alpha + n*beta``."""
+    alpha: float
+    beta: float
+
+    def time(self, n: float) -> float:
+        """Seconds for one message of n bytes."""
+        return self.alpha + n * self.beta
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the ranks of a call run, as far as the cost model cares: how many ranks each
+    host has (hosts in order of their lowest rank) and whether each host's ranks are
+    contiguous in rank order. Every rank computes the same one from the rendezvous
+    (``Endpoint.hosts``), so every rank makes the same choice.
+
+    ``hosts`` (H) and ``widest`` (L, the most ranks on one host: the intra-host steps'
+    critical path) are what the hierarchical formulas use.
+    """
+    counts: Tuple[int, ...]
+    contiguous: bool = True
+
+    @property
+    def p(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def hosts(self) -> int:
+        return len(self.counts)
+
+    @property
+    def widest(self) -> int:
+        return max(self.counts)
+
+    @staticmethod
+    def one_host(p: int) -> "Layout":
+        return Layout((p,))
+
+    @staticmethod
+    def of(hosts: Sequence) -> "Layout":
+        """The layout of ranks whose host labels (any hashable, one per rank) are ``hosts``."""
+        return _layout_of(tuple(hosts))
+
+    @staticmethod
+    def of_group(world_hosts: Tuple[int, ...], group: Tuple[int, ...]) -> "Layout":
+        """The layout of a communicator: ``group`` (its world ranks, in its rank order) on
+        ``world_hosts`` (the host of each world rank, ``Engine.hosts``). Every collective
+        call asks, so the answer is remembered."""
+        return _group_layout(world_hosts, group)
+
+    def __str__(self) -> str:
+        if len(set(self.counts)) == 1:
+            text = f"{self.hosts} host{'s' if self.hosts > 1 else ''} x {self.counts[0]} ranks"
+        else:
+            text = f"{self.hosts} hosts of {'+'.join(map(str, self.counts))} ranks"
+        return text if self.contiguous else text + " (hosts interleaved in rank order)"
+
+
+@functools.lru_cache(maxsize=256)
+def _group_layout(world_hosts: Tuple[int, ...], group: Tuple[int, ...]) -> Layout:
+    return _layout_of(tuple(world_hosts[w] for w in group))
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_of(hosts: Tuple) -> Layout:
+    counts: Dict = {}
+    changes = 0                   # how often the host changes walking the ranks in order
+    for i, h in enumerate(hosts):
+        counts[h] = counts.get(h, 0) + 1
+        changes += i > 0 and h != hosts[i - 1]
+    return Layout(tuple(counts.values()), contiguous=changes == len(counts) - 1)
+
+
+def link_value(value) -> Optional[float]:
+    """A link field's value: a number, or ``auto``/``None``/empty: the same as alpha or beta
+    (``minimpi run`` exports a field that is not set as ``None``)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "auto")):
+        return None
+    return float(value)
+
 
 #: the model's inputs, their environment variables and how a value is read
 FIELDS = {"alpha": ("MINIMPI_COST_ALPHA", float), "beta": ("MINIMPI_COST_BETA", float),
           "gamma": ("MINIMPI_COST_GAMMA", float), "segment": ("MINIMPI_COST_SEGMENT", int),
-          "cores": ("MINIMPI_COST_CORES", int)}
+          "cores": ("MINIMPI_COST_CORES", int),
+          "alpha_intra": ("MINIMPI_COST_ALPHA_INTRA", link_value),
+          "beta_intra": ("MINIMPI_COST_BETA_INTRA", link_value),
+          "alpha_inter": ("MINIMPI_COST_ALPHA_INTER", link_value),
+          "beta_inter": ("MINIMPI_COST_BETA_INTER", link_value)}
+
+#: the link fields (None: the same as the field named here)
+LINK_FIELDS = {"alpha_intra": "alpha", "beta_intra": "beta", "alpha_inter": "alpha",
+               "beta_inter": "beta"}
 
 #: where a field's value comes from when nothing overrides it
-DEFAULT_SOURCE = {"cores": "this host: os.cpu_count()"}
+DEFAULT_SOURCE = {"cores": "this host: os.cpu_count()",
+                  **{name: f"= {base} (not calibrated)" for name, base in LINK_FIELDS.items()}}
 
 
 def config_path(env=None) -> Optional[str]:
@@ -171,12 +325,14 @@ def clear_cache() -> None:
 
 
 def contention(model: CostModel, p: int, volume: float, local: float = 0.0,
-               messages: float = 0.0) -> float:
+               messages: float = 0.0, layout: Optional[Layout] = None) -> float:
     """The least time a call can take when its ranks share ``min(p, cores)`` cores: the CPU
     time of all its work - ``messages`` (α/4 each), ``volume`` bytes sent (β at each
     end), ``local`` bytes reduced or copied (γ) - spread over them. See the module
-    docstring."""
+    docstring. Ranks on several hosts (``layout``) use ``min(ranks, cores)`` on each."""
     work = messages * model.alpha / 4 + 2 * volume * model.beta + local * model.gamma
+    if layout is not None and layout.hosts > 1:
+        return work / max(1, sum(min(c, model.cores) for c in layout.counts))
     return work / max(1, min(p, model.cores))
 
 
@@ -264,6 +420,8 @@ def split_terms(cost, model: CostModel, p: int, n: float) -> Tuple[float, float,
     """The latency (α), bandwidth (β) and reduction (γ) parts of a cost function, in
     seconds: every formula is linear in α, β and γ, so each part is the formula with the
     other two set to zero."""
-    only = lambda **kw: float(cost(replace(model, **{"alpha": 0.0, "beta": 0.0, "gamma": 0.0, **kw}),
-                                   p, n))
+    # (the links of both kinds follow alpha and beta: a flat formula reads only those)
+    links = {"alpha_intra": None, "alpha_inter": None, "beta_intra": None, "beta_inter": None}
+    only = lambda **kw: float(cost(replace(model, **{"alpha": 0.0, "beta": 0.0, "gamma": 0.0,
+                                                     **links, **kw}), p, n))
     return only(alpha=model.alpha), only(beta=model.beta), only(gamma=model.gamma)

@@ -33,10 +33,21 @@ range of real ranks (so reductions keep rank order)::
 
     p = 6 (pof2 = 4, rem = 2):   real 0 1 | 2 3 | 4 | 5
                                   new  - 0 | - 1 | 2 | 3
+
+**Hosts**: hierarchical algorithms work on two levels, the ranks of each host and one
+*leader* per host (the rank that talks to other hosts). Hosts are numbered in order of
+their lowest rank; a host's ranks need not be contiguous::
+
+    rank   0 1 2 3 4        host_groups  = [[0, 2, 4], [1, 3]]     (host a, host b)
+    host   a b a b a        host_leaders = [0, 1]       (each host's lowest rank)
+    local  0 0 1 1 2        host_leaders(root=3) = [0, 3]   (the root leads its host)
+
+A rank's *local* rank is its index in its host's group: the intra-host steps run over
+local ranks, the leaders' step over host numbers.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Hashable, List, Optional, Sequence, Tuple
 
 
 # ============================================================================ relative ranks
@@ -108,3 +119,24 @@ def unfold_rank(newrank: int, rem: int) -> int:
 def first_real(newrank: int, rem: int) -> int:
     """The lowest real rank that ``newrank`` stands for."""
     return 2 * newrank if newrank < rem else newrank + rem
+
+
+# ==================================================================================== hosts
+def host_groups(hosts: Sequence[Hashable]) -> List[List[int]]:
+    """The ranks of each host, ascending, hosts in order of their lowest rank; ``hosts``
+    holds the host of each rank (``Endpoint.hosts``)."""
+    groups: dict = {}
+    for rank, host in enumerate(hosts):
+        groups.setdefault(host, []).append(rank)
+    return list(groups.values())      # a dict keeps the order in which hosts first appear
+
+
+def host_of(rank: int, groups: Sequence[Sequence[int]]) -> int:
+    """The number of the host (index in ``groups``) that ``rank`` runs on."""
+    return next(h for h, group in enumerate(groups) if rank in group)
+
+
+def host_leaders(groups: Sequence[Sequence[int]], root: Optional[int] = None) -> List[int]:
+    """Each host's leader: its lowest rank - except that the root leads its own host, so a
+    rooted collective's data never makes an extra hop inside the root's host."""
+    return [root if root is not None and root in group else group[0] for group in groups]

@@ -1,10 +1,12 @@
 """Reduce: the root gets x0 (op) x1 (op) ... (op) x[p-1] of every rank's data.
 
-Three algorithms. The binomial tree is written once for buffers and Python objects and keeps
-rank order, so it serves every op; the ring and Rabenseifner algorithms cut the buffer in
-chunks and reorder operands, so they need a commutative op and buffers. How two values are
-combined (in place for buffers, ``op(a, b)`` for objects) is
-:class:`~minimpi.coll.blocks.Operand`; which side is the lower ranks is always stated.
+Three flat algorithms and a hierarchical one. The binomial tree is written once for buffers
+and Python objects and keeps rank order, so it serves every op; the ring and Rabenseifner
+algorithms cut the buffer in chunks and reorder operands, so they need a commutative op and
+buffers. The hierarchical one (trees inside hosts, then among hosts) keeps rank order when
+each host's ranks are contiguous. How two values are combined (in place for buffers,
+``op(a, b)`` for objects) is :class:`~minimpi.coll.blocks.Operand`; which side is the lower
+ranks is always stated.
 
 ``data`` is this rank's contribution, as a writable accumulator at the root (its receive
 buffer, already holding its own contribution) and read-only elsewhere. Costs use ``n`` =
@@ -17,19 +19,23 @@ from typing import Any
 import numpy as np
 
 from .blocks import even_bounds
-from .cost import ceil_log2, floor_log2, tree_volume
+from .cost import Layout, ceil_log2, floor_log2, tree_volume
+from .groups import GroupChannel
 from .peers import (
     absolute,
     binomial_children,
     binomial_parent,
     fold_power_of_two,
+    host_groups,
+    host_leaders,
+    host_of,
     relative,
     ring_neighbours,
     subtree_end,
     unfold_rank,
 )
 from .reduction import Operand, fold_in, received
-from .registry import algorithm
+from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
 from .scratch import scratch, scratch_copy, scratch_like
 
@@ -194,3 +200,46 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
         elif r == root:
             yield [ch.irecv(acc, first)]
     return acc if r == root else None
+
+
+def _hierarchical_phases(m, p, n, layout=None):
+    """Each step of :func:`reduce_hierarchical` and its predicted time."""
+    t = layout or Layout.one_host(p)
+    return [(f"inside hosts: binomial reduce over {t.widest} ranks",
+             flat_cost("reduce", "binomial", m, m.intra, t.widest, n)),
+            (f"between hosts: binomial reduce over {t.hosts} leaders",
+             flat_cost("reduce", "binomial", m, m.inter, t.hosts, n))]
+
+
+@algorithm("reduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
+           phases=_hierarchical_phases,
+           cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
+           messages=lambda m, p, n, layout=None: p - 1,
+           volume=lambda p, n, layout=None: (p - 1) * n,
+           local=lambda p, n, layout=None: (p - 1) * n)
+def reduce_hierarchical(ch: Channel, red: Operand, data: Any, root: int) -> Schedule:
+    """Two levels: a binomial reduce inside each host to its leader, then one among the leaders.
+
+    With H hosts and at most L ranks on one: ceil(log2 L) + ceil(log2 H) steps; time
+    ceil(log2 L)·(α_i + nβ_i + nγ) + ceil(log2 H)·(α_e + nβ_e + nγ) (i: within a host, e:
+    between hosts); volume (p-1)·n, (p-1)·n reduced; only (H-1)·n crosses hosts.
+
+    1. Inside each host: :func:`reduce_binomial` over the host's ranks to its leader (the
+       root on its host, the lowest rank on each other host).
+    2. Between hosts: :func:`reduce_binomial` over the leaders, in host order, to the root.
+
+    Operand order: step 1 combines each host's ranks in rank order and step 2 the hosts in
+    the order of their lowest ranks, so when every host's ranks are contiguous the result is
+    x0 (op) x1 (op) ... in rank order; when hosts interleave (hosts a,b,a), it is not, and
+    the registry refuses a non-commutative op.
+    """
+    groups = host_groups(ch.ep.hosts)
+    leaders = host_leaders(groups, root)
+    mine = host_of(ch.rank, groups)
+    home = groups[mine]                                       # 1. inside my host
+    ch.phase("1. reduce inside each host")
+    acc = yield from reduce_binomial(GroupChannel(ch, home), red, data, home.index(leaders[mine]))
+    ch.phase("2. reduce among the host leaders")
+    if ch.rank == leaders[mine]:                              # 2. between hosts
+        acc = yield from reduce_binomial(GroupChannel(ch, leaders), red, acc, host_of(root, groups))
+    return acc if ch.rank == root else None

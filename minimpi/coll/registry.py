@@ -18,6 +18,12 @@ variable ``MINIMPI_<COLLECTIVE>`` (``minimpi run --coll allreduce=ring`` sets it
 (:mod:`minimpi.coll.cost`) among those whose restrictions allow the call; between equal
 predictions (several algorithms at the same contention bound) the one whose formula is
 less, then the one registered first (:func:`tie_key`).
+
+**Hosts.** Predictions and refusals also take the call's :class:`~minimpi.coll.cost.Layout`
+(how many ranks each host has; default: all on one host). A flat algorithm's formula is
+evaluated over the slowest link the call may cross; a ``hierarchical`` algorithm's cost
+functions take the layout as a fourth (``volume``, ``local``: third) argument and price
+each phase on its own link (see :mod:`minimpi.coll.cost`, "Hosts").
 """
 from __future__ import annotations
 
@@ -25,10 +31,10 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import AlgorithmError
-from .cost import CostModel, contention, default_model
+from .cost import CostModel, Layout, Link, contention, default_model
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,15 @@ class Algorithm:
     local: Optional[Callable[[int, int], float]] = None
     #: messages all ranks send in all, for the model, p and n (None: not stated)
     messages: Optional[Callable[[CostModel, int, int], float]] = None
+    #: it knows where ranks run: its cost functions also take the call's Layout (one host
+    #: when not given) and price each phase on its own link
+    hierarchical: bool = False
+    #: it combines each host's ranks first, so rank order survives only when every host's
+    #: ranks are contiguous: with a non-commutative op it refuses hosts that interleave
+    order_needs_contiguous_hosts: bool = False
+    #: hierarchical: (model, p, n, layout) -> [(what a step does, its predicted seconds)],
+    #: which ``cost`` adds up (``minimpi explain`` shows them)
+    phases: Optional[Callable[..., List[Tuple[str, float]]]] = None
     #: ``cost`` as a reader sees it, e.g. "⌈log2 p⌉·(α + n·β)" (see cost.evaluate: the
     #: tests check that it computes what ``cost`` computes)
     formula: str = ""
@@ -59,22 +74,39 @@ class Algorithm:
         """Run the algorithm: its schedule generator."""
         return self.function(*args, **kwargs)
 
-    def predict(self, model: CostModel, p: int, nbytes: int) -> Tuple[float, float, float]:
-        """(predicted time, formula, contention): the prediction is the larger of the two."""
-        formula = float(self.cost(model, p, nbytes))
-        volume = float(self.volume(p, nbytes)) if self.volume is not None else 0.0
-        local = float(self.local(p, nbytes)) if self.local is not None else 0.0
-        messages = float(self.messages(model, p, nbytes)) if self.messages is not None else 0.0
-        crowd = contention(model, p, volume, local, messages)
+    def predict(self, model: CostModel, p: int, nbytes: int,
+                layout: Optional[Layout] = None) -> Tuple[float, float, float]:
+        """(predicted time, formula, contention): the prediction is the larger of the two.
+        ``layout``: where the p ranks run (default: one host)."""
+        layout = layout or Layout.one_host(p)
+        if self.hierarchical:          # it prices each phase on the link that phase uses
+            extra: tuple = (layout,)
+            formula = float(self.cost(model, p, nbytes, layout))
+        else:                          # every step over the slowest link the call may cross
+            extra = ()
+            formula = float(self.cost(model.over(model.slowest(layout)), p, nbytes))
+        volume = float(self.volume(p, nbytes, *extra)) if self.volume is not None else 0.0
+        local = float(self.local(p, nbytes, *extra)) if self.local is not None else 0.0
+        messages = (float(self.messages(model, p, nbytes, *extra))
+                    if self.messages is not None else 0.0)
+        # CPU work: a byte costs the same to copy whichever link it then leaves on
+        crowd = contention(model.over(model.intra), p, volume, local, messages, layout)
         return max(formula, crowd), formula, crowd
 
-    def refusal(self, p: int, nbytes: int, op=None, objects: bool = False) -> Optional[str]:
+    def refusal(self, p: int, nbytes: int, op=None, objects: bool = False,
+                layout: Optional[Layout] = None) -> Optional[str]:
         """Why this algorithm cannot serve the call, or None when it can."""
         if objects and not self.objects:
             return "moves buffers only (the lowercase, Python-object call cannot use it)"
-        if self.commutative_only and op is not None and not op.Is_commutative():
+        noncommutative = op is not None and not op.Is_commutative()
+        if self.commutative_only and noncommutative:
             return (f"reorders operands, so it needs a commutative op "
                     f"({getattr(op, 'name', op)} is not commutative)")
+        if (self.order_needs_contiguous_hosts and noncommutative and layout is not None
+                and not layout.contiguous):
+            return (f"combines each host's ranks first, which keeps rank order only when each "
+                    f"host's ranks are contiguous; here hosts interleave, so it needs a "
+                    f"commutative op ({getattr(op, 'name', op)} is not commutative)")
         return None
 
 
@@ -86,13 +118,17 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               local: Optional[Callable[[int, int], float]] = None,
               messages: Optional[Callable[[CostModel, int, int], float]] = None,
               commutative_only: bool = False, objects: bool = True,
-              reads_sendbuf: bool = False, formula: str = "") -> Callable:
+              reads_sendbuf: bool = False, hierarchical: bool = False,
+              order_needs_contiguous_hosts: bool = False,
+              phases: Optional[Callable[..., List[Tuple[str, float]]]] = None,
+              formula: str = "") -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
         _auto_choices.clear()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
-            first_sentence(fn.__doc__ or ""), volume, local, messages, formula)
+            first_sentence(fn.__doc__ or ""), volume, local, messages, hierarchical,
+            order_needs_contiguous_hosts, phases, formula)
         return fn
     return register
 
@@ -115,6 +151,21 @@ def first_sentence(doc: str) -> str:
     return para[:end.start() + 1] if end else para
 
 
+def flat_cost(collective: str, name: str, model: CostModel, link: Link, p: int,
+              nbytes: float) -> float:
+    """The registered formula of flat algorithm ``name`` for p ranks whose every message
+    goes over ``link``: how a hierarchical algorithm prices each of its phases."""
+    return float(REGISTRY[collective][name].cost(model.over(link), p, nbytes))
+
+
+def cheapest(collective: str, names: Tuple[str, ...], model: CostModel, link: Link, p: int,
+             nbytes: float) -> str:
+    """Of the flat algorithms ``names``, the one whose formula is least for p ranks over
+    ``link`` (the first of equals): how a hierarchical algorithm picks what one of its steps
+    runs. It depends only on values every rank of that step has, so they all agree."""
+    return min(names, key=lambda name: flat_cost(collective, name, model, link, p, nbytes))
+
+
 def algorithms(collective: str) -> Dict[str, Algorithm]:
     _load_all()
     try:
@@ -128,16 +179,20 @@ def algorithms(collective: str) -> Dict[str, Algorithm]:
 def tie_key(predicted: float, formula: float) -> Tuple[float, float]:
     """What ``auto`` minimises: the predicted time, then - between algorithms that the
     contention bound ties (the same bytes moved on the same cores) - the formula, i.e. the
-    one with fewer steps and messages; equal keys go to the algorithm registered first."""
-    return (float(f"{predicted:.9e}"), formula)
+    one with fewer steps and messages; equal keys go to the algorithm registered first.
+    Both to 9 digits: the same terms added in another order (a hierarchical algorithm on
+    one host is its flat phases) may differ in the last bit, and must still tie."""
+    return (float(f"{predicted:.9e}"), float(f"{formula:.9e}"))
 
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
            *, objects: bool = False, rank: int = -1, call: str = "",
-           model: Optional[CostModel] = None) -> Algorithm:
+           layout: Optional[Layout] = None, model: Optional[CostModel] = None) -> Algorithm:
     """The algorithm a call runs (see the module docstring for the order of choice);
-    ``model``: another cost model than the job's (``minimpi explain --cores``)."""
+    ``layout``: where the p ranks run (default: one host); ``model``: another cost model
+    than the job's (``minimpi explain --cores``)."""
     table = algorithms(collective)
+    layout = layout or Layout.one_host(p)
     source = "algorithm="
     if requested is None or requested == "auto":
         env = os.environ.get(f"MINIMPI_{collective.upper()}")
@@ -150,23 +205,23 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
         if alg is None:
             raise AlgorithmError(f"{where}{call}: unknown algorithm {requested!r} (from {source}); "
                                  f"{collective} has: {', '.join(table)}, auto")
-        why = alg.refusal(p, nbytes, op, objects)
+        why = alg.refusal(p, nbytes, op, objects, layout)
         if why:
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
     model = model or default_model()
-    # auto's answer depends only on these (refusals look at p, commutativity and objects),
-    # so repeated calls - the common case - skip the predictions.
+    # auto's answer depends only on these (refusals look at p, commutativity, objects and
+    # the layout), so repeated calls - the common case - skip the predictions.
     op_key = None if op is None else op.Is_commutative()
-    memo_key = (collective, p, nbytes, op_key, objects, model)
+    memo_key = (collective, p, nbytes, op_key, objects, model, layout)
     best = _auto_choices.get(memo_key)
     if best is not None:
         return best
     best_key = None
     for alg in table.values():
-        if alg.refusal(p, nbytes, op, objects) is None:
-            key = tie_key(*alg.predict(model, p, nbytes)[:2])
+        if alg.refusal(p, nbytes, op, objects, layout) is None:
+            key = tie_key(*alg.predict(model, p, nbytes, layout)[:2])
             if best is None or key < best_key:
                 best, best_key = alg, key
     if best is None:  # pragma: no cover - every collective has an unrestricted algorithm
@@ -177,7 +232,7 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     return best
 
 
-#: auto's choices remembered by (collective, p, bytes, op kind, objects, model)
+#: auto's choices remembered by (collective, p, bytes, op kind, objects, model, layout)
 _auto_choices: Dict[tuple, Algorithm] = {}
 AUTO_MEMO_SIZE = 4096
 

@@ -60,6 +60,12 @@ class Endpoint:
         return self.engine.irecv(self.context if context is None else context, source, tag,
                                  target, target is None, (call, "source", source, tag, self.name))
 
+    @property
+    def hosts(self) -> Tuple[int, ...]:
+        """The host index of each group rank (equal indices: the same machine)."""
+        hosts = self.engine.hosts
+        return tuple(hosts[w] for w in self.group)
+
     def next_coll_tag(self) -> int:
         """The tag of the next collective call (every member draws them in the same order)."""
         self._coll_seq += 1

@@ -81,6 +81,15 @@ class Engine(FrameSink):
         # Where point-to-point messages and nonblocking requests came from, for the check at
         # finalize (minimpi.comm.ledger.Ledger); the runtime of a real job installs one.
         self.ledger = None
+        #: host index of every world rank (ranks with equal indices share a machine); one
+        #: host until the rendezvous says otherwise (:meth:`set_hosts`)
+        self.hosts: Tuple[int, ...] = (0,) * size
+
+    def set_hosts(self, identities: Sequence[str]) -> None:
+        """Record which world ranks share a host, from each rank's host identity (any
+        hashable label); hosts are numbered in order of their first rank."""
+        numbers: Dict[str, int] = {}
+        self.hosts = tuple(numbers.setdefault(h, len(numbers)) for h in identities)
 
     # -- communicator contexts ----------------------------------------------------------
     def register_context(self, context: int, group: Sequence[int]) -> None:

@@ -53,6 +53,22 @@ _PRIVATE_KEYS = {ENV_SECRET}
 DEFAULT_BIND = "127.0.0.1"
 
 
+def host_identity() -> str:
+    """Which machine this process runs on: ``hostname/boot id``.
+
+    Ranks with the same identity share a host (memory, ``/dev/shm``, cores): topology-aware
+    collectives and the choice of transport depend on it. The boot id tells apart machines
+    that happen to share a host name; the host name tells apart network-namespace "hosts"
+    that share a kernel (as the multi-host tests set up).
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
 # ---------------------------------------------------------------------------------------
 # Message sealing (shared with launcher/coordinator.py)
 # ---------------------------------------------------------------------------------------
@@ -260,6 +276,8 @@ class CoordinatorClient:
         self._sock.connect(address)
         self._closed = False
         self.table: Optional[list[str]] = None
+        #: every rank's host identity (:func:`host_identity`), index = rank, after the exchange
+        self.hosts: Optional[list[str]] = None
         self.dropped = 0   # replies dropped for a bad MAC
 
     # -- plumbing ------------------------------------------------------------------------
@@ -303,7 +321,7 @@ class CoordinatorClient:
             timeout = self.startup_timeout + 5.0
         with self._lock:
             self._send({"t": "register", "addr": str(my_address), "pid": os.getpid(),
-                        "host": socket.gethostname()})
+                        "host": host_identity()})
             deadline = time.monotonic() + timeout
             while True:
                 msg = self._recv(max(0.0, deadline - time.monotonic()))
@@ -319,6 +337,8 @@ class CoordinatorClient:
                             f"rank {self.rank}: coordinator sent {len(table)} addresses "
                             f"for a job of size {self.size}")
                     self.table = table
+                    hosts = [str(h) for h in msg.get("hosts", [])]
+                    self.hosts = hosts if len(hosts) == self.size else None
                     return table
                 if kind == "error":
                     missing = msg.get("missing") or []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 from ..comm.communicator import Intracomm
 from ..errors import MPITimeoutError
@@ -50,16 +50,23 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder]) -> List
 
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
                 eager_limit: int = DEFAULT_EAGER_LIMIT, recorder: Optional[FrameRecorder] = None,
-                transport: str = "inproc", **kwargs: Any) -> List[Any]:
+                transport: str = "inproc", hosts: Optional[Sequence[Any]] = None,
+                **kwargs: Any) -> List[Any]:
     """Call ``fn(comm, *args, **kwargs)`` on ``size`` ranks; return the results in rank order.
 
     ``transport``: ``"inproc"`` (default) or ``"tcp"`` (loopback sockets between the threads,
-    used to run one conformance suite over both). The first exception (lowest rank) is
-    re-raised as :class:`RankFailed` from the original.
+    used to run one conformance suite over both). ``hosts``: a host label per rank, to
+    pretend the ranks are spread over machines (topology-aware collectives; default: all on
+    one). The first exception (lowest rank) is re-raised as :class:`RankFailed` from the
+    original.
     """
-
+    if hosts is not None and len(hosts) != size:
+        raise ValueError(f"run_threads: hosts has {len(hosts)} labels for {size} ranks")
     transports = _transports(transport, size, recorder)
     engines = [Engine(r, size, transports[r], eager_limit) for r in range(size)]
+    if hosts is not None:
+        for engine in engines:
+            engine.set_hosts([str(h) for h in hosts])
 
     def abort_all(code: int, reason: str) -> None:   # Comm.Abort ends every rank's waits
         for engine in engines:

@@ -40,6 +40,8 @@ class _Runtime:
         if info.coordinator is not None:
             address = transport.listen() if transport is not None else "none"
             addresses = info.coordinator.exchange_addresses(address)
+            if info.coordinator.hosts is not None:
+                self.engine.set_hosts(info.coordinator.hosts)
             if transport is not None:
                 transport.set_peers(addresses)
                 # Small jobs connect every pair at start-up, while all ranks are in this call,

@@ -450,8 +450,10 @@ class _RankLog:
 
 
 def record(collective: str, algorithm: str, p: int, root: int = 0,
-           nbytes: Optional[int] = None, timeout: float = 30.0) -> Schedule:
-    """Run ``collective`` with ``algorithm`` on ``p`` threads and record its schedule."""
+           nbytes: Optional[int] = None, timeout: float = 30.0,
+           hosts: Optional[Sequence[Any]] = None) -> Schedule:
+    """Run ``collective`` with ``algorithm`` on ``p`` threads and record its schedule;
+    ``hosts``: the host of each rank, to pretend they run on several machines."""
 
     collective = collective.lower()
     try:
@@ -469,6 +471,8 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
         raise DrawError(f"-n {p}: drawings are for 1..{MAX_RANKS} ranks")
     if not 0 <= root < p:
         raise DrawError(f"--root {root}: expected 0..{p - 1}")
+    if hosts is not None and len(hosts) != p:
+        raise DrawError(f"--hosts: {len(hosts)} ranks placed for -n {p}")
     unit = 8 * p
     if nbytes is None:
         nbytes = unit
@@ -579,9 +583,13 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
             engine.isend, engine.irecv = isend, irecv
             del engine.step_hook
 
-    run_threads(p, body, timeout=timeout, recorder=recorder)
-    return _assemble(collective, algorithm, p, root, nbytes, per_block, logs, protocols,
-                     driver.legend(p, root))
+    run_threads(p, body, timeout=timeout, recorder=recorder, hosts=hosts)
+    sched = _assemble(collective, algorithm, p, root, nbytes, per_block, logs, protocols,
+                      driver.legend(p, root))
+    if hosts is not None:
+        sched.summary += "  -  hosts: " + " ".join(
+            f"{h}={','.join(str(r) for r in range(p) if hosts[r] == h)}" for h in dict.fromkeys(hosts))
+    return sched
 
 
 def _assemble(collective, algorithm, p, root, nbytes, per_block, logs, protocols, legend):

@@ -1,6 +1,6 @@
 """Every collective with every algorithm over real processes and TCP (a representative slice
-of the in-process matrix in tests/unit/test_coll_*.py), at non-power-of-two and power-of-two
-sizes, in one job per size."""
+of the in-process matrix in tests/unit/coll/test_<collective>.py), at non-power-of-two and
+power-of-two sizes, in one job per size."""
 from __future__ import annotations
 
 import pytest

@@ -7,7 +7,9 @@ import xml.dom.minidom
 
 import pytest
 
+from minimpi.coll.cost import Layout
 from minimpi.coll.registry import REGISTRY, _load_all
+from minimpi.data.ops import SUM
 from minimpi.tools import draw
 
 
@@ -127,12 +129,24 @@ def _drawable():
             yield collective, alg
 
 
+#: where the ranks run for the hierarchical algorithms: one host, two, interleaved, uneven
+LAYOUTS = [None, [0, 0, 0, 1, 1, 1], [0, 1, 0, 1, 0, 1], [0, 0, 0, 0, 1, 2]]
+
+
 @pytest.mark.parametrize("collective,alg", list(_drawable()))
 def test_no_arrow_carries_a_block_its_sender_is_not_drawn_with(collective, alg):
     rooted = draw.DRIVERS[collective].rooted
-    for p in (2, 3, 4, 5, 6, 8):
+    hierarchical = REGISTRY[collective][alg].hierarchical
+    cases = [(p, None) for p in (2, 3, 4, 5, 6, 8)]
+    if hierarchical:
+        cases += [(6, hosts) for hosts in LAYOUTS[1:]]
+    for p, hosts in cases:
         for root in ({0, p - 1, p // 2} if rooted else {0}):
-            s = draw.record(collective, alg, p, root)
+            op = SUM if draw.DRIVERS[collective].reduces else None
+            layout = None if hosts is None else Layout.of(hosts)
+            if REGISTRY[collective][alg].refusal(p, 8 * p, op, False, layout):
+                continue
+            s = draw.record(collective, alg, p, root, hosts=hosts)
             for m in s.messages:
                 held = {c.rstrip("*") for c in s.held(m.src, m.column)}
                 assert "?" not in m.carries, (p, root, m)

@@ -420,3 +420,16 @@ def test_object_that_cannot_be_unpickled_raises_a_named_error_on_every_wait(run)
     assert len(errs) == 2
     assert "rank 1: irecv(source=0, tag=4) on COMM_WORLD: cannot unpickle the object sent by rank 0" in errs[0]
     assert "ImportError" in errs[0]
+
+
+def test_hosts_reach_every_communicator():
+    """Which ranks share a machine (from the rendezvous; here, given to run_threads) is
+    known to every communicator's endpoint, in its own rank order."""
+    def body(comm):
+        sub = comm.Split(comm.rank % 2, -comm.rank)      # reversed order within each half
+        return comm._ep.hosts, sub._ep.hosts
+
+    world, subs = zip(*run_threads(4, body, hosts=["a", "a", "b", "b"]))
+    assert all(h == (0, 0, 1, 1) for h in world)
+    assert subs[0] == (1, 0) and subs[1] == (1, 0)         # even ranks: world 2, 0
+    assert run_threads(2, lambda comm: comm._ep.hosts) == [(0, 0), (0, 0)]

@@ -3,7 +3,8 @@
 Every collective method follows the same three lines: parse and check its arguments,
 :func:`execute` the chosen algorithm's schedule (blocking, or as a request for the ``I``
 variants), then finish (copy back temporaries, unpickle). The algorithm choice depends only
-on values every rank has (size, byte count, op, environment), so all ranks pick the same one.
+on values every rank has (size, byte count, op, environment, which ranks share a host), so
+all ranks pick the same one.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ...coll.blocks import as_bytes
+from ...coll.cost import Layout
 from ...coll.mismatch import open_call
 from ...coll.registry import Algorithm, choose
 from ...coll.schedule import Channel, Schedule, run, start
@@ -38,8 +40,9 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     different collectives fail with ``CollectiveMismatchError`` instead of hanging.
     """
     comm._alive(call)
+    ep = comm._ep
     alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
-                 rank=comm.rank, call=call)
+                 rank=comm.rank, call=call, layout=Layout.of_group(ep.engine.hosts, ep.group))
     ch = Channel(comm._ep, f"{call}[{alg.name}]", getattr(comm._ep.engine, "step_hook", None),
                  objects)
     open_call(ch, collective, call, alg.name, root, op, nbytes, objects)

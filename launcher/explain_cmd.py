@@ -127,9 +127,12 @@ def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
         steps = alg.phases(model, p, nbytes, layout) if alg.phases is not None else []
         print(f"{pad}time       = the sum of its steps: "
               + (" + ".join(_fmt_time(t) for _, t in steps) or "?")
-              + f" = {_fmt_time(formula)}", file=out)
-        for k, (what, seconds) in enumerate(steps, 1):
-            print(f"{pad}  {k}. {_fmt_time(seconds):>11}  {what}", file=out)
+              + f" = {_fmt_time(formula)}"
+              + ("" if layout.hosts > 1 else " (on one host its steps are flat algorithms "
+                 "over all the ranks; --hosts shows them between hosts)"), file=out)
+        if layout.hosts > 1:
+            for k, (what, seconds) in enumerate(steps, 1):
+                print(f"{pad}  {k}. {_fmt_time(seconds):>11}  {what}", file=out)
     else:
         # a flat algorithm pays the slower link on every step when the ranks span hosts
         flat = model.over(model.slowest(layout))

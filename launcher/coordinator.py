@@ -7,31 +7,68 @@ when it is readable. That keeps one loop, one thread, and no spinning.
 Wire format (both directions): a zmq multipart message ``[mac, payload]`` (the ROUTER
 sees the DEALER's routing id in front). ``payload`` is a msgpack map, ``mac`` is
 HMAC-SHA256(job secret, payload). Anything whose MAC does not verify is dropped and
-logged without being unpacked. Every rank->coordinator map carries ``"r": rank``.
+logged without being unpacked. Every rank->coordinator map carries ``"r": rank`` and,
+except ``hello``, ``"c": challenge`` of its connection.
 
 rank -> coordinator
-    {"t": "register", "r": R, "addr": "host:port", "pid": PID, "host": HOSTNAME}
-    {"t": "state",    "r": R, "s": {...what R is blocked on...}, "time": UNIX_TIME}
-    {"t": "abort",    "r": R, "code": CODE, "msg": TEXT}
-    {"t": "finalize", "r": R}
+    {"t": "hello",    "r": R}                                   # -> challenge
+    {"t": "register", "r": R, "c": C, "addr": "host:port", "pid": PID, "host": HOSTNAME}
+    {"t": "state",    "r": R, "c": C, "s": {...what R is blocked on...}, "time": UNIX_TIME}
+    {"t": "failed",   "r": R, "c": C, "s": {...error, where, lost peers...}}   # -> failed_ack
+    {"t": "abort",    "r": R, "c": C, "code": CODE, "msg": TEXT}             # -> abort_ack
+    {"t": "hb",       "r": R, "c": C}                           # heartbeat
+    {"t": "finalize", "r": R, "c": C, "lost": [world ranks this rank saw vanish]}
 coordinator -> rank
+    {"t": "challenge", "c": C}
     {"t": "table", "addrs": [addr of rank 0, addr of rank 1, ...]}   # once all registered
     {"t": "error", "kind": "startup_timeout", "missing": [ranks], "msg": TEXT}
-    {"t": "abort_ack"}
+    {"t": "abort_ack"} / {"t": "failed_ack"}
 
 A rank that registers again after the table went out gets the table at once.
+
+What a hostile local process can do, and what stops it:
+
+* connect without the job secret: the socket is a CURVE server whose keys derive from the
+  secret, so the zmq handshake fails and nothing reaches this code;
+* send a huge frame: ``zmq.MAXMSGSIZE`` disconnects it before the frame is buffered;
+* flood (bad MACs, unknown kinds): :meth:`Coordinator.receive` handles at most
+  ``max_messages`` per call, so the job's loop still reaps ranks and runs its timers; a
+  connection with :data:`BAN_AFTER` bad messages is banned (its messages are dropped
+  without computing a MAC) and the log says so at most every :data:`LOG_INTERVAL` s;
+* replay a captured sealed message from another connection: its challenge belongs to the
+  old connection (``minimpi.runtime.bootstrap.challenge_for``), so it is dropped.
 """
 from __future__ import annotations
 
+import collections
 import secrets
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import zmq
 
-from minimpi.runtime.bootstrap import seal, unseal
+from minimpi.runtime.bootstrap import (
+    MAX_MESSAGE,
+    challenge_for,
+    curve_server_keys,
+    seal,
+    unseal,
+)
+
+#: bad messages (bad MAC, wrong challenge, unknown rank or kind) after which a connection
+#: is banned: its later messages are dropped unread
+BAN_AFTER = 3
+#: connections remembered (bad-message counts, bans); the oldest are forgotten first
+MAX_TRACKED = 4096
+#: per-message log lines for the first few drops, then one summary per this many seconds
+LOG_FIRST = 5
+LOG_INTERVAL = 10.0
+#: messages handled per receive() call, so that a flood cannot starve the job's loop
+MAX_PER_CALL = 256
+#: inbound messages zmq queues per connection (each at most MAX_MESSAGE bytes)
+RCVHWM = 256
 
 
 @dataclass
@@ -49,6 +86,9 @@ class RankState:
     finalized: bool = False
     abort: Optional[tuple] = None      # (code, message) if the rank called abort
     exit_status: Optional[str] = None  # set by the job when the process ends ("exited with code 0")
+    failure: Optional[dict] = None     # the rank's report of the error that is ending it
+    lost: list = field(default_factory=list)   # world ranks it saw vanish (failure or finalize)
+    last_seen: Optional[float] = None  # time.monotonic() of its latest authentic message
 
     def describe(self) -> str:
         """One line for diagnostics: the latest state, else how the rank ended, else nothing."""
@@ -72,7 +112,7 @@ def format_state(state: dict) -> str:
 class CoordEvent:
     """Something the job loop must act on."""
 
-    kind: str            # "registered" | "all_registered" | "abort" | "finalize" | "state"
+    kind: str            # "registered" | "all_registered" | "abort" | "finalize" | "state" | "failed"
     rank: int = -1
     code: int = 0
     message: str = ""
@@ -89,11 +129,23 @@ class Coordinator:
         self.socket = self.ctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # the MAC and the challenge travel in the message: allow their few bytes on top
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE + 1024)
+        self.socket.setsockopt(zmq.RCVHWM, RCVHWM)
+        public, private = curve_server_keys(secret)
+        self.socket.curve_server = True
+        self.socket.curve_publickey = public
+        self.socket.curve_secretkey = private
         port = self.socket.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self.ranks: list[RankState] = [RankState(r) for r in range(size)]
         self.table_sent = False
         self.bad_messages = 0
+        self.banned: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._bad_by_conn: collections.OrderedDict[bytes, int] = collections.OrderedDict()
+        self._unlogged = 0          # drops since the last log line
+        self._unlogged_conns: set = set()
+        self._last_log = 0.0
 
     # -- queries (used by the launcher's messages and, later, deadlock diagnosis) ----------
     def registered_ranks(self) -> list[int]:
@@ -125,38 +177,82 @@ class Coordinator:
                                            "missing": missing, "msg": text})
 
     # -- receiving -------------------------------------------------------------------------
-    def receive(self) -> list[CoordEvent]:
-        """Handle every message waiting on the socket (never blocks)."""
+    def receive(self, max_messages: int = MAX_PER_CALL) -> list[CoordEvent]:
+        """Handle the messages waiting on the socket, at most ``max_messages`` of them
+        (never blocks). The socket stays readable while more wait, so the caller's next
+        poll returns at once: a flood slows the job's loop down but never stops it."""
         events: list[CoordEvent] = []
-        while True:
+        for _ in range(max_messages):
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return events
-            if len(frames) < 3:
-                self._drop("malformed message")
+                break
+            ident = frames[0]
+            if ident in self.banned:
+                self._drop(ident, None)
                 continue
-            ident, body = frames[0], frames[1:]
-            msg = unseal(self._secret, body)
+            if len(frames) != 3:
+                self._drop(ident, f"malformed message ({len(frames) - 1} frames)")
+                continue
+            msg = unseal(self._secret, frames[1:])
             if msg is None:
-                self._drop("message with a bad MAC")
+                self._drop(ident, "message with a bad MAC")
                 continue
             self._handle(ident, msg, events)
+        self._log_drops(time.monotonic())
+        return events
 
-    def _drop(self, what: str) -> None:
+    def _drop(self, ident: bytes, what: Optional[str]) -> None:
+        """Count a bad message from connection ``ident``; ban it after BAN_AFTER of them.
+        ``what`` is None for a banned connection's message (counted, never logged alone)."""
         self.bad_messages += 1
-        if self.bad_messages <= 5:
+        if what is not None:
+            count = self._bad_by_conn.pop(ident, 0) + 1
+            self._bad_by_conn[ident] = count
+            if len(self._bad_by_conn) > MAX_TRACKED:
+                self._bad_by_conn.popitem(last=False)
+            if count >= BAN_AFTER:
+                self.banned[ident] = None
+                if len(self.banned) > MAX_TRACKED:
+                    self.banned.popitem(last=False)
+                what += f"; connection banned after {count} bad messages"
+        if what is not None and self.bad_messages <= LOG_FIRST:
             self._log(f"minimpi: coordinator dropped a {what}")
-        elif self.bad_messages == 6:
-            self._log("minimpi: coordinator dropping further bad messages silently")
+            self._last_log = time.monotonic()
+            return
+        self._unlogged += 1
+        self._unlogged_conns.add(ident)
+
+    def _log_drops(self, now: float, force: bool = False) -> None:
+        """One line for the drops not logged yet, at most every LOG_INTERVAL seconds."""
+        if self._unlogged and (force or now - self._last_log >= LOG_INTERVAL):
+            self._log(f"minimpi: coordinator dropped {self._unlogged} more bad message(s) from "
+                      f"{len(self._unlogged_conns)} connection(s) ({len(self.banned)} banned)")
+            self._unlogged = 0
+            self._unlogged_conns.clear()
+            self._last_log = now
 
     def _handle(self, ident: bytes, msg: dict, events: list[CoordEvent]) -> None:
         rank = msg.get("r")
         if not isinstance(rank, int) or not 0 <= rank < self.size:
-            self._drop(f"message from an unknown rank {rank!r}")
+            self._drop(ident, f"message from an unknown rank {rank!r}")
+            return
+        kind = msg.get("t")
+        challenge = challenge_for(self._secret, ident)
+        if kind == "hello":
+            self._send_to(ident, {"t": "challenge", "c": challenge})
+            return
+        if msg.get("c") != challenge:
+            # sealed by someone with the secret, but for another connection: a replay (or
+            # a rank whose zmq reconnected, which learns its new challenge from the answer)
+            self._drop(ident, f"{kind!r} message for rank {rank} that does not carry this "
+                              f"connection's challenge (a replay?)")
+            self._send_to(ident, {"t": "challenge", "c": challenge})
             return
         st = self.ranks[rank]
-        kind = msg.get("t")
+        st.last_seen = time.monotonic()
+        if kind == "hb":
+            return
         if kind == "register":
             st.registered = True
             st.identity = ident
@@ -177,6 +273,14 @@ class Coordinator:
             st.state = s if isinstance(s, dict) else {"state": s}
             st.state_time = time.monotonic()
             events.append(CoordEvent("state", rank))
+        elif kind == "failed":
+            s = msg.get("s")
+            s = s if isinstance(s, dict) else {"error": str(s)}
+            st.state = st.failure = s
+            st.state_time = time.monotonic()
+            st.lost = _ranks_in(s.get("lost"), self.size)
+            self._send_to(ident, {"t": "failed_ack"})
+            events.append(CoordEvent("failed", rank))
         elif kind == "abort":
             code = msg.get("code", 1)
             code = code if isinstance(code, int) else 1
@@ -186,17 +290,26 @@ class Coordinator:
             events.append(CoordEvent("abort", rank, code=code, message=text))
         elif kind == "finalize":
             st.finalized = True
+            st.lost = _ranks_in(msg.get("lost"), self.size) or st.lost
             events.append(CoordEvent("finalize", rank))
         else:
-            self._drop(f"message of unknown type {kind!r} from rank {rank}")
+            self._drop(ident, f"message of unknown type {kind!r} from rank {rank}")
 
     def _table(self) -> dict:
         return {"t": "table", "addrs": [s.address for s in self.ranks],
                 "hosts": [s.host or "" for s in self.ranks]}
 
     def close(self) -> None:
+        self._log_drops(time.monotonic(), force=True)
         self.socket.close(linger=0)
         self.ctx.term()
+
+
+def _ranks_in(value, size: int) -> list:
+    """The valid ranks of a reported list (anything else in it is ignored)."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    return sorted({r for r in value if isinstance(r, int) and 0 <= r < size})
 
 
 def new_secret() -> bytes:

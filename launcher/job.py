@@ -6,9 +6,18 @@ and the signal wake-up pipe. The poll timeout is the time to the next deadline (
 timeout, startup timeout, SIGKILL after the grace period), so an idle launcher sleeps.
 
 Failure policy: the first of {a rank exits non-zero, a rank is killed by a signal, a rank
-calls abort, --timeout, startup timeout, SIGINT/SIGTERM to the launcher} ends the job:
-SIGTERM to every rank's process group, SIGKILL after ``grace`` seconds, pipes read to EOF,
-then one summary on stderr and the matching exit code.
+calls abort, --timeout, startup timeout, a rank that stops sending heartbeats,
+SIGINT/SIGTERM to the launcher} ends the job: SIGTERM to every rank's process group,
+SIGKILL after ``grace`` seconds, pipes read to EOF, then one summary on stderr and the
+matching exit code.
+
+The culprit. When rank X ends (sys.exit(7), os._exit, kill -9, or even a clean exit while
+others still wait for it), its peers see their connections to X close and fail with
+PeerLostError, often before the launcher has reaped X. So a rank that failed only because
+a peer vanished is never blamed: every rank reports the error that ends it, acknowledged,
+before it exits (``failed``: the error, the user's file:line, the peers it lost), and
+:meth:`Job._judge` follows those "lost" links to the rank that ended first, waiting (at most
+``settle`` seconds) for that rank to be reaped so that its own exit code is the job's.
 """
 from __future__ import annotations
 
@@ -22,9 +31,11 @@ from typing import BinaryIO, Optional
 
 import zmq
 
+import minimpi
 from minimpi.runtime.bootstrap import (
     ENV_BIND,
     ENV_COORD,
+    ENV_HEARTBEAT_INTERVAL,
     ENV_JOBID,
     ENV_LAUNCHER_PID,
     ENV_LIFELINE,
@@ -43,6 +54,14 @@ from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command
 EXIT_TIMEOUT = 124
 EXIT_STARTUP = 124
 EXIT_VANISHED = 1
+EXIT_UNRESPONSIVE = 124
+DEFAULT_HEARTBEAT_TIMEOUT = 30.0
+
+#: frames of these directories are minimpi's own, left out of the tracebacks the launcher
+#: prints (the user's lines are what matter); ``launcher/`` installs as minimpi.launcher but
+#: lives beside the package in a checkout
+_OWN_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep
+                  for m in (minimpi.__file__, os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass
@@ -61,6 +80,8 @@ class JobSpec:
     cwd: Optional[str] = None
     grace: float = 1.0                     # SIGTERM -> SIGKILL
     deadlock_timeout: float = 5.0          # 0: no deadlock detection (launcher/deadlock.py)
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT   # 0: no liveness check
+    settle: float = 3.0                    # how long to wait for the rank a failure points at
 
 
 @dataclass
@@ -86,6 +107,10 @@ class Job:
         self.all_done_at: Optional[float] = None    # when the last rank was reaped
         self.first_registered_at: Optional[float] = None   # when the first rank registered
         self._signal_received: Optional[int] = None
+        self.forward: Optional[OutputForwarder] = None   # set by run()
+        self.reap_order: list[int] = []               # ranks, in the order they were reaped
+        self._suspect_until: Optional[float] = None   # _judge waits for a culprit until then
+        self._suspect_since: Optional[float] = None   # ... counting from this first look
         self._wake_r = self._wake_w = None
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup = -1
@@ -113,6 +138,7 @@ class Job:
             ENV_LAUNCHER_PID: str(os.getpid()),
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
+            ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
             "PYTHONUNBUFFERED": "1",
         })
         return env
@@ -229,11 +255,17 @@ class Job:
                 self._on_startup_timeout()
             if self.failure is None and deadlock.check(now):
                 self._on_deadlock()
+            if self._suspect_until is not None and now >= self._suspect_until:
+                self._judge(now, give_up=True)
+            heartbeat_due = self._check_heartbeats(now)
+            held_due = forward.release_stale(now, lambda r: self.ranks[r].alive)
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
                 self.kill_at = None
             # ---- done? ----
             all_reaped = all(not rp.alive for rp in self.ranks)
+            if all_reaped and self._suspect_until is not None:
+                self._judge(now, give_up=True)   # every rank has ended: nothing more to learn
             if all_reaped:
                 if self.all_done_at is None:
                     self.all_done_at = now
@@ -242,7 +274,8 @@ class Job:
                 if not forward.open_fds() or now - self.all_done_at > 2.0:
                     break
             # ---- wait ----
-            waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline())
+            waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
+                                 self._suspect_until, heartbeat_due, held_due)
                      if d is not None]
             if self.all_done_at is not None:
                 waits.append(self.all_done_at + 2.0)
@@ -301,39 +334,128 @@ class Job:
             rp.close_pidfd()
         how = describe_returncode(rc)
         self.coord.ranks[rp.rank].exit_status = how
+        self.reap_order.append(rp.rank)
+        if rc == 0 and self.forward is not None:
+            self.forward.release(rp.rank)   # a traceback it caught and printed: show it now
         if self.failure is not None or rp.killed_by_launcher:
             return
-        if rc != 0:
-            kind = "signal" if rc < 0 else "exit"
-            cause = self._first_error(rp.rank)
-            if cause is not None:   # this rank only failed because another one did first
-                r, error = cause
-                self.fail(Failure(kind, exit_code_for(rc),
-                                  f"minimpi: rank {r} failed: {error} (rank {rp.rank} {how} "
-                                  f"as a consequence)", rank=r))
-                return
-            self.fail(Failure(kind, exit_code_for(rc), f"minimpi: rank {rp.rank} {how}",
-                              rank=rp.rank))
-            return
-        self._check_vanished()
+        self._judge(time.monotonic())
+        if self.failure is None:
+            self._check_vanished()
 
-    def _first_error(self, rank: int):
-        """(rank, error) of the rank whose uncaught error caused ``rank``'s, if that is known.
+    # -- who is to blame -------------------------------------------------------------------
+    def _failed_alone(self, rank: int) -> bool:
+        """Whether ``rank`` (reaped, non-zero) failed for a reason of its own rather than
+        because a peer vanished: its own error, a signal, an exit code with no lost peer."""
+        st, rc = self.coord.ranks[rank], self.ranks[rank].returncode
+        if st.failure is not None:
+            return not st.failure.get("consequence")
+        return rc is not None and (rc < 0 or not st.lost)
 
-        Ranks report an uncaught exception to the coordinator before they exit
-        (``minimpi.runtime.diagnose.failure_state``); an error that is only a consequence (a peer that
-        vanished) is attributed to the earliest non-consequence error of another rank.
+    def _suspects(self, failed: list[int]) -> list[int]:
+        """Ranks the consequence failures in ``failed`` point at: the peers they lost,
+        followed through ranks that themselves only lost a peer, plus every rank that
+        reported an error of its own (it is about to exit), earliest report first."""
+        coord = self.coord
+        seen, stack, roots = set(failed), list(failed), []
+        while stack:
+            for peer in coord.ranks[stack.pop()].lost:
+                if peer in seen:
+                    continue
+                seen.add(peer)
+                f = coord.ranks[peer].failure
+                if f is not None and f.get("consequence"):
+                    stack.append(peer)
+                else:
+                    roots.append(peer)
+        errors = sorted((st for st in coord.ranks
+                         if st.failure is not None and not st.failure.get("consequence")),
+                        key=lambda st: st.state_time or 0.0)
+        return [st.rank for st in errors if st.rank not in roots] + roots
+
+    def _judge(self, now: float, give_up: bool = False) -> None:
+        """Decide who ended the job, from the ranks reaped so far (see the module doc).
+
+        Among the ranks the failures point at, in this order: one that reported an error of
+        its own, one that ended abnormally, one that exited 0 (a peer that merely finished
+        also shows up as "lost", so this one is only believed after a short wait in which
+        no rank reported an error of its own), one still running.
         """
-        own = self.coord.ranks[rank].state
-        if not (isinstance(own, dict) and own.get("consequence")):
+        if self.failure is not None:
+            return
+        failed = [r for r in self.reap_order
+                  if self.ranks[r].returncode != 0 and not self.ranks[r].killed_by_launcher]
+        if not failed:
+            self._suspect_until = self._suspect_since = None
+            return
+        for r in failed:
+            if self._failed_alone(r):
+                return self._blame(r, failed)
+        suspects = self._suspects(failed)
+        coord = self.coord
+        errors = [r for r in suspects if coord.ranks[r].failure is not None]
+        reaped = [r for r in self.reap_order if r in suspects]
+        clean = [r for r in reaped if self.ranks[r].returncode == 0]
+        for r in reaped:
+            if r in errors or self.ranks[r].returncode != 0:
+                return self._blame(r, failed)
+        if self._suspect_since is None:
+            self._suspect_since = now
+        wait = self.spec.settle if (errors or not clean) else min(1.0, self.spec.settle)
+        self._suspect_until = self._suspect_since + wait
+        if suspects and not give_up and now < self._suspect_until:
+            return
+        # the wait is over: the best lead there is (an error it reported beats a clean exit)
+        lead = errors or clean or suspects or failed
+        self._blame(lead[0], failed)
+
+    def _blame(self, culprit: int, failed: list[int]) -> None:
+        self._suspect_until = None
+        rc = self.ranks[culprit].returncode
+        first_rc = next((self.ranks[r].returncode for r in failed if r != culprit), 1)
+        st = self.coord.ranks[culprit]
+        waiting = [r for r in failed if r != culprit and culprit in self.coord.ranks[r].lost]
+        if rc is None and st.failure is not None and st.failure.get("error"):
+            # reported its error but has not ended yet (the teardown will end it)
+            self.fail(Failure("exit", exit_code_for(first_rc),
+                              f"minimpi: rank {culprit} failed: {st.failure['error']}",
+                              rank=culprit))
+            return
+        if rc is None or rc == 0:
+            # it ended its part cleanly (or closed its connections and runs on) while others
+            # still needed it: the job failed, so its code cannot be 0
+            how = "exited with code 0" if rc == 0 else "closed its connections and kept running"
+            text = f"minimpi: rank {culprit} {how}"
+            if waiting:
+                text += (f" while rank(s) {_ranks(waiting)} still expected messages from it "
+                         f"(every rank must take part until its peers are done with it)")
+            self.fail(Failure("exit", exit_code_for(first_rc), text, rank=culprit))
+            return
+        text = f"minimpi: rank {culprit} {describe_returncode(rc)}"
+        if st.failure is not None and st.failure.get("error"):
+            text += f": {st.failure['error']}"
+        self.fail(Failure("signal" if rc < 0 else "exit", exit_code_for(rc), text, rank=culprit))
+
+    def _check_heartbeats(self, now: float) -> Optional[float]:
+        """Fail the job if a running rank stopped sending heartbeats; returns when the next
+        check is due (None: nothing to watch)."""
+        limit = self.spec.heartbeat_timeout
+        if limit <= 0 or self.failure is not None or not self.coord.table_sent:
             return None
-        first = None
+        due = None
         for st in self.coord.ranks:
-            s = st.state
-            if st.rank != rank and isinstance(s, dict) and s.get("error") and not s.get("consequence"):
-                if first is None or (st.state_time or 0) < (first.state_time or 0):
-                    first = st
-        return None if first is None else (first.rank, first.state["error"])
+            if st.last_seen is None or st.finalized or not self.ranks[st.rank].alive:
+                continue
+            if now - st.last_seen > limit:
+                why = _process_state(self.ranks[st.rank].pid)
+                self.fail(Failure(
+                    "unresponsive", EXIT_UNRESPONSIVE,
+                    f"minimpi: rank {st.rank} sent no heartbeat for {now - st.last_seen:.0f} s "
+                    f"(--heartbeat-timeout {limit:g}){why}; ending the job", rank=st.rank))
+                return None
+            when = st.last_seen + limit
+            due = when if due is None else min(due, when)
+        return due
 
     def _check_vanished(self) -> None:
         """A rank that ended without registering while others wait for the table: fail now."""
@@ -349,6 +471,8 @@ class Job:
             self.fail(Failure("vanished", EXIT_VANISHED, f"minimpi: {text}", rank=gone[0]))
 
     def _on_coord_event(self, ev) -> None:
+        if ev.kind == "failed" and self.failure is None and self._suspect_until is not None:
+            self._judge(time.monotonic())   # a suspect reported its own error: maybe decisive
         if ev.kind == "abort" and self.failure is None:
             text = f"minimpi: rank {ev.rank} called Abort({ev.code})"
             if ev.message:
@@ -399,22 +523,121 @@ class Job:
     # -- the end ---------------------------------------------------------------------------
     def _finish(self) -> int:
         f = self.failure
-        if f is None:
-            return 0
-        self.log(f.summary)
-        for line in f.details:
-            self.log(line)
-        if f.rank is not None and f.kind in ("exit", "signal", "abort"):
-            tail = self.forward.stderr_tail(f.rank)
+        if f is not None:
+            self.log(f.summary)
+            for line in f.details:
+                self.log(line)
+            if self.forward is not None and f.rank is not None and \
+                    f.kind in ("exit", "signal", "abort", "unresponsive"):
+                self._culprit_report(f.rank)
+        if self.forward is not None:
+            self.forward.release()   # tracebacks the summary does not account for
+        return 0 if f is None else f.exit_code
+
+    def _culprit_report(self, culprit: int) -> None:
+        """After the summary line: the culprit's own line and traceback, then one line for
+        all the ranks that stopped because of it (their tracebacks are held back)."""
+        coord, forward = self.coord, self.forward
+        report = coord.ranks[culprit].failure or {}
+        if report.get("where"):
+            at = f"minimpi:   at {report['where']}"
+            if report.get("func") and report["func"] != "<module>":
+                at += f" in {report['func']}()"
+            self.log(at + (f": {report['code']}" if report.get("code") else ""))
+        held = forward.held(culprit)
+        if held:
+            self.log(f"minimpi: rank {culprit}'s traceback (minimpi's own frames left out):")
+            for line in user_traceback(held):
+                self.log(f"  | {line}")
+            forward.discard(culprit)
+        else:
+            tail = forward.stderr_tail(culprit)
             if tail:
-                self.log(f"minimpi: last lines rank {f.rank} wrote to stderr:")
+                self.log(f"minimpi: last lines rank {culprit} wrote to stderr:")
                 for line in tail:
                     self.log(f"  | {line}")
-        return f.exit_code
+        lost, own, ended = [], [], []
+        for st in coord.ranks:
+            rp = self.ranks[st.rank]
+            if st.rank == culprit or rp.returncode == 0:
+                continue
+            if st.failure is not None and not st.failure.get("consequence"):
+                where = f" at {st.failure['where']}" if st.failure.get("where") else ""
+                own.append(f"rank {st.rank} failed too ({st.failure.get('type') or 'error'}"
+                           f"{where})")
+            elif st.failure is not None or (not rp.killed_by_launcher and rp.returncode):
+                lost.append(st.rank)
+            else:
+                ended.append(st.rank)
+        total = len(own) + len(lost) + len(ended)
+        parts = own
+        if lost:
+            parts.append(f"rank(s) {_ranks(lost)} lost a peer (PeerLostError)")
+        if ended:
+            parts.append(f"rank(s) {_ranks(ended)} were ended by the launcher")
+        if not total:
+            return
+        self.log(f"minimpi: {total} other rank(s) stopped because of it: {'; '.join(parts)}")
+        hidden = [r for r in range(len(self.ranks)) if r != culprit and forward.discard(r)]
+        if hidden:
+            where = (f"they are in {self.spec.output_dir}/rank.N.stderr" if self.spec.output_dir
+                     else "run with --output-dir DIR to keep every rank's output")
+            self.log(f"minimpi: tracebacks of rank(s) {_ranks(hidden)} not shown; {where}")
+
+
+def user_traceback(lines: list[str]) -> list[str]:
+    """A traceback's lines without the entries of minimpi's own frames (the user's frames
+    and the exception stay; if nothing of the user's is left, the whole traceback)."""
+    out: list[str] = []
+    skipping = dropped = kept = False
+    for line in lines:
+        if line.startswith('  File "'):
+            path = line[len('  File "'):].split('"', 1)[0]
+            skipping = os.path.abspath(path).startswith(_OWN_DIRS) or path.startswith("<frozen")
+            dropped |= skipping
+            kept |= not skipping
+            if not skipping:
+                out.append(line)
+        elif skipping and line.startswith("    "):
+            continue   # the source line and ^^^ markers of a frame left out
+        else:
+            skipping = False
+            out.append(line)
+    return out if kept or not dropped else lines
+
+
+def heartbeat_interval(timeout: float) -> float:
+    """How often ranks send a heartbeat for a given --heartbeat-timeout (0: never)."""
+    return 0.0 if timeout <= 0 else max(0.2, min(2.0, timeout / 5))
+
+
+def _process_state(pid: int) -> str:
+    """`` (its process is stopped ...)`` when /proc says so: the usual reason for silence."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    if state in (b"T", b"t"):
+        return " - its process is stopped (SIGSTOP, Ctrl-Z or a debugger)"
+    return ""
 
 
 def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks) if ranks else "none"
+    """``0, 2-57, 63``: runs of three or more as ranges, so 64 ranks fit on a line."""
+    if not ranks:
+        return "none"
+    parts, ordered = [], sorted(ranks)
+    start = prev = ordered[0]
+    for r in ordered[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev - start >= 2 else
+                     ", ".join(str(x) for x in range(start, prev + 1)))
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts)
 
 
 def run_job(spec: JobSpec, stdout: Optional[BinaryIO] = None,

@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long ranks may take to register with the coordinator, counted from "
                         "the first rank's registration (default 60); the ranks that never did "
                         "are named, exit 124")
+    p.add_argument("--heartbeat-timeout", type=seconds_or_off, default=30.0, metavar="SECONDS",
+                   help="end the job, naming the rank, when a running rank sends no heartbeat "
+                        "for SECONDS (stopped, or hung with the GIL held; default 30; 0 disables)")
     p.add_argument("--no-prefix", action="store_true",
                    help='do not prefix output lines with "[rank] "')
     p.add_argument("--output-dir", metavar="DIR",
@@ -270,6 +273,7 @@ def main(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         startup_timeout=args.startup_timeout,
         deadlock_timeout=args.deadlock_timeout,
+        heartbeat_timeout=args.heartbeat_timeout,
         prefix=not args.no_prefix,
         output_dir=args.output_dir,
         bind=args.bind,

@@ -238,14 +238,12 @@ AUTO_MEMO_SIZE = 4096
 
 
 _loaded = False
-_load_lock = threading.RLock()
+_load_lock = threading.Lock()
 
 
 def _load_all() -> None:
-    """Import every algorithm module so that all registrations have run.
-
-    Ranks that are threads (run_threads, minimpi draw) may all get here at once: the first
-    imports under the lock, and none sees the table before every module has registered."""
+    """Import every algorithm module so that all registrations have run (once; ranks
+    running as threads may ask at the same time, and none may see a partial registry)."""
     global _loaded
     if _loaded:
         return

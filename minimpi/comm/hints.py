@@ -6,9 +6,9 @@ move buffers. Students mix them up in three ways that otherwise end in an unhelp
 
 * ``data = {}; comm.recv(data, source=0)`` - a receive "into" an object. mpi4py 4 takes
   ``recv``'s ``buf`` as the memory to receive the pickle into: it warns that the argument is
-  deprecated and then raises ``TypeError`` for anything that is not a writable buffer. We
-  raise the ``TypeError`` too, saying that ``recv`` returns the object
-  (:func:`check_object_recv_buf`).
+  deprecated and then raises ``TypeError`` for anything that is not a writable buffer
+  (``message.recv_capacity``). The ``TypeError`` here also says that ``recv`` returns the
+  object (:func:`recv_buf_error`).
 * ``comm.Recv([], source=0)`` - a buffer receive given nothing to write into
   (:func:`recv_buffer_error`).
 * ``comm.Send(array)`` on one side, ``comm.recv()`` on the other: the bytes of the array
@@ -28,25 +28,26 @@ def _args(source: int, tag: int) -> str:
     return f"source={src}" + ("" if tag == ANY_TAG else f", tag={tag}")
 
 
-def check_object_recv_buf(comm: Any, buf: Any, call: str, source: int, tag: int) -> None:
-    """``recv``/``irecv``'s optional ``buf`` must be a writable buffer or a byte count, as in
-    mpi4py (which passes it to MPI as the memory the pickle lands in)."""
-    if buf is None or isinstance(buf, int):
-        return
-    try:
-        view = memoryview(buf)
-    except TypeError:
-        raise TypeError(
-            f"rank {comm.rank}: {call}(buf={type(buf).__name__}, {_args(source, tag)}) on "
+def recv_buf_error(comm: Any, buf: Any, call: str, source: int, tag: int,
+                   cause: TypeError) -> TypeError:
+    """``recv``/``irecv``'s ``buf`` that is neither a writable buffer nor a byte count (mpi4py
+    passes it to MPI as the memory the pickle lands in): the same error, saying that the
+    lowercase receive returns the object."""
+    text = (f"rank {comm.rank}: {call}(buf={type(buf).__name__}, {_args(source, tag)}) on "
             f"{comm.name}: buf must be a writable buffer (the memory a pickled message is "
-            f"received into), not a {type(buf).__name__}; the lowercase {call} returns the "
-            f"object it receives, so write: data = comm.{call}({_args(source, tag)})"
-            + (" and data = req.wait()" if call == "irecv" else "")) from None
-    if view.readonly:
-        raise BufferError(
-            f"rank {comm.rank}: {call}(buf=..., {_args(source, tag)}) on {comm.name}: buf is "
-            f"read-only ({type(buf).__name__}); pass a writable buffer such as a bytearray, "
-            f"or no buf at all: data = comm.{call}({_args(source, tag)})")
+            f"received into) or a byte count, not a {type(buf).__name__}; the lowercase "
+            f"{call} returns the object it receives, so write: data = "
+            f"comm.{call}({_args(source, tag)})"
+            + (" and data = req.wait()" if call == "irecv" else ""))
+    return _same_kind(cause, text)
+
+
+def _same_kind(cause: Exception, text: str) -> Exception:
+    """``cause``'s exception class with ``text`` (callers may catch TypeError or MPI.Exception)."""
+    try:
+        return type(cause)(text)
+    except Exception:   # a class that wants other arguments
+        return TypeError(text) if isinstance(cause, TypeError) else BufferSpecError(text)
 
 
 def recv_buffer_error(comm: Any, call: str, buf: Any, source: int, tag: int,
@@ -58,7 +59,7 @@ def recv_buffer_error(comm: Any, call: str, buf: Any, source: int, tag: int,
     reason = reason[len(call) + 2:] if reason.startswith(f"{call}: ") else reason
     shown = repr(buf) if isinstance(buf, (list, tuple, dict)) and len(repr(buf)) < 30 \
         else type(buf).__name__
-    return BufferSpecError(
+    return _same_kind(cause,
         f"rank {comm.rank}: {call}(buf={shown}, {_args(source, tag)}) on {comm.name}: {reason}. "
         f"A buffer receive writes the message into memory you provide, sized for it: "
         f"buf = numpy.empty(count, dtype); comm.{call}(buf, {_args(source, tag)}) (or "
@@ -67,15 +68,11 @@ def recv_buffer_error(comm: Any, call: str, buf: Any, source: int, tag: int,
 
 
 def looks_pickled(payload: Any) -> bool:
-    """Whether a received payload has the layout lowercase sends produce (a header, then a
-    pickle starting with protocol 5's opcode). Raw buffer bytes practically never do."""
+    """Whether a received payload is a pickled object: in the layout lowercase sends produce,
+    or plain pickle bytes (``Send(pickle.dumps(obj))``, which mpi4py's ``recv`` accepts),
+    which start with pickle's PROTO opcode. The bytes of an array practically never do."""
     view = memoryview(payload).cast("B")
-    try:
-        plen, lengths, offset = serialization.layout(view)
-    except Exception:   # shorter than the header
-        return False
-    return (offset + plen + sum(lengths) <= view.nbytes and plen >= 2
-            and bytes(view[offset:offset + 2]) == b"\x80\x05")
+    return serialization.in_layout(view) or (view.nbytes > 0 and view[0] == 0x80)
 
 
 def not_an_object(rank: int, what: str, source: int, nbytes: int) -> str:

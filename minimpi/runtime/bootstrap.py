@@ -16,9 +16,24 @@ talking to the launcher's ROUTER. Every message in both directions is a two-fram
 message ``[mac, payload]`` where ``payload`` is a msgpack map and ``mac`` is
 HMAC-SHA256(job secret, payload). A message whose MAC does not verify is dropped before
 it is unpacked. See ``launcher/coordinator.py`` for the message table.
+
+Three more layers keep strangers and replays out (``launcher/coordinator.py`` has the
+server's side):
+
+* the zmq connection itself uses CURVE, with the coordinator's key pair derived from the
+  job secret: a peer without the secret cannot complete the handshake, so none of its bytes
+  ever reach Python (and a captured TCP stream cannot be replayed: the keys are ephemeral);
+* the client's first message is a ``hello``; the coordinator answers with a *challenge*
+  bound to this very connection, and every later message carries it, so a sealed message
+  copied onto another connection is refused;
+* messages are at most :data:`MAX_MESSAGE` bytes (zmq drops a peer that sends more).
+
+A daemon thread sends a heartbeat every ``heartbeat_interval`` seconds so that the launcher
+can name a rank that stopped (SIGSTOP, a debugger, a hung C call) instead of waiting forever.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import os
@@ -28,7 +43,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 import msgpack
 
@@ -46,6 +61,7 @@ ENV_BIND = "MINIMPI_BIND"              # host the data plane should listen on
 ENV_LIFELINE = "MINIMPI_LIFELINE_FD"   # read end of a pipe; EOF means the launcher is gone
 ENV_LAUNCHER_PID = "MINIMPI_LAUNCHER_PID"
 ENV_STARTUP_TIMEOUT = "MINIMPI_STARTUP_TIMEOUT"
+ENV_HEARTBEAT_INTERVAL = "MINIMPI_HEARTBEAT_INTERVAL"   # seconds; 0: no heartbeat
 
 #: keys of BootInfo.env that are never exposed there (the secret has its own field)
 _PRIVATE_KEYS = {ENV_SECRET}
@@ -73,6 +89,34 @@ def host_identity() -> str:
 # Message sealing (shared with launcher/coordinator.py)
 # ---------------------------------------------------------------------------------------
 MAC_SIZE = 32
+
+#: largest coordinator message (one zmq frame), both directions; zmq disconnects a peer that
+#: sends a larger one before buffering it. Clients trim state reports to fit.
+MAX_MESSAGE = 256 * 1024
+
+
+def curve_server_keys(secret: bytes) -> tuple[bytes, bytes]:
+    """(public, secret) CURVE keys of the coordinator, both derived from the job secret.
+
+    The public key is never sent on the wire, so knowing it proves knowing the job secret:
+    that is what keeps a stranger from completing the zmq handshake at all.
+    """
+    import zmq
+    import zmq.utils.z85
+
+    raw = hmac.new(secret, b"minimpi coordinator curve key", hashlib.sha256).digest()
+    private = zmq.utils.z85.encode(raw)
+    return zmq.curve_public(private), private
+
+
+def challenge_for(secret: bytes, connection_id: bytes) -> str:
+    """The challenge a coordinator connection must repeat in every message (hex).
+
+    Derived from the routing id zmq gives each connection (never reused while the
+    coordinator runs), so the coordinator keeps no table and a message sealed for one
+    connection is worthless on any other.
+    """
+    return hmac.new(secret, b"challenge" + bytes(connection_id), hashlib.sha256).hexdigest()[:32]
 
 
 def seal(secret: bytes, message: dict) -> list[bytes]:
@@ -148,11 +192,13 @@ def _from_launcher(environ: Mapping[str, str]) -> Optional[BootInfo]:
         raise MinimpiError(f"minimpi bootstrap: {ENV_RANK}={rank} is outside 0..{size - 1}")
     _start_lifeline_watch(environ)
     client = CoordinatorClient(coord, secret, rank, size, job_id)
-    if environ.get(ENV_STARTUP_TIMEOUT):
-        try:
-            client.startup_timeout = float(environ[ENV_STARTUP_TIMEOUT])
-        except ValueError:
-            pass
+    for var, attr in ((ENV_STARTUP_TIMEOUT, "startup_timeout"),
+                      (ENV_HEARTBEAT_INTERVAL, "heartbeat_interval")):
+        if environ.get(var):
+            try:
+                setattr(client, attr, float(environ[var]))
+            except ValueError:
+                pass
     return BootInfo(rank=rank, size=size, secret=secret, job_id=job_id,
                     bind_host=environ.get(ENV_BIND, DEFAULT_BIND), coordinator=client,
                     env=_minimpi_env(environ), source="minimpi-run")
@@ -173,8 +219,23 @@ SOURCES: list[tuple[str, Callable[[Mapping[str, str]], Optional[BootInfo]]]] = [
 ]
 
 
+#: the job secret once bootstrap() took it out of os.environ
+_taken_secret: Optional[str] = None
+
+
 def bootstrap(environ: Mapping[str, str] = os.environ) -> BootInfo:
-    """Launcher env -> BootInfo; no MINIMPI_RANK -> singleton world of size 1."""
+    """Launcher env -> BootInfo; no MINIMPI_RANK -> singleton world of size 1.
+
+    The job secret is removed from ``os.environ`` here, the first time minimpi runs in the
+    rank: every subprocess the program starts (a shell, a compiler, a helper script) would
+    otherwise inherit it and could impersonate the rank.
+    """
+    global _taken_secret
+    if environ is os.environ:
+        if ENV_SECRET in os.environ:
+            _taken_secret = os.environ.pop(ENV_SECRET)
+        if _taken_secret is not None:   # bootstrap() may run more than once in a process
+            environ = {**os.environ, ENV_SECRET: _taken_secret}
     for _name, source in SOURCES:
         info = source(environ)
         if info is not None:
@@ -252,12 +313,21 @@ def _die_with_launcher() -> None:
 class CoordinatorClient:
     """The rank's side of the coordinator protocol (one zmq DEALER).
 
-    Thread-safe: all socket use is under one lock. ``report_state`` never blocks.
+    Thread-safe: all socket use is under one lock. ``report_state`` never blocks for long.
+    The connection's challenge is fetched on first use (a ``hello`` round trip), so merely
+    creating a client costs nothing and needs no running launcher.
     """
 
     #: the launcher's --startup-timeout (from MINIMPI_STARTUP_TIMEOUT), used when
     #: exchange_addresses is called without an explicit timeout
     startup_timeout: float = 60.0
+    #: seconds between heartbeats (MINIMPI_HEARTBEAT_INTERVAL, set by the launcher from
+    #: --heartbeat-timeout); 0 sends none
+    heartbeat_interval: float = 0.0
+    #: how long a send that needs the challenge may wait for it when it must not block
+    QUICK_HELLO = 0.5
+    #: after a hello that got no answer, non-blocking sends wait this long before trying again
+    HELLO_RETRY = 5.0
 
     def __init__(self, address: str, secret: bytes, rank: int, size: int, job_id: str):
         import zmq  # local import: a singleton never needs zmq
@@ -273,41 +343,142 @@ class CoordinatorClient:
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 1000)
         self._sock.setsockopt(zmq.SNDHWM, 1000)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE + 1024)
+        server_public, _ = curve_server_keys(secret)
+        public, private = zmq.curve_keypair()
+        self._sock.curve_serverkey = server_public
+        self._sock.curve_publickey = public
+        self._sock.curve_secretkey = private
         self._sock.connect(address)
         self._closed = False
+        self._challenge: Optional[str] = None
+        self._hello_failed_at: Optional[float] = None
+        # authentic messages read while looking for something else (by the heartbeat)
+        self._inbox: collections.deque = collections.deque(maxlen=64)
+        self._stop = threading.Event()
+        self._heartbeat: Optional[threading.Thread] = None
         self.table: Optional[list[str]] = None
         #: every rank's host identity (:func:`host_identity`), index = rank, after the exchange
         self.hosts: Optional[list[str]] = None
         self.dropped = 0   # replies dropped for a bad MAC
 
     # -- plumbing ------------------------------------------------------------------------
-    def _send(self, message: dict, block: bool = True) -> bool:
-        message = {"r": self.rank, **message}
+    def _pack(self, message: dict) -> list[bytes]:
         frames = seal(self._secret, message)
+        if len(frames[1]) > MAX_MESSAGE:
+            # A state report of a wait on thousands of requests: keep what fits (the
+            # coordinator would drop the connection over an oversize message).
+            message = dict(message)
+            if isinstance(message.get("s"), dict) and message["s"].get("items"):
+                s = dict(message["s"])
+                s["items_total"] = len(s["items"])
+                s["items"] = s["items"][:20]
+                message["s"] = s
+            for key in ("msg", "error", "tb"):
+                if isinstance(message.get(key), str):
+                    message[key] = message[key][:8192]
+            frames = seal(self._secret, message)
+            if len(frames[1]) > MAX_MESSAGE:
+                frames = seal(self._secret, {k: v for k, v in message.items()
+                                             if k in ("t", "r", "c", "code")})
+        return frames
+
+    def _send_raw(self, message: dict, block: bool) -> bool:
         flags = 0 if block else self._zmq.NOBLOCK
         try:
-            self._sock.send_multipart(frames, flags=flags)
+            self._sock.send_multipart(self._pack({"r": self.rank, **message}), flags=flags)
             return True
         except self._zmq.Again:
             return False
 
-    def _recv(self, timeout: float) -> Optional[dict]:
-        """Next authentic message within ``timeout`` seconds, or None."""
+    def _send(self, message: dict, block: bool = True, hello_wait: Optional[float] = None) -> bool:
+        """Send with this connection's challenge (fetching it first if need be; lock held)."""
+        if self._challenge is None and not self._hello(hello_wait, block):
+            return False
+        return self._send_raw({**message, "c": self._challenge}, block)
+
+    def _hello(self, wait: Optional[float], block: bool) -> bool:
+        """Get this connection's challenge; False if none came within ``wait`` seconds."""
+        now = time.monotonic()
+        if not block and self._hello_failed_at is not None and \
+                now - self._hello_failed_at < self.HELLO_RETRY:
+            return False
+        if wait is None:
+            wait = self.startup_timeout + 5.0 if block else self.QUICK_HELLO
+        self._send_raw({"t": "hello"}, block=False)
+        deadline = now + wait
+        while True:
+            msg = self._recv(max(0.0, deadline - time.monotonic()), want="challenge")
+            if msg is None:
+                self._hello_failed_at = time.monotonic()
+                return False
+            if isinstance(msg.get("c"), str):
+                self._challenge = msg["c"]
+                self._hello_failed_at = None
+                self._start_heartbeat()
+                return True
+
+    def _read(self, timeout: float) -> Optional[dict]:
+        """Next authentic message within ``timeout`` seconds, or None (lock held)."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if not self._sock.poll(int(remaining * 1000) + 1, self._zmq.POLLIN):
+            ms = int(remaining * 1000) + 1 if remaining > 0 else 0   # 0: look once
+            if not self._sock.poll(ms, self._zmq.POLLIN):
                 return None
             frames = self._sock.recv_multipart()
             msg = unseal(self._secret, frames)
             if msg is None:
                 self.dropped += 1
-                print(f"minimpi: rank {self.rank}: dropped a coordinator message with a bad MAC",
-                      file=sys.stderr)
+                if self.dropped <= 3:
+                    print(f"minimpi: rank {self.rank}: dropped a coordinator message with a "
+                          f"bad MAC", file=sys.stderr)
                 continue
+            if msg.get("t") == "challenge" and isinstance(msg.get("c"), str) \
+                    and self._challenge is not None:
+                # zmq reconnected (a new connection, so a new challenge); messages sent on
+                # the old one are lost, which the callers' timeouts already allow for
+                self._challenge = msg["c"]
             return msg
+
+    def _recv(self, timeout: float, want: Optional[str] = None) -> Optional[dict]:
+        """Next authentic message (of kind ``want`` if given) within ``timeout`` seconds."""
+        for i, msg in enumerate(self._inbox):
+            if want is None or msg.get("t") == want:
+                del self._inbox[i]
+                return msg
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self._read(max(0.0, deadline - time.monotonic()))
+            if msg is None or want is None or msg.get("t") == want:
+                return msg
+            self._inbox.append(msg)
+
+    # -- heartbeat -----------------------------------------------------------------------
+    def _start_heartbeat(self) -> None:
+        if self.heartbeat_interval > 0 and self._heartbeat is None:
+            self._heartbeat = threading.Thread(target=self._heartbeat_main,
+                                               name="minimpi-heartbeat", daemon=True)
+            self._heartbeat.start()
+
+    def _heartbeat_main(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval):
+            if not self._lock.acquire(timeout=self.heartbeat_interval):
+                continue   # someone is talking to the coordinator: that proves life too
+            try:
+                if self._closed:
+                    return
+                while True:   # keep replies that arrived unasked for their reader
+                    msg = self._read(0)
+                    if msg is None:
+                        break
+                    if msg.get("t") != "challenge":
+                        self._inbox.append(msg)
+                self._send_raw({"t": "hb", "c": self._challenge}, block=False)
+            except Exception:   # a heartbeat must never take the rank down
+                pass
+            finally:
+                self._lock.release()
 
     # -- API -----------------------------------------------------------------------------
     def exchange_addresses(self, my_address: str, timeout: Optional[float] = None) -> list[str]:
@@ -319,17 +490,25 @@ class CoordinatorClient:
         """
         if timeout is None:
             timeout = self.startup_timeout + 5.0
+        no_table = MPITimeoutError(
+            f"rank {self.rank}: no address table from the coordinator at {self.address} "
+            f"after {timeout:g} s (is the launcher alive?)")
+        register = {"t": "register", "addr": str(my_address), "pid": os.getpid(),
+                    "host": host_identity()}
         with self._lock:
-            self._send({"t": "register", "addr": str(my_address), "pid": os.getpid(),
-                        "host": host_identity()})
             deadline = time.monotonic() + timeout
+            if not self._send(register, hello_wait=timeout):
+                raise no_table
+            challenge = self._challenge
             while True:
                 msg = self._recv(max(0.0, deadline - time.monotonic()))
                 if msg is None:
-                    raise MPITimeoutError(
-                        f"rank {self.rank}: no address table from the coordinator at "
-                        f"{self.address} after {timeout:g} s (is the launcher alive?)")
+                    raise no_table
                 kind = msg.get("t")
+                if kind == "challenge" and self._challenge != challenge:
+                    challenge = self._challenge     # reconnected: register again
+                    self._send(register)
+                    continue
                 if kind == "table":
                     table = [str(a) for a in msg.get("addrs", [])]
                     if len(table) != self.size:
@@ -365,6 +544,29 @@ class CoordinatorClient:
         finally:
             self._lock.release()
 
+    def report_failure(self, state: dict, timeout: float = 1.0) -> bool:
+        """Tell the launcher why this rank is about to fail, and wait (at most ``timeout``
+        seconds) until it has read it.
+
+        The wait is what lets the launcher name the right rank: once this returns, the
+        launcher knows this failure before it can see the process end.
+        """
+        if self._closed:
+            return False
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        try:
+            deadline = time.monotonic() + timeout
+            if not self._send({"t": "failed", "s": dict(state), "time": time.time()},
+                              block=False, hello_wait=timeout):
+                return False
+            return self._recv(max(0.0, deadline - time.monotonic()), want="failed_ack") \
+                is not None
+        except Exception:
+            return False
+        finally:
+            self._lock.release()
+
     def abort(self, code: int, message: str) -> None:
         """Ask the launcher to end the whole job with exit code ``code``.
 
@@ -374,24 +576,25 @@ class CoordinatorClient:
         if self._closed:
             return
         with self._lock:
-            self._send({"t": "abort", "code": int(code), "msg": str(message)}, block=False)
             deadline = time.monotonic() + 1.0
-            while True:
-                msg = self._recv(max(0.0, deadline - time.monotonic()))
-                if msg is None or msg.get("t") == "abort_ack":
-                    return
+            if not self._send({"t": "abort", "code": int(code), "msg": str(message)},
+                              block=False, hello_wait=1.0):
+                return
+            self._recv(max(0.0, deadline - time.monotonic()), want="abort_ack")
 
-    def finalize(self) -> None:
-        """Tell the launcher this rank finished cleanly."""
+    def finalize(self, lost: Sequence[int] = ()) -> None:
+        """Tell the launcher this rank finished cleanly (and which peers it saw vanish)."""
         if self._closed:
             return
         with self._lock:
-            self._send({"t": "finalize"}, block=False)
+            self._send({"t": "finalize", "lost": [int(p) for p in lost]}, block=False,
+                       hello_wait=1.0)
 
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        self._stop.set()
         with self._lock:
+            self._closed = True
             self._sock.close(linger=1000)
             self._ctx.term()

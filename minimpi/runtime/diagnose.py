@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -310,9 +311,11 @@ def wait_targets(item: Dict[str, Any]) -> List[int]:
 class BlockReporter:
     """Engine hooks that send this rank's blocked state to the coordinator."""
 
-    def __init__(self, engine, send: Callable[[Dict[str, Any]], Any]) -> None:
+    def __init__(self, engine, send: Callable[[Dict[str, Any]], Any],
+                 send_failure: Optional[Callable[[Dict[str, Any]], Any]] = None) -> None:
         self.engine = engine
         self.send = send
+        self.send_failure = send_failure
         self.state: Optional[Dict[str, Any]] = None
         self.io = 0
         self.count = 0
@@ -360,9 +363,10 @@ class BlockReporter:
         """An uncaught exception is ending this rank (called by the runtime's excepthook)."""
         try:
             self.count += 1
-            state = failure_state(exc)
+            state = failure_state(exc, self.engine.lost_peers)
             state["n"] = self.count
-            self.send(state)
+            # acknowledged, so the launcher has it before it sees this process end
+            (self.send_failure or self.send)(state)
         except Exception:  # pragma: no cover
             pass
 
@@ -378,14 +382,34 @@ class BlockReporter:
             self._chained[1]()
 
 
-def failure_state(exc: BaseException) -> Dict[str, Any]:
+def failure_state(exc: BaseException, lost: Any = ()) -> Dict[str, Any]:
     """The state a rank reports when an uncaught exception is about to end it.
 
     ``consequence`` marks errors caused by another rank's failure (a peer that vanished, an
-    aborted job), so the launcher can name the rank whose error came first instead.
+    aborted job), so the launcher can name the rank whose error came first instead; ``lost``
+    (the world ranks this rank saw vanish) tells it where to look. ``where``/``code`` are the
+    user's own line that raised, for the launcher's one-line summary.
     """
-    return {"blocked": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
-            "consequence": isinstance(exc, (PeerLostError, JobAbortedError))}
+    lost = sorted(int(p) for p in lost)
+    if isinstance(exc, PeerLostError):
+        # every peer that merely finished is "lost" too: name the one this error is about
+        named = [int(m) for m in re.findall(r"world rank (\d+) is gone", str(exc))]
+        lost = [p for p in named if p in lost] or lost
+    state = {"blocked": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
+             "type": type(exc).__name__, "lost": lost,
+             "consequence": isinstance(exc, (PeerLostError, JobAbortedError))}
+    tb, user = exc.__traceback__, None
+    while tb is not None:   # the innermost frame of the traceback that is not minimpi's
+        if user_frame(tb.tb_frame) is tb.tb_frame:
+            user = tb
+        tb = tb.tb_next
+    if user is not None:
+        where = _where(user.tb_frame)
+        line = user.tb_lineno   # the frame's f_lineno may have moved on since the raise
+        where["where"] = f"{os.path.basename(where['file'])}:{line}"
+        where["code"] = linecache.getline(where["file"], line).strip() or None
+        state.update(where)
+    return state
 
 
 def deadlock_timeout_from_env(env: Dict[str, str]) -> float:
@@ -403,4 +427,5 @@ def install(engine, coordinator, env: Dict[str, str]) -> Optional[BlockReporter]
     if timeout > 0:
         # report early enough that the launcher sees the state well within its timeout
         engine.block_report_after = min(engine.block_report_after, max(0.05, timeout / 4))
-    return BlockReporter(engine, coordinator.report_state).install()
+    return BlockReporter(engine, coordinator.report_state,
+                         getattr(coordinator, "report_failure", None)).install()

@@ -15,7 +15,7 @@ import threading
 from typing import Optional
 
 from .. import transports
-from ..comm.communicator import Intracomm
+from ..comm.communicator import Intracomm, set_predefined
 from ..errors import CollectiveMismatchError, JobAbortedError
 from ..p2p.engine import Engine, eager_limit_from_env
 from .bootstrap import BootInfo, bootstrap
@@ -51,6 +51,7 @@ class _Runtime:
                     transport.connect_all()
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
+        set_predefined(self.world, self.self_comm)   # what pickles by name
         self.failing = False
         # deadlock diagnosis: long waits are reported to the launcher (minimpi.runtime.diagnose)
         self.reporter = install_diagnostics(self.engine, info.coordinator, info.env)
@@ -100,12 +101,23 @@ def finalize() -> None:
         _finalized = True
     engine = state.engine
     leftover: Optional[BaseException] = None
+    if not state.failing and (_inside_a_call(engine)
+                              or getattr(engine.transport, "interrupted", False)):
+        # sys.exit()/exit from inside a communication call (a signal handler, a callback):
+        # the peers wait for this rank's next message, not for its queued ones, so a flush
+        # would only stall the exit for MINIMPI_FLUSH_TIMEOUT. Leave now; the launcher
+        # names this rank as the one that ended first.
+        state.failing = True
     if not state.failing and engine.aborted is None:
-        if not engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30"))):
+        try:
+            flushed = engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30")))
+        except Exception:   # engine state cut mid-update by an exception from a signal handler
+            flushed = None  # (sys.exit there): nothing sensible to report about queued sends
+        if flushed is False:
             print(f"minimpi rank {state.info.rank}: exiting with sends that no rank received: "
                   f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
         if state.info.coordinator is not None:
-            state.info.coordinator.finalize()
+            state.info.coordinator.finalize(lost=sorted(engine.lost_peers))
         # MPI_Finalize is collective: wait for every rank's last messages, then report what
         # was never received (minimpi.runtime.leftovers)
         try:
@@ -139,6 +151,13 @@ def _finalize_at_exit() -> None:
         print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}", file=sys.stderr,
               flush=True)
         os._exit(1)
+
+
+def _inside_a_call(engine: Engine) -> bool:
+    """Whether receives are still posted or operations still running: the process is
+    exiting from the middle of communication rather than after its last call."""
+    return bool(engine.active or engine._rndv_recvs
+                or any(q.posted for q in engine._queues.values()))
 
 
 def abort(code: int, message: str) -> None:

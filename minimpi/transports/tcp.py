@@ -12,6 +12,12 @@ HMAC(secret, "A" | nonce_c | nonce_a | rank)``; the connecting rank checks it an
 ``HMAC(secret, "C" | nonce_a | nonce_c | rank)`` followed by its frames. A stranger, or a
 peer without the job secret, is refused and logged, and the job goes on.
 
+Strangers cannot starve a rank either: at most :data:`MAX_HANDSHAKES` accepted connections
+may be handshaking at once (a new one pushes the oldest out), each has
+:data:`HANDSHAKE_TIMEOUT` seconds, running out of file descriptors while accepting drops
+the oldest handshake instead of spinning on the listener, and refusals are logged one by
+one only for the first few, then as one count every :data:`REFUSAL_LOG_INTERVAL` seconds.
+
 Zero copies: a frame goes out as one ``sendmsg`` of the header and the caller's memoryviews;
 incoming data is read into a 256 KiB staging buffer, and a payload whose destination is known
 (a posted receive) is then read straight into that destination with ``recv_into``.
@@ -42,6 +48,27 @@ STAGING = 256 * 1024
 IOV_MAX = 512
 MAX_CHUNK = 1 << 30                   # largest single recv_into / sendmsg request
 HANDSHAKE_TIMEOUT = 10.0
+#: connections that may be handshaking with one rank at once (env MINIMPI_MAX_HANDSHAKES);
+#: a real job needs at most size - 1 (every peer connecting at start-up)
+MAX_HANDSHAKES = 64
+REFUSALS_LOGGED = 5
+REFUSAL_LOG_INTERVAL = 10.0
+#: errno values that mean "this process or machine is out of a resource", not "peer gone"
+_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+def _resource_text(exc: OSError) -> str:
+    """``Too many open files (1021 of 1024 descriptors in use; raise it with ulimit -n)``."""
+    text = exc.strerror or str(exc)
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        try:
+            import resource
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            used = len(os.listdir("/proc/self/fd"))
+            text += f" ({used} of {limit} file descriptors in use; raise the limit with ulimit -n)"
+        except (ImportError, OSError, ValueError):
+            pass
+    return text
 
 _POLLIN = select.POLLIN
 _POLLOUT = select.POLLOUT
@@ -78,7 +105,16 @@ class _OutConn:
         self.reply = bytearray()
         self.nonce = os.urandom(16)
         host, port = address.rsplit(":", 1)
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                      socket.SOCK_STREAM)
+        except OSError as exc:
+            if exc.errno not in _RESOURCE_ERRORS:
+                raise
+            err = TransportError(f"rank {transport.rank}: cannot open a connection to rank "
+                                 f"{peer} at {address}: {_resource_text(exc)}")
+            err.resource = True   # this rank's problem, not a lost peer: raise, don't fail a send
+            raise err from None
         _tune(self.sock)
         self.fd = self.sock.fileno()
         try:
@@ -231,8 +267,7 @@ class _InConn:
         transport._register(self, _POLLIN)
 
     def refuse(self, why: str) -> None:
-        print(f"minimpi rank {self.t.rank}: refused a connection from {self.address[0]}:{self.address[1]}: "
-              f"{why}", file=sys.stderr, flush=True)
+        self.t._refused(f"{self.address[0]}:{self.address[1]}", why)
         self.close()
 
     def close(self) -> None:
@@ -245,6 +280,9 @@ class _InConn:
         try:
             data = self.sock.recv(total - len(self.hs))
         except (BlockingIOError, InterruptedError):
+            return None
+        except ConnectionResetError:
+            self.close()   # the other end went away (a rank ending with the job): not a refusal
             return None
         except OSError as exc:
             self.refuse(f"handshake failed: {exc}")
@@ -285,7 +323,7 @@ class _InConn:
                 return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
             self.state = self.READY
             self.t._ready_in.add(self.peer)
-            self.t._handshaking.discard(self)
+            self.t._handshaking.pop(self, None)
             self.buf = bytearray(STAGING)
             self.view = memoryview(self.buf)
             return
@@ -358,15 +396,32 @@ class _Listener:
         self.fd = sock.fileno()
 
     def on_event(self, events: int) -> None:
+        t = self.t
         while True:
             try:
                 sock, address = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as exc:
+                if exc.errno in _RESOURCE_ERRORS and t._handshaking:
+                    # The pending connection stays in the backlog and the listener stays
+                    # readable: free a descriptor (a stranger's, most likely) and retry,
+                    # rather than return to a poll that would wake at once, forever.
+                    t._oldest_handshake().refuse(f"pushed out: this rank is out of file "
+                                                 f"descriptors ({_resource_text(exc)})")
+                    continue
+                if exc.errno in _RESOURCE_ERRORS:
+                    # nothing of ours to free: stop watching the listener for a second
+                    # instead of being woken by it on every poll
+                    t._modify(self, 0)
+                    t._listener_paused_until = time.monotonic() + 1.0
                 return
-            conn = _InConn(self.t, sock, address)
-            self.t._handshaking.add(conn)
+            if len(t._handshaking) >= t.max_handshakes:
+                t._oldest_handshake().refuse(
+                    f"pushed out by a newer connection: {t.max_handshakes} were handshaking "
+                    f"at once (MINIMPI_MAX_HANDSHAKES)")
+            conn = _InConn(t, sock, address)
+            t._handshaking[conn] = None
 
 
 class TcpTransport(Transport):
@@ -385,7 +440,21 @@ class TcpTransport(Transport):
         self._masks: Dict[int, int] = {}
         self._out: List[Optional[_OutConn]] = [None] * size
         self._addresses: Optional[List[str]] = None
-        self._handshaking = set()
+        # accepted connections still handshaking, oldest first (a dict keeps the order)
+        self._handshaking: Dict[_InConn, None] = {}
+        try:
+            self.max_handshakes = max(1, int(os.environ.get("MINIMPI_MAX_HANDSHAKES", "")
+                                             or MAX_HANDSHAKES))
+        except ValueError:
+            self.max_handshakes = MAX_HANDSHAKES
+        self.refusals = 0
+        self._listener_paused_until: Optional[float] = None
+        # An exception (sys.exit from a signal handler) escaped from the middle of a send or
+        # receive: queues and offsets may be half-updated, so nothing more may be sent
+        # (a "flush" could send bytes twice and the peer would read garbage).
+        self.interrupted = False
+        self._unlogged_refusals: Dict[str, int] = {}
+        self._refusal_logged_at = 0.0
         self._ready_out = set()  # peers whose connection from / to this rank was ever ready
         self._ready_in = set()
         self._pending = 0
@@ -412,7 +481,30 @@ class TcpTransport(Transport):
                 self._poller.unregister(conn.fd)
             except (KeyError, ValueError):
                 pass
-        self._handshaking.discard(conn)
+        self._handshaking.pop(conn, None)
+
+    def _oldest_handshake(self) -> "_InConn":
+        return next(iter(self._handshaking))
+
+    def _refused(self, peer: str, why: str) -> None:
+        """Log a refused connection: the first few one by one, then counts by reason."""
+        self.refusals += 1
+        if self.refusals <= REFUSALS_LOGGED:
+            print(f"minimpi rank {self.rank}: refused a connection from {peer}: {why}",
+                  file=sys.stderr, flush=True)
+            self._refusal_logged_at = time.monotonic()
+            return
+        reason = why.split(":", 1)[0]
+        self._unlogged_refusals[reason] = self._unlogged_refusals.get(reason, 0) + 1
+        self._log_refusals(time.monotonic())
+
+    def _log_refusals(self, now: float, force: bool = False) -> None:
+        if self._unlogged_refusals and (force or now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL):
+            counts = ", ".join(f"{n} x {why}" for why, n in self._unlogged_refusals.items())
+            print(f"minimpi rank {self.rank}: refused {sum(self._unlogged_refusals.values())} "
+                  f"more connection(s): {counts}", file=sys.stderr, flush=True)
+            self._unlogged_refusals.clear()
+            self._refusal_logged_at = now
 
     def listen(self) -> str:
         family = socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET
@@ -437,6 +529,8 @@ class TcpTransport(Transport):
             try:
                 conn = self._out[peer] = _OutConn(self, peer, self._addresses[peer])
             except TransportError as exc:
+                if getattr(exc, "resource", False):
+                    raise
                 if on_sent is not None:
                     on_sent(str(exc))
                 return
@@ -445,7 +539,11 @@ class TcpTransport(Transport):
         conn.queue.append(_Frame(segments, on_sent))
         self._pending += 1
         if conn.state == _OutConn.READY and len(conn.queue) == 1:
-            conn.flush()
+            try:
+                conn.flush()
+            except BaseException:
+                self.interrupted = True
+                raise
 
     def connect_all(self, timeout: float = 60.0) -> None:
         """Open (and authenticate) every connection now instead of on first use.
@@ -478,27 +576,37 @@ class TcpTransport(Transport):
             ms = -1
         else:
             ms = int(timeout * 1000) if timeout > 0 else 0
-        if self._handshaking:
+        if self._handshaking or self._listener_paused_until is not None:
             ms = 200 if ms < 0 else min(ms, 200)
         try:
             events = self._poller.poll(ms)
         except InterruptedError:
             return False
         handlers = self._handlers
-        for fd, ev in events:
-            conn = handlers.get(fd)
-            if conn is not None:
-                conn.on_event(ev)
+        try:
+            for fd, ev in events:
+                conn = handlers.get(fd)
+                if conn is not None:
+                    conn.on_event(ev)
+        except BaseException:
+            self.interrupted = True
+            raise
         if self._handshaking:
             now = time.monotonic()
             for conn in [c for c in self._handshaking if c.deadline < now]:
                 conn.refuse("handshake not completed in time")
+        if self._unlogged_refusals:
+            self._log_refusals(time.monotonic())
+        if self._listener_paused_until is not None and time.monotonic() >= self._listener_paused_until:
+            self._listener_paused_until = None
+            self._modify(self._listener, _POLLIN)
         return bool(events)
 
     def pending_sends(self) -> int:
         return self._pending
 
     def close(self) -> None:
+        self._log_refusals(time.monotonic(), force=True)
         for conn in list(self._handlers.values()):
             try:
                 conn.sock.close()

@@ -295,8 +295,9 @@ def test_bad_mac_is_ignored(write_script, job_marker):
     """)
     res = run_minimpi("-n", 3, *marker_args(job_marker), script)
     assert res.returncode == 0, res.stderr
-    assert "bad MAC" in res.stderr
-    assert "forged" not in res.stderr
+    # a DEALER without the job's CURVE keys never completes the zmq handshake: nothing it
+    # sends reaches the coordinator (tests/faults/test_fuzz.py covers peers that do)
+    assert "forged" not in res.stderr and "Abort" not in res.stderr
     assert res.stdout.count("ok 3") == 3
 
 

@@ -12,7 +12,14 @@ from minimpi.launcher.coordinator import Coordinator
 from minimpi.launcher.run import split_argv
 
 from minimpi.errors import MinimpiError, MPITimeoutError
-from minimpi.runtime.bootstrap import BootInfo, CoordinatorClient, bootstrap, seal, unseal
+from minimpi.runtime.bootstrap import (
+    BootInfo,
+    CoordinatorClient,
+    bootstrap,
+    curve_server_keys,
+    seal,
+    unseal,
+)
 
 SECRET = bytes(range(32))
 
@@ -118,18 +125,30 @@ def test_rendezvous_state_abort_finalize():
         ct.stop()
 
 
-def test_coordinator_drops_bad_mac():
+def curve_dealer(ctx, address, secret=SECRET):
+    """A DEALER that passes the coordinator's CURVE handshake (it knows the job secret)."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.curve_serverkey = curve_server_keys(secret)[0]
+    s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()
+    s.connect(address)
+    return s
+
+
+def test_coordinator_drops_bad_mac_and_bans_the_connection():
     ct = CoordThread(1)
     ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.connect(ct.coord.address)
+    s = curve_dealer(ctx, ct.coord.address)
     try:
         s.send_multipart([b"\1" * 32, msgpack.packb({"t": "abort", "r": 0, "code": 1})])
         s.send_multipart(seal(b"wrong" * 7, {"t": "abort", "r": 0, "code": 1}))
+        for _ in range(3):
+            s.send_multipart(seal(SECRET, {"t": "abort", "r": 0, "code": 1, "c": "x" * 32}))
         deadline = time.monotonic() + 5
-        while ct.coord.bad_messages < 2 and time.monotonic() < deadline:
+        while ct.coord.bad_messages < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert ct.coord.bad_messages == 2
+        assert ct.coord.bad_messages == 5
+        assert len(ct.coord.banned) == 1       # banned after the third bad message
         assert ct.events == []
     finally:
         s.close(0)
@@ -137,15 +156,37 @@ def test_coordinator_drops_bad_mac():
         ct.stop()
 
 
+def test_stranger_without_the_secret_gets_nothing_through():
+    ct = CoordThread(1)
+    ctx = zmq.Context()
+    plain = ctx.socket(zmq.DEALER)             # no CURVE at all
+    plain.setsockopt(zmq.LINGER, 0)
+    plain.connect(ct.coord.address)
+    other = curve_dealer(ctx, ct.coord.address, secret=b"y" * 32)   # another job's keys
+    try:
+        for sock in (plain, other):
+            sock.send_multipart(seal(SECRET, {"t": "hello", "r": 0}))
+        time.sleep(1.0)
+        assert ct.coord.bad_messages == 0 and ct.events == []
+        assert not plain.poll(100) and not other.poll(100)   # not even a challenge
+    finally:
+        plain.close(0)
+        other.close(0)
+        ctx.term()
+        ct.stop()
+
+
 def test_client_drops_bad_mac_reply_then_times_out():
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
+    router.curve_server = True
+    router.curve_publickey, router.curve_secretkey = curve_server_keys(SECRET)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     client = CoordinatorClient(f"tcp://127.0.0.1:{port}", SECRET, 0, 1, "job")
     try:
         def fake():
             ident, *_ = router.recv_multipart()
-            router.send_multipart([ident, *seal(b"x" * 32, {"t": "table", "addrs": ["evil"]})])
+            router.send_multipart([ident, *seal(b"x" * 32, {"t": "challenge", "c": "evil"})])
 
         t = threading.Thread(target=fake)
         t.start()

@@ -201,22 +201,54 @@ def test_signature_is_deterministic_and_separates():
 
 
 def test_launcher_names_the_first_real_failure():
-    # a rank that failed only because a peer vanished is attributed to the peer's error
-    from types import SimpleNamespace
+    # a rank that failed only because a peer vanished is attributed to the peer's error,
+    # even when another peer that merely finished first is "lost" too
+    import io
 
-    from minimpi.launcher.job import Job
+    from minimpi.launcher.coordinator import RankState
+    from minimpi.launcher.job import Job, JobSpec
+    from minimpi.launcher.spawn import RankProcess
 
     from minimpi.errors import PeerLostError
     from minimpi.runtime.diagnose import failure_state, format_state
 
     first = failure_state(CollectiveMismatchError("collective mismatch: rank 2 called Reduce"))
-    later = failure_state(PeerLostError("world rank 2 is gone"))
-    assert later["consequence"] and not first["consequence"]
-    ranks = [SimpleNamespace(rank=0, state=None, state_time=None),
-             SimpleNamespace(rank=1, state=later, state_time=2.0),
-             SimpleNamespace(rank=2, state=first, state_time=1.0)]
-    job = SimpleNamespace(coord=SimpleNamespace(ranks=ranks))
-    assert Job._first_error(job, 1) == (2, "CollectiveMismatchError: collective mismatch: rank 2 "
-                                           "called Reduce")
-    assert Job._first_error(job, 2) is None
+    later = failure_state(PeerLostError("rank 1: recv cannot complete: world rank 2 is gone"),
+                          {0: "exited", 2: "exited"})
+    assert later["consequence"] and not first["consequence"] and later["lost"] == [2]
+    job = Job(JobSpec(nprocs=3, program="x.py"), io.BytesIO(), io.BytesIO())
+    job.coord = type("C", (), {"ranks": [RankState(r) for r in range(3)], "table_sent": True})
+    job.ranks = [RankProcess(r, type("P", (), {"pid": 1})()) for r in range(3)]
+    job.terminate_all = lambda sig: None
+    job.coord.ranks[2].failure, job.coord.ranks[2].state_time = first, 1.0
+    job.coord.ranks[1].failure, job.coord.ranks[1].lost = later, later["lost"]
+    for r, rc in ((0, 0), (1, 1)):           # rank 0 finished; rank 1 failed; 2 still exiting
+        job.ranks[r].returncode = rc
+        job.reap_order.append(r)
+        job._judge(10.0)
+    assert job.failure is None               # waits for rank 2, which reported its error
+    job.ranks[2].returncode = 1
+    job.reap_order.append(2)
+    job._judge(10.5)
+    assert job.failure.rank == 2
+    assert job.failure.summary == ("minimpi: rank 2 exited with code 1: CollectiveMismatchError: "
+                                   "collective mismatch: rank 2 called Reduce")
     assert format_state(first).startswith("failed with CollectiveMismatchError")
+
+
+def test_bookkeeping_does_not_keep_user_ops_alive():
+    """The signature cache and call history keep op names, not ops: a program that creates
+    a user op per call (never freeing it) must not run into mpi4py's 32-live-ops limit."""
+    import gc
+
+    from minimpi.data.ops import Op
+
+    def body(comm):
+        for i in range(40):
+            op = Op.Create(lambda a, b: a + b, commute=True)
+            assert comm.allreduce(i, op=op) == i * comm.size
+        return True
+
+    assert run_threads(3, body) == [True] * 3
+    gc.collect()
+    assert len(Op._live_user) < Op.MAX_USER_OPS

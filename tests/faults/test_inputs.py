@@ -1,0 +1,63 @@
+"""Smaller items of issue 14: a bad argument type, the secret kept from child processes,
+running out of file descriptors."""
+from __future__ import annotations
+
+import errno
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import marker_args, run_minimpi
+
+from minimpi.errors import TransportError
+from minimpi.transports.tcp import TcpTransport
+
+
+def test_send_to_a_float_rank_is_a_clear_error():
+    code = ("from minimpi import MPI\n"
+            "for call in (lambda: MPI.COMM_WORLD.send(1, dest=1.0),\n"
+            "             lambda: MPI.COMM_WORLD.Recv(bytearray(1), source='0'),\n"
+            "             lambda: MPI.COMM_WORLD.send(1, dest=0, tag=0.5)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except MPI.Exception as e:\n"
+            "        print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == ("RankError rank 0: send(dest=1.0): dest must be an integer "
+                        "(0..0 or MPI.PROC_NULL), not float")
+    assert lines[1].startswith("RankError rank 0: Recv(source='0'): source must be an integer")
+    assert lines[2].startswith("TagError rank 0: send(tag=0.5): tag must be an integer")
+
+
+def test_the_job_secret_does_not_reach_processes_a_rank_starts(write_script, job_marker):
+    script = write_script("child.py", """
+        import os, subprocess, sys
+        had = "MINIMPI_SECRET" in os.environ
+        from minimpi import MPI
+        MPI.COMM_WORLD.Barrier()
+        child = subprocess.run([sys.executable, "-c",
+                                "import os; print('MINIMPI_SECRET' in os.environ)"],
+                               capture_output=True, text=True).stdout.strip()
+        print("before", had, "after", "MINIMPI_SECRET" in os.environ, "child", child)
+    """)
+    res = run_minimpi("-n", 2, *marker_args(job_marker), script, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("before True after False child False") == 2, res.stdout
+
+
+def test_out_of_descriptors_is_a_transport_error_naming_the_limit(monkeypatch):
+    t = TcpTransport(0, 2, b"s" * 32)
+    t.set_peers(["127.0.0.1:1", "127.0.0.1:1"])
+
+    def no_more(*args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(socket, "socket", no_more)
+    with pytest.raises(TransportError, match=r"rank 0: cannot open a connection to rank 1 .*"
+                                             r"Too many open files .*ulimit -n"):
+        t.send(1, b"\0" * 32, (), None)
+    t.close()

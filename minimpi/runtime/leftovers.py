@@ -19,9 +19,16 @@ the way. MPI's finalize is collective, and here it is an exchange: every rank se
 peer an end-of-messages marker on a context of its own (:data:`FINAL_CONTEXT`), carrying the
 script lines of the messages it sent that peer, and waits for every peer's marker (a peer
 that is gone counts as done). A connection delivers in order, so a peer's marker comes after
-all its earlier messages. A rank that finishes early therefore waits here for the others,
-as in MPI; it has told the launcher that it finished, so the deadlock detector looks only at
-the ranks still running.
+all its earlier messages. The wait is bounded (:func:`finalize_wait`: 2 s by default, less
+than half the deadlock timeout): ranks of one program finish close together, while a rank
+that ends early - maybe with ``sys.exit(1)``, which an exit handler cannot tell from a clean
+end - must not keep the others, which may be waiting for it, from failing as they would. So
+the check is complete when the ranks finish within that time of each other, and otherwise
+covers what had arrived: a message in the queue then is one this rank never received,
+whatever comes later. The markers travel on the connections small jobs open at start-up;
+a job that connects lazily (more than ``MINIMPI_CONNECT_ALL_MAX`` ranks) checks what has
+arrived without the exchange, rather than open a connection to every rank at exit. While it waits the rank has told the launcher that it finished, so the
+deadlock detector looks only at the ranks still running.
 
 :func:`waiting_messages` lists, for a blocked wait, the messages that wait unreceived in the
 same communicators (a tag or source mix-up): the deadlock report prints them.
@@ -34,7 +41,7 @@ from ..coll.mismatch import SEQ_BITS, SEQ_MASK, describe_signature
 from ..comm.ledger import Ledger
 from ..data import serialization
 from ..data.units import format_size
-from ..errors import CollectiveMismatchError
+from ..errors import CollectiveMismatchError, MPITimeoutError
 from ..p2p.request import RecvRequest, describe
 from ..transports.frames import F_OBJECT
 
@@ -44,6 +51,26 @@ FINAL_CONTEXT = 0xFFFF_FFF0
 _MARKER_TAG = 0
 #: at most this many leftovers of each kind are listed per rank
 SHOWN = 10
+#: how long finalize waits for the other ranks' markers by default (seconds)
+FINALIZE_WAIT = 2.0
+ENV_FINALIZE_WAIT = "MINIMPI_FINALIZE_WAIT"
+
+
+def finalize_wait(env: Dict[str, str]) -> float:
+    """Seconds finalize waits for the other ranks' markers: ``MINIMPI_FINALIZE_WAIT`` (0: no
+    exchange, the check sees what has arrived), at most half the deadlock timeout, so that
+    the ranks that finished have left before the ranks still running are called deadlocked."""
+    try:
+        wait = float(env.get(ENV_FINALIZE_WAIT, "") or FINALIZE_WAIT)
+    except ValueError:
+        wait = FINALIZE_WAIT
+    try:
+        deadlock = float(env.get("MINIMPI_DEADLOCK_TIMEOUT", "") or 0.0)
+    except ValueError:
+        deadlock = 0.0
+    if deadlock > 0:
+        wait = min(wait, deadlock / 2)
+    return max(0.0, wait)
 
 
 def install(engine: Any) -> Ledger:
@@ -63,14 +90,15 @@ def _context_name(engine: Any, context: int) -> str:
 # ----------------------------------------------------------------------------------------
 # the exchange: after it every message sent to this rank has arrived
 # ----------------------------------------------------------------------------------------
-def exchange_markers(engine: Any) -> Dict[int, Dict[Tuple[int, int], Tuple[str, str, int]]]:
-    """Send every peer the end-of-messages marker and wait for theirs. Returns, per peer,
-    where it sent the point-to-point messages it sent here ((context, tag) -> (file:line,
-    call, count))."""
+def exchange_markers(engine: Any, wait: Optional[float] = None
+                     ) -> Dict[int, Dict[Tuple[int, int], Tuple[str, str, int]]]:
+    """Send every peer the end-of-messages marker and wait for theirs, at most ``wait``
+    seconds (None: as long as it takes). Returns, per peer whose marker came, where it sent
+    the point-to-point messages it sent here ((context, tag) -> (file:line, call, count))."""
     me, size = engine.rank, engine.size
     ledger: Optional[Ledger] = engine.ledger
     peers = [r for r in range(size) if r != me]
-    if not peers or engine.transport is None:
+    if not peers or engine.transport is None or wait == 0:
         return {}
     engine.register_context(FINAL_CONTEXT, range(size))   # sources are world ranks here
     what = ("MPI finalize (every rank waits there for the others)", "source")
@@ -83,10 +111,13 @@ def exchange_markers(engine: Any) -> Dict[int, Dict[Tuple[int, int], Tuple[str, 
         payload, nbytes = serialization.dumps(sites)
         sends.append(engine.isend(FINAL_CONTEXT, peer, me, _MARKER_TAG, payload, nbytes,
                                   F_OBJECT, (what[0], "dest", peer, _MARKER_TAG, "COMM_WORLD")))
-    engine.wait_all(list(recvs.values()) + sends)          # a lost peer fails its requests
+    try:                                   # (a lost peer fails its requests: done too)
+        engine.wait_all(list(recvs.values()) + sends, timeout=wait)
+    except MPITimeoutError:                # some rank is still running: check what is here
+        pass
     notes = {}
     for peer, req in recvs.items():
-        if req.error is None and req.buffer is not None:
+        if req.done and req.error is None and req.buffer is not None:
             try:
                 notes[peer] = serialization.loads(req.buffer)
             except Exception:   # a marker we cannot read still marks the end of the messages
@@ -194,10 +225,11 @@ def _listing(head: str, items: List[str]) -> str:
     return head + ":\n" + "\n".join(f"  {item}" for item in shown + more)
 
 
-def finalize_check(engine: Any, warn: Any) -> None:
-    """Exchange the markers, then report leftovers: ``warn(text)`` for each warning, and
-    :class:`CollectiveMismatchError` for collective messages never received."""
-    notes = exchange_markers(engine)
+def finalize_check(engine: Any, warn: Any, wait: Optional[float] = None) -> None:
+    """Exchange the markers (waiting at most ``wait`` s), then report leftovers: ``warn(text)``
+    for each warning, and :class:`CollectiveMismatchError` for collective messages never
+    received."""
+    notes = exchange_markers(engine, wait)
     errors, warnings = check(engine, notes)
     for text in warnings:
         warn(text)

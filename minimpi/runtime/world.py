@@ -20,7 +20,7 @@ from ..errors import CollectiveMismatchError, JobAbortedError
 from ..p2p.engine import Engine, eager_limit_from_env
 from .bootstrap import BootInfo, bootstrap
 from .diagnose import install as install_diagnostics
-from .leftovers import finalize_check
+from .leftovers import finalize_check, finalize_wait
 from .leftovers import install as install_ledger
 
 _lock = threading.RLock()
@@ -37,6 +37,7 @@ class _Runtime:
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
         self.engine.job_abort = abort
         install_ledger(self.engine)   # where messages came from, for the check at finalize
+        self.all_connected = False    # every pair connected at start-up (small jobs)
         if info.coordinator is not None:
             address = transport.listen() if transport is not None else "none"
             addresses = info.coordinator.exchange_addresses(address)
@@ -49,6 +50,7 @@ class _Runtime:
                 if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")) and \
                         hasattr(transport, "connect_all"):
                     transport.connect_all()
+                    self.all_connected = True
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         set_predefined(self.world, self.self_comm)   # what pickles by name
@@ -119,11 +121,13 @@ def finalize() -> None:
         if state.info.coordinator is not None:
             state.info.coordinator.finalize(lost=sorted(engine.lost_peers))
         # MPI_Finalize is collective: wait for every rank's last messages, then report what
-        # was never received (minimpi.runtime.leftovers)
+        # was never received (minimpi.runtime.leftovers). The markers go over the start-up
+        # connections; a job that connects lazily (many ranks) checks what has arrived, rather
+        # than open a connection to every rank at exit.
         try:
             finalize_check(engine, lambda text: print(
                 f"minimpi rank {state.info.rank}: warning at finalize: {text}", file=sys.stderr,
-                flush=True))
+                flush=True), finalize_wait(state.info.env) if state.all_connected else 0.0)
         except CollectiveMismatchError as exc:
             leftover = exc
             if state.reporter is not None:

@@ -91,15 +91,15 @@ def test_waiting_for_a_finished_rank(write_script, job_marker):
     assert res.returncode == EXIT_DEADLOCK, res.stderr
     err = res.stderr
     assert "rank 0: blocked in recv(source=ANY_SOURCE, tag=5) on COMM_WORLD at early.py:5" in err
-    # finalize is collective: ranks 1 and 2 wait there for rank 0 (and are not in the deadlock)
-    assert "rank 1: already finished its program (it waits in MPI finalize for the others)" in err
+    # ranks 1 and 2 waited for rank 0 in finalize (half the deadlock timeout), then left
+    assert "rank 1: already exited normally" in err
     assert ("rank 0 waits for any of ranks 1, 2 in recv(tag=5) at early.py:5 -> ranks 1, 2 "
             "already finished; that message can never come from them") in err
 
 
 def test_waiting_for_a_finished_rank_by_name(write_script, job_marker):
-    # Without start-up connections rank 0 hears nothing from rank 1, which waits in finalize;
-    # the coordinator knows it finished its program: the deadlock report says so.
+    # Without a connection from rank 1 (no start-up connections), only the coordinator knows
+    # that rank 1 is gone: the deadlock report says so.
     script = write_script("early1.py", """
         from minimpi import MPI
         comm = MPI.COMM_WORLD
@@ -108,8 +108,8 @@ def test_waiting_for_a_finished_rank_by_name(write_script, job_marker):
     """)
     res = run(2, script, job_marker, "-x", "MINIMPI_CONNECT_ALL_MAX=0")
     assert res.returncode == EXIT_DEADLOCK, res.stderr
-    assert ("rank 0 waits for rank 1 in recv(tag=5) at early1.py:5 -> rank 1 already finished "
-            "its program (it waits in MPI finalize for the others)") in res.stderr
+    assert ("rank 0 waits for rank 1 in recv(tag=5) at early1.py:5 -> rank 1 already exited "
+            "normally") in res.stderr
 
 
 def test_no_false_alarm_for_a_computing_rank(write_script, job_marker):

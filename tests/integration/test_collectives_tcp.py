@@ -4,7 +4,7 @@ power-of-two sizes, in one job per size."""
 from __future__ import annotations
 
 import pytest
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 PROGRAM = r'''
 import numpy as np

@@ -5,7 +5,7 @@ import json
 import pathlib
 
 import pytest
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 PROGRAMS = sorted(p.name for p in EXAMPLES.glob("*.py"))

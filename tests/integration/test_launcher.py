@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import assert_no_leftovers, finish, marker_args, run_minimpi, start_minimpi
+from jobhelpers import assert_no_leftovers, finish, marker_args, run_minimpi, start_minimpi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux launcher tests")
 

@@ -5,7 +5,7 @@ import re
 import socket
 import time
 
-from conftest import finish, marker_args, run_minimpi, start_minimpi
+from jobhelpers import finish, marker_args, run_minimpi, start_minimpi
 
 
 def test_pingpong_objects_and_arrays_of_many_sizes(write_script, job_marker):

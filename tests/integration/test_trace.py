@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 PROGRAM = """
 import numpy as np

@@ -7,9 +7,12 @@ different ranks (``Bcast(root=1)`` on one rank, ``root=0`` on the others; ``Bcas
 the job exits 0 with wrong results. So at finalize each rank checks what is left
 (:func:`finalize_check`), as MPICH's and Open MPI's debug modes do:
 
-* a collective message never received is a :class:`~minimpi.errors.CollectiveMismatchError`
-  naming both calls (the mismatch check of :mod:`minimpi.coll.mismatch` decodes the sender's
-  call from the message's tag) - the rank exits with an error;
+* a collective message never received, of a call this rank made differently, is a
+  :class:`~minimpi.errors.CollectiveMismatchError` naming both calls (the mismatch check of
+  :mod:`minimpi.coll.mismatch` decodes the sender's call from the message's tag) - the rank
+  exits with an error; one of a call this rank never made (it made fewer) is a warning, since
+  the rank may have ended early on purpose (``sys.exit(7)``: an exit handler cannot see that
+  code, and must not replace it);
 * a point-to-point message never received, a receive that never matched and a nonblocking
   request never completed by a wait or test are warnings naming source or destination, tag,
   size, communicator and the script line they came from (:mod:`minimpi.comm.ledger`).
@@ -128,21 +131,22 @@ def exchange_markers(engine: Any, wait: Optional[float] = None
 # ----------------------------------------------------------------------------------------
 # the check
 # ----------------------------------------------------------------------------------------
-def _collective_leftover(engine: Any, context: int, inc: Any) -> str:
-    """A collective message this rank never received: the mismatch, naming both calls."""
+def _collective_leftover(engine: Any, context: int, inc: Any) -> Tuple[bool, str]:
+    """A collective message this rank never received, naming both calls: (whether this rank
+    made that call differently - a mismatch - rather than fewer calls, text)."""
     watch = engine.coll_watch.get(context)
     low = inc.tag & SEQ_MASK
     mine = watch.call(low) if watch is not None else None
     if mine is not None and mine.tag != inc.tag:
-        return str(watch.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous))
+        return True, str(watch.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous))
     name = _context_name(engine, context)
     made = watch.ep._coll_seq if watch is not None else 0
     theirs = describe_signature(inc.tag >> SEQ_BITS)
     calls = ("no collective call" if made == 0 else
              f"only {made} collective call{'s' if made != 1 else ''}")
-    return (f"collective mismatch: rank {inc.source} called {theirs} as collective #{low} on "
-            f"{name}, but rank {engine.rank} made {calls} on {name} before it finished; every "
-            f"rank of a communicator must call the same collectives in the same order")
+    return False, (f"rank {inc.source} called {theirs} as collective #{low} on {name}, but "
+                   f"rank {engine.rank} made {calls} there before it finished; every rank of a "
+                   f"communicator must call the same collectives in the same order")
 
 
 def _message_text(inc: Any, name: str, notes: Dict[int, Dict]) -> str:
@@ -163,6 +167,7 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
     ``notes``: what :func:`exchange_markers` brought from the peers."""
     notes = notes or {}
     errors: List[str] = []
+    fewer: List[str] = []
     unreceived: List[str] = []
     unmatched: List[str] = []
     reported = set()
@@ -182,10 +187,16 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
                 # exchange (minimpi.coll.slots) - not a collective call's message
                 continue
             if collective:
-                text = _collective_leftover(engine, context, inc)
-                if text not in errors and not (errors and engine.coll_watch.get(context) and
-                                               engine.coll_watch[context].error is not None):
+                # A call made differently is an error. Fewer calls is a warning: the rank
+                # may have ended early on purpose (sys.exit(7), whose code an exit handler
+                # cannot see and must not replace), and the ranks still in that call then
+                # fail or are named by the launcher anyway.
+                mismatch, text = _collective_leftover(engine, context, inc)
+                watch = engine.coll_watch.get(context)
+                if mismatch and text not in errors and not (watch and watch.error):
                     errors.append(text)
+                elif not mismatch and text not in fewer:
+                    fewer.append(text)
             else:
                 unreceived.append(_message_text(inc, name, notes))
         for req in q.posted:
@@ -196,6 +207,10 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
             unmatched.append(f"{describe(req)}" + (f", posted at {line}" if line else "")
                              + ", never matched a message")
     warnings: List[str] = []
+    if fewer:
+        warnings.append(_listing(
+            f"{len(fewer)} collective message{'s' if len(fewer) != 1 else ''} of calls this "
+            f"rank never made {'were' if len(fewer) != 1 else 'was'} never received", fewer))
     if unreceived:
         warnings.append(_listing(
             f"{len(unreceived)} message{'s' if len(unreceived) != 1 else ''} sent to this rank "

@@ -69,9 +69,11 @@ def test_a_rank_that_made_fewer_collective_calls():
         if comm.rank == 0:
             comm.Bcast(np.zeros(2), root=0)
         return finish(comm)
-    results = run_threads(2, ledgered(body))
+    errors, warnings = run_threads(2, ledgered(body))[1]
+    # a warning, not an error: the rank may have ended early on purpose (sys.exit(7))
+    assert errors == []
     assert "rank 0 called Bcast(root=0) as collective #2 on COMM_WORLD, but rank 1 made only 1 " \
-           "collective call on COMM_WORLD" in results[1][0][0]
+           "collective call there before it finished" in warnings[0]
 
 
 def test_unreceived_messages_name_source_tag_size_and_line():
@@ -139,8 +141,9 @@ def test_a_rank_that_skipped_the_bcast():
         if comm.rank != 1:
             comm.Bcast(buf, root=0)
         return finish(comm)
-    errors = run_threads(3, ledgered(body))[1][0]
-    assert errors == ["collective mismatch: rank 0 called Bcast(root=0) as collective #1 on "
-                      "COMM_WORLD, but rank 1 made no collective call on COMM_WORLD before it "
-                      "finished; every rank of a communicator must call the same collectives "
-                      "in the same order"]
+    errors, warnings = run_threads(3, ledgered(body))[1]
+    assert errors == [] and warnings == [
+        "1 collective message of calls this rank never made was never received:\n"
+        "  rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD, but rank 1 made no "
+        "collective call there before it finished; every rank of a communicator must call the "
+        "same collectives in the same order"]

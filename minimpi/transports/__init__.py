@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: name -> module whose ``create(info: BootInfo) -> Transport`` builds it
 FACTORIES = {
     "tcp": "minimpi.transports.tcp",
+    "verbs": "minimpi.transports.verbs",   # RDMA; needs pyverbs (optional, see README)
 }
 
 

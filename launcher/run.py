@@ -137,6 +137,52 @@ def cost_model_env(env: dict) -> dict:
 #: (found through minimpi._shim, not the package root: the root's lazy ``minimpi.launch``
 #: imports the launcher, which must not import the root back)
 SHIM_DIR = os.path.dirname(os.path.abspath(_shim.__file__))
+#: The installed minimpi package, and the start script used when the program's directory
+#: would shadow it.
+PACKAGE_DIR = os.path.dirname(SHIM_DIR)
+START_SCRIPT = os.path.join(PACKAGE_DIR, "_start", "minimpi_rank.py")
+
+
+def shadows_minimpi(directory: str) -> bool:
+    """Whether ``directory``, first on a rank's ``sys.path``, would hide this minimpi behind
+    another one (a ``minimpi`` folder or module there that is not this package)."""
+    ours = os.path.realpath(PACKAGE_DIR)
+    for name in ("minimpi", "minimpi.py"):
+        candidate = os.path.join(directory, name)
+        if os.path.exists(candidate) and os.path.realpath(candidate) != ours:
+            return True
+    return False
+
+
+def rank_start(program: Optional[str], module: Optional[str],
+               args: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
+    """(program, module, args) to start each rank with: as given, or - where the directory
+    Python puts first on the path holds another minimpi - through :data:`START_SCRIPT`."""
+    first = os.getcwd() if module is not None else os.path.dirname(os.path.realpath(program))
+    if not shadows_minimpi(first):
+        return program, module, args
+    return START_SCRIPT, None, (["-m", module] if module is not None else [program]) + args
+
+
+def check_coll(pairs: list[tuple[str, str]]) -> Optional[str]:
+    """What is wrong with ``--coll NAME=ALG`` settings (None: nothing), said with the valid
+    names - checked before any rank starts, since a rank never reads a misspelt variable."""
+    if not pairs:
+        return None
+    from minimpi.coll.registry import REGISTRY, algorithms
+    algorithms("bcast")                      # loads every algorithm module
+    for name, alg in pairs:
+        key = name.lower().replace("-", "_")
+        table = REGISTRY.get(key)
+        if table is None:
+            base = key[:-1] if key.endswith("v") and key[:-1] in REGISTRY else None
+            hint = (f" ({name} uses the {base} algorithms: --coll {base}={alg})" if base else "")
+            return (f"--coll {name}={alg}: unknown collective {name!r}{hint}; the collectives "
+                    f"are: {', '.join(sorted(REGISTRY))}")
+        if alg != "auto" and alg not in table:
+            return (f"--coll {name}={alg}: {key} has no algorithm {alg!r}; it has: "
+                    f"{', '.join(table)}, auto")
+    return None
 
 
 def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -208,6 +254,9 @@ def strip_interpreter(argv: list[str]) -> tuple[Optional[str], list[str]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = check_coll(args.coll)
+    if problem:
+        return _usage_error(problem)
     passthrough = list(getattr(args, "passthrough", []))
     if args.module is None:
         args.module, passthrough = strip_interpreter(passthrough)
@@ -223,11 +272,12 @@ def main(args: argparse.Namespace) -> int:
             return _usage_error(f"program {program!r} not found")
         if os.path.isdir(program) and not os.path.exists(os.path.join(program, "__main__.py")):
             return _usage_error(f"{program!r} is a directory without __main__.py")
+    start_program, start_module, start_args = rank_start(program, args.module, prog_args)
     spec = JobSpec(
         nprocs=args.nprocs,
-        program=program,
-        module=args.module,
-        args=prog_args,
+        program=start_program,
+        module=start_module,
+        args=start_args,
         env=extra_env(args),
         timeout=args.timeout,
         startup_timeout=args.startup_timeout,

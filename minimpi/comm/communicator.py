@@ -31,7 +31,7 @@ from ..constants import (
 )
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer
-from ..errors import ArgumentError, CommError, RankError, TagError
+from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import CompletedRequest, PairRequest, Request, Status, null_status
@@ -41,6 +41,8 @@ from .collectives.common import collective, note_slot
 from .extras import CommExtras
 from .group import GroupError, create_group
 from .handles import refusing
+from .hints import recv_buf_error, recv_buffer_error
+from .ledger import note
 from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .topology import CartMixin
@@ -185,7 +187,8 @@ class Comm(CommExtras):
             return CompletedRequest()
         payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
         send = self._bsend_bytes if buffered else self._ep.isend
-        return send(payload, nbytes, dest, tag, flags | F_OBJECT, call)
+        return note(self._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
+                    tag, call, True)
 
     def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
         self._alive(call)
@@ -195,7 +198,7 @@ class Comm(CommExtras):
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(None, source, tag, call, context)
         req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
-        return req
+        return note(self._ep, req, source, tag, call, False)
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
@@ -206,7 +209,8 @@ class Comm(CommExtras):
             return CompletedRequest()
         view, _ = byte_view(buf, False, call)
         send = self._bsend_bytes if buffered else self._ep.isend
-        return send((view,), view.nbytes, dest, tag, flags, call)
+        return note(self._ep, send((view,), view.nbytes, dest, tag, flags, call), dest, tag,
+                    call, True)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
         self._alive(call)
@@ -214,11 +218,14 @@ class Comm(CommExtras):
         self._check_recv_tag(tag, call)
         if source == PROC_NULL:   # mpi4py does not look at the buffer then
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        view, spec = byte_view(buf, True, call)
+        try:
+            view, spec = byte_view(buf, True, call)
+        except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
+            raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
             req._finish = spec.finish
-        return req
+        return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
@@ -251,13 +258,19 @@ class Comm(CommExtras):
         and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
         received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
         """
-        capacity = recv_capacity(buf, "recv", warn=True)
+        try:
+            capacity = recv_capacity(buf, "recv", warn=True)
+        except TypeError as exc:              # data = {}; comm.recv(data): say the fix
+            raise recv_buf_error(self, buf, "recv", source, tag, exc) from None
         return self._capped(self._recv_obj(source, tag, "recv"), capacity).wait(status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving a Python object; ``req.wait()`` returns it (``buf``: as ``recv``'s,
         without the warning)."""
-        capacity = recv_capacity(buf, "irecv", warn=False)
+        try:
+            capacity = recv_capacity(buf, "irecv", warn=False)
+        except TypeError as exc:
+            raise recv_buf_error(self, buf, "irecv", source, tag, exc) from None
         return self._capped(self._recv_obj(source, tag, "irecv"), capacity)
 
     @staticmethod

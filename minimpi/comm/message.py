@@ -22,6 +22,7 @@ from ..data.buffers import byte_view
 from ..errors import RequestError, SerializationError, TruncationError
 from ..p2p.request import CompletedRequest, Request, Status, describe, null_status
 from ..transports.frames import F_OBJECT
+from .hints import looks_pickled, not_an_object
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -60,7 +61,10 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     (deprecated) ``buf`` argument of ``recv`` allows; a larger message is a
     :class:`TruncationError`, as in mpi4py.
     """
-    req.status.nbytes = object_count(req.status.nbytes, req.buffer)
+    try:   # (a buffer message's bytes may not even parse as the header: same error)
+        req.status.nbytes = object_count(req.status.nbytes, req.buffer)
+    except Exception:
+        pass
     if capacity is not None and req.status.nbytes > capacity:
         rank = req._engine.rank if req._engine is not None else -1
         raise TruncationError(
@@ -71,6 +75,9 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
         return serialization.loads(req.buffer)
     except Exception as exc:   # unpickling can raise almost anything
         rank = req._engine.rank if req._engine is not None else -1
+        if not looks_pickled(req.buffer):   # a buffer sent with Send, received with recv
+            raise SerializationError(not_an_object(rank, describe(req), req.status.source,
+                                                   len(req.buffer))) from exc
         raise SerializationError(
             f"rank {rank}: {describe(req)}: cannot unpickle the object sent by rank "
             f"{req.status.source}: {type(exc).__name__}: {exc}") from exc

@@ -3,10 +3,18 @@
     Z = relu(X @ A) @ B
 
 * A is split by columns: rank r holds A[:, r-th slice] and computes its slice of Y = X @ A
-  with no communication. Allgather assembles the full Y where it is needed.
-* B is split by rows: rank r holds B[r-th slice, :] and computes relu(Y)[:, slice] @ B_r, a
-  partial sum of Z. Reduce_scatter_block adds the partial sums and leaves each rank one block
-  of rows of Z (Allreduce would leave all of Z everywhere).
+  with no communication.
+* B is split by rows, the same slices: rank r holds B[r-th slice, :] and computes
+  relu(Y)[:, slice] @ B_r from its own slice of Y alone - a partial sum of Z. So the two
+  matrix products need no communication in between. Reduce_scatter_block adds the partial
+  sums and leaves each rank one block of rows of Z (Allreduce would leave all of Z
+  everywhere).
+
+Why the Allgather, then? The MLP itself does not need it: it is here to show what the full Y
+costs when something does need it - an operation over the whole hidden dimension (a
+normalisation, a layer that is not split) - and to check Y against the serial computation.
+Every rank then receives (p-1)/p of Y; pairing a column split with a row split, as above, is
+how Megatron avoids exactly that.
 
     minimpi run -n 4 examples/tensor_parallel.py
     minimpi draw reduce_scatter --algorithm ring -n 4
@@ -27,8 +35,9 @@ A = rng.normal(size=(d, h))
 B = rng.normal(size=(h, m))
 cols = slice(rank * h // size, (rank + 1) * h // size)   # my slice of the hidden dimension
 
-# 1) column-parallel: my slice of Y, then everyone's slices side by side
+# 1) column-parallel: my slice of Y - all that step 2 needs
 Y_mine = np.ascontiguousarray(X @ A[:, cols])               # (n, h/p)
+# the full Y, for what needs all of it (here: the check against the serial model below)
 gathered = np.empty((size, n, h // size))
 comm.Allgather(Y_mine, gathered)
 Y = np.concatenate(list(gathered), axis=1)                   # (n, h)

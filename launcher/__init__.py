@@ -6,4 +6,11 @@
 * ``spawn``       starting/stopping rank processes (process groups, PDEATHSIG)
 * ``output``      forwarding rank output with ``[rank] `` prefixes
 * ``coordinator`` the control plane (pyzmq ROUTER, HMAC-authenticated msgpack)
+* ``hosts``       host lists, hostfiles, Slurm node lists, placement
+* ``multihost``   a job whose ranks run through agents (other hosts, Slurm nodes)
+* ``agent``       the per-host agent (``python -m minimpi.launcher.agent``)
+* ``spawners``    how an agent is started on a host: directly, ssh, srun
+* ``rendezvous``  the coordinator rank 0 hosts when no launcher started the job
+* ``embed``       ``minimpi.launch``: a job started from inside a program
+* ``keygen``      ``minimpi keygen``: the per-user key file of launcher-less jobs
 """

@@ -20,6 +20,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("run", "minimpi.launcher.run", "start N ranks of a Python program (like mpirun)"),
     ("draw", "minimpi.launcher.draw_cmd", "draw a collective algorithm's schedule (text, SVG, PNG)"),
     ("explain", "minimpi.launcher.explain_cmd", "which collective algorithm auto picks, and why"),
+    ("keygen", "minimpi.launcher.keygen", "write ~/.minimpi/secret, the key of jobs started by srun"),
 ]
 
 

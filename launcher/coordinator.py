@@ -120,7 +120,7 @@ class CoordEvent:
 
 class Coordinator:
     def __init__(self, size: int, secret: bytes, job_id: str, host: str = "127.0.0.1",
-                 log: Optional[Callable[[str], None]] = None):
+                 log: Optional[Callable[[str], None]] = None, port: Optional[int] = None):
         self.size = size
         self.job_id = job_id
         self._secret = secret
@@ -136,7 +136,10 @@ class Coordinator:
         self.socket.curve_server = True
         self.socket.curve_publickey = public
         self.socket.curve_secretkey = private
-        port = self.socket.bind_to_random_port(f"tcp://{host}")
+        if port is None:
+            port = self.socket.bind_to_random_port(f"tcp://{host}")
+        else:   # a port agreed beforehand (srun, environment rendezvous: launcher/rendezvous.py)
+            self.socket.bind(f"tcp://{host}:{port}")
         self.address = f"tcp://{host}:{port}"
         self.ranks: list[RankState] = [RankState(r) for r in range(size)]
         self.table_sent = False

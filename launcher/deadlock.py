@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from minimpi.runtime.diagnose import edge_text, format_state, wait_targets
+from minimpi.runtime.diagnose import edge_text, format_state, wait_targets, waiting_text
 
 #: the launcher's exit code for a detected deadlock (see ``minimpi run --help``)
 EXIT_DEADLOCK = 3
@@ -80,6 +80,9 @@ class DeadlockDetector:
 def _gone_text(st) -> str:
     """``already exited normally`` / ``already ended (killed by signal 9 (SIGKILL))``."""
     status = st.exit_status or ""
+    if st.finalized and not status:
+        # finalize is collective: a rank that finished waits there for the others
+        return "already finished its program (it waits in MPI finalize for the others)"
     if st.finalized or status.endswith("code 0"):
         return "already exited normally (finished its program)"
     return f"already ended ({status or 'gone'})"
@@ -162,12 +165,14 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
                 who = ", ".join(str(t) for t in targets)
                 text = edge_text(r, blocked[r], item, targets[0]).replace(
                     f"waits for rank {targets[0]}", f"waits for any of ranks {who}", 1)
-                lines.append(f"  {text} -> ranks {who} already exited; that message can never "
+                lines.append(f"  {text} -> ranks {who} already finished; that message can never "
                              f"come from them")
             shown_cycle = True
     if not shown_cycle and blocked:
         lines.append("  (no wait-for cycle through specific ranks: the blocked calls wait for "
                      "messages that no running rank will send)")
+    for r in sorted(blocked):         # messages that wait unreceived beside the blocked receive
+        lines.extend(f"  {text}" for text in waiting_text(r, blocked[r]))
     lines.extend(_collective_mismatches(blocked))
     if any(i.get("proto") == "rndv" for s in blocked.values() for i in s.get("items") or []):
         lines.append("  note: a blocking Send of a message above the eager limit completes only "

@@ -16,11 +16,12 @@ import sys
 from .argtypes import byte_size
 
 EPILOG = """\
-The collective runs for real on N threads over the in-process transport; every message
-and step boundary is recorded. Each rank's data is made of N blocks labelled by origin
-(rank 0 = A, rank 1 = B, ...; block i of rank 1 is B<i>), so arrows say which blocks a
-message carries and the rows show each rank's buffer after every step. Sums of blocks
-read AB2 (block 2 of ranks 0 and 1) or Σ2 (all ranks).
+The collective runs for real on N threads over the in-process transport; every message,
+step boundary and temporary buffer is recorded. Each rank's data is made of N blocks labelled
+by origin (rank 0 = A, rank 1 = B, ...; block i of rank 1 is B<i>), so arrows say which
+blocks a message carries, and after every step each rank shows everything it holds: the
+caller's buffers and the algorithm's temporaries. Sums of blocks read AB2 (block 2 of ranks
+0 and 1) or Σ2 (all ranks); the legend says what the labels mean for the collective.
 
 examples:
   minimpi draw --list

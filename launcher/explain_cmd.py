@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
+import textwrap
 from typing import Optional, TextIO
 
 from .argtypes import byte_size, positive_int
@@ -51,12 +51,8 @@ def make_op(name: Optional[str]):
 
 
 def summary(alg) -> str:
-    """The first sentence of the algorithm's docstring (its first paragraph, joined)."""
-    doc = (getattr(alg.function, "__doc__", None) or alg.summary or "").strip()
-    para = " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines())
-    para = para.replace("``", "")
-    m = re.search(r"(?<![.])[.](?:\s|$)(?![.])", para)   # a full stop, not an ellipsis
-    return para[:m.start() + 1] if m else para
+    """The first sentence of the algorithm's docstring, whole (see ``registry.first_sentence``)."""
+    return alg.summary
 
 
 def noncommutative(a, b, datatype=None):
@@ -83,6 +79,7 @@ def _fmt_bytes(n: int) -> str:
 
 def describe_model(model, sources, out: TextIO) -> None:
     """The cost model's inputs and where each came from."""
+    from minimpi.coll.cost import SYMBOLS
     rows = [
         ("alpha", f"{model.alpha * 1e6:.2f} us per message", sources["alpha"]),
         ("beta", f"{model.beta * 1e9:.4f} ns per byte ({1 / model.beta / 1e9:.2f} GB/s)",
@@ -92,19 +89,134 @@ def describe_model(model, sources, out: TextIO) -> None:
         ("segment", _fmt_bytes(model.segment), sources["segment"]),
         ("cores", f"{model.cores} (the ranks share min(p, cores))", sources["cores"]),
     ]
-    print("cost model: a message of n bytes costs alpha + n*beta; reducing n bytes costs "
-          "n*gamma", file=out)
+    print("cost model: a message of n bytes costs α + n·β (alpha: latency, beta: time per "
+          "byte sent); reducing or copying n bytes costs n·γ (gamma)", file=out)
     for name, value, source in rows:
         print(f"  {name:<8} = {value:<40} [{source}]", file=out)
-    print("  predicted = max(formula, contention); contention = (messages*alpha/4 + "
-          "2*volume*beta + local*gamma) / min(p, cores)", file=out)
+    print("  predicted = max(formula, contention); contention = (messages·α/4 + "
+          "2·volume·β + local·γ) / min(p, cores)", file=out)
+    print("  symbols: " + "; ".join(f"{k} = {v}" for k, v in SYMBOLS.items()), file=out)
+
+
+#: why the contention term exists, printed once under the details
+CONTENTION_WHY = (
+    "Why contention: each formula is the critical path when every rank has a core and a "
+    "link of its own. Ranks that share cores (more ranks than cores, as on a laptop) take "
+    "turns: every message's handling (α/4), every byte copied into and out of the kernel "
+    "(2·β) and every byte reduced or copied (γ) needs CPU time, and only min(p, cores) "
+    "cores do it all. So an algorithm that moves more bytes in all loses there, whatever "
+    "its critical path; with a core per rank (a cluster) the formula decides.")
+
+
+def _fmt_coef(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
+    """One algorithm's prediction taken apart: the formula, its α, β and γ terms with the
+    numbers plugged in, and the contention bound."""
+    from minimpi.coll import cost
+    from minimpi.data.units import format_size
+    predicted, formula, crowd = alg.predict(model, p, nbytes, layout)
+    layout = layout or cost.Layout.one_host(p)
+    pad = " " * 6
+    print(f"  {alg.name}: {summary(alg)}", file=out)
+    if alg.hierarchical:
+        # priced step by step, each on its own link (and each step picks its own algorithm
+        # by its formula), so it is its steps' sum rather than one formula in α, β, γ
+        steps = alg.phases(model, p, nbytes, layout) if alg.phases is not None else []
+        print(f"{pad}time       = the sum of its steps: "
+              + (" + ".join(_fmt_time(t) for _, t in steps) or "?")
+              + f" = {_fmt_time(formula)}"
+              + ("" if layout.hosts > 1 else " (on one host its steps are flat algorithms "
+                 "over all the ranks; --hosts shows them between hosts)"), file=out)
+        if layout.hosts > 1:
+            for k, (what, seconds) in enumerate(steps, 1):
+                print(f"{pad}  {k}. {_fmt_time(seconds):>11}  {what}", file=out)
+    else:
+        # a flat algorithm pays the slower link on every step when the ranks span hosts
+        flat = model.over(model.slowest(layout))
+        if alg.formula:
+            shown, *defs = [part.strip() for part in alg.formula.split(";")]
+            _, values = cost.formula_values(alg.formula, flat, p, nbytes)
+            where = ", ".join(f"{d} = {_fmt_coef(values[d.split('=')[0].strip()])}" for d in defs)
+            print(f"{pad}time       = {shown}" + (f"   ({where})" if where else ""), file=out)
+        else:
+            print(f"{pad}time       = (no formula registered for this algorithm)", file=out)
+        a, b, g = cost.split_terms(alg.cost, flat, p, nbytes)
+        # each term's coefficient: how many α, how many bytes at β, how many bytes at γ
+        ka = a / flat.alpha if flat.alpha else 0.0
+        kb = b / flat.beta if flat.beta else 0.0
+        kg = g / flat.gamma if flat.gamma else 0.0
+        parts = [f"{_fmt_coef(ka)}·α"]
+        plugged = [f"{_fmt_coef(ka)} × {flat.alpha * 1e6:.2f} us"]
+        named = [f"{_fmt_time(a)} latency (α)"]
+        if kb:
+            parts.append(f"{format_size(int(round(kb)))}·β")
+            plugged.append(f"{format_size(int(round(kb)))} × {flat.beta * 1e9:.4f} ns/B")
+            named.append(f"{_fmt_time(b)} bandwidth (β)")
+        if kg:
+            parts.append(f"{format_size(int(round(kg)))}·γ")
+            plugged.append(f"{format_size(int(round(kg)))} × {flat.gamma * 1e9:.4f} ns/B")
+            named.append(f"{_fmt_time(g)} reduction (γ)")
+        print(f"{pad}           = {' + '.join(parts)}", file=out)
+        print(f"{pad}           = {' + '.join(plugged)}", file=out)
+        print(f"{pad}           = {' + '.join(named)} = {_fmt_time(formula)}", file=out)
+    extra = (layout,) if alg.hierarchical else ()
+    messages = float(alg.messages(model, p, nbytes, *extra)) if alg.messages else 0.0
+    volume = float(alg.volume(p, nbytes, *extra)) if alg.volume else 0.0
+    local = float(alg.local(p, nbytes, *extra)) if alg.local else 0.0
+    cpu = model.over(model.intra)         # CPU work: priced with the intra-host link
+    if layout.hosts > 1:
+        share = max(1, sum(min(c, model.cores) for c in layout.counts))
+        shared = f"sum over hosts of min(ranks, cores={model.cores})"
+    else:
+        share = max(1, min(p, model.cores))
+        shared = f"min(p={p}, cores={model.cores})"
+    print(f"{pad}contention = ({_fmt_coef(messages)} messages × α/4 + 2 × "
+          f"{format_size(int(round(volume)))} sent × β + {format_size(int(round(local)))} "
+          f"reduced or copied × γ) / {shared}", file=out)
+    print(f"{pad}           = ({_fmt_time(messages * cpu.alpha / 4)} + "
+          f"{_fmt_time(2 * volume * cpu.beta)} + {_fmt_time(local * cpu.gamma)}) / {share}"
+          f" = {_fmt_time(crowd)}", file=out)
+    decides = "contention decides" if crowd > formula else "the formula decides"
+    print(f"{pad}predicted  = max({_fmt_time(formula)}, {_fmt_time(crowd)}) = "
+          f"{_fmt_time(predicted)}: {decides}", file=out)
+
+
+def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: bool,
+                      layout, out: TextIO) -> None:
+    """auto's pick as the cores the ranks share go from one to a core per rank."""
+    from dataclasses import replace
+
+    from minimpi.coll import registry
+    from minimpi.errors import AlgorithmError
+    counts = sorted({1, model.cores, p} | {1 << k for k in range(1, 16) if 1 << k < p})
+    picks = []
+    for cores in counts:
+        try:
+            name = registry.choose(collective, p, nbytes, op, "auto", objects=objects,
+                                   layout=layout, model=replace(model, cores=cores)).name
+        except AlgorithmError:
+            name = "(none)"
+        note = " (this model)" if cores == model.cores else ""
+        note += " - a core per rank, as on a cluster" if cores == p else ""
+        picks.append(f"{cores} core{'s' if cores != 1 else ''}{note}: {name}")
+    print(f"auto's pick by the cores the {p} ranks share (--cores N, or MINIMPI_COST_CORES "
+          f"in a job):", file=out)
+    for line in picks:
+        print(f"  {line}", file=out)
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
-            out: Optional[TextIO] = None, layout=None) -> int:
-    """Print the model and every algorithm's prediction or refusal. Returns an exit code.
-    ``layout``: where the ranks run (a :class:`~minimpi.coll.cost.Layout`; None: one host)."""
+            out: Optional[TextIO] = None, layout=None, cores: Optional[int] = None) -> int:
+    """Print the model, every algorithm's prediction or refusal, each prediction taken apart
+    and auto's pick as the cores change. Returns an exit code. ``layout``: where the ranks
+    run (a :class:`~minimpi.coll.cost.Layout`; None: one host); ``cores``: the cores the
+    ranks share, instead of the model's."""
     out = out or sys.stdout
+    from dataclasses import replace
+
     from minimpi.coll import cost, registry
     from minimpi.errors import AlgorithmError
 
@@ -115,6 +227,8 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
         print(f"minimpi explain: {e}", file=sys.stderr)
         return 2
     model, sources = cost.model_sources()
+    if cores is not None:
+        model, sources = replace(model, cores=cores), {**sources, "cores": "--cores"}
     describe_model(model, sources, out)
     explain_hosts.describe_links(model, sources, layout, out)
     op_text = ""
@@ -140,7 +254,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     picked, pick_error = None, None
     try:
         picked = registry.choose(collective, p, nbytes, op, None, objects=objects,
-                                 layout=layout).name
+                                 layout=layout, model=model).name
     except AlgorithmError as e:
         pick_error = str(e)
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
@@ -167,6 +281,15 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
         print(f"\n* {picked}: what auto picks (least predicted time among the algorithms "
               f"that can serve the call - within {registry.TIE:.0%} of it, the least formula; "
               f"{env_var} is not set)", file=out)
+    print(f"\nhow each prediction is made (n = {nbytes} B, p = {p}):", file=out)
+    for alg, predicted, why in rows:
+        if predicted is not None:
+            _details(alg, model, p, nbytes, layout, out)
+    print("", file=out)
+    for line in textwrap.wrap(CONTENTION_WHY, 100):
+        print(line, file=out)
+    print("", file=out)
+    _cores_comparison(collective, model, p, nbytes, op, objects, layout, out)
     return 0 if pick_error is None else 1
 
 
@@ -269,6 +392,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the hosts), as one string")
     p.add_argument("--op", type=make_op, default=None, metavar="OP",
                    help=f"reduction op: {', '.join(OP_NAMES)} (default: sum for reductions)")
+    p.add_argument("--cores", type=positive_int, default=None, metavar="N",
+                   help="cores the ranks share (default: MINIMPI_COST_CORES, the calibration "
+                        "file or this host's): compare a laptop (2) with a cluster (-n P)")
     p.add_argument("--objects", action="store_true",
                    help="the lowercase call on Python objects (some algorithms take buffers only)")
     p.add_argument("--list", action="store_true", help="list every collective and algorithm")
@@ -304,4 +430,4 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"minimpi explain: {e}", file=sys.stderr)
         return 2
-    return explain(name, args.bytes, p, op, args.objects, layout=layout)
+    return explain(name, args.bytes, p, op, args.objects, layout=layout, cores=args.cores)

@@ -31,7 +31,7 @@ from typing import BinaryIO, Optional
 
 import zmq
 
-import minimpi
+import minimpi.errors  # its directory is the package (not the root: minimpi.launch imports us)
 from minimpi.runtime.bootstrap import (
     ENV_BIND,
     ENV_COORD,
@@ -62,7 +62,7 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0
 #: prints (the user's lines are what matter); ``launcher/`` installs as minimpi.launcher but
 #: lives beside the package in a checkout
 _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep
-                  for m in (minimpi.__file__, os.path.dirname(os.path.abspath(__file__))))
+                  for m in (minimpi.errors.__file__, os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass

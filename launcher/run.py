@@ -12,7 +12,7 @@ import re
 import sys
 from typing import Optional
 
-import minimpi
+from minimpi import _shim
 
 from .argtypes import byte_size, key_value, positive_int, seconds, seconds_or_off
 from .job import JobSpec, run_job
@@ -22,6 +22,7 @@ examples:
   minimpi run -n 4 script.py arg1 arg2
   minimpi run -n 3 --timeout 30 -m mypackage.tool --flag
   minimpi run -n 5 --coll bcast=ring --eager-limit 64KiB -x OMP_NUM_THREADS=1 app.py
+  minimpi run -n 8 --hosts node1:4,node2:4 app.py   (one agent per host over ssh)
   minimpi run -n 4 python -m mpi4py lab.py   (a leading `python` is accepted, as with mpiexec;
                                             ranks run under the Python that runs minimpi)
 
@@ -38,7 +39,8 @@ exit status:
   0 when every rank exits 0; otherwise the first failing rank's code (128+signal when
   killed by a signal, the Abort code when it called Abort), 124 on --timeout or a startup
   timeout, 3 when a deadlock was detected (--deadlock-timeout), 130/143 when the launcher
-  gets SIGINT/SIGTERM, 2 for usage errors.
+  gets SIGINT/SIGTERM, 2 for usage errors, 255 when a host was lost (its agent, or the ssh
+  or srun connection to it, ended before its ranks).
 
 deadlocks:
   When every rank still running is blocked in a minimpi call and nothing has moved for
@@ -78,10 +80,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eager-limit", type=byte_size, metavar="BYTES",
                    help="largest message sent eagerly (e.g. 65536, 64KiB, 1MiB); "
                         "env MINIMPI_EAGER_LIMIT")
-    p.add_argument("--transport", choices=("auto", "shm", "tcp"), metavar="{auto,shm,tcp}",
+    p.add_argument("--transport", choices=("auto", "shm", "tcp", "verbs"),
+                   metavar="{auto,shm,tcp,verbs}",
                    help="how ranks exchange messages: auto (default) uses shared memory between "
-                        "ranks on one host and TCP between hosts; shm or tcp use that one for "
-                        "every pair; env MINIMPI_TRANSPORT")
+                        "ranks on one host and, between hosts, RDMA verbs where both have a "
+                        "usable device, else TCP; shm, tcp or verbs use that one for every pair; "
+                        "env MINIMPI_TRANSPORT")
     p.add_argument("--progress", choices=("auto", "spin", "yield", "block"),
                    metavar="{auto,spin,yield,block}",
                    help="how a waiting rank waits: spin (poll up to 100 us, then sleep), yield "
@@ -93,11 +97,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-x", "--env", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="set an environment variable for every rank; repeatable")
     p.add_argument("--oversubscribe", action="store_true",
-                   help="accepted for mpirun habits; minimpi never limits ranks per core")
-    p.add_argument("--bind", default="127.0.0.1", metavar="HOST",
-                   help="address the ranks' data plane listens on (default 127.0.0.1)")
+                   help="place more ranks than --hosts/--hostfile/Slurm slots (in proportion "
+                        "to the slots); minimpi never limits ranks per core")
+    p.add_argument("--bind", default=None, metavar="HOST",
+                   help="address the ranks' data plane listens on (default 127.0.0.1; on "
+                        "several hosts see --iface)")
     from . import observe
     observe.add_arguments(p)   # --trace FILE, --stats
+    from . import multihost
+    multihost.add_arguments(p)   # --hosts, --hostfile, --launcher, --rsh, --remote-python, --iface
     p.add_argument("--no-mpi4py-shim", dest="mpi4py_shim", action="store_false",
                    help="do not make `import mpi4py` resolve to minimpi in the ranks (by default "
                         "it does, even where the real mpi4py is installed)")
@@ -142,7 +150,55 @@ def cost_model_env(env: dict) -> dict:
 
 
 #: Directory holding the ``mpi4py`` package that forwards to minimpi (see minimpi/rc.py).
-SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(minimpi.__file__)), "_shim")
+#: (found through minimpi._shim, not the package root: the root's lazy ``minimpi.launch``
+#: imports the launcher, which must not import the root back)
+SHIM_DIR = os.path.dirname(os.path.abspath(_shim.__file__))
+#: The installed minimpi package, and the start script used when the program's directory
+#: would shadow it.
+PACKAGE_DIR = os.path.dirname(SHIM_DIR)
+START_SCRIPT = os.path.join(PACKAGE_DIR, "_start", "minimpi_rank.py")
+
+
+def shadows_minimpi(directory: str) -> bool:
+    """Whether ``directory``, first on a rank's ``sys.path``, would hide this minimpi behind
+    another one (a ``minimpi`` folder or module there that is not this package)."""
+    ours = os.path.realpath(PACKAGE_DIR)
+    for name in ("minimpi", "minimpi.py"):
+        candidate = os.path.join(directory, name)
+        if os.path.exists(candidate) and os.path.realpath(candidate) != ours:
+            return True
+    return False
+
+
+def rank_start(program: Optional[str], module: Optional[str],
+               args: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
+    """(program, module, args) to start each rank with: as given, or - where the directory
+    Python puts first on the path holds another minimpi - through :data:`START_SCRIPT`."""
+    first = os.getcwd() if module is not None else os.path.dirname(os.path.realpath(program))
+    if not shadows_minimpi(first):
+        return program, module, args
+    return START_SCRIPT, None, (["-m", module] if module is not None else [program]) + args
+
+
+def check_coll(pairs: list[tuple[str, str]]) -> Optional[str]:
+    """What is wrong with ``--coll NAME=ALG`` settings (None: nothing), said with the valid
+    names - checked before any rank starts, since a rank never reads a misspelt variable."""
+    if not pairs:
+        return None
+    from minimpi.coll.registry import REGISTRY, algorithms
+    algorithms("bcast")                      # loads every algorithm module
+    for name, alg in pairs:
+        key = name.lower().replace("-", "_")
+        table = REGISTRY.get(key)
+        if table is None:
+            base = key[:-1] if key.endswith("v") and key[:-1] in REGISTRY else None
+            hint = (f" ({name} uses the {base} algorithms: --coll {base}={alg})" if base else "")
+            return (f"--coll {name}={alg}: unknown collective {name!r}{hint}; the collectives "
+                    f"are: {', '.join(sorted(REGISTRY))}")
+        if alg != "auto" and alg not in table:
+            return (f"--coll {name}={alg}: {key} has no algorithm {alg!r}; it has: "
+                    f"{', '.join(table)}, auto")
+    return None
 
 
 def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -214,6 +270,9 @@ def strip_interpreter(argv: list[str]) -> tuple[Optional[str], list[str]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = check_coll(args.coll)
+    if problem:
+        return _usage_error(problem)
     passthrough = list(getattr(args, "passthrough", []))
     if args.module is None:
         args.module, passthrough = strip_interpreter(passthrough)
@@ -229,11 +288,12 @@ def main(args: argparse.Namespace) -> int:
             return _usage_error(f"program {program!r} not found")
         if os.path.isdir(program) and not os.path.exists(os.path.join(program, "__main__.py")):
             return _usage_error(f"{program!r} is a directory without __main__.py")
+    start_program, start_module, start_args = rank_start(program, args.module, prog_args)
     spec = JobSpec(
         nprocs=args.nprocs,
-        program=program,
-        module=args.module,
-        args=prog_args,
+        program=start_program,
+        module=start_module,
+        args=start_args,
         env=extra_env(args),
         timeout=args.timeout,
         startup_timeout=args.startup_timeout,
@@ -241,14 +301,21 @@ def main(args: argparse.Namespace) -> int:
         heartbeat_timeout=args.heartbeat_timeout,
         prefix=not args.no_prefix,
         output_dir=args.output_dir,
-        bind=args.bind,
+        bind=args.bind or "127.0.0.1",
     )
+    from . import multihost
+    try:   # ranks on other hosts, or on Slurm nodes: through agents (launcher/multihost.py)
+        plan = multihost.plan_from_args(args, args.nprocs)
+    except ValueError as exc:
+        return _usage_error(str(exc))
+    def runner(spec: JobSpec) -> int:
+        return run_job(spec) if plan is None else multihost.run_multihost(spec, plan)
     from . import observe
     session = observe.prepare(args, program or args.module or "")
     if session is None:
-        return run_job(spec)
+        return runner(spec)
     spec.env = {**session.env(), **spec.env}
     try:
-        return run_job(spec)
+        return runner(spec)
     finally:
         session.finish()

@@ -94,12 +94,15 @@ def rank_command(program: Optional[str], module: Optional[str], args: list[str])
 
 
 def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit: bool,
-               pass_fds: tuple[int, ...] = (), cwd: Optional[str] = None) -> RankProcess:
+               pass_fds: tuple[int, ...] = (), cwd: Optional[str] = None,
+               stdin: Optional[int] = None) -> RankProcess:
+    """Start one rank; ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent)
+    overrides ``stdin_inherit``."""
     popen = subprocess.Popen(
         argv,
         env=env,
         cwd=cwd,
-        stdin=None if stdin_inherit else subprocess.DEVNULL,
+        stdin=stdin if stdin is not None else None if stdin_inherit else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -6,9 +6,14 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 ``COMM_WORLD`` does).
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
-one-sided communication (``Win``), MPI-IO (``File``), dynamic processes (``Spawn``,
-``Connect``...), intercommunicators, graph topologies, derived datatypes other than
-contiguous ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
+one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse), MPI-IO
+(``File``), dynamic processes (``Spawn``, ``Connect``...), intercommunicators (only null
+``Intercomm`` handles exist), graph topologies, derived datatypes other than contiguous
+ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
+
+``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
+``Idup``, ``Split_type`` kinds, ``Create_from_group``, per-communicator buffer attach, request
+status queries, ``Get_hw_resource_info``) are implemented, within the refusals above.
 """
 from __future__ import annotations
 
@@ -22,7 +27,10 @@ import time as _time
 # below), so the import sorter leaves this file alone.
 # isort: skip_file
 from . import __version__ as _minimpi_version
-from .comm.communicator import Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
+from .comm.communicator import Cartcomm, Comm, Intercomm, Intracomm, Topocomm  # noqa: F401
+from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
+                                COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
+from .comm.extras import flush_buffered as _flush_buffered
 from .comm.null import COMM_NULL  # noqa: F401
 from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
@@ -32,13 +40,17 @@ from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .comm.persistent import Prequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
+from .comm.window import WIN_NULL, Win  # noqa: F401
 from .constants import *  # noqa: F401,F403
-from .constants import BOTTOM, IN_PLACE  # noqa: F401
+from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
 from .data.datatypes import *  # noqa: F401,F403
 from .data.datatypes import PREDEFINED as _PREDEFINED_TYPES, Datatype
 from .data.ops import *  # noqa: F401,F403
 from .data.ops import Op  # noqa: F401
+from .data.buffers import get_address as Get_address  # noqa: F401
+from .data.memory import alloc_mem as _alloc_mem, buffer, memory  # noqa: F401
+from .data.serialization import Pickle  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
 from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
@@ -56,13 +68,24 @@ from .comm.communicator import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST,  #
 globals().update(_PREDEFINED_TYPES)
 
 # -- version -------------------------------------------------------------------------------------
-VERSION = 3
+VERSION = 4
 SUBVERSION = 1
 
 
 def Get_version() -> tuple:
-    """The MPI standard version whose semantics minimpi follows: ``(3, 1)``."""
+    """The MPI standard version whose calls minimpi answers: ``(4, 1)`` (see the module
+    docstring for what is refused)."""
     return (VERSION, SUBVERSION)
+
+
+def get_vendor() -> tuple:
+    """mpi4py's ``MPI.get_vendor()``: ``("minimpi", (major, minor, micro))``.
+
+    The name matches none of the MPI implementations mpi4py's test helpers special-case
+    (MPICH, Open MPI, Intel MPI...), so no workaround meant for those fires here.
+    """
+    parts = [int(p) if p.isdigit() else 0 for p in _minimpi_version.split(".")[:3]]
+    return ("minimpi", tuple(parts + [0] * (3 - len(parts))))
 
 
 def Get_library_version() -> str:
@@ -136,8 +159,7 @@ ARGVS_NULL = None
 DISPLACEMENTS_MIXED = 0
 
 #: ``MPI.REQUEST_NULL``: the null request; every completed (non-persistent) request equals it.
-REQUEST_NULL = Request(None, "REQUEST_NULL")
-REQUEST_NULL.done, REQUEST_NULL._pending, REQUEST_NULL._inactive = True, 0, True
+REQUEST_NULL = Request()
 
 
 # -- environment -----------------------------------------------------------------------------
@@ -198,30 +220,77 @@ _attached: list = []
 
 
 def Attach_buffer(buf) -> None:
-    """Accepted (buffered sends copy their data themselves, so no buffer is needed)."""
-    _attached.append(buf)
+    """Attach a buffer (or ``MPI.BUFFER_AUTOMATIC``) for buffered sends. minimpi's buffered
+    sends copy their data themselves, so it is only kept, for ``Detach_buffer``."""
+    _attached[:] = [buf]
 
 
 def Detach_buffer():
+    """Wait until every buffered send of this process is delivered, then return the
+    attached buffer (None if none)."""
+    Flush_buffer()
     return _attached.pop() if _attached else None
 
 
-def Alloc_mem(size: int, info=None) -> memoryview:
-    return memoryview(bytearray(int(size)))
+def Flush_buffer() -> None:
+    """Wait until every buffered send of this process has been delivered (MPI 4.1)."""
+    _flush_buffered().Wait()
+
+
+def Iflush_buffer() -> Request:
+    """A request complete once every buffered send of this process is delivered."""
+    return _flush_buffered()
+
+
+def Alloc_mem(size: int, info=None) -> buffer:
+    """``size`` bytes of zeroed memory, as an ``MPI.buffer`` (``.address``, ``.nbytes``)."""
+    return _alloc_mem(size)
 
 
 def Free_mem(mem) -> None:
-    pass
+    """Release memory from ``Alloc_mem`` (the view is released; Python frees the bytes)."""
+    if isinstance(mem, buffer):
+        mem.release()
+
+
+def Get_hw_resource_info() -> Info:
+    """The hardware resources minimpi knows about this process (MPI 4.1): the shared-memory
+    level (its host), the one ``Split_type`` guides by."""
+    return Info.Create({"mpi_hw_resource_type": "mpi_shared_memory"})
+
+
+#: ``MPI.pickle``: the pickler of ``MPI.pickle.dumps``/``loads`` (see ``Pickle``)
+pickle = Pickle()
+
+
+def _comm_lock_table(comm) -> dict:
+    """mpi4py's per-communicator table of the locks its lowercase collectives take (one
+    per collective name, made on first use)."""
+    return comm.__dict__.setdefault("_lock_table", {})
 
 
 # -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
-Win = _Refused._make("Win", "Win", ("Create", "Allocate", "Allocate_shared", "Create_dynamic"))
 File = _Refused._make("File", "File", ("Open", "Delete", "Get_amode"))
-Intercomm = _Refused._make("Intercomm", "Intercomm")
 Graphcomm = _Refused._make("Graphcomm", "Graph")
 Distgraphcomm = _Refused._make("Distgraphcomm", "Graph")
-Grequest = _Refused._make("Grequest", "Grequest", ("Start",))
-WIN_NULL = None
+
+
+class Grequest(Request):
+    """``MPI.Grequest``: generalized requests are not implemented. ``MPI.Grequest()`` is a
+    null handle; ``Grequest.Start`` raises NotImplementedError naming the feature, and
+    ``Grequest(req)`` of another kind of request is a TypeError (as in mpi4py)."""
+
+    __slots__ = ()
+
+    def _check_handle_type(self, target: Request) -> None:
+        if not isinstance(target, Grequest):
+            raise TypeError(f"MPI.Grequest({target!r:.60}): not a generalized request")
+
+    Start = staticmethod(refusing("Grequest", "MPI.Grequest.Start"))
+    Complete = refusing("Grequest", "MPI.Grequest.Complete")
+    complete = Complete
+
+
 FILE_NULL = None
 Open_port = refusing("Spawn", "MPI.Open_port")
 Close_port = refusing("Spawn", "MPI.Close_port")

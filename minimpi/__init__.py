@@ -5,6 +5,7 @@
     comm.send({"hello": comm.rank}, dest=(comm.rank + 1) % comm.size)
 
 Run with ``minimpi run -n 4 script.py``; a plain ``python script.py`` is a world of size 1.
+``minimpi.launch(fn, n=4, args=(...))`` starts a job from inside a program (launcher/embed.py).
 Importing ``minimpi`` alone does not start anything; ``minimpi.MPI`` (or ``minimpi.COMM_WORLD``)
 initializes the runtime, as importing ``mpi4py.MPI`` does.
 """
@@ -26,4 +27,7 @@ def __getattr__(name: str):
     if name == "MPI":
         import importlib
         return importlib.import_module(".MPI", __name__)
+    if name == "launch":   # start a job from a program (launcher/embed.py)
+        from .launcher.embed import launch
+        return launch
     raise AttributeError(f"module 'minimpi' has no attribute {name!r}")

@@ -44,4 +44,62 @@ class _InPlace:
 
 
 IN_PLACE = _InPlace()
-BOTTOM = None
+
+
+class _Bottom:
+    """``MPI.BOTTOM``: address zero, the base of absolute addresses (``MPI.Get_address``).
+
+    In a buffer spec it stands for "no buffer": ``[MPI.BOTTOM, 0, MPI.BYTE]`` is an empty
+    message, and in ``Alltoallw`` the displacements are then absolute addresses.
+    """
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __int__(self) -> int:
+        return 0
+
+    __index__ = __int__
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "MPI.BOTTOM"
+
+    def __reduce__(self):
+        return (_Bottom, ())
+
+
+BOTTOM = _Bottom()
+
+
+class _BufferAutomatic:
+    """``MPI.BUFFER_AUTOMATIC``: attach it (``Attach_buffer``) to let buffered sends manage
+    their own memory - which minimpi's always do."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __int__(self) -> int:
+        return 0
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "MPI.BUFFER_AUTOMATIC"
+
+    def __reduce__(self):
+        return (_BufferAutomatic, ())
+
+
+BUFFER_AUTOMATIC = _BufferAutomatic()

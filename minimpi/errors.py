@@ -60,8 +60,15 @@ def error_string(code: int) -> str:
     return ERROR_STRINGS.get(code, f"MPI error code {code}")
 
 
-class MinimpiError(Exception):
-    """Base of every minimpi error (``MPI.Exception``)."""
+class MinimpiError(RuntimeError):
+    """Base of every minimpi error (``MPI.Exception``, a ``RuntimeError`` as in mpi4py).
+
+    Mistakes in the arguments of a call are raised as classes that are *also* the Python
+    exception mpi4py raises for them (``ValueError`` for counts, displacements and buffer
+    specs, ``TypeError`` for objects that are not buffers, ``BufferError`` for read-only or
+    non-contiguous buffers, ``KeyError`` for unknown type codes), so ``except ValueError``
+    written for mpi4py catches them, and ``Get_error_class()`` still gives the MPI class.
+    """
 
     error_class: int = ERR_OTHER
 
@@ -113,20 +120,36 @@ class TruncationError(MinimpiError):
     error_class = ERR_TRUNCATE
 
 
-class BufferSpecError(MinimpiError):
-    """A buffer argument that is not usable (not a buffer, not contiguous, read-only...)."""
+class BufferSpecError(MinimpiError, ValueError):
+    """A buffer argument that is not usable (a malformed spec, a bad displacement...)."""
     error_class = ERR_BUFFER
 
 
-class CountError(MinimpiError):
+class NotABufferError(BufferSpecError, TypeError):
+    """An object that exposes no buffer (a list, a dict, a class...) where one is needed."""
+
+
+class BufferAccessError(BufferSpecError, BufferError):
+    """A buffer that cannot be used this way: read-only for a receive, not contiguous,
+    non-native byte order, device memory..."""
+
+
+class CountError(MinimpiError, ValueError):
     error_class = ERR_COUNT
 
 
-class DatatypeError(MinimpiError):
+class DatatypeError(MinimpiError, ValueError):
     error_class = ERR_TYPE
 
 
-class OpError(MinimpiError):
+class UnknownDatatypeError(DatatypeError, KeyError):
+    """A type code or name that maps to no MPI datatype (a ``KeyError``, as in mpi4py)."""
+
+    def __str__(self) -> str:   # not KeyError's quoted repr
+        return Exception.__str__(self)
+
+
+class OpError(MinimpiError, ValueError):
     error_class = ERR_OP
 
 
@@ -155,6 +178,12 @@ class AlgorithmError(MinimpiError):
 
 class CollectiveMismatchError(MinimpiError):
     """Ranks of one communicator called different collectives (or incompatible arguments)."""
+    error_class = ERR_OTHER
+
+
+class CollectiveAbortedError(MinimpiError):
+    """Another rank failed in this collective call (it rejected its arguments, or an error
+    stopped it midway), so this rank's part of the call cannot complete either."""
     error_class = ERR_OTHER
 
 

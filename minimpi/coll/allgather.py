@@ -27,6 +27,7 @@ from .schedule import Channel, Schedule
 
 
 @algorithm("allgather", "binomial",
+           formula="⌈log2 p⌉·α + (p-1)/p·n·β + ⌈log2 p⌉·(α + n·β)",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta
            + ceil_log2(p) * (m.alpha + n * m.beta),
            messages=lambda m, p, n: 2 * (p - 1),
@@ -42,6 +43,7 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     """
     p, rank = ch.size, ch.rank
     children = binomial_children(rank, p)
+    ch.phase("gather to rank 0")
     for child in reversed(children):                  # gather towards rank 0
         idx = range(child, subtree_end(child, p))     # the child's subtree's blocks
         into = blocks.target(idx)
@@ -52,16 +54,19 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     if rank:
         parent = binomial_parent(rank)
         yield [ch.isend(blocks.pack(range(rank, subtree_end(rank, p))), parent)]
+        ch.phase("broadcast from rank 0")
         into = blocks.target(everything)              # then all blocks from the parent
         req = ch.irecv(into, parent)
         yield [req]
         blocks.unpack(everything, into, req)
+    ch.phase("broadcast from rank 0")
     for child in children:                            # broadcast, largest subtree first
         yield [ch.isend(blocks.pack(everything), child)]
     return blocks
 
 
 @algorithm("allgather", "ring",
+           formula="(p-1)·(α + n/p·β)",
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * m.beta),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n)
@@ -83,6 +88,7 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "recursive_doubling",
+           formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β",
            cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
            + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta,
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
@@ -107,6 +113,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
         hi = 2 * nhi if nhi <= rem else nhi + rem
         return range(lo, hi)
 
+    ch.phase("fold")
     if rank < 2 * rem:                                # fold
         if newrank < 0:
             yield [ch.isend(blocks.pack([rank]), rank + 1)]
@@ -115,6 +122,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
             req = ch.irecv(into, rank - 1)
             yield [req]
             blocks.unpack([rank - 1], into, req)
+    ch.phase("recursive doubling")
     if newrank >= 0:
         mask = 1
         while mask < pof2:
@@ -127,6 +135,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
             yield [req, ch.isend(blocks.pack(mine), unfold_rank(partner_new, rem))]
             blocks.unpack(theirs, into, req)
             mask <<= 1
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold
         everything = range(p)
         if newrank >= 0:
@@ -140,6 +149,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "bruck",
+           formula="⌈log2 p⌉·α + (p-1)/p·n·β",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta,
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: (p - 1) * n)
@@ -215,6 +225,7 @@ def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
     mine = GroupBlocks(blocks, [[rank] for rank in home])    # local block i: home[i]'s
     me, size = host.rank, host.size
     children = binomial_children(me, size)
+    ch.phase("1. gather inside each host")
     for child in reversed(children):                  # 1. gather, nearest child first
         idx = range(child, subtree_end(child, size))
         into = mine.target(idx)
@@ -224,9 +235,11 @@ def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
     if me:
         yield [host.isend(mine.pack(range(me, subtree_end(me, size))), binomial_parent(me))]
     else:                                             # 2. between hosts: the leaders
+        ch.phase("2. allgather among the host leaders")
         yield from allgather_bruck(GroupChannel(ch, host_leaders(groups)),
                                    GroupBlocks(blocks, groups))
     everything = range(ch.size)                       # 3. broadcast inside the host
+    ch.phase("3. broadcast inside each host")
     if me:
         into = blocks.target(everything)
         req = host.irecv(into, binomial_parent(me))

@@ -35,6 +35,7 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
+from .scratch import scratch
 
 
 def _pof2(p: int) -> int:
@@ -48,6 +49,7 @@ def _fold_steps(p: int) -> int:
 
 
 @algorithm("allreduce", "binomial",
+           formula="2·⌈log2 p⌉·(α + n·β) + ⌈log2 p⌉·n·γ",
            cost=lambda m, p, n: 2 * ceil_log2(p) * (m.alpha + n * m.beta) + ceil_log2(p) * n * m.gamma,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -61,12 +63,15 @@ def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
     Broadcast (:func:`~minimpi.coll.bcast.bcast_binomial` from root 0): the same tree
     backwards, largest subtree first.
     """
+    ch.phase("reduce to rank 0")
     result = yield from reduce_binomial(ch, red, data, 0)
+    ch.phase("broadcast from rank 0")
     # rank 0 sends the result; the others receive it into ``data`` (or as an object)
     return (yield from bcast_binomial(ch, result if ch.rank == 0 else data, 0))
 
 
 @algorithm("allreduce", "recursive_doubling",
+           formula="(⌊log2 p⌋ + 2·f)·(α + n·β) + (⌊log2 p⌋ + f)·n·γ",
            cost=lambda m, p, n: (floor_log2(p) + _fold_steps(p)) * (m.alpha + n * m.beta)
            + (floor_log2(p) + _fold_steps(p) // 2) * n * m.gamma,
            messages=lambda m, p, n: _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
@@ -87,6 +92,7 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
     pof2, rem, newrank = fold_power_of_two(rank, p)
     data = yield from fold_in(ch, red, data)          # fold (p not a power of two)
     tmp = red.slot(data)
+    ch.phase("recursive doubling")
     if newrank >= 0:
         mask = 1
         while mask < pof2:
@@ -96,6 +102,7 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
             got = received(req, tmp)
             data = red.lower_into(got, data) if partner < rank else red.into_lower(data, got)
             mask <<= 1
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold
         if newrank >= 0:
             yield [ch.isend(data, rank - 1)]
@@ -107,7 +114,8 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
     return data
 
 
-@algorithm("allreduce", "rabenseifner", objects=False,
+@algorithm("allreduce", "rabenseifner",
+           formula="(2·⌊log2 p⌋ + 2·f)·α + (2·(p-1)/p + 2·f)·n·β + ((p-1)/p + f)·n·γ", objects=False,
            cost=lambda m, p, n: (2 * floor_log2(p) + _fold_steps(p)) * m.alpha
            + (2 * (p - 1) / p + _fold_steps(p)) * n * m.beta
            + ((p - 1) / p + _fold_steps(p) // 2) * n * m.gamma,
@@ -131,8 +139,9 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
     n_items = data.size // unit
     pof2, rem, newrank = fold_power_of_two(rank, p)
     data = yield from fold_in(ch, red, data)          # fold (whole vectors)
+    ch.phase("reduce-scatter (recursive halving)")
     if newrank >= 0:
-        tmp = np.empty((n_items - n_items // 2) * unit, dtype=data.dtype)
+        tmp = scratch((n_items - n_items // 2) * unit, data.dtype, "tmp")
         lo, hi = 0, n_items                           # window, in items
         windows = []
         mask = 1
@@ -150,6 +159,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
             windows.append((lo, hi))
             lo, hi = keep
             mask <<= 1
+        ch.phase("allgather (recursive doubling)")
         while windows:                                # allgather: recursive doubling
             mask >>= 1
             partner = unfold_rank(newrank ^ mask, rem)
@@ -158,6 +168,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
             yield [ch.irecv(data[other[0] * unit:other[1] * unit], partner),
                    ch.isend(data[lo * unit:hi * unit], partner)]
             lo, hi = wlo, whi
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold
         if newrank >= 0:
             yield [ch.isend(data, rank - 1)]
@@ -176,7 +187,8 @@ def _ring_cost(m, p, n):
         + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma / min(s, 2)
 
 
-@algorithm("allreduce", "ring", objects=False, commutative_only=True, reads_sendbuf=True,
+@algorithm("allreduce", "ring",
+           formula="2·(p-1)·α + (p-1)·(S-1)·α/4 + 2·(p-1)/p·n·β + (p-1)/p·n·γ/min(S, 2); S = min(8, max(1, ⌈n/p/segment⌉))", objects=False, commutative_only=True, reads_sendbuf=True,
            cost=_ring_cost,
            messages=lambda m, p, n: p * (p - 1) * (1 + min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -232,7 +244,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
 
     if contribution is None:
         slot_size = even_bounds(largest // unit, nseg, unit)[1]
-        slots = (np.empty(slot_size, data.dtype), np.empty(slot_size, data.dtype))
+        slots = (scratch(slot_size, data.dtype, "slot"), scratch(slot_size, data.dtype, "slot"))
     # Reduce-scatter: unit t = (step k, segment j) sends segment j of block rank-k-1 (at
     # k = 0 our own contribution), receives segment j of block rank-k-2.
     work = [((rank - k - 1) % p, (rank - k - 2) % p, j) for k in range(p - 1) for j in range(nseg)]
@@ -244,6 +256,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         outgoing = piece(mine if t < nseg else data, sb, j)
         return t, into, dest, [ch.irecv(into, left), ch.isend(outgoing, right)]
 
+    ch.phase("reduce-scatter")
     current = post(0)
     for t in range(len(work)):
         yield current[3]
@@ -259,6 +272,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
         if t + 1 < len(work) and not ahead:
             current = post(t + 1)
     # Allgather: pass the complete blocks around.
+    ch.phase("allgather")
     for k in range(p - 1):
         sb, rb = (rank - k) % p, (rank - k - 1) % p
         yield [ch.irecv(data[bounds[rb]:bounds[rb + 1]], left),
@@ -301,7 +315,9 @@ def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
     groups = host_groups(ch.ep.hosts)
     home = groups[host_of(ch.rank, groups)]
     host = GroupChannel(ch, home)
+    ch.phase("1. reduce inside each host")
     acc = yield from reduce_binomial(host, red, data, 0)     # 1. inside my host
+    ch.phase("2. allreduce among the host leaders")
     if host.rank == 0:                                        # 2. between hosts (leaders)
         leaders = GroupChannel(ch, host_leaders(groups))
         model = default_model()
@@ -309,6 +325,7 @@ def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
             "allreduce", LEADERS[name], model, model.inter, leaders.size, data.nbytes)
         acc = yield from algorithms("allreduce")[among](leaders, red, acc)
     # 3. inside my host: the leader sends the result; the others receive it into ``data``
+    ch.phase("3. broadcast inside each host")
     return (yield from bcast_binomial(host, acc if host.rank == 0 else data, 0))
 
 

@@ -13,12 +13,11 @@ every rank must make alike) depends on p alone: its costs are given for n = 0.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .blocks import Blocks
 from .cost import ceil_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .scratch import scratch
 
 
 def _ring_cost(m, p, n):
@@ -44,9 +43,9 @@ def _bruck_volume(p, n):
     return sum(bin(i).count("1") for i in range(p)) * n
 
 
-@algorithm("alltoallv", "ring", cost=_ring_cost, messages=_messages,
+@algorithm("alltoallv", "ring", formula="(p-1)·(α + n/p·β)", cost=_ring_cost, messages=_messages,
            volume=_volume)
-@algorithm("alltoall", "ring", cost=_ring_cost, messages=_messages,
+@algorithm("alltoall", "ring", formula="(p-1)·(α + n/p·β)", cost=_ring_cost, messages=_messages,
            volume=_volume)
 def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Pairwise shift: p-1 steps; time (p-1)·(α + (n/p)·β); volume (p-1)·n.
@@ -65,9 +64,9 @@ def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     return recv
 
 
-@algorithm("alltoallv", "scattered", cost=_scattered_cost, messages=_messages,
+@algorithm("alltoallv", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", cost=_scattered_cost, messages=_messages,
            volume=_volume)
-@algorithm("alltoall", "scattered", cost=_scattered_cost, messages=_messages,
+@algorithm("alltoall", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", cost=_scattered_cost, messages=_messages,
            volume=_volume)
 def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Scattered: every receive and send posted at once, one step; time
@@ -99,6 +98,7 @@ def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
 
 
 @algorithm("alltoall", "bruck",
+           formula="⌈log2 p⌉·(α + n/2·β + n·γ) + 2·n·γ",
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n / 2 * m.beta + n * m.gamma)
            + 2 * n * m.gamma,
            messages=lambda m, p, n: p * ceil_log2(p),
@@ -117,13 +117,15 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     work[i] holds rank-i's block for us: store it as block rank-i.
     """
     p, rank = ch.size, ch.rank
+    ch.phase("rotate")
     if send.is_object:
         work = Blocks(items=[send.get((rank + i) % p) for i in range(p)])
     else:
         b = send.counts[0]
-        work = Blocks.uniform(np.empty(b * p, send.array.dtype), p)
+        work = Blocks.uniform(scratch(b * p, send.array.dtype, "work"), p)
         for i in range(p):
             work.put(i, send.get((rank + i) % p))
+    ch.phase("exchange")
     d = 1
     while d < p:
         idx = [i for i in range(p) if i & d]
@@ -133,6 +135,7 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
         yield [req, ch.isend(outgoing, (rank + d) % p)]
         work.unpack(idx, into, req)
         d <<= 1
+    ch.phase("rotate back")
     for i in range(p):
         recv.put((rank - i) % p, work.get(i))
     return recv

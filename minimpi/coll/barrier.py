@@ -18,7 +18,8 @@ def _token() -> np.ndarray:
     return np.empty(0, np.uint8)
 
 
-@algorithm("barrier", "binomial", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha,
+@algorithm("barrier", "binomial",
+           formula="2·⌈log2 p⌉·α", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: 0)
 def barrier_binomial(ch: Channel) -> Schedule:
@@ -30,17 +31,21 @@ def barrier_binomial(ch: Channel) -> Schedule:
     """
     p, r = ch.size, ch.rank
     children = binomial_children(r, p)
+    ch.phase("arrive")
     for child in reversed(children):           # arrive, from the leaves up
         yield [ch.irecv(_token(), child)]
     if r != 0:
         parent = binomial_parent(r)
         yield [ch.isend(_token(), parent)]
+        ch.phase("release")
         yield [ch.irecv(_token(), parent)]     # released by the parent
+    ch.phase("release")
     for child in children:                     # release, from the root down
         yield [ch.isend(_token(), child)]
 
 
-@algorithm("barrier", "ring", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
+@algorithm("barrier", "ring",
+           formula="2·p·α", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
            messages=lambda m, p, n: 2 * p if p > 1 else 0,
            volume=lambda p, n: 0)
 def barrier_ring(ch: Channel) -> Schedule:
@@ -53,7 +58,8 @@ def barrier_ring(ch: Channel) -> Schedule:
     if p == 1:
         return
     left, right = ring_neighbours(r, p)
-    for _round in range(2):
+    for round_ in range(2):
+        ch.phase("arrive" if round_ == 0 else "release")
         if r == 0:
             yield [ch.isend(_token(), right)]
             yield [ch.irecv(_token(), left)]
@@ -62,7 +68,8 @@ def barrier_ring(ch: Channel) -> Schedule:
             yield [ch.isend(_token(), right)]
 
 
-@algorithm("barrier", "dissemination", cost=lambda m, p, n: ceil_log2(p) * m.alpha,
+@algorithm("barrier", "dissemination",
+           formula="⌈log2 p⌉·α", cost=lambda m, p, n: ceil_log2(p) * m.alpha,
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: 0)
 def barrier_dissemination(ch: Channel) -> Schedule:

@@ -34,6 +34,7 @@ from .schedule import Channel, Schedule
 
 
 @algorithm("bcast", "binomial",
+           formula="⌈log2 p⌉·(α + n·β)",
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta),
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n)
@@ -58,6 +59,7 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
 
 
 @algorithm("bcast", "ring",
+           formula="(p + s - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
            cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
            * (m.alpha + min(n, m.segment) * m.beta),
            messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
@@ -102,7 +104,8 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
     return data
 
 
-@algorithm("bcast", "scatter_allgather", objects=False,
+@algorithm("bcast", "scatter_allgather",
+           formula="(⌈log2 p⌉ + p - 1)·α + 2·(p-1)/p·n·β", objects=False,
            cost=lambda m, p, n: (ceil_log2(p) + p - 1) * m.alpha + 2 * (p - 1) / p * n * m.beta,
            messages=lambda m, p, n: (p - 1) + p * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
@@ -129,6 +132,7 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
 
     # Scatter: each rank receives the chunks of its whole subtree from its parent and hands
     # each child the chunks of the child's subtree.
+    ch.phase("binomial scatter")
     if rel != 0:
         piece = span(rel, subtree_end(rel, p) - rel)
         yield [ch.irecv(piece, absolute(binomial_parent(rel), root, p))]
@@ -136,6 +140,7 @@ def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedul
         piece = span(child, subtree_end(child, p) - child)
         yield [ch.isend(piece, absolute(child, root, p))]
     # Ring allgather of the p chunks: in step k, pass on the chunk received in step k-1.
+    ch.phase("ring allgather")
     left, right = ring_neighbours(ch.rank, p)
     for k in range(p - 1):
         send_rel = (rel - k) % p
@@ -183,6 +188,7 @@ def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
     groups = host_groups(ch.ep.hosts)
     leaders = host_leaders(groups, root)
     mine = host_of(ch.rank, groups)
+    ch.phase("1. broadcast among the host leaders")
     if ch.rank == leaders[mine]:                              # 1. between hosts
         model = default_model()
         among = "binomial" if ch.objects else cheapest(
@@ -190,4 +196,5 @@ def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
         data = yield from algorithms("bcast")[among](GroupChannel(ch, leaders), data,
                                                      host_of(root, groups))
     home = groups[mine]                                       # 2. inside my host
+    ch.phase("2. broadcast inside each host")
     return (yield from bcast_binomial(GroupChannel(ch, home), data, home.index(leaders[mine])))

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatchError
 from ..p2p.request import Request
+from .scratch import scratch
 
 #: a byte range of one block (pipelining cuts a block in parts); None: the whole block
 Part = Optional[Tuple[int, int]]
@@ -160,6 +161,8 @@ class Blocks:
         span = self._span(indices)
         if span is not None:
             return self.array[span[0]:span[1]]
+        # a landing area for this one message, unpacked as soon as it is in: not a
+        # working buffer kept across steps, so not a scratch buffer
         return np.empty(self.nelements(indices), dtype=self.array.dtype)
 
     def unpack(self, indices: Sequence[int], into: Optional[np.ndarray],
@@ -273,7 +276,7 @@ class EqualBlocks(RootedBlocks):
         if hi - lo == 1 and lo == self.me and own is not None:
             self.store = Blocks(own, [self.b], [0])
             return
-        self.store = Blocks.uniform(np.empty((hi - lo) * self.b, np.uint8), hi - lo)
+        self.store = Blocks.uniform(scratch((hi - lo) * self.b, np.uint8, "subtree"), hi - lo)
         if self.src is not None and lo <= self.me < hi:
             self.store.put(self._index(self.me), self.src)
 

@@ -403,3 +403,57 @@ def not_pow2(p: int) -> int:
 
 def segments(n: int, segment: int) -> int:
     return max(1, math.ceil(n / segment))
+
+
+# ----------------------------------------------------------------------------------------
+# Formulas as a reader sees them (``minimpi explain``)
+# ----------------------------------------------------------------------------------------
+#: What the symbols of a registered ``formula`` stand for, besides p (ranks), n (bytes),
+#: α, β, γ and ``segment`` (the model's). A formula may end with definitions of its own
+#: (``...; S = min(8, max(1, ⌈n/p/segment⌉))``).
+SYMBOLS = {
+    "f": "1 when p is not a power of two (the fold costs extra steps), else 0",
+    "q": "2^⌊log2 p⌋, the ranks left after the fold",
+}
+
+#: display notation -> Python, in this order
+_NOTATION = [("⌈log2 p⌉", "ceil_log2(p)"), ("⌊log2 p⌋", "floor_log2(p)"), ("⌈", "_ceil("),
+             ("⌉", ")"), ("·", "*"), ("α", "alpha"), ("β", "beta"), ("γ", "gamma")]
+
+
+def _python(expression: str) -> str:
+    for shown, code in _NOTATION:
+        expression = expression.replace(shown, code)
+    return expression
+
+
+def formula_values(formula: str, model: CostModel, p: int, n: float) -> Tuple[float, Dict[str, float]]:
+    """Evaluate a registered formula for p ranks and n bytes: (seconds, the values of the
+    symbols it defines itself). Raises ValueError for a formula it cannot read."""
+    names: Dict[str, object] = {
+        "p": p, "n": n, "alpha": model.alpha, "beta": model.beta, "gamma": model.gamma,
+        "segment": model.segment, "f": not_pow2(p), "q": 1 << floor_log2(p),
+        "ceil_log2": ceil_log2, "floor_log2": floor_log2, "_ceil": math.ceil,
+        "min": min, "max": max, "__builtins__": {}}
+    # eval of the registry's own formula strings (never user input), in a namespace with
+    # no builtins: the display notation is plain Python arithmetic once translated
+    expression, *definitions = [part.strip() for part in formula.split(";")]
+    defined: Dict[str, float] = {}
+    try:
+        for definition in definitions:
+            name, _, value = definition.partition("=")
+            defined[name.strip()] = names[name.strip()] = eval(_python(value), names)
+        return float(eval(_python(expression), names)), defined
+    except Exception as exc:   # a typo in a formula string: say which
+        raise ValueError(f"cannot evaluate the formula {formula!r}: {exc}") from None
+
+
+def split_terms(cost, model: CostModel, p: int, n: float) -> Tuple[float, float, float]:
+    """The latency (α), bandwidth (β) and reduction (γ) parts of a cost function, in
+    seconds: every formula is linear in α, β and γ, so each part is the formula with the
+    other two set to zero."""
+    # (the links of both kinds follow alpha and beta: a flat formula reads only those)
+    links = {"alpha_intra": None, "alpha_inter": None, "beta_intra": None, "beta_inter": None}
+    only = lambda **kw: float(cost(replace(model, **{"alpha": 0.0, "beta": 0.0, "gamma": 0.0,
+                                                     **links, **kw}), p, n))
+    return only(alpha=model.alpha), only(beta=model.beta), only(gamma=model.gamma)

@@ -18,6 +18,7 @@ from .schedule import Channel, Schedule
 
 
 @algorithm("gather", "binomial",
+           formula="⌈log2 p⌉·α + (p-1)·n·β",
            cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta,
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: tree_volume(p) * n)
@@ -45,6 +46,7 @@ def gather_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int =
 
 
 @algorithm("gather", "ring",
+           formula="((p-1)·s + p - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
            cost=lambda m, p, n: 0.0 if p == 1 else
            ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta),
            messages=lambda m, p, n: p * (p - 1) / 2 * segments(n, m.segment),
@@ -85,6 +87,7 @@ def gather_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256
 
 
 @algorithm("gather", "linear",
+           formula="α + (p-1)·α/4 + (p-1)·n·β",
            cost=lambda m, p, n: 0.0 if p == 1 else
            m.alpha + (p - 1) * m.alpha / 4 + (p - 1) * n * m.beta,
            messages=lambda m, p, n: p - 1,

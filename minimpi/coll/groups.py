@@ -51,6 +51,10 @@ class GroupChannel:
     def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
         return self.parent.irecv(into, self.members[source])
 
+    def phase(self, name: str) -> None:
+        """The phases of an algorithm run on a group stay inside the step of the call that
+        runs it (which marks its own phases on the real channel): nothing to do."""
+
 
 class GroupBlocks:
     """The blocks of ``blocks`` seen group by group: block i is the blocks of the ranks

@@ -55,10 +55,10 @@ import zlib
 from typing import Any, Dict, Optional, Tuple
 
 from ..errors import CollectiveMismatchError
+from . import slots
 from .registry import REGISTRY
+from .slots import SEQ_BITS, SEQ_MASK
 
-SEQ_BITS = 14
-SEQ_MASK = (1 << SEQ_BITS) - 1
 #: how many recent collectives per communicator a late message is checked against
 HISTORY = 64
 
@@ -87,8 +87,8 @@ def _kind_id(collective: str) -> int:
 
 
 def _op_name(op: Any) -> Optional[str]:
-    if op is None:
-        return None
+    if op is None or isinstance(op, str):    # already a name (what the bookkeeping keeps)
+        return op
     name = getattr(op, "name", None)
     if isinstance(name, str):
         return name
@@ -101,14 +101,15 @@ _cache: Dict[tuple, int] = {}
 def signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
               objects: bool) -> int:
     """The 17-bit signature of one collective call (see the module docstring)."""
-    key = (collective, algorithm, root, op, nbytes, objects)
+    # keyed by the op's name, never the op: the cache must not keep user ops alive (mpi4py
+    # allows only 32 at once, and a freed op's memory should go)
+    opname = _op_name(op)
+    key = (collective, algorithm, root, opname, nbytes, objects)
     try:
         return _cache[key]
     except KeyError:
         pass
-    except TypeError:   # an unhashable op: compute every time
-        return _signature(collective, algorithm, root, op, nbytes, objects)
-    sig = _signature(collective, algorithm, root, op, nbytes, objects)
+    sig = _signature(collective, algorithm, root, opname, nbytes, objects)
     if len(_cache) > 4096:
         _cache.clear()
     _cache[key] = sig
@@ -246,7 +247,7 @@ def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool)
 class Watch:
     """Mismatch bookkeeping of one communicator's collective context (one per engine)."""
 
-    __slots__ = ("ep", "calls", "order", "error")
+    __slots__ = ("ep", "calls", "order", "error", "aborted")
 
     def __init__(self, ep: Any) -> None:
         self.ep = ep
@@ -254,6 +255,46 @@ class Watch:
         self.calls: Dict[int, tuple] = {}
         self.order: collections.deque = collections.deque()
         self.error: Optional[CollectiveMismatchError] = None
+        #: seq mod 2**14 -> the error that aborted that slot here (see minimpi.coll.slots)
+        self.aborted: Dict[int, BaseException] = {}
+
+    def register(self, seq: int, tag: int, sig: int, collective: str, call: str,
+                 algorithm: str = "", root: Optional[int] = None, op: Any = None,
+                 nbytes: int = 0, objects: bool = False) -> int:
+        """Record slot ``seq`` as this rank's call (kept for :data:`HISTORY` calls)."""
+        low = seq & SEQ_MASK
+        self.aborted.pop(low, None)          # a new call in this slot (after wrap-around)
+        self.calls[low] = (seq, tag, sig, collective, call, algorithm, root, _op_name(op), nbytes,
+                           objects)
+        order = self.order
+        order.append(low)
+        if len(order) > HISTORY:
+            old = order.popleft()
+            if old != low:
+                self.calls.pop(old, None)
+        return low
+
+    def abort(self, engine: Any, context: int, low: int, err: BaseException) -> None:
+        """Slot ``low`` failed: fail what of it is pending here, drop what arrives for it."""
+        self.aborted[low] = err
+        slots.fail_slot(engine, context, low, err)
+        slots.purge_slot(engine, context, low)
+
+    def _marker(self, engine: Any, inc: Any) -> None:
+        """Another rank's abort marker arrived (see :mod:`minimpi.coll.slots`)."""
+        low = inc.tag & SEQ_MASK
+        fields = self.calls.get(low)
+        if fields is None:
+            behind = (self.ep._coll_seq - low) & SEQ_MASK
+            if 0 < behind < (SEQ_MASK + 1) // 2:   # a call finished long ago: nothing to do
+                slots.purge_slot(engine, inc.context, low)
+            return                  # else a call this rank has not reached: open_call sees it
+        if low not in self.aborted:
+            mine = Call(*fields)
+            self.abort(engine, inc.context, low, slots.aborted_error(
+                self.ep, mine.text(), mine.seq, inc.source, slots.marker_class(inc.tag)))
+        else:
+            slots.purge_slot(engine, inc.context, low)
 
     def call(self, low: int) -> Optional[Call]:
         fields = self.calls.get(low)
@@ -288,7 +329,16 @@ class Watch:
         pending, from this rank's next collective call on the communicator.
         """
         try:
-            fields = self.calls.get(inc.tag & SEQ_MASK)
+            low = inc.tag & SEQ_MASK
+            if not slots.in_slot(inc.tag, low):    # Create_group's exchange: no slot
+                return
+            if slots.is_marker(inc.tag, inc.length):
+                self._marker(engine, inc)
+                return
+            if low in self.aborted:     # a late message of a failed call: never matched
+                slots.purge_slot(engine, inc.context, low)
+                return
+            fields = self.calls.get(low)
             if fields is None or fields[1] == inc.tag:
                 return
             err = self.error_for(Call(*fields), inc.source, inc.tag, inc.length, inc.rendezvous)
@@ -322,31 +372,63 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
     """
     engine = ch.ep.engine
     context = ch.context
-    watches = engine.coll_watch
-    watch = watches.get(context)
-    if watch is None:
-        watch = watches[context] = Watch(ch.ep)
-    elif watch.error is not None:
+    watch = watch_of(ch.ep)
+    if watch.error is not None:
         err, watch.error = watch.error, None
         raise err
     seq = ch.tag
     sig = signature(collective, algorithm, root, op, nbytes, objects)
     tag = (seq & SEQ_MASK) | sig << SEQ_BITS
     ch.tag = tag
-    low = seq & SEQ_MASK
-    watch.calls[low] = (seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects)
-    order = watch.order
-    order.append(low)
-    if len(order) > HISTORY:
-        old = order.popleft()
-        if old != low:
-            watch.calls.pop(old, None)
+    low = watch.register(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects)
     q = engine._queues.get(context)
     if q is not None and q.unexpected:
+        check_marker(ch.ep, low)
         for inc in q.unexpected:
             if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
                 raise watch.error_for(watch.call(low), inc.source, inc.tag, inc.length,
                                       inc.rendezvous)
+
+
+def watch_of(ep: Any) -> Watch:
+    """The mismatch/abort bookkeeping of ``ep``'s collective context (made on first use)."""
+    watches = ep.engine.coll_watch
+    watch = watches.get(ep.coll_context)
+    if watch is None:
+        watch = watches[ep.coll_context] = Watch(ep)
+    return watch
+
+
+def check_marker(ep: Any, low: int) -> None:
+    """Raise (and abort the slot here) if another rank's abort marker for slot ``low`` - a
+    call this rank has just opened - is already waiting."""
+    engine = ep.engine
+    inc = slots.queued_marker(engine, ep.coll_context, low)
+    if inc is None:
+        return
+    watch = watch_of(ep)
+    mine = watch.call(low)
+    err = slots.aborted_error(ep, mine.text() if mine else "a collective call", low,
+                              inc.source, slots.marker_class(inc.tag))
+    watch.abort(engine, ep.coll_context, low, err)
+    raise err
+
+
+def abort_slot(ep: Any, exc: BaseException, low: Optional[int] = None,
+               call: str = "collective") -> None:
+    """This rank's collective call failed with ``exc``: consume its slot (``low``, or the
+    next one if the call failed before taking it), drop what arrives for it, and send every
+    other member the abort marker. Never raises (it runs while ``exc`` propagates)."""
+    try:
+        engine = ep.engine
+        watch = watch_of(ep)
+        if low is None:
+            seq = ep.next_coll_tag()
+            low = watch.register(seq, slots.marker_tag(seq, 0), 0, "aborted", call)
+        watch.abort(engine, ep.coll_context, low, exc)
+        slots.send_markers(ep, low, getattr(exc, "error_class", slots.ERR_OTHER))
+    except Exception:  # noqa: S110 - the caller's own error is what must surface
+        pass
 
 
 def call_of(ep: Any, tag: int) -> Optional[Call]:

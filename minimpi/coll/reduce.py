@@ -37,9 +37,11 @@ from .peers import (
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
+from .scratch import scratch, scratch_copy, scratch_like
 
 
 @algorithm("reduce", "binomial",
+           formula="⌈log2 p⌉·(α + n·β + n·γ)",
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma),
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -75,7 +77,8 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
     return acc if ch.rank == root else None
 
 
-@algorithm("reduce", "ring", commutative_only=True, objects=False,
+@algorithm("reduce", "ring",
+           formula="2·(p-1)·α + (p-1)/p·n·(2·β + γ) + n·γ", commutative_only=True, objects=False,
            cost=lambda m, p, n: 2 * (p - 1) * m.alpha + (p - 1) / p * n * (2 * m.beta + m.gamma)
            + n * m.gamma,
            messages=lambda m, p, n: p * (p - 1) + p - 1,
@@ -91,19 +94,21 @@ def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sched
     Chunks are combined in ring order, not rank order: commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else data.copy()
+    acc = data if r == root else scratch_copy(data, "acc")
     if p == 1:
         return acc
     bounds = even_bounds(acc.size, p)                   # chunk c = [bounds[c], bounds[c+1])
     chunk = lambda c: acc[bounds[c]:bounds[c + 1]]
-    tmp = np.empty(bounds[1], acc.dtype)
+    tmp = scratch(bounds[1], acc.dtype, "tmp")
     left, right = ring_neighbours(r, p)
+    ch.phase("reduce-scatter")
     for s in range(p - 1):                              # reduce-scatter round the ring
         send_c, recv_c = (r - s) % p, (r - s - 1) % p
         into = tmp[:bounds[recv_c + 1] - bounds[recv_c]]
         yield [ch.irecv(into, left), ch.isend(chunk(send_c), right)]
         red.lower_into(into, chunk(recv_c))
     mine = (r + 1) % p                                  # gather the chunks at the root
+    ch.phase("gather at the root")
     if r != root:
         yield [ch.isend(chunk(mine), root)]
         return None
@@ -134,7 +139,8 @@ def _rabenseifner_local(p, n):
     return (p - q) * n + (q - 1) * n + (p - 1) * n
 
 
-@algorithm("reduce", "rabenseifner", commutative_only=True, objects=False,
+@algorithm("reduce", "rabenseifner",
+           formula="2·⌊log2 p⌋·α + 2·(q-1)/q·n·β + (q-1)/q·n·γ + n·γ + f·(2·(α + n·β) + n·γ)", commutative_only=True, objects=False,
            cost=_rabenseifner_cost, messages=_rabenseifner_messages,
            volume=_rabenseifner_volume, local=_rabenseifner_local)
 def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
@@ -152,15 +158,16 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     Commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else data.copy()
+    acc = data if r == root else scratch_copy(data, "acc")
     if p == 1:
         return acc
     q, rem, new = fold_power_of_two(r, p)
     acc = yield from fold_in(ch, red, acc)              # fold (whole vectors)
-    tmp = np.empty_like(acc)
+    tmp = scratch_like(acc, "tmp")
     real = lambda v: unfold_rank(v, rem)                # new rank -> rank
     bounds = even_bounds(acc.size, q)
     span = lambda lo, hi: (bounds[lo], bounds[hi])
+    ch.phase("reduce-scatter (recursive halving)")
     if new >= 0:
         lo, hi = 0, q                                   # my chunk range
         mask = q >> 1
@@ -178,6 +185,7 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
             lo, hi = keep
             mask >>= 1
         # binomial gather to new rank 0: each child brings its subtree's chunks
+        ch.phase("binomial gather")
         for child in reversed(binomial_children(new, q)):
             hi = subtree_end(child, q)
             s, e = span(child, hi)
@@ -229,7 +237,9 @@ def reduce_hierarchical(ch: Channel, red: Operand, data: Any, root: int) -> Sche
     leaders = host_leaders(groups, root)
     mine = host_of(ch.rank, groups)
     home = groups[mine]                                       # 1. inside my host
+    ch.phase("1. reduce inside each host")
     acc = yield from reduce_binomial(GroupChannel(ch, home), red, data, home.index(leaders[mine]))
+    ch.phase("2. reduce among the host leaders")
     if ch.rank == leaders[mine]:                              # 2. between hosts
         acc = yield from reduce_binomial(GroupChannel(ch, leaders), red, acc, host_of(root, groups))
     return acc if ch.rank == root else None

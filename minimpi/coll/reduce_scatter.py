@@ -30,9 +30,11 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .scratch import scratch, scratch_copy
 
 
-@algorithm("reduce_scatter", "binomial", objects=False,
+@algorithm("reduce_scatter", "binomial",
+           formula="⌈log2 p⌉·(α + n·β + n·γ) + ⌈log2 p⌉·α + (p-1)/p·n·β + n·γ", objects=False,
            cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma)
            + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta + n * m.gamma,
            messages=lambda m, p, n: 2 * (p - 1),
@@ -53,8 +55,10 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
     """
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
-    acc = send.copy()
+    acc = scratch_copy(send, "acc")
+    ch.phase("reduce to rank 0")
     yield from reduce_binomial(ch, red, acc, 0)      # rank 0's acc: the whole result
+    ch.phase("scatter from rank 0")
     if rank:                                          # my subtree's blocks from the parent
         yield [ch.irecv(acc[offs[rank]:offs[subtree_end(rank, p)]], binomial_parent(rank))]
     for child in binomial_children(rank, p):          # each child its subtree's blocks
@@ -62,7 +66,8 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
-@algorithm("reduce_scatter", "ring", objects=False, commutative_only=True,
+@algorithm("reduce_scatter", "ring",
+           formula="(p-1)·(α + n/p·(β + γ))", objects=False, commutative_only=True,
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -83,7 +88,7 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
         return
     left, right = ring_neighbours(rank, p)
     largest = max(counts)
-    slots = (np.empty(largest, send.dtype), np.empty(largest, send.dtype))
+    slots = (scratch(largest, send.dtype, "slot"), scratch(largest, send.dtype, "slot"))
     outgoing = send[offs[(rank - 1) % p]:offs[(rank - 1) % p + 1]]
     for k in range(p - 1):
         rb = (rank - k - 2) % p
@@ -94,7 +99,8 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
         outgoing = into
 
 
-@algorithm("reduce_scatter", "recursive_halving", objects=False, commutative_only=True,
+@algorithm("reduce_scatter", "recursive_halving",
+           formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β + ((p-1)/p + f)·n·γ + n·γ", objects=False, commutative_only=True,
            cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
            + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta
            + ((p - 1) / p + not_pow2(p)) * n * m.gamma + n * m.gamma,
@@ -118,14 +124,15 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
     pof2, rem, newrank = fold_power_of_two(rank, p)
-    acc = yield from fold_in(ch, red, send.copy())    # fold (whole vectors)
+    acc = yield from fold_in(ch, red, scratch_copy(send, "acc"))    # fold (whole vectors)
 
     def span(nlo: int, nhi: int) -> slice:
         """Elements of the blocks of newranks [nlo, nhi)."""
         return slice(offs[first_real(nlo, rem)], offs[first_real(nhi, rem)] if nhi < pof2 else offs[p])
 
+    ch.phase("recursive halving")
     if newrank >= 0:
-        tmp = np.empty(acc.size, acc.dtype)
+        tmp = scratch(acc.size, acc.dtype, "tmp")
         lo, hi = 0, pof2
         mask = pof2 >> 1
         while mask:
@@ -138,6 +145,7 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
             red.lower_into(piece, kept)
             lo, hi = keep
             mask >>= 1
+    ch.phase("unfold")
     if rank < 2 * rem:                                # unfold: the odd rank returns block rank-1
         if newrank >= 0:
             yield [ch.isend(acc[offs[rank - 1]:offs[rank]], rank - 1)]
@@ -147,7 +155,8 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
-@algorithm("reduce_scatter", "pairwise", objects=False,
+@algorithm("reduce_scatter", "pairwise",
+           formula="(p-1)·(α + n/p·(β + γ))", objects=False,
            cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -171,7 +180,7 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
     recv[...] = send[offs[rank]:offs[rank + 1]]
-    tmp = np.empty(counts[rank], send.dtype)
+    tmp = scratch(counts[rank], send.dtype, "tmp")
     ordered = not red.op.Is_commutative()
     higher = None
     for k in range(1, p):
@@ -180,7 +189,7 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
         if not ordered or src < rank:
             red.lower_into(tmp, recv)     # recv = x_src (op) recv
         elif higher is None:
-            higher = tmp.copy()                                   # x[p-1]
+            higher = scratch_copy(tmp, "higher")                                   # x[p-1]
         else:
             red.lower_into(tmp, higher)   # higher = x_src (op) higher
     if higher is not None:

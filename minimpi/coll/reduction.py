@@ -17,6 +17,7 @@ import numpy as np
 from ..p2p.request import Request
 from .blocks import segment_bounds
 from .peers import fold_power_of_two
+from .scratch import scratch_copy, scratch_like
 
 
 def received(req: Request, into: Optional[np.ndarray]) -> Any:
@@ -50,7 +51,7 @@ class Operand:
     def _writable(self, acc: Any) -> Any:
         if self._readonly is not None and id(acc) == self._readonly:
             self._readonly = None
-            return acc.copy()
+            return scratch_copy(acc, "acc")
         return acc
 
     def lower_into(self, lower: Any, acc: Any) -> Any:
@@ -76,12 +77,13 @@ class Operand:
         target[...] = value
         return target
 
-    def copy(self, value: Any) -> Any:
-        return value if self.objects else np.array(value, copy=True)
+    def copy(self, value: Any, name: str = "copy") -> Any:
+        """A working copy of ``value`` (objects are immutable here: no copy)."""
+        return value if self.objects else scratch_copy(value, name)
 
-    def slot(self, like: Any) -> Optional[np.ndarray]:
+    def slot(self, like: Any, name: str = "tmp") -> Optional[np.ndarray]:
         """Where a value like ``like`` is received (None: as an object, see :func:`received`)."""
-        return None if self.objects else np.empty_like(like)
+        return None if self.objects else scratch_like(like, name)
 
     def pieces(self, value: Any, segment_bytes: int) -> List[Any]:
         """``value`` cut into pipeline segments (views); an object is one piece."""
@@ -97,6 +99,7 @@ def fold_in(ch: Any, red: "Operand", acc: Any) -> Generator[List[Request], None,
     which combines it on the lower side (``acc = received (op) acc``). Returns the new
     accumulator (the sender's is unchanged); use as ``acc = yield from fold_in(...)``."""
     _, rem, newrank = fold_power_of_two(ch.rank, ch.size)
+    ch.phase("fold")
     if ch.rank < 2 * rem:
         if newrank < 0:
             yield [ch.isend(acc, ch.rank + 1)]

@@ -28,6 +28,7 @@ each phase on its own link (see :mod:`minimpi.coll.cost`, "Hosts").
 """
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -65,6 +66,9 @@ class Algorithm:
     #: hierarchical: (model, p, n, layout) -> [(what a step does, its predicted seconds)],
     #: which ``cost`` adds up (``minimpi explain`` shows them)
     phases: Optional[Callable[..., List[Tuple[str, float]]]] = None
+    #: ``cost`` as a reader sees it, e.g. "⌈log2 p⌉·(α + n·β)" (see cost.evaluate: the
+    #: tests check that it computes what ``cost`` computes)
+    formula: str = ""
 
     def __call__(self, *args, **kwargs):
         """Run the algorithm: its schedule generator."""
@@ -116,17 +120,35 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               commutative_only: bool = False, objects: bool = True,
               reads_sendbuf: bool = False, hierarchical: bool = False,
               order_needs_contiguous_hosts: bool = False,
-              phases: Optional[Callable[..., List[Tuple[str, float]]]] = None) -> Callable:
+              phases: Optional[Callable[..., List[Tuple[str, float]]]] = None,
+              formula: str = "") -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
         _auto_choices.clear()
-        doc = (fn.__doc__ or "").strip().splitlines()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
-            doc[0] if doc else "", volume, local, messages, hierarchical,
-            order_needs_contiguous_hosts, phases)
+            first_sentence(fn.__doc__ or ""), volume, local, messages, hierarchical,
+            order_needs_contiguous_hosts, phases, formula)
         return fn
     return register
+
+
+def plain(text: str) -> str:
+    """Docstring markup as a reader of a terminal wants it: ``x`` -> x,
+    :func:`~a.b.name` -> name, :mod:`a.b` -> a.b."""
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", lambda m: m.group(1).rsplit(".", 1)[-1]
+                  if m.group(0).split("`")[1].startswith("~") else m.group(1), text)
+    return text.replace("``", "")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, whole (lines joined, markup
+    plain): a full stop ends it only where the next word starts with a capital or the
+    paragraph ends, so "0 -> 1 -> ... -> p-1" and "(log2 p + f)·nγ, f = 0 or 2" survive."""
+    para = " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+    para = plain(para)
+    end = re.search(r"(?<![.])\.(?=\s+[A-Z(]|\s*$)", para)
+    return para[:end.start() + 1] if end else para
 
 
 def flat_cost(collective: str, name: str, model: CostModel, link: Link, p: int,
@@ -185,9 +207,10 @@ def best_of(candidates: Sequence[Tuple[float, float, float, "Algorithm"]]) -> "A
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
            *, objects: bool = False, rank: int = -1, call: str = "",
-           layout: Optional[Layout] = None) -> Algorithm:
+           layout: Optional[Layout] = None, model: Optional[CostModel] = None) -> Algorithm:
     """The algorithm a call runs (see the module docstring for the order of choice);
-    ``layout``: where the p ranks run (default: one host)."""
+    ``layout``: where the p ranks run (default: one host); ``model``: another cost model
+    than the job's (``minimpi explain --cores``)."""
     table = algorithms(collective)
     layout = layout or Layout.one_host(p)
     source = "algorithm="
@@ -208,7 +231,7 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
-    model = default_model()
+    model = model or default_model()
     # auto's answer depends only on these (refusals look at p, commutativity, objects and
     # the layout), so repeated calls - the common case - skip the predictions.
     op_key = None if op is None else op.Is_commutative()
@@ -240,7 +263,8 @@ _load_lock = threading.Lock()
 
 
 def _load_all() -> None:
-    """Import every algorithm module so that all registrations have run."""
+    """Import every algorithm module so that all registrations have run (once; ranks
+    running as threads may ask at the same time, and none may see a partial registry)."""
     global _loaded
     if _loaded:
         return

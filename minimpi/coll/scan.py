@@ -21,7 +21,7 @@ from .schedule import Channel, Schedule
 def _doubling(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool) -> Schedule:
     """Recursive doubling shared by scan and exscan (see ``scan_binomial``)."""
     p, r = ch.size, ch.rank
-    partial = red.copy(data)            # x of the 2^k-aligned block of ranks around r
+    partial = red.copy(data, "partial")          # x of the 2^k-aligned block of ranks around r
     result = red.assign(out, data) if inclusive else out
     have = inclusive                    # exscan: nothing below rank r seen yet
     tmp = red.slot(data)
@@ -50,7 +50,7 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
     if inclusive:                       # result = prefix (op) x_r, built in ``out`` and
         acc = red.assign(out, data)     # forwarded as it is
     else:                               # result = prefix, received straight into ``out``;
-        acc = red.copy(data)            # prefix (op) x_r is forwarded
+        acc = red.copy(data, "acc")          # prefix (op) x_r is forwarded
     fwd = red.pieces(acc, segment)
     n = len(fwd)
     if inclusive or red.objects:
@@ -86,11 +86,13 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
 #: Scan and Exscan move the same data in the same steps, so they share their cost model.
 #: Recursive doubling: ceil(log2 p)·(α + nβ + 2nγ); X(p) exchanges, up to 2·X(p)·n reduced.
 DOUBLING_COST = dict(
+    formula="⌈log2 p⌉·(α + n·β + 2·n·γ)",
     cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
     messages=lambda m, p, n: xor_exchanges(p),
     volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
 #: Pipelined chain with s segments: (p+s-2)·(α + (n/s)(β + γ)); (p-1)·n sent and reduced.
 CHAIN_COST = dict(
+    formula="(p + s - 2)·(α + min(n, segment)·(β + γ)); s = max(1, ⌈n/segment⌉)",
     cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
     * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
     messages=lambda m, p, n: (p - 1) * segments(n, m.segment),

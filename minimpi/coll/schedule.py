@@ -21,11 +21,20 @@ from typing import Any, Callable, Generator, List, Optional
 import numpy as np
 
 from ..data import serialization
-from ..errors import CollectiveMismatchError, TruncationError
+from ..errors import (
+    CollectiveAbortedError,
+    CollectiveMismatchError,
+    JobAbortedError,
+    PeerLostError,
+    TruncationError,
+)
 from ..p2p.endpoint import Endpoint
-from ..p2p.request import Request
+from ..p2p.request import CompletedRequest, Request
 from ..transports.frames import F_OBJECT
+from . import scratch
 from .blocks import as_bytes
+from .mismatch import abort_slot
+from .slots import SEQ_MASK
 
 Step = List[Request]
 Schedule = Generator[Step, None, Any]
@@ -58,7 +67,22 @@ class Channel:
         self.step_hook = step_hook
         self.step_index = 0
 
+    def _aborted(self) -> Optional[BaseException]:
+        """The error of this call's slot if another rank's failure aborted it here."""
+        watch = self.ep.engine.coll_watch.get(self.context)
+        if watch is None or not watch.aborted:
+            return None
+        return watch.aborted.get(self.tag & SEQ_MASK)
+
+    def _failed(self, err: BaseException) -> Request:
+        req = CompletedRequest()
+        req._fail(err)
+        return req
+
     def isend(self, data: Any, dest: int) -> Request:
+        err = self._aborted()
+        if err is not None:
+            return self._failed(err)
         if not self.objects and isinstance(data, np.ndarray):
             view = memoryview(as_bytes(data))
             return self.ep.isend((view,), view.nbytes, dest, self.tag, 0, self.call,
@@ -67,7 +91,15 @@ class Channel:
         return self.ep.isend(payload, nbytes, dest, self.tag, F_OBJECT, self.call,
                                       self.context)
 
+    def phase(self, name: str) -> None:
+        """The steps from here on form the phase ``name`` of the algorithm (for instance the
+        allgather half of the ring allreduce). Costs nothing; ``minimpi draw`` labels them."""
+        scratch.phase(name)
+
     def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
+        err = self._aborted()
+        if err is not None:
+            return self._failed(err)
         if into is None:
             req = self.ep.irecv(None, source, self.tag, self.call, self.context)
             req._finish = lambda: serialization.loads(req.buffer)
@@ -132,7 +164,7 @@ class CollectiveRequest(Request):
 
     def __init__(self, ch: Channel, schedule: Schedule,
                  finalize: Optional[Callable[[Any], Any]] = None) -> None:
-        super().__init__(ch.ep.engine, ch.call)
+        self._setup(ch.ep.engine, ch.call)
         self._ch = ch
         self._schedule = schedule
         self._step: Optional[Step] = None
@@ -164,6 +196,10 @@ class CollectiveRequest(Request):
             self._complete()
             return True
         except Exception as exc:  # the error surfaces from wait()/test()
+            if not isinstance(exc, (CollectiveAbortedError, CollectiveMismatchError,
+                                    PeerLostError, JobAbortedError)):   # tell the others
+                abort_slot(ch.ep, exc, ch.tag & SEQ_MASK, ch.call)
+                exc._minimpi_slot_aborted = True
             self._fail(exc)
             return True
 

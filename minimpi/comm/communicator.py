@@ -10,9 +10,14 @@ with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
+import itertools
 import operator
+import weakref
+import zlib
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ..coll.mismatch import check_marker, watch_of
+from ..coll.slots import SEQ_MASK
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
@@ -26,14 +31,19 @@ from ..constants import (
 )
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer
-from ..errors import ArgumentError, CommError, RankError, TagError
+from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
-from ..p2p.request import CompletedRequest, Request, Status, null_status
+from ..p2p.request import CompletedRequest, PairRequest, Request, Status, null_status
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
+from .collectives.common import collective, note_slot
 from .extras import CommExtras
-from .message import ProbeWait, finish_object, probe_status
+from .group import GroupError, create_group
+from .handles import refusing
+from .hints import recv_buf_error, recv_buffer_error
+from .ledger import note
+from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .topology import CartMixin
 
@@ -59,6 +69,11 @@ class Comm(CommExtras):
     for the *same* communicator (as in mpi4py): the objects share their state, compare equal,
     and freeing one frees both. ``Comm()`` is a null communicator (equal to ``COMM_NULL``).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Comm":
+        # mpi4py's subclassing idiom: ``def __new__(cls, comm): return super().__new__(cls,
+        # comm)`` - the arguments go to __init__, as for mpi4py's handle types
+        return super().__new__(cls)
 
     def __init__(self, engine: Any = None, group: Sequence[int] = (), rank: int = 0,
                  context: int = 0, name: str = "") -> None:
@@ -87,14 +102,23 @@ class Comm(CommExtras):
 
     @property
     def name(self) -> str:
+        """minimpi's label of the communicator (``COMM_WORLD.split(1)``...), used in every
+        message about it; assigning it is ``Set_name``."""
         return self._ep.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.Set_name(value)
 
     def Get_name(self) -> str:
         """The name as MPI reports it: what Set_name set, else ``MPI_COMM_WORLD``,
-        ``MPI_COMM_SELF`` or ``""`` (``.name`` is minimpi's descriptive label for messages)."""
+        ``MPI_COMM_SELF``, ``MPI_COMM_NULL`` or ``""`` (``.name`` is minimpi's label)."""
         return self.__dict__.get("_user_name", _MPI_NAMES.get(self._ep.name, ""))
 
     def Set_name(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"Set_name: expected a str, got {type(name).__name__}")
+        self._alive("Set_name")
         self._ep.name = self._user_name = name
 
     @property
@@ -117,6 +141,8 @@ class Comm(CommExtras):
         return True
 
     def __repr__(self) -> str:
+        if self.__dict__.get("_null"):
+            return f"<{type(self).__name__} null (== MPI.COMM_NULL)>"
         return f"<{type(self).__name__} {self.name} rank {self.rank} of {self.size}>"
 
     # -- argument checks (each names rank, call, argument and what was expected) ---------
@@ -178,7 +204,8 @@ class Comm(CommExtras):
             return CompletedRequest()
         payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
         send = self._bsend_bytes if buffered else self._ep.isend
-        return send(payload, nbytes, dest, tag, flags | F_OBJECT, call)
+        return note(self._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
+                    tag, call, True)
 
     def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
         if (self._freed or type(source) is not int or type(tag) is not int or
@@ -188,7 +215,7 @@ class Comm(CommExtras):
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(None, source, tag, call, context)
         req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
-        return req
+        return note(self._ep, req, source, tag, call, False)
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
@@ -198,20 +225,24 @@ class Comm(CommExtras):
             return CompletedRequest()
         view, _ = byte_view(buf, False, call)
         send = self._bsend_bytes if buffered else self._ep.isend
-        return send((view,), view.nbytes, dest, tag, flags, call)
+        return note(self._ep, send((view,), view.nbytes, dest, tag, flags, call), dest, tag,
+                    call, True)
 
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
-        null = (self._freed or type(source) is not int or type(tag) is not int or
+        if (self._freed or type(source) is not int or type(tag) is not int or
                 not 0 <= source < self._ep.size and source != ANY_SOURCE or
                 not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
-            not self._recv_checks(source, tag, call)
-        view, spec = byte_view(buf, True, call)
-        if null:
+                not self._recv_checks(source, tag, call):
+            # PROC_NULL: mpi4py does not look at the buffer then
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+        try:
+            view, spec = byte_view(buf, True, call)
+        except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
+            raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
             req._finish = spec.finish
-        return req
+        return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
@@ -237,20 +268,56 @@ class Comm(CommExtras):
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Optional[Status] = None) -> Any:
-        """Receive a Python object (any size: no buffer needed; ``buf`` is accepted and ignored)."""
-        return self._recv_obj(source, tag, "recv").wait(status)
+        """Receive a Python object (any size: no buffer needed).
+
+        ``buf`` is deprecated, as in mpi4py: passing one warns (``UserWarning``); an int or a
+        writable buffer then caps the message size (a larger one raises ``TruncationError``)
+        and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
+        received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
+        """
+        try:
+            capacity = recv_capacity(buf, "recv", warn=True)
+        except TypeError as exc:              # data = {}; comm.recv(data): say the fix
+            raise recv_buf_error(self, buf, "recv", source, tag, exc) from None
+        return self._capped(self._recv_obj(source, tag, "recv"), capacity).wait(status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Start receiving a Python object; ``req.wait()`` returns it."""
-        return self._recv_obj(source, tag, "irecv")
+        """Start receiving a Python object; ``req.wait()`` returns it (``buf``: as ``recv``'s,
+        without the warning)."""
+        try:
+            capacity = recv_capacity(buf, "irecv", warn=False)
+        except TypeError as exc:
+            raise recv_buf_error(self, buf, "irecv", source, tag, exc) from None
+        return self._capped(self._recv_obj(source, tag, "irecv"), capacity)
+
+    @staticmethod
+    def _capped(req: Request, capacity: Optional[int]) -> Request:
+        if capacity is not None and req._finish is not None:
+            req._finish = lambda: finish_object(req, capacity)
+        return req
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> Any:
         """Send an object to ``dest`` and receive one from ``source`` at once (no deadlock
-        when two ranks exchange); returns the received object."""
-        rreq = self._recv_obj(source, recvtag, "sendrecv")
-        sreq = self._send_obj(sendobj, dest, sendtag, "sendrecv")
+        when two ranks exchange); returns the received object.
+
+        Both halves are checked (and the object pickled) before anything is posted, so a
+        call that raises has no effect on later messages.
+        """
+        call = "sendrecv"
+        capacity = recv_capacity(recvbuf, call, warn=True)
+        self._alive(call)
+        self._check_dest(dest, call)
+        self._check_send_tag(sendtag, call)
+        self._check_source(source, call)
+        self._check_recv_tag(recvtag, call)
+        payload = None
+        if dest != PROC_NULL:
+            payload = serialization.dumps(sendobj, rank=self.rank, call=call)
+        rreq = self._capped(self._recv_obj(source, recvtag, call), capacity)
+        sreq = CompletedRequest() if payload is None else \
+            self._ep.isend(payload[0], payload[1], dest, sendtag, F_OBJECT, call)
         self._ep.engine.wait_all([rreq, sreq])
         sreq.wait()
         return rreq.wait(status)
@@ -297,22 +364,69 @@ class Comm(CommExtras):
         """Start receiving into a buffer; it is filled once the request completes."""
         return self._recv_buf(buf, source, tag, "Irecv")
 
+    def _sendrecv(self, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
+                  recvtag: int, call: str) -> Tuple[Request, Request]:
+        """Post a buffer receive and a send, after checking **both**: a call that raises has
+        posted nothing, so it cannot swallow a later message."""
+        self._alive(call)
+        self._check_dest(dest, call)
+        self._check_send_tag(sendtag, call)
+        self._check_source(source, call)
+        self._check_recv_tag(recvtag, call)
+        sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
+        rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
+        rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
+            self._ep.irecv(rview, source, recvtag, call)
+        if rspec is not None and rspec.is_temporary:
+            rreq._finish = rspec.finish
+        sreq = CompletedRequest() if sview is None else \
+            self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
+        return rreq, sreq
+
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> None:
-        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once."""
-        rreq = self._recv_buf(recvbuf, source, recvtag, "Sendrecv")
-        sreq = self._send_buf(sendbuf, dest, sendtag, "Sendrecv")
+        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once
+        (both buffers are checked before anything is posted)."""
+        rreq, sreq = self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag,
+                                    "Sendrecv")
         self._ep.engine.wait_all([rreq, sreq])
         sreq.wait()
         rreq.wait(status)
 
+    def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
+        """Nonblocking ``Sendrecv``: one request, complete once both halves are (its status
+        is the receive's)."""
+        rreq, sreq = self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag,
+                                    "Isendrecv")
+        return PairRequest(rreq, sreq, "Isendrecv")
+
+    def _replace_parts(self, buf: Any, dest: int, source: int, call: str) -> Tuple[Any, Any]:
+        """(outgoing copy, receive target) of a Sendrecv_replace: the data to send is copied
+        first, since the receive overwrites ``buf``."""
+        if dest == PROC_NULL:
+            return None, buf
+        spec = parse_buffer(buf, writable=source != PROC_NULL, call=call, arg="buf")
+        return spec.array.copy(), buf
+
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Optional[Status] = None) -> None:
         """Send the contents of ``buf`` and replace them with the message received."""
-        spec = parse_buffer(buf, writable=True, call="Sendrecv_replace", arg="buf")
-        outgoing = spec.array.copy()
-        self.Sendrecv(outgoing, dest, sendtag, buf, source, recvtag, status)
+        outgoing, target = self._replace_parts(buf, dest, source, "Sendrecv_replace")
+        rreq, sreq = self._sendrecv(outgoing, dest, sendtag, target, source, recvtag,
+                                    "Sendrecv_replace")
+        self._ep.engine.wait_all([rreq, sreq])
+        sreq.wait()
+        rreq.wait(status)
+
+    def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,
+                          source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
+        """Nonblocking ``Sendrecv_replace`` (the outgoing data is copied at the call)."""
+        outgoing, target = self._replace_parts(buf, dest, source, "Isendrecv_replace")
+        rreq, sreq = self._sendrecv(outgoing, dest, sendtag, target, source, recvtag,
+                                    "Isendrecv_replace")
+        return PairRequest(rreq, sreq, "Isendrecv_replace")
 
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
         """Wait until a matching message is available (without receiving it)."""
@@ -380,8 +494,12 @@ class Comm(CommExtras):
         gather to the leader and a release of the list of values (in ``members`` order).
         ``tag`` defaults to the next collective tag (then every member must call it).
         """
-        if tag is None:
-            tag = self._ep.next_coll_tag()
+        if tag is None:   # a slot of the communicator's collective sequence
+            seq = self._ep.next_coll_tag()
+            tag = seq & SEQ_MASK
+            low = watch_of(self._ep).register(seq, tag, 0, "exchange", what)
+            note_slot(self, seq)
+            check_marker(self._ep, low)
         members = list(range(self.size)) if members is None else list(members)
         ctx, call = self._ep.coll_context, f"{what} exchange"
         leader, others = members[0], members[1:]
@@ -398,8 +516,6 @@ class Comm(CommExtras):
         self._ep.isend(payload, nbytes, leader, tag, F_OBJECT, call, ctx).wait()
         return self._recv_obj(leader, tag, call, ctx).wait()
 
-
-
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
         return Intracomm(self._ep.engine, group, rank, context, name)
 
@@ -412,20 +528,38 @@ class Comm(CommExtras):
             cart._ep.name = self.name.replace(".split", ".cart", 1)
         return cart
 
+    @collective
     def Dup(self, info: Any = None) -> "Intracomm":
-        """A new communicator with the same members whose messages never mix with this one's."""
+        """A new communicator with the same members whose messages never mix with this one's
+        (``info``: hints, kept as the new communicator's info)."""
         self._alive("Dup")
         context = self._allocate_context()
         comm = self._derive(self._ep.group, self.rank, context, f"{self.name}.dup")
         cls = type(self)
         if cls is not Intracomm:   # mpi4py: Dup of a user subclass (or Cartcomm) keeps its type
-            same = cls.__new__(cls)
+            same = object.__new__(cls)
             same.__dict__ = comm.__dict__
             comm = same
+        if info:
+            comm.Set_info(info)
         return comm
+
+    def Idup(self, info: Any = None) -> Tuple["Intracomm", Request]:
+        """``(newcomm, request)``: ``Dup`` started as a nonblocking call.
+
+        minimpi agrees on the new communicator's context at the call, like ``Dup`` (so every
+        member must reach ``Idup`` before any of them continues); the request is then
+        already complete, and waiting on it returns at once.
+        """
+        return self.Dup(info), CompletedRequest()
+
+    def Idup_with_info(self, info: Any) -> Tuple["Intracomm", Request]:
+        """``Idup`` with hints (kept as the new communicator's info)."""
+        return self.Idup(info)
 
     Clone = Dup
 
+    @collective
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """Partition by ``color`` (``MPI.UNDEFINED``: not a member), order by (``key``, old rank)."""
         self._alive("Split")
@@ -469,6 +603,12 @@ class Comm(CommExtras):
             return SIMILAR
         return UNEQUAL
 
+    @classmethod
+    def Get_parent(cls) -> "Intercomm":
+        """Never spawned (``Spawn`` is out of scope): a null ``Intercomm``, equal to
+        ``MPI.COMM_NULL``, as mpi4py answers in a process that was not spawned."""
+        return Intercomm()
+
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
         self._ep.engine.abort_job(int(errorcode),
@@ -497,12 +637,107 @@ class Comm(CommExtras):
     def __hash__(self) -> int:
         return hash(id(vars(self)))
 
+    def __reduce__(self):
+        """mpi4py's rule: ``COMM_WORLD``/``COMM_SELF`` (and null handles) pickle by name and
+        unpickle to this process's own; any other communicator is a ValueError - its state
+        (contexts, connections) means nothing in another process."""
+        if not self:
+            if self.__dict__.get("_null"):
+                return (type(self), ())
+        for name, comm in _PREDEFINED.items():
+            if comm is self:
+                return (_predefined, (name,))
+            if comm is not None and vars(comm) is vars(self):
+                return (_predefined_handle, (name, type(self)))
+        raise ValueError(f"cannot serialize {self!r}: only MPI.COMM_WORLD, MPI.COMM_SELF and "
+                         f"MPI.COMM_NULL can be pickled (their name is what travels)")
+
+    # -- handles (mpi4py's handle / fromhandle / toint / fromint / py2f / f2py) -------------
+    @property
+    def handle(self) -> int:
+        """An integer naming this communicator in this process (0 for a null handle); give
+        it to ``fromhandle`` for another handle on the same communicator."""
+        if self.__dict__.get("_null"):
+            return 0
+        h = self.__dict__.get("_handle")
+        if h is None:
+            h = self.__dict__["_handle"] = next(_next_handle)
+            _HANDLES[h] = self
+        return h
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "Comm":
+        """A handle of this class on the communicator ``handle`` names (0: a null one)."""
+        handle = operator.index(handle)
+        if handle == 0:
+            return cls()
+        comm = _HANDLES.get(handle)
+        if comm is None:
+            raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live communicator "
+                             f"has this handle in this process")
+        return cls(comm)
+
+    def toint(self) -> int:
+        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, value: int) -> "Comm":
+        return cls.fromhandle(value)
+
+    f2py = fromint
+
+    # -- Split_type ------------------------------------------------------------------------
+    @collective
+    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> "Intracomm":
+        """Split by hardware locality (MPI 3/4 ``MPI_Comm_split_type``).
+
+        ``COMM_TYPE_SHARED``: the ranks on one host (they can share memory);
+        ``COMM_TYPE_HW_GUIDED`` / ``COMM_TYPE_RESOURCE_GUIDED``: as SHARED when ``info``'s
+        ``mpi_hw_resource_type`` is ``mpi_shared_memory`` (the one resource type minimpi
+        knows), else ``COMM_NULL``; ``COMM_TYPE_HW_UNGUIDED``: the host level when it is
+        strictly smaller than this communicator (``info`` then gets
+        ``mpi_hw_resource_type``), else ``COMM_NULL``; ``MPI.UNDEFINED``: ``COMM_NULL``.
+        Collective: every member calls it (with any of these).
+        """
+        self._alive("Split_type")
+        split_type = operator.index(split_type)
+        hosts = self._ep.hosts
+        color = UNDEFINED
+        if split_type in (COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
+            wanted = None if split_type == COMM_TYPE_SHARED else \
+                (info.Get(HW_RESOURCE_TYPE) if info else None)
+            if split_type == COMM_TYPE_SHARED or wanted == SHARED_MEMORY:
+                color = hosts[self.rank]
+        elif split_type == COMM_TYPE_HW_UNGUIDED:
+            if hosts.count(hosts[self.rank]) < self.size:
+                color = hosts[self.rank]
+        elif split_type != UNDEFINED:
+            raise ArgumentError(f"rank {self.rank}: Split_type(split_type={split_type}): "
+                                f"expected MPI.COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, "
+                                f"COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED or "
+                                f"MPI.UNDEFINED")
+        comm = self.Split(color, key)
+        if comm and split_type == COMM_TYPE_HW_UNGUIDED and info is not None and info:
+            info.Set(HW_RESOURCE_TYPE, SHARED_MEMORY)
+        if comm:
+            comm._ep.name = f"{self.name}.shared"
+        return comm
+
     def __bool__(self) -> bool:  # mpi4py: False for COMM_NULL and after Free
         return not (self.__dict__.get("_null") or self.__dict__.get("_freed"))
 
 
 KEYVAL_TAG_UB = 1
-_MPI_NAMES = {"COMM_WORLD": "MPI_COMM_WORLD", "COMM_SELF": "MPI_COMM_SELF"}
+_MPI_NAMES = {"COMM_WORLD": "MPI_COMM_WORLD", "COMM_SELF": "MPI_COMM_SELF",
+              "COMM_NULL": "MPI_COMM_NULL"}
+#: Split_type kinds (MPICH's values) and the one hardware resource type minimpi knows
+COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = \
+    1, 2, 3, 4
+HW_RESOURCE_TYPE = "mpi_hw_resource_type"
+SHARED_MEMORY = "mpi_shared_memory"
 # Other predefined attribute keyvals (MPI.HOST, MPI.IO, ...), answered as MPICH does.
 KEYVAL_HOST, KEYVAL_IO, KEYVAL_WTIME_IS_GLOBAL, KEYVAL_UNIVERSE_SIZE, KEYVAL_APPNUM, \
     KEYVAL_LASTUSEDCODE = 2, 3, 4, 5, 6, 7
@@ -518,17 +753,92 @@ _PREDEFINED_ATTRS = {
 
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
-    if isinstance(source, Comm):
+    if isinstance(source, Comm) and not (isinstance(target, Intercomm)
+                                         and not isinstance(source, Intercomm) and source):
         target.__dict__ = source.__dict__
     elif source is None or isinstance(source, NullComm):
         target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
     else:
-        raise CommError(f"{type(target).__name__}({source!r}): expected a communicator "
-                        f"(e.g. MPI.COMM_WORLD) or nothing")
+        raise TypeError(f"MPI.{type(target).__name__}({source!r:.60}): expected a "
+                        f"communicator (e.g. MPI.COMM_WORLD) or nothing")
+
+
+#: handle number -> communicator, for ``Comm.fromhandle`` (filled when ``.handle`` is read)
+_HANDLES: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
+
+#: this process's COMM_WORLD and COMM_SELF (set by the runtime), what pickles by name
+_PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}
+
+
+def set_predefined(world: "Comm", self_comm: "Comm") -> None:
+    """Record the process's predefined communicators (the runtime calls this once)."""
+    _PREDEFINED["COMM_WORLD"], _PREDEFINED["COMM_SELF"] = world, self_comm
+
+
+def _predefined(name: str) -> "Comm":
+    comm = _PREDEFINED.get(name)
+    if comm is None:
+        raise ValueError(f"cannot unpickle MPI.{name}: this process has no MPI world yet")
+    return comm
+
+
+def _predefined_handle(name: str, cls: type) -> "Comm":
+    return cls(_predefined(name))
 
 
 class Intracomm(CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
+
+    @classmethod
+    def Create_from_group(cls, group: Any, stringtag: str = "org.mpi4py", info: Any = None,
+                          errhandler: Any = None) -> "Intracomm":
+        """A communicator of ``group``'s members, made without a parent communicator (MPI
+        4): collective over the group's members, who pass the same ``stringtag``."""
+        if not isinstance(stringtag, str):
+            raise TypeError(f"Create_from_group: stringtag must be a str, got "
+                            f"{type(stringtag).__name__}")
+        group._check("Create_from_group")
+        engine = group._engine
+        if engine is None:
+            raise GroupError("Intracomm.Create_from_group: the group was not made from a "
+                             "communicator of this process (Comm.Get_group and the Group "
+                             "operations on its result)")
+        world = Intracomm(engine, range(engine.size), engine.rank, 0, "COMM_WORLD")
+        comm = create_group(world, group, zlib.crc32(stringtag.encode()) & 0x3FFFFFFF)
+        if comm:
+            comm._ep.name = f"group({stringtag})"
+        if comm and info:
+            comm.Set_info(info)
+        if comm and cls is not Intracomm:
+            same = object.__new__(cls)
+            same.__dict__ = comm.__dict__
+            comm = same
+        return comm
+
+
+class Intercomm(Comm):
+    """``MPI.Intercomm``: minimpi creates no intercommunicators (they are out of scope), so
+    the only ones are null handles - ``MPI.Intercomm()`` and ``Comm.Get_parent()`` - equal to
+    ``COMM_NULL``; creating one raises ``NotImplementedError``."""
+
+    Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
+    Create_from_groups = staticmethod(refusing("Intercomm", "Intercomm.Create_from_groups"))
+    Merge = refusing("Intercomm", "Intercomm.Merge")
+
+    def Is_inter(self) -> bool:
+        return True
+
+    def Is_intra(self) -> bool:
+        return False
+
+    @property
+    def is_inter(self) -> bool:
+        return True
+
+    @property
+    def is_intra(self) -> bool:
+        return False
 
 
 class Cartcomm(CartMixin, Intracomm):

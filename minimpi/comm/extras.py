@@ -12,14 +12,23 @@ from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ..errors import MinimpiError
-from ..p2p.request import CompletedRequest, Request, Status
+from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
 from .group import comm_group, create, create_group
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .message import mprobe
-from .null import COMM_NULL
 from .persistent import Prequest
 from .topology import create_cart
+
+#: buffered sends of every communicator not yet delivered (MPI.Flush_buffer waits for them)
+PENDING_BSENDS: list = []
+
+
+def flush_buffered() -> Request:
+    """A request complete once every buffered send of this process has been delivered."""
+    pending = [r for r in PENDING_BSENDS if not r.done]
+    PENDING_BSENDS[:] = []
+    return CombinedRequest(pending, "Iflush_buffer") if pending else CompletedRequest()
 
 
 class CommExtras:
@@ -61,7 +70,7 @@ class CommExtras:
     # -- persistent requests ---------------------------------------------------------------
     def _persistent(self, start, call: str, peer_name: str, peer: int, tag: int) -> Request:
         self._alive(call)
-        return Prequest(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
+        return Prequest._create(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         self._check_dest(dest, "Send_init")
@@ -98,8 +107,38 @@ class CommExtras:
         data = bytearray().join(payload)   # one copy of every segment
         # The engine delivers it in the background (and before exit); the caller's request is
         # complete now, as a buffered send's is once the data sits in the attached buffer.
-        self._ep.isend((memoryview(data),), nbytes, dest, tag, flags, call)
+        req = self._ep.isend((memoryview(data),), nbytes, dest, tag, flags, call)
+        if not req.done:   # Flush_buffer waits for these
+            for pending in (self._attrs.setdefault("__bsends__", []), PENDING_BSENDS):
+                pending[:] = [r for r in pending if not r.done]
+                pending.append(req)
         return CompletedRequest()
+
+    # The buffer for buffered sends (MPI 4.1 per-communicator form; MPI.Attach_buffer is the
+    # process-wide one). minimpi's buffered sends copy their data themselves, so any buffer -
+    # or MPI.BUFFER_AUTOMATIC - is accepted and handed back by Detach_buffer.
+    def Attach_buffer(self, buf: Any) -> None:
+        """Attach ``buf`` (a buffer, ``MPI.BUFFER_AUTOMATIC`` or None) for buffered sends."""
+        self._alive("Attach_buffer")
+        self._attrs["__bsend_buffer__"] = buf
+
+    def Detach_buffer(self) -> Any:
+        """Wait until the buffered sends of this communicator are delivered, then return
+        the buffer ``Attach_buffer`` attached (None if none)."""
+        self.Flush_buffer()
+        return self._attrs.pop("__bsend_buffer__", None)
+
+    def Flush_buffer(self) -> None:
+        """Wait until the buffered sends of this communicator have been delivered."""
+        self.Iflush_buffer().Wait()
+
+    def Iflush_buffer(self) -> Request:
+        """A request that completes once this communicator's buffered sends are delivered."""
+        self._alive("Iflush_buffer")
+        pending = [r for r in self._attrs.pop("__bsends__", []) if not r.done]
+        if not pending:
+            return CompletedRequest()
+        return CombinedRequest(pending, "Iflush_buffer")
 
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._send_buf(buf, dest, tag, "Bsend", buffered=True)
@@ -148,17 +187,18 @@ class CommExtras:
 
     @property
     def info(self) -> Info:
+        """The communicator's hints (a copy); assigning it is ``Set_info``."""
         return self.Get_info()
 
+    @info.setter
+    def info(self, info: Info) -> None:
+        self.Set_info(info)
+
     def Dup_with_info(self, info: Info) -> Any:
-        return self.Dup()
+        """``Dup`` whose new communicator keeps ``info`` as its hints."""
+        return self.Dup(info)
 
     # -- out of scope ------------------------------------------------------------------------
-    @classmethod
-    def Get_parent(cls) -> Any:
-        """Never spawned: ``MPI.COMM_NULL`` (as mpi4py answers in a process not spawned)."""
-        return COMM_NULL
-
     Spawn = refusing("Spawn", "Intracomm.Spawn")
     Spawn_multiple = refusing("Spawn", "Intracomm.Spawn_multiple")
     Accept = refusing("Spawn", "Intracomm.Accept")

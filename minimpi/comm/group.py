@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
+from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..errors import ERR_GROUP, MinimpiError, RankError
 from .null import COMM_NULL
@@ -28,25 +29,30 @@ class GroupError(MinimpiError):
 class Group:
     """An ordered set of processes (``MPI.Group``)."""
 
-    __slots__ = ("_members", "_me", "_null")
+    __slots__ = ("_members", "_me", "_null", "_engine")
 
     def __init__(self, group: Optional["Group"] = None) -> None:
         # mpi4py: Group() is GROUP_NULL, Group(g) another handle to g
+        if group is not None and not isinstance(group, Group):
+            raise TypeError(f"MPI.Group({group!r:.40}): expected a group or nothing")
         self._members: Tuple[int, ...] = group._members if group is not None else ()
         self._me = group._me if group is not None else UNDEFINED
         self._null = group._null if group is not None else True
+        #: the engine of the process the group was made in (Intracomm.Create_from_group)
+        self._engine = group._engine if group is not None else None
 
     @classmethod
-    def _of(cls, members: Sequence[int], me_world: Optional[int]) -> "Group":
+    def _of(cls, members: Sequence[int], me_world: Optional[int], engine: Any = None) -> "Group":
         g = cls.__new__(cls)
         g._members = tuple(members)
         g._me = g._members.index(me_world) if me_world in g._members else UNDEFINED
         g._null = False
+        g._engine = engine
         return g
 
     def _new(self, members: Sequence[int]) -> "Group":
         me = self._members[self._me] if self._me != UNDEFINED else None
-        return Group._of(members, me)
+        return Group._of(members, me, self._engine)
 
     def _check(self, call: str) -> None:
         if self._null:
@@ -205,7 +211,7 @@ def _with_me(members: List[int], *groups: Group) -> Group:
     for g in groups:
         if g._me != UNDEFINED:
             return g._new(members)
-    return Group._of(members, None)
+    return Group._of(members, None, next((g._engine for g in groups if g._engine), None))
 
 
 GROUP_NULL = Group()
@@ -214,7 +220,7 @@ GROUP_EMPTY = Group._of((), None)
 
 # -- communicators from groups -------------------------------------------------------------
 def comm_group(comm: "Comm") -> Group:
-    return Group._of(comm._ep.group, comm._ep.group[comm.rank])
+    return Group._of(comm._ep.group, comm._ep.group[comm.rank], comm._ep.engine)
 
 
 def _check_subset(comm: "Comm", group: Group, call: str) -> None:
@@ -240,8 +246,9 @@ def create(comm: "Comm", group: Group) -> Any:
     return new
 
 
-#: Base of the tags Create_group uses on the parent's collective context. Collective calls
-#: number their tags from 1 upward, so this range never meets theirs.
+#: Create_group's tag must be below this (MPI's tag range; its messages travel on the
+#: parent's collective context with tags from minimpi.coll.slots.create_group_tag, which
+#: never meet a collective call's).
 _CREATE_GROUP_TAG = 0x40000000
 
 
@@ -265,7 +272,7 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     parent_rank = {w: i for i, w in enumerate(comm._ep.group)}
     members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
     proposals = comm._exchange(comm._free_context(), "Create_group", members,
-                               _CREATE_GROUP_TAG + int(tag))
+                               create_group_tag(int(tag)))
     context = comm._agree_context(proposals)
     return comm._derive(group._members, group._members.index(me), context,
                         f"{comm.name}.create_group")

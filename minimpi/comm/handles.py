@@ -30,8 +30,8 @@ _WHY = {
 
 def unsupported(feature: str, call: str) -> UnsupportedError:
     what = _WHY.get(feature, feature)
-    return UnsupportedError(f"{call}: minimpi does not implement {what}; see the README's "
-                            f"'Not implemented' list")
+    return UnsupportedError(f"{call}: minimpi does not implement {what}; see the README "
+                            f"('Running mpi4py programs') for what is refused")
 
 
 def refusing(feature: str, call: str):

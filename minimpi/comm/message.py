@@ -11,14 +11,18 @@ bytes, which equals mpi4py's count whenever the object holds no large buffers.
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..data import serialization
 from ..data.buffers import byte_view
-from ..errors import RequestError, SerializationError
+from ..errors import RequestError, SerializationError, TruncationError
 from ..p2p.request import CompletedRequest, Request, Status, describe, null_status
 from ..transports.frames import F_OBJECT
+from .hints import looks_pickled, not_an_object
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -26,8 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def object_count(total: int, payload: Any = None) -> int:
     """mpi4py's count for an object message of ``total`` bytes (``payload`` if at hand)."""
-    if payload is None or len(payload) < serialization.HEAD_SIZE:
+    if payload is None:
         return max(total - serialization.HEAD_SIZE, 0)
+    if not serialization.in_layout(memoryview(payload)):   # plain bytes sent with Send
+        return total
     plen, lengths, _ = serialization.layout(payload)
     return plen + sum(lengths)
 
@@ -46,24 +52,56 @@ def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
     return None if inc is None else incoming_status(inc)
 
 
-def finish_object(req: Request) -> Any:
+def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     """Decode a received object and set its status count to mpi4py's pickled size.
 
     Unpickling can fail at the receiver (a class it cannot import, a ``__setstate__`` that
     raises): that becomes a :class:`SerializationError` naming the rank, call and sender, so
-    the request keeps it and every later wait raises it again.
+    the request keeps it and every later wait raises it again. ``capacity``: the size the
+    (deprecated) ``buf`` argument of ``recv`` allows; a larger message is a
+    :class:`TruncationError`, as in mpi4py.
     """
     buf = req.buffer
-    parts = serialization.layout(buf) if len(buf) >= serialization.HEAD_SIZE else None
-    # mpi4py's count: the pickle and its out-of-band buffers (see object_count)
-    req.status.nbytes = parts[0] + sum(parts[1]) if parts else object_count(len(buf))
+    view = memoryview(buf) if buf is not None else None
+    parts = serialization.layout(view) if view is not None and serialization.in_layout(view) \
+        else None
+    if parts is not None:   # mpi4py's count: the pickle and its out-of-band buffers
+        req.status.nbytes = parts[0] + sum(parts[1])
+    # (else plain bytes sent with Send, or none: the byte count stands)
+    if capacity is not None and req.status.nbytes > capacity:
+        rank = req._engine.rank if req._engine is not None else -1
+        raise TruncationError(
+            f"rank {rank}: {describe(req)}: the object from rank {req.status.source} takes "
+            f"{req.status.nbytes} bytes but the buf argument allows {capacity} (mpi4py "
+            f"truncates there too); drop buf - recv needs no buffer")
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
         rank = req._engine.rank if req._engine is not None else -1
+        if not looks_pickled(req.buffer):   # a buffer sent with Send, received with recv
+            raise SerializationError(not_an_object(rank, describe(req), req.status.source,
+                                                   len(req.buffer))) from exc
         raise SerializationError(
             f"rank {rank}: {describe(req)}: cannot unpickle the object sent by rank "
             f"{req.status.source}: {type(exc).__name__}: {exc}") from exc
+
+
+def recv_capacity(buf: Any, call: str, warn: bool) -> Optional[int]:
+    """mpi4py's rules for the ``buf`` argument of ``recv``/``irecv``/``sendrecv``.
+
+    None: no limit. Anything else is deprecated (``recv``/``sendrecv`` warn with
+    ``UserWarning``, as mpi4py 4 does): an int is a byte capacity, a writable buffer gives
+    its size, any other object is a ``TypeError``.
+    """
+    if buf is None:
+        return None
+    if warn:
+        warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
+    if isinstance(buf, (int, np.integer)) and not isinstance(buf, (bool, np.bool_)):
+        if buf < 0:
+            raise ValueError(f"{call}(buf={buf}): a capacity must be >= 0")
+        return int(buf)
+    return byte_view(buf, True, call)[0].nbytes
 
 
 class ProbeWait:

@@ -29,6 +29,16 @@ class NullComm:
     def __hash__(self) -> int:
         return 0
 
+    def Get_name(self) -> str:
+        return "MPI_COMM_NULL"
+
+    @property
+    def name(self) -> str:
+        return "MPI_COMM_NULL"
+
+    def __reduce__(self):   # pickles by name, to this very object
+        return (_comm_null, ())
+
     def __getattr__(self, name: str) -> Any:
         raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "
                         f"(Split with color=MPI.UNDEFINED returns COMM_NULL)")
@@ -44,4 +54,8 @@ class NullEndpoint:
 
 
 COMM_NULL = NullComm()
+
+
+def _comm_null() -> NullComm:
+    return COMM_NULL
 NULL_ENDPOINT = NullEndpoint()

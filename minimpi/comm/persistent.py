@@ -2,8 +2,10 @@
 
 A :class:`Prequest` remembers how to start one operation. ``Start()`` begins it (a fresh
 engine request underneath); waiting or testing completes it and leaves the prequest
-*inactive* but still usable (truthy, not ``REQUEST_NULL``) until ``Free()``. The buffer is
-read (sends) or written (receives) anew at every start, as in MPI.
+*inactive* but still usable (truthy, not ``REQUEST_NULL``) until ``Free()``, after which it
+equals ``REQUEST_NULL``. The buffer is read (sends) or written (receives) anew at every
+start, as in MPI. ``MPI.Prequest()`` is a null persistent request; ``MPI.Prequest(p)`` is
+``p`` itself (another handle on the same request, as in mpi4py).
 """
 from __future__ import annotations
 
@@ -12,25 +14,40 @@ from typing import Any, Callable, Optional, Sequence
 from ..errors import RequestError
 from ..p2p.request import Request, Status
 
-_EMPTY = Status()
-
 
 class Prequest(Request):
     """A persistent communication request (``MPI.Prequest``)."""
 
     __slots__ = ("_starter", "_op", "_freed_p")
-    _null_like = False
 
-    def __init__(self, starter: Callable[[], Request], engine: Any = None,
-                 description: Any = "persistent request") -> None:
+    def __init__(self, request: Optional[Request] = None) -> None:
+        if request is self:                 # Prequest(p): p itself (Request.__new__)
+            return
+        if request is not None:
+            raise TypeError(f"MPI.Prequest({request!r:.60}): expected a persistent request "
+                            f"(from Send_init, Recv_init...) or nothing")
+        self._init_persistent(None, None, "null persistent request")
+
+    @classmethod
+    def _create(cls, starter: Callable[[], Request], engine: Any,
+                description: Any = "persistent request") -> "Prequest":
+        """A persistent request that runs ``starter()`` at every ``Start``."""
+        preq = cls.__new__(cls)
+        preq._init_persistent(starter, engine, description)
+        return preq
+
+    def _init_persistent(self, starter: Optional[Callable[[], Request]], engine: Any,
+                         description: Any) -> None:
         self._engine = engine
         self._finish = None
         self._result = None
         self.description = description
         self._pending = 0
+        self._orig = None
+        self._handle = 0
         self._starter = starter
         self._op: Optional[Request] = None
-        self._freed_p = False
+        self._freed_p = starter is None
 
     # The state of the operation now running (or of none: an inactive request is complete).
     @property
@@ -38,7 +55,7 @@ class Prequest(Request):
         return self._op is None or self._op.done
 
     @done.setter
-    def done(self, value: bool) -> None:  # only the base class' constructor would set it
+    def done(self, value: bool) -> None:  # only the base class' setup would set it
         pass
 
     @property
@@ -65,13 +82,16 @@ class Prequest(Request):
     def _inactive(self, value: bool) -> None:
         pass
 
-    def __bool__(self) -> bool:
-        return not self._freed_p
+    def _is_null(self) -> bool:
+        return self._freed_p
 
     # -- mpi4py API ------------------------------------------------------------------------
     def Start(self) -> None:
+        """Begin the operation (again); complete it with Wait/Test before the next Start."""
         if self._freed_p:
-            raise RequestError(f"Prequest.Start: {self.description} was freed")
+            raise RequestError(f"Prequest.Start: {self.description} was freed (or is the "
+                               f"null persistent request); create a new one with Send_init, "
+                               f"Recv_init...")
         if self._op is not None:
             raise RequestError(f"Prequest.Start: {self.description} is still active; complete "
                                f"it (Wait/Test) before starting it again")
@@ -113,12 +133,20 @@ class Prequest(Request):
             return True
         return self._op.Get_status(status)
 
+    get_status = Get_status
+
     def Cancel(self) -> None:
         if self._op is not None:
             self._op.Cancel()
 
+    cancel = Cancel
+
     def Free(self) -> None:
+        """Release the request: it becomes equal to ``MPI.REQUEST_NULL`` (falsy). An
+        operation still running completes in the background."""
         self._freed_p = True
+
+    free = Free
 
     def __repr__(self) -> str:
         state = "freed" if self._freed_p else ("active" if self._op is not None else "inactive")

@@ -1,50 +1,65 @@
 """Turning a user's buffer argument into flat numpy views the engine can send or fill.
 
 Every uppercase call (``Send``, ``Recv``, ``Bcast``, ``Reduce``...) starts with
-:func:`parse_buffer` (or :func:`parse_vbuffer` for the v-variants). The result names the
-exact elements the call uses as a flat 1-D numpy array **over the user's memory** (no copy
-for contiguous input), its :class:`~minimpi.data.datatypes.Datatype`, and the count in items of
-that datatype.
+:func:`parse_buffer` (or :func:`parse_vbuffer` / :func:`parse_wbuffer` for the v- and
+w-variants). The result names the exact elements the call uses as a flat 1-D numpy array
+**over the user's memory** (never a copy), its :class:`~minimpi.data.datatypes.Datatype`,
+and the count in items of that datatype.
 
-Accepted forms (as mpi4py accepts them)::
+Accepted forms (mpi4py's message rules)::
 
     buf                          any buffer: numpy array (any shape, 0-d too), bytearray,
-                                 bytes (send only), array.array, mmap, memoryview
+                                 bytes (send only), array.array, mmap, memoryview,
+                                 MPI.buffer, or an object exporting __dlpack__ or
+                                 __cuda_array_interface__ (host-reachable memory)
     [buf, TYPE]   (buf, TYPE)    TYPE: MPI datatype, typecode string ('i', 'd', 'f8'...)
                                  or numpy dtype
     [buf, count]                 count items of the buffer's own datatype
     [buf, count, TYPE]
-    [buf, (count, displ), TYPE]  starting displ items into the buffer
+    [buf, (count, displ), TYPE]  starting displ items into the buffer (a list works too)
     [buf, count, displ, TYPE]
-    None, [None, TYPE]           an empty buffer (count 0)
+    None, [None, TYPE]           an empty buffer (count 0); so is [MPI.BOTTOM, 0, TYPE]
+
+A count or displacement may be None (inferred / 0). A list or tuple must have 2 to 4 items.
 
 Rules worth knowing:
 
 * An explicit TYPE reinterprets the buffer's bytes (``[float64_array, MPI.INT]`` is twice
   as many INTs), as in mpi4py.
 * C- and Fortran-contiguous arrays are used in **memory order**, zero-copy (as mpi4py
-  does). Non-contiguous arrays (slices with steps, transposed views) are accepted where
-  mpi4py refuses them: a send uses a C-order copy; a receive fills a C-order temporary
-  that :meth:`BufSpec.finish` copies back into the user's array.
+  does). Non-contiguous numpy arrays and memoryviews (slices with steps) are accepted
+  where mpi4py refuses them (a minimpi extension): a send uses a C-order copy; a receive
+  fills a C-order temporary that :meth:`BufSpec.finish` copies back into the user's array.
+  DLPack and CUDA-array-interface exports must be contiguous (``BufferError``), as in mpi4py.
 * Without a count, the buffer's length must be a whole number of items of TYPE.
+* Without a TYPE, the element type comes from the buffer; a numpy array in non-native
+  byte order then raises ``BufferError`` (with an explicit TYPE its bytes are sent as they are).
 * For derived (contiguous) datatypes ``array`` holds ``count * datatype.base_count``
   elements of the base dtype: reductions work element-wise on it unchanged.
+
+Mistakes raise :mod:`minimpi.errors` classes that are also the Python exceptions mpi4py
+raises: ``ValueError`` (counts, displacements, spec shape), ``TypeError`` (not a buffer),
+``BufferError`` (read-only for a receive, a non-contiguous export, foreign byte order),
+``KeyError`` (unknown typecode).
 """
 from __future__ import annotations
 
 import mmap
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..constants import IN_PLACE
-from ..errors import BufferSpecError, CountError, DatatypeError
+from ..constants import BOTTOM, IN_PLACE
+from ..errors import BufferAccessError, BufferSpecError, CountError, DatatypeError, NotABufferError
 from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, resolve_datatype
+from .foreign import FORMAT_DTYPES, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
 
-__all__ = ["BufSpec", "VBufSpec", "parse_buffer", "parse_vbuffer", "is_buffer"]
+__all__ = ["BufSpec", "VBufSpec", "WBufSpec", "parse_buffer", "parse_vbuffer",
+           "parse_wbuffer", "is_buffer", "export", "get_address", "byte_view"]
 
-_FORMS = ("a numpy array, bytearray, array.array or memoryview, optionally as "
+_FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, optionally as "
           "[buf, MPI.TYPE], [buf, count, MPI.TYPE] or [buf, (count, displ), MPI.TYPE]")
 
 
@@ -122,6 +137,26 @@ class VBufSpec(_CopyBack):
         return sum(self.counts)
 
 
+@dataclass
+class WBufSpec:
+    """An ``Alltoallw`` buffer: per rank a count, a byte displacement and a datatype.
+
+    ``blocks[i]`` is rank ``i``'s block as a flat uint8 view (``counts[i] * types[i].size``
+    bytes at byte offset ``displs[i]`` of ``array``, the whole buffer's bytes; with
+    ``MPI.BOTTOM`` there is no ``array`` and the displacements are absolute addresses from
+    ``MPI.Get_address``).
+    """
+
+    array: Optional[np.ndarray]
+    blocks: list[np.ndarray]
+    counts: list[int]
+    displs: list[int]
+    types: list[Datatype]
+
+    def block_nbytes(self, i: int) -> int:
+        return self.counts[i] * self.types[i].size
+
+
 # ---------------------------------------------------------------------------- helpers
 def _bytes_of(arr: np.ndarray) -> np.ndarray:
     if arr.dtype == np.uint8:
@@ -138,13 +173,14 @@ def _describe(obj: Any) -> str:
 
 
 def is_buffer(obj: Any) -> bool:
-    """Whether ``obj`` exposes the buffer protocol (or is a numpy array)."""
+    """Whether ``obj`` exposes its memory: the buffer protocol, a numpy array, DLPack or
+    ``__cuda_array_interface__``."""
     if isinstance(obj, np.ndarray):
         return True
     try:
         memoryview(obj)
     except TypeError:
-        return hasattr(obj, "__array_interface__")
+        return hasattr(obj, "__array_interface__") or is_dlpack(obj) or is_cai(obj)
     return True
 
 
@@ -152,35 +188,43 @@ def _lower(call: str) -> str:
     return call[:1].lower() + call[1:]
 
 
-def _not_a_buffer(obj: Any, call: str, arg: str, where: str = "") -> BufferSpecError:
+def _not_a_buffer(obj: Any, call: str, arg: str, where: str = "") -> NotABufferError:
     if where:
         what = (f"{arg} is a list/tuple whose first item ({type(obj).__name__} {obj!r:.40}) "
                 "is not a buffer")
     else:
         what = f"{arg} is {type(obj).__name__} {obj!r:.60}, not a buffer"
-    return BufferSpecError(
+    return NotABufferError(
         f"{call}: {what}; expected {_FORMS}. To communicate Python objects use the "
         f"lowercase {_lower(call)}()")
 
 
-def _to_array(obj: Any, *, writable: bool, call: str, arg: str
-              ) -> tuple[np.ndarray, Datatype | None]:
-    """The user's buffer as a numpy array over its memory, and its default datatype
-    (None: derive from the array's dtype)."""
+def _foreign_array(ex: Exported, *, writable: bool, call: str, arg: str
+                   ) -> tuple[np.ndarray, Datatype | None]:
+    """A numpy array (typed by the exported element format) over DLPack/CAI memory."""
+    raw = array_at(ex, f"{call}: {arg}", writable)
+    dtype = FORMAT_DTYPES.get(ex.format)
+    if ex.format == "B" or dtype is None or dtype.itemsize != ex.itemsize \
+            or raw.size % dtype.itemsize:
+        return raw, BYTE
+    return raw.view(dtype), None
+
+
+def export(obj: Any, *, writable: bool, call: str = "buffer", arg: str = "buf"
+           ) -> tuple[np.ndarray, Datatype | None]:
+    """The user's buffer as a numpy array over its memory (never a copy), and its default
+    datatype (None: derive from the array's dtype). Raises what mpi4py raises for objects
+    it cannot use as a buffer."""
     if isinstance(obj, np.ndarray):
-        arr = np.asarray(obj)
-        default = None
-    elif isinstance(obj, (str, int, float, complex, list, tuple, dict, set)) or obj is None:
+        arr = obj
+        default = BYTE if getattr(obj, "_mpi_bytes", False) else None
+    elif obj is None or isinstance(obj, (str, int, float, complex, list, tuple, dict, set)):
         raise _not_a_buffer(obj, call, arg)
     else:
         try:
             mv = memoryview(obj)
         except TypeError:
-            if hasattr(obj, "__array_interface__"):
-                arr, default = np.asarray(obj), None
-                mv = None
-            else:
-                raise _not_a_buffer(obj, call, arg) from None
+            mv = None
         if mv is not None:
             fmt = mv.format
             default = None
@@ -193,19 +237,30 @@ def _to_array(obj: Any, *, writable: bool, call: str, arg: str
             except (ValueError, TypeError, NotImplementedError):
                 # a format numpy does not parse: fall back to the raw bytes
                 if not mv.contiguous:
-                    raise BufferSpecError(
+                    raise BufferAccessError(
                         f"{call}: {arg} ({type(obj).__name__}, format {fmt!r}) is neither "
                         "contiguous nor a format numpy understands") from None
                 arr = np.asarray(mv.cast("B"))
                 default = BYTE
+        elif is_dlpack(obj):
+            arr, default = _foreign_array(from_dlpack(obj, writable, f"{call}: {arg}"),
+                                          writable=writable, call=call, arg=arg)
+        elif is_cai(obj):
+            arr, default = _foreign_array(from_cai(obj, writable, f"{call}: {arg}"),
+                                          writable=writable, call=call, arg=arg)
+        elif hasattr(obj, "__array_interface__"):
+            arr, default = np.asarray(obj), None
+        else:
+            raise _not_a_buffer(obj, call, arg)
     if writable and not arr.flags.writeable:
-        raise BufferSpecError(
+        raise BufferAccessError(
             f"{call}: {arg} is read-only ({_describe(obj)}); a receive needs a writable "
             "buffer such as bytearray or a numpy array")
     if arr.dtype.hasobject:
-        raise BufferSpecError(
+        raise NotABufferError(
             f"{call}: {arg} is a numpy array of dtype object (Python object pointers), which "
-            f"cannot be communicated as a buffer; use the lowercase {_lower(call)}() for Python objects")
+            f"cannot be communicated as a buffer; use the lowercase {_lower(call)}() for "
+            f"Python objects")
     return arr, default
 
 
@@ -222,21 +277,43 @@ def _flat_memory(arr: np.ndarray, *, writable: bool) -> tuple[np.ndarray, Callab
     return tmp.reshape(-1), finish
 
 
-def _as_int(value: Any, what: str, call: str, arg: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise CountError(f"{call}: {arg} {what} must be an integer, got {type(value).__name__} {value!r:.40}")
-    return int(value)
+def get_address(obj: Any) -> int:
+    """``MPI.Get_address``: the address of a buffer's first byte (``MPI.BOTTOM``: 0)."""
+    if obj is BOTTOM:
+        return 0
+    arr, _ = export(obj, writable=False, call="Get_address", arg="location")
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise BufferAccessError("Get_address: the buffer is not contiguous")
+    return int(arr.__array_interface__["data"][0] or 0)
+
+
+def _index(value: Any, what: str, call: str, arg: str) -> int:
+    """An integer argument as mpi4py reads it (``operator.index``: ints, numpy integers
+    and 0-d integer arrays; a float is a TypeError)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{call}: {arg} {what} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{call}: {arg} {what} must be an integer, got "
+                        f"{type(value).__name__} {value!r:.40}") from None
 
 
 def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: str
                 ) -> tuple[np.ndarray, Datatype, Callable[[], None] | None, str]:
-    """The whole buffer as a flat uint8 view, the datatype to use, and the copy-back."""
-    arr, default = _to_array(buf, writable=writable, call=call, arg=arg)
+    """The whole buffer as a flat uint8 view, the datatype to use, the copy-back (for a
+    non-contiguous receive buffer), and a description."""
+    arr, default = export(buf, writable=writable, call=call, arg=arg)
     if dtype_spec is not None:
         datatype = resolve_datatype(dtype_spec, call=call, arg=f"{arg} datatype")
     elif default is not None:
         datatype = default
     else:
+        if not arr.dtype.isnative:
+            raise BufferAccessError(
+                f"{call}: {arg} has dtype {arr.dtype.str}, not in native byte order; give an "
+                f"explicit datatype ([buf, MPI.INT]) to send its bytes as they are, or convert "
+                f"it with arr.astype(arr.dtype.newbyteorder('='))")
         try:
             datatype = from_numpy_dtype(arr.dtype)
         except DatatypeError as exc:
@@ -250,28 +327,39 @@ def _is_type_spec(x: Any) -> bool:
     return isinstance(x, (Datatype, str, np.dtype)) or (isinstance(x, type) and issubclass(x, np.generic))
 
 
-def _split_spec(spec: Any, call: str, arg: str) -> tuple[Any, Any, Any, Any]:
-    """(buf, count-ish, displ-ish, type) from a list/tuple spec."""
+def _spec_items(spec: Any, call: str, arg: str) -> int:
     n = len(spec)
-    if n == 1:
-        return spec[0], None, None, None
+    if not 2 <= n <= 4:
+        raise BufferSpecError(
+            f"{call}: {arg} is a {type(spec).__name__} of {n} items; expected 2 to 4 items: "
+            "[buf, TYPE], [buf, count, TYPE], [buf, (count, displ), TYPE] or "
+            "[buf, count, displ, TYPE]")
+    return n
+
+
+def _split_spec(spec: Any, call: str, arg: str) -> tuple[Any, Any, Any, Any]:
+    """(buf, count, displ, type) from a list/tuple spec, as mpi4py reads it."""
+    n = _spec_items(spec, call, arg)
+    count = displ = tspec = None
     if n == 2:
-        buf, x = spec
-        if _is_type_spec(x):
-            return buf, None, None, x
-        if isinstance(x, tuple) and len(x) == 2:
-            return buf, x[0], x[1], None
-        return buf, x, None, None
-    if n == 3:
-        buf, x, t = spec
-        if isinstance(x, tuple) and len(x) == 2:
-            return buf, x[0], x[1], t
-        return buf, x, None, t
-    if n == 4:
-        return spec[0], spec[1], spec[2], spec[3]
-    raise BufferSpecError(
-        f"{call}: {arg} is a {type(spec).__name__} of {n} items; expected a buffer or "
-        "[buf, TYPE], [buf, count, TYPE], [buf, (count, displ), TYPE] or [buf, count, displ, TYPE]")
+        buf, count = spec
+        if _is_type_spec(count):
+            count, tspec = None, count
+        elif isinstance(count, (tuple, list)):
+            count, displ = _pair(count, call, arg)
+    elif n == 3:
+        buf, count, tspec = spec
+        if isinstance(count, (tuple, list)):
+            count, displ = _pair(count, call, arg)
+    else:
+        buf, count, displ, tspec = spec
+    return buf, count, displ, tspec
+
+
+def _pair(x: Any, call: str, arg: str) -> tuple[Any, Any]:
+    if len(x) != 2:
+        raise BufferSpecError(f"{call}: {arg}: expected (count, displ), got {x!r:.60}")
+    return x[0], x[1]
 
 
 # ------------------------------------------------------------------------ parse_buffer
@@ -298,53 +386,70 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
             return IN_PLACE
         raise BufferSpecError(f"{call}: MPI.IN_PLACE is not allowed as {arg}")
     if isinstance(spec, (list, tuple)):
-        if len(spec) == 0:
-            raise BufferSpecError(f"{call}: {arg} is an empty {type(spec).__name__}; expected {_FORMS}")
         buf, count, displ, tspec = _split_spec(spec, call, arg)
-        if buf is not None and not is_buffer(buf):
+        if buf is not None and buf is not BOTTOM and not is_buffer(buf):
             raise _not_a_buffer(buf, call, arg, "[0]")
-    else:
+    elif spec is None or spec is BOTTOM or is_buffer(spec):
         buf, count, displ, tspec = spec, None, None, None
+    else:
+        raise _not_a_buffer(spec, call, arg)
 
-    if buf is None:
-        datatype = BYTE if tspec is None else resolve_datatype(tspec, call=call, arg=f"{arg} datatype")
-        if count not in (None, 0) or displ not in (None, 0):
+    if count is not None:
+        count = _index(count, "count", call, arg)
+        if count < 0:
+            raise CountError(f"{call}: {arg} count must be >= 0, got {count}")
+    if displ is not None:
+        displ = _index(displ, "displacement", call, arg)
+        if displ < 0:
+            raise CountError(f"{call}: {arg} displacement must be >= 0, got {displ}")
+    if buf is None or buf is BOTTOM:
+        what = "None (no buffer)" if buf is None else "MPI.BOTTOM"
+        if tspec is None and buf is BOTTOM:
+            datatype = BYTE
+        else:
+            datatype = BYTE if tspec is None else resolve_datatype(tspec, call=call,
+                                                                   arg=f"{arg} datatype")
+        if count:
             raise BufferSpecError(
-                f"{call}: {arg} is None (no buffer) but a count of {count} was given; "
-                "pass an actual buffer (absolute addresses/MPI.BOTTOM are not supported)")
+                f"{call}: {arg} is {what} but a count of {count} was given; pass an actual "
+                "buffer (minimpi has no derived datatypes with absolute addresses, so "
+                "MPI.BOTTOM only describes an empty message outside Alltoallw)")
+        if displ:
+            raise BufferSpecError(f"{call}: {arg} is {what} but a displacement of {displ} "
+                                  f"was given")
         return BufSpec(np.empty(0, dtype=datatype.dtype), datatype, 0)
 
     raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call, arg=arg)
     ext = datatype.size
     total = raw.size
-    displ = 0 if displ is None else _as_int(displ, "displacement", call, arg)
-    if displ < 0:
-        raise CountError(f"{call}: {arg} displacement must be >= 0, got {displ}")
+    displ = displ or 0
+    if displ and ext <= 0:
+        raise DatatypeError(f"{call}: {arg}: cannot apply a displacement with datatype "
+                            f"{datatype.name} of extent {ext}")
+    if displ * ext > total:
+        raise CountError(
+            f"{call}: {arg} displacement {displ} x {datatype.name} ({ext} bytes each) "
+            f"is past the end of the buffer ({total} bytes, {desc})")
     if count is None:
-        if ext == 0:
+        rest = total - displ * ext
+        if rest == 0:
             count = 0
+        elif ext <= 0:
+            raise DatatypeError(f"{call}: {arg}: cannot infer a count with datatype "
+                                f"{datatype.name} of extent {ext}")
+        elif rest % ext:
+            raise DatatypeError(
+                f"{call}: {arg} is {total} bytes ({desc}), not a whole number of "
+                f"{datatype.name} items ({ext} bytes each); give an explicit count or a "
+                "datatype whose size divides the buffer")
         else:
-            rest = total - displ * ext
-            if rest < 0:
-                raise CountError(
-                    f"{call}: {arg} displacement {displ} x {datatype.name} ({ext} bytes each) "
-                    f"is past the end of the buffer ({total} bytes, {desc})")
-            if rest % ext:
-                raise DatatypeError(
-                    f"{call}: {arg} is {total} bytes ({desc}), not a whole number of "
-                    f"{datatype.name} items ({ext} bytes each); give an explicit count or a "
-                    "datatype whose size divides the buffer")
             count = rest // ext
-    else:
-        count = _as_int(count, "count", call, arg)
-        if count < 0:
-            raise CountError(f"{call}: {arg} count must be >= 0, got {count}")
-        if (displ + count) * ext > total:
-            at = f" at displacement {displ}" if displ else ""
-            raise CountError(
-                f"{call}: {arg} count {count}{at} needs {(displ + count) * ext} bytes "
-                f"({count} x {datatype.name}, {ext} bytes each) but the buffer has only "
-                f"{total} bytes ({desc})")
+    elif (displ + count) * ext > total:
+        at = f" at displacement {displ}" if displ else ""
+        raise CountError(
+            f"{call}: {arg} count {count}{at} needs {(displ + count) * ext} bytes "
+            f"({count} x {datatype.name}, {ext} bytes each) but the buffer has only "
+            f"{total} bytes ({desc})")
     array = raw[displ * ext:(displ + count) * ext].view(datatype.dtype)
     return BufSpec(array, datatype, count, finish)
 
@@ -354,14 +459,31 @@ def _is_seq(x: Any) -> bool:
     return isinstance(x, (list, tuple, np.ndarray, range))
 
 
+def _is_integral(x: Any) -> bool:
+    """mpi4py's rule: an index-like value that is not a sized sequence (a 0-d integer
+    numpy array counts as an int)."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, np.ndarray):
+        return x.ndim == 0 and x.dtype.kind in "iu"
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
+
 def _int_list(x: Any, what: str, size: int, call: str, arg: str) -> list[int]:
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
-        return [int(x)] * size
-    if not _is_seq(x):
-        raise CountError(
-            f"{call}: {arg} {what} must be a sequence of {size} integers (one per rank), "
-            f"got {type(x).__name__} {x!r:.60}")
-    out = [_as_int(v, what[:-1] if what.endswith("s") else what, call, arg) for v in x]
+    """One integer per rank: a sequence of ``size`` of them, or one for every rank."""
+    if _is_integral(x):
+        return [operator.index(x)] * size
+    try:
+        items = list(x)
+    except TypeError:
+        raise TypeError(
+            f"{call}: {arg} {what} must be a sequence of {size} integers (one per rank) or "
+            f"one integer, got {type(x).__name__} {x!r:.60}") from None
+    out = [_index(v, what[:-1] if what.endswith("s") else what, call, arg) for v in items]
     if len(out) != size:
         raise CountError(
             f"{call}: {arg} has {len(out)} {what} but the communicator has {size} ranks; "
@@ -387,13 +509,14 @@ def _running_sum(counts: Sequence[int]) -> list[int]:
 
 def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Scatterv",
                   arg: str = "sendbuf", allow_in_place: bool = False) -> VBufSpec:
-    """Parse a v-variant buffer: ``[buf, (counts, displs), TYPE]``, ``[buf, (counts, None),
-    TYPE]``, ``[buf, counts, TYPE]``, ``[buf, counts, displs, TYPE]``, ``[buf, counts]``,
-    ``[buf, TYPE]`` or ``buf``.
+    """Parse a v-variant buffer: ``[buf, (counts, displs), TYPE]``, ``[buf, counts, TYPE]``,
+    ``[buf, counts, displs, TYPE]``, ``[buf, counts]``, ``[buf, TYPE]`` or ``buf``.
 
-    Omitted counts split the buffer's items as evenly as possible over ``comm_size`` (the
-    first ``n % size`` ranks take one extra); omitted displs are the running sum of counts.
-    A single int count means that count for every rank.
+    As in mpi4py: a *tuple* in second place is ``(counts, displs)``; omitted counts split
+    the buffer's items as evenly as possible over ``comm_size`` (the first ``n % size``
+    ranks take one extra); a single int count means that count for every rank; omitted
+    displs are the running sum of the counts; a single int displ ``d`` means strided blocks
+    at ``0, d, 2d, ...``.
     """
     if spec is IN_PLACE:
         if allow_in_place:
@@ -401,44 +524,39 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
         raise BufferSpecError(f"{call}: MPI.IN_PLACE is not allowed as {arg}")
     counts = displs = tspec = None
     if isinstance(spec, (list, tuple)):
-        n = len(spec)
-        if n == 1:
-            buf = spec[0]
-        elif n == 2:
+        n = _spec_items(spec, call, arg)
+        if n == 2:
             buf, x = spec
             if _is_type_spec(x):
                 tspec = x
-            elif _is_counts_displs(x):
-                counts, displs = x
+            elif isinstance(x, tuple):
+                counts, displs = _pair(x, call, arg)
             else:
                 counts = x
         elif n == 3:
-            buf, x, tspec = spec
-            if _is_counts_displs(x):
-                counts, displs = x
-            else:
-                counts = x
-        elif n == 4:
-            buf, counts, displs, tspec = spec
+            buf, counts, tspec = spec
+            if isinstance(counts, tuple):
+                counts, displs = _pair(counts, call, arg)
         else:
-            raise BufferSpecError(
-                f"{call}: {arg} is a {type(spec).__name__} of {n} items; expected a buffer or "
-                "[buf, (counts, displs), TYPE], [buf, counts, TYPE], [buf, counts] or [buf, TYPE]")
-        if buf is not None and not is_buffer(buf):
+            buf, counts, displs, tspec = spec
+        if buf is not None and buf is not BOTTOM and not is_buffer(buf):
             raise _not_a_buffer(buf, call, arg, "[0]")
-    else:
+    elif spec is None or spec is BOTTOM or is_buffer(spec):
         buf = spec
+    else:
+        raise _not_a_buffer(spec, call, arg)
 
-    if buf is None:
+    if buf is None or buf is BOTTOM:
         datatype = BYTE if tspec is None else resolve_datatype(tspec, call=call, arg=f"{arg} datatype")
         array = np.empty(0, dtype=datatype.dtype)
         finish = None
         n_items = 0
     else:
-        raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call, arg=arg)
+        raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call,
+                                                  arg=arg)
         ext = datatype.size
         n_items = raw.size // ext if ext else 0
-        if counts is None and ext and raw.size % ext:
+        if counts is None and raw.size and (ext <= 0 or raw.size % ext):
             raise DatatypeError(
                 f"{call}: {arg} is {raw.size} bytes ({desc}), not a whole number of "
                 f"{datatype.name} items ({ext} bytes each)")
@@ -450,22 +568,90 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
         counts_l = _int_list(counts, "counts", comm_size, call, arg)
     if displs is None:
         displs_l = _running_sum(counts_l)
+    elif _is_integral(displs):
+        stride = operator.index(displs)
+        if stride < 0:
+            raise CountError(f"{call}: {arg} displacement stride must be >= 0, got {stride}")
+        displs_l = [i * stride for i in range(comm_size)]
     else:
         displs_l = _int_list(displs, "displs", comm_size, call, arg)
     for i, (c, d) in enumerate(zip(counts_l, displs_l)):
-        if d + c > n_items:
+        if c and d + c > n_items:
+            where = "MPI.BOTTOM (no buffer)" if buf is BOTTOM else "the buffer"
             raise CountError(
                 f"{call}: {arg} block for rank {i} (displ {d}, count {c}) ends at item {d + c} "
-                f"but the buffer holds only {n_items} {datatype.name} items")
+                f"but {where} holds only {n_items} {datatype.name} items")
     return VBufSpec(array, datatype, counts_l, displs_l, finish)
 
 
-def _is_counts_displs(x: Any) -> bool:
-    """Whether a 2-tuple is (counts, displs) rather than a counts sequence of 2 ints."""
-    if not (isinstance(x, tuple) and len(x) == 2):
-        return False
-    a, b = x
-    return (a is None or _is_seq(a)) or (b is None or _is_seq(b))
+# ----------------------------------------------------------------------- parse_wbuffer
+def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Alltoallw",
+                  arg: str = "sendbuf") -> WBufSpec:
+    """Parse an ``Alltoallw`` buffer: ``[buf, TYPES]`` (one item of each type at offset 0),
+    ``[buf, (counts, displs), TYPES]`` or ``[buf, counts, displs, TYPES]``.
+
+    ``displs`` are in **bytes**; ``TYPES`` is one datatype per rank. With ``MPI.BOTTOM`` as
+    ``buf`` the displacements are absolute addresses (``MPI.Get_address``), each block then
+    must be host memory this process can reach.
+    """
+    if not isinstance(spec, (list, tuple)):
+        raise NotABufferError(f"{call}: {arg} must be a list or tuple [buf, counts, displs, "
+                              f"TYPES], got {type(spec).__name__}")
+    n = _spec_items(spec, call, arg)
+    counts = displs = None
+    if n == 2:
+        buf, types = spec
+    elif n == 3:
+        buf, cd, types = spec
+        counts, displs = _pair(cd, call, arg)
+    else:
+        buf, counts, displs, types = spec
+    if buf is BOTTOM:
+        if counts is None:
+            raise BufferSpecError(f"{call}: {arg}: MPI.BOTTOM needs explicit counts")
+        if displs is None:
+            raise BufferSpecError(f"{call}: {arg}: MPI.BOTTOM needs explicit displacements")
+        raw = None
+    elif buf is None:
+        raw = np.empty(0, np.uint8)
+    else:
+        arr, _ = export(buf, writable=writable, call=call, arg=arg)
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            raise BufferAccessError(f"{call}: {arg} is not contiguous; Alltoallw needs a "
+                                    f"contiguous buffer (byte displacements)")
+        raw = _bytes_of(arr.ravel(order="K"))
+    if counts is None and displs is None:
+        counts_l, displs_l = [1] * comm_size, [0] * comm_size
+    else:
+        counts_l = _int_list(counts, "counts", comm_size, call, arg)
+        displs_l = _int_list(displs, "displs", comm_size, call, arg)
+    if isinstance(types, Datatype) or not _is_seq(types):
+        raise TypeError(f"{call}: {arg} types must be a sequence of {comm_size} MPI "
+                        f"datatypes (one per rank), got {type(types).__name__}")
+    if len(types) != comm_size:
+        raise CountError(f"{call}: {arg} has {len(types)} types but the communicator has "
+                         f"{comm_size} ranks")
+    types_l = []
+    for i, t in enumerate(types):
+        if not isinstance(t, Datatype):
+            raise TypeError(f"{call}: {arg} types[{i}] is {type(t).__name__} {t!r:.40}, "
+                            f"not an MPI datatype")
+        types_l.append(resolve_datatype(t, call=call, arg=f"{arg} types[{i}]"))
+    blocks = []
+    for i, (c, d, t) in enumerate(zip(counts_l, displs_l, types_l)):
+        nbytes = c * t.size
+        if raw is not None:
+            if nbytes and d + nbytes > raw.size:
+                raise CountError(
+                    f"{call}: {arg} block for rank {i} ({c} x {t.name} at byte {d}) ends at "
+                    f"byte {d + nbytes} but the buffer has only {raw.size} bytes")
+            blocks.append(raw[d:d + nbytes])
+        else:
+            readonly = not writable
+            ex = Exported(d, nbytes, readonly, "B", 1, 0, None)
+            blocks.append(array_at(ex, f"{call}: {arg} block for rank {i} (MPI.BOTTOM + {d})",
+                                   writable))
+    return WBufSpec(raw, blocks, counts_l, displs_l, types_l)
 
 
 def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:
@@ -476,7 +662,7 @@ def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional
     back into a non-contiguous receive buffer).
     """
     kind = type(buf)
-    if kind is np.ndarray:
+    if kind is np.ndarray and buf.dtype.isnative:
         # (a memoryview answers contiguity and writability cheaper than numpy's flags)
         try:
             view = memoryview(buf)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DatatypeError
+from ..errors import DatatypeError, UnknownDatatypeError
 
 __all__ = [
     "Datatype", "DATATYPE_NULL", "PREDEFINED", "TYPECODES",
@@ -402,8 +402,8 @@ def from_typecode(code: str) -> Datatype:
     key = code.lstrip("=|<") if len(code) > 1 else code
     if key in TYPECODES:
         return TYPECODES[key]
-    try:
-        dt = np.dtype(code)
+    try:   # other numpy type strings ('int32', '<f8'...), not control characters
+        dt = np.dtype(code) if code.isprintable() and code.strip() else None
     except TypeError:
         dt = None
     if dt is not None:
@@ -429,8 +429,8 @@ def resolve_datatype(obj, *, call: str = "", arg: str = "datatype") -> Datatype:
     if isinstance(obj, str):
         try:
             return from_typecode(obj)
-        except DatatypeError as exc:
-            raise DatatypeError(f"{prefix}{arg}: {exc}") from None
+        except DatatypeError as exc:   # mpi4py: KeyError "cannot map ... to MPI datatype"
+            raise UnknownDatatypeError(f"{prefix}{arg}: {exc}") from None
     if isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic)):
         try:
             return from_numpy_dtype(obj)

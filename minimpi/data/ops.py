@@ -33,11 +33,14 @@ accumulate meaning, where ``inbuf`` is the origin data).
 from __future__ import annotations
 
 import inspect
+import itertools
+import operator
+import weakref
 from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import CountError, OpError
+from ..errors import ERR_INTERN, CountError, MinimpiError, OpError
 from .buffers import parse_buffer
 from .datatypes import Datatype, from_numpy_dtype
 
@@ -144,14 +147,46 @@ def from_numpy_dtype_name(dtype: np.dtype) -> str:
 
 
 class Op:
-    """A reduction operation handle (``MPI.Op``). ``Op()`` is the null handle."""
+    """A reduction operation handle (``MPI.Op``).
+
+    ``MPI.Op()`` is a null handle (equal to ``MPI.OP_NULL``, falsy); ``MPI.Op(op)`` is a
+    second handle on ``op``: equal to it, usable the same way, and freeing either frees the
+    operation (as two mpi4py handles of one ``MPI_Op``). The predefined operations pickle by
+    name (``loads(dumps(MPI.SUM)) is MPI.SUM``); a user-defined one pickles as its function.
+    """
 
     __slots__ = ("_name", "_commute", "_py", "_kernel", "_kind", "_user", "_user_nargs",
-                 "_predefined", "_freed", "__weakref__", "_accepted")
+                 "_predefined", "_freed_flag", "__weakref__", "_accepted", "_orig", "_handle")
 
-    def __init__(self, name: str = "OP_NULL", py: Callable | None = None,
-                 kernel: Callable | None = None, *, kind: str = _ANY, commute: bool = True,
-                 predefined: bool = False) -> None:
+    #: mpi4py keeps at most this many user-defined operations alive at once
+    MAX_USER_OPS = 32
+    _live_user: "weakref.WeakSet[Op]" = weakref.WeakSet()
+
+    def __init__(self, op: "Op | None" = None) -> None:
+        if op is None:
+            self._setup("OP_NULL", None, None, kind=_ANY, commute=True, predefined=True)
+            return
+        if not isinstance(op, Op):
+            raise TypeError(f"MPI.Op({op!r:.40}): expected an MPI.Op to make another handle of, "
+                            f"or nothing (the null op)")
+        target = op._target()
+        for name in ("_name", "_commute", "_py", "_kernel", "_kind", "_user", "_user_nargs",
+                     "_predefined", "_accepted"):
+            setattr(self, name, getattr(target, name))
+        self._freed_flag = False
+        self._orig = target
+        self._handle = 0
+
+    @classmethod
+    def _define(cls, name: str, py: Callable | None, kernel: Callable | None, *,
+                kind: str = _ANY, commute: bool = True, predefined: bool = False) -> "Op":
+        """A new operation (the predefined ones, and ``Create``)."""
+        op = cls.__new__(cls)
+        op._setup(name, py, kernel, kind=kind, commute=commute, predefined=predefined)
+        return op
+
+    def _setup(self, name: str, py: Callable | None, kernel: Callable | None, *, kind: str,
+               commute: bool, predefined: bool) -> None:
         self._name = name
         self._py = py
         self._kernel = kernel
@@ -160,8 +195,18 @@ class Op:
         self._user: Callable | None = None
         self._user_nargs = 3
         self._predefined = predefined
-        self._freed = False
+        self._freed_flag = False
         self._accepted: set = set()  # dtypes this op has been checked against
+        self._orig: Op | None = None
+        self._handle = 0
+
+    def _target(self) -> "Op":
+        """The operation this handle names (itself unless it is a second handle)."""
+        return self if self._orig is None else self._orig
+
+    @property
+    def _freed(self) -> bool:
+        return self._target()._freed_flag
 
     # ------------------------------------------------------------------ facts
     @property
@@ -179,6 +224,8 @@ class Op:
 
     @property
     def is_predefined(self) -> bool:
+        """True for MPI's operations (``MPI.SUM``... and ``MPI.OP_NULL``), False for
+        ``Op.Create``'s."""
         return self._predefined
 
     @property
@@ -187,6 +234,18 @@ class Op:
 
     def __bool__(self) -> bool:
         return not self.is_null
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Op):
+            return NotImplemented
+        return self._target() is other._target() or (self.is_null and other.is_null)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return id(self._target())
 
     def __repr__(self) -> str:
         if self._predefined or self.is_null and not self._freed:
@@ -197,8 +256,45 @@ class Op:
 
     def __reduce__(self):
         if self._predefined or self._user is None:
-            return (_op_by_name, (self._name,))
+            if self._orig is None and PREDEFINED_OPS.get(self._name, OP_NULL) is self \
+                    or self is OP_NULL:
+                return (_op_by_name, (self._name,))
+            return (_op_handle_by_name, (self._name,))
+        if self._orig is not None:
+            raise ValueError(f"cannot pickle {self!r}: it is a second handle (MPI.Op(op), "
+                             f"Op.fromint...); pickle the operation Op.Create returned")
         return (_rebuild_user, (self._user, self._commute))
+
+    # ------------------------------------------------------------------ handles
+    @property
+    def handle(self) -> int:
+        """An integer naming this operation in this process (``fromhandle`` gives it back)."""
+        target = self._target()
+        if not target._handle:
+            target._handle = next(_next_handle)
+            _OP_HANDLES[target._handle] = target
+        return target._handle
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "Op":
+        """A handle on the operation ``handle`` names."""
+        target = _OP_HANDLES.get(operator.index(handle))
+        if target is None:
+            raise ValueError(f"MPI.Op.fromhandle({handle}): no operation has this handle in "
+                             f"this process")
+        return cls(target)
+
+    def toint(self) -> int:
+        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, value: int) -> "Op":
+        return cls.fromhandle(value)
+
+    f2py = fromint
 
     # ------------------------------------------------------------------ life cycle
     @classmethod
@@ -206,8 +302,16 @@ class Op:
         """A user-defined operation (see the module docstring for how ``function`` is called)."""
         if not callable(function):
             raise OpError(f"Op.Create: function must be callable, got {type(function).__name__}")
-        op = cls(getattr(function, "__name__", "user_op"), commute=commute, kind=_ANY)
+        live = cls._live_user
+        if len(live) >= cls.MAX_USER_OPS:
+            raise MinimpiError(
+                f"Op.Create: {len(live)} user-defined operations already exist; mpi4py allows "
+                f"at most {cls.MAX_USER_OPS} at once - Free() the ones no longer needed",
+                ERR_INTERN)
+        op = cls._define(getattr(function, "__name__", "user_op"), None, None,
+                         commute=commute, kind=_ANY)
         op._user = function
+        live.add(op)
         op._user_nargs = _positional_arity(function)
         return op
 
@@ -216,7 +320,9 @@ class Op:
             raise OpError(f"Op.Free: cannot free the predefined operation MPI.{self._name}")
         if self.is_null:
             raise OpError("Op.Free: the operation is MPI.OP_NULL or already freed")
-        self._freed = True
+        target = self._target()
+        target._freed_flag = True
+        self._live_user.discard(target)
 
     def _check_usable(self, call: str) -> None:
         if self._freed:
@@ -365,13 +471,17 @@ def _as_like(inbuf: Any, like: np.ndarray, call: str) -> np.ndarray:
 
 
 OP_NULL = Op()
+_OP_HANDLES: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
 
 #: The predefined operations by name.
 PREDEFINED_OPS: dict[str, Op] = {}
 
 
 def _def(name: str, py, kernel, kind: str) -> Op:
-    op = Op(name, py, kernel, kind=kind, commute=True, predefined=True)
+    # MPI.REPLACE and MPI.NO_OP are not commutative: x REPLACE y = y, x NO_OP y = x
+    op = Op._define(name, py, kernel, kind=kind, commute=name not in ("REPLACE", "NO_OP"),
+                    predefined=True)
     PREDEFINED_OPS[name] = op
     return op
 
@@ -394,6 +504,11 @@ NO_OP = _def("NO_OP", lambda x, y: x, _noop_kernel, _ANY)
 
 def _op_by_name(name: str) -> Op:
     return OP_NULL if name == "OP_NULL" else PREDEFINED_OPS[name]
+
+
+def _op_handle_by_name(name: str) -> Op:
+    """A second handle on a predefined operation (what a pickled ``MPI.Op(MPI.SUM)`` is)."""
+    return Op(_op_by_name(name))
 
 
 def _rebuild_user(fn: Callable, commute: bool) -> Op:

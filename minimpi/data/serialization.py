@@ -8,6 +8,12 @@ Large buffers inside the object (numpy arrays, bytearrays, PickleBuffer) are not
 pickle: they travel as their own segments of one ``sendmsg`` call, and on the receiving side the
 unpickled arrays are views of the single receive buffer. Each out-of-band buffer starts at a
 16-byte aligned offset so that received numpy arrays are aligned.
+
+What a lowercase receive accepts besides that layout (mpi4py's rules, so a message sent with
+``Send`` can be received with ``recv``): an empty message is ``None``, and a message that is
+plain pickle bytes (``MPI.pickle.dumps(obj)``, ``pickle.dumps(obj)``) is unpickled as such. A
+payload in minimpi's layout never starts with pickle's PROTO opcode (0x80) - at most 127
+buffers go out of band - and its lengths must add up exactly, so the two cannot be confused.
 """
 from __future__ import annotations
 
@@ -18,6 +24,10 @@ from typing import Any, List, Tuple
 from ..errors import SerializationError
 
 _COUNT = struct.Struct("<IQ")
+_MAX_OOB = 127
+_PROTO = 0x80   # pickle's PROTO opcode: how every protocol >= 2 pickle starts
+#: bytes of the fixed part of the layout (buffer count and pickle length)
+HEAD_SIZE = _COUNT.size
 _LEN = struct.Struct("<Q")
 _ALIGN = 16
 _ZEROS = bytes(_ALIGN)
@@ -41,6 +51,9 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
         raise SerializationError(
             f"{where}{call}: cannot pickle object of type {type(obj).__name__}: {exc}"
         ) from exc
+    if len(buffers) > _MAX_OOB:     # keep the first byte (buffer count) below 0x80
+        buffers = []
+        data = pickle.dumps(obj, protocol=5)
     if not buffers:   # the common small object: the head and the pickle, nothing to align
         return [memoryview(_COUNT.pack(0, len(data))), memoryview(data)], _COUNT.size + len(data)
     raws = []
@@ -65,8 +78,6 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
     return segments, total
 
 
-#: bytes of the fixed part of the layout (buffer count and pickle length)
-HEAD_SIZE = _COUNT.size
 
 
 def layout(payload: "bytearray | memoryview") -> Tuple[int, List[int], int]:
@@ -78,11 +89,37 @@ def layout(payload: "bytearray | memoryview") -> Tuple[int, List[int], int]:
     return plen, lengths, offset + _LEN.size * nbuf
 
 
-def loads(payload: "bytearray | memoryview", parts: "Tuple[int, List[int], int] | None" = None) -> Any:
+def in_layout(view: memoryview) -> bool:
+    """Whether a payload is in minimpi's layout (not plain pickle bytes)."""
+    if view.nbytes < HEAD_SIZE or view[0] >= _PROTO:
+        return False
+    nbuf, plen = _COUNT.unpack_from(view, 0)
+    end = HEAD_SIZE + _LEN.size * nbuf
+    if nbuf > _MAX_OOB or end > view.nbytes:
+        return False
+    total = end + plen
+    for i in range(nbuf):
+        total += _pad(total) + _LEN.unpack_from(view, HEAD_SIZE + _LEN.size * i)[0]
+    return total == view.nbytes
+
+
+def loads(payload: "bytearray | memoryview | None",
+          parts: "Tuple[int, List[int], int] | None" = None) -> Any:
     """Rebuild the object from a received payload; out-of-band buffers become views of it.
-    ``parts``: its :func:`layout`, when the caller has it already."""
+
+    An empty payload is ``None``; plain pickle bytes (sent by ``Send``) are unpickled.
+    ``parts``: the payload's :func:`layout`, when the caller has checked it already.
+    """
+    if payload is None:
+        return None
     view = memoryview(payload)
-    plen, lengths, offset = layout(view) if parts is None else parts
+    if parts is None:
+        if view.nbytes == 0:
+            return None
+        if not in_layout(view):
+            return pickle.loads(view)
+        parts = layout(view)
+    plen, lengths, offset = parts
     if not lengths:
         return pickle.loads(view[offset:offset + plen])
     pickled = view[offset:offset + plen]
@@ -93,3 +130,38 @@ def loads(payload: "bytearray | memoryview", parts: "Tuple[int, List[int], int] 
         bufs.append(view[offset:offset + n])
         offset += n
     return pickle.loads(pickled, buffers=bufs)
+
+
+class Pickle:
+    """``MPI.pickle``: how mpi4py code pickles objects (``MPI.pickle.dumps(obj)`` gives
+    bytes that ``Send`` can carry and ``recv`` unpickles; ``loads`` reverses it).
+
+    ``Pickle(dumps, loads, protocol)`` swaps the functions used by *these* methods; minimpi's
+    own lowercase calls always use protocol 5 with out-of-band buffers.
+    """
+
+    def __init__(self, dumps: Any = None, loads: Any = None,
+                 protocol: int | None = None) -> None:
+        self._dumps = dumps if dumps is not None else pickle.dumps
+        self._loads = loads if loads is not None else pickle.loads
+        self.PROTOCOL = pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+        self.THRESHOLD = 256 * 1024
+
+    def dumps(self, obj: Any) -> bytes:
+        """Serialize ``obj`` to plain pickle bytes."""
+        if self._dumps is pickle.dumps:
+            return pickle.dumps(obj, self.PROTOCOL)
+        return self._dumps(obj)
+
+    def loads(self, data: Any) -> Any:
+        """Deserialize plain pickle bytes."""
+        return self._loads(data)
+
+    def dumps_oob(self, obj: Any) -> Tuple[bytes, List[memoryview]]:
+        """``(pickle bytes, out-of-band buffers)`` with pickle protocol 5."""
+        bufs: List[pickle.PickleBuffer] = []
+        data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+        return data, [b.raw() for b in bufs]
+
+    def loads_oob(self, data: Any, buffers: Any) -> Any:
+        return pickle.loads(data, buffers=buffers)

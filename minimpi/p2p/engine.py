@@ -96,6 +96,9 @@ class Engine(FrameSink):
         # How ``Comm.Abort(code)`` ends the job: the process runtime installs one that tells
         # the launcher and exits with ``code``; without one only this engine is aborted.
         self.job_abort: Optional[Callable[[int, str], None]] = None
+        # Where point-to-point messages and nonblocking requests came from, for the check at
+        # finalize (minimpi.comm.ledger.Ledger); the runtime of a real job installs one.
+        self.ledger = None
         #: host index of every world rank (ranks with equal indices share a machine); one
         #: host until the rendezvous says otherwise (:meth:`set_hosts`)
         self.hosts: Tuple[int, ...] = (0,) * size

@@ -1,7 +1,10 @@
 """Requests and statuses: the handles of point-to-point operations (mpi4py-shaped)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+import itertools
+import operator
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from ..errors import SUCCESS, MinimpiError, PeerLostError
@@ -27,26 +30,49 @@ def _base_type(datatype: Any) -> Any:
 
 
 class Status:
-    """What a completed receive or a probe found: source, tag, size (``MPI.Status``)."""
+    """What a completed receive or a probe found: source, tag, size (``MPI.Status``).
+
+    ``MPI.Status()`` is an empty status (``ANY_SOURCE``, ``ANY_TAG``, ``SUCCESS``, 0 bytes);
+    ``MPI.Status(st)`` is a copy of ``st``; anything else is a TypeError, as in mpi4py.
+    (minimpi itself builds filled ones as ``Status(source, tag, nbytes[, error])``.)
+    """
 
     __slots__ = ("source", "tag", "error", "nbytes", "cancelled")
 
-    def __init__(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, nbytes: int = 0,
-                 error: int = SUCCESS) -> None:
-        self.source = source
-        self.tag = tag
-        self.nbytes = nbytes
-        self.error = error
-        self.cancelled = False
+    def __init__(self, status: "Optional[Status | int]" = None, tag: Optional[int] = None,
+                 nbytes: int = 0, error: int = SUCCESS) -> None:
+        if tag is not None:                       # minimpi's own form: the fields themselves
+            self.source, self.tag, self.nbytes, self.error = status, tag, nbytes, error
+            self.cancelled = False
+        elif status is None:
+            self.source, self.tag, self.nbytes, self.error = ANY_SOURCE, ANY_TAG, 0, SUCCESS
+            self.cancelled = False
+        elif isinstance(status, Status):
+            self._assign(status)
+        else:
+            raise TypeError(f"MPI.Status({status!r:.40}): expected an MPI.Status to copy or "
+                            f"nothing, got {type(status).__name__}")
 
     def _assign(self, other: "Status") -> None:
         self.source, self.tag, self.nbytes = other.source, other.tag, other.nbytes
         self.error, self.cancelled = other.error, other.cancelled
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Status):
+            return NotImplemented
+        return (self.source, self.tag, self.error, self.nbytes, self.cancelled) == \
+            (other.source, other.tag, other.error, other.nbytes, other.cancelled)
+
+    __hash__ = None  # type: ignore[assignment]   (mutable, as mpi4py's)
+
     @property
     def count(self) -> int:
-        """Size of the message in bytes."""
+        """Size of the message in bytes (settable, as ``Set_elements(MPI.BYTE, n)``)."""
         return self.nbytes
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self.nbytes = _nonnegative(value, "Status.count")
 
     def Get_source(self) -> int:
         return self.source
@@ -72,7 +98,7 @@ class Status:
         return self.Get_count(_base_type(datatype))
 
     def Is_cancelled(self) -> bool:
-        return self.cancelled
+        return bool(self.cancelled)
 
     def Set_source(self, source: int) -> None:
         self.source = source
@@ -86,10 +112,73 @@ class Status:
     def Set_elements(self, datatype: Any, count: int) -> None:
         """Make the status report ``count`` basic elements of ``datatype``."""
         base = _base_type(datatype)
-        self.nbytes = count * (1 if base is None else int(base.Get_size()))
+        self.nbytes = _nonnegative(count, "Status.Set_elements") * (
+            1 if base is None else int(base.Get_size()))
+
+    def Set_cancelled(self, flag: bool) -> None:
+        """Mark the status as (not) cancelled: what ``Is_cancelled`` then answers."""
+        self.cancelled = bool(flag)
+
+    def tomemory(self) -> "StatusMemory":
+        """The status fields as a mutable sequence of ints, in the order source, tag, error,
+        count (bytes), cancelled: writing an item writes the field (as mpi4py's
+        ``tomemory()`` exposes the C ``MPI_Status``)."""
+        return StatusMemory(self)
+
+    def py2f(self) -> List[int]:
+        """The fields as a list of ints (``tomemory`` order)."""
+        return list(self.tomemory())
+
+    @classmethod
+    def f2py(cls, fields: Sequence[int]) -> "Status":
+        """A status from ``py2f``'s list."""
+        st = cls()
+        mem = st.tomemory()
+        for i, v in enumerate(fields):
+            mem[i] = v
+        return st
 
     def __repr__(self) -> str:
         return f"Status(source={self.source}, tag={self.tag}, count={self.nbytes} bytes)"
+
+
+def _nonnegative(value: Any, what: str) -> int:
+    n = operator.index(value)
+    if n < 0:
+        raise ValueError(f"{what}: expected a count >= 0, got {n}")
+    return n
+
+
+class StatusMemory:
+    """A live, writable view of a :class:`Status`'s fields as ints (``Status.tomemory``)."""
+
+    __slots__ = ("_status",)
+    _FIELDS = ("source", "tag", "error", "nbytes", "cancelled")
+
+    def __init__(self, status: Status) -> None:
+        self._status = status
+
+    def __len__(self) -> int:
+        return len(self._FIELDS)
+
+    def __getitem__(self, i: int) -> int:
+        return int(getattr(self._status, self._FIELDS[i]))
+
+    def __setitem__(self, i: int, value: int) -> None:
+        name = self._FIELDS[i]
+        value = operator.index(value)
+        setattr(self._status, name, bool(value) if name == "cancelled" else value)
+
+    def __iter__(self) -> Iterator[int]:
+        return (self[i] for i in range(len(self._FIELDS)))
+
+    def tolist(self) -> List[int]:
+        return list(self)
+
+
+#: handle number -> request, for ``Request.fromhandle`` (filled only when ``.handle`` is read)
+_HANDLES: "weakref.WeakValueDictionary[int, Request]" = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
 
 
 #: the status of requests that carry no message information (sends, collectives): one shared
@@ -102,13 +191,40 @@ class Request:
 
     Lowercase methods return the received Python object (mpi4py's ``req.wait()``),
     Capitalized ones return ``True``/flags as mpi4py's ``Wait``/``Test`` do.
+
+    ``MPI.Request()`` is a null request (equal to ``MPI.REQUEST_NULL``: waiting on it returns
+    at once with an empty status). ``MPI.Request(req)`` is a second handle on ``req``: it
+    compares equal to it and waiting, testing, cancelling or freeing through either acts on
+    the one operation (as two mpi4py handles of one ``MPI_Request``).
     """
 
     __slots__ = ("_engine", "done", "error", "status", "_finish", "_result", "description",
-                 "_pending", "_inactive", "__weakref__")
+                 "_pending", "_inactive", "_orig", "_handle", "__weakref__")
 
-    def __init__(self, engine: Optional["Engine"], description: str = "",
-                 status: Optional[Status] = None) -> None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Request":
+        # mpi4py: Request(req) of the request's own type is another handle on the same
+        # request; here that is the object itself (equal, same type, same state).
+        if len(args) == 1 and not kwargs and type(args[0]) is cls:
+            return args[0]
+        return super().__new__(cls)
+
+    def __init__(self, request: "Optional[Request]" = None) -> None:
+        if request is self:                      # Request(req) of req's own type (__new__)
+            return
+        self._setup(None, "REQUEST_NULL")
+        if request is None:
+            self._make_null()
+        elif isinstance(request, Request):
+            target = request._target()
+            self._check_handle_type(target)
+            self._orig = target
+        else:
+            raise TypeError(f"MPI.{type(self).__name__}({request!r:.40}): expected a request "
+                            f"to make another handle of, or nothing (the null request)")
+
+    def _setup(self, engine: Optional["Engine"], description: Any = "",
+               status: Optional[Status] = None) -> None:
+        """Initialize a real request (what the engine and the subclasses call)."""
         self._engine = engine
         self.done = False
         self.error: Optional[BaseException] = None
@@ -121,6 +237,18 @@ class Request:
         # equal to MPI.REQUEST_NULL, skipped by Waitany/Waitsome. A repeated wait() still
         # returns the cached result (the collectives rely on that).
         self._inactive = False
+        self._orig: Optional[Request] = None   # set on a second handle (Request(req))
+        self._handle = 0
+
+    def _make_null(self) -> None:
+        self.done, self._pending, self._inactive = True, 0, True
+
+    def _check_handle_type(self, target: "Request") -> None:
+        """Which requests a handle of this class may name (Grequest: only generalized ones)."""
+
+    def _target(self) -> "Request":
+        """The request this handle names (itself, unless it is a second handle)."""
+        return self if self._orig is None else self._orig
 
     # -- engine side -------------------------------------------------------------------
     def _complete(self, error: Optional[BaseException] = None) -> None:
@@ -163,12 +291,16 @@ class Request:
     # -- mpi4py API ----------------------------------------------------------------------
     def wait(self, status: Optional[Status] = None) -> Any:
         """Block until complete; return the received object (None for sends and buffers)."""
+        if self._orig is not None:
+            return self._orig.wait(status)
         if not self.done:
             self._engine.wait_for(self)
         return self._collect(status)
 
     def test(self, status: Optional[Status] = None) -> Tuple[bool, Any]:
         """``(done, object)`` after one round of progress, without blocking."""
+        if self._orig is not None:
+            return self._orig.test(status)
         if not self.done and self._engine is not None:
             self._engine.poll()
         if not self.done:
@@ -186,39 +318,113 @@ class Request:
 
     def Get_status(self, status: Optional[Status] = None) -> bool:
         """Whether the request is complete, filling ``status``; unlike ``Test`` it stays active."""
+        if self._orig is not None:
+            return self._orig.Get_status(status)
         if not self.done and self._engine is not None:
             self._engine.poll()
         if self.done and status is not None:
-            status._assign(self.status)
+            status._assign(Status() if self._inactive else self.status)
         return self.done
 
+    get_status = Get_status
+
     def Cancel(self) -> None:
-        """Cancel a receive that has not matched yet (``Status.Is_cancelled``); no effect otherwise."""
+        """Cancel a receive that has not matched yet (``Status.Is_cancelled`` then tells);
+        a send, or a receive that already matched, completes normally (MPI allows that)."""
+        if self._orig is not None:
+            self._orig.Cancel()
+            return
         if not self.done and self._engine is not None:
             self._engine.cancel(self)
 
+    cancel = Cancel
+
     def Free(self) -> None:
         """Release the handle; the operation still completes in the background."""
+        if self._orig is not None:
+            self._orig.Free()
+            return
         self._inactive = True
 
+    free = Free
+
+    def _is_null(self) -> bool:
+        return self._target()._inactive
+
     def __bool__(self) -> bool:  # mpi4py: a request is truthy until it becomes REQUEST_NULL
-        return not self._inactive
+        return not self._is_null()
 
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        if isinstance(other, Request):  # every completed/freed request equals REQUEST_NULL
-            return self._inactive and other._inactive and type(self)._null_like and type(other)._null_like
+        if isinstance(other, Request):   # two handles of one request, or both null
+            return (self._target() is other._target()
+                    or (self._is_null() and other._is_null()))
         return NotImplemented
 
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
     __hash__ = object.__hash__
-    _null_like = True   # persistent requests stay non-null after completion (Prequest)
+
+    # -- handles (mpi4py's handle / fromhandle / toint / fromint / py2f / f2py) ----------
+    @property
+    def handle(self) -> int:
+        """An integer naming this request in this process (0 for a null request); give it
+        to ``fromhandle`` to get another handle on the same request."""
+        target = self._target()
+        if target._is_null():
+            return 0
+        if not target._handle:
+            target._handle = next(_next_handle)
+            _HANDLES[target._handle] = target
+        return target._handle
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "Request":
+        """A handle of this class on the request ``handle`` names (0: a null request)."""
+        handle = operator.index(handle)
+        if handle == 0:
+            return cls()
+        target = _HANDLES.get(handle)
+        if target is None:
+            raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live request has "
+                             f"this handle in this process")
+        return cls(target)
+
+    def toint(self) -> int:
+        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, value: int) -> "Request":
+        return cls.fromhandle(value)
+
+    f2py = fromint
+
+    def __repr__(self) -> str:
+        if self._orig is not None:
+            return f"<{type(self).__name__} handle on {self._orig!r}>"
+        if self._is_null() and self._engine is None:
+            return "MPI.REQUEST_NULL" if self.description == "REQUEST_NULL" else \
+                f"<{type(self).__name__} null>"
+        return f"<{type(self).__name__} {describe(self)}>"
 
     @staticmethod
     def _active(r: Optional["Request"]) -> bool:
-        return r is not None and not r._inactive
+        """Whether ``r`` takes part in Waitany/Waitsome/...: started and not yet completed
+        by a wait or test (an inactive persistent request does not, though it is not null)."""
+        return r is not None and not r._target()._inactive
 
     # -- groups of requests ------------------------------------------------------------
+    @staticmethod
+    def _targets(requests: Sequence[Optional["Request"]]) -> List[Optional["Request"]]:
+        """The requests the handles name (second handles resolved), in order."""
+        return [r if r is None or r._orig is None else r._orig for r in requests]
+
     @staticmethod
     def _engine_of(requests: Sequence["Request"]) -> Optional["Engine"]:
         for r in requests:
@@ -226,19 +432,28 @@ class Request:
                 return r._engine
         return None
 
+    @staticmethod
+    def _status_slots(statuses: Any, n: int) -> List[Optional[Status]]:
+        """Where each of ``n`` results' statuses goes: a list is extended to ``n`` entries
+        (as mpi4py does); a tuple or shorter sequence fills what it has."""
+        if statuses is None:
+            return [None] * n
+        if isinstance(statuses, list):
+            while len(statuses) < n:
+                statuses.append(Status())
+        slots = list(statuses[:n])
+        return slots + [None] * (n - len(slots))
+
     @classmethod
     def waitall(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> List[Any]:
-        reqs = [r for r in requests]
+        reqs = cls._targets(requests)
         engine = cls._engine_of(reqs)
         if engine is not None:
             engine.wait_all([r for r in reqs if r is not None])
         results = []
         first_error = None
-        if statuses is not None:   # mpi4py fills (and extends) a list of statuses
-            while len(statuses) < len(reqs):
-                statuses.append(Status())
-        for i, r in enumerate(reqs):
-            st = statuses[i] if statuses is not None else None
+        slots = cls._status_slots(statuses, len(reqs))
+        for r, st in zip(reqs, slots):
             if r is None:
                 results.append(None)
                 continue
@@ -258,7 +473,8 @@ class Request:
 
     @classmethod
     def waitany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> Tuple[int, Any]:
-        live = [r for r in requests if cls._active(r)]
+        reqs = cls._targets(requests)
+        live = [r for r in reqs if cls._active(r)]
         if not live:
             if status is not None:
                 status._assign(Status())
@@ -266,7 +482,7 @@ class Request:
         engine = cls._engine_of(live)
         if engine is not None:
             engine.wait_any(live)
-        for i, r in enumerate(requests):
+        for i, r in enumerate(reqs):
             if cls._active(r) and r.done:
                 return i, r._collect(status)
         raise AssertionError("wait_any returned with no completed request")  # pragma: no cover
@@ -277,11 +493,12 @@ class Request:
 
     @classmethod
     def testall(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[bool, Optional[List[Any]]]:
-        engine = cls._engine_of(requests)
+        reqs = cls._targets(requests)
+        engine = cls._engine_of(reqs)
         if engine is not None:
             engine.poll()
-        if all(r is None or r.done for r in requests):
-            return True, cls.waitall(requests, statuses)
+        if all(r is None or r.done for r in reqs):
+            return True, cls.waitall(reqs, statuses)
         return False, None
 
     @classmethod
@@ -290,12 +507,15 @@ class Request:
 
     @classmethod
     def testany(cls, requests: Sequence["Request"], status: Optional[Status] = None) -> Tuple[int, bool, Any]:
-        engine = cls._engine_of(requests)
+        reqs = cls._targets(requests)
+        engine = cls._engine_of(reqs)
         if engine is not None:
             engine.poll()
-        if not any(cls._active(r) for r in requests):
+        if not any(cls._active(r) for r in reqs):
+            if status is not None:
+                status._assign(Status())
             return UNDEFINED, True, None   # MPI: no active request -> flag true, index UNDEFINED
-        for i, r in enumerate(requests):
+        for i, r in enumerate(reqs):
             if cls._active(r) and r.done:
                 return i, True, r._collect(status)
         return UNDEFINED, False, None
@@ -307,26 +527,21 @@ class Request:
 
     @classmethod
     def waitsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[Optional[List[int]], Optional[List[Any]]]:
-        live = [r for r in requests if cls._active(r)]
+        reqs = cls._targets(requests)
+        live = [r for r in reqs if cls._active(r)]
         if not live:
             return None, None
         engine = cls._engine_of(live)
         if engine is not None:
             engine.wait_any(live)
-        return cls._collect_some(requests, statuses)
+        return cls._collect_some(reqs, statuses)
 
     @classmethod
     def _collect_some(cls, requests: Sequence["Request"], statuses: Optional[List[Status]]
                       ) -> Tuple[List[int], List[Any]]:
         idx = [i for i, r in enumerate(requests) if cls._active(r) and r.done]
-        results = []
-        for k, i in enumerate(idx):
-            st = None
-            if statuses is not None:
-                while len(statuses) <= k:
-                    statuses.append(Status())
-                st = statuses[k]
-            results.append(requests[i]._collect(st))
+        slots = cls._status_slots(statuses, len(idx))
+        results = [requests[i]._collect(st) for i, st in zip(idx, slots)]
         return idx, results
 
     @classmethod
@@ -335,16 +550,77 @@ class Request:
 
     @classmethod
     def testsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Tuple[Optional[List[int]], Optional[List[Any]]]:
-        engine = cls._engine_of(requests)
+        reqs = cls._targets(requests)
+        engine = cls._engine_of(reqs)
         if engine is not None:
             engine.poll()
-        if not any(cls._active(r) for r in requests):
+        if not any(cls._active(r) for r in reqs):
             return None, None
-        return cls._collect_some(requests, statuses)
+        return cls._collect_some(reqs, statuses)
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None) -> Optional[List[int]]:
         return cls.testsome(requests, statuses)[0]
+
+    # -- status without completing (MPI 4.1 MPI_Request_get_status_any/all/some) ---------
+    @classmethod
+    def Get_status_any(cls, requests: Sequence["Request"], status: Optional[Status] = None
+                       ) -> Tuple[int, bool]:
+        """``(index, flag)`` of a complete request, which stays active; ``(UNDEFINED, True)``
+        when no request is active."""
+        reqs = cls._targets(requests)
+        engine = cls._engine_of(reqs)
+        if engine is not None:
+            engine.poll()
+        if not any(cls._active(r) for r in reqs):
+            if status is not None:
+                status._assign(Status())
+            return UNDEFINED, True
+        for i, r in enumerate(reqs):
+            if cls._active(r) and r.done:
+                if status is not None:
+                    status._assign(r.status)
+                return i, True
+        return UNDEFINED, False
+
+    get_status_any = Get_status_any
+
+    @classmethod
+    def Get_status_all(cls, requests: Sequence["Request"], statuses: Optional[List[Status]] = None
+                       ) -> bool:
+        """Whether every request is complete (they stay active); fills ``statuses`` if so
+        (an empty status for a null request)."""
+        reqs = cls._targets(requests)
+        engine = cls._engine_of(reqs)
+        if engine is not None:
+            engine.poll()
+        if not all(r is None or not cls._active(r) or r.done for r in reqs):
+            return False
+        for r, st in zip(reqs, cls._status_slots(statuses, len(reqs))):
+            if st is not None:
+                st._assign(r.status if cls._active(r) else Status())
+        return True
+
+    get_status_all = Get_status_all
+
+    @classmethod
+    def Get_status_some(cls, requests: Sequence["Request"],
+                        statuses: Optional[List[Status]] = None) -> Optional[List[int]]:
+        """Indices of the complete active requests (they stay active); None when no request
+        is active."""
+        reqs = cls._targets(requests)
+        engine = cls._engine_of(reqs)
+        if engine is not None:
+            engine.poll()
+        if not any(cls._active(r) for r in reqs):
+            return None
+        idx = [i for i, r in enumerate(reqs) if cls._active(r) and r.done]
+        for i, st in zip(idx, cls._status_slots(statuses, len(idx))):
+            if st is not None:
+                st._assign(reqs[i].status)
+        return idx
+
+    get_status_some = Get_status_some
 
 
 class CompletedRequest(Request):
@@ -353,17 +629,78 @@ class CompletedRequest(Request):
     __slots__ = ()
 
     def __init__(self, status: Optional[Status] = None, result: Any = None) -> None:
-        super().__init__(None, "completed", status)
+        self._setup(None, "completed", status)
         self.done = True
         self._pending = 0
         self._result = result
+
+
+class CombinedRequest(Request):
+    """One request over several (``Isendrecv``: a receive and a send; ``Iflush_buffer``:
+    pending buffered sends): complete when all are; its status is the first one's, its
+    error the first error."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: Sequence[Request], description: str = "combined") -> None:
+        self._setup(next((r._engine for r in parts if r._engine is not None), None),
+                    description)
+        self._parts = tuple(parts)
+        self._pending = 0
+
+    @property
+    def done(self) -> bool:
+        return all(r.done for r in self._parts)
+
+    @done.setter
+    def done(self, value: bool) -> None:   # set only by _setup
+        pass
+
+    @property
+    def status(self) -> Status:
+        return self._parts[0].status if self._parts else Status()
+
+    @status.setter
+    def status(self, value: Status) -> None:   # set only by _setup
+        pass
+
+    def _collect(self, status: Optional[Status]) -> Any:
+        self._inactive = True
+        first: Optional[BaseException] = None
+        for i, r in enumerate(self._parts):
+            try:
+                r._collect(status if i == 0 else None)
+            except MinimpiError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+        return None
+
+    def Cancel(self) -> None:
+        for r in self._parts:
+            r.Cancel()
+
+    cancel = Cancel
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.description}: {list(self._parts)!r}>"
+
+
+class PairRequest(CombinedRequest):
+    """``Isendrecv``'s request: complete once its receive and its send are; the status is
+    the receive's."""
+
+    __slots__ = ()
+
+    def __init__(self, recv: Request, send: Request, description: str = "sendrecv") -> None:
+        super().__init__((recv, send), description)
 
 
 class SendRequest(Request):
     __slots__ = ("peer", "msg_id")
 
     def __init__(self, engine: "Engine", description: str, peer: int) -> None:
-        super().__init__(engine, description)
+        self._setup(engine, description)
         self.peer = peer
         self.msg_id = 0
 
@@ -376,7 +713,7 @@ class RecvRequest(Request):
 
     def __init__(self, engine: "Engine", description: str, context: int, source: int, tag: int,
                  target: Optional[memoryview], is_object: bool) -> None:
-        super().__init__(engine, description, Status())
+        self._setup(engine, description, Status())
         self.context = context
         self.source = source
         self.tag = tag

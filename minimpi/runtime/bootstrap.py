@@ -3,13 +3,11 @@
 ``bootstrap()`` turns the environment into a :class:`BootInfo`. It tries a short list of
 *sources* in order (:data:`SOURCES`); the first one that recognises the environment wins:
 
-1. ``minimpi run`` (the launcher sets ``MINIMPI_RANK``, ``MINIMPI_SIZE``, ``MINIMPI_COORD``,
+1. no launcher (``runtime/sources.py``): ``srun``, or environment rendezvous
+   (``MINIMPI_COORDINATOR``, torchrun's ``MASTER_ADDR``, ...); rank 0 hosts the coordinator;
+2. ``minimpi run`` (the launcher sets ``MINIMPI_RANK``, ``MINIMPI_SIZE``, ``MINIMPI_COORD``,
    ``MINIMPI_SECRET``, ``MINIMPI_JOBID``, ``MINIMPI_BIND``, ...);
-2. a singleton world of size 1 (plain ``python script.py``, MPI's "singleton init").
-
-Slurm (``SLURM_PROCID``/``SLURM_NTASKS``) and torchrun-style variables
-(``RANK``/``WORLD_SIZE``/``MASTER_ADDR``) are meant to become further entries of
-:data:`SOURCES`, placed before the singleton; they are not implemented yet.
+3. a singleton world of size 1 (plain ``python script.py``, MPI's "singleton init").
 
 The :class:`CoordinatorClient` is the rank's side of the control plane: one pyzmq DEALER
 talking to the launcher's ROUTER. Every message in both directions is a two-frame zmq
@@ -48,6 +46,8 @@ from typing import Callable, Mapping, Optional, Sequence
 import msgpack
 
 from minimpi.errors import JobAbortedError, MinimpiError, MPITimeoutError
+
+from . import sources
 
 # ---------------------------------------------------------------------------------------
 # Environment variables set by the launcher for every rank
@@ -204,6 +204,34 @@ def _from_launcher(environ: Mapping[str, str]) -> Optional[BootInfo]:
                     env=_minimpi_env(environ), source="minimpi-run")
 
 
+def _from_environment(environ: Mapping[str, str]) -> Optional[BootInfo]:
+    """Source: started without ``minimpi run`` (srun, MINIMPI_COORDINATOR, MASTER_ADDR...)."""
+    rdv = sources.find(environ)
+    if rdv is None:
+        return None
+    env = _minimpi_env(environ)
+    if rdv.size == 1:   # nothing to meet: no coordinator, no secret needed
+        return BootInfo(rank=0, size=1, secret=b"", job_id=rdv.job_id,
+                        bind_host=environ.get(ENV_BIND, DEFAULT_BIND), coordinator=None,
+                        env=env, source=rdv.source)
+    secret = sources.job_secret(environ, rdv)
+    if sources.insecure(environ) and rdv.rank == 0 and not environ.get(sources.ENV_SECRET):
+        print(f"minimpi: {sources.ENV_INSECURE}=1: job {rdv.job_id} runs without "
+              "authentication", file=sys.stderr, flush=True)
+    bind = sources.data_plane_address(environ, rdv)
+    try:
+        startup = float(environ.get(ENV_STARTUP_TIMEOUT) or 60.0)
+    except ValueError:
+        startup = 60.0
+    address = f"tcp://{rdv.coordinator}"
+    if rdv.rank == 0:
+        address = sources.host_coordinator(rdv, secret, startup)
+    client = CoordinatorClient(address, secret, rdv.rank, rdv.size, rdv.job_id)
+    client.startup_timeout = startup
+    return BootInfo(rank=rdv.rank, size=rdv.size, secret=secret, job_id=rdv.job_id,
+                    bind_host=bind, coordinator=client, env=env, source=rdv.source)
+
+
 def _singleton(environ: Mapping[str, str]) -> Optional[BootInfo]:
     """Source: nothing recognised -> a world of one process (MPI singleton init)."""
     return BootInfo(rank=0, size=1, secret=b"", job_id=f"singleton-{os.getpid()}",
@@ -212,8 +240,8 @@ def _singleton(environ: Mapping[str, str]) -> Optional[BootInfo]:
 
 
 #: Bootstrap sources, tried in order; each returns a BootInfo or None ("not mine").
-#: Future: insert ("slurm", _from_slurm) and ("torchrun", _from_torchrun) before singleton.
 SOURCES: list[tuple[str, Callable[[Mapping[str, str]], Optional[BootInfo]]]] = [
+    ("environment", _from_environment),
     ("minimpi-run", _from_launcher),
     ("singleton", _singleton),
 ]

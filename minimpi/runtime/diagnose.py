@@ -41,6 +41,7 @@ from ..coll.mismatch import call_of
 from ..data.units import format_size
 from ..errors import JobAbortedError, PeerLostError
 from ..p2p.request import RecvRequest, SendRequest
+from .leftovers import waiting_messages
 
 #: at most one "still blocked, but data moved" report per this many seconds
 REREPORT_INTERVAL = 0.25
@@ -155,6 +156,7 @@ def blocked_state(engine, waiting_on: List[Any], frame=None) -> Dict[str, Any]:
     ch = _collective_channel(frame)
     state["coll"] = _coll_info(ch) if ch is not None else None
     state["items"] = [i for i in (_item(engine, r) for r in waiting_on) if i is not None]
+    state["waiting"] = waiting_messages(engine, waiting_on)
     state["eager_limit"] = engine.eager_limit
     return state
 
@@ -259,6 +261,36 @@ def edge_text(rank: int, state: Dict[str, Any], item: Dict[str, Any], target: in
     return text
 
 
+def waiting_text(rank: int, state: Dict[str, Any]) -> List[str]:
+    """What waits unreceived at a blocked rank, beside what it waits for: ``rank 1 waits for
+    tag 1 from rank 0 in recv at x.py:5; waiting unreceived at rank 1: a message with tag 2
+    from rank 0 (16 B) on COMM_WORLD``: a tag or source mix-up, or collectives out of step."""
+    waiting = state.get("waiting") or []
+    if not waiting:
+        return []
+    wants = []
+    for item in state.get("items") or []:
+        if item.get("dir") == "recv":
+            tag = item.get("tag")
+            tag_s = "any tag" if tag == -1 else f"tag {tag}"
+            wants.append(f"{tag_s} from {_peer_text(item)} in {item.get('call')}")
+    coll = state.get("coll")
+    if coll:
+        wants = [f"step {coll.get('step')} of {coll.get('call')} (collective #{coll.get('seq')})"]
+    where = f" at {state['where']}" if state.get("where") else ""
+    head = f"rank {rank} waits for {' or '.join(wants) or 'a message'}{where}"
+    found = []
+    for w in waiting:
+        src = f"rank {w.get('source')}" + (f" (world rank {w['world']})"
+                                           if w.get("world") not in (None, w.get("source")) else "")
+        if w.get("coll"):
+            found.append(f"a message of {w['coll']} (collective #{w.get('seq')}) from {src}")
+        else:
+            found.append(f"a message with tag {w.get('tag')} from {src} "
+                         f"({format_size(int(w.get('nbytes') or 0))}) on {w.get('comm')}")
+    return [f"{head}; waiting unreceived at rank {rank}: {'; '.join(found)}"]
+
+
 def wait_targets(item: Dict[str, Any]) -> List[int]:
     """World ranks an item waits for (several for ANY_SOURCE or a collective step)."""
     if item.get("dir") == "coll":
@@ -300,6 +332,7 @@ class BlockReporter:
     def _report(self, waiting_on: List[Any]) -> None:
         state = dict(self.state or {})
         state["items"] = [i for i in (_item(self.engine, r) for r in waiting_on) if i is not None]
+        state["waiting"] = waiting_messages(self.engine, waiting_on)   # may have arrived since
         self.count += 1
         state["io"] = self.io
         state["n"] = self.count

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..comm.communicator import Comm
 from ..data.units import format_size
 from ..p2p.request import RecvRequest, Request
+from .leftovers import FINAL_CONTEXT
 
 ENV_TRACE = "MINIMPI_TRACE"
 ENV_STATS = "MINIMPI_STATS"
@@ -118,8 +119,11 @@ class Observer:
 
     def _emit_slice(self, name: str, t0: float, t1: float, args: Optional[dict] = None,
                     cat: str = "mpi") -> None:
-        ev = {"ph": "X", "name": name, "cat": cat, "ts": self._us(t0),
-              "dur": max(0.0, (t1 - t0) * 1e6), "pid": 0, "tid": self.rank}
+        # the duration as the difference of the two ends on the trace's time base, so that
+        # ts + dur is this slice's end exactly where a parent or the next step begins
+        start = self._us(t0)
+        ev = {"ph": "X", "name": name, "cat": cat, "ts": start,
+              "dur": max(0.0, self._us(t1) - start), "pid": 0, "tid": self.rank}
         if args:
             ev["args"] = args
         self.events.append(ev)
@@ -208,6 +212,8 @@ class Observer:
 
     # -- messages (wrappers of this engine's methods) ------------------------------------
     def sent(self, t: float, dest: int, msg_id: int, tag: int, nbytes: int, context: int) -> None:
+        if context == FINAL_CONTEXT:      # finalize's own markers are not the program's
+            return
         self._account(0, nbytes)
         cur = self.current
         if cur is not None:
@@ -221,6 +227,8 @@ class Observer:
                                      self._us(t), dest))
 
     def received(self, peer: int, msg_id: int, tag: int, nbytes: int, context: int) -> None:
+        if context == FINAL_CONTEXT:
+            return
         self._account(2, nbytes)
         if self.trace:
             ev = _flow("f", self.rank, peer, msg_id, tag, nbytes, context,
@@ -499,9 +507,16 @@ def merge_traces(docs: List[dict], nprocs: int, program: str = "") -> dict:
     timed = [e["ts"] for e in events if "ts" in e]
     t0 = min(timed) if timed else 0.0
     for e in events:
+        # Round the two ends of a slice to the nanosecond, then take the duration between
+        # them: rounding the start and the duration separately let 1 ns of a child slice
+        # stick out of its parent, or a step into the next one, and viewers then break the
+        # nesting. Rounding is monotonic, so nested ends stay nested.
         if "ts" in e:
-            e["ts"] = round(e["ts"] - t0, 3)
-        if "dur" in e:
+            start = e["ts"] - t0
+            e["ts"] = round(start, 3)
+            if "dur" in e:
+                e["dur"] = round(round(start + e["dur"], 3) - e["ts"], 3)
+        elif "dur" in e:
             e["dur"] = round(e["dur"], 3)
     # flows whose other end is missing (a rank that died, a message never received) would
     # dangle: keep only complete pairs, and say how many were dropped

@@ -15,12 +15,14 @@ import threading
 from typing import Optional
 
 from .. import transports
-from ..comm.communicator import Intracomm
-from ..errors import JobAbortedError
+from ..comm.communicator import Intracomm, set_predefined
+from ..errors import CollectiveMismatchError, JobAbortedError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy
 from .bootstrap import BootInfo, bootstrap, host_identity
 from .diagnose import install as install_diagnostics
+from .leftovers import finalize_check, finalize_wait
+from .leftovers import install as install_ledger
 
 _lock = threading.RLock()
 _state: Optional["_Runtime"] = None
@@ -38,6 +40,8 @@ class _Runtime:
                                           info, host_identity())
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
         self.engine.job_abort = abort
+        install_ledger(self.engine)   # where messages came from, for the check at finalize
+        self.all_connected = False    # every pair connected at start-up (small jobs)
         if info.coordinator is not None:
             address = transport.listen() if transport is not None else "none"
             addresses = info.coordinator.exchange_addresses(address)
@@ -49,11 +53,13 @@ class _Runtime:
                 # so that no message later waits for a handshake with a rank that is busy.
                 if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")):
                     transport.connect_all()
+                    self.all_connected = True
                 # spin before sleeping only while the ranks on this host have a core each
                 self.engine.progress_policy = ProgressPolicy.from_env(
                     info.env, len(transport.local_ranks))
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
+        set_predefined(self.world, self.self_comm)   # what pickles by name
         self.failing = False
         # deadlock diagnosis: long waits are reported to the launcher (minimpi.runtime.diagnose)
         self.reporter = install_diagnostics(self.engine, info.coordinator, info.env)
@@ -71,7 +77,7 @@ def world_state() -> _Runtime:
                 if _finalized:
                     raise JobAbortedError("MPI was finalized in this process; it cannot be used again")
                 _state = _Runtime(bootstrap())
-                atexit.register(finalize)
+                atexit.register(_finalize_at_exit)
                 _install_excepthook()
     return _state
 
@@ -102,6 +108,7 @@ def finalize() -> None:
             return
         _finalized = True
     engine = state.engine
+    leftover: Optional[BaseException] = None
     if not state.failing and (_inside_a_call(engine)
                               or getattr(engine.transport, "interrupted", False)):
         # sys.exit()/exit from inside a communication call (a signal handler, a callback):
@@ -119,6 +126,18 @@ def finalize() -> None:
                   f"{engine.pending_summary() or 'queued data'}", file=sys.stderr, flush=True)
         if state.info.coordinator is not None:
             state.info.coordinator.finalize(lost=sorted(engine.lost_peers))
+        # MPI_Finalize is collective: wait for every rank's last messages, then report what
+        # was never received (minimpi.runtime.leftovers). The markers go over the start-up
+        # connections; a job that connects lazily (many ranks) checks what has arrived, rather
+        # than open a connection to every rank at exit.
+        try:
+            finalize_check(engine, lambda text: print(
+                f"minimpi rank {state.info.rank}: warning at finalize: {text}", file=sys.stderr,
+                flush=True), finalize_wait(state.info.env) if state.all_connected else 0.0)
+        except CollectiveMismatchError as exc:
+            leftover = exc
+            if state.reporter is not None:
+                state.reporter.failed(exc)
     if state.observer is not None:   # this rank's trace/statistics, merged by the launcher
         try:
             state.observer.write()
@@ -128,6 +147,20 @@ def finalize() -> None:
     engine.close()
     if state.info.coordinator is not None:
         state.info.coordinator.close()
+    if leftover is not None:
+        raise leftover
+
+
+def _finalize_at_exit() -> None:
+    """finalize() at interpreter exit, where an exception would not change the exit code: a
+    collective mismatch found there is printed and the process exits 1."""
+    try:
+        finalize()
+    except CollectiveMismatchError as exc:
+        sys.stdout.flush()
+        print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        os._exit(1)
 
 
 def _inside_a_call(engine: Engine) -> bool:

@@ -36,6 +36,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -202,7 +203,10 @@ def measure(quick: bool = False, timeout: float = 600.0, hosts: Optional[str] = 
         cmd += ["--hosts", hosts]
     cmd += list(run_args) + ["-m", "minimpi.tools.calibrate", "--worker", "-"]
     cmd += ["--quick"] if quick else []
-    proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
+    # run in an empty directory: a current directory holding a `minimpi` folder (a clone of
+    # minimpi) would otherwise shadow the installed package in `python -m minimpi`
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, cwd=tmp)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"the calibration job failed (exit {proc.returncode}):\n"

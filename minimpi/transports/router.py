@@ -15,7 +15,9 @@ A process's engine drives one :class:`RouterTransport`. It owns the real transpo
   wake-ups with ``prepare_sleep``), so a rank waiting on a TCP peer still wakes at once for a
   shared-memory message and the other way round.
 
-Adding a transport (RDMA verbs) is one module and one name in ``transports.AUTO``.
+Adding a transport is one module and one name in ``transports.AUTO`` (auto offers shm,
+then verbs, then tcp; a member that cannot run on this host is left out, and the host's lowest
+rank says why in one line when its peers on other hosts then go over a later one).
 
 The host identity comes from the runtime (``runtime.bootstrap.host_identity``: host name
 and boot id), the same one the rendezvous gives the topology-aware collectives, so the
@@ -45,7 +47,7 @@ class RouterTransport(Transport):
     """Several transports behind one, chosen per peer (see the module docstring)."""
 
     def __init__(self, rank: int, size: int, members: Sequence[Transport], host: str,
-                 optional: Sequence[str] = ()) -> None:
+                 optional: Sequence[str] = (), skipped: Optional[Dict[str, str]] = None) -> None:
         if not members:
             raise TransportError(f"rank {rank}: no transport to route through")
         self.rank = rank
@@ -55,6 +57,8 @@ class RouterTransport(Transport):
         self.host = host.replace(";", "_").replace("=", "_")
         #: members that may be left out when they cannot start here (``auto``)
         self.optional = set(optional)
+        #: members ``auto`` left out because they cannot run here, and why
+        self.skipped: Dict[str, str] = dict(skipped or {})
         self._route: List[Optional[Transport]] = [None] * size
         #: world ranks on this host, this one included (known after set_peers)
         self.local_ranks: List[int] = [rank]
@@ -115,6 +119,7 @@ class RouterTransport(Transport):
                     f"(shm reaches only ranks on the same host; use --transport auto or tcp)")
         for t in self.members:
             t.set_peers(per_member[id(t)])
+        self._say_what_was_left_out(parsed)
         # A member that no peer uses is closed: polling it would cost a syscall in every
         # spin for nothing, and its listener would only ever meet strangers.
         used = {id(t) for t in self._route if t is not None}
@@ -126,6 +131,18 @@ class RouterTransport(Transport):
             # straight to it - a small message is a few microseconds, a call level is not free.
             self.send = self.members[0].send
             self.progress = self.members[0].progress
+
+    def _say_what_was_left_out(self, parsed: Sequence[Tuple[str, Dict[str, str]]]) -> None:
+        """One line per host (from its lowest rank) when a network transport that ``auto``
+        prefers could not run here and peers on other hosts are reached by a later one."""
+        if self.rank != min(self.local_ranks):
+            return
+        for name, why in self.skipped.items():
+            fallback = sorted({t.name for peer, t in enumerate(self._route)
+                               if t is not None and parsed[peer][0] != self.host})
+            if fallback and name not in fallback:
+                print(f"minimpi: host {self.host.split('/')[0]}: {' and '.join(fallback)} between "
+                      f"hosts, not {name}: {why}", file=sys.stderr, flush=True)
 
     def connect_all(self, timeout: float = 60.0) -> None:
         """Open every connection now for the members that connect lazily (TCP)."""

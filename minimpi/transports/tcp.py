@@ -231,6 +231,7 @@ class _OutConn:
         self.sock.close()
         if self.t._out[self.peer] is self:
             self.t._out[self.peer] = None
+        self.t._out_errors[self.peer] = reason   # for connect_all's message
         why = f"connection to rank {self.peer}: {reason}"
         dropped = list(self.queue)
         self.queue.clear()
@@ -460,8 +461,10 @@ class TcpTransport(Transport):
         self._refusal_logged_at = 0.0
         self._ready_out = set()  # peers whose connection from / to this rank was ever ready
         self._ready_in = set()
+        self._out_errors: Dict[int, str] = {}   # peer -> why the last connection to it failed
         self._pending = 0
         self._listener: Optional[_Listener] = None
+        self._address = "?"                     # what listen() published
 
     def attach(self, sink: FrameSink) -> None:
         self._sink = sink
@@ -519,7 +522,8 @@ class TcpTransport(Transport):
         self._listener = _Listener(self, sock)
         self._register(self._listener, _POLLIN)
         host, port = sock.getsockname()[:2]
-        return f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        self._address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        return self._address
 
     def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         self._addresses = list(addresses)
@@ -599,10 +603,16 @@ class TcpTransport(Transport):
                 return
             failed = [p for p in peers if self._out[p] is None and p not in self._ready_out]
             if failed or time.monotonic() > deadline:
+                # name both ends: on several hosts, an unreachable address is the usual cause
+                unreached = failed or [p for p in peers if p not in self._ready_out]
+                ends = "; ".join(f"rank {p} at {self._addresses[p]}"
+                                 f" ({self._out_errors.get(p, 'no answer')})" for p in unreached)
                 raise TransportError(
                     f"rank {self.rank}: could not connect to every rank within {timeout:g} s "
                     f"({outs} of {len(peers)} outgoing and {ins} incoming connections ready"
-                    f"{'; failed: ranks ' + str(failed) if failed else ''})")
+                    f"{'; failed: ranks ' + str(failed) if failed else ''})"
+                    + (f"; rank {self.rank} at {self._address} cannot reach {ends}"
+                       if unreached else ""))
             self.progress(0.2)
 
     def progress(self, timeout: Optional[float]) -> bool:

@@ -58,8 +58,8 @@ MODULES = ["test_p2p_obj", "test_p2p_buf", "test_cco_obj", "test_cco_buf", "test
            "test_msgspec", "test_msgzero"]
 NS = [1, 2, 4]
 # --short: a quick subset for CI (well under a minute once the modules import)
-SHORT_MODULES = ["test_p2p_obj", "test_cco_obj", "test_status", "test_request", "test_op",
-                 "test_environ", "test_msgzero"]
+SHORT_MODULES = ["test_p2p_obj", "test_cco_obj", "test_comm", "test_status", "test_request",
+                 "test_op", "test_environ", "test_msgzero"]
 SHORT_NS = [1, 2]
 
 MARKER_VAR = "MINIMPI_CONFORMANCE_MARKER"

@@ -15,7 +15,7 @@ import os
 import pathlib
 import time
 
-from conftest import assert_no_leftovers, marker_args
+from jobhelpers import assert_no_leftovers, marker_args
 
 SHM = pathlib.Path("/dev/shm")
 

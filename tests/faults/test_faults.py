@@ -16,8 +16,8 @@ import sys
 import time
 
 import pytest
-from conftest import finish, run_minimpi, start_minimpi
 from faultlib import Leftovers
+from jobhelpers import finish, run_minimpi, start_minimpi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

@@ -23,8 +23,8 @@ import time
 import msgpack
 import pytest
 import zmq
-from conftest import MINIMPI, finish, start_minimpi
 from faultlib import Leftovers
+from jobhelpers import MINIMPI, finish, start_minimpi
 from minimpi.launcher.coordinator import LOG_FIRST, Coordinator
 
 from minimpi.runtime.bootstrap import MAX_MESSAGE, curve_server_keys, seal

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 from minimpi.errors import TransportError
 from minimpi.transports.tcp import TcpTransport

@@ -8,7 +8,7 @@ import re
 import sys
 
 import pytest
-from conftest import run_minimpi
+from jobhelpers import run_minimpi
 from minimpi.launcher.coordinator import RankState
 from minimpi.launcher.job import Job, JobSpec, user_traceback
 from minimpi.launcher.spawn import RankProcess

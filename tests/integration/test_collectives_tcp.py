@@ -4,7 +4,7 @@ non-power-of-two and power-of-two sizes, in one job per size and transport."""
 from __future__ import annotations
 
 import pytest
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 PROGRAM = r'''
 import numpy as np

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import assert_no_leftovers, finish, marker_args, run_minimpi, start_minimpi
+from jobhelpers import assert_no_leftovers, finish, marker_args, run_minimpi, start_minimpi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux launcher tests")
 
@@ -125,10 +125,10 @@ def test_env_options(write_script, job_marker):
               e["MINIMPI_COORD"].startswith("tcp://127.0.0.1:"))
     """)
     res = run_minimpi("-n", 3, "--eager-limit", "64KiB", "--coll", "bcast=ring",
-                      "--coll", "allreduce=tree", "-x", "FOO=bar=baz", "--oversubscribe",
+                      "--coll", "allreduce=ring", "-x", "FOO=bar=baz", "--oversubscribe",
                       *marker_args(job_marker), script)
     assert res.returncode == 0, res.stderr
-    assert "[0] 65536 ring tree bar=baz 127.0.0.1 1 64 True" in res.stdout.splitlines()
+    assert "[0] 65536 ring ring bar=baz 127.0.0.1 1 64 True" in res.stdout.splitlines()
 
 
 def test_failing_rank_ends_job_with_traceback(write_script, job_marker):

@@ -12,7 +12,7 @@ import os
 import sys
 
 import pytest
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux launcher tests")
 

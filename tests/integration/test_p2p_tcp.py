@@ -7,7 +7,7 @@ import socket
 import time
 
 import pytest
-from conftest import finish, marker_args, run_minimpi, start_minimpi
+from jobhelpers import finish, marker_args, run_minimpi, start_minimpi
 
 #: the transports every data-moving test runs over
 over_each_transport = pytest.mark.parametrize("transport", ["tcp", "shm"])

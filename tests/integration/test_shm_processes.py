@@ -11,7 +11,7 @@ import glob
 import time
 
 import pytest
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 ROUTES = """
     from minimpi import MPI

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import marker_args, run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 PROGRAM = """
 import numpy as np
@@ -128,3 +128,44 @@ def test_trace_and_stats_together_and_failure(tmp_path, write_script, job_marker
     res = run_minimpi("-n", "2", *marker_args(job_marker), "--trace", str(out), bad, timeout=60)
     assert res.returncode == 3
     assert json.loads(out.read_text())["traceEvents"]
+
+
+def _ns(x):
+    return round(x * 1000)
+
+
+def test_child_slices_lie_inside_their_parent_to_the_nanosecond(tmp_path, write_script,
+                                                                 job_marker):
+    # Rounding ts and dur separately used to let step slices end 1 ns after their call or
+    # into the next step; viewers then break the nesting. No tolerance here.
+    doc, _ = _load(tmp_path, write_script, job_marker)
+    ev = doc["traceEvents"]
+    checked = 0
+    for tid in range(4):
+        xs = _slices(ev, tid)
+        calls = [e for e in xs if e["cat"] == "mpi"]
+        for call in calls:
+            c0, c1 = _ns(call["ts"]), _ns(call["ts"]) + _ns(call["dur"])
+            inside = [e for e in xs if e is not call and c0 <= _ns(e["ts"]) < c1]
+            for child in inside:
+                assert _ns(child["ts"]) + _ns(child["dur"]) <= c1, (child, call)
+                checked += 1
+            steps = sorted((e for e in inside if e["cat"] == "step"), key=lambda e: e["ts"])
+            for a, b in zip(steps, steps[1:]):
+                assert _ns(a["ts"]) + _ns(a["dur"]) <= _ns(b["ts"]), (a, b)
+    assert checked >= 24          # 6 ring steps on each of 4 ranks, at least
+
+
+def test_merge_rounds_the_ends_not_the_duration():
+    from minimpi.runtime.trace import merge_traces
+    # exact times (us): the call [1000.0004, 1010.0006], its step [1000.0006, 1010.0006]
+    call = {"ph": "X", "name": "Bcast", "cat": "mpi", "ts": 1000.0004, "dur": 10.0002,
+            "pid": 0, "tid": 0}
+    step = {"ph": "X", "name": "step 1", "cat": "step", "ts": 1000.0006, "dur": 10.0,
+            "pid": 0, "tid": 0}
+    first = {"ph": "i", "name": "start", "ts": 0.0, "pid": 0, "tid": 0}
+    doc = merge_traces([{"rank": 0, "events": [first, call, step]}], 1)
+    got = {e["name"]: e for e in doc["traceEvents"] if e.get("ph") == "X"}
+    end = lambda e: _ns(e["ts"]) + _ns(e["dur"])
+    assert end(got["step 1"]) <= end(got["Bcast"])
+    assert (got["Bcast"]["ts"], got["Bcast"]["dur"]) == (1000.0, 10.001)

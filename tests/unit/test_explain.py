@@ -201,3 +201,127 @@ def test_cli_subcommand(capsys):
     assert cli.main(["explain"]) == 2
     assert "name a collective" in capsys.readouterr().err
     assert "explain" in explain_cmd.__doc__
+
+
+# -- explain teaches the model (issue 13) -----------------------------------------------------
+def _real_algorithms():
+    registry.algorithms("bcast")
+    return [alg for collective, table in sorted(registry.REGISTRY.items()) if collective != FAKE
+            for alg in table.values()]
+
+
+def test_every_algorithm_states_a_formula_that_computes_its_cost():
+    from dataclasses import replace
+    models = [cost.CostModel(), replace(cost.CostModel(), alpha=3e-6, beta=1e-11, gamma=7e-10,
+                                        segment=8192)]
+    for alg in _real_algorithms():
+        if alg.hierarchical:       # priced step by step (alg.phases), each on its own link
+            assert alg.phases is not None and not alg.formula, alg.name
+            continue
+        assert alg.formula and "α" in alg.formula, (alg.collective, alg.name)
+        for model in models:
+            for p in (2, 3, 4, 6, 8, 13, 16):
+                for n in (0, 8, 5000, 300_000, 4 << 20):
+                    got, _ = cost.formula_values(alg.formula, model, p, n)
+                    assert got == pytest.approx(alg.cost(model, p, n), rel=1e-12, abs=1e-18), (
+                        alg.collective, alg.name, p, n)
+
+
+def test_formula_check_can_fail():
+    with pytest.raises(ValueError, match="cannot evaluate"):
+        cost.formula_values("2·(p-1·α", cost.CostModel(), 4, 8)
+    got, _ = cost.formula_values("(p-1)·α", cost.CostModel(), 4, 8)
+    assert got != pytest.approx(cost.CostModel().alpha * 4)
+
+
+def test_terms_add_up_and_show_the_numbers():
+    model = cost.CostModel()
+    for alg in _real_algorithms():
+        if alg.hierarchical:
+            continue
+        a, b, g = cost.split_terms(alg.cost, model, 8, 1 << 20)
+        assert a + b + g == pytest.approx(alg.cost(model, 8, 1 << 20))
+    text = run_explain("allreduce", 4 << 20, 8, make_op("sum"))
+    details = text.split("how each prediction is made", 1)[1]
+    for name in ("ring", "rabenseifner", "binomial", "recursive_doubling"):
+        block = details.split(f"\n  {name}: ", 1)[1].split("\n  ", 1)[1]
+        assert block.startswith("    time       = ")
+    ring = details.split("\n  ring: ", 1)[1]
+    assert "2·(p-1)·α + (p-1)·(S-1)·α/4 + 2·(p-1)/p·n·β" in ring
+    assert "(S = min(8, max(1, ⌈n/p/segment⌉)) = 2)" in ring
+    assert "= 15.75·α + 7 MiB·β + 1.8 MiB·γ" in ring
+    assert "15.75 × 46.00 us + 7 MiB × 0.2326 ns/B" in ring
+    assert "724.5 us latency (α) + 1.707 ms bandwidth (β) + 135.9 us reduction (γ) = 2.567 ms" in ring
+    assert "/ min(p=8, cores=2)" in ring and "contention decides" in ring
+    assert "(2·⌊log2 p⌋ + 2·f)·α" in details.split("\n  rabenseifner: ", 1)[1]
+    assert "Why contention:" in text and "share cores" in text
+
+
+def test_cores_show_how_the_choice_changes(monkeypatch):
+    laptop = rows(run_explain("allreduce", 4 << 20, 8, make_op("sum"), cores=2))
+    cluster = rows(run_explain("allreduce", 4 << 20, 8, make_op("sum"), cores=8))
+    pick = lambda got: [name for name, (star, _) in got.items() if star][0]
+    assert (pick(laptop), pick(cluster)) == ("binomial", "rabenseifner")
+    text = run_explain("allreduce", 4 << 20, 8, make_op("sum"), cores=2)
+    assert "cores    = 2 " in text and "[--cores]" in text
+    assert "  2 cores (this model): binomial" in text
+    assert "  8 cores - a core per rank, as on a cluster: rabenseifner" in text
+    monkeypatch.setenv("MINIMPI_COST_CORES", "8")         # the documented variable
+    cost.clear_cache()
+    assert pick(rows(run_explain("allreduce", 4 << 20, 8, make_op("sum")))) == "rabenseifner"
+    assert "[env MINIMPI_COST_CORES]" in run_explain("allreduce", 4 << 20, 8, make_op("sum"))
+
+
+def test_cli_cores(capsys):
+    assert cli.main(["explain", "allreduce", "--bytes", "4MiB", "-n", "8", "--cores", "8"]) == 0
+    assert "* rabenseifner" in capsys.readouterr().out
+
+
+def test_summaries_are_whole_sentences():
+    for alg in _real_algorithms():
+        text = alg.summary
+        para = registry.plain(" ".join(line.strip() for line in
+                                       alg.function.__doc__.strip().split("\n\n")[0].splitlines()))
+        assert text.endswith(".") and para.startswith(text), (alg.name, text)
+        rest = para[len(text):]
+        assert rest == "" or re.match(r"\s+[A-Z(]", rest), (alg.name, text, rest[:20])
+        assert "``" not in text and ":func:" not in text
+    assert registry.first_sentence("Pipelined chain 0 -> 1 -> ... -> p-1, in ``segment``s.\n"
+                                   "  Next one.") == "Pipelined chain 0 -> 1 -> ... -> p-1, in segments."
+    out = io.StringIO()
+    explain_cmd.list_all(out)
+    assert "Binomial gather to rank 0, then binomial broadcast of everything: 2·ceil(log2 p) " \
+           "steps; time" in out.getvalue()
+
+
+def test_registry_loads_once_for_ranks_that_start_together():
+    # Thread ranks used to see a half-filled registry ("unknown collective 'allreduce'") when
+    # one of them was still importing the algorithm modules.
+    import subprocess
+    import sys
+    code = ("import threading\n"
+            "from minimpi.coll import registry\n"
+            "go, bad = threading.Barrier(8), []\n"
+            "def rank():\n"
+            "    go.wait()\n"
+            "    try:\n"
+            "        registry.algorithms('allreduce'); registry.algorithms('scan')\n"
+            "    except Exception as e:\n"
+            "        bad.append(e)\n"
+            "ts = [threading.Thread(target=rank) for _ in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(bad)\n")
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+def test_a_hierarchical_algorithm_is_explained_by_its_steps():
+    from minimpi.coll.cost import Layout
+    text = run_explain("allreduce", 64 << 20, 8, make_op("sum"), layout=Layout((4, 4)))
+    details = text.split("how each prediction is made", 1)[1]
+    block = details.split("\n  hierarchical: ", 1)[1].split("\n  ", 1)[1]
+    assert block.startswith("    time       = the sum of its steps: ")
+    assert "1. " in details.split("\n  hierarchical: ", 1)[1] and \
+           "/ sum over hosts of min(ranks, cores=" in details

@@ -3,7 +3,7 @@
 Layers, top to bottom (docs/architecture.md draws them):
 
     launcher/                  minimpi run, draw, explain; coordinator; spawning
-    minimpi/tools/             draw, calibrate (run algorithms in a world)
+    minimpi/tools/             draw, calibrate (run algorithms in a world); _shim, _start
     minimpi/MPI.py, rc.py      the mpi4py face
     minimpi/runtime/           a process's world: bootstrap, COMM_WORLD, trace, diagnosis
     minimpi/comm/              Comm, Intracomm, Group, topology, collective methods
@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
     ("minimpi.launcher", 9), ("minimpi.__main__", 9),
-    ("minimpi.tools", 8), ("minimpi._shim", 8),
+    ("minimpi.tools", 8), ("minimpi._shim", 8), ("minimpi._start", 8),
     ("minimpi.MPI", 7), ("minimpi.rc", 7),
     ("minimpi.runtime", 6),
     ("minimpi.comm", 5),

@@ -234,3 +234,21 @@ def test_launcher_names_the_first_real_failure():
     assert job.failure.summary == ("minimpi: rank 2 exited with code 1: CollectiveMismatchError: "
                                    "collective mismatch: rank 2 called Reduce")
     assert format_state(first).startswith("failed with CollectiveMismatchError")
+
+
+def test_bookkeeping_does_not_keep_user_ops_alive():
+    """The signature cache and call history keep op names, not ops: a program that creates
+    a user op per call (never freeing it) must not run into mpi4py's 32-live-ops limit."""
+    import gc
+
+    from minimpi.data.ops import Op
+
+    def body(comm):
+        for i in range(40):
+            op = Op.Create(lambda a, b: a + b, commute=True)
+            assert comm.allreduce(i, op=op) == i * comm.size
+        return True
+
+    assert run_threads(3, body) == [True] * 3
+    gc.collect()
+    assert len(Op._live_user) < Op.MAX_USER_OPS

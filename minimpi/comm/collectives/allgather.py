@@ -7,7 +7,7 @@ from ...coll.blocks import Blocks, as_bytes
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
 from ...errors import CountError
-from .common import execute
+from .common import collective, execute, in_place
 
 
 class AllgatherMethods:
@@ -30,6 +30,7 @@ class AllgatherMethods:
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
         return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgatherv", True, True)
 
+    @collective
     def _allgather_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
         p, rank = self.size, self.rank
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
@@ -38,7 +39,8 @@ class AllgatherMethods:
                 f"rank {rank}: {call}: recvbuf holds {recv.total_count} x {recv.datatype.name}, "
                 f"which does not split into {p} equal blocks; give [buf, count, TYPE] with the "
                 f"per-rank count, or use Allgatherv")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                            allow_in_place=True)
         if send is not IN_PLACE:
             if send.nbytes != recv.block_nbytes(rank):
                 raise CountError(
@@ -52,6 +54,7 @@ class AllgatherMethods:
                        lambda alg, ch: alg(ch, blocks), algorithm=algorithm,
                        nonblocking=nonblocking, finalize=lambda _: recv.finish())
 
+    @collective
     def allgather(self, sendobj: Any, algorithm: str = None) -> list:
         """Gather every rank's Python object; every rank returns the list in rank order."""
         items = [None] * self.size

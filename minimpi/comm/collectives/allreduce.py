@@ -6,7 +6,7 @@ from typing import Any
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
-from .common import check_op, execute, send_as_recv
+from .common import check_op, collective, execute, in_place, send_as_recv
 
 
 class AllreduceMethods:
@@ -22,10 +22,12 @@ class AllreduceMethods:
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
         return self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Iallreduce", True)
 
+    @collective
     def _allreduce_buf(self, sendbuf, recvbuf, op, algorithm, call, nonblocking):
         op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                            allow_in_place=True)
         op.check_datatype(recv.datatype, call)
         mine = None if send is IN_PLACE else send_as_recv(self, call, send, recv)
 
@@ -43,6 +45,7 @@ class AllreduceMethods:
                        op=op, algorithm=algorithm, nonblocking=nonblocking,
                        finalize=lambda _: recv.finish())
 
+    @collective
     def allreduce(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
         """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
         op = check_op(self, op, "allreduce")

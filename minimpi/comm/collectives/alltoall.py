@@ -3,11 +3,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...coll.blocks import Blocks, as_bytes
+import numpy as np
+
+from ...coll.blocks import Blocks, as_bytes, running_sum
 from ...constants import IN_PLACE
-from ...data.buffers import parse_vbuffer
+from ...data.buffers import parse_vbuffer, parse_wbuffer
 from ...errors import CountError
-from .common import execute
+from .common import collective, execute, in_place, nothing
+
+
+def _packed(blocks: Any, counts: Any) -> Blocks:
+    """Byte blocks copied back to back into one array."""
+    array = np.concatenate([np.asarray(b, np.uint8).reshape(-1) for b in blocks]) \
+        if blocks else np.empty(0, np.uint8)
+    return Blocks(array, counts, running_sum(counts)[:-1])
 
 
 class AlltoallMethods:
@@ -29,10 +38,11 @@ class AlltoallMethods:
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
         return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoallv", True, True)
 
+    @collective
     def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
         p, rank = self.size, self.rank
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
-        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf",
+        send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
                              allow_in_place=True)
         rblocks = Blocks.of_vbuffer(recv)
         if send is IN_PLACE:                          # send from a copy of recvbuf's data
@@ -68,6 +78,48 @@ class AlltoallMethods:
         return execute(self, "alltoallv" if vector else "alltoall", call, nbytes,
                        lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
                        nonblocking=nonblocking, finalize=lambda _: recv.finish())
+
+    @collective
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+        """``Alltoall`` with a count, a **byte** displacement and a datatype per rank:
+        ``[buf, (counts, displs), TYPES]`` or ``[buf, counts, displs, TYPES]`` on both sides
+        (contiguous datatypes; ``MPI.BOTTOM`` with absolute addresses; ``sendbuf`` may be
+        ``MPI.IN_PLACE``)."""
+        self._alltoallw(sendbuf, recvbuf, algorithm, "Alltoallw", False)
+
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+        return self._alltoallw(sendbuf, recvbuf, algorithm, "Ialltoallw", True)
+
+    @collective
+    def _alltoallw(self, sendbuf, recvbuf, algorithm, call, nonblocking):
+        p, rank = self.size, self.rank
+        recv = parse_wbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+        rcounts = [recv.block_nbytes(i) for i in range(p)]
+        sendbuf = in_place(sendbuf)
+        if sendbuf is IN_PLACE:        # the data to send is recvbuf's, taken before it changes
+            scounts = rcounts
+            sblocks = _packed(recv.blocks, rcounts)
+        else:
+            send = parse_wbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf")
+            scounts = [send.block_nbytes(i) for i in range(p)]
+            sblocks = Blocks(send.array, scounts, send.displs) if send.array is not None \
+                else _packed(send.blocks, scounts)
+        if scounts[rank] != rcounts[rank]:
+            raise CountError(
+                f"rank {rank}: {call}: this rank's block to itself is {scounts[rank]} bytes in "
+                f"sendbuf but {rcounts[rank]} bytes in recvbuf; they must match")
+        if recv.array is not None:
+            rblocks = Blocks(recv.array, rcounts, recv.displs)
+            finish = nothing
+        else:                          # absolute addresses: receive packed, then place
+            rblocks = _packed([np.empty(c, np.uint8) for c in rcounts], rcounts)
+
+            def finish(_result: Any) -> None:
+                for i, block in enumerate(recv.blocks):
+                    block[...] = rblocks.view(i)
+        return execute(self, "alltoallv", call, 0,
+                       lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
+                       nonblocking=nonblocking, finalize=finish)
 
     def alltoall(self, sendobj: Any, algorithm: str = None) -> list:
         """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import execute
+from .common import collective, execute
 
 
 class BarrierMethods:
@@ -22,6 +22,7 @@ class BarrierMethods:
     def ibarrier(self, algorithm: str = None):
         return self._barrier("ibarrier", algorithm, True)
 
+    @collective
     def _barrier(self, call: str, algorithm: Any, nonblocking: bool):
         return execute(self, "barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
                        nonblocking=nonblocking)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...data.buffers import parse_buffer
-from .common import check_root, execute
+from .common import check_root, collective, execute
 
 
 class BcastMethods:
@@ -17,6 +17,7 @@ class BcastMethods:
     def Ibcast(self, buf: Any, root: int = 0, algorithm: str = None):
         return self._ibcast(buf, root, algorithm, "Ibcast", True)
 
+    @collective
     def _ibcast(self, buf, root, algorithm, call, nonblocking):
         check_root(self, root, call)
         spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
@@ -31,6 +32,7 @@ class BcastMethods:
     def ibcast(self, obj: Any = None, root: int = 0, algorithm: str = None):
         return self._bcast_obj(obj, root, algorithm, "ibcast", True)
 
+    @collective
     def _bcast_obj(self, obj, root, algorithm, call, nonblocking):
         check_root(self, root, call)
         return execute(self, "bcast", call, 0,

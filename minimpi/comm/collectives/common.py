@@ -8,17 +8,75 @@ all ranks pick the same one.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import functools
+import threading
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
-from ...coll.blocks import as_bytes
 from ...coll.cost import Layout
-from ...coll.mismatch import open_call
+from ...coll.mismatch import abort_slot, open_call
 from ...coll.registry import Algorithm, choose
 from ...coll.schedule import Channel, Schedule, run, start
+from ...coll.slots import SEQ_MASK
+from ...constants import IN_PLACE
 from ...data.ops import SUM, Op
-from ...errors import CountError, OpError, RootError
+from ...errors import (
+    CollectiveAbortedError,
+    CollectiveMismatchError,
+    CountError,
+    DatatypeError,
+    JobAbortedError,
+    OpError,
+    PeerLostError,
+    RootError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: errors a rank does not announce to the others: caused by another rank's failure, a
+#: mismatch (which the mismatch checks report on every side), or the job going down
+_NOT_ANNOUNCED = (CollectiveAbortedError, CollectiveMismatchError, PeerLostError,
+                  JobAbortedError)
+
+
+def collective(method: F) -> F:
+    """Make a collective method safe when it fails on this rank only.
+
+    A rank whose call raises - it rejected its own arguments (a count or buffer only it
+    can check), or an error stopped it midway - still consumes the call's slot and tells
+    the other members (:func:`minimpi.coll.mismatch.abort_slot`), so they raise
+    ``CollectiveAbortedError`` naming this rank instead of waiting forever, and the next
+    collective works on every rank. An error this rank got *because* another rank failed is
+    not announced again.
+    """
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opened: list = []          # the slot this call takes (execute appends it)
+        stack = self.__dict__.setdefault("_slot_stack", [])
+        stack.append(opened)
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if self and not isinstance(exc, _NOT_ANNOUNCED) \
+                    and not getattr(exc, "_minimpi_slot_aborted", False):
+                abort_slot(self._ep, exc, opened[-1] if opened else None,
+                           method.__name__.strip("_"))
+                try:
+                    exc._minimpi_slot_aborted = True
+                except AttributeError:   # an exception type without a __dict__
+                    pass
+            raise
+        finally:
+            stack.pop()
+    return guarded  # type: ignore[return-value]
+
+
+def note_slot(comm: Any, seq: int) -> None:
+    """Record that the collective call now running on ``comm`` took slot ``seq``."""
+    stack = comm.__dict__.get("_slot_stack")
+    if stack:
+        stack[-1].append(seq & SEQ_MASK)
 
 
 def check_root(comm: Any, root: int, call: str) -> None:
@@ -45,26 +103,63 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
                  rank=comm.rank, call=call, layout=Layout.of_group(ep.engine.hosts, ep.group))
     ch = Channel(comm._ep, f"{call}[{alg.name}]", getattr(comm._ep.engine, "step_hook", None),
                  objects)
+    note_slot(comm, ch.tag)
     open_call(ch, collective, call, alg.name, root, op, nbytes, objects)
     schedule = invoke(alg, ch)
     if nonblocking:
         return start(ch, schedule, finalize)
-    result = run(ch, schedule)
+    if objects:   # as mpi4py: one thread at a time per lowercase collective and communicator
+        with comm_lock(comm, collective):
+            result = run(ch, schedule)
+    else:
+        result = run(ch, schedule)
     return finalize(result) if finalize is not None else result
 
 
+def comm_lock(comm: Any, key: str) -> threading.Lock:
+    """The lock of ``comm``'s lock table (mpi4py's ``MPI._comm_lock_table``) under ``key``."""
+    table = comm.__dict__.setdefault("_lock_table", {})
+    lock = table.get(key)
+    if lock is None:
+        lock = table.setdefault(key, threading.Lock())
+    return lock
+
+
+def in_place(buf: Any) -> Any:
+    """mpi4py's rule: where MPI allows ``MPI.IN_PLACE``, ``None`` means it too."""
+    return IN_PLACE if buf is None else buf
+
+
+def nothing(_result: Any) -> None:
+    """The ``finalize`` of buffer collectives: the call returns None, as in mpi4py."""
+    return None
+
+
+def same_datatype(a: Any, b: Any) -> bool:
+    """Whether two datatypes are the same MPI type (one handle, or two derived types with
+    one layout)."""
+    if a is b:
+        return True
+    return (not a.is_predefined and not b.is_predefined and a.dtype == b.dtype
+            and a.base_count == b.base_count)
+
+
 def send_as_recv(comm: Any, call: str, send: Any, recv: Any) -> np.ndarray:
-    """The input of a reduction (``Allreduce``, ``Reduce``, ``Scan``...): ``sendbuf``'s data
-    read as ``recvbuf``'s element type (no copy); CountError unless both hold the same
-    number of bytes."""
-    if send.nbytes != recv.nbytes:
+    """The input of a reduction (``Allreduce``, ``Reduce``, ``Scan``...): ``sendbuf``'s data.
+
+    A reduction has one datatype and one count (mpi4py checks both): a different datatype
+    or count in ``sendbuf`` and ``recvbuf`` is a ValueError (``DatatypeError`` /
+    ``CountError``) before anything is sent.
+    """
+    if not same_datatype(send.datatype, recv.datatype):
+        raise DatatypeError(
+            f"rank {comm.rank}: {call}: sendbuf has datatype {send.datatype.name} but recvbuf "
+            f"has {recv.datatype.name}; a reduction needs the same datatype on both sides")
+    if send.count != recv.count:
         raise CountError(
             f"rank {comm.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
-            f"({send.nbytes} bytes) but recvbuf holds {recv.count} x {recv.datatype.name} "
-            f"({recv.nbytes} bytes); they must match")
-    if send.array.dtype == recv.array.dtype:
-        return send.array
-    return as_bytes(send.array).view(recv.array.dtype)
+            f"but recvbuf holds {recv.count} x {recv.datatype.name}; they must match")
+    return send.array
 
 
 def check_equal_blocks(comm: Any, call: str, blocks: Any, blocks_arg: str, own: Any,

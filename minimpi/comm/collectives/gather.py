@@ -7,7 +7,7 @@ from ...coll.blocks import EqualBlocks, ListedBlocks, as_bytes
 from ...coll.cost import default_model
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
-from .common import check_equal_blocks, check_root, execute
+from .common import check_equal_blocks, check_root, collective, execute, in_place, nothing
 
 
 class GatherMethods:
@@ -28,32 +28,33 @@ class GatherMethods:
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
         return self._gather_buf(sendbuf, recvbuf, root, algorithm, "Igatherv", True, True)
 
+    @collective
     def _gather_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
         check_root(self, root, call)
         p, at_root = self.size, self.rank == root
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=at_root)
-        in_place = send is IN_PLACE
+        send = parse_buffer(in_place(sendbuf) if at_root else sendbuf, writable=False, call=call,
+                            arg="sendbuf", allow_in_place=at_root)
+        inplace = send is IN_PLACE
         recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf") if at_root else None
         if at_root and not vector:
-            check_equal_blocks(self, call, recv, "recvbuf", None if in_place else send, "sendbuf",
+            check_equal_blocks(self, call, recv, "recvbuf", None if inplace else send, "sendbuf",
                                "Gatherv")
         model = default_model()
         if vector:
             known = {a: recv.block(a) for a in range(p)} if at_root else {}
-            own = None if in_place else send.array  # the root's own is copied at the end
+            own = None if inplace else send.array  # the root's own is copied at the end
             nbytes = 0
             make = lambda ch: ListedBlocks(ch, root, known=known, own=own)
         else:
-            nbytes = recv.block_nbytes(0) if in_place else send.nbytes
+            nbytes = recv.block_nbytes(0) if inplace else send.nbytes
             everything = as_bytes(recv.array)[:p * nbytes] if at_root else None
-            src = None if in_place else as_bytes(send.array)
+            src = None if inplace else as_bytes(send.array)
             if at_root and src is not None:         # the root's own block: a local copy
                 everything[root * nbytes:(root + 1) * nbytes] = src
             make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, src=src)
-        finish = (lambda _: recv.finish()) if at_root else (lambda _: None)
         return execute(self, "gather", call, nbytes,
                        lambda alg, ch: alg(ch, make(ch), root, model.segment),
-                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=(lambda _: recv.finish()) if at_root else nothing)
 
     def gather(self, sendobj: Any, root: int = 0, algorithm: str = None) -> Any:
         """The root returns the list of every rank's ``sendobj`` in rank order; others None."""
@@ -62,6 +63,7 @@ class GatherMethods:
     def igather(self, sendobj: Any, root: int = 0, algorithm: str = None):
         return self._gather_obj(sendobj, root, algorithm, "igather", True)
 
+    @collective
     def _gather_obj(self, sendobj, root, algorithm, call, nonblocking):
         check_root(self, root, call)
         model = default_model()

@@ -6,7 +6,7 @@ from typing import Any
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
-from .common import check_op, check_root, execute, send_as_recv
+from .common import check_op, check_root, collective, execute, in_place, send_as_recv
 
 
 class ReduceMethods:
@@ -22,6 +22,7 @@ class ReduceMethods:
                 algorithm: str = None):
         return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
 
+    @collective
     def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
         check_root(self, root, call)
         op = check_op(self, op, call)
@@ -41,6 +42,7 @@ class ReduceMethods:
     def ireduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None):
         return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
 
+    @collective
     def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
         check_root(self, root, call)
         op = check_op(self, op, call)
@@ -50,10 +52,11 @@ class ReduceMethods:
 
 
 def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):
-    """(accumulator, datatype, finish): with ``use_recv`` the accumulator is the receive
-    buffer holding this rank's input (copied from ``sendbuf`` unless ``IN_PLACE``); without
-    it, the send buffer itself (read-only; ``recvbuf`` is ignored)."""
-    send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf",
+    """(accumulator, datatype, finish): with ``use_recv`` (the root) the accumulator is the receive
+    buffer holding this rank's input (copied from ``sendbuf`` unless ``IN_PLACE``, which
+    ``None`` also means); elsewhere, the send buffer itself (read-only; ``recvbuf`` is
+    ignored)."""
+    send = parse_buffer(in_place(sendbuf) if use_recv else sendbuf, writable=False, call=call, arg="sendbuf",
                         allow_in_place=use_recv)
     if not use_recv:
         return send.array, send.datatype, lambda: None

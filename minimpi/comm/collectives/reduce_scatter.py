@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...coll.blocks import as_bytes
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import _int_list, parse_buffer
-from ...errors import CountError
-from .common import check_op, execute
+from ...errors import CountError, DatatypeError
+from .common import check_op, collective, execute, in_place, same_datatype
 
 
 class ReduceScatterMethods:
@@ -46,16 +45,18 @@ class ReduceScatterMethods:
         return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm,
                                     "Ireduce_scatter_block", True, True)
 
+    @collective
     def _reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
                         block):
         p, rank = self.size, self.rank
         op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                            allow_in_place=True)
         op.check_datatype(recv.datatype, call)
-        in_place = send is IN_PLACE
+        inplace = send is IN_PLACE
         if block:
-            if in_place:
+            if inplace:
                 if recv.count % p:
                     raise CountError(
                         f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the whole input, "
@@ -65,30 +66,36 @@ class ReduceScatterMethods:
             else:
                 counts = [recv.count] * p
         elif recvcounts is None:
-            if in_place:
+            if inplace:
                 raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
             counts = self.allgather(recv.count)
         else:
             counts = _int_list(recvcounts, "recvcounts", p, call, "recvcounts")
         total = sum(counts)
-        source = recv if in_place else send
-        if source.count != total or source.datatype.size != recv.datatype.size:
-            what = "recvbuf (IN_PLACE input)" if in_place else "sendbuf"
-            raise CountError(
-                f"rank {rank}: {call}: {what} has {source.count} x {source.datatype.name} but "
-                f"the blocks of all ranks add up to {total} x {recv.datatype.name}")
-        if not in_place and recv.count < counts[rank]:
-            raise CountError(
-                f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, fewer "
-                f"than this rank's block of {counts[rank]}")
+        if inplace:
+            if recv.count != total:
+                raise CountError(
+                    f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the input and must have "
+                    f"sum(recvcounts) = {total} x {recv.datatype.name}, not {recv.count}")
+        else:
+            if not same_datatype(send.datatype, recv.datatype):
+                raise DatatypeError(
+                    f"rank {rank}: {call}: sendbuf has datatype {send.datatype.name} but "
+                    f"recvbuf has {recv.datatype.name}; a reduction needs the same datatype")
+            if send.count != total:
+                raise CountError(
+                    f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} but "
+                    f"the blocks of all ranks add up to {total}")
+            if recv.count < counts[rank]:
+                raise CountError(
+                    f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, "
+                    f"fewer than this rank's block (recvcounts[{rank}]) of {counts[rank]}")
         k = recv.datatype.base_count
         elems = [c * k for c in counts]
-        if in_place:
+        if inplace:
             vector = recv.array.copy()                # the input; the result overwrites the start
         else:
             vector = send.array
-            if vector.dtype != recv.array.dtype:
-                vector = as_bytes(vector).view(recv.array.dtype)
         out = recv.array[:elems[rank]]
         return execute(self, "reduce_scatter", call, total * recv.datatype.size,
                        lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call), vector,

@@ -7,7 +7,7 @@ from ...coll.cost import default_model
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
-from .common import check_op, execute, send_as_recv
+from .common import check_op, collective, execute, in_place, send_as_recv
 
 
 class ScanMethods:
@@ -27,10 +27,12 @@ class ScanMethods:
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
         return self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
 
+    @collective
     def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
         op = check_op(self, op, call)
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf", allow_in_place=True)
+        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                            allow_in_place=True)
         if send is IN_PLACE:
             data = recv.array.copy()
         else:
@@ -57,6 +59,7 @@ class ScanMethods:
     def iexscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
         return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
 
+    @collective
     def _scan_obj(self, sendobj, op, algorithm, collective, call, nonblocking):
         op = check_op(self, op, call)
         red = Operand(op, True, None, call)

@@ -8,7 +8,7 @@ from ...coll.cost import default_model
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
 from ...errors import ArgumentError
-from .common import check_equal_blocks, check_root, execute
+from .common import check_equal_blocks, check_root, collective, execute, in_place
 
 
 class ScatterMethods:
@@ -29,32 +29,33 @@ class ScatterMethods:
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
         return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatterv", True, True)
 
+    @collective
     def _scatter_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
         check_root(self, root, call)
         p, at_root = self.size, self.rank == root
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf", allow_in_place=at_root)
-        in_place = recv is IN_PLACE
+        recv = parse_buffer(in_place(recvbuf) if at_root else recvbuf, writable=True, call=call,
+                            arg="recvbuf", allow_in_place=at_root)
+        inplace = recv is IN_PLACE
         send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf") if at_root else None
         if at_root and not vector:
-            check_equal_blocks(self, call, send, "sendbuf", None if in_place else recv, "recvbuf",
+            check_equal_blocks(self, call, send, "sendbuf", None if inplace else recv, "recvbuf",
                                "Scatterv")
         model = default_model()
         if vector:
-            known = {} if in_place else {self.rank: recv.array}
+            known = {} if inplace else {self.rank: recv.array}
             items = [send.block(a) for a in range(p)] if at_root else None
-            if at_root and in_place:
+            if at_root and inplace:
                 items[root] = None
             nbytes = 0
             make = lambda ch: ListedBlocks(ch, root, items=items, known=known)
         else:
-            nbytes = send.block_nbytes(0) if in_place else recv.nbytes
+            nbytes = send.block_nbytes(0) if inplace else recv.nbytes
             everything = as_bytes(send.array)[:p * nbytes] if at_root else None
-            dst = None if in_place else as_bytes(recv.array)
+            dst = None if inplace else as_bytes(recv.array)
             make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, dst=dst)
-        finish = (lambda _: None) if in_place else (lambda _: recv.finish())
         return execute(self, "scatter", call, nbytes,
                        lambda alg, ch: alg(ch, make(ch), root, model.segment),
-                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=(lambda _: None) if inplace else (lambda _: recv.finish()))
 
     def scatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:
         """The root's ``sendobj`` is a sequence of p objects; rank i returns item i."""
@@ -63,6 +64,7 @@ class ScatterMethods:
     def iscatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None):
         return self._scatter_obj(sendobj, root, algorithm, "iscatter", True)
 
+    @collective
     def _scatter_obj(self, sendobj, root, algorithm, call, nonblocking):
         check_root(self, root, call)
         items = None

@@ -449,12 +449,13 @@ def test_draw_on_two_hosts():
     assert s.steps == 5 and "hosts: a=0,1,2,3 b=4,5,6,7" in s.summary
     assert [(m.src, m.dst) for m in s.messages_in(2)] == [(0, 4), (4, 0)]   # leaders only
     assert {m.label for m in s.messages_in(2)} == {"ABCD0-7", "EFGH0-7"}
-    assert all(draw.compress(row[-1]) == "Σ0-7" for row in s.states)
+    assert all(draw.compress(row[-1]["recv"]) == "Σ0-7" for row in s.states)
     s = draw.record("bcast", HIER, 6, root=5, hosts=list("aaaabb"))
     assert [(m.src, m.dst) for m in s.messages_in(0)] == [(5, 0)]
     for collective in COLLECTIVES:                      # hosts interleaved, 3 hosts
         s = draw.record(collective, HIER, 7, root=3, hosts=list("abcabca"))
-        assert all(not any(c in ("?", "·") for c in row[-1]) for row in s.states), collective
+        assert all(not any(c in ("?", "·") for cells in row[-1].values() for c in cells)
+                   for row in s.states), collective
 
 
 def test_draw_and_explain_command_lines(capsys, monkeypatch):

@@ -1,0 +1,843 @@
+"""A job whose ranks run through agents: on other hosts (ssh), on Slurm nodes (srun), or on
+this host (``--hosts localhost:N``, and ``minimpi.launch``).
+
+    minimpi run -n 8 --hosts a:4,b:4 prog.py       # ssh a ..., ssh b ... (in parallel)
+    minimpi run -n 8 --hostfile hosts prog.py      # MPI hostfile syntax (launcher/hosts.py)
+    salloc -N 2 -n 8 minimpi run -n 8 prog.py      # agents placed with srun
+
+:class:`MultiHostJob` is a :class:`~minimpi.launcher.job.Job` whose ranks are reports from
+agents (``launcher/agent.py``): the same coordinator, failure policy, culprit naming,
+timeouts, deadlock reports and exit codes as a local job, with one loop that polls the
+coordinator, every agent's stdout (frames) and stderr, every agent process (a pidfd) and the
+signal pipe. What differs:
+
+* a rank "exits" when its agent says so; the job ends when every agent has said ``bye`` and
+  its process (ssh, srun) has ended;
+* an agent or ssh connection that ends without ``bye`` is a lost host: the job fails (exit
+  255) naming the host, the ranks that ran there and the end of its stderr. A rank that only
+  failed because its peer on the lost host vanished is not blamed: Job._judge waits for that
+  peer, and the host's loss is what arrives;
+* teardown is a ``signal`` frame to every agent (SIGTERM, then SIGKILL after the grace
+  period); an agent that does not finish soon after gets EOF on its stdin (it then kills its
+  ranks itself), and its local process (ssh, srun) is killed at last. Nothing is left
+  running on any host.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import BinaryIO, Mapping, Optional
+
+import zmq
+
+from minimpi.runtime.bootstrap import (
+    ENV_HEARTBEAT_INTERVAL,
+    ENV_JOBID,
+    ENV_SIZE,
+    ENV_STARTUP_TIMEOUT,
+)
+from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
+from minimpi.runtime.netaddr import AddressError, interface_addresses, is_loopback, route_source
+from minimpi.runtime.sources import in_slurm_step
+
+from .agent import MAGIC, RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode
+from .coordinator import Coordinator
+from .hosts import (
+    HostListError,
+    HostSlots,
+    expand_tasks_per_node,
+    group_by_host,
+    hosts_from_slurm_env,
+    parse_hostfile,
+    parse_hosts,
+    place,
+)
+from .job import Failure, Job, JobSpec, _ranks, heartbeat_interval
+from .output import OutputForwarder, _Stream
+from .spawn import _make_preexec, describe_returncode
+from .spawners import LocalSpawner, RshSpawner, SrunSpawner, remote_python, rsh_from
+
+EXIT_HOST_LOST = 255
+ABANDON_S = 5.0             # after SIGKILL: how long agents get to say bye before EOF + kill
+STDIN_WINDOW = 1 << 20      # forwarded stdin bytes in flight to rank 0's agent
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+# ---- the plan: which host runs which ranks, and how agents get there ------------------------
+@dataclass
+class HostPlan:
+    placement: list[str]               # the host of each rank
+    spawner: object                    # LocalSpawner | RshSpawner | SrunSpawner
+    python: str = sys.executable       # the agents' (and so the ranks') Python
+    iface: Optional[str] = None        # --iface, resolved on each host by its agent
+    bind: Optional[str] = None         # --bind, for a job on one host only
+
+    @property
+    def by_host(self) -> dict[str, list[int]]:
+        return group_by_host(self.placement)
+
+    @property
+    def multihost(self) -> bool:
+        return len(set(self.placement)) > 1
+
+
+def is_local_name(host: str) -> bool:
+    return host.lower() in LOOPBACK_NAMES or is_loopback(host)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("several hosts (ssh, Slurm)")
+    g.add_argument("--hosts", metavar="H:N,...",
+                   help="run on these hosts, N ranks each (a:4,b:4; a host alone: 1 slot); "
+                        "ranks fill the hosts in order. One agent per host is started over ssh "
+                        "(see --rsh); localhost runs here without ssh")
+    g.add_argument("--hostfile", metavar="FILE",
+                   help="hosts from a file in MPI hostfile syntax: 'node1 slots=4', 'node2' "
+                        "(1 slot), '# comments'")
+    g.add_argument("--launcher", choices=["auto", "local", "ssh", "slurm"],
+                   default=os.environ.get("MINIMPI_LAUNCHER", "auto"),
+                   help="how ranks are started: local (this host), ssh (--hosts/--hostfile), "
+                        "slurm (srun on the nodes of the allocation); auto (default): slurm "
+                        "inside an salloc/sbatch allocation, ssh with a host list, else local")
+    g.add_argument("--rsh", metavar="CMD",
+                   help="the command that runs a command on another host (default: ssh; env "
+                        "MINIMPI_RSH), e.g. 'ssh -p 2222 -i ~/.ssh/cluster'")
+    g.add_argument("--remote-python", metavar="PATH",
+                   help="absolute path of the Python on the other hosts (default: this one, "
+                        f"{sys.executable}; env MINIMPI_REMOTE_PYTHON)")
+    g.add_argument("--iface", metavar="NAME|CIDR",
+                   help="network for the ranks' data plane: an interface name (ib0) or a "
+                        "network (10.2.0.0/16); default: the interface that routes to the "
+                        "coordinator")
+
+
+def plan_from_args(args: argparse.Namespace, nprocs: int,
+                   environ: Mapping[str, str] = os.environ) -> Optional[HostPlan]:
+    """The multi-host plan the options ask for, or None for the plain local job.
+
+    Raises HostListError (a ValueError) with a message for the user.
+    """
+    hosts_opt, hostfile = getattr(args, "hosts", None), getattr(args, "hostfile", None)
+    launcher = getattr(args, "launcher", "auto") or "auto"
+    if hosts_opt and hostfile:
+        raise HostListError("give either --hosts or --hostfile, not both")
+    hosts: Optional[list[HostSlots]] = None
+    if hosts_opt:
+        hosts = parse_hosts(hosts_opt)
+    elif hostfile:
+        try:
+            with open(hostfile) as f:
+                text = f.read()
+        except OSError as exc:
+            raise HostListError(f"--hostfile {hostfile}: {exc.strerror}") from None
+        hosts = parse_hostfile(text, hostfile)
+    in_allocation = bool(environ.get("SLURM_JOB_ID")) and not in_slurm_step(environ)
+    if launcher == "local":
+        if hosts is not None:
+            raise HostListError("--launcher local runs every rank on this host; drop --hosts/"
+                                "--hostfile or choose --launcher ssh/slurm")
+        if getattr(args, "iface", None):
+            raise HostListError("--iface applies to jobs on several hosts (--hosts, "
+                                "--hostfile, Slurm); on this host use --bind")
+        return None
+    if launcher == "slurm" or (launcher == "auto" and hosts is None and in_allocation):
+        if not environ.get("SLURM_JOB_ID"):
+            raise HostListError("--launcher slurm: not inside a Slurm allocation (no "
+                                "SLURM_JOB_ID); start minimpi run from salloc or sbatch")
+        if hosts is None:
+            hosts = hosts_from_slurm_env(environ)
+        spawner: object = SrunSpawner(_slurm_cpus(environ))
+    elif hosts is None:
+        if launcher == "ssh":
+            raise HostListError("--launcher ssh needs --hosts or --hostfile")
+        if getattr(args, "iface", None):
+            raise HostListError("--iface applies to jobs on several hosts (--hosts, "
+                                "--hostfile, Slurm); on this host use --bind")
+        return None
+    else:
+        local = [h.host for h in hosts if is_local_name(h.host)]
+        if local and len(local) < len(hosts):
+            raise HostListError(
+                f"the host list mixes {local[0]} with other hosts: ranks elsewhere could not "
+                f"reach ranks on {local[0]}; name this host by a name the others resolve")
+        try:
+            spawner = LocalSpawner() if local else RshSpawner(rsh_from(getattr(args, "rsh", None),
+                                                                       environ))
+        except ValueError as exc:
+            raise HostListError(str(exc)) from None
+    placement = place(nprocs, hosts, oversubscribe=getattr(args, "oversubscribe", False))
+    try:
+        python = remote_python(getattr(args, "remote_python", None), environ)
+    except ValueError as exc:
+        raise HostListError(str(exc)) from None
+    if getattr(args, "bind", None) and len(set(placement)) > 1:
+        raise HostListError("--bind names one address, but the ranks run on several hosts; "
+                            "use --iface NAME|CIDR")
+    return HostPlan(placement, spawner, python, getattr(args, "iface", None),
+                    getattr(args, "bind", None))
+
+
+def _slurm_cpus(environ: Mapping[str, str]) -> dict[str, int]:
+    """CPUs of the allocation on each node (SLURM_JOB_CPUS_PER_NODE), for srun's agents."""
+    try:
+        nodes = [h.host for h in hosts_from_slurm_env(environ)]
+        cpus = expand_tasks_per_node(environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
+    except HostListError:
+        return {}
+    return dict(zip(nodes, cpus)) if len(cpus) == len(nodes) else {}
+
+
+# ---- output that arrives in frames -------------------------------------------------------------
+class FrameOutput(OutputForwarder):
+    """The OutputForwarder fed with chunks from agents instead of pipes it reads itself."""
+
+    def add_remote(self, rank: int, name: str) -> int:
+        key = -1 - (rank * 2 + (name == "stderr"))     # never a real fd
+        prefix = f"[{rank}] ".encode() if self.use_prefix else b""
+        copy = None
+        if self.output_dir:
+            copy = open(os.path.join(self.output_dir, f"rank.{rank}.{name}"), "wb")
+        sink = self.stdout if name == "stdout" else self.stderr
+        self.streams[key] = _Stream(rank, name, key, sink, prefix, copy)
+        return key
+
+    @staticmethod
+    def key(rank: int, stream: int) -> int:
+        return -1 - (rank * 2 + (stream == STDERR))
+
+    def feed(self, key: int, data: bytes) -> None:
+        s = self.streams.get(key)
+        if s is None or not s.open:
+            return
+        if s.copy is not None:
+            s.copy.write(data)
+        buf = s.partial + data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            s.partial = buf
+            return
+        s.partial = buf[cut + 1:]
+        self._emit(s, buf[:cut].split(b"\n"))
+
+    def finish(self, key: int) -> None:
+        s = self.streams.get(key)
+        if s is not None and s.open:
+            self._finish(s)
+
+
+# ---- the ranks and agents as the job sees them ------------------------------------------------
+class RemoteRank:
+    """A rank run by an agent; it quacks like spawn.RankProcess where Job needs it to."""
+
+    def __init__(self, rank: int, agent: "AgentProc") -> None:
+        self.rank = rank
+        self.agent = agent
+        self.returncode: Optional[int] = None
+        self.killed_by_launcher = False
+        self.popen = None
+        self.pid = None      # on another host: nothing for this host's /proc to say
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    def reap(self) -> Optional[int]:
+        return self.returncode
+
+    def close_pidfd(self) -> None:
+        pass
+
+    def signal_group(self, sig: int) -> None:
+        pass   # the agent signals its ranks (MultiHostJob.terminate_all)
+
+
+@dataclass
+class AgentProc:
+    host: str
+    ranks: list[int]
+    popen: subprocess.Popen
+    describe: str
+    pidfd: Optional[int] = None
+    reader: FrameReader = field(default_factory=FrameReader)
+    outbuf: bytearray = field(default_factory=bytearray)
+    hello: Optional[dict] = None
+    bye: bool = False
+    returncode: Optional[int] = None      # of the local process (ssh, srun, python)
+    stdout_open: bool = True
+    stderr_partial: bytes = b""
+    stderr_tail: deque = field(default_factory=lambda: deque(maxlen=8))
+    error: Optional[str] = None
+    stdin_closed: bool = False
+    started_at: float = 0.0
+    judged: bool = False
+    synced: bool = False                  # the agent's MAGIC seen: frames from here on
+    preamble: bytes = b""                 # what came before it (a chatty login script)
+
+    @property
+    def finished(self) -> bool:
+        return self.returncode is not None and not self.stdout_open
+
+
+class MultiHostJob(Job):
+    def __init__(self, spec: JobSpec, plan: HostPlan, stdout: Optional[BinaryIO] = None,
+                 stderr: Optional[BinaryIO] = None, *, forward_stdin: bool = True,
+                 rank_stdin: Optional[bytes] = None, collect_results: bool = False):
+        super().__init__(spec, stdout, stderr)
+        self.plan = plan
+        self.agents: list[AgentProc] = []
+        self.forward_stdin = forward_stdin and rank_stdin is None
+        self.rank_stdin = rank_stdin
+        self.collect_results = collect_results
+        self.results: dict[int, bytearray] = {}
+        self.abandon_at: Optional[float] = None
+        self._stdin_r: Optional[int] = None
+        self._stdin_credit = STDIN_WINDOW
+        self._stdin_polled = False
+
+    # -- start ----------------------------------------------------------------------------
+    def coordinator_candidates(self, host: str) -> list[str]:
+        """Addresses of this host the agent on ``host`` may reach the coordinator at, best
+        first: the local end of the route to it (when its name resolves here), then every
+        other address of this host."""
+        if isinstance(self.plan.spawner, LocalSpawner):
+            return ["127.0.0.1"]
+        out = []
+        try:
+            out.append(route_source(host))
+        except AddressError:
+            pass
+        try:
+            out += [a for _, a in interface_addresses() if a not in out and not is_loopback(a)]
+        except OSError:
+            pass
+        return out
+
+    def common_env(self) -> dict[str, str]:
+        """What every rank gets besides the agent's own environment: the options' variables
+        and the launcher's MINIMPI_* settings (as a local rank would inherit them)."""
+        private = {"MINIMPI_SECRET", "MINIMPI_COORD", "MINIMPI_RANK", "MINIMPI_LIFELINE_FD",
+                   "MINIMPI_LAUNCHER_PID", "MINIMPI_BIND", "MINIMPI_COORDINATOR"}
+        env = {k: v for k, v in os.environ.items()
+               if k.startswith("MINIMPI_") and k not in private}
+        env.update(self.spec.env)
+        env.update({
+            ENV_SIZE: str(self.spec.nprocs),
+            ENV_JOBID: self.job_id,
+            ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
+            ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
+            ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def start_agents(self, argv: list[str]) -> None:
+        from minimpi import _shim
+        shim_dir = os.path.dirname(os.path.abspath(_shim.__file__))   # as run.SHIM_DIR
+        plan, spec = self.plan, self.spec
+        port = int(self.coord.address.rsplit(":", 1)[1])
+        env = self.common_env()
+        cwd = spec.cwd or os.getcwd()
+        for host, ranks in plan.by_host.items():
+            cmd = plan.spawner.argv(host, plan.python)
+            start = {
+                "t": "start", "secret": self.secret.hex(), "job": self.job_id, "ranks": ranks,
+                "size": spec.nprocs, "argv": argv, "cwd": cwd, "env": env,
+                "coord_port": port, "coord_hosts": self.coordinator_candidates(host),
+                "ssh_client_first": getattr(plan.spawner, "ssh_client_first", False),
+                "multihost": plan.multihost and not isinstance(plan.spawner, LocalSpawner),
+                "iface": plan.iface,
+                "bind": plan.bind,
+                "stdin_rank": 0 if self.forward_stdin and 0 in ranks else None,
+                "rank_stdin": self.rank_stdin, "result_fd": self.collect_results,
+                "grace": spec.grace, "shim_dir": shim_dir,
+            }
+            try:
+                popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, start_new_session=True,
+                                         preexec_fn=_make_preexec(os.getpid()), close_fds=True)
+            except OSError as exc:
+                raise HostListError(f"cannot start {plan.spawner.describe(host)} "
+                                    f"({cmd[0]}): {exc.strerror}") from None
+            agent = AgentProc(host, ranks, popen, plan.spawner.describe(host),
+                              started_at=time.monotonic())
+            for fd in (popen.stdin.fileno(), popen.stdout.fileno(), popen.stderr.fileno()):
+                os.set_blocking(fd, False)
+            if hasattr(os, "pidfd_open"):
+                try:
+                    agent.pidfd = os.pidfd_open(popen.pid)
+                except OSError:
+                    agent.pidfd = None
+            agent.outbuf += encode(start)
+            self.agents.append(agent)
+            for r in ranks:
+                self.ranks[r] = RemoteRank(r, agent)
+            self.flush_agent(agent)
+
+    def flush_agent(self, agent: AgentProc) -> None:
+        if not agent.outbuf or agent.stdin_closed:
+            return
+        try:
+            n = os.write(agent.popen.stdin.fileno(), agent.outbuf)
+            del agent.outbuf[:n]
+        except BlockingIOError:
+            pass
+        except OSError:        # the agent's process is gone; its exit tells the rest
+            agent.outbuf.clear()
+            self.close_agent_stdin(agent)
+
+    def send(self, agent: AgentProc, message: dict) -> None:
+        if agent.finished or agent.stdin_closed:
+            return
+        agent.outbuf += encode(message)
+        self.flush_agent(agent)
+
+    def close_agent_stdin(self, agent: AgentProc) -> None:
+        if not agent.stdin_closed:
+            agent.stdin_closed = True
+            try:
+                agent.popen.stdin.close()
+            except OSError:
+                pass
+
+    # -- teardown -------------------------------------------------------------------------
+    def terminate_all(self, sig: int) -> None:
+        for rr in self.ranks:
+            if rr is not None and rr.alive:
+                rr.killed_by_launcher = True
+        for agent in self.agents:
+            self.send(agent, {"t": "signal", "sig": int(sig)})
+        if sig == signal.SIGKILL and self.abandon_at is None:
+            self.abandon_at = time.monotonic() + ABANDON_S
+
+    def abandon(self) -> None:
+        """Agents that did not finish after SIGKILL: EOF on their stdin (they kill their ranks
+        and exit), and their local processes killed a moment later."""
+        now = time.monotonic()
+        for agent in self.agents:
+            if agent.finished:
+                continue
+            if not agent.stdin_closed:
+                self.close_agent_stdin(agent)
+                self.abandon_at = now + 2.0
+            else:
+                try:
+                    os.killpg(agent.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                self.abandon_at = now + 2.0
+
+    # -- stdin of rank 0 ------------------------------------------------------------------
+    def _start_stdin_thread(self) -> None:
+        """Copy our stdin into a pipe the loop polls; blocking reads stay off the loop's
+        thread, and the pipe's capacity bounds what waits for the agent."""
+        r, w = os.pipe()
+        self._stdin_r = r
+        os.set_blocking(r, False)
+
+        def pump() -> None:
+            try:
+                while True:
+                    try:
+                        data = os.read(0, 65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        break
+                    os.write(w, data)
+            except OSError:
+                pass
+            finally:
+                os.close(w)
+
+        threading.Thread(target=pump, name="minimpi-stdin", daemon=True).start()
+
+    def _pump_stdin(self, poller: zmq.Poller) -> None:
+        agent = self.ranks[0].agent
+        while self._stdin_credit > 0:
+            try:
+                data = os.read(self._stdin_r, min(65536, self._stdin_credit))
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                poller.unregister(self._stdin_r)
+                os.close(self._stdin_r)
+                self._stdin_r = None
+                self._stdin_polled = False
+                self.send(agent, {"t": "stdin_eof"})
+                return
+            self._stdin_credit -= len(data)
+            self.send(agent, {"t": "stdin", "d": data})
+        poller.unregister(self._stdin_r)    # back when the agent acknowledges (see _loop)
+        self._stdin_polled = False
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> int:
+        spec, plan = self.spec, self.plan
+        host = "127.0.0.1" if isinstance(plan.spawner, LocalSpawner) else "0.0.0.0"
+        coord = Coordinator(spec.nprocs, self.secret, self.job_id, host=host, log=self.log)
+        self.coord = coord
+        forward = FrameOutput(self.stdout, self.stderr, prefix=spec.prefix,
+                              output_dir=spec.output_dir)
+        self.forward = forward
+        for r in range(spec.nprocs):
+            forward.add_remote(r, "stdout")
+            forward.add_remote(r, "stderr")
+        self.ranks = [None] * spec.nprocs
+        self._install_signals()
+        start = time.monotonic()
+        try:
+            from .spawn import rank_command
+            argv = rank_command(spec.program, spec.module, spec.args)[1:]
+            try:
+                self.start_agents(argv)
+            except HostListError as exc:
+                self.log(f"minimpi: {exc}")
+                return 2
+            if self.forward_stdin and self.ranks[0] is not None and _stdin_readable():
+                self._start_stdin_thread()
+            elif self.forward_stdin and self.ranks[0] is not None:
+                self.send(self.ranks[0].agent, {"t": "stdin_eof"})
+            return self._loop(start)
+        finally:
+            self._teardown()
+            forward.close_all()
+            coord.close()
+            self._restore_signals()
+
+    def _teardown(self) -> None:
+        """Whatever happened: no agent (and so no rank) is left running anywhere."""
+        pending = [a for a in self.agents if a.returncode is None]
+        for agent in pending:
+            self.send(agent, {"t": "signal", "sig": int(signal.SIGKILL)})
+            self.close_agent_stdin(agent)
+        deadline = time.monotonic() + 5.0
+        for agent in pending:
+            try:
+                agent.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(agent.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    agent.popen.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    self.log(f"minimpi: {agent.describe} (pid {agent.popen.pid}) did not end")
+        for agent in self.agents:
+            if agent.pidfd is not None:
+                os.close(agent.pidfd)
+                agent.pidfd = None
+            for pipe in (agent.popen.stdin, agent.popen.stdout, agent.popen.stderr):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        if self._stdin_r is not None:
+            os.close(self._stdin_r)
+            self._stdin_r = None
+
+    def _loop(self, start: float) -> int:
+        from .deadlock import DeadlockDetector
+        spec, coord = self.spec, self.coord
+        poller = zmq.Poller()
+        poller.register(coord.socket, zmq.POLLIN)
+        by_fd: dict[int, tuple[AgentProc, str]] = {}
+        for agent in self.agents:
+            for name, pipe in (("stdout", agent.popen.stdout), ("stderr", agent.popen.stderr)):
+                by_fd[pipe.fileno()] = (agent, name)
+                poller.register(pipe.fileno(), zmq.POLLIN)
+            if agent.pidfd is not None:
+                by_fd[agent.pidfd] = (agent, "exit")
+                poller.register(agent.pidfd, zmq.POLLIN)
+        if self._wake_r is not None:
+            poller.register(self._wake_r, zmq.POLLIN)
+        need_reap_poll = any(a.pidfd is None for a in self.agents)
+        job_deadline = start + spec.timeout if spec.timeout else None
+        deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
+        writing: set[int] = set()
+
+        while True:
+            now = time.monotonic()
+            # ---- deadlines ----
+            if job_deadline is not None and now >= job_deadline and self.failure is None:
+                self._on_job_timeout()
+            startup_deadline = self.startup_deadline()
+            if startup_deadline is not None and now >= startup_deadline:
+                self._on_startup_timeout()
+            self._check_agent_start(now)
+            if self.failure is None and deadlock.check(now):
+                self._on_deadlock()
+            if self._suspect_until is not None and now >= self._suspect_until:
+                self._judge(now, give_up=True)
+            heartbeat_due = self._check_heartbeats(now)
+            held_due = self.forward.release_stale(now, lambda r: self.ranks[r].alive)
+            if self.kill_at is not None and now >= self.kill_at:
+                self.terminate_all(signal.SIGKILL)
+                self.kill_at = None
+            if self.abandon_at is not None and now >= self.abandon_at:
+                self.abandon()
+            if all(rr.alive is False for rr in self.ranks) and self.abandon_at is None:
+                # every rank reported: the agents are draining; bound how long that may take
+                self.abandon_at = now + ABANDON_S
+            # ---- done? ----
+            if all(a.finished for a in self.agents):
+                # every host has been judged: nothing more to learn about the ranks
+                self._mark_lost_ranks()
+                if self._suspect_until is not None:
+                    self._judge(now, give_up=True)
+                break
+            # ---- wait ----
+            waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
+                                 self.abandon_at, self._suspect_until, heartbeat_due, held_due)
+                     if d is not None]
+            waits += [a.started_at + spec.startup_timeout for a in self.agents if a.hello is None
+                      and not a.finished]
+            if self.failure is None and deadlock.enabled:
+                when = deadlock.next_deadline()
+                if when is not None:
+                    waits.append(when)
+            timeout = max(0.0, min(waits) - now) if waits else 3600.0
+            if need_reap_poll:
+                timeout = min(timeout, 0.1)
+            if self._stdin_r is not None and not self._stdin_polled and self._stdin_credit > 0:
+                poller.register(self._stdin_r, zmq.POLLIN)
+                self._stdin_polled = True
+            for agent in self.agents:
+                fd = agent.popen.stdin.fileno() if not agent.stdin_closed else -1
+                if agent.outbuf and fd >= 0 and fd not in writing:
+                    poller.register(fd, zmq.POLLOUT)
+                    writing.add(fd)
+            ready = dict(poller.poll(int(timeout * 1000) + 1))
+
+            if self._wake_r is not None and self._wake_r in ready:
+                try:
+                    os.read(self._wake_r, 512)
+                except OSError:
+                    pass
+            if self._signal_received is not None:
+                self._on_signal_received()
+            if coord.socket in ready:
+                for ev in coord.receive():
+                    self._on_coord_event(ev)
+            if self._stdin_r is not None and self._stdin_r in ready:
+                self._pump_stdin(poller)
+            for fd in list(ready):
+                if fd in writing:
+                    poller.unregister(fd)
+                    writing.discard(fd)
+                    for agent in self.agents:
+                        if not agent.stdin_closed and agent.popen.stdin.fileno() == fd:
+                            self.flush_agent(agent)
+                    continue
+                if not isinstance(fd, int) or fd not in by_fd:
+                    continue
+                agent, what = by_fd[fd]
+                if what == "stdout":
+                    if not self._read_agent(agent):
+                        poller.unregister(fd)
+                        del by_fd[fd]
+                elif what == "stderr":
+                    if not self._read_agent_stderr(agent):
+                        poller.unregister(fd)
+                        del by_fd[fd]
+                elif what == "exit":
+                    poller.unregister(fd)
+                    del by_fd[fd]
+                    self._agent_exited(agent)
+            if need_reap_poll:
+                for agent in self.agents:
+                    if agent.pidfd is None and agent.returncode is None \
+                            and agent.popen.poll() is not None:
+                        self._agent_exited(agent)
+        return self._finish()
+
+    # -- agents' messages -----------------------------------------------------------------
+    def _read_agent(self, agent: AgentProc) -> bool:
+        try:
+            data = os.read(agent.popen.stdout.fileno(), 1 << 18)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            agent.stdout_open = False
+            self._streams_done(agent)
+            if agent.returncode is not None:
+                self._judge_agent(agent)
+            return False
+        if not agent.synced:
+            # a login script may print to stdout before the agent starts: skip up to MAGIC
+            buf = agent.preamble + data
+            at = buf.find(MAGIC)
+            if at < 0:
+                agent.preamble = buf[-(len(MAGIC) + 4096):]
+                return True
+            if buf[:at].strip():
+                text = buf[:at].decode("utf-8", "replace").strip().splitlines()
+                self.log(f"minimpi: {agent.describe} printed before the agent started "
+                         f"(ignored): {' | '.join(text)[:300]}")
+            agent.synced, agent.preamble = True, b""
+            data = buf[at + len(MAGIC):]
+        try:
+            messages = agent.reader.feed(data)
+        except ProtocolError as exc:
+            agent.error = f"garbled output from {agent.describe}: {exc}"
+            agent.stdout_open = False
+            self._streams_done(agent)
+            self._host_lost(agent, agent.error)
+            return False
+        for msg in messages:
+            self._on_agent_message(agent, msg)
+        return True
+
+    def _on_agent_message(self, agent: AgentProc, msg: dict) -> None:
+        kind = msg.get("t")
+        if kind == "out":
+            rank, stream, data = msg.get("r"), msg.get("s"), msg.get("d", b"")
+            if rank not in agent.ranks:
+                return
+            if stream == RESULT:
+                self.results.setdefault(rank, bytearray()).extend(data)
+            elif stream in (STDOUT, STDERR):
+                self.forward.feed(FrameOutput.key(rank, stream), data)
+        elif kind == "exit":
+            rank, rc = msg.get("r"), msg.get("rc")
+            if rank in agent.ranks and isinstance(rc, int) and self.ranks[rank].alive:
+                self._remote_exit(self.ranks[rank], rc)
+        elif kind == "hello":
+            agent.hello = msg
+        elif kind == "stdin_ack":
+            self._stdin_credit += int(msg.get("n", 0))
+        elif kind == "error":
+            agent.error = str(msg.get("msg", "unknown error"))
+        elif kind == "bye":
+            agent.bye = True
+
+    def _read_agent_stderr(self, agent: AgentProc) -> bool:
+        try:
+            data = os.read(agent.popen.stderr.fileno(), 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        buf = agent.stderr_partial + data
+        if data:
+            lines, agent.stderr_partial = buf.split(b"\n")[:-1], buf.split(b"\n")[-1]
+        else:
+            lines, agent.stderr_partial = ([buf] if buf else []), b""
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                agent.stderr_tail.append(line)
+                self.log(f"minimpi: {agent.describe}: {line}")
+        return bool(data)
+
+    def _streams_done(self, agent: AgentProc) -> None:
+        for r in agent.ranks:
+            self.forward.finish(FrameOutput.key(r, STDOUT))
+            self.forward.finish(FrameOutput.key(r, STDERR))
+
+    def _agent_exited(self, agent: AgentProc) -> None:
+        try:
+            rc = agent.popen.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return
+        agent.returncode = rc
+        if agent.pidfd is not None:
+            os.close(agent.pidfd)
+            agent.pidfd = None
+        # what it wrote before it ended may still be in the pipe: read that before judging
+        # (EOF may also come later, when a child of srun or ssh lets go of the pipe)
+        fd = agent.popen.stdout.fileno()
+        while agent.stdout_open and _readable(fd) and self._read_agent(agent):
+            pass
+        if not agent.stdout_open:
+            self._judge_agent(agent)
+
+    def _judge_agent(self, agent: AgentProc) -> None:
+        """The agent's process ended and its stdout is drained: a clean end, or a lost host."""
+        if agent.judged:
+            return
+        agent.judged = True
+        self._read_agent_stderr(agent)
+        if agent.error is not None:
+            self._host_lost(agent, agent.error, failed_agent=True)
+        elif not agent.bye:
+            how = describe_returncode(agent.returncode) if agent.returncode is not None else "ended"
+            tail = agent.stderr_tail[-1] if agent.stderr_tail else ""
+            self._host_lost(agent, f"{agent.describe} {how}" + (f": {tail}" if tail else ""))
+        self._mark_lost_ranks(agent)
+
+    def _host_lost(self, agent: AgentProc, why: str, failed_agent: bool = False) -> None:
+        alive = [r for r in agent.ranks if self.ranks[r].alive]
+        if self.failure is not None:
+            return
+        if agent.hello is None:   # never got as far as starting ranks
+            summary = f"minimpi: could not start the ranks on {agent.host}: {why}"
+        else:
+            summary = f"minimpi: lost host {agent.host}: {why}"
+            if alive:
+                summary += f" (rank(s) {_ranks(alive)} ran there)"
+        # the agent's stderr was shown as it came; the summary repeats only its last line
+        self.fail(Failure("host", EXIT_HOST_LOST, summary))
+
+    def _mark_lost_ranks(self, agent: Optional[AgentProc] = None) -> None:
+        for a in [agent] if agent is not None else self.agents:
+            for r in a.ranks:
+                rr = self.ranks[r]
+                if rr.alive:
+                    rr.returncode = -signal.SIGKILL
+                    rr.killed_by_launcher = True
+                    self.coord.ranks[r].exit_status = f"lost with host {a.host}"
+
+    def _check_agent_start(self, now: float) -> None:
+        if self.failure is not None:
+            return
+        for agent in self.agents:
+            if agent.hello is None and not agent.finished and \
+                    now >= agent.started_at + self.spec.startup_timeout:
+                tail = "; ".join(agent.stderr_tail)
+                self.fail(Failure("host", EXIT_HOST_LOST,
+                                  f"minimpi: {agent.describe} did not start the agent within "
+                                  f"{self.spec.startup_timeout:g} s (--startup-timeout)"
+                                  + (f": {tail}" if tail else "")))
+                return
+
+    def _remote_exit(self, rr: RemoteRank, rc: int) -> None:
+        rr.returncode = rc
+        # Job._judge blames a rank that only lost a peer after waiting (``settle``) for that
+        # peer to be reaped: a host being lost meanwhile is named instead (_host_lost)
+        self._reap(rr)
+
+
+def _stdin_readable() -> bool:
+    """Whether reading our stdin is safe: a terminal stops a background job that reads it
+    (SIGTTIN), so a launcher started with & leaves rank 0's stdin empty instead."""
+    try:
+        if os.isatty(0):
+            return os.tcgetpgrp(0) == os.getpgrp()
+        os.fstat(0)
+        return True
+    except OSError:
+        return False
+
+
+def _readable(fd: int) -> bool:
+    import select
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def run_multihost(spec: JobSpec, plan: HostPlan, stdout: Optional[BinaryIO] = None,
+                  stderr: Optional[BinaryIO] = None) -> int:
+    """Run one job through agents; returns the launcher's exit code."""
+    return MultiHostJob(spec, plan, stdout, stderr).run()
+

@@ -1,0 +1,35 @@
+"""Start a rank's program so that its directory cannot shadow the installed minimpi.
+
+``python script.py`` puts the script's directory first on ``sys.path``, ``python -m module``
+the current directory. When that directory holds a folder (or module) named ``minimpi`` -
+typically a clone of minimpi itself - ``import minimpi`` in the program would find that one
+instead of the package ``minimpi run`` belongs to: another version, or a source tree without
+``minimpi.launcher``. ``minimpi run`` then starts the rank as
+``python .../minimpi/_start/minimpi_rank.py (-m module | script) args...``: this directory
+is first on ``sys.path`` (it holds nothing else to import), so minimpi is imported from where
+it is installed; then the path is set as Python would have set it and the program runs as
+``__main__``, exactly as ``python -m module`` / ``python script.py`` would run it.
+"""
+import os
+import runpy
+import sys
+
+
+def main() -> None:
+    import minimpi  # noqa: F401  (imported first: the program's directory cannot shadow it)
+
+    args = sys.argv[1:]
+    if args[:1] == ["-m"] and len(args) >= 2:
+        module = args[1]
+        sys.path[0] = os.getcwd()                       # as `python -m` does
+        sys.argv = [module] + args[2:]                  # run_module puts the file in argv[0]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        program = args[0]
+        sys.path[0] = os.path.dirname(os.path.realpath(program))   # as `python script` does
+        sys.argv = args
+        runpy.run_path(program, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

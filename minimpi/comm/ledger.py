@@ -1,0 +1,119 @@
+"""Where this rank's point-to-point messages and nonblocking requests came from.
+
+MPI programs are erroneous when they leave a message unreceived or a request never completed,
+yet they usually end normally - with a wrong answer, or a hang elsewhere. At finalize
+(:mod:`minimpi.runtime.leftovers`) minimpi reports such leftovers, as MPICH's and Open MPI's
+debug modes do, naming the line of the script each one came from. This ledger is what makes
+the line known:
+
+* :meth:`Ledger.sent`: per (destination, communicator, tag), the user's file:line of the
+  last send and how many there were - what a peer's leftover message is traced back to (the
+  receiver has the message, the sender the line; the finalize exchange brings them together);
+* :meth:`Ledger.started`: nonblocking requests (``isend``, ``Irecv``, ...) until a wait or test
+  completes them (or ``Free``), with their line. Only weak references are kept, so a
+  request's buffers and received object are never held longer than the program holds them;
+  the price: a request the program dropped without completing it is not reported.
+
+The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
+have none and skip this. It costs a dictionary update and a walk of two or three stack
+frames per point-to-point call (about a microsecond). Memory is bounded: at most
+:data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones) and
+:data:`MAX_OPEN` open requests (finished and dropped ones are pruned as the table grows; past that, open
+requests are only counted).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+MAX_SITES = 10_000
+MAX_OPEN = 1_000
+
+#: where a call came from: (code object, line number) of the user's frame; made into
+#: ``script.py:12`` only when a leftover is reported (see :func:`line_text`)
+Site = Tuple[Any, int]
+#: (site, call, how many) of sends, by (destination world rank, context, tag)
+Sites = Dict[Tuple[int, int, int], Tuple[Site, str, int]]
+
+
+def user_site() -> Site:
+    """The innermost frame outside the minimpi package (and runpy, which may start it)."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_globals.get("__name__", "")
+        if not name.startswith(("minimpi.", "runpy")) and name != "minimpi":
+            return f.f_code, f.f_lineno
+        f = f.f_back
+    return None, 0
+
+
+def line_text(site: Site) -> str:
+    code, line = site
+    return f"{os.path.basename(code.co_filename)}:{line}" if code is not None else "?"
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.sites: Sites = {}
+        self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (weakref to request, site)
+        self.uncounted = 0                           # open requests past MAX_OPEN
+        self._serial = 0
+        self._prune_at = 64
+
+    def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
+        """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
+        key = (dest, context, tag)
+        old = self.sites.get(key)
+        if old is None and len(self.sites) >= MAX_SITES:
+            return
+        self.sites[key] = (site, call, (old[2] if old else 0) + 1)
+
+    def started(self, req: Any, site: Site) -> None:
+        """A nonblocking request the user must complete with a wait or test."""
+        if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
+            self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
+            self._prune_at = max(64, 2 * len(self.open))
+            if len(self.open) >= MAX_OPEN:
+                self.uncounted += 1
+                return
+        self._serial += 1
+        self.open[self._serial] = (weakref.ref(req), site)
+
+    def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
+        """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""
+        return {(c, t): (line_text(site), call, n)
+                for (d, c, t), (site, call, n) in self.sites.items() if d == dest}
+
+    def never_completed(self) -> List[Tuple[Any, str]]:
+        """Requests still alive that no wait or test completed (nor Free), with their
+        file:line."""
+        return [(ref(), line_text(site)) for ref, site in self.open.values() if _pending(ref)]
+
+    def line_of(self, req: Any) -> Optional[str]:
+        """The file:line a request was started at, if this ledger has it."""
+        for ref, site in self.open.values():
+            if ref() is req:
+                return line_text(site)
+        return None
+
+
+def _pending(ref: Any) -> bool:
+    """Whether a weakly referenced request is alive and not yet completed by a wait or test
+    (a request is falsy - mpi4py's REQUEST_NULL - once completed or freed)."""
+    req = ref()
+    return req is not None and bool(req)
+
+
+def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:
+    """Record a point-to-point call of the comm layer (``peer``: the communicator rank sent
+    to, for sends) in the engine's ledger, if it has one; returns ``req``."""
+    ledger: Optional[Ledger] = ep.engine.ledger
+    if ledger is not None:
+        site = user_site()
+        if sending and 0 <= peer < len(ep.group):
+            ledger.sent(ep.group[peer], ep.context, tag, call, site)
+        if call[:1] in ("i", "I"):          # isend, Irecv, ...: the user must complete it
+            ledger.started(req, site)
+    return req

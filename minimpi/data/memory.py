@@ -1,0 +1,180 @@
+"""``MPI.buffer`` (alias ``MPI.memory``): a byte view of memory, as mpi4py's.
+
+``MPI.Alloc_mem`` returns one; ``MPI.buffer(obj)`` / ``buffer.frombuffer(obj)`` views any
+buffer minimpi accepts (the buffer protocol, DLPack, ``__cuda_array_interface__``);
+``buffer.fromaddress(address, nbytes)`` views raw memory (from ``MPI.Get_address``);
+``buffer.allocate(nbytes)`` allocates. It has mpi4py's attributes (``address``, ``nbytes``,
+``readonly``, ``obj``, ``format``, ``itemsize``) and methods (``cast``, ``tobytes``,
+``toreadonly``, ``release``), indexes as unsigned bytes, and works as a message buffer
+(its datatype is ``MPI.BYTE``).
+
+It is a numpy ``uint8`` array subclass, which is what gives it the buffer protocol in pure
+Python (``memoryview(buf)``, ``np.asarray(buf)``...). Memory exported from a device other
+than the CPU (DLPack device type != CPU, or any ``__cuda_array_interface__``) is reachable
+for communication only if the process can map it (see :mod:`minimpi.data.foreign`), and,
+as in mpi4py, the view refuses host-side access (``cast``, ``tobytes``, indexing) with
+``BufferError``.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..errors import BufferAccessError
+from .buffers import export
+from .foreign import DEVICE_CPU, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
+
+
+class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
+    """A contiguous byte view of memory (``MPI.buffer``); see the module docstring."""
+
+    #: minimpi's buffer parser reads these as bytes (MPI.BYTE), as mpi4py does
+    _mpi_bytes = True
+
+    def __new__(cls, obj: Any = None) -> "buffer":
+        if obj is None:
+            return cls._wrap(np.empty(0, np.uint8), None, DEVICE_CPU)
+        return cls.frombuffer(obj)
+
+    @classmethod
+    def _wrap(cls, raw: np.ndarray, obj: Any, device: int) -> "buffer":
+        view = raw.view(cls)
+        view._obj = obj
+        view._device = device
+        view._released = False
+        return view
+
+    def __array_finalize__(self, parent: Any) -> None:
+        # slices and views share the parent's exporter and device
+        self._obj = getattr(parent, "_obj", None)
+        self._device = getattr(parent, "_device", DEVICE_CPU)
+        self._released = getattr(parent, "_released", False)
+
+    # -- constructors ------------------------------------------------------------------
+    @staticmethod
+    def allocate(nbytes: int, clear: bool = False) -> "buffer":
+        """A new buffer of ``nbytes`` bytes (zeroed when ``clear``; always zeroed here)."""
+        n = operator.index(nbytes)
+        if n < 0:
+            raise ValueError(f"buffer.allocate: expected nbytes >= 0, got {n}")
+        return buffer._wrap(np.zeros(n, np.uint8), None, DEVICE_CPU)
+
+    @staticmethod
+    def frombuffer(obj: Any, readonly: bool = False) -> "buffer":
+        """A byte view of ``obj``'s memory (read-only if ``obj`` is, or if asked)."""
+        if isinstance(obj, buffer):
+            raw, device = obj.view(np.ndarray), obj._device
+        elif not isinstance(obj, np.ndarray) and _no_buffer_protocol(obj) and \
+                (is_dlpack(obj) or is_cai(obj)):
+            ex = (from_dlpack if is_dlpack(obj) else from_cai)(obj, False, "MPI.buffer")
+            raw, device = array_at(ex, "MPI.buffer", False), ex.device
+        else:
+            arr, _ = export(obj, writable=False, call="MPI.buffer", arg="obj")
+            if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+                raise BufferAccessError("MPI.buffer: the object's memory is not contiguous")
+            raw, device = arr.reshape(-1, order="A").view(np.uint8), DEVICE_CPU
+        view = buffer._wrap(raw, obj, device)
+        if readonly:
+            view.flags.writeable = False
+        return view
+
+    @staticmethod
+    def fromaddress(address: int, nbytes: int, readonly: bool = False) -> "buffer":
+        """A byte view of ``nbytes`` bytes at ``address`` (memory this process owns, e.g.
+        from ``MPI.Get_address``; the range must be mapped, checked on Linux)."""
+        address, nbytes = operator.index(address), operator.index(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"buffer.fromaddress: expected nbytes >= 0, got {nbytes}")
+        if address == 0 and nbytes > 0:
+            raise ValueError("buffer.fromaddress: a NULL address with a nonzero size")
+        ex = Exported(address, nbytes, readonly, "B", 1, 0, None)
+        return buffer._wrap(array_at(ex, "buffer.fromaddress", not readonly), None, DEVICE_CPU)
+
+    # -- mpi4py's attributes -------------------------------------------------------------
+    @property
+    def address(self) -> int:
+        """The address of the first byte."""
+        return int(self.__array_interface__["data"][0] or 0)
+
+    @property
+    def obj(self) -> Any:
+        """The object whose memory this is (None for allocated memory)."""
+        return self._obj
+
+    @property
+    def readonly(self) -> bool:
+        return not self.flags.writeable
+
+    @property
+    def format(self) -> str:
+        return "B"
+
+    # -- host access (refused for device memory, as mpi4py does) -------------------------
+    def _host(self, what: str) -> None:
+        if self._released:
+            raise ValueError(f"MPI.buffer.{what}: operation on a released buffer")
+        if self._device != DEVICE_CPU:
+            raise BufferAccessError(f"MPI.buffer.{what}: the memory belongs to device type "
+                                    f"{self._device}, not the host")
+
+    def __getitem__(self, item: Any) -> Any:
+        self._host("__getitem__")
+        value = super().__getitem__(item)
+        return int(value) if isinstance(value, np.integer) else value
+
+    def __setitem__(self, item: Any, value: Any) -> None:
+        self._host("__setitem__")
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            value = np.frombuffer(value, np.uint8)
+        super().__setitem__(item, value)
+
+    def cast(self, format: str, shape: Optional[Sequence[int]] = None) -> memoryview:
+        """A memoryview of the bytes as ``format`` items (``memoryview.cast``)."""
+        self._host("cast")
+        mv = memoryview(self.view(np.ndarray))
+        return mv.cast(format) if shape is None else mv.cast(format, list(shape))
+
+    def tobytes(self, order: Any = None) -> bytes:
+        """The bytes, copied (``order`` is accepted for mpi4py's signature; bytes have none)."""
+        self._host("tobytes")
+        return self.view(np.ndarray).tobytes()
+
+    def toreadonly(self) -> "buffer":
+        """A read-only view of the same memory."""
+        view = self.view(buffer)
+        view.flags.writeable = False
+        return view
+
+    def release(self) -> None:
+        """Drop the reference to the exporter; later host access raises ValueError."""
+        self._obj = None
+        self._released = True
+
+    def __repr__(self) -> str:
+        return f"<MPI.buffer address=0x{self.address:x} nbytes={self.nbytes} " \
+               f"readonly={self.readonly}>"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        raise TypeError("MPI.buffer views memory and cannot be pickled; pickle its bytes "
+                        "(buf.tobytes()) instead")
+
+
+def _no_buffer_protocol(obj: Any) -> bool:
+    try:
+        memoryview(obj)
+    except TypeError:
+        return True
+    return False
+
+
+memory = buffer
+
+
+def alloc_mem(size: int) -> buffer:
+    """``MPI.Alloc_mem``: zeroed memory of ``size`` bytes, as an ``MPI.buffer``."""
+    return buffer.allocate(size, clear=True)
+

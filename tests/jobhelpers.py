@@ -1,0 +1,102 @@
+"""Helpers for tests that start real jobs: run `minimpi run` with a hard timeout, find leftover processes.
+
+    result = run_minimpi("-n", "3", script, timeout=20)     # CompletedProcess (text)
+    proc = start_minimpi("-n", "3", script)                  # Popen, for signals mid-run
+    finish(proc, timeout=10)                                 # -> CompletedProcess
+    leftover_processes(marker)                               # pids whose environ has the marker
+    assert_no_leftovers(marker)                              # waits up to 3 s, kills and fails
+
+The ``job_marker`` fixture gives a unique value; pass ``-x`` ``MINIMPI_TEST_MARKER=<value>``
+(``marker_args(job_marker)``) so every rank carries it, and it checks at teardown that no
+process with that marker is left.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+MARKER_VAR = "MINIMPI_TEST_MARKER"
+MINIMPI = [sys.executable, "-m", "minimpi"]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start_minimpi(*args: str, cwd=None, env=None, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+    """Start `python -m minimpi run ARGS...` in its own process group (text pipes)."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.Popen([*MINIMPI, "run", *map(str, args)], cwd=cwd, env=full_env,
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 20.0, input: str | None = None
+           ) -> subprocess.CompletedProcess:
+    """Wait for a started launcher; on timeout kill its whole group and fail the test."""
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"minimpi did not finish within {timeout} s\n--- stdout ---\n{out}"
+                    f"\n--- stderr ---\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_minimpi(*args: str, timeout: float = 20.0, input: str | None = None, cwd=None,
+                env=None) -> subprocess.CompletedProcess:
+    """Run `minimpi run ARGS...` to completion with a hard timeout."""
+    proc = start_minimpi(*args, cwd=cwd, env=env,
+                         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
+    return finish(proc, timeout=timeout, input=input)
+
+
+def leftover_processes(marker: str, var: str = MARKER_VAR) -> list[int]:
+    """PIDs of live (non-zombie) processes whose environment contains var=marker."""
+    needle = f"{var}={marker}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            if needle not in env:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            if state != b"Z":
+                found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def assert_no_leftovers(marker: str, wait: float = 3.0, var: str = MARKER_VAR) -> None:
+    deadline = time.monotonic() + wait
+    pids = leftover_processes(marker, var)
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pids = leftover_processes(marker, var)
+    if pids:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pytest.fail(f"processes left behind by the job: {pids}")
+
+
+def marker_args(marker: str) -> list[str]:
+    return ["-x", f"{MARKER_VAR}={marker}"]

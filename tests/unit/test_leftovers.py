@@ -1,0 +1,149 @@
+"""What a rank leaves behind at finalize (minimpi.runtime.leftovers), on threads: the marker
+exchange, then collective messages never received (a mismatch naming both calls),
+point-to-point messages never received, receives never matched, requests never completed."""
+from __future__ import annotations
+
+import numpy as np
+
+from minimpi.data.ops import SUM
+from minimpi.runtime import leftovers
+from minimpi.runtime.inproc import run_threads
+
+
+def finish(comm):
+    """What finalize does on a rank: exchange the markers, then check."""
+    return leftovers.check(comm._ep.engine, leftovers.exchange_markers(comm._ep.engine))
+
+
+def ledgered(body):
+    def run(comm):
+        leftovers.install(comm._ep.engine)
+        return body(comm)
+    return run
+
+
+def test_a_clean_program_leaves_nothing():
+    def body(comm):
+        x = np.full(4, float(comm.rank))
+        comm.Bcast(x, root=1)
+        comm.Allreduce(x.copy(), x, op=SUM)
+        got = comm.sendrecv(comm.rank, dest=(comm.rank + 1) % comm.size,
+                            source=(comm.rank - 1) % comm.size)
+        req = comm.isend(got, dest=(comm.rank + 1) % comm.size, tag=4)
+        comm.recv(source=(comm.rank - 1) % comm.size, tag=4)
+        req.wait()
+        return finish(comm)
+    assert run_threads(3, ledgered(body)) == [([], [])] * 3
+
+
+def test_a_wrong_root_on_one_rank_is_a_root_mismatch():
+    # Every rank sends, none receives, every Bcast returns: only the leftovers tell
+    def body(comm):
+        buf = np.arange(4.0) if comm.rank == 0 else np.zeros(4)
+        comm.Bcast(buf, root=1 if comm.rank == 1 else 0)
+        return finish(comm)
+    errors = [e for e, _ in run_threads(2, ledgered(body))]
+    assert "rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD while rank 1 called " \
+           "Bcast(root=1)" in errors[0][0]
+    assert "rank 1 called Bcast(root=1) as collective #1 on COMM_WORLD while rank 0 called " \
+           "Bcast(root=0)" in errors[1][0]
+
+
+def test_bcast_against_reduce_names_both_calls():
+    def body(comm):
+        x = np.full(4, comm.rank + 1.0)
+        if comm.rank == 0:
+            comm.Bcast(x, root=0)
+        else:
+            comm.Reduce(x, np.zeros(4), op=SUM, root=0)
+        return finish(comm)
+    results = run_threads(3, ledgered(body))
+    assert "rank 1 called Reduce(root=0, op=SUM) as collective #1 on COMM_WORLD while rank 0 " \
+           "called Bcast(root=0)" in results[1][0][0]
+    assert all(errors for errors, _ in results)
+
+
+def test_a_rank_that_made_fewer_collective_calls():
+    def body(comm):
+        comm.Barrier()
+        if comm.rank == 0:
+            comm.Bcast(np.zeros(2), root=0)
+        return finish(comm)
+    errors, warnings = run_threads(2, ledgered(body))[1]
+    # a warning, not an error: the rank may have ended early on purpose (sys.exit(7))
+    assert errors == []
+    assert "rank 0 called Bcast(root=0) as collective #2 on COMM_WORLD, but rank 1 made only 1 " \
+           "collective call there before it finished" in warnings[0]
+
+
+def test_unreceived_messages_name_source_tag_size_and_line():
+    def body(comm):
+        if comm.rank == 0:
+            comm.send({"x": 1}, dest=1, tag=2)                     # the line reported below
+            comm.Send(np.zeros(4), dest=1, tag=5)
+            for _ in range(3):
+                comm.send(None, dest=1, tag=6)
+        return finish(comm)
+    errors, warnings = run_threads(2, ledgered(body))[1]
+    assert errors == [] and len(warnings) == 1
+    text = warnings[0]
+    assert text.startswith("5 messages sent to this rank were never received")
+    assert "from rank 0: tag 2, a pickled object of " in text
+    assert "on COMM_WORLD, sent by send at test_leftovers.py:" in text
+    line = int(text.split("sent by send at test_leftovers.py:")[1].split()[0].rstrip(","))
+    assert "comm.send({\"x\": 1}, dest=1, tag=2)" in open(__file__).read().splitlines()[line - 1]
+    assert "from rank 0: tag 5, 32 B, on COMM_WORLD, sent by Send at test_leftovers.py:" in text
+    assert "sent by send (the last of 3 such sends was at test_leftovers.py:" in text
+
+
+def test_receives_never_matched_and_requests_never_completed():
+    def body(comm):
+        kept = []
+        if comm.rank == 0:
+            kept.append(comm.isend("never waited", dest=1, tag=9))
+            comm.Irecv(np.zeros(2), source=1, tag=3)        # the engine keeps it (posted)
+            done = comm.isend("waited", dest=1, tag=10)
+            done.wait()
+        else:
+            comm.recv(source=0, tag=9)
+            comm.recv(source=0, tag=10)
+        return finish(comm)
+    (_, warnings0), (errors1, warnings1) = run_threads(2, ledgered(body))
+    assert errors1 == [] and warnings1 == []
+    text = "\n".join(warnings0)
+    assert "1 receive never matched a message" in text
+    assert "Irecv(source=1, tag=3) on COMM_WORLD, posted at test_leftovers.py:" in text
+    assert "1 nonblocking request never completed with wait() or test()" in text
+    assert "isend(dest=1, tag=9) on COMM_WORLD, started at test_leftovers.py:" in text
+    assert "tag=10" not in text
+
+
+def test_messages_waiting_beside_a_blocked_receive():
+    def body(comm):
+        engine = comm._ep.engine
+        if comm.rank == 0:
+            comm.send("hello", dest=1, tag=2)
+            comm.Barrier()
+            return None
+        req = comm.irecv(source=0, tag=1)
+        comm.Barrier()                         # tag 2 has arrived by now
+        waiting = leftovers.waiting_messages(engine, [req])
+        req.Cancel()
+        return waiting
+    waiting = run_threads(2, body)[1]
+    assert waiting == [{"source": 0, "world": 0, "tag": 2, "comm": "COMM_WORLD",
+                        "nbytes": waiting[0]["nbytes"], "coll": None, "seq": None}]
+
+
+def test_a_rank_that_skipped_the_bcast():
+    def body(comm):
+        buf = np.zeros(4)
+        if comm.rank != 1:
+            comm.Bcast(buf, root=0)
+        return finish(comm)
+    errors, warnings = run_threads(3, ledgered(body))[1]
+    assert errors == [] and warnings == [
+        "1 collective message of calls this rank never made was never received:\n"
+        "  rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD, but rank 1 made no "
+        "collective call there before it finished; every rank of a communicator must call the "
+        "same collectives in the same order"]

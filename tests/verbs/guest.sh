@@ -25,8 +25,8 @@ export NPY_DISABLE_CPU_FEATURES="AVX2,FMA3"
 # The launcher's ranks and the coordinator must find the tree read-only: keep caches in /tmp.
 export TMPDIR=/tmp HOME=/tmp
 t1=$(date +%s)
-timeout 1800 "$PYTHON" -m pytest -p no:cacheprovider -q -o addopts="" -rs \
-    --timeout 600 tests/verbs/test_verbs_device.py "$@" || rc=$?
+timeout 720 "$PYTHON" -m pytest -p no:cacheprovider -q -o addopts="" -rs \
+    --timeout 300 tests/verbs/test_verbs_device.py "$@" || rc=$?
 t2=$(date +%s)
 echo "guest: device tests took $((t2 - t1)) s (rc=$rc)"
 if [ $BENCH = 1 ]; then

@@ -31,7 +31,7 @@ fi
 
 args=""
 [ $# -eq 0 ] || args=$(printf ' %q' "$@")   # no arguments: none at all, not one empty one
-LIMIT=${MINIMPI_VERBS_GUEST_LIMIT:-2400}     # seconds for boot + tests, then the guest is stopped
+LIMIT=${MINIMPI_VERBS_GUEST_LIMIT:-900}     # seconds for boot + tests, then the guest is stopped
 start=$(date +%s)
 log=$(mktemp)
 guest=""

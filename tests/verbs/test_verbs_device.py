@@ -43,7 +43,7 @@ def real_transports(size, config=None):
 TESTS = conformance_tests()
 globals().update(TESTS)
 run = conformance_fixture(lambda size, name: real_transports(size, {"default": None, "tiny": TINY}[name]),
-                          ["default", "tiny"], run_timeout=300)
+                          ["default", "tiny"], run_timeout=280)
 
 
 # -- real jobs: every collective, and examples -----------------------------------------------------
@@ -71,7 +71,7 @@ SMALL_WINDOWS = ["-x", "MINIMPI_VERBS_SLOTS=4", "-x", "MINIMPI_VERBS_SLOT_SIZE=2
 def test_every_collective_and_algorithm_over_verbs(size, settings, write_script, job_marker):
     script = write_script("all_collectives.py", _collectives_program())
     r = run_minimpi("-n", str(size), *VERBS, *settings, *marker_args(job_marker), script,
-                    timeout=600)
+                    timeout=280)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [l for l in r.stdout.splitlines() if "collective calls correct" in l]
     assert len(lines) == size
@@ -89,7 +89,7 @@ def test_every_collective_and_algorithm_over_verbs(size, settings, write_script,
 ])
 def test_examples_run_over_verbs(size, program, job_marker):
     r = run_minimpi("-n", str(size), *VERBS, *marker_args(job_marker), str(EXAMPLES / program),
-                    timeout=300)
+                    timeout=280)
     assert r.returncode == 0, f"{program} failed:\n{r.stdout}\n{r.stderr}"
 
 

@@ -64,6 +64,7 @@ from minimpi.runtime.bootstrap import (
     host_identity,
 )
 from minimpi.runtime.netaddr import AddressError, data_plane_address, is_loopback
+from minimpi.transports.shm import cleanup_job
 
 from .spawn import RankProcess, spawn_rank
 
@@ -485,6 +486,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--host", help="the name the launcher knows this host by (for ps)")
     p.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # SIGTERM (e.g. the launcher died: PDEATHSIG) unwinds through main's cleanup below
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         write_all(1, MAGIC)
     except OSError:
@@ -503,6 +506,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise
         agent.fail(f"agent on {socket.gethostname()} failed: {type(exc).__name__}: {exc}")
         raise
+    finally:
+        # shared-memory segments of this host's ranks that died before unlinking their own
+        cleanup_job(str(start.get("job", "")))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from minimpi.runtime.bootstrap import (
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.runtime.netaddr import AddressError, interface_addresses, is_loopback, route_source
 from minimpi.runtime.sources import in_slurm_step
+from minimpi.transports.shm import cleanup_job
 
 from .agent import MAGIC, RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode
 from .coordinator import Coordinator
@@ -361,7 +362,8 @@ class MultiHostJob(Job):
             try:
                 popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, start_new_session=True,
-                                         preexec_fn=_make_preexec(os.getpid()), close_fds=True)
+                                         preexec_fn=_make_preexec(os.getpid(), signal.SIGTERM),
+                                         close_fds=True)
             except OSError as exc:
                 raise HostListError(f"cannot start {plan.spawner.describe(host)} "
                                     f"({cmd[0]}): {exc.strerror}") from None
@@ -511,6 +513,8 @@ class MultiHostJob(Job):
             self._teardown()
             forward.close_all()
             coord.close()
+            # segments on this host that its agent could not remove (an agent killed here)
+            cleanup_job(self.job_id)
             self._restore_signals()
 
     def _teardown(self) -> None:

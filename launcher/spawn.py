@@ -32,13 +32,15 @@ if sys.platform.startswith("linux"):
         _libc = None
 
 
-def _make_preexec(parent_pid: int):
+def _make_preexec(parent_pid: int, deathsig: int = signal.SIGKILL):
+    """``deathsig``: what the child gets when the launcher dies (agents take SIGTERM, so
+    that they can still end their ranks and remove their shared memory)."""
     libc = _libc
     if libc is None or os.environ.get("MINIMPI_LAUNCHER_NO_PDEATHSIG"):  # the latter: for tests
         return None
 
     def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, deathsig, 0, 0, 0)
         if os.getppid() != parent_pid:   # the launcher died before prctl took effect
             os._exit(1)
 

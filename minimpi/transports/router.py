@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import select
 import sys
+import urllib.parse
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
@@ -37,9 +38,15 @@ from .base import FrameSink, OnSent, Transport
 MAX_SLEEP = 0.25
 
 
+def _escape(text: str) -> str:
+    """A member's address as one field (verbs addresses have ";" and "=" of their own)."""
+    return text.replace("%", "%25").replace(";", "%3B").replace("=", "%3D")
+
+
 def parse_address(address: str) -> Tuple[str, Dict[str, str]]:
     """``host=H;shm=A1;tcp=A2`` -> (H, {"shm": A1, "tcp": A2})."""
     fields = dict(part.split("=", 1) for part in address.split(";") if "=" in part)
+    fields = {name: urllib.parse.unquote(value) for name, value in fields.items()}
     return fields.pop("host", ""), fields
 
 
@@ -85,7 +92,7 @@ class RouterTransport(Transport):
         parts = [f"host={self.host}"]
         for t in list(self.members):
             try:
-                parts.append(f"{t.name}={t.listen()}")
+                parts.append(f"{t.name}={_escape(t.listen())}")
             except TransportError as exc:
                 if t.name not in self.optional or len(self.members) == 1:
                     raise

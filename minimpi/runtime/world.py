@@ -12,7 +12,7 @@ import atexit
 import os
 import sys
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from .. import transports
 from ..comm.communicator import Intracomm, set_predefined
@@ -43,20 +43,14 @@ class _Runtime:
         install_ledger(self.engine)   # where messages came from, for the check at finalize
         self.all_connected = False    # every pair connected at start-up (small jobs)
         if info.coordinator is not None:
-            address = transport.listen() if transport is not None else "none"
-            addresses = info.coordinator.exchange_addresses(address)
-            if info.coordinator.hosts is not None:
-                self.engine.set_hosts(info.coordinator.hosts)
-            if transport is not None:
-                transport.set_peers(addresses)
-                # Small jobs connect every pair at start-up, while all ranks are in this call,
-                # so that no message later waits for a handshake with a rank that is busy.
-                if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")):
-                    transport.connect_all()
-                    self.all_connected = True
-                # spin before sleeping only while the ranks on this host have a core each
-                self.engine.progress_policy = ProgressPolicy.from_env(
-                    info.env, len(transport.local_ranks))
+            try:
+                self._rendezvous(info, transport)
+            except BaseException:
+                # no launcher may be there to clean up (srun, environment rendezvous): what
+                # the transport made (shared-memory segments, sockets) goes with this rank
+                if transport is not None:
+                    transport.close()
+                raise
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         set_predefined(self.world, self.self_comm)   # what pickles by name
@@ -67,6 +61,23 @@ class _Runtime:
         if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):
             from .trace import attach
             self.observer = attach(self.engine, info.rank, info.size, info.env)
+
+    def _rendezvous(self, info: BootInfo, transport: Any) -> None:
+        """Exchange addresses through the coordinator and wire the transport to every peer."""
+        address = transport.listen() if transport is not None else "none"
+        addresses = info.coordinator.exchange_addresses(address)
+        if info.coordinator.hosts is not None:
+            self.engine.set_hosts(info.coordinator.hosts)
+        if transport is not None:
+            transport.set_peers(addresses)
+            # Small jobs connect every pair at start-up, while all ranks are in this call,
+            # so that no message later waits for a handshake with a rank that is busy.
+            if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")):
+                transport.connect_all()
+                self.all_connected = True
+            # spin before sleeping only while the ranks on this host have a core each
+            self.engine.progress_policy = ProgressPolicy.from_env(
+                info.env, len(transport.local_ranks))
 
 
 def world_state() -> _Runtime:

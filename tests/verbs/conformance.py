@@ -45,11 +45,11 @@ def conformance_fixture(build: Callable[[int, Any], List[Any]], params: Sequence
         built = inproc._transports
         made: List[Any] = []
 
-        def transports(kind, size, recorder):
+        def transports(kind, size, *rest):
             if kind == KIND:
                 made.extend(build(size, request.param))
                 return made[-size:]
-            return built(kind, size, recorder)
+            return built(kind, size, *rest)
 
         monkeypatch.setattr(inproc, "_transports", transports)
 

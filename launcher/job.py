@@ -227,6 +227,19 @@ class Job:
             cleanup_job(self.job_id)   # shared-memory segments of ranks that died early
             self._restore_signals()
 
+    def _wakeups_signals_and_coordinator(self, ready: dict) -> None:
+        """What every launcher loop does first once its poll returns."""
+        if self._wake_r is not None and self._wake_r in ready:
+            try:
+                os.read(self._wake_r, 512)
+            except OSError:
+                pass
+        if self._signal_received is not None:
+            self._on_signal_received()
+        if self.coord.socket in ready:
+            for ev in self.coord.receive():
+                self._on_coord_event(ev)
+
     def _loop(self, start: float) -> int:
         spec, coord, forward = self.spec, self.coord, self.forward
         poller = zmq.Poller()
@@ -289,17 +302,7 @@ class Job:
             if need_reap_poll:
                 timeout = min(timeout, 0.1)
             ready = dict(poller.poll(int(timeout * 1000) + 1))
-
-            if self._wake_r is not None and self._wake_r in ready:
-                try:
-                    os.read(self._wake_r, 512)
-                except OSError:
-                    pass
-            if self._signal_received is not None:
-                self._on_signal_received()
-            if coord.socket in ready:
-                for ev in coord.receive():
-                    self._on_coord_event(ev)
+            self._wakeups_signals_and_coordinator(ready)
             for fd in [fd for fd in ready if isinstance(fd, int) and fd in forward.streams]:
                 if not forward.read(fd):
                     poller.unregister(fd)

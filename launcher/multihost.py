@@ -215,17 +215,8 @@ class FrameOutput(OutputForwarder):
 
     def feed(self, key: int, data: bytes) -> None:
         s = self.streams.get(key)
-        if s is None or not s.open:
-            return
-        if s.copy is not None:
-            s.copy.write(data)
-        buf = s.partial + data
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            s.partial = buf
-            return
-        s.partial = buf[cut + 1:]
-        self._emit(s, buf[:cut].split(b"\n"))
+        if s is not None and s.open:
+            self._take(s, data)
 
     def finish(self, key: int) -> None:
         s = self.streams.get(key)
@@ -621,17 +612,7 @@ class MultiHostJob(Job):
                     poller.register(fd, zmq.POLLOUT)
                     writing.add(fd)
             ready = dict(poller.poll(int(timeout * 1000) + 1))
-
-            if self._wake_r is not None and self._wake_r in ready:
-                try:
-                    os.read(self._wake_r, 512)
-                except OSError:
-                    pass
-            if self._signal_received is not None:
-                self._on_signal_received()
-            if coord.socket in ready:
-                for ev in coord.receive():
-                    self._on_coord_event(ev)
+            self._wakeups_signals_and_coordinator(ready)
             if self._stdin_r is not None and self._stdin_r in ready:
                 self._pump_stdin(poller)
             for fd in list(ready):

@@ -91,17 +91,20 @@ class OutputForwarder:
         if not data:
             self._finish(s)
             return False
+        self._take(s, data)
+        return True
+
+    def _take(self, s: _Stream, data: bytes) -> None:
+        """Forward the complete lines in ``data``; keep a partial last line for later."""
         if s.copy is not None:
             s.copy.write(data)
         buf = s.partial + data
         cut = buf.rfind(b"\n")
         if cut < 0:
             s.partial = buf
-            return True
+            return
         s.partial = buf[cut + 1:]
-        lines = buf[:cut].split(b"\n")
-        self._emit(s, lines)
-        return True
+        self._emit(s, buf[:cut].split(b"\n"))
 
     def _finish(self, s: _Stream) -> None:
         if s.partial:

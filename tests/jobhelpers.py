@@ -5,6 +5,7 @@
     finish(proc, timeout=10)                                 # -> CompletedProcess
     leftover_processes(marker)                               # pids whose environ has the marker
     assert_no_leftovers(marker)                              # waits up to 3 s, kills and fails
+    progress_until(transports, until, timeout)               # drive transports in this process
 
 The ``job_marker`` fixture gives a unique value; pass ``-x`` ``MINIMPI_TEST_MARKER=<value>``
 (``marker_args(job_marker)``) so every rank carries it, and it checks at teardown that no
@@ -100,3 +101,13 @@ def assert_no_leftovers(marker: str, wait: float = 3.0, var: str = MARKER_VAR) -
 
 def marker_args(marker: str) -> list[str]:
     return ["-x", f"{MARKER_VAR}={marker}"]
+
+
+def progress_until(transports, until, timeout: float = 5.0, wait: float = 0.0) -> None:
+    """Call ``progress(wait)`` on each transport (ranks of this process) until ``until()``;
+    fail the test when ``timeout`` s pass first."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"transports made no progress to it in {timeout} s"
+        for t in transports:
+            t.progress(wait)

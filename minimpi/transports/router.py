@@ -142,11 +142,11 @@ class RouterTransport(Transport):
     def _say_what_was_left_out(self, parsed: Sequence[Tuple[str, Dict[str, str]]]) -> None:
         """One line per host (from its lowest rank) when a network transport that ``auto``
         prefers could not run here and peers on other hosts are reached by a later one."""
-        if self.rank != min(self.local_ranks):
+        if not self.skipped or self.rank != min(self.local_ranks):
             return
+        fallback = sorted({t.name for peer, t in enumerate(self._route)
+                           if t is not None and parsed[peer][0] != self.host})
         for name, why in self.skipped.items():
-            fallback = sorted({t.name for peer, t in enumerate(self._route)
-                               if t is not None and parsed[peer][0] != self.host})
             if fallback and name not in fallback:
                 print(f"minimpi: host {self.host.split('/')[0]}: {' and '.join(fallback)} between "
                       f"hosts, not {name}: {why}", file=sys.stderr, flush=True)

@@ -1027,9 +1027,7 @@ class VerbsTransport(Transport):
         moved = self._drain()
         if moved or timeout == 0:
             return moved > 0
-        # Arm first, then look again: a completion that landed in between raises no event.
-        self.ops.arm()
-        if self._drain():
+        if not self.prepare_sleep():        # a completion landed while arming
             return True
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
         try:
@@ -1038,7 +1036,7 @@ class VerbsTransport(Transport):
             return False
         if not ready:
             return False
-        self.ops.consume_events()
+        self.end_sleep()
         return bool(self._drain())
 
     # -- sleeping beside other transports (the router polls every member's fds at once) -----

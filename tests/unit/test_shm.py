@@ -18,6 +18,7 @@ import threading
 import time
 
 import pytest
+from jobhelpers import progress_until
 
 from minimpi import errors
 from minimpi.p2p.progress import ProgressPolicy
@@ -74,15 +75,6 @@ def payload_of(i: int, n: int) -> bytes:
     return bytes((i * 7 + k) % 251 for k in range(n))
 
 
-def drive(ts, until, limit=5.0):
-    """Call progress(0) on every transport until ``until()`` (single-threaded)."""
-    deadline = time.monotonic() + limit
-    while not until():
-        assert time.monotonic() < deadline, "no progress"
-        for t in ts:
-            t.progress(0)
-
-
 def test_frames_of_every_size_wrap_around_a_small_ring_in_order():
     # 40 frames of sizes that put headers at every offset near the end of a 512-byte ring,
     # and payloads larger than the ring (streamed through it in pieces)
@@ -95,7 +87,7 @@ def test_frames_of_every_size_wrap_around_a_small_ring_in_order():
             data = payload_of(i, n)
             ts[0].send(1, header, [memoryview(data[:n // 3]), memoryview(data[n // 3:])],
                        lambda why, i=i: sent.append((i, why)))
-        drive(ts, lambda: len(sinks[1].events) == len(sizes))
+        progress_until(ts, lambda: len(sinks[1].events) == len(sizes))
         assert [e[2] for e in sinks[1].events] == list(range(len(sizes)))
         assert all(e[3] == payload_of(e[2], sizes[e[2]]) for e in sinks[1].events)
         assert sent == [(i, None) for i in range(len(sizes))]
@@ -115,7 +107,7 @@ def test_large_data_frame_by_reference_completes_only_once_read(cma):
         ts[0].send(1, frames.pack(frames.DATA, 0, 0, 0, 0, 9, n), parts, done.append)
         if cma:   # only the descriptor went into the ring: nothing is complete before the read
             assert done == [] and ts[0].pending_sends() == 1
-        drive(ts, lambda: done == [None])
+        progress_until(ts, lambda: done == [None])
         assert sinks[1].events == [("frame", 0, 9, data)]
         assert ts[0].pending_sends() == 0
     finally:

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from conformance import conformance_fixture, conformance_tests
-from jobhelpers import marker_args, run_minimpi
+from jobhelpers import marker_args, progress_until, run_minimpi
 
 from minimpi.transports import frames, verbs
 from minimpi.transports.verbs import PyverbsOps, VerbsConfig, VerbsTransport
@@ -133,14 +133,6 @@ def pair():
         t.close()
 
 
-def _until(ts, cond, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        for t in ts:
-            t.progress(0.01)
-
-
 def test_large_array_is_written_into_the_destination_array_itself(pair):
     ts, sinks = pair
     src = np.random.default_rng(1).random(5 * 1024 * 1024 // 8 * 4)   # 20 MiB: several writes
@@ -149,7 +141,7 @@ def test_large_array_is_written_into_the_destination_array_itself(pair):
     sent = []
     header = frames.pack(frames.EAGER, 0, 0, 0, 0, 7, src.nbytes)
     ts[0].send(1, header, [memoryview(src).cast("B")], sent.append)
-    _until(ts, lambda: sinks[1].got and sent)
+    progress_until(ts, lambda: sinks[1].got and sent, 60.0, 0.01)
     assert sent == [None] and np.array_equal(dest, src)
     view = sinks[1].got[0][1]
     assert np.shares_memory(np.frombuffer(view, np.uint8), dest)   # delivered in place
@@ -170,7 +162,7 @@ def test_a_cached_source_registration_sends_what_the_array_holds_now(pair):
             src[:] = 7.0                               # written after registration
         ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, msg_id, src.nbytes),
                    [memoryview(src).cast("B")], None)
-        _until(ts, lambda: len(sinks[1].got) == msg_id)
+        progress_until(ts, lambda: len(sinks[1].got) == msg_id, 60.0, 0.01)
     assert (first == 0).all() and (second == 7).all()
     assert ts[0].cache.hits >= 1                       # the second send reused it
 
@@ -185,7 +177,7 @@ def test_failed_completion_loses_the_peer_naming_the_verbs_status(pair, monkeypa
     data = bytes(1 << 20)
     ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, 1, len(data)), [memoryview(data)],
                failures.append)
-    _until(ts, lambda: sinks[0].lost and sinks[1].lost)
+    progress_until(ts, lambda: sinks[0].lost and sinks[1].lost, 60.0, 0.01)
     assert "IBV_WC_REM_ACCESS_ERR" in sinks[0].lost[0][1], sinks[0].lost
     assert failures and "REM_ACCESS_ERR" in failures[0]
     assert sinks[1].lost[0][0] == 0           # the receiving side learns it too

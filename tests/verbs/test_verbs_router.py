@@ -11,6 +11,7 @@ import threading
 import time
 
 from fake_verbs import FakeFabric
+from jobhelpers import progress_until
 
 from minimpi.transports import frames
 from minimpi.transports.base import FrameSink
@@ -63,14 +64,6 @@ def send(t, peer, msg_id, payload):
     t.send(peer, header, [memoryview(payload)], lambda failure=None: None)
 
 
-def pump(routers, until, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not until():
-        assert time.monotonic() < deadline, "frames did not arrive"
-        for t in routers:
-            t.progress(0)
-
-
 def test_peers_offering_verbs_get_verbs_the_others_tcp_and_the_host_without_says_why(capfd):
     routers, inboxes = build(["a", "a", "b", "b"], without_verbs=(2,))
     try:
@@ -88,7 +81,7 @@ def test_peers_offering_verbs_get_verbs_the_others_tcp_and_the_host_without_says
                     payload = bytes([src, dst]) * 300     # above a slot: fragments over verbs
                     send(routers[src], dst, 10 * src + dst, payload)
                     expected.append((dst, src, 10 * src + dst, payload))
-        pump(routers, lambda: sum(len(b.got) for b in inboxes) == len(expected))
+        progress_until(routers, lambda: sum(len(b.got) for b in inboxes) == len(expected), 10.0)
         for dst, src, msg_id, payload in expected:
             assert (src, msg_id, payload) in inboxes[dst].got
     finally:
@@ -112,7 +105,7 @@ def test_a_rank_sleeping_on_verbs_and_tcp_wakes_for_either():
         assert routers[1].routes() == ["verbs", None, "tcp"]
         # open TCP connections first, so the wake-up below is only the frame's
         send(routers[2], 1, 1, b"warm")
-        pump(routers, lambda: len(inboxes[1].got) == 1)
+        progress_until(routers, lambda: len(inboxes[1].got) == 1, 10.0)
         for msg_id, (src, delay) in enumerate([(0, 0.3), (2, 0.3)], start=2):
             timer = threading.Timer(delay, send, (routers[src], 1, msg_id, b"x" * 40))
             timer.start()

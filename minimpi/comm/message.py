@@ -32,9 +32,13 @@ def object_count(total: int, payload: Any = None) -> int:
     """mpi4py's count for an object message of ``total`` bytes (``payload`` if at hand)."""
     if payload is None:
         return max(total - serialization.HEAD_SIZE, 0)
-    if not serialization.in_layout(memoryview(payload)):   # plain bytes sent with Send
-        return total
-    plen, lengths, _ = serialization.layout(payload)
+    parts = serialization.layout_if_ours(payload)
+    return total if parts is None else _pickled_size(parts)   # (None: plain bytes from Send)
+
+
+def _pickled_size(parts: Any) -> int:
+    """mpi4py's count of an object: its pickle and its out-of-band buffers."""
+    plen, lengths, _ = parts
     return plen + sum(lengths)
 
 
@@ -62,12 +66,9 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     :class:`TruncationError`, as in mpi4py.
     """
     buf = req.buffer
-    view = memoryview(buf) if buf is not None else None
-    parts = serialization.layout(view) if view is not None and serialization.in_layout(view) \
-        else None
-    if parts is not None:   # mpi4py's count: the pickle and its out-of-band buffers
-        req.status.nbytes = parts[0] + sum(parts[1])
-    # (else plain bytes sent with Send, or none: the byte count stands)
+    parts = serialization.layout_if_ours(buf)
+    if parts is not None:   # (else plain bytes sent with Send, or none: the byte count stands)
+        req.status.nbytes = _pickled_size(parts)
     if capacity is not None and req.status.nbytes > capacity:
         rank = req._engine.rank if req._engine is not None else -1
         raise TruncationError(

@@ -103,6 +103,15 @@ def in_layout(view: memoryview) -> bool:
     return total == view.nbytes
 
 
+def layout_if_ours(payload: "bytearray | memoryview | None") -> "Tuple[int, List[int], int] | None":
+    """The payload's :func:`layout` when it is in minimpi's layout; None for plain bytes
+    (a buffer sent with ``Send``) or no payload."""
+    if payload is None:
+        return None
+    view = memoryview(payload)
+    return layout(view) if in_layout(view) else None
+
+
 def loads(payload: "bytearray | memoryview | None",
           parts: "Tuple[int, List[int], int] | None" = None) -> Any:
     """Rebuild the object from a received payload; out-of-band buffers become views of it.
@@ -116,9 +125,9 @@ def loads(payload: "bytearray | memoryview | None",
     if parts is None:
         if view.nbytes == 0:
             return None
-        if not in_layout(view):
+        parts = layout_if_ours(view)
+        if parts is None:
             return pickle.loads(view)
-        parts = layout(view)
     plen, lengths, offset = parts
     if not lengths:
         return pickle.loads(view[offset:offset + plen])

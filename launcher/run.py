@@ -153,30 +153,17 @@ def cost_model_env(env: dict) -> dict:
 #: (found through minimpi._shim, not the package root: the root's lazy ``minimpi.launch``
 #: imports the launcher, which must not import the root back)
 SHIM_DIR = os.path.dirname(os.path.abspath(_shim.__file__))
-#: The installed minimpi package, and the start script used when the program's directory
-#: would shadow it.
+#: The installed minimpi package, and the script every rank starts through.
 PACKAGE_DIR = os.path.dirname(SHIM_DIR)
 START_SCRIPT = os.path.join(PACKAGE_DIR, "_start", "minimpi_rank.py")
 
 
-def shadows_minimpi(directory: str) -> bool:
-    """Whether ``directory``, first on a rank's ``sys.path``, would hide this minimpi behind
-    another one (a ``minimpi`` folder or module there that is not this package)."""
-    ours = os.path.realpath(PACKAGE_DIR)
-    for name in ("minimpi", "minimpi.py"):
-        candidate = os.path.join(directory, name)
-        if os.path.exists(candidate) and os.path.realpath(candidate) != ours:
-            return True
-    return False
-
-
 def rank_start(program: Optional[str], module: Optional[str],
                args: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
-    """(program, module, args) to start each rank with: as given, or - where the directory
-    Python puts first on the path holds another minimpi - through :data:`START_SCRIPT`."""
-    first = os.getcwd() if module is not None else os.path.dirname(os.path.realpath(program))
-    if not shadows_minimpi(first):
-        return program, module, args
+    """(program, module, args) to start each rank with: always through
+    :data:`START_SCRIPT`, which loads minimpi and numpy with signals held back from their
+    threads and cannot be shadowed by a ``minimpi`` folder beside the program; it then
+    runs the program as ``python`` would."""
     return START_SCRIPT, None, (["-m", module] if module is not None else [program]) + args
 
 

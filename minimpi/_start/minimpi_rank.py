@@ -9,6 +9,9 @@ instead of the package ``minimpi run`` belongs to: another version, or a source 
 is first on ``sys.path`` (it holds nothing else to import), so minimpi is imported from where
 it is installed; then the path is set as Python would have set it and the program runs as
 ``__main__``, exactly as ``python -m module`` / ``python script.py`` would run it.
+
+Every rank starts this way, also where nothing would shadow minimpi: the threads that
+numpy and minimpi start on import must start with asynchronous signals blocked.
 """
 import os
 import runpy
@@ -16,7 +19,15 @@ import sys
 
 
 def main() -> None:
-    import minimpi  # noqa: F401  (imported first: the program's directory cannot shadow it)
+    # Threads started while minimpi and numpy load (numpy's BLAS pool, minimpi's own) start
+    # with asynchronous signals blocked, so the kernel hands a signal to the main thread
+    # only, and a handler never runs half-way through a frame's delivery (see
+    # minimpi.transports.signal_guard).
+    from minimpi.transports.signal_guard import threads_started_blocked
+    with threads_started_blocked():
+        import numpy  # noqa: F401
+
+        import minimpi  # noqa: F401  (imported first: the program's directory cannot shadow it)
 
     args = sys.argv[1:]
     if args[:1] == ["-m"] and len(args) >= 2:

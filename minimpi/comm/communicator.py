@@ -14,7 +14,7 @@ import itertools
 import operator
 import weakref
 import zlib
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..coll.mismatch import check_marker, watch_of
 from ..coll.slots import SEQ_MASK
@@ -35,6 +35,7 @@ from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagEr
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import CompletedRequest, PairRequest, Request, Status, null_status
+from ..transports import signal_guard
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
@@ -60,6 +61,47 @@ def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
     except TypeError:
         raise error(f"rank {comm.rank}: {call}({arg}={value!r}): {arg} must be an integer "
                     f"({expected}), not {type(value).__name__}") from None
+
+
+def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) -> Any:
+    """Post a receive with ``post()``, wait for it and return what it received.
+
+    An exception that interrupts the wait (a signal handler's: ``KeyboardInterrupt``, a
+    ``SIGALRM`` timeout) must not leave a receive behind that the program no longer knows
+    about: one that has matched no message yet is cancelled, so the program's next receive
+    gets that message; one that has matched is finished first, so its buffer is never
+    written after the call has raised (mpi4py, too, raises only once ``MPI_Recv`` returned).
+    Posting and that clean-up run with signal handlers held back, so neither is cut short.
+    """
+    req: Optional[Request] = None
+    held = signal_guard.hold()
+    try:
+        req = post()
+        signal_guard.release(held)     # a handler may raise here: ``req`` is known
+        held = None
+        return req.wait(status)
+    except BaseException:
+        if req is not None:
+            _settle(req)
+        raise
+    finally:
+        signal_guard.release(held)
+
+
+def _settle(req: Request) -> None:
+    """Cancel ``req``, or finish it if it has matched, whatever signal handlers raise
+    meanwhile (the exception that interrupted the call is the one the program gets)."""
+    while not req.done:
+        try:
+            held = signal_guard.hold()
+            try:
+                req.Cancel()
+                if not req.done:     # matched: its data is already on the way
+                    req.wait()
+            finally:
+                signal_guard.release(held)
+        except BaseException:   # another interrupt, or the request's own error: it is done
+            pass
 
 
 class Comm(CommExtras):
@@ -279,7 +321,8 @@ class Comm(CommExtras):
             capacity = recv_capacity(buf, "recv", warn=True)
         except TypeError as exc:              # data = {}; comm.recv(data): say the fix
             raise recv_buf_error(self, buf, "recv", source, tag, exc) from None
-        return self._capped(self._recv_obj(source, tag, "recv"), capacity).wait(status)
+        return blocking_recv(lambda: self._capped(self._recv_obj(source, tag, "recv"), capacity),
+                             status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving a Python object; ``req.wait()`` returns it (``buf``: as ``recv``'s,
@@ -358,7 +401,7 @@ class Comm(CommExtras):
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Optional[Status] = None) -> None:
         """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
-        self._recv_buf(buf, source, tag, "Recv").wait(status)
+        blocking_recv(lambda: self._recv_buf(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving into a buffer; it is filled once the request completes."""

@@ -46,6 +46,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import msgpack
 
 from minimpi.errors import JobAbortedError, MinimpiError, MPITimeoutError
+from minimpi.transports.signal_guard import start_thread_blocked
 
 from . import sources
 
@@ -306,7 +307,7 @@ def _start_lifeline_watch(environ: Mapping[str, str]) -> None:
         return
     t = threading.Thread(target=_lifeline_main, args=(fd, launcher_pid),
                          name="minimpi-lifeline", daemon=True)
-    t.start()
+    start_thread_blocked(t)   # process signals go to the main thread (see signal_guard)
 
 
 def _lifeline_main(fd: Optional[int], launcher_pid: Optional[int]) -> None:
@@ -487,7 +488,7 @@ class CoordinatorClient:
         if self.heartbeat_interval > 0 and self._heartbeat is None:
             self._heartbeat = threading.Thread(target=self._heartbeat_main,
                                                name="minimpi-heartbeat", daemon=True)
-            self._heartbeat.start()
+            start_thread_blocked(self._heartbeat)
 
     def _heartbeat_main(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):

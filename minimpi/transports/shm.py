@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import glob
 import mmap
 import os
@@ -66,6 +67,7 @@ import numpy as np
 
 from ..data.units import parse_size
 from ..errors import TransportError
+from . import signal_guard
 from .base import FrameSink, OnSent, Transport
 from .frames import DATA, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
@@ -319,6 +321,7 @@ class _In:
     """A ring in our inbox that one peer writes and we read."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
+                 "d_skip",
                  "pid", "x_header", "x_target", "x_base", "x_pos", "x_entries", "x_token")
 
     def __init__(self, peer: int, seg: _Segment, ring: int, pid: int) -> None:
@@ -330,6 +333,7 @@ class _In:
         self.d_header: Optional[Header] = None     # payload being copied out in pieces
         self.d_target: Optional[memoryview] = None
         self.d_pos = 0
+        self.d_skip = 0      # payload bytes to drop: the engine failed on their frame
         self.pid = pid
         # a payload being read by reference, a chunk per progress call
         self.x_header: Optional[Header] = None
@@ -377,9 +381,12 @@ class ShmTransport(Transport):
         # reading a ring: offsets may be half-updated, so nothing more may be sent (as TCP)
         self.interrupted = False
         self._until_check = CHECK_EVERY
-        # a lock's acquire and release (locked instructions): a full memory fence
+        # a lock's acquire and release (locked instructions): a full memory fence. The
+        # acquire never blocks: a signal handler that raised between the two calls left the
+        # lock held, and a blocking acquire would then wait forever; a failed try-acquire is
+        # a locked instruction too, and the release that follows frees the lock again
         fence = threading.Lock()
-        self._fence_in, self._fence_out = fence.acquire, fence.release
+        self._fence_in, self._fence_out = functools.partial(fence.acquire, False), fence.release
         self._wake_sock: Optional[socket.socket] = None
         self._kick_sock: Optional[socket.socket] = None
         self._poller = select.poll()         # wake socket and pidfds: where we sleep
@@ -671,19 +678,26 @@ class ShmTransport(Transport):
     # -- receiving ------------------------------------------------------------------------
     def progress(self, timeout: Optional[float]) -> bool:
         moved = False
-        if self._pulling:                         # payloads being read by reference
-            for inc in list(self._pulling):
-                failure = self._read(inc)
-                if failure is not None:
-                    self._peer_gone(inc.peer, failure)
-            moved = True
-        for inc in self._in:
-            if inc.ctl[R_TAIL] != inc.head:
-                failure = self._read(inc)
+        held = None
+        try:
+            if self._pulling:                     # payloads being read by reference
+                held = signal_guard.hold()        # no handler may raise half-way through a frame
+                for inc in list(self._pulling):
+                    failure = self._read(inc)
+                    if failure is not None:
+                        self._peer_gone(inc.peer, failure)
                 moved = True
-                if failure is not None:
-                    self._peer_gone(inc.peer, failure)
-                    break                         # self._in changed
+            for inc in self._in:
+                if inc.ctl[R_TAIL] != inc.head:
+                    if held is None:
+                        held = signal_guard.hold()
+                    failure = self._read(inc)
+                    moved = True
+                    if failure is not None:
+                        self._peer_gone(inc.peer, failure)
+                        break                     # self._in changed
+        finally:
+            signal_guard.release(held)
         if self._blocked:
             moved = self._unblock() or moved
         if moved or timeout == 0:
@@ -716,13 +730,19 @@ class ShmTransport(Transport):
         unpack, new = HEADER.unpack_from, tuple.__new__
         head = start = inc.head
         tail = inc.ctl[R_TAIL]
+        payload_at = -1                           # where the payload being delivered begins
+        length = 0
         try:
             if inc.x_target is not None:          # first the payload we are reading
                 failure = self._pull(inc)
                 if failure is not None or inc.x_target is not None:
                     return failure
             while head != tail:
-                if inc.d_target is not None:      # the rest of a payload
+                if inc.d_skip:                    # the rest of a dropped payload
+                    n = min(inc.d_skip, tail - head)
+                    head += n
+                    inc.d_skip -= n
+                elif inc.d_target is not None:    # the rest of a payload
                     target, pos = inc.d_target, head & mask
                     n = min(target.nbytes - inc.d_pos, tail - head, cap - pos)
                     target[inc.d_pos:inc.d_pos + n] = data[pos:pos + n]
@@ -748,6 +768,8 @@ class ShmTransport(Transport):
                         if failure is not None or inc.x_target is not None:
                             return failure        # later frames wait for this payload
                         continue
+                    if kind in HAS_PAYLOAD:
+                        payload_at = head
                     target = sink.frame_arrived(peer, header)
                     if kind not in HAS_PAYLOAD:
                         continue
@@ -759,11 +781,16 @@ class ShmTransport(Transport):
                         sink.payload_arrived(peer, header, target)
                     else:
                         inc.d_header, inc.d_target, inc.d_pos = header, target, 0
+                    payload_at = -1
                 if head == tail and head - start < STREAM_CHUNK:
                     tail = inc.ctl[R_TAIL]
             return None
-        except BaseException:   # half-way through a frame: see ``interrupted``
-            self.interrupted = True
+        except BaseException:
+            # The engine failed on a frame (signal handlers are held back: see progress).
+            # Skip that frame's payload so the next frame starts where it should.
+            if payload_at >= 0:
+                head = payload_at + min(tail - payload_at, length)
+                inc.d_skip = length - (head - payload_at)
             raise
         finally:
             inc.head = head

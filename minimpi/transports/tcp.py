@@ -37,6 +37,7 @@ import time
 from typing import Deque, Dict, List, Optional, Sequence
 
 from ..errors import TransportError
+from . import signal_guard
 from .base import FrameSink, OnSent, Transport
 from .frames import HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
@@ -265,6 +266,7 @@ class _InConn:
         self.d_header: Optional[Header] = None
         self.d_target: Optional[memoryview] = None
         self.d_pos = 0
+        self.d_skip = 0     # payload bytes to drop (their frame failed in the engine)
         transport._register(self, _POLLIN)
 
     def refuse(self, why: str) -> None:
@@ -330,7 +332,29 @@ class _InConn:
             return
 
     def read_frames(self) -> None:
+        """Read what the socket has and hand every complete frame to the engine.
+
+        The read position is saved frame by frame (``try/finally``), so an exception from
+        the engine (a protocol error, or anything raised while it handled a frame) never
+        makes a later call parse the same bytes again. If the engine raises while a frame's
+        payload is still to come, the rest of that payload is read and dropped, so the
+        next frame starts where it should (that one message is lost with the error raised;
+        the stream stays aligned). Signal handlers cannot run here: the transport delivers
+        inside :func:`~minimpi.transports.signal_guard.hold`.
+        """
         sink = self.t._sink
+        if self.d_skip:
+            # Drop the rest of a payload whose frame the engine failed on.
+            try:
+                n = self.sock.recv_into(self.view[self.end:], min(self.d_skip, STAGING - self.end))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                return self.lost(str(exc))
+            if n == 0:
+                return self.lost("connection closed in the middle of a message")
+            self.d_skip -= n
+            return
         if self.d_target is not None:
             # Stream the rest of a payload straight into its destination.
             remaining = self.d_target.nbytes - self.d_pos
@@ -360,29 +384,44 @@ class _InConn:
         self.end += n
         start, end = self.start, self.end
         unpack, new = HEADER.unpack_from, tuple.__new__
-        while end - start >= HEADER_SIZE:
-            header = new(Header, unpack(view, start))
-            kind, length = header[0], header[7]
-            start += HEADER_SIZE
-            target = sink.frame_arrived(self.peer, header)
-            if kind not in HAS_PAYLOAD:
-                continue
-            take = min(end - start, length)
-            if take:
-                target[:take] = view[start:start + take]
-                start += take
-            if take == length:
-                sink.payload_arrived(self.peer, header, target)
-            else:
-                self.d_header, self.d_target, self.d_pos = header, target, take
-                break
-        if start == end:
-            start = end = 0
-        elif start > STAGING // 2 or STAGING - end < HEADER_SIZE:
-            rest = end - start
-            view[:rest] = view[start:end]
-            start, end = 0, rest
-        self.start, self.end = start, end
+        payload_at = -1        # where the payload of the frame being delivered begins
+        length = 0
+        try:
+            while end - start >= HEADER_SIZE:
+                header = new(Header, unpack(view, start))
+                kind, length = header[0], header[7]
+                start += HEADER_SIZE
+                if kind in HAS_PAYLOAD:
+                    payload_at = start
+                target = sink.frame_arrived(self.peer, header)
+                if kind not in HAS_PAYLOAD:
+                    continue
+                take = min(end - start, length)
+                if take:
+                    target[:take] = view[start:start + take]
+                    start += take
+                if take == length:
+                    sink.payload_arrived(self.peer, header, target)
+                    payload_at = -1
+                else:
+                    payload_at = -1
+                    self.d_header, self.d_target, self.d_pos = header, target, take
+                    break
+        except BaseException:
+            if payload_at >= 0:
+                # the engine failed on this frame: skip its payload, keep the stream aligned
+                start = payload_at + min(end - payload_at, length)
+                due = length - (start - payload_at)
+                self.d_skip = due
+            raise
+        finally:
+            if start == end:
+                start = end = 0
+            elif start > STAGING // 2 or STAGING - end < HEADER_SIZE:
+                rest = end - start
+                view[:rest] = view[start:end]
+                start, end = 0, rest
+            self.start, self.end = start, end
 
     def lost(self, reason: str) -> None:
         peer = self.peer
@@ -625,14 +664,18 @@ class TcpTransport(Transport):
         except InterruptedError:
             return False
         handlers = self._handlers
-        try:
-            for fd, ev in events:
-                conn = handlers.get(fd)
-                if conn is not None:
-                    conn.on_event(ev)
-        except BaseException:
-            self.interrupted = True
-            raise
+        if events:
+            held = signal_guard.hold()   # no handler may raise half-way through a frame
+            try:
+                for fd, ev in events:
+                    conn = handlers.get(fd)
+                    if conn is not None:
+                        conn.on_event(ev)
+            except BaseException:
+                self.interrupted = True
+                raise
+            finally:
+                signal_guard.release(held)
         if self._handshaking:
             now = time.monotonic()
             for conn in [c for c in self._handshaking if c.deadline < now]:

@@ -63,6 +63,7 @@ from typing import Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, T
 import numpy as np
 
 from ..errors import TransportError
+from . import signal_guard
 from .base import FrameSink, OnSent, Transport
 from .frames import HAS_PAYLOAD, HEADER_SIZE, Header, unpack
 
@@ -991,19 +992,25 @@ class VerbsTransport(Transport):
     # -- progress ----------------------------------------------------------------------------
     def _drain(self) -> int:
         total = 0
-        for _ in range(8):      # bounded: a peer that keeps sending cannot hold us here
-            batch = self.ops.poll(64)
-            for c in batch:
-                try:
-                    self._on_completion(c)
-                except Exception as exc:   # finish the batch: its completions are already taken
-                    if self._error is None:
-                        self._error = exc
-            total += len(batch)
-            if len(batch) < 64:
-                break
-        if total:
-            self._after_drain()
+        # Polled completions are taken from the queue: no handler may raise before each one
+        # is handled (see signal_guard).
+        held = signal_guard.hold()
+        try:
+            for _ in range(8):      # bounded: a peer that keeps sending cannot hold us here
+                batch = self.ops.poll(64)
+                for c in batch:
+                    try:
+                        self._on_completion(c)
+                    except Exception as exc:   # finish the batch: its completions are taken
+                        if self._error is None:
+                            self._error = exc
+                total += len(batch)
+                if len(batch) < 64:
+                    break
+            if total:
+                self._after_drain()
+        finally:
+            signal_guard.release(held)
         if self._error is not None:
             error, self._error = self._error, None
             raise error

@@ -78,6 +78,36 @@ _OP_ID = {name: i + 1 for i, name in enumerate(OPS)}
 _OTHER_OP = 15
 _BIG_ROOT = 15
 
+#: element types with a fixed 4-bit id each (index + 1); 15 = another type (its name goes into
+#: ``detail``); 0 = no type (objects, or an empty call)
+TYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+         "float16", "float32", "float64", "complex64", "complex128"]
+_TYPE_ID = {name: i + 1 for i, name in enumerate(TYPES)}
+_OTHER_TYPE = 15
+#: collectives that take an op: their type id goes where a root would be (or, for reduce,
+#: which has both, into ``detail``); the others keep it where an op would be
+_WITH_OP = frozenset(("reduce", "allreduce", "reduce_scatter", "reduce_scatter_block", "scan",
+                      "exscan"))
+
+
+def type_name(datatype: Any) -> Optional[str]:
+    """The element type of a buffer call's datatype, as the signature names it (None: none).
+
+    MPI's type-matching rule: the ranks of a collective must pass the same type signature.
+    Two buffers of as many bytes but different element types (float64 here, int64 there)
+    would otherwise be reduced or broadcast as reinterpreted bits.
+    """
+    if datatype is None:
+        return None
+    try:
+        dt = datatype.dtype
+    except Exception:       # a null or freed type: its own call reports it
+        return None
+    if dt is None:
+        return None
+    base = dt.base if dt.subdtype is not None else dt
+    return base.name if base.fields is None else f"struct{base.descr}"
+
 
 def _kind_id(collective: str) -> int:
     kid = _KIND_ID.get(collective)
@@ -99,17 +129,17 @@ _cache: Dict[tuple, int] = {}
 
 
 def signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
-              objects: bool) -> int:
+              objects: bool, typename: Optional[str] = None) -> int:
     """The 17-bit signature of one collective call (see the module docstring)."""
     # keyed by the op's name, never the op: the cache must not keep user ops alive (mpi4py
     # allows only 32 at once, and a freed op's memory should go)
     opname = _op_name(op)
-    key = (collective, algorithm, root, opname, nbytes, objects)
+    key = (collective, algorithm, root, opname, nbytes, objects, typename)
     try:
         return _cache[key]
     except KeyError:
         pass
-    sig = _signature(collective, algorithm, root, opname, nbytes, objects)
+    sig = _signature(collective, algorithm, root, opname, nbytes, objects, typename)
     if len(_cache) > 4096:
         _cache.clear()
     _cache[key] = sig
@@ -117,7 +147,7 @@ def signature(collective: str, algorithm: str, root: Optional[int], op: Any, nby
 
 
 def _signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
-               objects: bool) -> int:
+               objects: bool, typename: Optional[str] = None) -> int:
     kind = _kind_id(collective)
     opname = _op_name(op)
     if root is None:
@@ -132,19 +162,43 @@ def _signature(collective: str, algorithm: str, root: Optional[int], op: Any, nb
         text += f"|r{root}"
     if obits == _OTHER_OP:
         text += f"|o{opname}"
+    tbits = 0 if typename is None else _TYPE_ID.get(typename, _OTHER_TYPE)
+    if tbits:
+        # the field this collective does not use holds the type (exact); reduce uses both
+        if collective not in _WITH_OP:
+            obits = tbits
+        elif root is None:
+            rbits = tbits
+        else:
+            tbits = _OTHER_TYPE
+        if tbits == _OTHER_TYPE:
+            text += f"|t{typename}"
     detail = zlib.crc32(text.encode()) & 0xF
     return kind | rbits << 5 | obits << 9 | detail << 13
 
 
 def decode(sig: int) -> Tuple[int, Optional[int], Optional[str], int]:
     """(kind id, root or None (-1: a root above 13), op name or None, detail) of a signature."""
+    kind, root, op, detail, _ = decode_full(sig)
+    return kind, root, op, detail
+
+
+def decode_full(sig: int) -> Tuple[int, Optional[int], Optional[str], int, Optional[str]]:
+    """:func:`decode` and the element type (None: none recorded, or folded into detail)."""
     kind = sig & 0x1F
     rbits = (sig >> 5) & 0xF
     obits = (sig >> 9) & 0xF
     detail = (sig >> 13) & 0xF
+    collective = KINDS[kind - 1] if 1 <= kind <= len(KINDS) else None
+    tbits = 0
+    if collective is not None and collective not in _WITH_OP:
+        tbits, obits = obits, 0
+    elif collective is not None and collective != "reduce":
+        tbits, rbits = rbits, 0
     root = None if rbits == 0 else (-1 if rbits == _BIG_ROOT else rbits - 1)
     op = None if obits == 0 else (OPS[obits - 1] if obits <= len(OPS) else "a user-defined op")
-    return kind, root, op, detail
+    typename = TYPES[tbits - 1] if 1 <= tbits <= len(TYPES) else None
+    return kind, root, op, detail, typename
 
 
 def _kind_name(kind: int) -> str:
@@ -163,9 +217,10 @@ class Call:
     """What this rank called as one collective (kept for the last :data:`HISTORY` calls)."""
 
     __slots__ = ("seq", "tag", "sig", "collective", "call", "algorithm", "root", "op", "nbytes",
-                 "objects")
+                 "objects", "typename")
 
-    def __init__(self, seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects):
+    def __init__(self, seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects,
+                 typename=None):
         self.seq = seq
         self.tag = tag
         self.sig = sig
@@ -176,6 +231,7 @@ class Call:
         self.op = op
         self.nbytes = nbytes
         self.objects = objects
+        self.typename = typename
 
     def text(self, with_size: bool = False) -> str:
         args = []
@@ -187,18 +243,21 @@ class Call:
         out = f"{self.call}({', '.join(args)})"
         if with_size:
             out += f" with {self.nbytes} bytes per rank" if not self.objects else " on Python objects"
+            if self.typename is not None and not self.objects:
+                out += f" of {self.typename}"
         return out
 
 
 def describe_signature(sig: int) -> str:
     """``Bcast(root=0)`` / ``Allreduce(op=SUM)``: what a signature says about a call."""
-    kind, root, op, _ = decode(sig)
+    kind, root, op, _, typename = decode_full(sig)
     args = []
     if root is not None:
         args.append("root>=14" if root < 0 else f"root={root}")
     if op is not None:
         args.append(f"op={op}")
-    return f"{_kind_name(kind)}({', '.join(args)})"
+    text = f"{_kind_name(kind)}({', '.join(args)})"
+    return text if typename is None else f"{text} on {typename} data"
 
 
 def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool) -> str:
@@ -211,7 +270,8 @@ def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool)
     their_detail = (their_sig >> 13) & 0xF
 
     def detail(alg, nbytes, objects):
-        return (signature(mine.collective, alg, mine.root, mine.op, nbytes, objects) >> 13) & 0xF
+        return (signature(mine.collective, alg, mine.root, mine.op, nbytes, objects,
+                          mine.typename) >> 13) & 0xF
 
     algs = [mine.algorithm]
     try:
@@ -260,12 +320,12 @@ class Watch:
 
     def register(self, seq: int, tag: int, sig: int, collective: str, call: str,
                  algorithm: str = "", root: Optional[int] = None, op: Any = None,
-                 nbytes: int = 0, objects: bool = False) -> int:
+                 nbytes: int = 0, objects: bool = False, typename: Optional[str] = None) -> int:
         """Record slot ``seq`` as this rank's call (kept for :data:`HISTORY` calls)."""
         low = seq & SEQ_MASK
         self.aborted.pop(low, None)          # a new call in this slot (after wrap-around)
         self.calls[low] = (seq, tag, sig, collective, call, algorithm, root, _op_name(op), nbytes,
-                           objects)
+                           objects, typename)
         order = self.order
         order.append(low)
         if len(order) > HISTORY:
@@ -304,6 +364,16 @@ class Watch:
                   rendezvous: bool) -> CollectiveMismatchError:
         ep = self.ep
         their_sig = their_tag >> SEQ_BITS
+        theirs_full, mine_full = decode_full(their_sig), decode_full(mine.sig)
+        if theirs_full[:3] == mine_full[:3] and theirs_full[4] != mine_full[4]:
+            their_type = theirs_full[4] or "another element type"
+            return CollectiveMismatchError(
+                f"collective mismatch: rank {ep.rank} called {mine.text()} on "
+                f"{mine.typename} data as collective #{mine.seq} on {ep.name} while rank "
+                f"{source} called {describe_signature(their_sig)}: the element types differ "
+                f"({mine.typename} here, {their_type} there); MPI's type-matching rule "
+                f"requires the same datatype signature on every rank (equal byte counts of "
+                f"different types would be reinterpreted bits)")
         same_kind = (their_sig & 0x1FFF) == (mine.sig & 0x1FFF)
         if same_kind:
             theirs = (f"{describe_signature(their_sig)} with "
@@ -362,7 +432,8 @@ class Watch:
 
 
 def open_call(ch: Any, collective: str, call: str, algorithm: str,
-              root: Optional[int], op: Any, nbytes: int, objects: bool) -> None:
+              root: Optional[int], op: Any, nbytes: int, objects: bool,
+              typename: Optional[str] = None) -> None:
     """Give channel ``ch`` its signed tag and check it against what already arrived.
 
     Called once per collective call (by ``coll.common.execute``), after the channel drew its
@@ -377,10 +448,11 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
         err, watch.error = watch.error, None
         raise err
     seq = ch.tag
-    sig = signature(collective, algorithm, root, op, nbytes, objects)
+    sig = signature(collective, algorithm, root, op, nbytes, objects, typename)
     tag = (seq & SEQ_MASK) | sig << SEQ_BITS
     ch.tag = tag
-    low = watch.register(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects)
+    low = watch.register(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects,
+                         typename)
     q = engine._queues.get(context)
     if q is not None and q.unexpected:
         check_marker(ch.ep, low)

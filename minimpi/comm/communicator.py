@@ -63,6 +63,9 @@ def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
                     f"({expected}), not {type(value).__name__}") from None
 
 
+_INT_MIN, _INT_MAX = -2 ** 31, 2 ** 31 - 1     # what MPI's C int arguments can hold
+
+
 def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) -> Any:
     """Post a receive with ``post()``, wait for it and return what it received.
 
@@ -610,6 +613,11 @@ class Comm(CommExtras):
             color_i, key = operator.index(color), operator.index(key)
         except TypeError:
             color_i = None
+        if color_i is not None and not (_INT_MIN <= color_i <= _INT_MAX and
+                                        _INT_MIN <= key <= _INT_MAX):
+            raise OverflowError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
+                                f"and key must fit a C int ({_INT_MIN}..{_INT_MAX}), as in "
+                                f"mpi4py")
         if color_i is None or (color_i < 0 and color_i != UNDEFINED):
             raise ArgumentError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
                                 f"and key must be ints, color >= 0 or MPI.UNDEFINED")

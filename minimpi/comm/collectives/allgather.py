@@ -52,7 +52,8 @@ class AllgatherMethods:
         blocks = Blocks.of_vbuffer(recv)
         return execute(self, "allgather", call, recv.total_count * recv.datatype.size,
                        lambda alg, ch: alg(ch, blocks), algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: recv.finish())
+                       nonblocking=nonblocking, finalize=lambda _: recv.finish(),
+                       datatype=recv.datatype)
 
     @collective
     def allgather(self, sendobj: Any, algorithm: str = None) -> list:

@@ -6,20 +6,21 @@ from typing import Any
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
+from ...data.ops import SUM
 from .common import check_op, collective, execute, in_place, send_as_recv
 
 
 class AllreduceMethods:
     """``Allreduce``/``Iallreduce``/``allreduce`` of ``Intracomm``."""
 
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
         """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into every ``recvbuf``.
 
         ``sendbuf`` may be ``MPI.IN_PLACE`` (the input is taken from ``recvbuf``).
         """
         self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Allreduce", False)
 
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
         return self._allreduce_buf(sendbuf, recvbuf, op, algorithm, "Iallreduce", True)
 
     @collective
@@ -42,11 +43,11 @@ class AllreduceMethods:
             return alg(ch, red, recv.array)
 
         return execute(self, "allreduce", call, recv.nbytes, invoke,
-                       op=op, algorithm=algorithm, nonblocking=nonblocking,
+                       op=op, algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
                        finalize=lambda _: recv.finish())
 
     @collective
-    def allreduce(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+    def allreduce(self, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
         """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
         op = check_op(self, op, "allreduce")
         return execute(self, "allreduce", "allreduce", 0,

@@ -23,7 +23,8 @@ class BcastMethods:
         spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
         return execute(self, "bcast", call, spec.nbytes,
                        lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: spec.finish())
+                       nonblocking=nonblocking, finalize=lambda _: spec.finish(),
+                       datatype=spec.datatype)
 
     def bcast(self, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
         """Broadcast a Python object from ``root``; every rank returns it."""

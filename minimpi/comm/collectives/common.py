@@ -15,12 +15,12 @@ from typing import Any, Callable, Optional, TypeVar
 import numpy as np
 
 from ...coll.cost import Layout
-from ...coll.mismatch import abort_slot, open_call
+from ...coll.mismatch import abort_slot, open_call, type_name
 from ...coll.registry import Algorithm, choose
 from ...coll.schedule import Channel, Schedule, run, start
 from ...coll.slots import SEQ_MASK
 from ...constants import IN_PLACE
-from ...data.ops import SUM, Op
+from ...data.ops import Op
 from ...errors import (
     CollectiveAbortedError,
     CollectiveMismatchError,
@@ -88,13 +88,15 @@ def check_root(comm: Any, root: int, call: str) -> None:
 def execute(comm: Any, collective: str, call: str, nbytes: int,
             invoke: Callable[[Algorithm, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
-            finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None) -> Any:
+            finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None,
+            datatype: Any = None) -> Any:
     """Choose an algorithm, then run ``invoke(algorithm, channel)``'s schedule (an
     :class:`~minimpi.coll.registry.Algorithm` is called like its function).
 
     Blocking: returns ``finalize(result)``. Nonblocking: returns a request whose ``wait()``
-    gives ``finalize(result)``. ``root`` (rooted collectives), ``op``, ``nbytes`` and the
-    algorithm go into the call's signature (:mod:`minimpi.coll.mismatch`), so ranks that call
+    gives ``finalize(result)``. ``root`` (rooted collectives), ``op``, ``nbytes``, the
+    element type of ``datatype`` (buffer calls in which every rank passes the same type) and
+    the algorithm go into the call's signature (:mod:`minimpi.coll.mismatch`), so ranks that call
     different collectives fail with ``CollectiveMismatchError`` instead of hanging.
     """
     comm._alive(call)
@@ -104,7 +106,8 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     ch = Channel(comm._ep, f"{call}[{alg.name}]", getattr(comm._ep.engine, "step_hook", None),
                  objects)
     note_slot(comm, ch.tag)
-    open_call(ch, collective, call, alg.name, root, op, nbytes, objects)
+    open_call(ch, collective, call, alg.name, root, op, nbytes, objects,
+              None if objects else type_name(datatype))
     schedule = invoke(alg, ch)
     if nonblocking:
         return start(ch, schedule, finalize)
@@ -179,9 +182,11 @@ def check_equal_blocks(comm: Any, call: str, blocks: Any, blocks_arg: str, own: 
 
 
 def check_op(comm: Any, op: Any, call: str) -> Any:
-    """The op to use (SUM when None), or OpError before anything is sent."""
+    """The op to use, or an error before anything is sent (mpi4py's default is ``SUM``;
+    ``None`` is not an op: it would silently sum where the program meant something else)."""
     if op is None:
-        return SUM
+        raise OpError(f"rank {comm.rank}: {call}: op=None is not an MPI.Op; pass one such as "
+                      f"MPI.SUM (the default when op is left out) or MPI.Op.Create(fn)")
     if not isinstance(op, Op):
         raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM "
                       f"(or MPI.Op.Create(fn)), got {type(op).__name__} {op!r:.40}")

@@ -6,19 +6,20 @@ from typing import Any
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
+from ...data.ops import SUM
 from .common import check_op, check_root, collective, execute, in_place, send_as_recv
 
 
 class ReduceMethods:
     """``Reduce``/``reduce`` and their ``I`` variants."""
 
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
                algorithm: str = None) -> None:
         """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into the root's
         ``recvbuf`` (``MPI.IN_PLACE`` as the root's ``sendbuf``: its input is in ``recvbuf``)."""
         self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Reduce", False)
 
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0,
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
                 algorithm: str = None):
         return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
 
@@ -33,13 +34,13 @@ class ReduceMethods:
         acc = red.mine(acc, readonly=not at_root)
         return execute(self, "reduce", call, acc.nbytes,
                        lambda alg, ch: alg(ch, red, acc, root), op=op, root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: finish())
+                       nonblocking=nonblocking, finalize=lambda _: finish(), datatype=datatype)
 
-    def reduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None) -> Any:
+    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None) -> Any:
         """The root returns x0 (op) x1 (op) ... of every rank's ``sendobj``; others None."""
         return self._reduce_obj(sendobj, op, root, algorithm, "reduce", False)
 
-    def ireduce(self, sendobj: Any, op: Any = None, root: int = 0, algorithm: str = None):
+    def ireduce(self, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None):
         return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
 
     @collective

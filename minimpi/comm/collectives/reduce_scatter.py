@@ -6,6 +6,7 @@ from typing import Any
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import _int_list, parse_buffer
+from ...data.ops import SUM
 from ...errors import CountError, DatatypeError
 from .common import check_op, collective, execute, in_place, same_datatype
 
@@ -13,7 +14,7 @@ from .common import check_op, collective, execute, in_place, same_datatype
 class ReduceScatterMethods:
     """``Reduce_scatter``/``Reduce_scatter_block`` (+ ``I`` variants) of ``Intracomm``."""
 
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = None,
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,
                        algorithm: str = None) -> None:
         """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
         the ``recvcounts[r]`` items of block r in ``recvbuf``.
@@ -26,11 +27,11 @@ class ReduceScatterMethods:
                              False, False)
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
-                        op: Any = None, algorithm: str = None):
+                        op: Any = SUM, algorithm: str = None):
         return self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm,
                                     "Ireduce_scatter", True, False)
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM,
                              algorithm: str = None) -> None:
         """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
 
@@ -40,7 +41,7 @@ class ReduceScatterMethods:
         self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block",
                              False, True)
 
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None,
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM,
                               algorithm: str = None):
         return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm,
                                     "Ireduce_scatter_block", True, True)
@@ -100,5 +101,5 @@ class ReduceScatterMethods:
         return execute(self, "reduce_scatter", call, total * recv.datatype.size,
                        lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call), vector,
                                          out, elems),
-                       op=op, algorithm=algorithm, nonblocking=nonblocking,
+                       datatype=recv.datatype, op=op, algorithm=algorithm, nonblocking=nonblocking,
                        finalize=lambda _: recv.finish())

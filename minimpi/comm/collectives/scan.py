@@ -7,24 +7,25 @@ from ...coll.cost import default_model
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
+from ...data.ops import SUM
 from .common import check_op, collective, execute, in_place, send_as_recv
 
 
 class ScanMethods:
     """``Scan``/``Exscan``/``scan``/``exscan`` and their ``I`` variants."""
 
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
         """Rank r's ``recvbuf`` = x0 (op) ... (op) xr (``MPI.IN_PLACE``: input in recvbuf)."""
         self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Scan", False)
 
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
         return self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Iscan", True)
 
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None) -> None:
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
         """Rank r's ``recvbuf`` = x0 (op) ... (op) x[r-1]; rank 0's is left untouched."""
         self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Exscan", False)
 
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = None, algorithm: str = None):
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
         return self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
 
     @collective
@@ -42,21 +43,21 @@ class ScanMethods:
         segment = default_model().segment
         return execute(self, collective, call, recv.nbytes,
                        lambda alg, ch: alg(ch, red, data, recv.array, segment), op=op,
-                       algorithm=algorithm, nonblocking=nonblocking,
+                       algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
                        finalize=lambda _: recv.finish())
 
-    def scan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+    def scan(self, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
         """Rank r returns x0 (op) ... (op) xr of the ranks' ``sendobj``."""
         return self._scan_obj(sendobj, op, algorithm, "scan", "scan", False)
 
-    def iscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
+    def iscan(self, sendobj: Any, op: Any = SUM, algorithm: str = None):
         return self._scan_obj(sendobj, op, algorithm, "scan", "iscan", True)
 
-    def exscan(self, sendobj: Any, op: Any = None, algorithm: str = None) -> Any:
+    def exscan(self, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
         """Rank r returns x0 (op) ... (op) x[r-1]; rank 0 returns None."""
         return self._scan_obj(sendobj, op, algorithm, "exscan", "exscan", False)
 
-    def iexscan(self, sendobj: Any, op: Any = None, algorithm: str = None):
+    def iexscan(self, sendobj: Any, op: Any = SUM, algorithm: str = None):
         return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
 
     @collective

@@ -555,13 +555,16 @@ class MultiHostJob(Job):
                 poller.register(agent.pidfd, zmq.POLLIN)
         if self._wake_r is not None:
             poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self.forward.writers.wake_fd, zmq.POLLIN)
         need_reap_poll = any(a.pidfd is None for a in self.agents)
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
+        self.deadlock = deadlock
         writing: set[int] = set()
+        paused: set[int] = set()   # agents' stdout left unread while our output is full
 
         while True:
-            now = time.monotonic()
+            now = self._turn(poller)
             # ---- deadlines ----
             if job_deadline is not None and now >= job_deadline and self.failure is None:
                 self._on_job_timeout()
@@ -611,7 +614,8 @@ class MultiHostJob(Job):
                 if agent.outbuf and fd >= 0 and fd not in writing:
                     poller.register(fd, zmq.POLLOUT)
                     writing.add(fd)
-            ready = dict(poller.poll(int(timeout * 1000) + 1))
+            self._pause_agents(poller, by_fd, paused)
+            ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
             if self._stdin_r is not None and self._stdin_r in ready:
                 self._pump_stdin(poller)
@@ -630,6 +634,7 @@ class MultiHostJob(Job):
                     if not self._read_agent(agent):
                         poller.unregister(fd)
                         del by_fd[fd]
+                        paused.discard(fd)
                 elif what == "stderr":
                     if not self._read_agent_stderr(agent):
                         poller.unregister(fd)
@@ -644,6 +649,21 @@ class MultiHostJob(Job):
                             and agent.popen.poll() is not None:
                         self._agent_exited(agent)
         return self._finish()
+
+    def _pause_agents(self, poller: zmq.Poller, by_fd: dict, paused: set[int]) -> None:
+        """While our stdout or stderr holds all it may, leave the agents' stdout unread (their
+        ranks then wait on their own output); once the job is ending, read them again, as
+        their frames carry the ranks' exits (output beyond the bound is then dropped)."""
+        pause = self.failure is None and self.forward.full()
+        for fd, (_, what) in by_fd.items():
+            if what != "stdout":
+                continue
+            if pause and fd not in paused:
+                poller.unregister(fd)
+                paused.add(fd)
+            elif not pause and fd in paused:
+                poller.register(fd, zmq.POLLIN)
+                paused.discard(fd)
 
     # -- agents' messages -----------------------------------------------------------------
     def _read_agent(self, agent: AgentProc) -> bool:

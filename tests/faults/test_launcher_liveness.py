@@ -97,6 +97,8 @@ CHATTY = """
         time.sleep(1)
         os._exit(3)
     if rank == 0:
+        print("flooding", file=sys.stderr, flush=True)
+        time.sleep(0.5)
         for i in range(300000):          # ~17 MB: more than pipes and the launcher hold
             print("line", i, "x" * 50)
     time.sleep(60)
@@ -128,22 +130,14 @@ def test_a_stalled_stdout_reader_does_not_stop_failure_detection(how, launchers,
 def test_sigterm_ends_the_job_while_nobody_reads_stdout(launchers, write_script, job_marker):
     prog = write_script("chatty.py", CHATTY)
     job = launchers("-n", 2, "--timeout", 60, *marker_args(job_marker), prog, "run")
-    time.sleep(1.0)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not _job_running(job_marker, 2):
-        time.sleep(0.1)
-    time.sleep(1.0)   # rank 0 fills the pipes and the launcher's queue
+    assert job.wait_err("flooding", timeout=25) is not None, job.stderr()
+    time.sleep(3.0)   # rank 0 fills the pipes and the launcher's queue
     sent = time.monotonic()
     job.proc.send_signal(signal.SIGTERM)
     rc = job.wait(15)   # stdout is never read: the launcher gives up its queue and ends
     assert rc == 143, job.stderr()
     assert time.monotonic() - sent < 10
     assert "minimpi: received SIGTERM" in job.stderr()
-
-
-def _job_running(marker: str, n: int) -> bool:
-    from jobhelpers import leftover_processes
-    return len(leftover_processes(marker)) >= n
 
 
 IDLE = """

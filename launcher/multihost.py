@@ -292,6 +292,7 @@ class MultiHostJob(Job):
         self._stdin_r: Optional[int] = None
         self._stdin_credit = STDIN_WINDOW
         self._stdin_polled = False
+        self._output_on = True     # what the agents were last told (_output_flow)
 
     # -- start ----------------------------------------------------------------------------
     def coordinator_candidates(self, host: str) -> list[str]:
@@ -561,7 +562,6 @@ class MultiHostJob(Job):
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
         self.deadlock = deadlock
         writing: set[int] = set()
-        paused: set[int] = set()   # agents' stdout left unread while our output is full
 
         while True:
             now = self._turn(poller)
@@ -614,7 +614,7 @@ class MultiHostJob(Job):
                 if agent.outbuf and fd >= 0 and fd not in writing:
                     poller.register(fd, zmq.POLLOUT)
                     writing.add(fd)
-            self._pause_agents(poller, by_fd, paused)
+            self._output_flow()
             ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
             if self._stdin_r is not None and self._stdin_r in ready:
@@ -634,7 +634,6 @@ class MultiHostJob(Job):
                     if not self._read_agent(agent):
                         poller.unregister(fd)
                         del by_fd[fd]
-                        paused.discard(fd)
                 elif what == "stderr":
                     if not self._read_agent_stderr(agent):
                         poller.unregister(fd)
@@ -650,20 +649,16 @@ class MultiHostJob(Job):
                         self._agent_exited(agent)
         return self._finish()
 
-    def _pause_agents(self, poller: zmq.Poller, by_fd: dict, paused: set[int]) -> None:
-        """While our stdout or stderr holds all it may, leave the agents' stdout unread (their
-        ranks then wait on their own output); once the job is ending, read them again, as
-        their frames carry the ranks' exits (output beyond the bound is then dropped)."""
-        pause = self.failure is None and self.forward.full()
-        for fd, (_, what) in by_fd.items():
-            if what != "stdout":
-                continue
-            if pause and fd not in paused:
-                poller.unregister(fd)
-                paused.add(fd)
-            elif not pause and fd in paused:
-                poller.register(fd, zmq.POLLIN)
-                paused.discard(fd)
+    def _output_flow(self) -> None:
+        """While our stdout or stderr holds all it may, tell the agents to stop reading their
+        ranks' output (the ranks then wait on it); their frames are always read, as they
+        carry the ranks' exits. Once the job is ending, output flows again (what is beyond
+        the writers' bound is then dropped and counted)."""
+        on = self.failure is not None or not self.forward.full()
+        if on != self._output_on:
+            self._output_on = on
+            for agent in self.agents:
+                self.send(agent, {"t": "output", "on": on})
 
     # -- agents' messages -----------------------------------------------------------------
     def _read_agent(self, agent: AgentProc) -> bool:

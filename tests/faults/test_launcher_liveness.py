@@ -105,14 +105,17 @@ CHATTY = """
 """
 
 
-@pytest.mark.parametrize("how", ["exit", "timeout"])
-def test_a_stalled_stdout_reader_does_not_stop_failure_detection(how, launchers, write_script,
-                                                                  job_marker):
+@pytest.mark.parametrize("how,hosts", [("exit", []), ("timeout", []),
+                                       ("exit", ["--hosts", "localhost:2"])],
+                         ids=["exit", "timeout", "exit-through-an-agent"])
+def test_a_stalled_stdout_reader_does_not_stop_failure_detection(how, hosts, launchers,
+                                                                  write_script, job_marker):
     # minimpi run -n 2 --timeout T prog.py | (sleep 30; wc -c): the launcher used to sit in
-    # a blocking write, so rank 1's exit was lost and --timeout came 30 s late (exit 124)
+    # a blocking write, so rank 1's exit was lost and --timeout came 30 s late (exit 124);
+    # through an agent, the ranks' exits share the agent's stream with their output
     prog = write_script("chatty.py", CHATTY)
-    job = launchers("-n", 2, "--timeout", 8 if how == "exit" else 5, *marker_args(job_marker),
-                    prog, how)
+    job = launchers("-n", 2, *hosts, "--timeout", 8 if how == "exit" else 5,
+                    *marker_args(job_marker), prog, how)
     summary = ("minimpi: rank 1 exited with code 3" if how == "exit"
                else "minimpi: job timed out after 5 s")
     when = job.wait_err(summary, timeout=25)

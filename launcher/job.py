@@ -62,8 +62,8 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0
 #: a loop turn this much longer than its poll timeout means the launcher itself was stopped
 #: (Ctrl-Z, SIGSTOP, a debugger, a starved machine): the ranks are not judged on that time
 STOP_GAP = 1.0
-#: a silent rank whose process is not stopped is looked at again after this many seconds:
-#: if it used CPU time meanwhile it is running (one long call holding the GIL), not hung
+#: a silent rank whose process is not stopped is running (one long call holding the GIL),
+#: not hung, while it uses CPU time at least once in max(BUSY_PROBE, --heartbeat-timeout/4)
 BUSY_PROBE = 1.0
 
 #: frames of these directories are minimpi's own, left out of the tracebacks the launcher
@@ -530,13 +530,14 @@ class Job:
                               f"{head} - its process is stopped (SIGSTOP, Ctrl-Z or a "
                               f"debugger); ending the job", rank=rank))
             return None
+        window = max(BUSY_PROBE, limit / 4)
         if cpu is not None:
             last = self._busy.get(rank)
             if last is None or cpu > last[0]:   # first look, or it ran since the last one
                 self._busy[rank] = (cpu, now)
-                return now + (BUSY_PROBE if last is None else limit)
-            if now - last[1] < BUSY_PROBE:
-                return last[1] + BUSY_PROBE
+                return now + window
+            if now - last[1] < window:
+                return last[1] + window
         how = (f" and its process used no CPU time for {now - self._busy[rank][1]:.0f} s "
                f"(state {state}: hung in a call that holds Python's GIL?)"
                if cpu is not None else " (its host may be unreachable, or it is stuck in a "

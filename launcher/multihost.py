@@ -503,7 +503,7 @@ class MultiHostJob(Job):
             return self._loop(start)
         finally:
             self._teardown()
-            forward.close_all()
+            forward.close_all(give_up=lambda: self._signal_received is not None)
             coord.close()
             # segments on this host that its agent could not remove (an agent killed here)
             cleanup_job(self.job_id)

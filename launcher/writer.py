@@ -19,7 +19,6 @@ are dropped from then on and the loop is woken to end the job (see README, Relia
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from collections import deque
 from typing import BinaryIO, Optional
@@ -34,13 +33,12 @@ WRITE_BATCH = 1 << 20
 
 
 def _file_key(stream: BinaryIO) -> object:
-    """What identifies the file behind ``stream``: stdout and stderr that are one pipe or
-    terminal share a key (and so one writing thread); a stream without a file is its own."""
+    """What identifies the file behind ``stream``: stdout and stderr that are one pipe,
+    terminal or file (``2>&1``) share a key, and so one writing thread that keeps their
+    order; a stream without a file is its own."""
     try:
         st = os.fstat(stream.fileno())
     except (AttributeError, OSError, ValueError):
-        return ("object", id(stream))
-    if stat.S_ISREG(st.st_mode):   # two opens of one regular file: still separate streams
         return ("object", id(stream))
     return ("file", st.st_dev, st.st_ino)
 

@@ -30,6 +30,9 @@ launcher -> agent
      "result_fd": BOOL, "grace": S, "shim_dir": DIR|None}
     {"t": "signal", "sig": N}
     {"t": "stdin", "d": BYTES} / {"t": "stdin_eof"}      (for stdin_rank)
+    {"t": "output", "on": BOOL}    (flow control: off while the launcher's own stdout or
+                                    stderr is full; the ranks' output pipes are then left
+                                    unread, so they wait, while exits still flow)
 agent -> launcher
     {"t": "hello", "host": IDENTITY, "hostname": NAME, "pid": PID, "coord": URL, "bind": ADDR}
     {"t": "out", "r": R, "s": 1|2|3, "d": BYTES}   (stdout, stderr, launch() result)
@@ -194,6 +197,7 @@ class Agent:
         self.kill_at: Optional[float] = None
         self.launcher_gone = False
         self.grace = float(start.get("grace", 1.0))
+        self.output_on = True     # the launcher takes the ranks' output ("output" frames)
 
     # -- to the launcher ------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -330,6 +334,21 @@ class Agent:
             feed = self.feeds.get(self.start.get("stdin_rank"))
             if feed is not None:
                 feed.eof = True
+        elif kind == "output":
+            self.output_on = bool(msg.get("on", True))
+
+    def sync_output(self, poller, polled: set[int]) -> bool:
+        """Poll the ranks' stdout/stderr only while the launcher takes output (results and
+        the launcher gone: always); True while some are left unread."""
+        on = self.output_on or self.launcher_gone
+        want = {fd for fd, (_, stream) in self.pipes.items() if on or stream == RESULT}
+        for fd in polled - want:
+            poller.unregister(fd)
+        for fd in want - polled:
+            poller.register(fd, select.POLLIN)
+        polled.clear()
+        polled.update(want)
+        return len(want) < len(self.pipes)
 
     def write_feeds(self) -> None:
         for rank, feed in list(self.feeds.items()):
@@ -373,8 +392,9 @@ class Agent:
             return self.fail(error)
         poller = select.poll()
         poller.register(self.in_fd, select.POLLIN)
-        for fd in list(self.pipes) + list(self.pidfds):
+        for fd in self.pidfds:
             poller.register(fd, select.POLLIN)
+        polled: set[int] = set()     # the ranks' pipes being read (sync_output)
         need_reap_poll = any(rp.pidfd is None for rp in self.ranks)
         for msg in self.early:
             self.on_frame(msg)
@@ -385,6 +405,8 @@ class Agent:
             if self.kill_at is not None and now >= self.kill_at:
                 self.signal_all(signal.SIGKILL)
                 self.kill_at = None
+            if self.sync_output(poller, polled) and all_done_at is not None:
+                all_done_at = now   # output held back for the launcher: not drained yet
             if all(not rp.alive for rp in self.ranks):
                 if all_done_at is None:
                     all_done_at = now
@@ -436,6 +458,7 @@ class Agent:
                         self.send({"t": "out", "r": rank, "s": stream, "d": data})
                     else:
                         poller.unregister(fd)
+                        polled.discard(fd)
                         del self.pipes[fd]
                         os.close(fd)
                 elif fd in self.pidfds:

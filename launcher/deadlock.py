@@ -70,6 +70,10 @@ class DeadlockDetector:
             return False
         return now - self._since >= self.timeout and self._all_blocked()
 
+    def restart(self, now: float) -> None:
+        """Count "nothing moved" from ``now`` (the launcher itself was stopped until now)."""
+        self._since = now
+
     def next_deadline(self) -> Optional[float]:
         """When :meth:`check` could next say yes (for the loop's poll timeout)."""
         if not self.enabled or not self.coord.table_sent or not self._all_blocked():

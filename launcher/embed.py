@@ -150,6 +150,8 @@ def launch(fn: Callable, n: int = 1, args: Sequence = (), kwargs: Optional[Mappi
     spec = JobSpec(nprocs=n, module="minimpi.launcher.embed", env=extra_env(ns),
                    timeout=timeout, startup_timeout=startup_timeout,
                    deadlock_timeout=deadlock_timeout, prefix=prefix, output_dir=output_dir)
+    for stream in (stdout or sys.stdout, stderr or sys.stderr):
+        stream.flush()   # what the caller printed comes first (the job writes below the text layer)
     job = MultiHostJob(spec, plan, _binary(stdout or sys.stdout), _binary(stderr or sys.stderr),
                        rank_stdin=payload, collect_results=True)
     code = job.run()

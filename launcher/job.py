@@ -56,7 +56,15 @@ EXIT_TIMEOUT = 124
 EXIT_STARTUP = 124
 EXIT_VANISHED = 1
 EXIT_UNRESPONSIVE = 124
+#: our stdout's reader went away (``| head``): the shell's code for death by SIGPIPE
+EXIT_STDOUT_CLOSED = 128 + signal.SIGPIPE
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0
+#: a loop turn this much longer than its poll timeout means the launcher itself was stopped
+#: (Ctrl-Z, SIGSTOP, a debugger, a starved machine): the ranks are not judged on that time
+STOP_GAP = 1.0
+#: a silent rank whose process is not stopped is running (one long call holding the GIL),
+#: not hung, while it uses CPU time at least once in max(BUSY_PROBE, --heartbeat-timeout/4)
+BUSY_PROBE = 1.0
 
 #: frames of these directories are minimpi's own, left out of the tracebacks the launcher
 #: prints (the user's lines are what matter); ``launcher/`` installs as minimpi.launcher but
@@ -115,11 +123,20 @@ class Job:
         self._wake_r = self._wake_w = None
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup = -1
+        self._last_turn: Optional[float] = None      # when the loop's previous turn began
+        self._last_wait = 0.0                          # ... and how long its poll could wait
+        self._heartbeat_epoch = float("-inf")   # silence before this (launcher stopped) is not counted
+        self._busy: dict[int, tuple[float, float]] = {}   # silent rank -> (CPU seconds, when)
+        self.deadlock: Optional[DeadlockDetector] = None
 
     # -- messages --------------------------------------------------------------------------
     def log(self, text: str) -> None:
+        data = text.encode("utf-8", "replace") + b"\n"
+        if self.forward is not None and not self.forward.closed:
+            self.forward.log(data)   # queued in order with the ranks' output, never blocks
+            return
         try:
-            self.stderr.write(text.encode("utf-8", "replace") + b"\n")
+            self.stderr.write(data)
             self.stderr.flush()
         except (OSError, ValueError):
             pass
@@ -221,7 +238,7 @@ class Job:
                     except Exception:
                         pass
                 rp.close_pidfd()
-            forward.close_all()
+            forward.close_all(give_up=lambda: self._signal_received is not None)
             os.close(lifeline_w)
             coord.close()
             cleanup_job(self.job_id)   # shared-memory segments of ranks that died early
@@ -236,9 +253,43 @@ class Job:
                 pass
         if self._signal_received is not None:
             self._on_signal_received()
+        if self.forward is not None and self.forward.writers.wake_fd in ready:
+            self.forward.writers.clear_wake()
+        if self.forward is not None and self.forward.writers.stdout_broken:
+            self._on_stdout_closed()
         if self.coord.socket in ready:
             for ev in self.coord.receive():
                 self._on_coord_event(ev)
+
+    def _turn(self, poller: zmq.Poller) -> float:
+        """The start of a loop turn: the time now. A turn that came much later than its poll
+        could wait means this process was stopped (Ctrl-Z then fg): the silence of the ranks
+        in that time is not theirs, so heartbeats and the deadlock clock count from now, and
+        what the ranks sent meanwhile is read first."""
+        now = time.monotonic()
+        if self._last_turn is not None and now - self._last_turn > self._last_wait + STOP_GAP:
+            self._heartbeat_epoch = now
+            self._busy.clear()
+            if self.deadlock is not None:
+                self.deadlock.restart(now)
+            self._wakeups_signals_and_coordinator(dict(poller.poll(0)))
+        self._last_turn = now
+        return now
+
+    def _poll(self, poller: zmq.Poller, timeout: float) -> dict:
+        self._last_wait = timeout
+        return dict(poller.poll(int(timeout * 1000) + 1))
+
+    def _sync_output(self, poller: zmq.Poller, polled: set[int]) -> None:
+        """Poll the ranks' pipes whose output has somewhere to go; leave out those whose
+        destination (our stdout or stderr) is full, so their ranks wait, not the loop."""
+        want = set(self.forward.readable_fds())
+        for fd in polled - want:
+            poller.unregister(fd)
+        for fd in want - polled:
+            poller.register(fd, zmq.POLLIN)
+        polled.clear()
+        polled.update(want)
 
     def _loop(self, start: float) -> int:
         spec, coord, forward = self.spec, self.coord, self.forward
@@ -251,17 +302,18 @@ class Job:
             if rp.pidfd is not None:
                 pidfds[rp.pidfd] = rp
                 poller.register(rp.pidfd, zmq.POLLIN)
-        for fd in forward.open_fds():
-            poller.register(fd, zmq.POLLIN)
+        polled: set[int] = set()   # the pipes being read (_sync_output)
+        poller.register(forward.writers.wake_fd, zmq.POLLIN)
         if self._wake_r is not None:
             poller.register(self._wake_r, zmq.POLLIN)
         need_reap_poll = any(rp.pidfd is None for rp in self.ranks)
 
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
+        self.deadlock = deadlock
 
         while True:
-            now = time.monotonic()
+            now = self._turn(poller)
             startup_deadline = self.startup_deadline()
             # ---- deadlines ----
             if job_deadline is not None and now >= job_deadline and self.failure is None:
@@ -286,8 +338,8 @@ class Job:
                     self.all_done_at = now
                     # leftovers of finished ranks may hold the pipes open: end them
                     self.terminate_all(signal.SIGKILL)
-                if not forward.open_fds() or now - self.all_done_at > 2.0:
-                    break
+                if not forward.readable_fds() or now - self.all_done_at > 2.0:
+                    break   # (pipes left unread for a slow reader: close_all reads them)
             # ---- wait ----
             waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
                                  self._suspect_until, heartbeat_due, held_due)
@@ -301,11 +353,13 @@ class Job:
             timeout = max(0.0, min(waits) - now) if waits else 3600.0
             if need_reap_poll:
                 timeout = min(timeout, 0.1)
-            ready = dict(poller.poll(int(timeout * 1000) + 1))
+            self._sync_output(poller, polled)
+            ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
             for fd in [fd for fd in ready if isinstance(fd, int) and fd in forward.streams]:
                 if not forward.read(fd):
                     poller.unregister(fd)
+                    polled.discard(fd)
             for fd in [fd for fd in ready if isinstance(fd, int) and fd in pidfds]:
                 rp = pidfds.pop(fd)
                 poller.unregister(fd)
@@ -451,16 +505,47 @@ class Job:
         for st in self.coord.ranks:
             if st.last_seen is None or st.finalized or not self.ranks[st.rank].alive:
                 continue
-            if now - st.last_seen > limit:
-                why = _process_state(self.ranks[st.rank].pid)
-                self.fail(Failure(
-                    "unresponsive", EXIT_UNRESPONSIVE,
-                    f"minimpi: rank {st.rank} sent no heartbeat for {now - st.last_seen:.0f} s "
-                    f"(--heartbeat-timeout {limit:g}){why}; ending the job", rank=st.rank))
-                return None
-            when = st.last_seen + limit
+            seen = max(st.last_seen, self._heartbeat_epoch)
+            if now - seen <= limit:
+                self._busy.pop(st.rank, None)
+                when = seen + limit
+            else:
+                when = self._silent_rank(st.rank, now, now - st.last_seen)
+                if when is None:
+                    return None
             due = when if due is None else min(due, when)
         return due
+
+    def _silent_rank(self, rank: int, now: float, silent: float) -> Optional[float]:
+        """A rank sent no heartbeat for longer than --heartbeat-timeout. Stopped, or not
+        running at all: end the job. Running (its CPU time grows: one long call that holds
+        Python's GIL, e.g. sorting a huge list, keeps the heartbeat thread from sending):
+        alive, looked at again later. Returns when to look again (None: the job ends)."""
+        limit = self.spec.heartbeat_timeout
+        state, cpu = _process_state(self.ranks[rank].pid)
+        head = (f"minimpi: rank {rank} sent no heartbeat for {silent:.0f} s "
+                f"(--heartbeat-timeout {limit:g})")
+        if state == "stopped":
+            self.fail(Failure("unresponsive", EXIT_UNRESPONSIVE,
+                              f"{head} - its process is stopped (SIGSTOP, Ctrl-Z or a "
+                              f"debugger); ending the job", rank=rank))
+            return None
+        window = max(BUSY_PROBE, limit / 4)
+        if cpu is not None:
+            last = self._busy.get(rank)
+            if last is None or cpu > last[0]:   # first look, or it ran since the last one
+                self._busy[rank] = (cpu, now)
+                return now + window
+            if now - last[1] < window:
+                return last[1] + window
+        how = (f" and its process used no CPU time for {now - self._busy[rank][1]:.0f} s "
+               f"(state {state}: hung in a call that holds Python's GIL?)"
+               if cpu is not None else " (its host may be unreachable, or it is stuck in a "
+               "call that holds Python's GIL)")
+        self.fail(Failure("unresponsive", EXIT_UNRESPONSIVE,
+                          f"{head}{how}; ending the job (if it was working, raise "
+                          f"--heartbeat-timeout, or 0 turns the check off)", rank=rank))
+        return None
 
     def _check_vanished(self) -> None:
         """A rank that ended without registering while others wait for the table: fail now."""
@@ -524,6 +609,14 @@ class Job:
             self.terminate_all(signal.SIGKILL)
             self.kill_at = None
             self._signal_received = -sig
+
+    def _on_stdout_closed(self) -> None:
+        """Our stdout's reader went away (``minimpi run ... | head -1``): as a shell pipeline
+        would, the job ends, with the code of death by SIGPIPE."""
+        if self.failure is None:
+            self.fail(Failure("stdout", EXIT_STDOUT_CLOSED,
+                              "minimpi: stdout was closed by its reader (e.g. | head); "
+                              "ending the job"))
 
     # -- the end ---------------------------------------------------------------------------
     def _finish(self) -> int:
@@ -616,16 +709,23 @@ def heartbeat_interval(timeout: float) -> float:
     return 0.0 if timeout <= 0 else max(0.2, min(2.0, timeout / 5))
 
 
-def _process_state(pid: int) -> str:
-    """`` (its process is stopped ...)`` when /proc says so: the usual reason for silence."""
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_state(pid: Optional[int]) -> tuple[str, Optional[float]]:
+    """A local process's state letter from /proc ("stopped" for T and t: the usual reason
+    for silence) and the CPU seconds it used; ("", None) when there is nothing to read (a
+    rank on another host, or gone)."""
+    if pid is None:
+        return "", None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-    if state in (b"T", b"t"):
-        return " - its process is stopped (SIGSTOP, Ctrl-Z or a debugger)"
-    return ""
+            fields = f.read().rsplit(b")", 1)[1].split()
+        state = fields[0].decode()
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS   # utime + stime
+    except (OSError, IndexError, ValueError):
+        return "", None
+    return ("stopped" if state in ("T", "t") else state), cpu
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -292,6 +292,7 @@ class MultiHostJob(Job):
         self._stdin_r: Optional[int] = None
         self._stdin_credit = STDIN_WINDOW
         self._stdin_polled = False
+        self._output_on = True     # what the agents were last told (_output_flow)
 
     # -- start ----------------------------------------------------------------------------
     def coordinator_candidates(self, host: str) -> list[str]:
@@ -502,7 +503,7 @@ class MultiHostJob(Job):
             return self._loop(start)
         finally:
             self._teardown()
-            forward.close_all()
+            forward.close_all(give_up=lambda: self._signal_received is not None)
             coord.close()
             # segments on this host that its agent could not remove (an agent killed here)
             cleanup_job(self.job_id)
@@ -555,13 +556,15 @@ class MultiHostJob(Job):
                 poller.register(agent.pidfd, zmq.POLLIN)
         if self._wake_r is not None:
             poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self.forward.writers.wake_fd, zmq.POLLIN)
         need_reap_poll = any(a.pidfd is None for a in self.agents)
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
+        self.deadlock = deadlock
         writing: set[int] = set()
 
         while True:
-            now = time.monotonic()
+            now = self._turn(poller)
             # ---- deadlines ----
             if job_deadline is not None and now >= job_deadline and self.failure is None:
                 self._on_job_timeout()
@@ -611,7 +614,8 @@ class MultiHostJob(Job):
                 if agent.outbuf and fd >= 0 and fd not in writing:
                     poller.register(fd, zmq.POLLOUT)
                     writing.add(fd)
-            ready = dict(poller.poll(int(timeout * 1000) + 1))
+            self._output_flow()
+            ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
             if self._stdin_r is not None and self._stdin_r in ready:
                 self._pump_stdin(poller)
@@ -644,6 +648,17 @@ class MultiHostJob(Job):
                             and agent.popen.poll() is not None:
                         self._agent_exited(agent)
         return self._finish()
+
+    def _output_flow(self) -> None:
+        """While our stdout or stderr holds all it may, tell the agents to stop reading their
+        ranks' output (the ranks then wait on it); their frames are always read, as they
+        carry the ranks' exits. Once the job is ending, output flows again (what is beyond
+        the writers' bound is then dropped and counted)."""
+        on = self.failure is not None or not self.forward.full()
+        if on != self._output_on:
+            self._output_on = on
+            for agent in self.agents:
+                self.send(agent, {"t": "output", "on": on})
 
     # -- agents' messages -----------------------------------------------------------------
     def _read_agent(self, agent: AgentProc) -> bool:

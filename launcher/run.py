@@ -30,6 +30,8 @@ output:
   Every line a rank prints is forwarded with a "[rank] " prefix (stderr to stderr).
   With --output-dir DIR, rank N's raw stdout/stderr also go to DIR/rank.N.stdout and
   DIR/rank.N.stderr. stdin goes to rank 0; the other ranks read /dev/null.
+  Lines over 64 KiB are cut into lines of 64 KiB. A slow reader of minimpi's output makes
+  the ranks wait (never the launcher); a reader that goes away (| head) ends the job, 141.
 
 mpi4py programs:
   In the ranks, `from mpi4py import MPI` is minimpi.MPI (a forwarding `mpi4py` package goes
@@ -39,8 +41,9 @@ exit status:
   0 when every rank exits 0; otherwise the first failing rank's code (128+signal when
   killed by a signal, the Abort code when it called Abort), 124 on --timeout or a startup
   timeout, 3 when a deadlock was detected (--deadlock-timeout), 130/143 when the launcher
-  gets SIGINT/SIGTERM, 2 for usage errors, 255 when a host was lost (its agent, or the ssh
-  or srun connection to it, ended before its ranks).
+  gets SIGINT/SIGTERM, 141 when the reader of its stdout went away (| head), 2 for usage
+  errors, 255 when a host was lost (its agent, or the ssh or srun connection to it, ended
+  before its ranks).
 
 deadlocks:
   When every rank still running is blocked in a minimpi call and nothing has moved for
@@ -71,8 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the first rank's registration (default 60); the ranks that never did "
                         "are named, exit 124")
     p.add_argument("--heartbeat-timeout", type=seconds_or_off, default=30.0, metavar="SECONDS",
-                   help="end the job, naming the rank, when a running rank sends no heartbeat "
-                        "for SECONDS (stopped, or hung with the GIL held; default 30; 0 disables)")
+                   help="end the job, naming the rank, when a rank sends no heartbeat for "
+                        "SECONDS and is stopped or not running (hung holding the GIL); a rank "
+                        "that computes in one long call is left alone (default 30; 0 disables)")
     p.add_argument("--no-prefix", action="store_true",
                    help='do not prefix output lines with "[rank] "')
     p.add_argument("--output-dir", metavar="DIR",

@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from jobhelpers import assert_no_leftovers
+from jobhelpers import OWNER_VAR, assert_no_leftovers, others_segments
 
 SHM_SEGMENTS = "/dev/shm/minimpi-*"
 
@@ -33,19 +33,27 @@ def shm_segments(since: float = 0.0) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_shared_memory_left():
+def no_shared_memory_left(monkeypatch):
     """Fail a test that leaves a segment behind: a job removes its segments on every exit
     path (ranks once their peers mapped them, the launcher when the job ends). Segments of
     jobs that others run on this machine at the same time are told apart by their creation
-    time and given 3 s to go (ranks unlink theirs right after start-up)."""
+    time, by their live processes (which lack this test's MINIMPI_TEST_OWNER, see
+    jobhelpers.others_segments), and given 3 s to go (ranks unlink theirs right after
+    start-up); only this test's own are removed."""
+    monkeypatch.setenv(OWNER_VAR, uuid.uuid4().hex)
     start = time.time() - 1.0
     before = set(shm_segments())
+
+    def left_now() -> list[str]:
+        new = [p for p in shm_segments(start) if p not in before]
+        theirs = others_segments(new)
+        return [p for p in new if p not in theirs]
     yield
     deadline = time.monotonic() + 3.0
-    left = [p for p in shm_segments(start) if p not in before]
+    left = left_now()
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = [p for p in shm_segments(start) if p not in before]
+        left = left_now()
     if left:
         for path in left:
             try:

@@ -4,6 +4,7 @@
     proc = start_minimpi("-n", "3", script)                  # Popen, for signals mid-run
     finish(proc, timeout=10)                                 # -> CompletedProcess
     leftover_processes(marker)                               # pids whose environ has the marker
+    others_segments(paths)                                   # segments of jobs this test did not start
     assert_no_leftovers(marker)                              # waits up to 3 s, kills and fails
     progress_until(transports, until, timeout)               # drive transports in this process
 
@@ -22,6 +23,9 @@ import time
 import pytest
 
 MARKER_VAR = "MINIMPI_TEST_MARKER"
+#: set for each test (conftest) and so inherited by every process it starts: a live process
+#: without it that belongs to a job is another's (a developer's job, another test run)
+OWNER_VAR = "MINIMPI_TEST_OWNER"
 MINIMPI = [sys.executable, "-m", "minimpi"]
 
 
@@ -82,6 +86,35 @@ def leftover_processes(marker: str, var: str = MARKER_VAR) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def others_segments(paths: list[str]) -> set[str]:
+    """The shared-memory segments among ``paths`` (``/dev/shm/minimpi-<job>-<rank>``) of jobs
+    that someone else runs: a live process of that job (``MINIMPI_JOBID``) does not carry
+    this test's ``MINIMPI_TEST_OWNER``. A segment no live process is left to account for is
+    not counted as another's."""
+    jobs = {os.path.basename(p)[len("minimpi-"):].rsplit("-", 1)[0]: p for p in paths}
+    if not jobs:
+        return set()
+    owner = f"{OWNER_VAR}={os.environ.get(OWNER_VAR, '')}".encode()
+    theirs = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if owner in env and os.environ.get(OWNER_VAR):
+            continue
+        for var in env:
+            if var.startswith(b"MINIMPI_JOBID="):
+                job = var.split(b"=", 1)[1].decode(errors="replace")
+                if job in jobs:
+                    theirs.add(job)
+    return {p for p in paths
+            if os.path.basename(p)[len("minimpi-"):].rsplit("-", 1)[0] in theirs}
 
 
 def assert_no_leftovers(marker: str, wait: float = 3.0, var: str = MARKER_VAR) -> None:

@@ -15,7 +15,7 @@ import os
 import pathlib
 import time
 
-from jobhelpers import assert_no_leftovers, marker_args
+from jobhelpers import assert_no_leftovers, marker_args, others_segments
 
 SHM = pathlib.Path("/dev/shm")
 
@@ -42,7 +42,10 @@ class Leftovers:
         assert_no_leftovers(self.marker, wait=wait)
         deadline = time.monotonic() + wait
         while True:
-            shm = _shm_entries() - self.shm_before
+            new = _shm_entries() - self.shm_before
+            theirs = {os.path.basename(p) for p in others_segments(
+                [str(SHM / name) for name in new])}
+            shm = new - theirs
             tmp = sorted(os.listdir(self.tmpdir))
             if not (shm or tmp) or time.monotonic() > deadline:
                 break

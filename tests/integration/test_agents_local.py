@@ -9,7 +9,14 @@ import sys
 import time
 
 import pytest
-from jobhelpers import assert_no_leftovers, finish, marker_args, run_minimpi, start_minimpi
+from jobhelpers import (
+    OWNER_VAR,
+    assert_no_leftovers,
+    finish,
+    marker_args,
+    run_minimpi,
+    start_minimpi,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -46,7 +53,9 @@ def wait_ready(directory, n: int, timeout: float = 20.0) -> None:
 
 
 def agent_pids() -> dict[str, int]:
-    """{--host value: pid} of the agents running now."""
+    """{--host value: pid} of the agents of this test's jobs running now (those of jobs that
+    others run on this machine lack the test's MINIMPI_TEST_OWNER)."""
+    owner = f"{OWNER_VAR}={os.environ[OWNER_VAR]}".encode()
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -54,10 +63,14 @@ def agent_pids() -> dict[str, int]:
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
+            if b"minimpi.launcher.agent" not in argv or b"--host" not in argv:
+                continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if owner not in f.read().split(b"\0"):
+                    continue
         except OSError:
             continue
-        if b"minimpi.launcher.agent" in argv and b"--host" in argv:
-            out[argv[argv.index(b"--host") + 1].decode()] = int(name)
+        out[argv[argv.index(b"--host") + 1].decode()] = int(name)
     return out
 
 

@@ -167,13 +167,15 @@ def test_skip_reason_names_root(monkeypatch):
 
 
 def test_skip_reason_names_missing_programs_and_the_setup_script(monkeypatch):
-    if os.geteuid() != 0:
-        pytest.skip("the probe stops at the root check first")
-    monkeypatch.setattr(netns_mod, "PROGRAMS", netns_mod.PROGRAMS + ["/nonexistent/sshd"])
-    monkeypatch.setattr(slurm_mod, "PROGRAMS", ["/nonexistent/slurmd"])
-    assert "missing /nonexistent/sshd" in netns_mod._probe()
-    assert "tests/multihost/setup.sh" in netns_mod._probe()
-    assert "missing /nonexistent/slurmd" in slurm_mod._probe()
+    # the programs this machine has (whatever is installed) and one it lacks: the reason
+    # names exactly the missing one (the root check comes first, so pretend to be root)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netns_mod, "PROGRAMS", [sys.executable, "/nonexistent/sshd"])
+    monkeypatch.setattr(slurm_mod, "PROGRAMS", ["/nonexistent/slurmd", sys.executable])
+    reason = netns_mod._probe()
+    assert reason.startswith("missing /nonexistent/sshd ("), reason
+    assert "tests/multihost/setup.sh" in reason
+    assert slurm_mod._probe().startswith("missing /nonexistent/slurmd ("), slurm_mod._probe()
 
 
 # ---- Slurm ---------------------------------------------------------------------------------

@@ -612,7 +612,7 @@ class Comm(CommExtras):
     def Get_parent(cls) -> "Intercomm":
         """Never spawned (``Spawn`` is out of scope): a null ``Intercomm``, equal to
         ``MPI.COMM_NULL``, as mpi4py answers in a process that was not spawned."""
-        return Intercomm()
+        return (_INTERCOMM_BUILDER["class"] or Intercomm)()
 
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
@@ -792,12 +792,13 @@ def claim_contexts(engine: Engine, first: int, count: int) -> None:
 
 #: who builds intercommunicators (``Intracomm.Create_intercomm``): minimpi.dynamic installs
 #: itself with :func:`set_intercomm_builder` (this layer cannot import the one above it)
-_INTERCOMM_BUILDER: dict = {"create": None}
+_INTERCOMM_BUILDER: dict = {"create": None, "class": None}
 
 
-def set_intercomm_builder(create: Any) -> None:
-    """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)``."""
-    _INTERCOMM_BUILDER["create"] = create
+def set_intercomm_builder(create: Any, cls: type) -> None:
+    """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)`` and the
+    intercommunicator class (``MPI.Intercomm``, whose null handle ``Get_parent`` returns)."""
+    _INTERCOMM_BUILDER["create"], _INTERCOMM_BUILDER["class"] = create, cls
 
 
 def set_predefined(world: "Comm", self_comm: "Comm") -> None:

@@ -9,6 +9,6 @@ from __future__ import annotations
 from ..comm.communicator import set_intercomm_builder
 from .intercomm import Intercomm, create_intercomm
 
-set_intercomm_builder(create_intercomm)
+set_intercomm_builder(create_intercomm, Intercomm)
 
 __all__ = ["Intercomm", "create_intercomm"]

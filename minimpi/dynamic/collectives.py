@@ -62,19 +62,25 @@ Invoke = Callable[[Channel, Channel], Schedule]
 def _announce(remote: Channel, local: Channel, opened: bool, exc: BaseException,
               call: str) -> None:
     """This rank failed in the call of ``remote``/``local``: consume both slots here and
-    send an abort marker to every member of both groups. Never raises."""
+    send every other process of both groups an abort marker on **both** collective
+    contexts - a rank may be waiting on either (a leader on its group, its group on the
+    leader). Both groups use the same context ids and draw the same slot numbers, so one
+    marker means the same call everywhere. Never raises."""
     try:
         error_class = getattr(exc, "error_class", slots.ERR_OTHER)
-        for ch, everyone in ((remote, True), (local, False)):
+        markers = []
+        for ch in (remote, local):
             ep, low = ch.ep, ch.tag & SEQ_MASK
             watch = watch_of(ep)
             if not opened:
                 watch.register(low, slots.marker_tag(low, 0), 0, "aborted", call)
             watch.abort(ep.engine, ep.coll_context, low, exc)
-            tag = slots.marker_tag(low, error_class)
+            markers.append((ep.coll_context, slots.marker_tag(low, error_class)))
+        for ep, everyone in ((remote.ep, True), (local.ep, False)):
             for dest in range(ep.size):
                 if everyone or dest != ep.rank:   # the remote group: every rank
-                    ep.isend((), 0, dest, tag, 0, "collective abort", ep.coll_context)
+                    for context, tag in markers:
+                        ep.isend((), 0, dest, tag, 0, "collective abort", context)
         exc._minimpi_slot_aborted = True
     except Exception:  # noqa: S110 - the caller's own error is what must surface
         pass

@@ -14,7 +14,7 @@ import pytest
 from minimpi import dynamic
 from minimpi.constants import CONGRUENT, IDENT, PROC_NULL, ROOT, SIMILAR, UNDEFINED, UNEQUAL
 from minimpi.data.ops import MAX, PROD, SUM, Op
-from minimpi.errors import CollectiveAbortedError, CommError, RootError
+from minimpi.errors import CollectiveAbortedError, CommError, CountError, RootError
 from minimpi.runtime.inproc import RankFailed, run_threads
 
 SIZES = [pytest.param(1, 2, id="A1-B2"), pytest.param(2, 3, id="A2-B3"),
@@ -420,8 +420,9 @@ def test_mismatched_counts_are_an_error_not_a_hang():
         inter.Allreduce(np.zeros(3), out, op=SUM)
         return True
 
-    with pytest.raises(RankFailed):
+    with pytest.raises(RankFailed) as failed:
         run_threads(5, body, timeout=20)
+    assert isinstance(failed.value.__cause__, CountError)     # rank 0 names its buffers
 
 
 def test_similar_intercomms_compare_similar():

@@ -86,6 +86,17 @@ def _announce(remote: Channel, local: Channel, opened: bool, exc: BaseException,
         pass
 
 
+def _announcing(schedule: Schedule, remote: Channel, local: Channel, call: str) -> Schedule:
+    """``schedule``, telling both groups when it fails on this rank after the call returned
+    its request (a user op that raised in a later step of a nonblocking call)."""
+    try:
+        return (yield from schedule)
+    except Exception as exc:
+        if not isinstance(exc, _NOT_ANNOUNCED):
+            _announce(remote, local, True, exc, call)
+        raise
+
+
 def _signed(op: Any) -> Any:
     """The op a call's signature names (None means SUM, as the call itself takes it)."""
     return SUM if op is None else op
@@ -127,7 +138,7 @@ class InterCollectiveMethods:
             opened = True
             schedule = invoke(remote, local)
             if nonblocking:
-                return start(remote, schedule, finalize)
+                return start(remote, _announcing(schedule, remote, local, call), finalize)
             if objects:   # as mpi4py: one thread at a time per lowercase collective
                 with comm_lock(self, collective):
                     result = run(remote, schedule)

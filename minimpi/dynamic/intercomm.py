@@ -29,7 +29,6 @@ from ..coll.slots import create_group_tag
 from ..comm.communicator import Comm, Intracomm, claim_contexts, free_context
 from ..comm.communicator import Intercomm as _IntercommHandle
 from ..comm.group import Group, group_of
-from ..comm.handles import refusing
 from ..comm.null import COMM_NULL
 from ..constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ..data import serialization
@@ -202,8 +201,16 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         return comm
 
     def Create_group(self, group: Group, tag: int = 0) -> Any:
-        """Not available on an intercommunicator in minimpi (``Create`` is)."""
-        return refusing("Intercomm", "Intercomm.Create_group")()
+        """MPI defines ``Create_group`` for intracommunicators only: a ``CommError``
+        (``Create`` is the intercommunicator form)."""
+        raise CommError(f"rank {self.rank}: Create_group on {self.name}: MPI defines it for "
+                        f"intracommunicators only; use Create (collective over both groups), "
+                        f"or Merge first")
+
+    def Create_cart(self, dims: Sequence[int], periods: Any = None, reorder: bool = False) -> Any:
+        """Topologies need an intracommunicator (MPI): a ``CommError``; Merge first."""
+        raise CommError(f"rank {self.rank}: Create_cart on {self.name}: a topology needs an "
+                        f"intracommunicator; Merge the intercommunicator first")
 
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Any:
         """Split both groups by host (``COMM_TYPE_SHARED`` and the guided kinds) or give

@@ -435,3 +435,34 @@ def test_similar_intercomms_compare_similar():
         return out
 
     assert run_threads(5, body) == [SIMILAR] * 5
+
+
+def test_user_op_failing_in_a_nonblocking_call_frees_both_groups():
+    import threading
+
+    def picky(x, y):
+        if threading.current_thread().name == "minimpi-rank-2":   # group B's leader
+            raise ValueError("picky op")
+        return x + y
+
+    op = Op.Create(picky, commute=True)
+
+    def body(world):
+        color, inter = make(world, 2)
+        req = inter.iallreduce(world.rank, op=op)
+        try:
+            req.wait()
+            outcome = "done"
+        except ValueError:
+            outcome = "raised"
+        except CollectiveAbortedError:
+            outcome = "aborted"
+        after = inter.allreduce(1)
+        inter.Free()
+        return outcome, after
+
+    out = run_threads(5, body, timeout=20)
+    assert out[2] == ("raised", 2)
+    assert [o for i, (o, _) in enumerate(out) if i != 2] == ["aborted"] * 4
+    assert [a for _, a in out] == [3, 3, 2, 2, 2]
+    op.Free()

@@ -207,6 +207,12 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
                         f"intracommunicators only; use Create (collective over both groups), "
                         f"or Merge first")
 
+    def Create_intercomm(self, *args: Any, **kwargs: Any) -> Any:
+        """MPI builds intercommunicators from intracommunicators only: a ``CommError``."""
+        raise CommError(f"rank {self.rank}: Create_intercomm on {self.name}: call it on an "
+                        f"intracommunicator (this one's local group: Merge, or the "
+                        f"communicator it was made from)")
+
     def Create_cart(self, dims: Sequence[int], periods: Any = None, reorder: bool = False) -> Any:
         """Topologies need an intracommunicator (MPI): a ``CommError``; Merge first."""
         raise CommError(f"rank {self.rank}: Create_cart on {self.name}: a topology needs an "
@@ -262,6 +268,9 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         engine = local_comm._ep.engine
         remote = list(remote_group.world_ranks)
         local_leader, remote_leader = operator.index(local_leader), operator.index(remote_leader)
+        if not 0 <= local_leader < local_comm.size:
+            raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
+                            f"local_leader={local_leader}): expected 0..{local_comm.size - 1}")
         if not 0 <= remote_leader < len(remote):
             raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
                             f"remote_leader={remote_leader}): expected 0..{len(remote) - 1}")

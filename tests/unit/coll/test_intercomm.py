@@ -465,3 +465,23 @@ def test_user_op_failing_in_a_nonblocking_call_frees_both_groups():
     assert [o for i, (o, _) in enumerate(out) if i != 2] == ["aborted"] * 4
     assert [a for _, a in out] == [3, 3, 2, 2, 2]
     op.Free()
+
+
+def test_calls_that_need_the_other_kind_of_communicator():
+    def body(world):
+        with pytest.raises(CommError, match="no remote group"):
+            world.Get_remote_size()
+        with pytest.raises(CommError, match="no remote group"):
+            world.Get_remote_group()
+        color, inter = make(world, 1)
+        for call in (lambda: inter.Create_intercomm(0, world, 0, 1),
+                     lambda: inter.Create_group(inter.Get_group()),
+                     lambda: inter.Create_cart([inter.size])):
+            with pytest.raises(CommError, match="intracommunicator"):
+                call()
+        with pytest.raises(TypeError):
+            type(world)(inter)                     # MPI.Intracomm(intercomm), as mpi4py
+        inter.Free()
+        return True
+
+    assert run_threads(3, body) == [True] * 3

@@ -7,8 +7,9 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse), MPI-IO
-(``File``), dynamic processes (``Spawn``, ``Connect``...), graph topologies, derived datatypes other than contiguous
-ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
+(``File``), dynamic processes (``Spawn``, ``Connect``...), graph topologies, derived
+datatypes other than contiguous ones, generalized requests, ``Pack``/``Unpack`` and
+``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
 ``Idup``, ``Split_type`` kinds, ``Create_from_group``, per-communicator buffer attach, request

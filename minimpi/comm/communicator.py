@@ -858,9 +858,9 @@ class Intracomm(CollectiveMethods, Comm):
 
 
 class Intercomm(Comm):
-    """``MPI.Intercomm``: minimpi creates no intercommunicators (they are out of scope), so
-    the only ones are null handles - ``MPI.Intercomm()`` and ``Comm.Get_parent()`` - equal to
-    ``COMM_NULL``; creating one raises ``NotImplementedError``."""
+    """The base of ``MPI.Intercomm`` (:class:`minimpi.dynamic.intercomm.Intercomm`, which
+    adds the remote group, creation, Merge and the collectives); here it only answers
+    ``Is_inter`` and is what handle checks (``_share_handle``) recognize."""
 
     Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
     Create_from_groups = staticmethod(refusing("Intercomm", "Intercomm.Create_from_groups"))

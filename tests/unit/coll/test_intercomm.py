@@ -199,7 +199,8 @@ def rooted_arg(color: int, rank: int, root_color: int, root_rank: int) -> int:
 
 @pytest.mark.parametrize("a,b", SIZES)
 @pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
-def test_rooted_buffer_collectives(a, b, nonblocking):
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+def test_rooted_buffer_collectives(a, b, nonblocking, transport):
     def body(world):
         color, inter = make(world, a)
         q = inter.Get_remote_size()
@@ -247,13 +248,14 @@ def test_rooted_buffer_collectives(a, b, nonblocking):
         inter.Free()
         return seen
 
-    for seen in run_threads(a + b, body):
+    for seen in run_threads(a + b, body, transport=transport):
         assert seen and all(ok for _, ok in seen), [name for name, ok in seen if not ok]
 
 
 @pytest.mark.parametrize("a,b", SIZES)
 @pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
-def test_all_to_all_buffer_collectives(a, b, nonblocking):
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+def test_all_to_all_buffer_collectives(a, b, nonblocking, transport):
     def body(world):
         color, inter = make(world, a)
         p, q = inter.Get_size(), inter.Get_remote_size()
@@ -305,7 +307,7 @@ def test_all_to_all_buffer_collectives(a, b, nonblocking):
         inter.Free()
         return seen
 
-    for seen in run_threads(a + b, body):
+    for seen in run_threads(a + b, body, transport=transport):
         assert all(ok for _, ok in seen), [name for name, ok in seen if not ok]
 
 
@@ -329,7 +331,8 @@ def test_alltoallw_between_groups():
 
 @pytest.mark.parametrize("a,b", SIZES)
 @pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
-def test_object_collectives(a, b, nonblocking):
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+def test_object_collectives(a, b, nonblocking, transport):
     def body(world):
         color, inter = make(world, a)
         q = inter.Get_remote_size()
@@ -357,7 +360,7 @@ def test_object_collectives(a, b, nonblocking):
         inter.Free()
         return seen
 
-    for seen in run_threads(a + b, body):
+    for seen in run_threads(a + b, body, transport=transport):
         assert all(ok for _, ok in seen), [name for name, ok in seen if not ok]
 
 

@@ -7,9 +7,9 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse), MPI-IO
-(``File``), dynamic processes (``Spawn``, ``Connect``...), intercommunicators (only null
-``Intercomm`` handles exist), graph topologies, derived datatypes other than contiguous
-ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
+(``File``), dynamic processes (``Spawn``, ``Connect``...), graph topologies, derived
+datatypes other than contiguous ones, generalized requests, ``Pack``/``Unpack`` and
+``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
 ``Idup``, ``Split_type`` kinds, ``Create_from_group``, per-communicator buffer attach, request
@@ -27,7 +27,8 @@ import time as _time
 # below), so the import sorter leaves this file alone.
 # isort: skip_file
 from . import __version__ as _minimpi_version
-from .comm.communicator import Cartcomm, Comm, Intercomm, Intracomm, Topocomm  # noqa: F401
+from .comm.communicator import Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
+from .dynamic import Intercomm  # noqa: F401
 from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
                                 COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
 from .comm.extras import flush_buffered as _flush_buffered

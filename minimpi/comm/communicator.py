@@ -197,18 +197,21 @@ class Comm(CommExtras):
                             f"(Comm.Free); use a live communicator")
 
     def _check_dest(self, dest: int, call: str, arg: str = "dest") -> None:
-        _check_int(self, dest, call, arg, f"0..{self.size - 1} or MPI.PROC_NULL")
-        if not (0 <= dest < self.size) and dest != PROC_NULL:
+        # the ranks a message can address: _ep.size (an intercommunicator's remote group)
+        n = self._ep.size
+        _check_int(self, dest, call, arg, f"0..{n - 1} or MPI.PROC_NULL")
+        if not (0 <= dest < n) and dest != PROC_NULL:
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self.name}; "
-                f"expected 0..{self.size - 1} or MPI.PROC_NULL")
+                f"expected 0..{n - 1} or MPI.PROC_NULL")
 
     def _check_source(self, source: int, call: str, arg: str = "source") -> None:
-        _check_int(self, source, call, arg, f"0..{self.size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
-        if not (0 <= source < self.size) and source not in (ANY_SOURCE, PROC_NULL):
+        n = self._ep.size
+        _check_int(self, source, call, arg, f"0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+        if not (0 <= source < n) and source not in (ANY_SOURCE, PROC_NULL):
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={source!r}): invalid {arg} rank on {self.name}; "
-                f"expected 0..{self.size - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+                f"expected 0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
 
     def _check_send_tag(self, tag: int, call: str) -> None:
         _check_int(self, tag, call, "tag", f"0..{TAG_UB}", TagError)
@@ -648,6 +651,8 @@ class Comm(CommExtras):
         """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
         if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
             return IDENT
+        if isinstance(other, Comm) and other.Is_inter() != self.Is_inter():
+            return UNEQUAL
         if isinstance(other, Comm) and other._ep.group == self._ep.group:
             return CONGRUENT
         if isinstance(other, Comm) and sorted(other._ep.group) == sorted(self._ep.group):
@@ -658,7 +663,7 @@ class Comm(CommExtras):
     def Get_parent(cls) -> "Intercomm":
         """Never spawned (``Spawn`` is out of scope): a null ``Intercomm``, equal to
         ``MPI.COMM_NULL``, as mpi4py answers in a process that was not spawned."""
-        return Intercomm()
+        return (_INTERCOMM_BUILDER["class"] or Intercomm)()
 
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
@@ -726,6 +731,8 @@ class Comm(CommExtras):
         if comm is None:
             raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live communicator "
                              f"has this handle in this process")
+        if cls is Comm and comm.Is_inter():   # mpi4py: Comm.fromhandle keeps the kind
+            cls = type(comm)
         return cls(comm)
 
     def toint(self) -> int:
@@ -805,7 +812,8 @@ _PREDEFINED_ATTRS = {
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
     if isinstance(source, Comm) and not (isinstance(target, Intercomm)
-                                         and not isinstance(source, Intercomm) and source):
+                                         and not isinstance(source, Intercomm) and source) \
+            and not (isinstance(target, Intracomm) and isinstance(source, Intercomm)):
         target.__dict__ = source.__dict__
     elif source is None or isinstance(source, NullComm):
         target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
@@ -820,6 +828,28 @@ _next_handle = itertools.count(1)
 
 #: this process's COMM_WORLD and COMM_SELF (set by the runtime), what pickles by name
 _PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}
+
+
+def free_context(engine: Engine) -> int:
+    """The lowest context id this process has not used yet (what it proposes when a new
+    communicator's members, or an intercommunicator's two groups, agree on one)."""
+    return getattr(engine, "next_context", FIRST_FREE_CONTEXT)
+
+
+def claim_contexts(engine: Engine, first: int, count: int) -> None:
+    """Mark the context ids ``first .. first + count - 1`` as used in this process."""
+    engine.next_context = max(free_context(engine), first + count)
+
+
+#: who builds intercommunicators (``Intracomm.Create_intercomm``): minimpi.dynamic installs
+#: itself with :func:`set_intercomm_builder` (this layer cannot import the one above it)
+_INTERCOMM_BUILDER: dict = {"create": None, "class": None}
+
+
+def set_intercomm_builder(create: Any, cls: type) -> None:
+    """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)`` and the
+    intercommunicator class (``MPI.Intercomm``, whose null handle ``Get_parent`` returns)."""
+    _INTERCOMM_BUILDER["create"], _INTERCOMM_BUILDER["class"] = create, cls
 
 
 def set_predefined(world: "Comm", self_comm: "Comm") -> None:
@@ -840,6 +870,16 @@ def _predefined_handle(name: str, cls: type) -> "Comm":
 
 class Intracomm(CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
+
+    def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
+                         tag: int = 0) -> "Intercomm":
+        """An intercommunicator between this communicator's group and another, disjoint one
+        (collective over this communicator; the leaders meet over ``peer_comm`` with
+        ``tag``). Built by :mod:`minimpi.dynamic`."""
+        create = _INTERCOMM_BUILDER["create"]
+        if create is None:
+            return refusing("Intercomm", "Intracomm.Create_intercomm")()
+        return create(self, local_leader, peer_comm, remote_leader, tag)
 
     @classmethod
     def Create_from_group(cls, group: Any, stringtag: str = "org.mpi4py", info: Any = None,
@@ -869,9 +909,9 @@ class Intracomm(CollectiveMethods, Comm):
 
 
 class Intercomm(Comm):
-    """``MPI.Intercomm``: minimpi creates no intercommunicators (they are out of scope), so
-    the only ones are null handles - ``MPI.Intercomm()`` and ``Comm.Get_parent()`` - equal to
-    ``COMM_NULL``; creating one raises ``NotImplementedError``."""
+    """The base of ``MPI.Intercomm`` (:class:`minimpi.dynamic.intercomm.Intercomm`, which
+    adds the remote group, creation, Merge and the collectives); here it only answers
+    ``Is_inter`` and is what handle checks (``_share_handle``) recognize."""
 
     Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
     Create_from_groups = staticmethod(refusing("Intercomm", "Intercomm.Create_from_groups"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from ..errors import MinimpiError
+from ..errors import CommError, MinimpiError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
 from .group import comm_group, create, create_group
@@ -209,5 +209,13 @@ class CommExtras:
         """As ``Free`` (there are no pending intercommunicator connections to wait for)."""
         self.Free()
     Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
-    Get_remote_group = refusing("Intercomm", "Comm.Get_remote_group")
-    Get_remote_size = refusing("Intercomm", "Comm.Get_remote_size")
+
+    def Get_remote_group(self) -> Any:
+        """Only an intercommunicator has a remote group: ``CommError`` (MPI_ERR_COMM)."""
+        raise CommError(f"rank {self.rank}: Get_remote_group on {self.name}: an "
+                        f"intracommunicator has no remote group (MPI_ERR_COMM)")
+
+    def Get_remote_size(self) -> int:
+        """Only an intercommunicator has a remote group: ``CommError`` (MPI_ERR_COMM)."""
+        raise CommError(f"rank {self.rank}: Get_remote_size on {self.name}: an "
+                        f"intracommunicator has no remote group (MPI_ERR_COMM)")

@@ -218,6 +218,12 @@ GROUP_NULL = Group()
 GROUP_EMPTY = Group._of((), None)
 
 
+def group_of(members: Sequence[int], me_world: Optional[int], engine: Any = None) -> Group:
+    """The group of these world ranks, in this order, seen from world rank ``me_world``
+    (an intercommunicator's local and remote groups)."""
+    return Group._of(members, me_world, engine)
+
+
 # -- communicators from groups -------------------------------------------------------------
 def comm_group(comm: "Comm") -> Group:
     return Group._of(comm._ep.group, comm._ep.group[comm.rank], comm._ep.engine)

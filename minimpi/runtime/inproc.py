@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, List, Optional, Sequence
 
 from ..comm.communicator import Intracomm
+from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
 from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
 from ..p2p.request import describe

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from .. import transports
 from ..comm.communicator import Intracomm, set_predefined
+from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
 from ..errors import CollectiveMismatchError, JobAbortedError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy

@@ -7,6 +7,7 @@ Layers, top to bottom (docs/architecture.md draws them):
     minimpi/MPI.py, rc.py      the mpi4py face
     minimpi/runtime/           a process's world: bootstrap, COMM_WORLD, trace, diagnosis
     minimpi/comm/              Comm, Intracomm, Group, topology, collective methods
+    minimpi/dynamic/           intercommunicators (beside comm/, which never imports it)
     minimpi/coll/              collective algorithms, schedule, registry, cost, mismatch
     minimpi/p2p/               engine, matching, requests, endpoint
     minimpi/transports/        frames, tcp, inproc
@@ -27,7 +28,7 @@ LAYERS = [
     ("minimpi.tools", 8), ("minimpi._shim", 8), ("minimpi._start", 8),
     ("minimpi.MPI", 7), ("minimpi.rc", 7),
     ("minimpi.runtime", 6),
-    ("minimpi.comm", 5),
+    ("minimpi.comm", 5), ("minimpi.dynamic", 5),
     ("minimpi.coll", 4),
     ("minimpi.p2p", 3),
     ("minimpi.transports", 2),

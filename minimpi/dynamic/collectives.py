@@ -424,12 +424,12 @@ class InterCollectiveMethods:
                                       nonblocking=True)
 
     # -- reduce ------------------------------------------------------------------------------
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
         """The root's ``recvbuf`` gets the reduction (``op``, default SUM) of the other
         group's ``sendbuf``s."""
         self._reduce_buf(sendbuf, recvbuf, op, root, "Reduce", False)
 
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> Any:
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Any:
         return self._reduce_buf(sendbuf, recvbuf, op, root, "Ireduce", True)
 
     def _reduce_buf(self, sendbuf, recvbuf, op, root, call, nonblocking):
@@ -453,11 +453,11 @@ class InterCollectiveMethods:
         return self._inter_collective("reduce", call, prepare, op=_signed(op),
                                       nonblocking=nonblocking)
 
-    def reduce(self, sendobj: Any, op: Any = None, root: int = 0) -> Any:
+    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         """The root returns the reduction of the other group's objects; others None."""
         return self._reduce_obj(sendobj, op, root, "reduce", False)
 
-    def ireduce(self, sendobj: Any, op: Any = None, root: int = 0) -> Any:
+    def ireduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         return self._reduce_obj(sendobj, op, root, "ireduce", True)
 
     def _reduce_obj(self, sendobj, op, root, call, nonblocking):
@@ -470,11 +470,11 @@ class InterCollectiveMethods:
                                       nonblocking=nonblocking)
 
     # -- allreduce ---------------------------------------------------------------------------
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Each group's ``recvbuf`` gets the reduction of the other group's ``sendbuf``s."""
         self._allreduce_buf(sendbuf, recvbuf, op, "Allreduce", False)
 
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> Any:
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Any:
         return self._allreduce_buf(sendbuf, recvbuf, op, "Iallreduce", True)
 
     def _allreduce_buf(self, sendbuf, recvbuf, op, call, nonblocking):
@@ -492,11 +492,11 @@ class InterCollectiveMethods:
         return self._inter_collective("allreduce", call, prepare, op=_signed(op),
                                       nonblocking=nonblocking)
 
-    def allreduce(self, sendobj: Any, op: Any = None) -> Any:
+    def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         """The reduction of the other group's objects, on every rank."""
         return self._allreduce_obj(sendobj, op, "allreduce", False)
 
-    def iallreduce(self, sendobj: Any, op: Any = None) -> Any:
+    def iallreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._allreduce_obj(sendobj, op, "iallreduce", True)
 
     def _allreduce_obj(self, sendobj, op, call, nonblocking):
@@ -520,23 +520,23 @@ class InterCollectiveMethods:
 
     # -- reduce_scatter ----------------------------------------------------------------------
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
-                       op: Any = None) -> None:
+                       op: Any = SUM) -> None:
         """Rank i of each group gets ``recvcounts[i]`` items (block i) of the reduction of
         the other group's ``sendbuf``s; ``recvcounts`` is the local group's, and
         ``sendbuf`` holds ``sum(recvcounts)`` items (the same total in both groups)."""
         self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter", False, False)
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
-                        op: Any = None) -> Any:
+                        op: Any = SUM) -> Any:
         return self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter",
                                     False, True)
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds (local size) x
         ``recvbuf``'s count."""
         self._reduce_scatter(sendbuf, recvbuf, None, op, "Reduce_scatter_block", True, False)
 
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> Any:
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Any:
         return self._reduce_scatter(sendbuf, recvbuf, None, op, "Ireduce_scatter_block",
                                     True, True)
 

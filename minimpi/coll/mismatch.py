@@ -248,8 +248,9 @@ class Call:
         return out
 
 
-def describe_signature(sig: int) -> str:
-    """``Bcast(root=0)`` / ``Allreduce(op=SUM)``: what a signature says about a call."""
+def describe_signature(sig: int, with_type: bool = False) -> str:
+    """``Bcast(root=0)`` / ``Allreduce(op=SUM)``: what a signature says about a call (and,
+    ``with_type``, ``... on float64 data`` where it records the element type)."""
     kind, root, op, _, typename = decode_full(sig)
     args = []
     if root is not None:
@@ -257,7 +258,7 @@ def describe_signature(sig: int) -> str:
     if op is not None:
         args.append(f"op={op}")
     text = f"{_kind_name(kind)}({', '.join(args)})"
-    return text if typename is None else f"{text} on {typename} data"
+    return text if typename is None or not with_type else f"{text} on {typename} data"
 
 
 def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool) -> str:
@@ -370,7 +371,7 @@ class Watch:
             return CollectiveMismatchError(
                 f"collective mismatch: rank {ep.rank} called {mine.text()} on "
                 f"{mine.typename} data as collective #{mine.seq} on {ep.name} while rank "
-                f"{source} called {describe_signature(their_sig)}: the element types differ "
+                f"{source} called {describe_signature(their_sig, with_type=True)}: the element types differ "
                 f"({mine.typename} here, {their_type} there); MPI's type-matching rule "
                 f"requires the same datatype signature on every rank (equal byte counts of "
                 f"different types would be reinterpreted bits)")

@@ -243,8 +243,6 @@ class Call:
         out = f"{self.call}({', '.join(args)})"
         if with_size:
             out += f" with {self.nbytes} bytes per rank" if not self.objects else " on Python objects"
-            if self.typename is not None and not self.objects:
-                out += f" of {self.typename}"
         return out
 
 
@@ -366,7 +364,9 @@ class Watch:
         ep = self.ep
         their_sig = their_tag >> SEQ_BITS
         theirs_full, mine_full = decode_full(their_sig), decode_full(mine.sig)
-        if theirs_full[:3] == mine_full[:3] and theirs_full[4] != mine_full[4]:
+        if theirs_full[:3] == mine_full[:3] and theirs_full[4] != mine_full[4] and \
+                mine.typename is not None and not mine.objects and \
+                (theirs_full[4] is not None or mine_full[4] is None):
             their_type = theirs_full[4] or "another element type"
             return CollectiveMismatchError(
                 f"collective mismatch: rank {ep.rank} called {mine.text()} on "
@@ -375,7 +375,7 @@ class Watch:
                 f"({mine.typename} here, {their_type} there); MPI's type-matching rule "
                 f"requires the same datatype signature on every rank (equal byte counts of "
                 f"different types would be reinterpreted bits)")
-        same_kind = (their_sig & 0x1FFF) == (mine.sig & 0x1FFF)
+        same_kind = theirs_full[:3] == mine_full[:3]   # the type fields aside
         if same_kind:
             theirs = (f"{describe_signature(their_sig)} with "
                       f"{_explain_detail(mine, their_sig, length, not mine.objects)}")

@@ -74,21 +74,20 @@ def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) 
     about: one that has matched no message yet is cancelled, so the program's next receive
     gets that message; one that has matched is finished first, so its buffer is never
     written after the call has raised (mpi4py, too, raises only once ``MPI_Recv`` returned).
-    Posting and that clean-up run with signal handlers held back, so neither is cut short.
+    The whole call runs with signal handlers held back except while the transport sleeps,
+    so posting and that clean-up are never cut short.
     """
-    req: Optional[Request] = None
-    held = signal_guard.hold()
+    held = signal_guard.hold()     # (a pending handler raises here: nothing is posted yet)
     try:
         req = post()
-        signal_guard.release(held)     # a handler may raise here: ``req`` is known
-        held = None
-        return req.wait(status)
-    except BaseException:
-        if req is not None:
+        try:
+            # signals get through only while the transport sleeps (signal_guard.interruptible)
+            return req.wait(status)
+        except BaseException:
             _settle(req)
-        raise
+            raise
     finally:
-        signal_guard.release(held)
+        signal_guard.release(held)     # handlers held back meanwhile run (and may raise) here
 
 
 def _settle(req: Request) -> None:

@@ -31,6 +31,7 @@ import urllib.parse
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
+from . import signal_guard
 from .base import FrameSink, OnSent, Transport
 
 #: the router wakes at least this often while it sleeps (TCP times out handshakes, shared
@@ -188,7 +189,7 @@ class RouterTransport(Transport):
             self._fds = fds
         limit = MAX_SLEEP if timeout is None else min(timeout, MAX_SLEEP)
         try:
-            self._poller.poll(int(limit * 1000))
+            signal_guard.interruptible(self._poller.poll, int(limit * 1000))
         except InterruptedError:
             pass
         for t in armed:

@@ -708,7 +708,8 @@ class ShmTransport(Transport):
             return moved
         if self.prepare_sleep():
             try:
-                self._poller.poll(-1 if timeout is None else int(timeout * 1000))
+                signal_guard.interruptible(self._poller.poll,
+                                           -1 if timeout is None else int(timeout * 1000))
             except InterruptedError:
                 pass
             self.end_sleep()

@@ -16,6 +16,8 @@ a hold, so Ctrl-C still interrupts a blocked receive at once.
 Costs one pair of ``pthread_sigmask`` calls per round that delivers something (about
 1-2 us where system calls are slow, well under 1 us on bare metal); nothing while idle,
 nothing in threads other than the main one (only the main thread runs Python handlers).
+A blocking receive holds them for its whole call (see ``comm.communicator.blocking_recv``);
+transports sleep through :func:`interruptible`, so a signal still ends the sleep at once.
 
 Threads minimpi starts itself are started with these signals blocked
 (:func:`start_thread_blocked`), so the kernel never hands a process-directed signal to one of
@@ -135,6 +137,25 @@ def threads_started_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def interruptible(wait: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking wait (a transport's ``poll``) so that signals interrupt it, also
+    inside a :func:`hold`: the held signals are let through for the wait alone and held
+    back again before anything else runs (also when a handler raised during the wait)."""
+    if not _held:
+        return wait(*args)
+    try:
+        if _LIBC is not None:
+            _LIBC[0](_SIG_SETMASK, _saved_libc, None)
+        else:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, ASYNC_SIGNALS)
+        return wait(*args)
+    finally:
+        if _LIBC is not None:
+            _LIBC[0](_SIG_BLOCK, _LIBC[1], None)
+        else:
+            signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
 
 
 def start_thread_blocked(thread: threading.Thread) -> None:

@@ -660,7 +660,7 @@ class TcpTransport(Transport):
         if not self._epoll:   # select.poll counts milliseconds
             timeout = -1 if timeout is None else int(timeout * 1000)
         try:
-            events = self._poller.poll(timeout)
+            events = signal_guard.interruptible(self._poller.poll, timeout)
         except InterruptedError:
             return False
         handlers = self._handlers

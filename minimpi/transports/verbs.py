@@ -1038,7 +1038,7 @@ class VerbsTransport(Transport):
             return True
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
         try:
-            ready = self._poller.poll(ms)
+            ready = signal_guard.interruptible(self._poller.poll, ms)
         except InterruptedError:
             return False
         if not ready:

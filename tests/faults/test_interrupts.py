@@ -26,7 +26,7 @@ def _result(out: str) -> dict:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
-@pytest.mark.parametrize("mode", ["wait"])
+@pytest.mark.parametrize("mode", ["wait", "recv"])
 def test_interrupted_receives_never_duplicate_or_garble(transport, mode):
     count = 600
     proc = run_minimpi("-n", "2", "--transport", transport, "--timeout", "100", PROGRAM, mode,

@@ -28,6 +28,9 @@ def main() -> None:
         import numpy  # noqa: F401
 
         import minimpi  # noqa: F401  (imported first: the program's directory cannot shadow it)
+    # the job secret leaves the environment before the program can start a subprocess
+    from minimpi.runtime.bootstrap import take_secret
+    take_secret()
 
     args = sys.argv[1:]
     if args[:1] == ["-m"] and len(args) >= 2:

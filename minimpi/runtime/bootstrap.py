@@ -252,6 +252,14 @@ SOURCES: list[tuple[str, Callable[[Mapping[str, str]], Optional[BootInfo]]]] = [
 _taken_secret: Optional[str] = None
 
 
+def take_secret() -> None:
+    """Move the job secret out of ``os.environ`` (the rank start script does this before the
+    program runs, so even a subprocess started before ``import mpi4py`` cannot inherit it)."""
+    global _taken_secret
+    if ENV_SECRET in os.environ:
+        _taken_secret = os.environ.pop(ENV_SECRET)
+
+
 def bootstrap(environ: Mapping[str, str] = os.environ) -> BootInfo:
     """Launcher env -> BootInfo; no MINIMPI_RANK -> singleton world of size 1.
 
@@ -259,10 +267,8 @@ def bootstrap(environ: Mapping[str, str] = os.environ) -> BootInfo:
     rank: every subprocess the program starts (a shell, a compiler, a helper script) would
     otherwise inherit it and could impersonate the rank.
     """
-    global _taken_secret
     if environ is os.environ:
-        if ENV_SECRET in os.environ:
-            _taken_secret = os.environ.pop(ENV_SECRET)
+        take_secret()
         if _taken_secret is not None:   # bootstrap() may run more than once in a process
             environ = {**os.environ, ENV_SECRET: _taken_secret}
     for _name, source in SOURCES:

@@ -81,6 +81,10 @@ class _Runtime:
                 info.env, len(transport.local_ranks))
 
 
+#: the process that initialised MPI (a forked child is another process)
+_owner_pid = -1
+
+
 def world_state() -> _Runtime:
     global _state
     if _state is None:
@@ -89,6 +93,8 @@ def world_state() -> _Runtime:
                 if _finalized:
                     raise JobAbortedError("MPI was finalized in this process; it cannot be used again")
                 _state = _Runtime(bootstrap())
+                global _owner_pid
+                _owner_pid = os.getpid()
                 atexit.register(_finalize_at_exit)
                 _install_excepthook()
     return _state
@@ -165,7 +171,13 @@ def finalize() -> None:
 
 def _finalize_at_exit() -> None:
     """finalize() at interpreter exit, where an exception would not change the exit code: a
-    collective mismatch found there is printed and the process exits 1."""
+    collective mismatch found there is printed and the process exits 1.
+
+    Only the process that initialised MPI finalizes: a child it forked (``os.fork()``,
+    ``multiprocessing`` with fork) inherits this exit hook, and must not close the
+    parent's connections or tell the launcher that the rank is done."""
+    if os.getpid() != _owner_pid:
+        return
     try:
         finalize()
     except CollectiveMismatchError as exc:

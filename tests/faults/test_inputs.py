@@ -34,19 +34,48 @@ def test_send_to_a_float_rank_is_a_clear_error():
 
 
 def test_the_job_secret_does_not_reach_processes_a_rank_starts(write_script, job_marker):
+    # not even one started before MPI is imported: the rank start script takes it out
     script = write_script("child.py", """
         import os, subprocess, sys
         had = "MINIMPI_SECRET" in os.environ
+        early = subprocess.run([sys.executable, "-c",
+                                "import os; print('MINIMPI_SECRET' in os.environ)"],
+                               capture_output=True, text=True).stdout.strip()
         from minimpi import MPI
         MPI.COMM_WORLD.Barrier()
         child = subprocess.run([sys.executable, "-c",
                                 "import os; print('MINIMPI_SECRET' in os.environ)"],
                                capture_output=True, text=True).stdout.strip()
-        print("before", had, "after", "MINIMPI_SECRET" in os.environ, "child", child)
+        print("before", had, "early", early, "after", "MINIMPI_SECRET" in os.environ,
+              "child", child)
     """)
     res = run_minimpi("-n", 2, *marker_args(job_marker), script, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("before True after False child False") == 2, res.stdout
+    assert res.stdout.count("before False early False after False child False") == 2, res.stdout
+
+
+def test_a_forked_child_that_exits_normally_does_not_finalize_the_rank(write_script,
+                                                                       job_marker):
+    script = write_script("fork.py", """
+        import os, sys
+        import numpy as np
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        comm.Barrier()
+        if comm.rank == 0:
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(0)            # runs the exit hooks the parent registered
+            os.waitpid(pid, 0)
+        x = np.full(3, comm.rank + 1.0)
+        comm.Allreduce(MPI.IN_PLACE, x)
+        print("sum", x[0], flush=True)
+    """)
+    for transport in ("shm", "tcp"):
+        res = run_minimpi("-n", 3, "--transport", transport, *marker_args(job_marker), script,
+                          timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.count("sum 6.0") == 3, res.stdout + res.stderr
 
 
 def test_out_of_descriptors_is_a_transport_error_naming_the_limit(monkeypatch):

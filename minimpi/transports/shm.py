@@ -410,11 +410,15 @@ class ShmTransport(Transport):
             raise TransportError(f"rank {self.rank}: cannot create shared memory {path}: {exc}") from None
         try:
             os.ftruncate(fd, length)         # sparse: only the rings of local peers get pages
+            # the control page is written next: its pages must exist (a write to a page a
+            # full /dev/shm cannot back is a SIGBUS, not an error)
+            os.posix_fallocate(fd, 0, _rings_offset(self.size))
             self._inbox = _Segment(path, fd, length)
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
-            raise TransportError(f"rank {self.rank}: cannot map shared memory {path}: {exc}") from None
+            raise TransportError(f"rank {self.rank}: cannot create its shared-memory inbox "
+                                 f"{path}: {exc}{self._space_note()}") from None
         self._inbox_fd = fd                  # kept to reserve rings in set_peers
         ctl = self._inbox.ctl
         ctl[C_RING], ctl[C_SLOTS] = self.ring, self.size
@@ -448,8 +452,8 @@ class ShmTransport(Transport):
             self._peers.append(peer)
             self._pids[peer] = pid
             # what the peer sends us lands in our own inbox, whatever becomes of it
+            self._reserve(peer)           # before anything reads or writes that ring
             self._in.append(_In(peer, self._inbox, self.ring, pid))
-            self._reserve(peer)
             seg = self._map_inbox(peer)
             if seg is None:               # it has finished already (and removed its inbox)
                 self._departed.append(peer)
@@ -482,6 +486,15 @@ class ShmTransport(Transport):
             raise TransportError(f"rank {self.rank}: cannot open rank {peer}'s shared memory "
                                  f"{path}: {exc}") from None
         try:
+            # the ring this rank writes in that inbox: its pages must exist before we touch
+            # them, whether or not its owner has reserved them yet
+            offset = _rings_offset(self.size) + self.rank * (RING_CTL + self.ring)
+            try:
+                os.posix_fallocate(fd, offset, RING_CTL + self.ring)
+            except OSError as exc:
+                raise TransportError(
+                    f"rank {self.rank}: cannot reserve {self.ring} bytes of shared memory in "
+                    f"rank {peer}'s inbox {path} ({exc}){self._space_note()}") from None
             seg = _Segment(path, fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
@@ -506,8 +519,20 @@ class ShmTransport(Transport):
         except OSError as exc:
             raise TransportError(
                 f"rank {self.rank}: cannot reserve {self.ring} bytes of shared memory in "
-                f"{self.directory} ({exc}); free some space there, or run with --transport tcp"
-            ) from None
+                f"{self.directory} ({exc}){self._space_note()}") from None
+
+    def _space_note(self) -> str:
+        """How full the shared-memory directory is, and what to do about it."""
+        try:
+            st = os.statvfs(self.directory)
+            free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            room = f"; {self.directory} has {free // 1024 ** 2} MiB free of {total // 1024 ** 2} MiB"
+        except OSError:
+            room = ""
+        need = self.size * _inbox_bytes(self.size, self.ring) // 1024 ** 2
+        return (f"{room}; {self.size} ranks on one host need about {need} MiB with "
+                f"{self.ring // 1024} KiB rings: free space there, use smaller rings "
+                f"(-x MINIMPI_SHM_RING=32KiB), or run with --transport tcp")
 
     def _maybe_unlink(self) -> None:
         """Remove our inbox's name once every local peer has mapped it."""

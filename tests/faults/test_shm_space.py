@@ -1,0 +1,67 @@
+"""A /dev/shm too small for the job is a clear error naming its free space, never a SIGBUS.
+
+Every page of an inbox is reserved (posix_fallocate) before it is touched: the control page
+at creation, each ring by its reader and by its writer before either reads or writes it.
+Before, the control page was written first and a peer's ring could be touched before it was
+reserved: in a full /dev/shm the rank died of SIGBUS (exit 135) without a word."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    from minimpi.errors import TransportError
+    from minimpi.transports.shm import ShmTransport
+
+    directory, size, ring = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    job = "space" + os.urandom(4).hex()
+    ts = []
+    try:
+        ts = [ShmTransport(r, size, job, directory=directory, ring=ring) for r in range(size)]
+        addresses = [t.listen() for t in ts]
+        for t in ts:
+            t.set_peers(addresses)
+        print("fitted")
+    except TransportError as exc:
+        print("ERROR", exc)
+    finally:
+        for t in ts:
+            t.close()
+""")
+
+
+@pytest.fixture
+def small_shm(tmp_path):
+    where = tmp_path / "shm"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs", str(where)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    yield str(where)
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_shared_memory_directory_is_an_error_not_sigbus(small_shm):
+    res = subprocess.run([sys.executable, "-c", SCRIPT, small_shm, "8", str(64 * 1024)],
+                         capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, f"exit {res.returncode} (135 = SIGBUS): {out}"
+    assert "ERROR" in res.stdout and "MiB free" in res.stdout, out
+    assert "--transport tcp" in res.stdout, out
+    assert os.listdir(small_shm) == [], "segments left behind"
+
+
+def test_a_job_that_fits_still_runs(small_shm):
+    res = subprocess.run([sys.executable, "-c", SCRIPT, small_shm, "3", "4096"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "fitted" in res.stdout, res.stdout + res.stderr

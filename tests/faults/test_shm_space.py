@@ -61,6 +61,23 @@ def test_a_full_shared_memory_directory_is_an_error_not_sigbus(small_shm):
     assert os.listdir(small_shm) == [], "segments left behind"
 
 
+def test_creating_an_inbox_in_a_full_directory_is_an_error_not_sigbus(small_shm):
+    # fill it: creating the (sparse) inbox file still works, its first write cannot
+    with open(os.path.join(small_shm, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    res = subprocess.run([sys.executable, "-c", SCRIPT, small_shm, "2", "4096"],
+                         capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, f"exit {res.returncode} (135 or -7 = SIGBUS): {out}"
+    assert "ERROR" in res.stdout and "cannot create its shared-memory inbox" in res.stdout, out
+    assert os.listdir(small_shm) == ["filler"], "segments left behind"
+
+
 def test_a_job_that_fits_still_runs(small_shm):
     res = subprocess.run([sys.executable, "-c", SCRIPT, small_shm, "3", "4096"],
                          capture_output=True, text=True, timeout=60)

@@ -109,7 +109,9 @@ def fetch_suite(cache: Path, pip_timeout: float = 600) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     tarball = cache / f"mpi4py-{MPI4PY_VERSION}.tar.gz"
     if not tarball.is_file():
-        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+        # only mpi4py itself as source: its build requirements (Cython...) come as wheels,
+        # where ":all:" built Cython from source just to read the sdist's metadata
+        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", "mpi4py", "--no-deps",
                f"mpi4py=={MPI4PY_VERSION}", "-d", str(cache)]
         log(f"fetching the mpi4py {MPI4PY_VERSION} source distribution: {' '.join(cmd)}")
         try:

@@ -57,7 +57,9 @@ import mmap
 import os
 import platform
 import select
+import shutil
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -141,7 +143,10 @@ def cleanup_job(job_id: str, directory: str = SHM_DIR) -> List[str]:
     removed = []
     for path in glob.glob(os.path.join(directory, glob.escape(f"{PREFIX}{job_id}-") + "*")):
         try:
-            os.unlink(path)
+            if os.path.isdir(path) and not os.path.islink(path):   # the wake-up sockets
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
             removed.append(path)
         except FileNotFoundError:
             pass
@@ -303,7 +308,8 @@ class _Out:
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "tail", "head", "queue", "peer_ctl",
                  "wake", "awaiting", "tokens")
 
-    def __init__(self, peer: int, seg: _Segment, index: int, ring: int, wake: bytes) -> None:
+    def __init__(self, peer: int, seg: _Segment, index: int, ring: int,
+                 wake: Optional[socket.socket]) -> None:
         self.peer = peer
         self.ctl, self.data = seg.ring(index, ring)
         self.cap = ring
@@ -388,7 +394,11 @@ class ShmTransport(Transport):
         fence = threading.Lock()
         self._fence_in, self._fence_out = functools.partial(fence.acquire, False), fence.release
         self._wake_sock: Optional[socket.socket] = None
-        self._kick_sock: Optional[socket.socket] = None
+        #: peer -> a datagram socket connected to its wake-up socket (connected while its
+        #: path exists, so the owner can unlink the path once every peer is connected)
+        self._kicks: Dict[int, socket.socket] = {}
+        self._wake_dir = os.path.join(directory, f"{PREFIX}{job_id}-wake")
+        self._wake_removed = False
         self._poller = select.poll()         # wake socket and pidfds: where we sleep
         self._pid_poller = select.poll()     # pidfds alone: who has exited
         self._inbox_fd = -1
@@ -399,7 +409,26 @@ class ShmTransport(Transport):
         self._sink = sink
 
     def _wake_name(self, rank: int) -> bytes:
+        """Where ``rank``'s wake-up socket is bound: a path in the job's 0700 directory, so
+        only this user's processes can send it datagrams (an abstract name can be flooded
+        by any local user); the abstract name only where that path would be too long."""
+        path = os.path.join(self._wake_dir, str(rank))
+        if len(path.encode()) < 100:
+            return path.encode()
         return f"\0{PREFIX}{self.job_id}-{rank}".encode()
+
+    def _make_wake_dir(self) -> None:
+        """Create (or join) the job's private directory of wake-up sockets."""
+        try:
+            os.mkdir(self._wake_dir, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise TransportError(f"rank {self.rank}: cannot create {self._wake_dir}: {exc}") from None
+        st = os.lstat(self._wake_dir)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise TransportError(f"rank {self.rank}: {self._wake_dir} is not a private "
+                                 f"directory of this user (another user's, or open to others)")
 
     def listen(self) -> str:
         path = os.path.join(self.directory, segment_name(self.job_id, self.rank))
@@ -425,14 +454,13 @@ class ShmTransport(Transport):
         ctl[C_MAGIC] = MAGIC                 # last: the inbox is ready
         self._wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
+            self._make_wake_dir()
             self._wake_sock.bind(self._wake_name(self.rank))
         except OSError as exc:
             self.close()
             raise TransportError(f"rank {self.rank}: cannot bind the shared-memory wake-up "
                                  f"socket: {exc}") from None
         self._wake_sock.setblocking(False)
-        self._kick_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._kick_sock.setblocking(False)
         self._poller.register(self._wake_sock.fileno(), select.POLLIN)
         if self.cma:
             _allow_peers_to_read()
@@ -459,7 +487,7 @@ class ShmTransport(Transport):
                 self._departed.append(peer)
                 continue
             self._segments[peer] = seg
-            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._wake_name(peer))
+            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._connect_wake(peer))
             fd = _pidfd(pid)
             if fd is not None:
                 self._pidfds[fd] = peer
@@ -472,7 +500,7 @@ class ShmTransport(Transport):
             self._fence_in()
             self._fence_out()
             if seg.ctl[C_SLEEPING]:
-                self._kick(self._wake_name(peer))
+                self._kick(self._kicks.get(peer))
         self._maybe_unlink()
 
     def _map_inbox(self, peer: int) -> Optional[_Segment]:
@@ -534,6 +562,21 @@ class ShmTransport(Transport):
                 f"{self.ring // 1024} KiB rings: free space there, use smaller rings "
                 f"(-x MINIMPI_SHM_RING=32KiB), or run with --transport tcp")
 
+    def _remove_wake_socket(self) -> None:
+        """Unlink our wake-up socket; the last rank of the job here removes the directory."""
+        name = self._wake_name(self.rank)
+        if self._wake_sock is None or name.startswith(b"\0") or self._wake_removed:
+            return
+        self._wake_removed = True
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        try:
+            os.rmdir(self._wake_dir)
+        except OSError:              # others still bound there, or gone already
+            pass
+
     def _maybe_unlink(self) -> None:
         """Remove our inbox's name once every local peer has mapped it."""
         if self._unlinked or self._inbox is None:
@@ -541,6 +584,7 @@ class ShmTransport(Transport):
         view = self._inbox.view
         if all(view[MAPPED_AT + p] for p in self._peers):
             self._unlink(self._inbox.path)
+            self._remove_wake_socket()     # every peer is connected to it by now
 
     def _unlink(self, path: str) -> None:
         self._unlinked = True
@@ -598,11 +642,25 @@ class ShmTransport(Transport):
         if out.peer_ctl[C_SLEEPING]:
             self._kick(out.wake)
 
-    def _kick(self, name: bytes) -> None:
+    def _kick(self, sock: Optional[socket.socket]) -> None:
+        if sock is None:
+            return
         try:
-            self._kick_sock.sendto(b"w", name)
+            sock.send(b"w")
         except OSError:   # its queue is full (it will wake anyway) or it is gone (pidfd tells)
             pass
+
+    def _connect_wake(self, peer: int) -> Optional[socket.socket]:
+        """A socket connected to ``peer``'s wake-up socket (None if it is gone already)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(self._wake_name(peer))
+        except OSError:
+            sock.close()
+            return None
+        self._kicks[peer] = sock
+        return sock
 
     def _frame(self, out: _Out, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> _Frame:
         """A queued frame; a large DATA payload goes by reference when the reader can read us
@@ -825,7 +883,7 @@ class ShmTransport(Transport):
             self._fence_in()                    # store head; fence; load the writer's flag
             self._fence_out()
             if ctl[R_WANT]:
-                self._kick(self._wake_name(peer))
+                self._kick(self._kicks.get(peer))
 
     def _start_pull(self, inc: _In, header: Header, head: int) -> int:
         """A descriptor arrived: find the destination of its payload. Returns the new head."""
@@ -983,12 +1041,14 @@ class ShmTransport(Transport):
             return
         inbox.ctl[C_CLOSED] = 1
         for peer in self._peers:
-            self._kick(self._wake_name(peer))
+            self._kick(self._kicks.get(peer))
         if not self._unlinked:
             self._unlink(inbox.path)
-        for sock in (self._wake_sock, self._kick_sock):
+        for sock in [self._wake_sock, *self._kicks.values()]:
             if sock is not None:
                 sock.close()
+        self._kicks.clear()
+        self._remove_wake_socket()
         for fd in self._pidfds:
             os.close(fd)
         self._pidfds.clear()

@@ -7,7 +7,8 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse),
-user-defined MPI-IO data representations (``Register_datarep``), dynamic processes (``Spawn``, ``Connect``...), intercommunicators (only null
+user-defined MPI-IO data representations (``Register_datarep``; ``File`` itself is
+minimpi/io), dynamic processes (``Spawn``, ``Connect``...), intercommunicators (only null
 ``Intercomm`` handles exist), graph topologies, derived datatypes other than contiguous
 ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
 

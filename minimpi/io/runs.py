@@ -85,21 +85,35 @@ def clip_to(offsets: np.ndarray, lengths: np.ndarray, size: int) -> int:
     return int(lengths[:i].sum() + inside[i])
 
 
-def copy_pieces(src: np.ndarray, src_pos: np.ndarray, dst: np.ndarray, dst_pos: np.ndarray,
-                lengths: np.ndarray) -> None:
-    """``dst[dst_pos[i]:+lengths[i]] = src[src_pos[i]:+lengths[i]]`` for every piece (uint8
-    arrays), one vectorised copy per distinct length through overlapping-window views."""
+# pieces at least this long are copied one by one (a memcpy each beats numpy's
+# per-element fancy indexing); shorter ones in one vectorised copy per distinct length
+LOOP_MIN = 512
+
+
+def gather_pieces(src: np.ndarray, src_pos: np.ndarray, lengths: np.ndarray,
+                  out: np.ndarray) -> None:
+    """``out`` = the pieces ``src[src_pos[i]:+lengths[i]]`` back to back (uint8 arrays)."""
     if len(lengths) == 0:
         return
-    for n in np.unique(lengths).tolist():
+    out_pos = np.cumsum(lengths) - lengths
+    distinct = np.unique(lengths)
+    if len(distinct) == 1 and LOOP_MIN > int(distinct[0]) > 0:
+        n = int(distinct[0])
+        out[:n * len(lengths)].reshape(-1, n)[...] = _rows(src, n)[src_pos]
+        return
+    for n in distinct.tolist():
         if n <= 0:
             continue
         sel = np.flatnonzero(lengths == n)
-        if len(sel) == 1:
-            s, d = int(src_pos[sel[0]]), int(dst_pos[sel[0]])
-            dst[d:d + n] = src[s:s + n]
-            continue
-        src_rows = as_strided(src, shape=(len(src) - n + 1, n), strides=(1, 1),
-                              writeable=False)
-        dst_rows = as_strided(dst, shape=(len(dst) - n + 1, n), strides=(1, 1))
-        dst_rows[dst_pos[sel]] = src_rows[src_pos[sel]]
+        if n >= LOOP_MIN or len(sel) < 16:
+            s_mv, o_mv = memoryview(src), memoryview(out)
+            for s, d in zip(src_pos[sel].tolist(), out_pos[sel].tolist()):
+                o_mv[d:d + n] = s_mv[s:s + n]
+        else:
+            dst_rows = as_strided(out, shape=(len(out) - n + 1, n), strides=(1, 1))
+            dst_rows[out_pos[sel]] = _rows(src, n)[src_pos[sel]]
+
+
+def _rows(buf: np.ndarray, n: int) -> np.ndarray:
+    """Every window of ``n`` bytes of ``buf`` as a read-only (len - n + 1, n) view."""
+    return as_strided(buf, shape=(len(buf) - n + 1, n), strides=(1, 1), writeable=False)

@@ -291,7 +291,7 @@ def _two_phase_write(f: OpenFile, p: Plan, offs, lens, data: np.ndarray, call: s
         ordered = received
     else:
         ordered = np.empty_like(received)
-        R.copy_pieces(received, recv_pos[order], ordered, sorted_pos, s_len)
+        R.gather_pieces(received, recv_pos[order], s_len, ordered)
     try:
         write_runs(f.fd, m_off, m_len, memoryview(ordered), f.where(call + " (aggregator)"))
     except MinimpiError as e:
@@ -308,12 +308,17 @@ def _two_phase_read(f: OpenFile, p: Plan, offs, lens, target: np.ndarray, call: 
     if len(their_off):
         order, recv_pos, sorted_pos, s_len, (m_off, m_len) = \
             _sorted_layout(their_off, their_len)
-        ordered = np.zeros(len(reply), np.uint8)
+        in_order = np.array_equal(order, np.arange(len(order)))
+        ordered = reply if in_order else np.zeros(len(reply), np.uint8)
         try:
             read_runs(f.fd, m_off, m_len, memoryview(ordered), f.where(call + " (aggregator)"))
         except MinimpiError as e:
             failure = e
-        R.copy_pieces(ordered, sorted_pos, reply, recv_pos[order], s_len)
+        if not in_order:
+            # the reply in received order: piece i sits at sorted_pos[its place in order]
+            where_sorted = np.empty_like(sorted_pos)
+            where_sorted[order] = sorted_pos
+            R.gather_pieces(ordered, where_sorted, their_len, reply)
     f.comm.Alltoallv([reply, (bytes_from, np.cumsum(bytes_from) - bytes_from), BYTE],
                      [target, (byte_counts, byte_displs), BYTE])
     if failure is not None:

@@ -51,12 +51,16 @@ def test_merge_trim_split_clip():
     assert R.clip_to(a(0, 10), a(5, 5), 0) == 0
 
 
-def test_copy_pieces_mixed_lengths():
-    src = np.arange(20, dtype=np.uint8)
-    dst = np.zeros(20, np.uint8)
-    R.copy_pieces(src, a(0, 5, 10, 15), dst, a(16, 0, 8, 4), a(4, 3, 4, 4))
-    assert dst[16:20].tolist() == [0, 1, 2, 3] and dst[0:3].tolist() == [5, 6, 7]
-    assert dst[8:12].tolist() == [10, 11, 12, 13] and dst[4:8].tolist() == [15, 16, 17, 18]
+@pytest.mark.parametrize("lengths", [[4, 3, 4, 4], [3] * 40, [600, 600, 5], [2] * 3])
+def test_gather_pieces(lengths):
+    rng = np.random.default_rng(1)
+    src = rng.integers(0, 255, 4000, dtype=np.uint8)
+    lengths = np.array(lengths, np.int64)
+    src_pos = rng.integers(0, 4000 - lengths.max(), len(lengths))
+    out = np.zeros(int(lengths.sum()), np.uint8)
+    R.gather_pieces(src, src_pos, lengths, out)
+    expect = np.concatenate([src[s:s + n] for s, n in zip(src_pos, lengths)])
+    assert np.array_equal(out, expect)
 
 
 def test_contiguous_view_is_one_run():

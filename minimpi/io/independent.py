@@ -34,7 +34,7 @@ def io_status(nbytes: int) -> Status:
 def write_at(f: OpenFile, offset: int, buf: Any, call: str) -> int:
     """Write ``buf`` at view position ``offset``; returns the etypes written."""
     f.check_can_write(call)
-    out = Outgoing(buf, call)
+    out = Outgoing(buf, call, f.rank)
     etypes = f.etypes_of(out.nbytes, out.datatype, call)
     write_packed(f, offset, out, call)
     return etypes
@@ -53,7 +53,7 @@ def write_packed(f: OpenFile, offset: int, out: Outgoing, call: str) -> None:
 def read_at(f: OpenFile, offset: int, buf: Any, call: str) -> int:
     """Read into ``buf`` from view position ``offset``; returns the bytes read."""
     f.check_can_read(call)
-    inc = Incoming(buf, call)
+    inc = Incoming(buf, call, f.rank)
     f.etypes_of(inc.nbytes, inc.datatype, call)
     nread = read_packed(f, offset, inc, call)
     inc.finish(nread)
@@ -127,7 +127,7 @@ def _seek_target(f: OpenFile, current: int, offset: int, whence: int, call: str)
 # --------------------------------------------------------------------- shared pointer
 def Write_shared(f: OpenFile, buf: Any, call: str = "File.Write_shared") -> Status:
     f.check_can_write(call)
-    out = Outgoing(buf, call)
+    out = Outgoing(buf, call, f.rank)
     etypes = f.etypes_of(out.nbytes, out.datatype, call)
     start = f.shared.fetch_add(etypes)
     write_packed(f, start, out, call)
@@ -136,7 +136,7 @@ def Write_shared(f: OpenFile, buf: Any, call: str = "File.Write_shared") -> Stat
 
 def Read_shared(f: OpenFile, buf: Any, call: str = "File.Read_shared") -> Status:
     f.check_can_read(call)
-    inc = Incoming(buf, call)
+    inc = Incoming(buf, call, f.rank)
     etypes = f.etypes_of(inc.nbytes, inc.datatype, call)
     start = f.shared.fetch_add(etypes)
     nread = read_packed(f, start, inc, call)
@@ -167,7 +167,7 @@ def _ordered(f: OpenFile, buf: Any, call: str, write: bool) -> Status:
     etypes = 0
     try:
         (f.check_can_write if write else f.check_can_read)(call)
-        side = Outgoing(buf, call) if write else Incoming(buf, call)
+        side = Outgoing(buf, call, f.rank) if write else Incoming(buf, call, f.rank)
         etypes = f.etypes_of(side.nbytes, side.datatype, call)
     except MinimpiError as e:
         err = e

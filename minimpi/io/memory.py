@@ -12,7 +12,18 @@ import numpy as np
 
 from ..data.buffers import BufSpec, parse_buffer
 from ..data.datatypes import Datatype
+from ..errors import NotABufferError
 from .view import is_contiguous
+
+
+def _parse(buf: Any, writable: bool, call: str, rank: int) -> BufSpec:
+    """parse_buffer, with the rank in the message and without its hint about lowercase
+    object calls (files have none)."""
+    try:
+        return parse_buffer(buf, writable=writable, call=f"{call} on rank {rank}", arg="buf")
+    except NotABufferError as e:
+        text = str(e).split(". To communicate Python objects")[0]
+        raise NotABufferError(f"{text}; MPI-IO reads and writes buffers only") from None
 
 
 class Outgoing:
@@ -21,8 +32,8 @@ class Outgoing:
 
     __slots__ = ("data", "datatype", "count")
 
-    def __init__(self, buf: Any, call: str) -> None:
-        spec = parse_buffer(buf, writable=False, call=call, arg="buf")
+    def __init__(self, buf: Any, call: str, rank: int) -> None:
+        spec = _parse(buf, False, call, rank)
         self.datatype: Datatype = spec.datatype
         self.count: int = spec.count
         if is_contiguous(spec.datatype):
@@ -42,8 +53,8 @@ class Incoming:
 
     __slots__ = ("data", "datatype", "count", "_spec", "_packed")
 
-    def __init__(self, buf: Any, call: str) -> None:
-        spec: BufSpec = parse_buffer(buf, writable=True, call=call, arg="buf")
+    def __init__(self, buf: Any, call: str, rank: int) -> None:
+        spec = _parse(buf, True, call, rank)
         self._spec = spec
         self.datatype: Datatype = spec.datatype
         self.count: int = spec.count

@@ -140,7 +140,7 @@ def collective_write(f: OpenFile, offset: Optional[int], buf: Any, call: str) ->
     try:
         f.check_not_sequential(call)
         f.check_can_write(call)
-        out = Outgoing(buf, call)
+        out = Outgoing(buf, call, f.rank)
         etypes = f.etypes_of(out.nbytes, out.datatype, call)
         start = f.position if offset is None else int(offset)
         if start < 0:
@@ -174,7 +174,7 @@ def collective_read(f: OpenFile, offset: Optional[int], buf: Any, call: str) -> 
     try:
         f.check_not_sequential(call)
         f.check_can_read(call)
-        inc = Incoming(buf, call)
+        inc = Incoming(buf, call, f.rank)
         f.etypes_of(inc.nbytes, inc.datatype, call)
         start = f.position if offset is None else int(offset)
         if start < 0:

@@ -249,7 +249,7 @@ class File:
                 action(f)
             except OSError as e:
                 err = os_error(e, call=f"File.{call}", path=f.path, rank=f.rank)
-            except MinimpiError as e:
+            except Exception as e:      # every rank hears of it (agree): none waits
                 err = e
         agree(f.comm, err, f"File.{call}")
 
@@ -334,7 +334,7 @@ class File:
                                         "opened with MODE_SEQUENTIAL")
                 disp = f.view.byte_offset(f.shared.get())
             view = FileView(disp, etype, filetype, str(datarep), call)
-        except MinimpiError as e:
+        except Exception as e:      # every rank hears of it (agree): none waits
             err = e
         agree(f.comm, err, call)
         f.view = view

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import ANY_SOURCE, ANY_TAG, SEEK_CUR, SEEK_END, SEEK_SET
-from ..errors import ArgumentError, MinimpiError
+from ..errors import ArgumentError
 from ..p2p.request import Status
 from .memory import Incoming, Outgoing
 from .posix import read_runs, write_runs
@@ -151,7 +151,7 @@ def Seek_shared(f: OpenFile, offset: int, whence: int, call: str = "File.Seek_sh
     try:
         if f.rank == 0:
             f.shared.set(_seek_target(f, f.shared.get(), int(offset), whence, call))
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     agree(f.comm, err, call)      # (also orders the update before anyone's next access)
 
@@ -169,7 +169,7 @@ def _ordered(f: OpenFile, buf: Any, call: str, write: bool) -> Status:
         (f.check_can_write if write else f.check_can_read)(call)
         side = Outgoing(buf, call, f.rank) if write else Incoming(buf, call, f.rank)
         etypes = f.etypes_of(side.nbytes, side.datatype, call)
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     counts = f.comm.allgather(None if err else etypes)
     agree_failed = any(c is None for c in counts)
@@ -187,7 +187,7 @@ def _ordered(f: OpenFile, buf: Any, call: str, write: bool) -> Status:
         else:
             nbytes = read_packed(f, start, side, call)
             side.finish(nbytes)
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     agree(f.comm, err, call)
     return io_status(nbytes)

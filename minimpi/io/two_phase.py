@@ -37,7 +37,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..data.datatypes import BYTE, INT64_T
-from ..errors import MinimpiError
+from ..errors import ArgumentError
 from ..p2p.request import Status
 from . import runs as R
 from .independent import io_status
@@ -144,9 +144,9 @@ def collective_write(f: OpenFile, offset: Optional[int], buf: Any, call: str) ->
         etypes = f.etypes_of(out.nbytes, out.datatype, call)
         start = f.position if offset is None else int(offset)
         if start < 0:
-            raise MinimpiError(f"{call} on rank {f.rank}: offset must be >= 0, got {start}")
+            raise ArgumentError(f"{call} on rank {f.rank}: offset must be >= 0, got {start}")
         offs, lens = f.view.runs(start, out.nbytes)
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     the_plan = _exchange_summaries(f, offs, lens, err, call, write=True)
     err = None
@@ -159,7 +159,7 @@ def collective_write(f: OpenFile, offset: Optional[int], buf: Any, call: str) ->
         else:
             with f.atomic_range(offs, lens, write=True):
                 write_runs(f.fd, offs, lens, memoryview(data), f.where(call))
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     agree(f.comm, err, call)
     if offset is None:
@@ -178,12 +178,12 @@ def collective_read(f: OpenFile, offset: Optional[int], buf: Any, call: str) -> 
         f.etypes_of(inc.nbytes, inc.datatype, call)
         start = f.position if offset is None else int(offset)
         if start < 0:
-            raise MinimpiError(f"{call} on rank {f.rank}: offset must be >= 0, got {start}")
+            raise ArgumentError(f"{call} on rank {f.rank}: offset must be >= 0, got {start}")
         offs, lens = f.view.runs(start, inc.nbytes)
         # only what lies before the end of the file is read (the rest of buf is untouched)
         nread = R.clip_to(offs, lens, f.file_size(call)) if len(offs) else 0
         offs, lens = R.trim(offs, lens, 0, nread)
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     the_plan = _exchange_summaries(f, offs, lens, err, call, write=False)
     err = None
@@ -196,7 +196,7 @@ def collective_read(f: OpenFile, offset: Optional[int], buf: Any, call: str) -> 
         if f.view.datarep == "external32":
             from_external32(inc.data[:nread], inc.datatype, call)
         inc.finish(nread)
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         err = e
     agree(f.comm, err, call)
     if offset is None:
@@ -294,7 +294,7 @@ def _two_phase_write(f: OpenFile, p: Plan, offs, lens, data: np.ndarray, call: s
         R.gather_pieces(received, recv_pos[order], s_len, ordered)
     try:
         write_runs(f.fd, m_off, m_len, memoryview(ordered), f.where(call + " (aggregator)"))
-    except MinimpiError as e:
+    except Exception as e:      # every rank hears of it (agree): none waits
         return e
     return None
 
@@ -312,7 +312,7 @@ def _two_phase_read(f: OpenFile, p: Plan, offs, lens, target: np.ndarray, call: 
         ordered = reply if in_order else np.zeros(len(reply), np.uint8)
         try:
             read_runs(f.fd, m_off, m_len, memoryview(ordered), f.where(call + " (aggregator)"))
-        except MinimpiError as e:
+        except Exception as e:      # every rank hears of it (agree): none waits
             failure = e
         if not in_order:
             # the reply in received order: piece i sits at sorted_pos[its place in order]

@@ -6,7 +6,7 @@ arguments raised, so that no rank is left waiting). From these every rank comput
 same :class:`Plan`, priced by a small cost model:
 
 * **independent**: each rank does its own ``pwrite``/``preadv`` per run. Cost: the slowest
-  rank's ``runs x CALL + bytes x IO_BYTE``.
+  rank's ``runs x CALL + bytes x IO_BYTE`` (``CALL``: ``WRITE_CALL`` or ``READ_CALL``).
 * **two-phase** (the ROMIO idea): ``A`` aggregator ranks each own one contiguous file
   domain (the accessed range cut in ``A`` equal, block-aligned parts). Phase 1: every
   rank cuts its runs at the domain boundaries and sends each aggregator its pieces (file
@@ -46,13 +46,16 @@ from .posix import read_runs, write_runs
 from .state import OpenFile, agree, failure_of
 from .view import from_external32, to_external32
 
-# cost model (seconds): one pread/pwrite call from Python, one byte to or from the page
-# cache, one byte over the wire between ranks, one message, one byte copied in memory
-CALL = 4e-6
-IO_BYTE = 1 / 3e9
-NET_BYTE = 1 / 1.5e9
+# cost model (seconds), measured on a 2-core development machine with the page cache
+# warm: one pwrite call from Python (the file system's per-write work makes it dearer than
+# a read), one preadv call, one byte to or from the page cache, one byte between ranks
+# (shared memory, copies included), one message, one byte copied in memory
+WRITE_CALL = 12e-6
+READ_CALL = 2.5e-6
+IO_BYTE = 1 / 5e9
+NET_BYTE = 1 / 1e9
 MESSAGE = 25e-6
-COPY_BYTE = 1 / 6e9
+COPY_BYTE = 1 / 1e9
 DOMAIN_ALIGN = 4096      # file domains start on block boundaries (no shared blocks)
 
 
@@ -103,7 +106,8 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     hi = max(s.hi for s in active)
     total = sum(s.nbytes for s in active)
     nagg = max(1, min(P, int(hints.get("cb_nodes", P) or P)))
-    independent = max(s.nruns * CALL + s.nbytes * IO_BYTE for s in active)
+    call = WRITE_CALL if write else READ_CALL
+    independent = max(s.nruns * call + s.nbytes * IO_BYTE for s in active)
     # interleaved: some rank's range overlaps the next one's (sorted by start)
     ranges = sorted((s.lo, s.hi) for s in active)
     interleaved = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
@@ -113,7 +117,7 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     per_agg_bytes = total / nagg
     exchange = max(s.nbytes * NET_BYTE + s.nruns * 16 * NET_BYTE for s in active) \
         + 3 * nagg * MESSAGE
-    two_phase = exchange + (merged_runs / nagg) * CALL + per_agg_bytes * (IO_BYTE + COPY_BYTE)
+    two_phase = exchange + (merged_runs / nagg) * call + per_agg_bytes * (IO_BYTE + COPY_BYTE)
     forced = _forced(hints, write)
     if forced == "independent" or (forced is None and (P == 1 or two_phase >= independent)):
         why = ("forced by hint" if forced else

@@ -96,6 +96,14 @@ def _forced(hints: dict, write: bool) -> Optional[str]:
     return {"enable": "two_phase", "disable": "independent"}.get(value)
 
 
+def _int_hint(hints: dict, key: str, default: int) -> int:
+    """An integer hint; one that is not a number is ignored, as MPI says of bad hints."""
+    try:
+        return int(hints.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
 def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     """Choose independent or two-phase for these ranks' accesses (pure function)."""
     active = [s for s in summaries if s.nbytes]
@@ -105,7 +113,7 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     lo = min(s.lo for s in active)
     hi = max(s.hi for s in active)
     total = sum(s.nbytes for s in active)
-    nagg = max(1, min(P, int(hints.get("cb_nodes", P) or P)))
+    nagg = max(1, min(P, _int_hint(hints, "cb_nodes", P)))
     call = WRITE_CALL if write else READ_CALL
     independent = max(s.nruns * call + s.nbytes * IO_BYTE for s in active)
     # interleaved: some rank's range overlaps the next one's (sorted by start)

@@ -105,6 +105,12 @@ def test_plan_chooses_by_pattern():
     assert plan(strided, {"romio_cb_write": "disable"}, write=True).method == "independent"
     assert plan(blocks, {"romio_cb_write": "enable"}, write=True).method == "two_phase"
     assert len(plan(strided, {"cb_nodes": "2"}, write=True).aggregators) == 2
+    assert len(plan(strided, {"cb_nodes": "many"}, write=True).aggregators) == 4
+    # reads: a preadv is cheap, so 4 KiB runs read independently, 256 B ones in two phases
+    reads4k = [Summary(r * 4096, 2**24 - (3 - r) * 4096, 2**22, 1024) for r in range(4)]
+    assert plan(reads4k, {}, write=False).method == "independent"
+    reads256 = [Summary(r * 256, 2**24 - (3 - r) * 256, 2**22, 2**14) for r in range(4)]
+    assert plan(reads256, {}, write=False).method == "two_phase"
 
 
 def test_os_errors_get_mpi_classes():

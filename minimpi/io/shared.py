@@ -18,8 +18,13 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import threading
 
 _FMT = "<q"
+# fcntl locks exclude other processes only; ranks that are threads of one process (the
+# in-process worlds of the tests) also take this lock, one per lock file
+_thread_locks: dict = {}
+_thread_locks_guard = threading.Lock()
 
 
 class LocalPointer:
@@ -49,10 +54,16 @@ class LockFilePointer:
         self.path = path
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(path, flags, 0o600)
+        with _thread_locks_guard:
+            self._thread_lock = _thread_locks.setdefault(path, threading.Lock())
         if create:
             os.pwrite(self._fd, struct.pack(_FMT, 0), 0)
 
     def _locked(self, update):
+        with self._thread_lock:
+            return self._locked_between_processes(update)
+
+    def _locked_between_processes(self, update):
         fcntl.lockf(self._fd, fcntl.LOCK_EX, 8, 0)
         try:
             raw = os.pread(self._fd, 8, 0)
@@ -75,6 +86,8 @@ class LockFilePointer:
 
     def close(self, remove: bool) -> None:
         os.close(self._fd)
+        with _thread_locks_guard:
+            _thread_locks.pop(self.path, None)
         if remove:
             try:
                 os.unlink(self.path)

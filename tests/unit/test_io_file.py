@@ -165,3 +165,23 @@ def test_collective_argument_error_raises_everywhere(tmp_path):
     assert "no error" not in outcomes
     assert all("rank 1" in o for o in outcomes), outcomes
     assert not [n for n in os.listdir(os.path.dirname(path)) if n.endswith(".shfp")]
+
+
+def test_shared_pointer_serialises_threads_too(tmp_path):
+    """Write_shared from 3 ranks (threads here: the lock file's fcntl lock alone would not
+    exclude them) never lets two records land on the same bytes."""
+    path = str(tmp_path / "sh.dat")
+
+    def body(comm):
+        fh = MPI.File.Open(comm, path, RW | MPI.MODE_DELETE_ON_CLOSE)
+        fh.Set_view(0, MPI.INT)
+        for i in range(50):
+            fh.Write_shared(np.array([comm.Get_rank(), i], np.int32))
+        comm.Barrier()
+        everything = np.empty(2 * 50 * comm.Get_size(), np.int32)
+        fh.Read_at(0, everything)
+        fh.Close()
+        return everything
+
+    records = run_threads(3, body, timeout=30)[0].reshape(-1, 2)
+    assert sorted(map(tuple, records.tolist())) == [(r, i) for r in range(3) for i in range(50)]

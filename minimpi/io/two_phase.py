@@ -5,16 +5,19 @@ file range its access spans, its bytes and its number of file runs (or the error
 arguments raised, so that no rank is left waiting). From these every rank computes the
 same :class:`Plan`, priced by a small cost model:
 
-* **independent**: each rank does its own ``pwrite``/``preadv`` per run. Cost: the slowest
-  rank's ``runs x CALL + bytes x IO_BYTE`` (``CALL``: ``WRITE_CALL`` or ``READ_CALL``).
+* **independent**: each rank does its own ``pwrite``/``preadv`` per run. Cost: each rank's
+  ``runs x CALL + bytes x IO_BYTE`` (``CALL``: ``WRITE_CALL`` or ``READ_CALL``), summed over
+  the ranks for writes (the kernel takes writes to one file in turn), the slowest rank's
+  for reads.
 * **two-phase** (the ROMIO idea): ``A`` aggregator ranks each own one contiguous file
   domain (the accessed range cut in ``A`` equal, block-aligned parts). Phase 1: every
   rank cuts its runs at the domain boundaries and sends each aggregator its pieces (file
   offsets and lengths, then the data) with ``Alltoallv``; phase 2: each aggregator sorts
   the pieces by offset, joins the adjacent ones and writes them with few large
   ``pwrite`` calls (reads run the phases backwards). Cost: the exchange
-  (``bytes x NET_BYTE`` plus a message per aggregator) plus the aggregator's writes
-  (its merged runs x ``CALL`` + its bytes x (``IO_BYTE`` + ``COPY_BYTE``)).
+  (``bytes x NET_BYTE`` plus a message per aggregator) plus the aggregators' reordering
+  (their bytes x ``COPY_BYTE``) and I/O (merged runs x ``CALL`` + bytes x ``IO_BYTE``,
+  summed over the aggregators for writes).
 
 Two-phase wins when the ranks' accesses interleave in many small runs (strided views,
 cyclic distributions), since the aggregators' merged runs are long; a rank-per-block
@@ -114,8 +117,11 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     hi = max(s.hi for s in active)
     total = sum(s.nbytes for s in active)
     nagg = max(1, min(P, _int_hint(hints, "cb_nodes", P)))
+    # Writes to one file take turns in the kernel (one lock per inode on local file
+    # systems): the ranks' write costs add up. Reads of one file run side by side.
     call = WRITE_CALL if write else READ_CALL
-    independent = max(s.nruns * call + s.nbytes * IO_BYTE for s in active)
+    each = [s.nruns * call + s.nbytes * IO_BYTE for s in active]
+    independent = sum(each) if write else max(each)
     # interleaved: some rank's range overlaps the next one's (sorted by start)
     ranges = sorted((s.lo, s.hi) for s in active)
     interleaved = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
@@ -125,7 +131,11 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     per_agg_bytes = total / nagg
     exchange = max(s.nbytes * NET_BYTE + s.nruns * 16 * NET_BYTE for s in active) \
         + 3 * nagg * MESSAGE
-    two_phase = exchange + (merged_runs / nagg) * call + per_agg_bytes * (IO_BYTE + COPY_BYTE)
+    if write:
+        storing = merged_runs * call + total * IO_BYTE
+    else:
+        storing = (merged_runs / nagg) * call + per_agg_bytes * IO_BYTE
+    two_phase = exchange + storing + per_agg_bytes * COPY_BYTE
     forced = _forced(hints, write)
     if forced == "independent" or (forced is None and (P == 1 or two_phase >= independent)):
         why = ("forced by hint" if forced else

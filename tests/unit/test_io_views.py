@@ -111,6 +111,11 @@ def test_plan_chooses_by_pattern():
     assert plan(reads4k, {}, write=False).method == "independent"
     reads256 = [Summary(r * 256, 2**24 - (3 - r) * 256, 2**22, 2**14) for r in range(4)]
     assert plan(reads256, {}, write=False).method == "two_phase"
+    # a 2-D block distribution over 2 x 2 ranks: rows of 11 KiB alternate between ranks;
+    # written independently they take turns in the kernel, so two-phase wins for writes
+    rows = [Summary(r * 11584, 2**26 - (3 - r) * 11584, 2**24, 1448) for r in range(4)]
+    assert plan(rows, {}, write=True).method == "two_phase"
+    assert plan(rows, {}, write=False).method == "independent"
 
 
 def test_os_errors_get_mpi_classes():

@@ -41,6 +41,8 @@ class OpenFile:
         self.position = 0                # individual file pointer, in etypes of the view
         self.shared = shared             # shared file pointer (shared.py)
         self.atomic = False
+        # MINIMPI_IO_EXPLAIN=1: rank 0 prints each collective call's plan (two_phase.Plan)
+        self.explain = os.environ.get("MINIMPI_IO_EXPLAIN", "") not in ("", "0")
         self.split: Optional[tuple] = None   # a split collective in progress: (name, status)
 
     # ------------------------------------------------------------------ checks

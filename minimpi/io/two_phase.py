@@ -25,7 +25,8 @@ pattern stays independent. The choice can be forced with the info hints ROMIO us
 ``romio_cb_write``/``romio_cb_read`` = ``enable``/``disable``/``automatic``, or with
 ``MINIMPI_IO_COLLECTIVE=two_phase|independent|auto``; ``cb_nodes`` sets the number of
 aggregators (default: every rank). :func:`plan` is pure (no communication), so
-``Plan.explain()`` can say why a call went the way it did.
+``Plan.explain()`` can say why a call went the way it did; ``MINIMPI_IO_EXPLAIN=1`` makes
+rank 0 print it for every collective call.
 
 Errors: after the I/O every rank learns whether another failed (state.agree), so a
 collective call that failed anywhere raises everywhere - no rank reports success for a
@@ -34,6 +35,7 @@ partly written file.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -239,8 +241,13 @@ def _exchange_summaries(f: OpenFile, offs, lens, err, call: str, write: bool) ->
     if err is not None or any(failure for _s, failure in everyone):
         agree(f.comm, err, call)
     if f.atomic:     # atomic mode: each rank's access locked as a whole, no reordering
-        return Plan("independent", "atomic mode", 0.0, 0.0)
-    return plan([s for s, _f in everyone], f.info, write)
+        chosen = Plan("independent", "atomic mode", 0.0, 0.0)
+    else:
+        chosen = plan([s for s, _f in everyone], f.info, write)
+    if f.explain and f.rank == 0:
+        print(f"minimpi io: {call} on {f.path!r}: {chosen.explain()}", file=sys.stderr,
+              flush=True)
+    return chosen
 
 
 # ---------------------------------------------------------------------------- two-phase

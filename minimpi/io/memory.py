@@ -1,11 +1,14 @@
 """The memory side of a data access: a user's buffer as packed bytes, and back.
 
-A contiguous memory datatype (every predefined one) is used in place, zero-copy: writes
-send the buffer's bytes, reads land straight in it. A non-contiguous one (once the
-datatype seam gives ``pack``/``unpack``) goes through one packed temporary.
+``parse_buffer`` (data/buffers.py) already hands out a buffer's items as contiguous
+bytes: the user's own memory for a contiguous datatype (zero-copy: writes send it, reads
+land in it), a packed copy or temporary for a non-contiguous one (scattered back by
+``BufSpec.finish``). This module adds what files need: the rank in error messages, and
+the number of bytes a read really got, so only those items are scattered.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -13,7 +16,10 @@ import numpy as np
 from ..data.buffers import BufSpec, parse_buffer
 from ..data.datatypes import Datatype
 from ..errors import NotABufferError
-from .view import is_contiguous
+
+# BufSpec.finish learns how many bytes arrived once non-contiguous datatypes exist (the
+# datatypes work); before that it takes no argument and every buffer is used in place.
+_FINISH_TAKES_NBYTES = len(inspect.signature(BufSpec.finish).parameters) > 1
 
 
 def _parse(buf: Any, writable: bool, call: str, rank: int) -> BufSpec:
@@ -26,6 +32,10 @@ def _parse(buf: Any, writable: bool, call: str, rank: int) -> BufSpec:
         raise NotABufferError(f"{text}; MPI-IO reads and writes buffers only") from None
 
 
+def _bytes(spec: BufSpec) -> np.ndarray:
+    return np.frombuffer(spec.view, np.uint8) if spec.nbytes else np.zeros(0, np.uint8)
+
+
 class Outgoing:
     """The bytes a write takes from ``buf``: ``data`` (uint8 numpy, packed), ``datatype``,
     ``count``."""
@@ -36,11 +46,7 @@ class Outgoing:
         spec = _parse(buf, False, call, rank)
         self.datatype: Datatype = spec.datatype
         self.count: int = spec.count
-        if is_contiguous(spec.datatype):
-            self.data = np.frombuffer(spec.view, np.uint8) if spec.nbytes else np.zeros(0, np.uint8)
-        else:
-            packed = spec.datatype.pack(spec.view, spec.count)
-            self.data = np.frombuffer(packed, np.uint8)
+        self.data = _bytes(spec)
 
     @property
     def nbytes(self) -> int:
@@ -51,30 +57,23 @@ class Incoming:
     """Where a read puts its bytes: ``data`` (writable uint8 numpy, packed); call
     :meth:`finish` with the number of bytes read to complete the user's buffer."""
 
-    __slots__ = ("data", "datatype", "count", "_spec", "_packed")
+    __slots__ = ("data", "datatype", "count", "_spec")
 
     def __init__(self, buf: Any, call: str, rank: int) -> None:
         spec = _parse(buf, True, call, rank)
         self._spec = spec
         self.datatype: Datatype = spec.datatype
         self.count: int = spec.count
-        self._packed = not is_contiguous(spec.datatype)
-        nbytes = spec.count * int(spec.datatype.size)
-        if self._packed:
-            self.data = np.zeros(nbytes, np.uint8)
-        elif nbytes:
-            self.data = np.frombuffer(spec.view, np.uint8)
-        else:
-            self.data = np.zeros(0, np.uint8)
+        self.data = _bytes(spec)
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
 
     def finish(self, nread: int) -> None:
-        """Scatter the packed bytes into the user's buffer (whole items only)."""
-        if self._packed:
-            items = nread // int(self.datatype.size)
-            if items:
-                self.datatype.unpack(memoryview(self.data), self._spec.view, items)
-        self._spec.finish()
+        """Complete the user's buffer with the ``nread`` bytes read (a non-contiguous
+        datatype's items are scattered into its layout; the rest is left as it was)."""
+        if _FINISH_TAKES_NBYTES:
+            self._spec.finish(nread)
+        else:
+            self._spec.finish()

@@ -46,14 +46,6 @@ def type_runs(datatype: Datatype) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(1, np.int64), np.full(1, size, np.int64)
 
 
-def is_contiguous(datatype: Datatype) -> bool:
-    """One item is ``size`` consecutive bytes from its origin, and items follow each other."""
-    flag = getattr(datatype, "is_contiguous", None)
-    if flag is not None:
-        return bool(flag)
-    return int(datatype.extent) == int(datatype.size) and int(getattr(datatype, "lb", 0)) == 0
-
-
 def external32_check(datatype: Datatype, call: str) -> None:
     """Refuse external32 for types whose external32 size is not the native one."""
     base = getattr(datatype, "base", datatype)

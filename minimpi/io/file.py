@@ -336,13 +336,21 @@ class File:
             view = FileView(disp, etype, filetype, str(datarep), call)
         except Exception as e:      # every rank hears of it (agree): none waits
             err = e
+        # The shared pointer goes back to 0 once, by rank 0, before anyone leaves the call:
+        # before the agreement, unless the ranks read it for DISPLACEMENT_CURRENT (possible
+        # in MODE_SEQUENTIAL only, the same on every rank) - then after it, and a barrier.
+        sequential = bool(f.amode & MODE_SEQUENTIAL)
+        resets = f.rank == 0 and not isinstance(f.shared, UnavailablePointer)
+        if resets and not sequential and err is None:
+            f.shared.set(0)
         agree(f.comm, err, call)
         f.view = view
         f.position = 0
-        if f.rank == 0 and not isinstance(f.shared, UnavailablePointer):
-            f.shared.set(0)
         f.info.update(_info_dict(info))
-        f.comm.Barrier()
+        if sequential:
+            if resets:
+                f.shared.set(0)
+            f.comm.Barrier()
 
     def Get_view(self) -> tuple:
         """``(disp, etype, filetype, datarep)``."""

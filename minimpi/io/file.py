@@ -35,6 +35,7 @@ from ..constants import (
     MODE_RDWR,
     MODE_SEQUENTIAL,
     MODE_WRONLY,
+    SEEK_SET,
 )
 from ..data.datatypes import BYTE, Datatype, resolve_datatype
 from ..errors import ERR_ACCESS, ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
@@ -279,19 +280,24 @@ class File:
         self._collective_on_rank0("Preallocate", grow)
 
     def Get_size(self) -> int:
+        """The file's size in bytes."""
         return self._open("Get_size").file_size("File.Get_size")
 
     def Get_amode(self) -> int:
+        """The access mode the file was opened with."""
         return self._open("Get_amode").amode
 
     def Get_group(self):
+        """The group of the processes that opened the file."""
         return self._open("Get_group").comm.Get_group()
 
     def Get_info(self) -> Info:
+        """The hints in use (a new Info)."""
         f = self._open("Get_info")
         return Info.Create(f.info)
 
     def Set_info(self, info: Any) -> None:
+        """Add hints (``romio_cb_write``, ``romio_cb_read``, ``cb_nodes`` are read)."""
         f = self._open("Set_info")
         f.info.update(_info_dict(info))
 
@@ -313,6 +319,7 @@ class File:
         f.comm.Barrier()
 
     def Get_atomicity(self) -> bool:
+        """Whether atomic mode is on."""
         return self._open("Get_atomicity").atomic
 
     # ------------------------------------------------------------------ views
@@ -358,30 +365,38 @@ class File:
         return (v.disp, _dup(v.etype), _dup(v.filetype), v.datarep)
 
     def Get_byte_offset(self, offset: int) -> int:
+        """The absolute byte offset of view position ``offset`` (etypes)."""
         return self._open("Get_byte_offset").view.byte_offset(int(offset))
 
     def Get_type_extent(self, datatype: Datatype) -> int:
+        """The extent of ``datatype`` in the file (its native extent)."""
         self._open("Get_type_extent")
         return int(resolve_datatype(datatype, call="File.Get_type_extent").extent)
 
     # ------------------------------------------------------------------ pointers
-    def Seek(self, offset: int, whence: int = 600) -> None:
+    def Seek(self, offset: int, whence: int = SEEK_SET) -> None:
+        """Move the individual file pointer (``SEEK_SET``/``SEEK_CUR``/``SEEK_END``)."""
         ind.Seek(self._open("Seek"), offset, whence)
 
     def Get_position(self) -> int:
+        """The individual file pointer, in etypes of the view."""
         return self._open("Get_position").position
 
-    def Seek_shared(self, offset: int, whence: int = 600) -> None:
+    def Seek_shared(self, offset: int, whence: int = SEEK_SET) -> None:
+        """Move the shared file pointer (collective; the same arguments on every rank)."""
         ind.Seek_shared(self._open("Seek_shared"), offset, whence)
 
     def Get_position_shared(self) -> int:
+        """The shared file pointer, in etypes of the view."""
         return ind.Get_position_shared(self._open("Get_position_shared"))
 
     # ------------------------------------------------------------------ errhandlers
     def Get_errhandler(self) -> Errhandler:
+        """The error handler (minimpi always raises ``MPI.Exception``)."""
         return self._errhandler
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
+        """Remember an error handler; on ``FILE_NULL`` it becomes the default of new files."""
         self._errhandler = errhandler
         if self._f is None:                  # FILE_NULL: the default of files opened later
             _default_errhandler[0] = errhandler

@@ -54,11 +54,12 @@ from .view import from_external32, to_external32
 # cost model (seconds), measured on a 2-core development machine with the page cache
 # warm: one pwrite call from Python (the file system's per-write work makes it dearer than
 # a read), one preadv call, one byte to or from the page cache, one byte between ranks
-# (shared memory, copies included), one message, one byte copied in memory
+# (Alltoallv over shared memory at p = 4, copies included), one message, one byte copied
+# in memory
 WRITE_CALL = 12e-6
 READ_CALL = 2.5e-6
 IO_BYTE = 1 / 5e9
-NET_BYTE = 1 / 1e9
+NET_BYTE = 1 / 0.7e9
 MESSAGE = 25e-6
 COPY_BYTE = 1 / 1e9
 DOMAIN_ALIGN = 4096      # file domains start on block boundaries (no shared blocks)

@@ -24,7 +24,8 @@ cyclic distributions), since the aggregators' merged runs are long; a rank-per-b
 pattern stays independent. The choice can be forced with the info hints ROMIO uses,
 ``romio_cb_write``/``romio_cb_read`` = ``enable``/``disable``/``automatic``, or with
 ``MINIMPI_IO_COLLECTIVE=two_phase|independent|auto``; ``cb_nodes`` sets the number of
-aggregators (default: every rank). :func:`plan` is pure (no communication), so
+aggregators (default: every rank) and ``cb_buffer_size`` how much of its domain an
+aggregator holds at once (default 16 MiB; a larger domain takes several rounds). :func:`plan` is pure (no communication), so
 ``Plan.explain()`` can say why a call went the way it did; ``MINIMPI_IO_EXPLAIN=1`` makes
 rank 0 print it for every collective call.
 
@@ -63,6 +64,7 @@ NET_BYTE = 1 / 0.7e9
 MESSAGE = 25e-6
 COPY_BYTE = 1 / 1e9
 DOMAIN_ALIGN = 4096      # file domains start on block boundaries (no shared blocks)
+CB_BUFFER_SIZE = 16 * 2**20   # bytes of its domain an aggregator handles per round
 
 
 @dataclass(frozen=True)
@@ -82,15 +84,17 @@ class Plan:
     independent_cost: float
     two_phase_cost: float
     aggregators: tuple = ()        # ranks owning a domain, in domain order
-    bounds: tuple = ()             # domain d is [bounds[d], bounds[d+1])
+    bounds: tuple = ()             # part k of domain d is [bounds[d*R+k], bounds[d*R+k+1])
+    rounds: int = 1                # R: each domain is done in R parts, one per round
 
     def explain(self) -> str:
         lines = [f"{self.method}: {self.reason}",
                  f"  cost model: independent {self.independent_cost * 1e3:.3f} ms, "
                  f"two-phase {self.two_phase_cost * 1e3:.3f} ms"]
+        R = self.rounds
         for d, agg in enumerate(self.aggregators):
-            lines.append(f"  aggregator rank {agg}: file bytes [{self.bounds[d]}, "
-                         f"{self.bounds[d + 1]})")
+            lines.append(f"  aggregator rank {agg}: file bytes [{self.bounds[d * R]}, "
+                         f"{self.bounds[(d + 1) * R]})" + (f" in {R} rounds" if R > 1 else ""))
         return "\n".join(lines)
 
 
@@ -152,9 +156,18 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
                    for d in range(1, nagg)] + [hi]
     cuts = [max(lo, c) for c in cuts]
     aggregators = tuple((d * P) // nagg for d in range(nagg))
+    # an aggregator holds at most cb_buffer_size bytes of its domain at a time (ROMIO's
+    # hint and default): a larger domain is done in several rounds, part by part
+    buffer = max(DOMAIN_ALIGN, _int_hint(hints, "cb_buffer_size", CB_BUFFER_SIZE))
+    rounds = max(1, max(-(-(b - a) // buffer) for a, b in zip(cuts, cuts[1:])))
+    bounds = []
+    for a, b in zip(cuts, cuts[1:]):
+        part = -(-(b - a) // rounds)
+        bounds += [min(b, a + k * part) for k in range(rounds)]
+    bounds.append(hi)
     why = "forced by hint" if forced else (
         f"{runs_total} interleaved runs merge into about {merged_runs} on {nagg} aggregators")
-    return Plan("two_phase", why, independent, two_phase, aggregators, tuple(cuts))
+    return Plan("two_phase", why, independent, two_phase, aggregators, tuple(bounds), rounds)
 
 
 # ---------------------------------------------------------------------------- entry points
@@ -252,31 +265,38 @@ def _exchange_summaries(f: OpenFile, offs, lens, err, call: str, write: bool) ->
 
 
 # ---------------------------------------------------------------------------- two-phase
-def _pieces_by_aggregator(f: OpenFile, p: Plan, offs, lens):
-    """Cut this rank's runs at the domain bounds: the pieces (in file order), and per
-    rank of the group how many pieces and bytes go to it and where its data starts."""
-    bounds = np.asarray(p.bounds, np.int64)
-    pieces_off, pieces_len, domain, data_pos = R.split_at(offs, lens, bounds)
-    nagg = len(p.aggregators)
-    npieces = np.bincount(domain, minlength=nagg).astype(np.int64)
-    nbytes = np.bincount(domain, weights=pieces_len, minlength=nagg).astype(np.int64)
-    first_piece = np.cumsum(npieces) - npieces
-    data_start = np.zeros(nagg, np.int64)
-    some = npieces > 0
-    data_start[some] = data_pos[first_piece[some]]
-    P = f.size
-    piece_counts = np.zeros(P, np.int64)
-    byte_counts = np.zeros(P, np.int64)
-    byte_displs = np.zeros(P, np.int64)
-    meta_displs = np.zeros(P, np.int64)
-    aggs = np.asarray(p.aggregators)
-    piece_counts[aggs] = npieces
-    byte_counts[aggs] = nbytes
-    byte_displs[aggs] = data_start
-    meta_displs[aggs] = first_piece
-    meta = np.empty((len(pieces_off), 2), np.int64)
-    meta[:, 0], meta[:, 1] = pieces_off, pieces_len
-    return meta, piece_counts, meta_displs, byte_counts, byte_displs
+class Pieces:
+    """This rank's runs cut at every domain part's bounds (in file order): per piece its
+    offset, length, part (domain d, round k: part d*R+k) and where its data starts."""
+
+    def __init__(self, p: Plan, offs, lens) -> None:
+        self.off, self.len, self.part, self.data_pos = R.split_at(
+            offs, lens, np.asarray(p.bounds, np.int64))
+        self.plan = p
+
+    def for_round(self, k: int, group_size: int):
+        """The pieces of round ``k`` as (offset, length) pairs, and per rank of the group
+        how many pieces and bytes go to it and where they start (its own pieces and data
+        are consecutive: one domain part per aggregator per round)."""
+        p = self.plan
+        nagg = len(p.aggregators)
+        sel = np.flatnonzero(self.part % p.rounds == k)
+        domain = self.part[sel] // p.rounds
+        lens = self.len[sel]
+        npieces = np.bincount(domain, minlength=nagg).astype(np.int64)
+        nbytes = np.bincount(domain, weights=lens, minlength=nagg).astype(np.int64)
+        first_piece = np.cumsum(npieces) - npieces
+        data_start = np.zeros(nagg, np.int64)
+        some = npieces > 0
+        data_start[some] = self.data_pos[sel][first_piece[some]]
+        piece_counts, meta_displs, byte_counts, byte_displs = (
+            np.zeros(group_size, np.int64) for _ in range(4))
+        aggs = np.asarray(p.aggregators)
+        piece_counts[aggs], meta_displs[aggs] = npieces, first_piece
+        byte_counts[aggs], byte_displs[aggs] = nbytes, data_start
+        meta = np.empty((len(sel), 2), np.int64)
+        meta[:, 0], meta[:, 1] = self.off[sel], lens
+        return meta, piece_counts, meta_displs, byte_counts, byte_displs
 
 
 def _exchange_meta(f: OpenFile, meta, piece_counts, meta_displs):
@@ -308,48 +328,60 @@ def _sorted_layout(their_off, their_len):
 
 def _two_phase_write(f: OpenFile, p: Plan, offs, lens, data: np.ndarray, call: str
                      ) -> Optional[BaseException]:
-    meta, piece_counts, meta_displs, byte_counts, byte_displs = \
-        _pieces_by_aggregator(f, p, offs, lens)
-    their_off, their_len, bytes_from = _exchange_meta(f, meta, piece_counts, meta_displs)
-    received = np.empty(int(bytes_from.sum()), np.uint8)
-    f.comm.Alltoallv([data, (byte_counts, byte_displs), BYTE],
-                     [received, (bytes_from, np.cumsum(bytes_from) - bytes_from), BYTE])
-    if len(their_off) == 0:
-        return None
-    order, recv_pos, sorted_pos, s_len, (m_off, m_len) = _sorted_layout(their_off, their_len)
-    if np.array_equal(order, np.arange(len(order))):
-        ordered = received
-    else:
-        ordered = np.empty_like(received)
-        R.gather_pieces(received, recv_pos[order], s_len, ordered)
-    try:
-        write_runs(f.fd, m_off, m_len, memoryview(ordered), f.where(call + " (aggregator)"))
-    except Exception as e:      # every rank hears of it (agree): none waits
-        return e
-    return None
+    """Phase 1 (exchange) and phase 2 (aggregators write) once per round; a failing write
+    is remembered and the rounds go on, so that every rank takes part in all of them."""
+    pieces = Pieces(p, offs, lens)
+    failure = None
+    for k in range(p.rounds):
+        meta, piece_counts, meta_displs, byte_counts, byte_displs = \
+            pieces.for_round(k, f.size)
+        their_off, their_len, bytes_from = _exchange_meta(f, meta, piece_counts, meta_displs)
+        received = np.empty(int(bytes_from.sum()), np.uint8)
+        f.comm.Alltoallv([data, (byte_counts, byte_displs), BYTE],
+                         [received, (bytes_from, np.cumsum(bytes_from) - bytes_from), BYTE])
+        if len(their_off) == 0 or failure is not None:
+            continue
+        order, recv_pos, sorted_pos, s_len, (m_off, m_len) = \
+            _sorted_layout(their_off, their_len)
+        if np.array_equal(order, np.arange(len(order))):
+            ordered = received
+        else:
+            ordered = np.empty_like(received)
+            R.gather_pieces(received, recv_pos[order], s_len, ordered)
+        try:
+            write_runs(f.fd, m_off, m_len, memoryview(ordered),
+                       f.where(call + " (aggregator)"))
+        except Exception as e:      # every rank hears of it (agree): none waits
+            failure = e
+    return failure
 
 
 def _two_phase_read(f: OpenFile, p: Plan, offs, lens, target: np.ndarray, call: str) -> None:
-    meta, piece_counts, meta_displs, byte_counts, byte_displs = \
-        _pieces_by_aggregator(f, p, offs, lens)
-    their_off, their_len, bytes_from = _exchange_meta(f, meta, piece_counts, meta_displs)
-    reply = np.zeros(int(bytes_from.sum()), np.uint8)
+    """The phases backwards, once per round: aggregators read their domain part and send
+    each rank its pieces, which land in place in ``target`` (the packed data)."""
+    pieces = Pieces(p, offs, lens)
     failure = None
-    if len(their_off):
-        order, recv_pos, sorted_pos, s_len, (m_off, m_len) = \
-            _sorted_layout(their_off, their_len)
-        in_order = np.array_equal(order, np.arange(len(order)))
-        ordered = reply if in_order else np.zeros(len(reply), np.uint8)
-        try:
-            read_runs(f.fd, m_off, m_len, memoryview(ordered), f.where(call + " (aggregator)"))
-        except Exception as e:      # every rank hears of it (agree): none waits
-            failure = e
-        if not in_order:
-            # the reply in received order: piece i sits at sorted_pos[its place in order]
-            where_sorted = np.empty_like(sorted_pos)
-            where_sorted[order] = sorted_pos
-            R.gather_pieces(ordered, where_sorted, their_len, reply)
-    f.comm.Alltoallv([reply, (bytes_from, np.cumsum(bytes_from) - bytes_from), BYTE],
-                     [target, (byte_counts, byte_displs), BYTE])
+    for k in range(p.rounds):
+        meta, piece_counts, meta_displs, byte_counts, byte_displs = \
+            pieces.for_round(k, f.size)
+        their_off, their_len, bytes_from = _exchange_meta(f, meta, piece_counts, meta_displs)
+        reply = np.zeros(int(bytes_from.sum()), np.uint8)
+        if len(their_off) and failure is None:
+            order, recv_pos, sorted_pos, s_len, (m_off, m_len) = \
+                _sorted_layout(their_off, their_len)
+            in_order = np.array_equal(order, np.arange(len(order)))
+            ordered = reply if in_order else np.zeros(len(reply), np.uint8)
+            try:
+                read_runs(f.fd, m_off, m_len, memoryview(ordered),
+                          f.where(call + " (aggregator)"))
+            except Exception as e:      # every rank hears of it (agree): none waits
+                failure = e
+            if not in_order:
+                # the reply in received order: piece i sits at sorted_pos[its place in order]
+                where_sorted = np.empty_like(sorted_pos)
+                where_sorted[order] = sorted_pos
+                R.gather_pieces(ordered, where_sorted, their_len, reply)
+        f.comm.Alltoallv([reply, (bytes_from, np.cumsum(bytes_from) - bytes_from), BYTE],
+                         [target, (byte_counts, byte_displs), BYTE])
     if failure is not None:
         raise failure

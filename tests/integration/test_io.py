@@ -28,7 +28,7 @@ def test_io(check, n, tmp_path, job_marker):
     run_check(check, n, tmp_path, job_marker)
 
 
-@pytest.mark.parametrize("check", ["strided", "strided_independent"])
+@pytest.mark.parametrize("check", ["strided", "strided_independent", "strided_rounds"])
 def test_strided_paths_agree(check, tmp_path, job_marker):
     run_check(check, 3, tmp_path, job_marker)
 

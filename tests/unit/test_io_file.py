@@ -125,13 +125,16 @@ def test_file_null_errhandler():
     MPI.FILE_NULL.Set_errhandler(saved)
 
 
-@pytest.mark.parametrize("hint", ["enable", "disable"])
-def test_collective_on_three_threads(tmp_path, hint):
+@pytest.mark.parametrize("hints", [{"romio_cb_write": "enable", "romio_cb_read": "enable"},
+                                   {"romio_cb_write": "disable", "romio_cb_read": "disable"},
+                                   {"romio_cb_write": "enable", "romio_cb_read": "enable",
+                                    "cb_buffer_size": "4096"}])     # two rounds
+def test_collective_on_three_threads(tmp_path, hints):
     path = str(tmp_path / "c.dat")
 
     def body(comm):
         rank, size = comm.Get_rank(), comm.Get_size()
-        info = MPI.Info.Create({"romio_cb_write": hint, "romio_cb_read": hint})
+        info = MPI.Info.Create(hints)
         fh = MPI.File.Open(comm, path, RW, info)
         mine = size - 1 - rank                          # reversed: aggregators reorder
         fh.Write_at_all(mine * 5000, np.full(5000, mine, np.uint8))

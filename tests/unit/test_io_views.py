@@ -106,6 +106,11 @@ def test_plan_chooses_by_pattern():
     assert plan(blocks, {"romio_cb_write": "enable"}, write=True).method == "two_phase"
     assert len(plan(strided, {"cb_nodes": "2"}, write=True).aggregators) == 2
     assert len(plan(strided, {"cb_nodes": "many"}, write=True).aggregators) == 4
+    assert p.rounds == 1 and len(p.bounds) == 5          # 1 MiB domains: one round each
+    small = plan(strided, {"cb_buffer_size": str(2**18)}, write=True)
+    assert small.rounds == 4 and len(small.bounds) == 4 * 4 + 1
+    assert list(small.bounds) == sorted(small.bounds) and small.bounds[4] == p.bounds[1]
+    assert "in 4 rounds" in small.explain()
     # reads: a preadv is cheap, so 4 KiB runs read independently, 256 B ones in two phases
     reads4k = [Summary(r * 4096, 2**24 - (3 - r) * 4096, 2**22, 1024) for r in range(4)]
     assert plan(reads4k, {}, write=False).method == "independent"

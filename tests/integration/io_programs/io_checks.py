@@ -182,6 +182,9 @@ CHECKS = {"blocks": blocks,
                                                   "romio_cb_read": "disable"}),
           "strided_two_phase": lambda: strided({"romio_cb_write": "enable",
                                                 "romio_cb_read": "enable"}),
+          "strided_rounds": lambda: strided({"romio_cb_write": "enable",
+                                             "romio_cb_read": "enable",
+                                             "cb_buffer_size": "4096"}),
           "full_disk": full_disk, "read_only": read_only, "read_only_fs": read_only_fs}
 
 if check == "full_disk" and os.environ.get("IO_TEST_FSIZE"):

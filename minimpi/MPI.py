@@ -6,8 +6,9 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 ``COMM_WORLD`` does).
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
-one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse), MPI-IO
-(``File``), dynamic processes (``Spawn``, ``Connect``...), graph topologies, derived
+one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse),
+user-defined MPI-IO data representations (``Register_datarep``; ``File`` itself is
+minimpi/io), dynamic processes (``Spawn``, ``Connect``...), graph topologies, derived
 datatypes other than contiguous ones, generalized requests, ``Pack``/``Unpack`` and
 ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
@@ -42,6 +43,7 @@ from .comm.persistent import Prequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
 from .comm.window import WIN_NULL, Win  # noqa: F401
+from .io import FILE_NULL, File  # noqa: F401
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
@@ -95,30 +97,16 @@ def Get_library_version() -> str:
 
 
 # -- error classes, numbered as in MPICH (those errors.py does not define) ----------------------
-ERR_ACCESS = 20
-ERR_AMODE = 21
-ERR_BAD_FILE = 22
-ERR_CONVERSION = 23
-ERR_DUP_DATAREP = 24
-ERR_FILE_EXISTS = 25
-ERR_FILE_IN_USE = 26
-ERR_FILE = 27
 ERR_INFO = 28
 ERR_INFO_KEY = 29
 ERR_INFO_VALUE = 30
 ERR_INFO_NOKEY = 31
-ERR_IO = 32
 ERR_NAME = 33
 ERR_NO_MEM = 34
 ERR_NOT_SAME = 35
-ERR_NO_SPACE = 36
-ERR_NO_SUCH_FILE = 37
 ERR_PORT = 38
-ERR_QUOTA = 39
-ERR_READ_ONLY = 40
 ERR_SERVICE = 41
 ERR_SPAWN = 42
-ERR_UNSUPPORTED_DATAREP = 43
 ERR_WIN = 45
 ERR_BASE = 46
 ERR_LOCKTYPE = 47
@@ -271,7 +259,6 @@ def _comm_lock_table(comm) -> dict:
 
 
 # -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
-File = _Refused._make("File", "File", ("Open", "Delete", "Get_amode"))
 Graphcomm = _Refused._make("Graphcomm", "Graph")
 Distgraphcomm = _Refused._make("Distgraphcomm", "Graph")
 
@@ -292,7 +279,8 @@ class Grequest(Request):
     complete = Complete
 
 
-FILE_NULL = None
+Register_datarep = refusing("user-defined MPI-IO data representations",
+                            "MPI.Register_datarep")
 Open_port = refusing("Spawn", "MPI.Open_port")
 Close_port = refusing("Spawn", "MPI.Close_port")
 Publish_name = refusing("Spawn", "MPI.Publish_name")

@@ -103,3 +103,20 @@ class _BufferAutomatic:
 
 
 BUFFER_AUTOMATIC = _BufferAutomatic()
+
+# MPI-IO (MPI.File): access modes (bit flags, values as in MPICH), seek whence, views
+MODE_CREATE = 1
+MODE_RDONLY = 2
+MODE_WRONLY = 4
+MODE_RDWR = 8
+MODE_DELETE_ON_CLOSE = 16
+MODE_UNIQUE_OPEN = 32
+MODE_EXCL = 64
+MODE_APPEND = 128
+MODE_SEQUENTIAL = 256
+SEEK_SET = 600
+SEEK_CUR = 602
+SEEK_END = 604
+#: ``Set_view``'s displacement meaning "the shared file pointer's current position"
+#: (files opened with ``MODE_SEQUENTIAL``)
+DISPLACEMENT_CURRENT = -54278278

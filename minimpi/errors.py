@@ -29,6 +29,21 @@ ERR_IN_STATUS = 17
 ERR_PENDING = 18
 ERR_REQUEST = 19
 ERR_UNSUPPORTED_OPERATION = 44
+# MPI-IO error classes (minimpi/io raises them as FileError)
+ERR_ACCESS = 20
+ERR_AMODE = 21
+ERR_BAD_FILE = 22
+ERR_CONVERSION = 23
+ERR_DUP_DATAREP = 24
+ERR_FILE_EXISTS = 25
+ERR_FILE_IN_USE = 26
+ERR_FILE = 27
+ERR_IO = 32
+ERR_NO_SPACE = 36
+ERR_NO_SUCH_FILE = 37
+ERR_QUOTA = 39
+ERR_READ_ONLY = 40
+ERR_UNSUPPORTED_DATAREP = 43
 ERR_LASTCODE = 0x3FFFFFFF
 
 ERROR_STRINGS = {
@@ -53,6 +68,20 @@ ERROR_STRINGS = {
     ERR_PENDING: "Pending request",
     ERR_REQUEST: "Invalid request",
     ERR_UNSUPPORTED_OPERATION: "Unsupported operation",
+    ERR_ACCESS: "Permission denied",
+    ERR_AMODE: "Invalid file access mode",
+    ERR_BAD_FILE: "Invalid file name",
+    ERR_CONVERSION: "Data conversion error",
+    ERR_DUP_DATAREP: "Data representation already registered",
+    ERR_FILE_EXISTS: "File exists",
+    ERR_FILE_IN_USE: "File in use",
+    ERR_FILE: "Invalid file handle",
+    ERR_IO: "Input/output error",
+    ERR_NO_SPACE: "Not enough space",
+    ERR_NO_SUCH_FILE: "No such file or directory",
+    ERR_QUOTA: "Quota exceeded",
+    ERR_READ_ONLY: "Read-only file or file system",
+    ERR_UNSUPPORTED_DATAREP: "Unsupported data representation",
 }
 
 
@@ -209,3 +238,10 @@ class MPITimeoutError(MinimpiError):
 class UnsupportedError(MinimpiError, NotImplementedError):
     """An MPI feature minimpi does not implement (one-sided, MPI-IO, Spawn, ...)."""
     error_class = ERR_UNSUPPORTED_OPERATION
+
+
+class FileError(MinimpiError):
+    """An MPI-IO failure (``MPI.File``): its error class says which (``ERR_NO_SUCH_FILE``,
+    ``ERR_ACCESS``, ``ERR_NO_SPACE``...); the message names the file, the rank, the call,
+    the offset and the operating system's error."""
+    error_class = ERR_IO

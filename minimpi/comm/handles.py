@@ -4,7 +4,7 @@
   always raises ``MPI.Exception`` (mpi4py's default, ``ERRORS_RETURN``); setting another
   handler is accepted and remembered, and an uncaught exception ends the job anyway.
 * :class:`Info`: a plain ordered dict of strings, enough for code that passes hints around.
-* :func:`unsupported`: what out-of-scope features (one-sided ``Win``, MPI-IO ``File``,
+* :func:`unsupported`: what out-of-scope features (one-sided ``Win``, ``Register_datarep``,
   ``Spawn``, intercommunicators, graph topologies, non-contiguous derived datatypes,
   ``MPI_T``) raise: :class:`~minimpi.errors.UnsupportedError`, a ``NotImplementedError``
   naming the feature.

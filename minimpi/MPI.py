@@ -6,8 +6,7 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 ``COMM_WORLD`` does).
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
-one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse), MPI-IO
-(``File``), dynamic processes (``Spawn``, ``Connect``...), intercommunicators (only null
+MPI-IO (``File``), dynamic processes (``Spawn``, ``Connect``...), intercommunicators (only null
 ``Intercomm`` handles exist), graph topologies, derived datatypes other than contiguous
 ones, generalized requests, ``Pack``/``Unpack`` and ``MPI_T``.
 
@@ -40,7 +39,9 @@ from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .comm.persistent import Prequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
-from .comm.window import WIN_NULL, Win  # noqa: F401
+from .rma import WIN_NULL, Win  # noqa: F401
+from .rma import ERROR_CLASSES as _RMA_ERROR_CLASSES, release_all as _release_windows
+from .rma import window as _rma_window
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
@@ -63,6 +64,10 @@ from .comm.communicator import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST,  #
                                 KEYVAL_IO as IO, KEYVAL_LASTUSEDCODE as LASTUSEDCODE,
                                 KEYVAL_TAG_UB as TAG_UB, KEYVAL_UNIVERSE_SIZE as UNIVERSE_SIZE,
                                 KEYVAL_WTIME_IS_GLOBAL as WTIME_IS_GLOBAL)
+
+# -- one-sided communication: the RMA error classes; Win.Create(..., comm=None) is COMM_SELF
+globals().update(_RMA_ERROR_CLASSES)
+_rma_window.default_comm = _runtime.comm_self
 
 # -- every predefined datatype under its MPI name (``getattr(MPI, "2INT")`` included) --------
 globals().update(_PREDEFINED_TYPES)
@@ -189,6 +194,7 @@ def Is_thread_main() -> bool:
 
 
 def Finalize() -> None:
+    _release_windows()
     _runtime.finalize()
 
 

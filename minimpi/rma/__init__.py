@@ -1,0 +1,12 @@
+"""One-sided communication (RMA windows): ``MPI.Win``.
+
+One module per concern: :mod:`.window` (the ``Win`` object: creation, attributes, epochs,
+the operations), :mod:`.am` (operations as active messages served by the target's
+progress), :mod:`.shared` (windows in shared memory on one host: straight ``Put``/``Get``),
+:mod:`.layout` (target byte runs from datatypes), :mod:`.exposed` (a rank's side of a
+window), :mod:`.locks` (a target's lock table), :mod:`.epochs` (ERR_RMA_SYNC checks).
+"""
+from .errors import ERROR_CLASSES
+from .window import WIN_NULL, Win, release_all
+
+__all__ = ["Win", "WIN_NULL", "ERROR_CLASSES", "release_all"]

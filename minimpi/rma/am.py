@@ -234,14 +234,15 @@ def accumulate(memory: np.ndarray, layout: Layout, opname: str, dtype: np.dtype,
     if not n:
         return
     op = PREDEFINED_OPS[opname]
-    if layout.single:
-        target = memory[layout.start:layout.start + n].view(dtype)
-        op.reduce_into(src.view(dtype), target, call="Accumulate")
-        return
-    index = byte_index(layout)
-    values = memory[index].view(dtype)
-    op.reduce_into(src.view(dtype), values, call="Accumulate")
-    memory[index] = values.view(np.uint8)
+    with np.errstate(all="ignore"):    # wrap-around and NaN are C MPI's results too, silently
+        if layout.single:
+            target = memory[layout.start:layout.start + n].view(dtype)
+            op.reduce_into(src.view(dtype), target, call="Accumulate")
+            return
+        index = byte_index(layout)
+        values = memory[index].view(dtype)
+        op.reduce_into(src.view(dtype), values, call="Accumulate")
+        memory[index] = values.view(np.uint8)
 
 
 # ----------------------------------------------------------------------------- origin side

@@ -192,8 +192,7 @@ def test_out_of_scope_features_refuse_clearly(write_script, job_marker):
     script = write_script("refuse.py", """
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
-        calls = [lambda: MPI.Win.Create(bytearray(8), comm=comm),
-                 lambda: MPI.File.Open(comm, "x"),
+        calls = [lambda: MPI.File.Open(comm, "x"),
                  lambda: comm.Spawn("python"),
                  lambda: comm.Create_intercomm(0, comm, 0),
                  lambda: MPI.INT.Create_vector(2, 1, 2),

@@ -191,6 +191,13 @@ class Win:
                            f"Win.Create/Allocate/Allocate_shared/Create_dynamic")
         return s
 
+    def _call(self, call: str) -> _State:
+        """``_live`` for a one-sided call, plus one round of progress: a rank whose window
+        calls all complete locally (operations on itself) still serves its peers' requests."""
+        s = self._live(call)
+        s.endpoint.engine.poll()
+        return s
+
     # -- creation --------------------------------------------------------------------------
     @classmethod
     def Create(cls, memory: Any, disp_unit: int = 1, info: Any = None, comm: Any = None) -> "Win":
@@ -472,7 +479,7 @@ class Win:
 
     # -- Put / Get ---------------------------------------------------------------------------
     def _put(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
-        s = self._live(call)
+        s = self._call(call)
         rank = self._target_rank(s, target_rank, call)
         spec = parse_buffer(origin, writable=False, call=f"Win.{call}", arg="origin")
         if rank == PROC_NULL:
@@ -488,7 +495,7 @@ class Win:
         return s.origin.send(rank, (PUT, layout.wire()), data, f"Win.{call}")
 
     def _get(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
-        s = self._live(call)
+        s = self._call(call)
         rank = self._target_rank(s, target_rank, call)
         spec = parse_buffer(origin, writable=True, call=f"Win.{call}", arg="origin")
         if rank == PROC_NULL:
@@ -525,7 +532,7 @@ class Win:
     # -- accumulates -------------------------------------------------------------------------
     def _accumulate(self, origin: Any, target_rank: Any, target: Any, op: Any, call: str
                     ) -> Request:
-        s = self._live(call)
+        s = self._call(call)
         rank = self._target_rank(s, target_rank, call)
         spec = parse_buffer(origin, writable=False, call=f"Win.{call}", arg="origin")
         if rank == PROC_NULL:
@@ -542,7 +549,7 @@ class Win:
 
     def _get_accumulate(self, origin: Any, result: Any, target_rank: Any, target: Any,
                         op: Any, call: str) -> Request:
-        s = self._live(call)
+        s = self._call(call)
         rank = self._target_rank(s, target_rank, call)
         ospec = parse_buffer(origin, writable=False, call=f"Win.{call}", arg="origin")
         rspec = parse_buffer(result, writable=True, call=f"Win.{call}", arg="result")
@@ -598,7 +605,7 @@ class Win:
                      op: Op = SUM) -> None:
         """One element: fetch the target's value into ``result`` and combine ``origin`` into
         it with ``op``, atomically."""
-        s = self._live("Fetch_and_op")
+        s = self._call("Fetch_and_op")
         ospec = parse_buffer(origin, writable=False, call="Win.Fetch_and_op", arg="origin")
         rspec = parse_buffer(result, writable=True, call="Win.Fetch_and_op", arg="result")
         self._single(ospec, ospec, "Fetch_and_op", "origin")
@@ -613,7 +620,7 @@ class Win:
         """One element: fetch the target's value into ``result``; if it equals ``compare``,
         replace it with ``origin`` (atomically)."""
         call = "Compare_and_swap"
-        s = self._live(call)
+        s = self._call(call)
         ospec = parse_buffer(origin, writable=False, call=f"Win.{call}", arg="origin")
         cspec = parse_buffer(compare, writable=False, call=f"Win.{call}", arg="compare")
         rspec = parse_buffer(result, writable=True, call=f"Win.{call}", arg="result")
@@ -639,7 +646,7 @@ class Win:
     def Fence(self, assertion: int = 0) -> None:
         """End the fence epoch (every rank's operations complete) and - unless
         ``MODE_NOSUCCEED`` - start the next (collective)."""
-        s = self._live("Fence")
+        s = self._call("Fence")
         assertion = _check_int(assertion, "Fence", "assertion")
         s.epochs.check_fence()
         s.origin.complete_remote(s.origin.targets(), "Win.Fence")
@@ -661,7 +668,7 @@ class Win:
 
     def Post(self, group: Group, assertion: int = 0) -> None:
         """Expose this rank's window to the ranks of ``group`` (they ``Start`` then)."""
-        s = self._live("Post")
+        s = self._call("Post")
         ranks = self._ranks_of(s, group, "Post")
         if s.epochs.exposure is not None:
             raise s.epochs._error("Post", "an exposure epoch is already open (Wait first)")
@@ -671,7 +678,7 @@ class Win:
 
     def Start(self, group: Group, assertion: int = 0) -> None:
         """Begin an access epoch to the ranks of ``group`` (waits for their ``Post``)."""
-        s = self._live("Start")
+        s = self._call("Start")
         ranks = self._ranks_of(s, group, "Start")
         if s.epochs.access is not None:
             raise s.epochs._error("Start", "an access epoch is already open (Complete first)")
@@ -681,7 +688,7 @@ class Win:
 
     def Complete(self) -> None:
         """End the access epoch begun by ``Start``: this rank's operations complete."""
-        s = self._live("Complete")
+        s = self._call("Complete")
         ranks = s.epochs.access
         if ranks is None:
             raise s.epochs._error("Complete", "no access epoch is open (Complete without Start)")
@@ -699,7 +706,7 @@ class Win:
 
     def Wait(self) -> None:
         """End the exposure epoch begun by ``Post``: wait until every origin completed."""
-        s = self._live("Wait")
+        s = self._call("Wait")
         if s.epochs.exposure is None:
             raise s.epochs._error("Wait", "no exposure epoch is open (Wait without Post)")
         if not self._exposure_done(s):
@@ -709,7 +716,7 @@ class Win:
 
     def Test(self) -> bool:
         """``Wait`` without blocking: True (and the epoch ended) once every origin completed."""
-        s = self._live("Test")
+        s = self._call("Test")
         if s.epochs.exposure is None:
             raise s.epochs._error("Test", "no exposure epoch is open (Test without Post)")
         if not self._exposure_done(s):
@@ -722,7 +729,7 @@ class Win:
     # -- passive target ----------------------------------------------------------------------
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
         """Begin a passive-target epoch on ``rank`` (waits until the lock is granted)."""
-        s = self._live("Lock")
+        s = self._call("Lock")
         rank = self._target_rank(s, rank, "Lock")
         lock_type = _lock_type(s, lock_type)
         if rank == PROC_NULL:
@@ -736,7 +743,7 @@ class Win:
 
     def Unlock(self, rank: int) -> None:
         """End the passive-target epoch on ``rank``: its operations are complete there."""
-        s = self._live("Unlock")
+        s = self._call("Unlock")
         rank = self._target_rank(s, rank, "Unlock")
         if rank == PROC_NULL:
             return
@@ -755,7 +762,7 @@ class Win:
 
     def Lock_all(self, assertion: int = 0) -> None:
         """A shared lock on every rank of the window."""
-        s = self._live("Lock_all")
+        s = self._call("Lock_all")
         if s.epochs.lock_all is not None or s.epochs.locks:
             raise s.epochs._error("Lock_all", "this rank already holds locks on this window")
         nocheck = bool(_check_int(assertion, "Lock_all", "assertion") & MODE_NOCHECK)
@@ -768,7 +775,7 @@ class Win:
         s.epochs.lock_all = nocheck
 
     def Unlock_all(self) -> None:
-        s = self._live("Unlock_all")
+        s = self._call("Unlock_all")
         if s.epochs.lock_all is None:
             raise s.epochs._error("Unlock_all", "this rank holds no Lock_all (Unlock_all "
                                                 "without Lock_all)")
@@ -777,7 +784,7 @@ class Win:
 
     def Flush(self, rank: int) -> None:
         """Complete this rank's operations to ``rank``, at the target too."""
-        s = self._live("Flush")
+        s = self._call("Flush")
         rank = self._target_rank(s, rank, "Flush")
         if rank == PROC_NULL:
             return
@@ -785,12 +792,12 @@ class Win:
         s.origin.complete_remote([rank], "Win.Flush")
 
     def Flush_all(self) -> None:
-        s = self._live("Flush_all")
+        s = self._call("Flush_all")
         s.origin.complete_remote(s.origin.targets(), "Win.Flush_all")
 
     def Flush_local(self, rank: int) -> None:
         """Complete this rank's operations to ``rank`` locally (buffers reusable)."""
-        s = self._live("Flush_local")
+        s = self._call("Flush_local")
         rank = self._target_rank(s, rank, "Flush_local")
         if rank == PROC_NULL:
             return
@@ -798,13 +805,13 @@ class Win:
         s.origin.complete_local([rank])
 
     def Flush_local_all(self) -> None:
-        s = self._live("Flush_local_all")
+        s = self._call("Flush_local_all")
         s.origin.complete_local(s.origin.targets())
 
     def Sync(self) -> None:
         """Synchronise the public and private copies of the window: minimpi's windows are
         unified (one copy), so there is nothing to do."""
-        self._live("Sync")
+        self._call("Sync")
 
     # -- mpi4py's handle conversions -----------------------------------------------------------
     def py2f(self) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import numpy as np
-
 from mpi4py import MPI
 
 __all__ = ["Sequential", "Counter", "Mutex", "Condition", "Semaphore"]

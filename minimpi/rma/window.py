@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import operator
+import os
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -46,7 +47,7 @@ from ..data.memory import alloc_mem, buffer
 from ..data.ops import SUM, Op
 from ..errors import ArgumentError, CountError, DatatypeError, MinimpiError, OpError, RankError
 from ..p2p.request import CompletedRequest, Request
-from . import am, shared
+from . import am, cma, shared
 from .am import ACC, CAS, COMPLETE, GET, GET_ACC, LOCK, POST_TAG, PUT, UNLOCK
 from .epochs import Epochs
 from .errors import ERR_LOCKTYPE, ERR_SIZE, RmaFlavorError, RmaRangeError, WinError
@@ -104,10 +105,18 @@ class _State:
         self.errhandler = ERRORS_ARE_FATAL
         self.attrs: Dict[int, Any] = {}
         self.segment = segment
-        # every rank's window size and disp_unit: origins check bounds before sending
-        facts = self.comm.allgather((int(memory.size), self.disp_unit))
+        # every rank's window size and disp_unit (origins check bounds before sending), and
+        # where its memory is (process, address) for straight copies on one host
+        address = int(memory.ctypes.data) if memory.size else 0
+        facts = self.comm.allgather((int(memory.size), self.disp_unit, os.getpid(), address))
         self.sizes = [f[0] for f in facts]
         self.units = [f[1] for f in facts]
+        hosts = self.endpoint.hosts
+        #: target -> (pid, address) of the peers whose memory cross memory attach may reach
+        self.reachable: Dict[int, Tuple[int, int]] = {}
+        if cma.available() and flavor != WIN_FLAVOR_DYNAMIC and segment is None:
+            self.reachable = {t: (f[2], f[3]) for t, f in enumerate(facts)
+                              if t != self.rank and hosts[t] == hosts[self.rank] and f[0]}
         self.exposed = Exposed(self.rank, self.label, memory,
                                dynamic=flavor == WIN_FLAVOR_DYNAMIC)
         self.epochs = Epochs(self.rank, self.label)
@@ -492,6 +501,9 @@ class Win:
         if memory is not None:
             scatter(memory, layout, data)
             return CompletedRequest()
+        if rank in s.reachable and layout.nbytes and \
+                self._cross(s, rank, layout, np.frombuffer(data, np.uint8), True):
+            return CompletedRequest()
         return s.origin.send(rank, (PUT, layout.wire()), data, f"Win.{call}")
 
     def _get(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
@@ -507,8 +519,28 @@ class Win:
         if memory is not None:
             store_into_origin(spec, gather(memory, layout).tobytes())
             return CompletedRequest()
+        if rank in s.reachable and layout.nbytes:
+            landing = np.empty(layout.nbytes, np.uint8)
+            if self._cross(s, rank, layout, landing, False):
+                store_into_origin(spec, landing)
+                return CompletedRequest()
         return s.origin.ask(rank, (GET, layout.wire()), None, f"Win.{call}",
                             lambda body: store_into_origin(spec, body))
+
+    @staticmethod
+    def _cross(s: _State, rank: int, layout: Layout, local: np.ndarray, write: bool) -> bool:
+        """A straight copy to/from a same-host peer's window memory (cross memory attach);
+        False - and that peer is reached by messages from now on - if the kernel refuses.
+        Ordering: this rank's earlier requests to ``rank`` are completed first."""
+        if s.origin.pending.get(rank):
+            s.origin.complete_local([rank])
+        if rank in s.origin.dirty:
+            s.origin.complete_remote([rank], "Win.Put")
+        pid, address = s.reachable[rank]
+        if cma.transfer(pid, address, layout, local, write):
+            return True
+        del s.reachable[rank]
+        return False
 
     def Put(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Write ``origin`` into ``target_rank``'s window at ``target`` (a displacement in

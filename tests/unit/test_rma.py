@@ -1,6 +1,7 @@
 """One-sided communication (minimpi.rma) on ranks as threads: every window flavor, every
 synchronisation mode, every operation, over the inproc wire and over TCP (where a request
-is served only by the target's progress), at 3 and 5 ranks."""
+is served only by the target's progress), at 3 and 5 ranks, on one host (straight copies)
+and on pretend hosts of their own (request messages)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,11 +10,16 @@ import pytest
 from minimpi import MPI
 from minimpi.runtime.inproc import RankFailed, run_threads
 
-WIRES = ["inproc", "tcp"]
+#: "tcp-hosts": every rank on a host of its own, so Put/Get to a Win.Create window are
+#: requests served by the target (on one host they copy straight into the target's memory)
+WIRES = ["inproc", "tcp", "tcp-hosts"]
 SIZES = [3, 5]
 
 
 def run(n, fn, wire="inproc", **kw):
+    if wire == "tcp-hosts":
+        return run_threads(n, fn, transport="tcp", hosts=[f"host{r}" for r in range(n)],
+                           timeout=60, **kw)
     return run_threads(n, fn, transport=wire, timeout=60, **kw)
 
 
@@ -265,9 +271,46 @@ def test_access_outside_the_window_names_rank_window_offset_and_size():
 def test_dynamic_window_out_of_range_is_reported_at_the_origins_flush():
     def body(comm):
         win = MPI.Win.Create_dynamic(None, comm)
+        caught = None
         win.Lock(1)
         win.Put(bytearray(4), 1, 64)       # address 64 is attached nowhere on rank 1
-        win.Unlock(1)
+        try:
+            win.Unlock(1)
+        except MPI.Exception as exc:
+            caught = exc
+        win.Free()
+        return caught
 
-    exc = _error_of(body)
-    assert exc.Get_error_class() == MPI.ERR_RMA_RANGE and "not inside any attached" in str(exc)
+    for exc in run(3, body, "tcp"):
+        assert exc.Get_error_class() == MPI.ERR_RMA_RANGE
+        assert "not inside any attached" in str(exc) and "of rank 1" in str(exc)
+
+
+@pytest.mark.parametrize("flavor", ["create", "allocate"])
+def test_put_on_one_host_needs_no_mpi_call_from_the_target(flavor):
+    import time
+
+    def body(comm):
+        if flavor == "create":
+            mem = np.zeros(2, "i")
+            win = MPI.Win.Create(mem, 4, None, comm)
+        else:
+            win = MPI.Win.Allocate(8, 4, None, comm)
+            mem = np.frombuffer(win.tomemory(), "i")
+            mem[:] = 0
+        comm.Barrier()
+        seen = None
+        if comm.rank == 0:      # computes without calling MPI until the data is there
+            deadline = time.monotonic() + 10
+            while mem[1] != 42 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            seen = mem.tolist()
+        elif comm.rank == 1:
+            win.Lock(0, MPI.LOCK_SHARED, MPI.MODE_NOCHECK)
+            win.Put(np.array([7, 42], "i"), 0)
+            win.Unlock(0)
+        comm.Barrier()
+        win.Free()
+        return seen
+
+    assert run(3, body, "tcp")[0] == [7, 42]

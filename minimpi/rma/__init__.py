@@ -3,6 +3,7 @@
 One module per concern: :mod:`.window` (the ``Win`` object: creation, attributes, epochs,
 the operations), :mod:`.am` (operations as active messages served by the target's
 progress), :mod:`.shared` (windows in shared memory on one host: straight ``Put``/``Get``),
+:mod:`.cma` (straight ``Put``/``Get`` into a same-host peer's ``Win.Create`` memory),
 :mod:`.layout` (target byte runs from datatypes), :mod:`.exposed` (a rank's side of a
 window), :mod:`.locks` (a target's lock table), :mod:`.epochs` (ERR_RMA_SYNC checks).
 """

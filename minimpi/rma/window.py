@@ -5,6 +5,8 @@ How bytes move (chosen per target when the window is made):
 * to this rank itself, and ``Put``/``Get`` to any rank of a window in shared memory
   (``Allocate_shared``; ``Allocate`` when every rank is on one host): straight from and into
   the target's memory (:mod:`minimpi.rma.shared`), no message, no help from the target;
+* ``Put``/``Get`` to a same-host peer's other window: cross memory attach
+  (:mod:`minimpi.rma.cma`), where the kernel allows;
 * everything else: an active message served by the target's progress (:mod:`minimpi.rma.am`)
   - the target must be inside some MPI call for it to be served.
 

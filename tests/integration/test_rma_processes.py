@@ -106,3 +106,42 @@ def test_epoch_misuse_names_the_rank_and_the_error_class(write_script, job_marke
     assert r.returncode == 0, r.stderr
     for rank in range(3):
         assert f"[{rank}] caught {rank} rank {rank}" in r.stdout
+
+
+def test_mpi4py_util_sync_over_windows(write_script, job_marker):
+    script = write_script("rma_sync.py", """
+        from mpi4py import MPI
+        from mpi4py.util import sync
+        comm = MPI.COMM_WORLD
+        counter = sync.Counter(start=10, comm=comm)
+        mine = [next(counter) for _ in range(4)]
+        assert sorted(sum(comm.allgather(mine), [])) == list(range(10, 10 + 4 * comm.size))
+        mutex = sync.Mutex(comm=comm)
+        inside = sync.Counter(comm=comm)
+        for _ in range(3):
+            with mutex:                      # nobody else between these two increments
+                a, b = next(inside), next(inside)
+                assert b == a + 1, (a, b)
+        cv = sync.Condition(comm=comm)
+        if comm.rank == 0:
+            woken = 0
+            while woken < comm.size - 1:
+                with cv:
+                    woken += cv.notify()
+        else:
+            with cv:
+                cv.wait()
+        sem = sync.Semaphore(2, comm=comm)
+        with sem:
+            pass
+        order = []
+        with sync.Sequential(comm):
+            order.append(next(counter))
+        assert comm.allgather(order[0]) == sorted(comm.allgather(order[0]))
+        for obj in (sem, cv, mutex, inside, counter):
+            obj.free()
+        print("sync ok", comm.rank)
+    """)
+    r = run_minimpi("-n", "3", *marker_args(job_marker), script, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert all(f"[{rank}] sync ok {rank}" in r.stdout for rank in range(3))

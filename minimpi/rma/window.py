@@ -195,6 +195,12 @@ class Win:
         raise ValueError(f"cannot pickle a live window ({self._s.label}): windows are "
                          f"local handles")
 
+    @property
+    def endpoint(self) -> Optional[Any]:
+        """The engine's view of the window's own communicator (None for a null or freed
+        window): what tracing asks for the rank's observer."""
+        return self._s.endpoint if self else None
+
     def _live(self, call: str) -> _State:
         s = self._s
         if s is None or s.freed:

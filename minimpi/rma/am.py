@@ -48,9 +48,9 @@ FIRST_REPLY_TAG = 16
 _LAST_REPLY_TAG = 1 << 30
 
 # request kinds
-PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, COMPLETE = range(9)
+PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, COMPLETE, RELEASE = range(10)
 KIND_NAMES = ("Put", "Get", "Accumulate", "Get_accumulate", "Compare_and_swap", "Lock",
-              "Unlock", "Flush", "Complete")
+              "Unlock", "Flush", "Complete", "Unlock")
 
 _LEN = struct.Struct("<I")
 _OK = b"\x00"
@@ -172,6 +172,8 @@ class Server:
                 self._ack(origin, header[1])
             elif kind == COMPLETE:
                 self.target.completed(origin)
+            elif kind == RELEASE:       # an Unlock with nothing left to acknowledge
+                self.target.locks.release(origin)
             else:
                 raise MinimpiError(f"unknown one-sided request kind {kind}")
         except Exception as exc:   # told to the origin, never raised inside an unrelated call
@@ -314,6 +316,12 @@ class Origin:
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
         self.dirty.add(target)
         return self._track(target, RmaRequest((sreq,), None, None, call))
+
+    def release_lock(self, target: int, call: str) -> None:
+        """Give a lock back without waiting: nothing is left to acknowledge (the origin
+        checked it holds the lock; a later request of ours queues behind this one)."""
+        segments, nbytes = encode((RELEASE,), None)
+        self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
 
     def ask(self, target: int, header: tuple, payload: Optional[memoryview], call: str,
             on_reply: Optional[Callable[[memoryview], None]] = None) -> RmaRequest:

@@ -795,9 +795,13 @@ class Win:
         if nocheck:
             s.origin.complete_remote(ranks, call)
             return
+        s.origin.complete_local(ranks)      # fetched data in, sends out
         for r in ranks:
-            s.origin.ask(r, (UNLOCK,), None, call)
-            s.origin.dirty.discard(r)
+            if r in s.origin.dirty:          # writes to acknowledge: Unlock waits for them
+                s.origin.ask(r, (UNLOCK,), None, call)
+                s.origin.dirty.discard(r)
+            else:                            # all complete already: just give the lock back
+                s.origin.release_lock(r, call)
         s.origin.complete_local(ranks)
 
     def Lock_all(self, assertion: int = 0) -> None:

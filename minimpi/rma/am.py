@@ -100,6 +100,9 @@ class Server:
         self.closed = False
         #: errors of requests without a reply, per origin, told at its next flush/unlock
         self.deferred: Dict[int, List[Tuple[int, str]]] = {}
+        #: requests of origins whose lock is not granted yet (an origin does not wait for
+        #: the grant before it sends its operations: they wait here, in order)
+        self.parked: Dict[int, List[Any]] = {}
         self._recv = self._post()
         endpoint.engine.add_active(self)
 
@@ -150,6 +153,10 @@ class Server:
 
     # -- serving -------------------------------------------------------------------------
     def serve(self, origin: int, buffer: Any) -> None:
+        parked = self.parked.get(origin)
+        if parked is not None:        # behind a lock not granted yet: in order, later
+            parked.append(buffer)
+            return
         header, payload = decode(buffer)
         kind = header[0]
         try:
@@ -165,7 +172,8 @@ class Server:
                 self._compare_and_swap(origin, header, payload)
             elif kind == LOCK:
                 _, tag, mode = header
-                self.target.locks.request(origin, mode, lambda: self.reply(origin, tag))
+                self.parked[origin] = []
+                self.target.locks.request(origin, mode, lambda: self._granted(origin, tag))
             elif kind == UNLOCK:
                 self._unlock(origin, header[1])
             elif kind == FLUSH:
@@ -181,6 +189,12 @@ class Server:
                 self.reply(origin, header[1], error=exc)
             else:
                 self.deferred.setdefault(origin, []).append((_error_byte(exc), str(exc)))
+
+    def _granted(self, origin: int, tag: int) -> None:
+        """``origin``'s lock is granted: tell it, then serve what it sent meanwhile."""
+        self.reply(origin, tag)
+        for buffer in self.parked.pop(origin, ()):
+            self.serve(origin, buffer)
 
     def _put(self, origin: int, header: tuple, payload: memoryview) -> None:
         layout = Layout.from_wire(header[1])
@@ -296,6 +310,8 @@ class Origin:
         self.pending: Dict[int, List[RmaRequest]] = {}
         #: targets with writes (Put/Accumulate/Complete) not yet acknowledged
         self.dirty: set = set()
+        #: lock requests whose grant has not come back yet, per target
+        self.grants: Dict[int, RmaRequest] = {}
 
     def _next_tag(self) -> int:
         tag = self._tag
@@ -316,6 +332,18 @@ class Origin:
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
         self.dirty.add(target)
         return self._track(target, RmaRequest((sreq,), None, None, call))
+
+    def lock(self, target: int, lock_type: int, call: str) -> None:
+        """Ask ``target`` for its lock without waiting: operations sent after it wait at
+        the target until it is granted; :meth:`granted` waits for it (straight memory
+        access needs it)."""
+        self.grants[target] = self.ask(target, (LOCK, lock_type), None, call)
+
+    def granted(self, target: int) -> None:
+        """Wait until the lock asked of ``target`` is granted."""
+        req = self.grants.pop(target, None)
+        if req is not None and not req.done:
+            self.wait([req])
 
     def release_lock(self, target: int, call: str) -> None:
         """Give a lock back without waiting: nothing is left to acknowledge (the origin

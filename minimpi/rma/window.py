@@ -135,6 +135,7 @@ class _State:
         """The target's window memory when this rank can reach it directly (itself, or a
         peer in the same shared segment), else None."""
         if self.segment is not None and target < len(self.segment.parts):
+            self.origin.granted(target)       # a lock asked of it must be ours first
             return self.segment.parts[target]
         if target == self.rank and not self.exposed.dynamic:
             return self.exposed.memory
@@ -540,6 +541,7 @@ class Win:
         """A straight copy to/from a same-host peer's window memory (cross memory attach);
         False - and that peer is reached by messages from now on - if the kernel refuses.
         Ordering: this rank's earlier requests to ``rank`` are completed first."""
+        s.origin.granted(rank)
         if s.origin.pending.get(rank):
             s.origin.complete_local([rank])
         if rank in s.origin.dirty:
@@ -777,8 +779,9 @@ class Win:
         s.epochs.check_lock(rank, lock_type, "Lock")
         nocheck = bool(_check_int(assertion, "Lock", "assertion") & MODE_NOCHECK)
         if not nocheck:
-            s.origin.wait([s.origin.ask(rank, (LOCK, lock_type), None, "Win.Lock")])
-            s.origin.pending[rank].pop()
+            s.origin.lock(rank, lock_type, "Win.Lock")
+            if rank == s.rank:      # local loads and stores may follow: wait for it now
+                s.origin.granted(rank)
         s.epochs.locks[rank] = (lock_type, nocheck)
 
     def Unlock(self, rank: int) -> None:
@@ -811,11 +814,9 @@ class Win:
             raise s.epochs._error("Lock_all", "this rank already holds locks on this window")
         nocheck = bool(_check_int(assertion, "Lock_all", "assertion") & MODE_NOCHECK)
         if not nocheck:
-            reqs = [s.origin.ask(r, (LOCK, LOCK_SHARED), None, "Win.Lock_all")
-                    for r in range(s.size)]
-            s.origin.wait(reqs)
             for r in range(s.size):
-                s.origin.pending[r].remove(reqs[r])
+                s.origin.lock(r, LOCK_SHARED, "Win.Lock_all")
+            s.origin.granted(s.rank)
         s.epochs.lock_all = nocheck
 
     def Unlock_all(self) -> None:

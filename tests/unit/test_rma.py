@@ -314,3 +314,33 @@ def test_put_on_one_host_needs_no_mpi_call_from_the_target(flavor):
         return seen
 
     assert run(3, body, "tcp")[0] == [7, 42]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("flavor", ["create", "allocate"])
+def test_exclusive_lock_makes_get_add_put_a_critical_section(wire, flavor):
+    rounds = 6
+
+    def body(comm):
+        if flavor == "create":
+            win = MPI.Win.Create(np.zeros(1, "l"), 8, None, comm)
+        else:
+            win = MPI.Win.Allocate(8, 8, None, comm)
+            np.frombuffer(win.tomemory(), "l")[:] = 0
+        comm.Barrier()
+        value = np.zeros(1, "l")
+        for _ in range(rounds):
+            win.Lock(0)             # the Get waits for the grant (parked at the target)
+            win.Get(value, 0)
+            win.Flush(0)
+            value += 1
+            win.Put(value, 0)
+            win.Unlock(0)
+        comm.Barrier()
+        win.Lock(0, MPI.LOCK_SHARED)
+        win.Get(value, 0)
+        win.Unlock(0)
+        win.Free()
+        return int(value[0])
+
+    assert run(5, body, wire) == [5 * rounds] * 5

@@ -50,7 +50,7 @@ from ..data.ops import SUM, Op
 from ..errors import ArgumentError, CountError, DatatypeError, MinimpiError, OpError, RankError
 from ..p2p.request import CompletedRequest, Request
 from . import am, cma, shared
-from .am import ACC, CAS, COMPLETE, GET, GET_ACC, LOCK, POST_TAG, PUT, UNLOCK
+from .am import ACC, CAS, COMPLETE, GET, GET_ACC, POST_TAG, PUT, UNLOCK
 from .epochs import Epochs
 from .errors import ERR_LOCKTYPE, ERR_SIZE, RmaFlavorError, RmaRangeError, WinError
 from .exposed import Exposed, outside_text

@@ -127,23 +127,16 @@ def scatter(memory: np.ndarray, layout: Layout, data: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- origin side
+# parse_buffer already gives the origin's items as contiguous bytes: for a derived datatype
+# a send's spec holds them packed, a receive's spec a temporary that finish() scatters.
 def origin_bytes(spec: BufSpec) -> memoryview:
     """The origin buffer's data as contiguous bytes (zero-copy for contiguous types)."""
-    datatype = spec.datatype
-    if getattr(datatype, "is_contiguous", True) or not hasattr(datatype, "pack"):
-        return spec.view
-    return memoryview(datatype.pack(spec.array, spec.count)).cast("B")
+    return spec.view
 
 
 def store_into_origin(spec: BufSpec, data: Any) -> None:
     """Put contiguous ``data`` (a reply) into the origin buffer ``spec`` describes."""
-    datatype = spec.datatype
-    if getattr(datatype, "is_contiguous", True) or not hasattr(datatype, "unpack"):
-        view = spec.view
-        n = len(data)
-        if n:
-            view[:n] = data
-        spec.finish()
-        return
-    datatype.unpack(data, spec.array, spec.count)
+    n = len(data)
+    if n:
+        spec.view[:n] = data
     spec.finish()

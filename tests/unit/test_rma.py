@@ -344,3 +344,40 @@ def test_exclusive_lock_makes_get_add_put_a_critical_section(wire, flavor):
         return int(value[0])
 
     assert run(5, body, wire) == [5 * rounds] * 5
+
+
+def _vector_type():
+    try:
+        return MPI.INT.Create_vector(3, 1, 2).Commit()     # every other int, 3 of them
+    except NotImplementedError:
+        pytest.skip("derived datatypes are not in this build yet (the datatypes branch)")
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_derived_target_and_origin_datatypes(wire):
+    vec = _vector_type()
+
+    def body(comm):
+        mem = np.zeros(8, "i")
+        win = MPI.Win.Create(mem, 4, None, comm)
+        peer = (comm.rank + 1) % comm.size
+        win.Fence()
+        win.Put(np.array([1, 2, 3], "i"), peer, [1, 1, vec])          # ints 1, 3, 5
+        win.Fence()
+        win.Accumulate(np.array([10, 20, 30], "i"), peer, [1, 1, vec], MPI.SUM)
+        win.Fence()
+        back = np.full(6, -1, "i")
+        win.Get([back, 1, vec], peer, [1, 3, MPI.INT])    # strided on the origin side
+        win.Fence()
+        old = np.zeros(3, "i")
+        win.Lock(peer)
+        win.Get_accumulate(np.ones(3, "i"), old, peer, [1, 1, vec], MPI.SUM)
+        win.Unlock(peer)
+        comm.Barrier()
+        win.Free()
+        return mem.tolist(), back.tolist(), old.tolist()
+
+    mem, back, old = run(3, body, wire)[0]
+    assert mem == [0, 12, 0, 23, 0, 34, 0, 0]
+    assert back == [11, -1, 0, -1, 22, -1]
+    assert old == [11, 22, 33]

@@ -6,10 +6,9 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 ``COMM_WORLD`` does).
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
-one-sided communication (``Win``: ``MPI.WIN_NULL`` exists, its operations refuse),
-user-defined MPI-IO data representations (``Register_datarep``; ``File`` itself is
-minimpi/io), dynamic processes (``Spawn``, ``Connect``...), graph topologies, derived
-datatypes other than contiguous ones, generalized requests, ``Pack``/``Unpack`` and
+user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
+``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), graph topologies,
+derived datatypes other than contiguous ones, generalized requests, ``Pack``/``Unpack`` and
 ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
@@ -42,8 +41,10 @@ from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .comm.persistent import Prequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
-from .comm.window import WIN_NULL, Win  # noqa: F401
 from .io import FILE_NULL, File  # noqa: F401
+from .rma import WIN_NULL, Win  # noqa: F401
+from .rma import ERROR_CLASSES as _RMA_ERROR_CLASSES, release_all as _release_windows
+from .rma import window as _rma_window
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
@@ -66,6 +67,10 @@ from .comm.communicator import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST,  #
                                 KEYVAL_IO as IO, KEYVAL_LASTUSEDCODE as LASTUSEDCODE,
                                 KEYVAL_TAG_UB as TAG_UB, KEYVAL_UNIVERSE_SIZE as UNIVERSE_SIZE,
                                 KEYVAL_WTIME_IS_GLOBAL as WTIME_IS_GLOBAL)
+
+# -- one-sided communication: the RMA error classes; Win.Create(..., comm=None) is COMM_SELF
+globals().update(_RMA_ERROR_CLASSES)
+_rma_window.default_comm = _runtime.comm_self
 
 # -- every predefined datatype under its MPI name (``getattr(MPI, "2INT")`` included) --------
 globals().update(_PREDEFINED_TYPES)
@@ -178,6 +183,7 @@ def Is_thread_main() -> bool:
 
 
 def Finalize() -> None:
+    _release_windows()
     _runtime.finalize()
 
 

@@ -120,3 +120,26 @@ SEEK_END = 604
 #: ``Set_view``'s displacement meaning "the shared file pointer's current position"
 #: (files opened with ``MODE_SEQUENTIAL``)
 DISPLACEMENT_CURRENT = -54278278
+# One-sided communication (RMA windows; values as MPICH's, so printed numbers look familiar)
+LOCK_EXCLUSIVE = 234
+LOCK_SHARED = 235
+# assertions for Fence/Lock/Post/Start (hints; minimpi uses MODE_NOCHECK and MODE_NOSUCCEED)
+MODE_NOCHECK = 1024
+MODE_NOSTORE = 2048
+MODE_NOPUT = 4096
+MODE_NOPRECEDE = 8192
+MODE_NOSUCCEED = 16384
+# how a window was made (Win.Get_attr(WIN_CREATE_FLAVOR))
+WIN_FLAVOR_CREATE = 1
+WIN_FLAVOR_ALLOCATE = 2
+WIN_FLAVOR_DYNAMIC = 3
+WIN_FLAVOR_SHARED = 4
+# memory models (Win.Get_attr(WIN_MODEL)): minimpi's windows are plain memory, so unified
+WIN_SEPARATE = 1
+WIN_UNIFIED = 2
+# window attribute keyvals (Win.Get_attr)
+WIN_BASE = 0x66000001
+WIN_SIZE = 0x66000003
+WIN_DISP_UNIT = 0x66000005
+WIN_CREATE_FLAVOR = 0x66000007
+WIN_MODEL = 0x66000009

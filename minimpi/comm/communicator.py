@@ -170,6 +170,12 @@ class Comm(CommExtras):
         """The world rank of each member, in communicator rank order."""
         return self._ep.group
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """What the engine sees of this communicator (its group, rank and contexts): the
+        seam that one-sided windows (minimpi.rma) send, receive and progress through."""
+        return self._ep
+
     def Is_inter(self) -> bool:
         return False
 

@@ -70,7 +70,10 @@ class Errhandler:
         self._name = errhandler._name if errhandler is not None else _name
 
     def Free(self) -> None:
-        pass
+        """A handle obtained from ``Get_errhandler`` becomes ``ERRHANDLER_NULL``; the
+        predefined constants themselves stay usable."""
+        if not any(self is c for c in _CONSTANT_ERRHANDLERS):
+            self._name = "ERRHANDLER_NULL"
 
     def __bool__(self) -> bool:
         return self._name != "ERRHANDLER_NULL"
@@ -88,6 +91,7 @@ ERRHANDLER_NULL = Errhandler()
 ERRORS_RETURN = Errhandler(_name="ERRORS_RETURN")
 ERRORS_ARE_FATAL = Errhandler(_name="ERRORS_ARE_FATAL")
 ERRORS_ABORT = Errhandler(_name="ERRORS_ABORT")
+_CONSTANT_ERRHANDLERS = (ERRHANDLER_NULL, ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT)
 
 
 class Info:

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..comm.communicator import Comm
 from ..data.units import format_size
 from ..p2p.request import RecvRequest, Request
+from ..rma.window import Win
 from .leftovers import FINAL_CONTEXT
 
 ENV_TRACE = "MINIMPI_TRACE"
@@ -316,7 +317,7 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
                 if engine is not None:
                     return getattr(engine, "observer", None)
             return None
-        ep = getattr(first, "_ep", None)          # a communicator; else a request
+        ep = getattr(first, "endpoint", None)     # a communicator or window; else a request
         engine = ep.engine if ep is not None else getattr(first, "_engine", None)
         return getattr(engine, "observer", None)
 
@@ -341,7 +342,7 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
             nbytes = _nbytes(v)
             if nbytes is not None:
                 break
-        comm_name = getattr(getattr(first, "_ep", None), "name", None)
+        comm_name = getattr(getattr(first, "endpoint", None), "name", None)
         if comm_name and not classmethod_:
             info["comm"] = comm_name
         obs.depth = 1
@@ -361,13 +362,14 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
 
 
 def _install_api_wrappers() -> None:
-    """Wrap every public communication method of Intracomm and Request (once per process)."""
+    """Wrap every public communication method of Intracomm, Win and Request (once per
+    process): one-sided operations and epochs (``Win.Put``, ``Win.Fence``...) are slices too."""
     global _wrapped
     with _install_lock:
         if _wrapped:
             return
         _wrapped = True
-        classes, todo = [], [Comm]
+        classes, todo = [], [Comm, Win]
         while todo:
             klass = todo.pop()
             if klass not in classes:

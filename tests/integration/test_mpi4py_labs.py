@@ -192,8 +192,7 @@ def test_out_of_scope_features_refuse_clearly(write_script, job_marker):
     script = write_script("refuse.py", """
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
-        calls = [lambda: MPI.Win.Create(bytearray(8), comm=comm),
-                 lambda: MPI.Register_datarep("x", None, None, None),
+        calls = [lambda: MPI.Register_datarep("x", None, None, None),
                  lambda: comm.Spawn("python"),
                  lambda: MPI.INT.Create_vector(2, 1, 2),
                  lambda: comm.Create_graph([1], [0])]

@@ -28,7 +28,7 @@ LAYERS = [
     ("minimpi.tools", 8), ("minimpi._shim", 8), ("minimpi._start", 8),
     ("minimpi.MPI", 7), ("minimpi.rc", 7),
     ("minimpi.runtime", 6),
-    ("minimpi.comm", 5), ("minimpi.dynamic", 5), ("minimpi.io", 5),
+    ("minimpi.comm", 5), ("minimpi.dynamic", 5), ("minimpi.io", 5), ("minimpi.rma", 5),
     ("minimpi.coll", 4),
     ("minimpi.p2p", 3),
     ("minimpi.transports", 2),

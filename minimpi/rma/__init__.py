@@ -1,0 +1,15 @@
+"""One-sided communication (RMA windows): ``MPI.Win``.
+
+One module per concern: :mod:`.window` (the ``Win`` object: creation, attributes, memory),
+:mod:`.operations` (Put, Get, the accumulates), :mod:`.synchronisation` (Fence, PSCW, locks,
+flushes), :mod:`.state` (a window's shared state and the handle base), :mod:`.am` (operations as active messages served by the target's
+progress), :mod:`.shared` (windows in shared memory on one host: straight ``Put``/``Get``),
+:mod:`.cma` (straight ``Put``/``Get`` into a same-host peer's ``Win.Create`` memory),
+:mod:`.layout` (target byte runs from datatypes), :mod:`.exposed` (a rank's side of a
+window), :mod:`.locks` (a target's lock table), :mod:`.epochs` (ERR_RMA_SYNC checks).
+"""
+from .errors import ERROR_CLASSES
+from .state import release_all
+from .window import WIN_NULL, Win
+
+__all__ = ["Win", "WIN_NULL", "ERROR_CLASSES", "release_all"]

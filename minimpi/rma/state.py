@@ -1,0 +1,152 @@
+"""A window's state, shared by every handle on it, and the base of ``MPI.Win``: what the
+operations (:mod:`.operations`) and the synchronisation calls (:mod:`.synchronisation`)
+both stand on."""
+from __future__ import annotations
+
+import atexit
+import operator
+import os
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from ..comm.handles import ERRORS_ARE_FATAL, Info
+from ..constants import (
+    PROC_NULL,
+    WIN_FLAVOR_DYNAMIC,
+)
+from ..data.buffers import get_address
+from ..errors import RankError
+from . import am, cma, shared
+from .am import POST_TAG
+from .epochs import Epochs
+from .errors import WinError
+from .exposed import Exposed
+
+#: windows not freed yet: at exit their servers stop (an unfreed window must not make the
+#: runtime think the process left in the middle of a call)
+_LIVE: "weakref.WeakSet[_State]" = weakref.WeakSet()
+_exit_hook_installed = False
+
+
+def release_all() -> None:
+    """Stop serving every window this process did not free (``MPI.Finalize``, exit)."""
+    for state in list(_LIVE):
+        if not state.freed:
+            state.server.close()
+
+
+def _remember(state: "_State") -> None:
+    global _exit_hook_installed
+    _LIVE.add(state)
+    if not _exit_hook_installed:   # registered after the runtime's, so it runs before it
+        atexit.register(release_all)
+        _exit_hook_installed = True
+
+
+class _EpochWait:
+    """Stands in for a request in 'what am I blocked on' reports (Win.Wait, Win.Start)."""
+
+    done = False
+
+    def __init__(self, call: str, peer: int, label: str) -> None:
+        self.description = (call, "source", peer, POST_TAG, label)
+
+
+class _State:
+    """Everything one window is, shared by every handle on it (``MPI.Win(win)``)."""
+
+    def __init__(self, comm: Any, flavor: int, memory: np.ndarray, mem_obj: Any,
+                 disp_unit: int, info: Any, segment: Optional[shared.SharedSegment]) -> None:
+        self.comm = comm.Dup()          # the window's own messages never meet anybody else's
+        self.endpoint = self.comm.endpoint
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.label = f"win#{self.endpoint.context}"
+        self.flavor = flavor
+        self.mem_obj = mem_obj
+        self.disp_unit = int(disp_unit)
+        self.base = get_address(mem_obj) if mem_obj is not None else 0
+        self.info = Info.Create(info) if isinstance(info, Info) else Info.Create()
+        self.name = ""
+        self.errhandler = ERRORS_ARE_FATAL
+        self.attrs: Dict[int, Any] = {}
+        self.segment = segment
+        # every rank's window size and disp_unit (origins check bounds before sending), and
+        # where its memory is (process, address) for straight copies on one host
+        address = int(memory.ctypes.data) if memory.size else 0
+        facts = self.comm.allgather((int(memory.size), self.disp_unit, os.getpid(), address))
+        self.sizes = [f[0] for f in facts]
+        self.units = [f[1] for f in facts]
+        hosts = self.endpoint.hosts
+        #: target -> (pid, address) of the peers whose memory cross memory attach may reach
+        self.reachable: Dict[int, Tuple[int, int]] = {}
+        if cma.available() and flavor != WIN_FLAVOR_DYNAMIC and segment is None:
+            self.reachable = {t: (f[2], f[3]) for t, f in enumerate(facts)
+                              if t != self.rank and hosts[t] == hosts[self.rank] and f[0]}
+        self.exposed = Exposed(self.rank, self.label, memory,
+                               dynamic=flavor == WIN_FLAVOR_DYNAMIC)
+        self.epochs = Epochs(self.rank, self.label)
+        self.origin = am.Origin(self.endpoint)
+        self.server = am.Server(self.endpoint, self.exposed)
+        self.freed = False
+        _remember(self)
+
+    @property
+    def memory(self) -> np.ndarray:
+        return self.exposed.memory
+
+    def direct_memory(self, target: int) -> Optional[np.ndarray]:
+        """The target's window memory when this rank can reach it directly (itself, or a
+        peer in the same shared segment), else None."""
+        if self.segment is not None and target < len(self.segment.parts):
+            self.origin.granted(target)       # a lock asked of it must be ours first
+            return self.segment.parts[target]
+        if target == self.rank and not self.exposed.dynamic:
+            return self.exposed.memory
+        return None
+
+
+def _check_int(value: Any, call: str, arg: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"Win.{call}: {arg} must be an integer, got "
+                        f"{type(value).__name__}") from None
+
+
+
+class WinHandle:
+    """The part of ``MPI.Win`` every call needs: the state (``_s``, None for a null window),
+    liveness checks and progress."""
+
+    __slots__ = ("_s", "__weakref__")
+
+    @property
+    def endpoint(self) -> Optional[Any]:
+        """The engine's view of the window's own communicator (None for a null or freed
+        window): what tracing asks for the rank's observer."""
+        return self._s.endpoint if self else None
+
+    def _live(self, call: str) -> _State:
+        s = self._s
+        if s is None or s.freed:
+            raise WinError(f"Win.{call}: the window is MPI.WIN_NULL or was freed; make one with "
+                           f"Win.Create/Allocate/Allocate_shared/Create_dynamic")
+        return s
+
+    def _call(self, call: str) -> _State:
+        """``_live`` for a one-sided call, plus one round of progress: a rank whose window
+        calls all complete locally (operations on itself) still serves its peers' requests."""
+        s = self._live(call)
+        s.endpoint.engine.poll()
+        return s
+
+    def _target_rank(self, s: _State, rank: Any, call: str) -> int:
+        rank = _check_int(rank, call, "target_rank")
+        if rank != PROC_NULL and not 0 <= rank < s.size:
+            raise RankError(f"rank {s.rank}: Win.{call}(target_rank={rank}): expected "
+                            f"0..{s.size - 1} or MPI.PROC_NULL (window {s.label})")
+        return rank
+

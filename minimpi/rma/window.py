@@ -1,0 +1,351 @@
+"""``MPI.Win``: RMA windows - creation, attributes, epochs and the one-sided operations.
+
+How bytes move (chosen per target when the window is made):
+
+* to this rank itself, and ``Put``/``Get`` to any rank of a window in shared memory
+  (``Allocate_shared``; ``Allocate`` when every rank is on one host): straight from and into
+  the target's memory (:mod:`minimpi.rma.shared`), no message, no help from the target;
+* ``Put``/``Get`` to a same-host peer's other window: cross memory attach
+  (:mod:`minimpi.rma.cma`), where the kernel allows;
+* everything else: an active message served by the target's progress (:mod:`minimpi.rma.am`)
+  - the target must be inside some MPI call for it to be served.
+
+``MPI.Win()`` and ``MPI.WIN_NULL`` are null windows (falsy, equal to each other).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ..comm.group import Group
+from ..comm.handles import Errhandler, Info
+from ..constants import (
+    BOTTOM,
+    PROC_NULL,
+    WIN_BASE,
+    WIN_CREATE_FLAVOR,
+    WIN_DISP_UNIT,
+    WIN_FLAVOR_ALLOCATE,
+    WIN_FLAVOR_CREATE,
+    WIN_FLAVOR_DYNAMIC,
+    WIN_FLAVOR_SHARED,
+    WIN_MODEL,
+    WIN_SIZE,
+    WIN_UNIFIED,
+)
+from ..data.buffers import get_address, parse_buffer
+from ..data.memory import alloc_mem, buffer
+from ..errors import ArgumentError, MinimpiError, RankError
+from . import shared
+from .errors import ERR_SIZE, RmaFlavorError
+from .operations import Operations
+from .state import _check_int, _State
+from .synchronisation import Synchronisation
+
+_KEYVALS = itertools.count(0x6600_1000)
+
+
+class Win(Operations, Synchronisation):
+    """An RMA window (``MPI.Win``). Make one with :meth:`Create`, :meth:`Allocate`,
+    :meth:`Allocate_shared` or :meth:`Create_dynamic` (collective over the communicator)."""
+
+    __slots__ = ()
+
+    def __init__(self, win: Any = None) -> None:
+        if win is not None and not isinstance(win, Win):
+            raise TypeError(f"MPI.Win({win!r:.40}): expected a window or nothing")
+        self._s: Optional[_State] = win._s if win is not None else None
+
+    @classmethod
+    def _of(cls, state: _State) -> "Win":
+        w = cls.__new__(cls)
+        w._s = state
+        return w
+
+    # -- handle behaviour ------------------------------------------------------------------
+    def __bool__(self) -> bool:
+        return self._s is not None and not self._s.freed
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Win):
+            return NotImplemented
+        a = self._s if self else None
+        b = other._s if other else None
+        return a is b
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return id(self._s) if self else 0
+
+    def __repr__(self) -> str:
+        if not self:
+            return "MPI.WIN_NULL"
+        return f"<MPI.Win {self._s.label} rank {self._s.rank} of {self._s.size}>"
+
+    def __reduce__(self):
+        if not self:
+            return (Win, ())
+        raise ValueError(f"cannot pickle a live window ({self._s.label}): windows are "
+                         f"local handles")
+
+    # -- creation --------------------------------------------------------------------------
+    @classmethod
+    def Create(cls, memory: Any, disp_unit: int = 1, info: Any = None, comm: Any = None) -> "Win":
+        """A window over ``memory`` (any writable contiguous buffer, or None / MPI.BOTTOM
+        for none) on every rank of ``comm`` (collective)."""
+        comm = _comm_or_self(comm)
+        disp_unit = _disp_unit(disp_unit, "Create")
+        if memory is None or _is_bottom(memory):
+            raw, obj = np.zeros(0, np.uint8), None
+        else:
+            spec = parse_buffer(memory, writable=True, call="Win.Create", arg="memory")
+            if spec.is_temporary:
+                raise ArgumentError("Win.Create: memory must be contiguous (window memory is "
+                                    "read and written in place)")
+            raw, obj = np.frombuffer(spec.view, np.uint8), memory
+            if isinstance(memory, (list, tuple)):
+                obj = spec.view
+        return cls._of(_State(comm, WIN_FLAVOR_CREATE, raw, obj, disp_unit, info, None))
+
+    @classmethod
+    def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> "Win":
+        """A window over ``size`` new bytes per rank (collective). On one host the memory
+        is shared, so ``Put``/``Get`` go straight into it."""
+        comm = _comm_or_self(comm)
+        size = _size(size, "Allocate")
+        disp_unit = _disp_unit(disp_unit, "Allocate")
+        if comm.Get_size() > 1 and shared.one_host(comm.endpoint.hosts):
+            segment = shared.allocate(comm, size, "Win.Allocate")
+            part = segment.parts[comm.Get_rank()]
+            return cls._of(_State(comm, WIN_FLAVOR_ALLOCATE, part, part, disp_unit, info,
+                                  segment))
+        mem = alloc_mem(size)
+        raw = mem.view(np.ndarray).view(np.uint8).reshape(-1)
+        return cls._of(_State(comm, WIN_FLAVOR_ALLOCATE, raw, mem, disp_unit, info, None))
+
+    @classmethod
+    def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None,
+                        comm: Any = None) -> "Win":
+        """A window in memory shared by every rank of ``comm``, which must all be on one
+        host (``comm.Split_type(MPI.COMM_TYPE_SHARED)``); see :meth:`Shared_query`."""
+        comm = _comm_or_self(comm)
+        size = _size(size, "Allocate_shared")
+        disp_unit = _disp_unit(disp_unit, "Allocate_shared")
+        hosts = comm.endpoint.hosts
+        if not shared.one_host(hosts):
+            raise shared.RmaSharedError(
+                f"rank {comm.Get_rank()}: Win.Allocate_shared on {comm.name}: its ranks are "
+                f"on {len(set(hosts))} hosts; shared memory needs one host - split the "
+                f"communicator with comm.Split_type(MPI.COMM_TYPE_SHARED) first")
+        segment = shared.allocate(comm, size, "Win.Allocate_shared")
+        part = segment.parts[comm.Get_rank()]
+        return cls._of(_State(comm, WIN_FLAVOR_SHARED, part, part, disp_unit, info, segment))
+
+    @classmethod
+    def Create_dynamic(cls, info: Any = None, comm: Any = None) -> "Win":
+        """A window without memory; each rank attaches buffers with :meth:`Attach`, and
+        target displacements are then addresses (``MPI.Get_address``)."""
+        comm = _comm_or_self(comm)
+        return cls._of(_State(comm, WIN_FLAVOR_DYNAMIC, np.zeros(0, np.uint8), None, 1, info,
+                              None))
+
+    def Attach(self, memory: Any) -> None:
+        """Expose ``memory`` in this dynamic window (local, not collective)."""
+        s = self._live("Attach")
+        if s.flavor != WIN_FLAVOR_DYNAMIC:
+            raise RmaFlavorError(f"rank {s.rank}: Win.Attach on window {s.label}: only dynamic "
+                                 f"windows (Win.Create_dynamic) take attached memory")
+        spec = parse_buffer(memory, writable=True, call="Win.Attach", arg="memory")
+        if spec.is_temporary:
+            raise ArgumentError("Win.Attach: memory must be contiguous")
+        s.exposed.attach(get_address(memory if not isinstance(memory, (list, tuple))
+                                     else spec.view), np.frombuffer(spec.view, np.uint8))
+
+    def Detach(self, memory: Any) -> None:
+        """Stop exposing memory attached with :meth:`Attach`."""
+        s = self._live("Detach")
+        if s.flavor != WIN_FLAVOR_DYNAMIC:
+            raise RmaFlavorError(f"rank {s.rank}: Win.Detach on window {s.label}: not a "
+                                 f"dynamic window")
+        s.exposed.detach(get_address(memory))
+
+    def Free(self) -> None:
+        """Free the window (collective): finish this rank's operations, wait for every rank,
+        stop serving."""
+        s = self._live("Free")
+        s.origin.complete_remote(s.origin.targets(), "Win.Free")
+        s.comm.Barrier()
+        s.server.close()
+        s.comm.Free()
+        if s.segment is not None:
+            s.segment.release()
+        s.freed = True
+
+    # -- attributes, names, info, groups -------------------------------------------------------
+    def Get_attr(self, keyval: int) -> Any:
+        s = self._live("Get_attr")
+        if keyval == WIN_BASE:
+            return s.base
+        if keyval == WIN_SIZE:
+            return int(s.memory.size)
+        if keyval == WIN_DISP_UNIT:
+            return s.disp_unit
+        if keyval == WIN_CREATE_FLAVOR:
+            return s.flavor
+        if keyval == WIN_MODEL:
+            return WIN_UNIFIED
+        return s.attrs.get(keyval)
+
+    def Set_attr(self, keyval: int, attrval: Any) -> None:
+        self._live("Set_attr").attrs[keyval] = attrval
+
+    def Delete_attr(self, keyval: int) -> None:
+        self._live("Delete_attr").attrs.pop(keyval, None)
+
+    @staticmethod
+    def Create_keyval(copy_fn: Any = None, delete_fn: Any = None, nopython: bool = False) -> int:
+        """A new attribute key for :meth:`Set_attr`."""
+        return next(_KEYVALS)
+
+    @staticmethod
+    def Free_keyval(keyval: int) -> int:
+        return -1
+
+    @property
+    def attrs(self) -> Tuple[int, int, int]:
+        """``(base address, size in bytes, disp_unit)``."""
+        s = self._live("attrs")
+        return (s.base, int(s.memory.size), s.disp_unit)
+
+    @property
+    def flavor(self) -> int:
+        return self._live("flavor").flavor
+
+    @property
+    def model(self) -> int:
+        self._live("model")
+        return WIN_UNIFIED
+
+    def Get_group(self) -> Group:
+        return self._live("Get_group").comm.Get_group()
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
+
+    @property
+    def group_size(self) -> int:
+        return self._live("group_size").size
+
+    @property
+    def group_rank(self) -> int:
+        return self._live("group_rank").rank
+
+    def Get_info(self) -> Info:
+        return Info.Create(self._live("Get_info").info)
+
+    def Set_info(self, info: Any) -> None:
+        s = self._live("Set_info")
+        if isinstance(info, Info):
+            s.info = Info.Create(info)
+
+    info = property(Get_info, Set_info)
+
+    def Get_name(self) -> str:
+        if self._s is None:
+            return "MPI_WIN_NULL"
+        return self._live("Get_name").name
+
+    def Set_name(self, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"Win.Set_name: expected a str, got {type(name).__name__}")
+        self._live("Set_name").name = name
+
+    name = property(Get_name, Set_name)
+
+    def Get_errhandler(self) -> Errhandler:
+        return Errhandler(self._live("Get_errhandler").errhandler)
+
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        if not isinstance(errhandler, Errhandler):
+            raise TypeError("Win.Set_errhandler: expected an MPI.Errhandler")
+        self._live("Set_errhandler").errhandler = Errhandler(errhandler)
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        raise MinimpiError(f"Win.Call_errhandler({errorcode})", int(errorcode))
+
+    # -- memory ------------------------------------------------------------------------------
+    def tomemory(self) -> buffer:
+        """This rank's window memory as an ``MPI.buffer`` (empty for a dynamic window)."""
+        s = self._live("tomemory")
+        if s.flavor == WIN_FLAVOR_DYNAMIC:
+            return buffer.fromaddress(0, 0)
+        if s.mem_obj is None:
+            return buffer.frombuffer(s.memory)
+        return buffer.frombuffer(s.mem_obj)
+
+    def Shared_query(self, rank: int) -> Tuple[buffer, int]:
+        """``(memory, disp_unit)`` of ``rank``'s part of a window in shared memory
+        (``PROC_NULL``: the first rank with a nonzero size). Other windows answer with
+        their own memory for this rank and an empty buffer for the others."""
+        s = self._live("Shared_query")
+        rank = _check_int(rank, "Shared_query", "rank")
+        if rank == PROC_NULL:
+            rank = next((r for r, n in enumerate(s.sizes) if n), 0)
+        if not 0 <= rank < s.size:
+            raise RankError(f"rank {s.rank}: Win.Shared_query({rank}): expected 0..{s.size - 1} "
+                            f"or MPI.PROC_NULL")
+        if s.segment is not None:
+            return buffer.frombuffer(s.segment.parts[rank]), s.units[rank]
+        if rank == s.rank and s.flavor != WIN_FLAVOR_DYNAMIC:
+            return self.tomemory(), s.disp_unit
+        return buffer.fromaddress(0, 0), s.units[rank]
+    # -- mpi4py's handle conversions -----------------------------------------------------------
+    def py2f(self) -> int:
+        return 0 if not self else id(self._s) & 0x7FFFFFFF
+
+    toint = py2f
+
+
+WIN_NULL = Win()
+
+
+# ----------------------------------------------------------------------------- helpers
+def _is_bottom(x: Any) -> bool:
+    return x is BOTTOM
+
+
+#: what ``comm=None`` means (mpi4py's default, ``MPI.COMM_SELF``); MPI.py installs it, as
+#: the runtime that owns COMM_SELF sits above this layer
+default_comm: Optional[Any] = None
+
+
+def _comm_or_self(comm: Any) -> Any:
+    if comm is None:
+        if default_comm is None:
+            raise TypeError("Win: pass a communicator (e.g. MPI.COMM_WORLD)")
+        comm = default_comm()
+    if not hasattr(comm, "endpoint") or not comm:
+        raise TypeError(f"Win: comm must be an MPI communicator, got {type(comm).__name__}")
+    return comm
+
+
+def _size(size: Any, call: str) -> int:
+    n = _check_int(size, call, "size")
+    if n < 0:
+        raise MinimpiError(f"Win.{call}: size must be >= 0, got {n}", ERR_SIZE)
+    return n
+
+
+def _disp_unit(unit: Any, call: str) -> int:
+    n = _check_int(unit, call, "disp_unit")
+    if n <= 0:
+        raise ArgumentError(f"Win.{call}: disp_unit must be > 0, got {n}")
+    return n
+
+

@@ -66,18 +66,21 @@ _FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, opti
 class _CopyBack:
     """``finish``/``is_temporary`` of a spec whose ``_finish`` copies a temporary back."""
 
-    _finish: Callable[[], None] | None
+    _finish: Callable[[Optional[int]], None] | None
 
     @property
     def is_temporary(self) -> bool:
-        """True when ``array`` is a copy (non-contiguous user array), not the user's memory."""
+        """True when ``array`` is a temporary (a non-contiguous user array, or packed items of
+        a non-contiguous datatype), not the user's memory."""
         return self._finish is not None
 
-    def finish(self) -> None:
-        """Copy received data back into a non-contiguous user array (no-op otherwise)."""
+    def finish(self, nbytes: Optional[int] = None) -> None:
+        """Copy received data back into the user's buffer (no-op when ``array`` is the user's
+        memory). ``nbytes``: how many bytes arrived, when fewer than the buffer holds (only
+        those items are scattered into a non-contiguous datatype's layout)."""
         if self._finish is not None:
             fin, self._finish = self._finish, None
-            fin()
+            fin(nbytes)
 
 
 @dataclass
@@ -152,9 +155,17 @@ class WBufSpec:
     counts: list[int]
     displs: list[int]
     types: list[Datatype]
+    #: receive blocks of non-contiguous datatypes: (datatype, temporary, memory, origin, count)
+    scatters: list = field(default_factory=list, repr=False)
 
     def block_nbytes(self, i: int) -> int:
         return self.counts[i] * self.types[i].size
+
+    def finish(self) -> None:
+        """Scatter the blocks received in temporaries into their datatypes' layouts."""
+        todo, self.scatters = self.scatters, []
+        for datatype, temp, memory, origin, count in todo:
+            datatype.typemap.unpack(temp, memory, count, origin=origin)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -272,9 +283,37 @@ def _flat_memory(arr: np.ndarray, *, writable: bool) -> tuple[np.ndarray, Callab
     tmp = np.ascontiguousarray(arr)
     finish = None
     if writable:
-        def finish(target=arr, tmp=tmp) -> None:
+        def finish(_nbytes: Optional[int] = None, target=arr, tmp=tmp) -> None:
             target[...] = tmp
     return tmp.reshape(-1), finish
+
+
+def _owner_bytes(arr: np.ndarray) -> Optional[np.ndarray]:
+    """The bytes from ``arr``'s first element to the end of the memory that owns it (the
+    outermost base array or buffer), as a flat uint8 array; None if that is not one
+    contiguous block. A datatype's layout is relative to the buffer's first byte and may
+    reach past a view's own elements (``[u[0, j:], 1, column_type]`` reads column j of u,
+    as C and mpi4py do); it never reaches outside the owner's memory."""
+    owner = arr
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    if owner.base is not None and not isinstance(owner.base, np.ndarray):
+        try:
+            outer = np.asarray(memoryview(owner.base).cast("B"))
+        except (TypeError, ValueError):
+            outer = None
+        if outer is not None and outer.size:
+            owner = outer
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous) or arr.size == 0:
+        return None
+    lo = owner.__array_interface__["data"][0]
+    start = arr.__array_interface__["data"][0]
+    whole = owner.reshape(-1, order="A").view(np.uint8)
+    if not lo <= start < lo + whole.size:
+        return None
+    if arr.flags.writeable and not whole.flags.writeable:
+        return None
+    return whole[start - lo:]
 
 
 def get_address(obj: Any) -> int:
@@ -300,9 +339,12 @@ def _index(value: Any, what: str, call: str, arg: str) -> int:
 
 
 def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: str
-                ) -> tuple[np.ndarray, Datatype, Callable[[], None] | None, str]:
+                ) -> tuple[np.ndarray, Datatype, Callable[[Optional[int]], None] | None, str, int]:
     """The whole buffer as a flat uint8 view, the datatype to use, the copy-back (for a
-    non-contiguous receive buffer), and a description."""
+    non-contiguous receive buffer), a description, and the buffer's own length in bytes.
+
+    For a non-contiguous datatype the view runs from the buffer's first byte to the end of
+    the memory owning it (see :func:`_owner_bytes`), so its layout can address that memory."""
     arr, default = export(buf, writable=writable, call=call, arg=arg)
     if dtype_spec is not None:
         datatype = resolve_datatype(dtype_spec, call=call, arg=f"{arg} datatype")
@@ -318,8 +360,13 @@ def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: st
             datatype = from_numpy_dtype(arr.dtype)
         except DatatypeError as exc:
             raise DatatypeError(f"{call}: {arg}: {exc}") from None
+    if not datatype.is_contiguous:
+        owned = _owner_bytes(arr)
+        if owned is not None:
+            return owned, datatype, None, _describe(buf), arr.nbytes
     flat, finish = _flat_memory(arr, writable=writable)
-    return _bytes_of(flat), datatype, finish, _describe(buf)
+    raw = _bytes_of(flat)
+    return raw, datatype, finish, _describe(buf), raw.size
 
 
 def _is_type_spec(x: Any) -> bool:
@@ -419,7 +466,11 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
                                   f"was given")
         return BufSpec(np.empty(0, dtype=datatype.dtype), datatype, 0)
 
-    raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call, arg=arg)
+    raw, datatype, finish, desc, length = _typed_flat(buf, tspec, writable=writable, call=call,
+                                                      arg=arg)
+    if not datatype.is_contiguous:
+        return _derived_spec(raw, length, datatype, count, displ or 0, finish,
+                             writable=writable, call=call, arg=arg, desc=desc)
     ext = datatype.size
     total = raw.size
     displ = displ or 0
@@ -452,6 +503,59 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
             f"{total} bytes ({desc})")
     array = raw[displ * ext:(displ + count) * ext].view(datatype.dtype)
     return BufSpec(array, datatype, count, finish)
+
+
+def _check_items(raw: np.ndarray, datatype: Datatype, origin: int, count: int, call: str,
+                 arg: str, desc: str, what: str = "") -> None:
+    """``count`` items of ``datatype`` starting at byte ``origin`` must lie inside ``raw``."""
+    first, end = datatype.typemap.span(count)
+    if count and (origin + first < 0 or origin + end > raw.size):
+        raise CountError(
+            f"{call}: {arg}{what}: {count} x {datatype.name} at byte {origin} touch bytes "
+            f"{origin + first} to {origin + end} of the buffer, which has {raw.size} bytes "
+            f"({desc}; the datatype's true lb is {datatype.true_lb}, true extent "
+            f"{datatype.true_extent}, extent {datatype.extent})")
+
+
+def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optional[int],
+                  displ: int, copy_back: Callable[[Optional[int]], None] | None, *,
+                  writable: bool, call: str, arg: str, desc: str) -> BufSpec:
+    """A non-contiguous datatype: a send packs the items into contiguous bytes (one copy);
+    a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back."""
+    ext = datatype.extent
+    origin = displ * ext
+    if count is None:   # as many whole extents as the buffer's own length holds
+        rest = length - origin
+        count = rest // ext if ext > 0 and rest > 0 else 0
+    _check_items(raw, datatype, origin, count, call, arg, desc)
+    tmap = datatype.typemap
+    if not writable:
+        packed = tmap.pack(raw, count, origin=origin, call=call)
+        return BufSpec(packed.view(datatype.dtype), datatype, count)
+    temp = np.empty(count * datatype.size, np.uint8)
+
+    def scatter(nbytes: Optional[int] = None) -> None:
+        _unpack_received(datatype, temp, raw, origin, count, nbytes)
+        if copy_back is not None:
+            copy_back(None)
+    return BufSpec(temp.view(datatype.dtype), datatype, count, scatter)
+
+
+def _unpack_received(datatype: Datatype, temp: np.ndarray, raw: np.ndarray, origin: int,
+                     count: int, nbytes: Optional[int]) -> None:
+    """Scatter the received part of ``temp`` (``nbytes``, or all of it) into ``raw``'s
+    layout: whole items, and a partial last item over the user's own data."""
+    size = datatype.size
+    tmap = datatype.typemap
+    if nbytes is None or nbytes >= count * size or size == 0:
+        tmap.unpack(temp, raw, count, origin=origin)
+        return
+    whole, part = divmod(nbytes, size)
+    if part:    # keep what the message did not reach of the last, partial item
+        temp[whole * size + part:(whole + 1) * size] = \
+            tmap.pack(raw, 1, origin=origin + whole * datatype.extent)[part:]
+        whole += 1
+    tmap.unpack(temp, raw, whole, origin=origin)
 
 
 # ----------------------------------------------------------------------- parse_vbuffer
@@ -552,8 +656,11 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
         finish = None
         n_items = 0
     else:
-        raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call,
-                                                  arg=arg)
+        raw, datatype, finish, desc, length = _typed_flat(buf, tspec, writable=writable,
+                                                          call=call, arg=arg)
+        if not datatype.is_contiguous:
+            return _derived_vspec(raw, length, datatype, counts, displs, comm_size, finish,
+                                  writable=writable, call=call, arg=arg, desc=desc)
         ext = datatype.size
         n_items = raw.size // ext if ext else 0
         if counts is None and raw.size and (ext <= 0 or raw.size % ext):
@@ -562,6 +669,19 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
                 f"{datatype.name} items ({ext} bytes each)")
         array = raw[:n_items * ext].view(datatype.dtype)
 
+    counts_l, displs_l = _counts_displs(counts, displs, n_items, comm_size, call, arg)
+    for i, (c, d) in enumerate(zip(counts_l, displs_l)):
+        if c and d + c > n_items:
+            where = "MPI.BOTTOM (no buffer)" if buf is BOTTOM else "the buffer"
+            raise CountError(
+                f"{call}: {arg} block for rank {i} (displ {d}, count {c}) ends at item {d + c} "
+                f"but {where} holds only {n_items} {datatype.name} items")
+    return VBufSpec(array, datatype, counts_l, displs_l, finish)
+
+
+def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call: str,
+                   arg: str) -> tuple[list[int], list[int]]:
+    """Per-rank counts and displacements of a v-buffer, as mpi4py reads them."""
     if counts is None:
         counts_l = _even_counts(n_items, comm_size)
     else:
@@ -575,13 +695,35 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
         displs_l = [i * stride for i in range(comm_size)]
     else:
         displs_l = _int_list(displs, "displs", comm_size, call, arg)
+    return counts_l, displs_l
+
+
+def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any, displs: Any,
+                   comm_size: int, copy_back: Callable[[Optional[int]], None] | None, *,
+                   writable: bool, call: str, arg: str, desc: str) -> VBufSpec:
+    """A v-buffer of a non-contiguous datatype: the blocks are packed into (or received in)
+    a contiguous array where item ``j`` sits at ``j * size`` bytes, so block ``i`` is still
+    ``displs[i]`` items from its start; :meth:`VBufSpec.finish` scatters received blocks."""
+    ext, size = datatype.extent, datatype.size
+    n_items = length // ext if ext > 0 else 0
+    counts_l, displs_l = _counts_displs(counts, displs, n_items, comm_size, call, arg)
+    used = [(c, d) for c, d in zip(counts_l, displs_l) if c]
     for i, (c, d) in enumerate(zip(counts_l, displs_l)):
-        if c and d + c > n_items:
-            where = "MPI.BOTTOM (no buffer)" if buf is BOTTOM else "the buffer"
-            raise CountError(
-                f"{call}: {arg} block for rank {i} (displ {d}, count {c}) ends at item {d + c} "
-                f"but {where} holds only {n_items} {datatype.name} items")
-    return VBufSpec(array, datatype, counts_l, displs_l, finish)
+        _check_items(raw, datatype, d * ext, c, call, arg, desc, f" block for rank {i}")
+    n_needed = max((d + c for c, d in used), default=0)
+    tmap = datatype.typemap
+    temp = np.empty(n_needed * size, np.uint8)
+    if not writable:
+        for c, d in used:
+            temp[d * size:(d + c) * size] = tmap.pack(raw, c, origin=d * ext, call=call)
+        return VBufSpec(temp.view(datatype.dtype), datatype, counts_l, displs_l)
+
+    def scatter(_nbytes: Optional[int] = None) -> None:
+        for c, d in used:
+            tmap.unpack(temp[d * size:(d + c) * size], raw, c, origin=d * ext, call=call)
+        if copy_back is not None:
+            copy_back(None)
+    return VBufSpec(temp.view(datatype.dtype), datatype, counts_l, displs_l, scatter)
 
 
 # ----------------------------------------------------------------------- parse_wbuffer
@@ -637,9 +779,14 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
             raise TypeError(f"{call}: {arg} types[{i}] is {type(t).__name__} {t!r:.40}, "
                             f"not an MPI datatype")
         types_l.append(resolve_datatype(t, call=call, arg=f"{arg} types[{i}]"))
-    blocks = []
+    blocks: list[np.ndarray] = []
+    scatters: list = []
     for i, (c, d, t) in enumerate(zip(counts_l, displs_l, types_l)):
         nbytes = c * t.size
+        if not t.is_contiguous:
+            blocks.append(_derived_wblock(raw, t, c, d, writable, scatters, call,
+                                          f"{arg} block for rank {i}"))
+            continue
         if raw is not None:
             if nbytes and d + nbytes > raw.size:
                 raise CountError(
@@ -651,7 +798,30 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
             ex = Exported(d, nbytes, readonly, "B", 1, 0, None)
             blocks.append(array_at(ex, f"{call}: {arg} block for rank {i} (MPI.BOTTOM + {d})",
                                    writable))
-    return WBufSpec(raw, blocks, counts_l, displs_l, types_l)
+    if any(not t.is_contiguous for t in types_l):
+        raw = None     # blocks are packed copies / temporaries, not slices of the buffer
+    return WBufSpec(raw, blocks, counts_l, displs_l, types_l, scatters)
+
+
+def _derived_wblock(raw: Optional[np.ndarray], datatype: Datatype, count: int, displ: int,
+                    writable: bool, scatters: list, call: str, what: str) -> np.ndarray:
+    """One Alltoallw block of a non-contiguous datatype at byte ``displ`` (an absolute
+    address with ``MPI.BOTTOM``): packed for a send; for a receive a temporary that
+    :meth:`WBufSpec.finish` scatters."""
+    first, end = datatype.typemap.span(count)
+    if raw is None:       # MPI.BOTTOM: map just the bytes the items touch
+        memory = array_at(Exported(displ + first, end - first, not writable, "B", 1, 0, None),
+                          f"{call}: {what} (MPI.BOTTOM + {displ})", writable) \
+            if count else np.empty(0, np.uint8)
+        origin = -first
+    else:
+        memory, origin = raw, displ
+        _check_items(raw, datatype, displ, count, call, what, "the buffer")
+    if not writable:
+        return datatype.typemap.pack(memory, count, origin=origin, call=call)
+    temp = np.empty(count * datatype.size, np.uint8)
+    scatters.append((datatype, temp, memory, origin, count))
+    return temp
 
 
 def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:

@@ -54,7 +54,7 @@ from .typemap import Signature, TypeMap, predefined_map
 __all__ = [
     "Datatype", "DATATYPE_NULL", "PREDEFINED", "TYPECODES",
     "from_numpy_dtype", "to_numpy_dtype", "from_typecode", "resolve_datatype",
-    "PAIR_TYPES", "dtype_of_code",
+    "PAIR_TYPES", "dtype_of_code", "count_elements", "elements_nbytes",
     "ORDER_C", "ORDER_FORTRAN", "ORDER_F", "DISTRIBUTE_NONE", "DISTRIBUTE_BLOCK",
     "DISTRIBUTE_CYCLIC", "DISTRIBUTE_DFLT_DARG", "TYPECLASS_INTEGER", "TYPECLASS_REAL",
     "TYPECLASS_COMPLEX",
@@ -246,11 +246,13 @@ class Datatype:
     # ------------------------------------------------------------------ basic facts
     @property
     def base(self) -> "Datatype":
-        """The type this one was made from (itself when predefined; None for structs)."""
+        """The predefined datatype all elements of this one are (itself when predefined);
+        None when the type map mixes predefined types."""
         self._check_usable("base")
-        if self._combiner == COMBINER_NAMED:
+        if self._combiner == COMBINER_NAMED or not self._types:
             return self
-        return self._types[0] if len(self._types) == 1 else None
+        bases = {id(t.base): t.base for t in self._types}
+        return next(iter(bases.values())) if len(bases) == 1 else None
 
     @property
     def size(self) -> int:
@@ -780,6 +782,46 @@ def _raw(buf: Any, writable: bool) -> np.ndarray:
         raise BufferSpecError("unpack: the target buffer is read-only")
     flat = arr.reshape(-1, order="A") if arr.ndim != 1 else arr
     return flat if flat.dtype == np.uint8 else flat.view(np.uint8)
+
+
+def _run_sizes(datatype: Datatype) -> list[tuple[int, int]]:
+    """(element size, repeat) for each run of ``datatype``'s signature."""
+    return [(dtype_of_code(code).itemsize, n) for code, n in datatype.signature]
+
+
+def count_elements(datatype: Datatype, nbytes: int) -> Optional[int]:
+    """How many basic elements ``nbytes`` of data of ``datatype`` hold (whole items and the
+    elements of a partial last item), or None when the bytes end inside an element."""
+    size = datatype.size
+    if size == 0:
+        return 0
+    whole, rest = divmod(nbytes, size)
+    elements = whole * sum(n for _, n in datatype.signature)
+    for esize, n in _run_sizes(datatype):
+        if rest == 0:
+            break
+        k = min(n, rest // esize)
+        elements += k
+        rest -= k * esize
+        if k < n:
+            break
+    return elements if rest == 0 else None
+
+
+def elements_nbytes(datatype: Datatype, count: int) -> int:
+    """Bytes of ``count`` basic elements of ``datatype`` (``Status.Set_elements``)."""
+    per_item = sum(n for _, n in datatype.signature)
+    if per_item == 0:
+        return 0
+    whole, rest = divmod(count, per_item)
+    nbytes = whole * datatype.size
+    for esize, n in _run_sizes(datatype):
+        k = min(n, rest)
+        nbytes += k * esize
+        rest -= k
+        if rest == 0:
+            break
+    return nbytes
 
 
 def _predefined_by_name(name: str) -> Datatype:

@@ -150,68 +150,72 @@ class TypeMap:
         return merge_runs(offs, lens)
 
     # ------------------------------------------------------------------ pack / unpack
-    def _check_bounds(self, raw: np.ndarray, count: int, call: str) -> None:
+    def _check_bounds(self, raw: np.ndarray, count: int, origin: int, call: str) -> None:
         first, end = self.span(count)
-        if first < 0 or end > raw.size:
+        if origin + first < 0 or origin + end > raw.size:
             raise BufferSpecError(
-                f"{call}: {count} item(s) of the datatype touch bytes {first} to {end} from the "
-                f"buffer's start, but the buffer has {raw.size} bytes (true lb {self.true_lb}, "
-                f"true extent {self.true_extent}, extent {self.extent})")
+                f"{call}: {count} item(s) of the datatype at byte {origin} touch bytes "
+                f"{origin + first} to {origin + end}, but the buffer has {raw.size} bytes "
+                f"(true lb {self.true_lb}, true extent {self.true_extent}, extent {self.extent})")
 
-    def _strided(self, raw: np.ndarray, count: int) -> Optional[np.ndarray]:
+    def _strided(self, raw: np.ndarray, count: int, origin: int) -> Optional[np.ndarray]:
         """``count`` items of ``raw`` as one strided view (count, runs, units) over the
         user's memory, when the runs have one length and one distance."""
         if self.pattern is None:
             return None
         nblocks, length, step = self.pattern
         w = self.width
-        typed = raw[int(self.offsets[0]):]
+        typed = raw[origin + int(self.offsets[0]):]
         if w > 1:
             typed = typed[:typed.size - typed.size % w].view(_UNITS[w])
         return as_strided(typed, shape=(count, nblocks, length // w),
                           strides=(self.extent, step, w), writeable=raw.flags.writeable)
 
-    def _index(self, count: int) -> np.ndarray:
-        """Index (in units of ``width`` bytes) of every packed unit of ``count`` items."""
-        w = self.width
+    def _index(self, count: int, origin: int, w: int) -> np.ndarray:
+        """Index (in units of ``w`` bytes) of every packed unit of ``count`` items."""
         offs, lens = self.blocks(count)
+        offs = offs + origin
         units = lens // w
         run_first = np.concatenate(([0], np.cumsum(units)[:-1]))
         return np.repeat(offs // w - run_first, units) + np.arange(int(units.sum()), dtype=np.int64)
 
-    def pack(self, raw: np.ndarray, count: int, *, call: str = "pack") -> np.ndarray:
-        """``count`` items gathered from ``raw`` (flat contiguous uint8, the buffer origin at
-        index 0) into contiguous bytes: a view of ``raw`` (no copy) for contiguous types,
-        else one copy through a strided view or one fancy-index gather."""
+    def pack(self, raw: np.ndarray, count: int, *, origin: int = 0,
+             call: str = "pack") -> np.ndarray:
+        """``count`` items gathered from ``raw`` (flat contiguous uint8; the first item's
+        origin at byte ``origin``) into contiguous bytes: a view of ``raw`` (no copy) for
+        contiguous types, else one copy through a strided view or one fancy-index gather."""
         if count <= 0 or self.size == 0:
             return np.empty(0, np.uint8)
-        self._check_bounds(raw, count, call)
+        self._check_bounds(raw, count, origin, call)
         if self.is_contiguous:
-            return raw[:count * self.size]
-        strided = self._strided(raw, count)
+            return raw[origin:origin + count * self.size]
+        strided = self._strided(raw, count, origin)
         if strided is not None:
             return np.ascontiguousarray(strided).reshape(-1).view(np.uint8)
-        return _as_units(raw, self.width)[self._index(count)].view(np.uint8)
+        w = self.width if origin % self.width == 0 else 1
+        return _as_units(raw, w)[self._index(count, origin, w)].view(np.uint8)
 
-    def unpack(self, data: np.ndarray, raw: np.ndarray, count: int, *, call: str = "unpack") -> None:
-        """Scatter ``count`` packed items from ``data`` (contiguous uint8) into ``raw``."""
+    def unpack(self, data: np.ndarray, raw: np.ndarray, count: int, *, origin: int = 0,
+               call: str = "unpack") -> None:
+        """Scatter ``count`` packed items from ``data`` (contiguous uint8) into ``raw``,
+        the first item's origin at byte ``origin``."""
         if count <= 0 or self.size == 0:
             return
         nbytes = count * self.size
         if data.size < nbytes:
             raise BufferSpecError(f"{call}: {data.size} packed bytes are fewer than the "
                                   f"{nbytes} that {count} item(s) of the datatype hold")
-        self._check_bounds(raw, count, call)
+        self._check_bounds(raw, count, origin, call)
         data = data[:nbytes]
         if self.is_contiguous:
-            raw[:nbytes] = data
+            raw[origin:origin + nbytes] = data
             return
-        units = _as_units(data, self.width)
-        strided = self._strided(raw, count)
+        strided = self._strided(raw, count, origin)
         if strided is not None:
-            strided[...] = units.reshape(strided.shape)
+            strided[...] = _as_units(data, self.width).reshape(strided.shape)
         else:
-            _as_units(raw, self.width)[self._index(count)] = units
+            w = self.width if origin % self.width == 0 else 1
+            _as_units(raw, w)[self._index(count, origin, w)] = _as_units(data, w)
 
 
 _UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

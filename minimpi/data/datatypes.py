@@ -57,7 +57,7 @@ __all__ = [
     "PAIR_TYPES", "dtype_of_code", "count_elements", "elements_nbytes",
     "ORDER_C", "ORDER_FORTRAN", "ORDER_F", "DISTRIBUTE_NONE", "DISTRIBUTE_BLOCK",
     "DISTRIBUTE_CYCLIC", "DISTRIBUTE_DFLT_DARG", "TYPECLASS_INTEGER", "TYPECLASS_REAL",
-    "TYPECLASS_COMPLEX",
+    "TYPECLASS_COMPLEX", "TYPECLASS_LOGICAL",
     "COMBINER_NAMED", "COMBINER_DUP", "COMBINER_CONTIGUOUS", "COMBINER_VECTOR",
     "COMBINER_HVECTOR", "COMBINER_INDEXED", "COMBINER_HINDEXED", "COMBINER_INDEXED_BLOCK",
     "COMBINER_HINDEXED_BLOCK", "COMBINER_STRUCT", "COMBINER_SUBARRAY", "COMBINER_DARRAY",
@@ -69,6 +69,7 @@ ORDER_F = ORDER_FORTRAN
 TYPECLASS_INTEGER = 1
 TYPECLASS_REAL = 2
 TYPECLASS_COMPLEX = 3
+TYPECLASS_LOGICAL = -32766    # MPI 5's logical class: UNDEFINED here, as in mpi4py on MPI 4
 
 # Combiners (MPICH's numbering).
 COMBINER_NAMED = 1
@@ -134,19 +135,23 @@ class Datatype:
     """
 
     __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_freed",
-                 "_committed", "_combiner", "_ints", "_addrs", "_types", "_attrs",
-                 "__weakref__")
+                 "_committed", "_combiner", "_ints", "_addrs", "_types", "_attrs", "_handle",
+                 "_key", "__weakref__")
 
-    def __init__(self, name: "str | Datatype | None" = "DATATYPE_NULL", dtype=None, *,
+    def __init__(self, name: "str | Datatype | None" = "MPI_DATATYPE_NULL", dtype=None, *,
                  predefined: bool = False, code: str = "") -> None:
-        if isinstance(name, Datatype):            # MPI.Datatype(other): same type, new handle
-            other = name
+        if isinstance(name, Datatype):            # MPI.Datatype(other): another handle object
+            other = name                          # for the same MPI datatype (compares equal)
             for slot in Datatype.__slots__[:-1]:
                 object.__setattr__(self, slot, getattr(other, slot))
             return
         if name is None:
-            name = "DATATYPE_NULL"
+            name = "MPI_DATATYPE_NULL"
+        if not isinstance(name, str):
+            raise TypeError(f"MPI.Datatype() takes a Datatype, not {type(name).__name__}")
         self._name = name
+        self._handle = object()                   # what == compares: the MPI handle
+        self._key = name                          # predefined: the name it pickles by
         self._predefined = predefined
         self._freed = False
         self._committed = predefined
@@ -291,7 +296,7 @@ class Datatype:
 
     @property
     def is_predefined(self) -> bool:
-        return self._predefined or self._map is None
+        return self._predefined or self._map is None or self._combiner in _PREDEFINED_COMBINERS
 
     @property
     def is_named(self) -> bool:
@@ -316,8 +321,7 @@ class Datatype:
         return self._name
 
     def Set_name(self, name: str) -> None:
-        if self._predefined:
-            raise DatatypeError(f"Datatype.Set_name: cannot rename the predefined datatype {self._name}")
+        self._check_usable("Set_name")
         self._name = str(name)
 
     # ------------------------------------------------------------------ constructors
@@ -528,7 +532,7 @@ class Datatype:
         if self._combiner == COMBINER_NAMED:
             raise DatatypeError(f"Datatype.Get_contents: {self._name} is a named predefined "
                                 "datatype, which has no contents")
-        return (list(self._ints), list(self._addrs), [], list(self._types))
+        return (list(self._ints), list(self._addrs), [], [_handle_of(t) for t in self._types])
 
     @property
     def contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
@@ -542,13 +546,17 @@ class Datatype:
         if c == COMBINER_NAMED:
             return (self, name, {})
         i, a, t = list(self._ints), list(self._addrs), list(self._types)
+        t = [_handle_of(x) for x in t]
         if c == COMBINER_STRUCT:
             n = i[0]
-            return (None, name, {"blocklengths": i[1:1 + n], "displacements": a,
-                                 "datatypes": t})
+            return (Datatype(), name, {"blocklengths": i[1:1 + n], "displacements": a,
+                                       "datatypes": t})
         base = t[0] if t else None
-        if c in (COMBINER_DUP, COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX,
-                 COMBINER_VALUE_INDEX):
+        if c == COMBINER_F90_INTEGER:
+            return (base, name, {"r": i[0]})
+        if c in (COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
+            return (base, name, {"p": i[0], "r": i[1]})
+        if c in (COMBINER_DUP, COMBINER_VALUE_INDEX):
             return (base, name, {})
         if c == COMBINER_CONTIGUOUS:
             return (base, name, {"count": i[0]})
@@ -660,11 +668,14 @@ class Datatype:
     @classmethod
     def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":
         """The predefined pair type of ``value`` and ``index`` (``index`` must be INT)."""
+        value = resolve_datatype(value, call="Datatype.Get_value_index", arg="value")
+        index = resolve_datatype(index, call="Datatype.Get_value_index", arg="index")
         pairs = {FLOAT: FLOAT_INT, DOUBLE: DOUBLE_INT, LONG: LONG_INT, INT: TWOINT,
                  SHORT: SHORT_INT, LONG_DOUBLE: LONG_DOUBLE_INT}
-        if index is INT and value in pairs:
-            return pairs[value]
-        return DATATYPE_NULL
+        for v, pair in pairs.items():
+            if index == INT and value == v:
+                return pair
+        return Datatype()
 
     # mpi4py 4 conveniences
     def tocode(self) -> str:
@@ -724,6 +735,20 @@ class Datatype:
     def __bool__(self) -> bool:
         return not self.is_null
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Datatype):
+            return NotImplemented
+        if self.is_null or other.is_null:
+            return self.is_null and other.is_null
+        return self._handle is other._handle
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return 0 if self.is_null else id(self._handle)
+
     def __repr__(self) -> str:
         if self._predefined or self._map is None:
             return f"MPI.{self._name}"
@@ -733,7 +758,9 @@ class Datatype:
 
     def __reduce__(self):
         if self._predefined or self._map is None:
-            return (_predefined_by_name, (self._name,))
+            if _predefined_by_name(self._key) is not self:    # MPI.Datatype(MPI.INT)
+                return (Datatype, (_predefined_by_name(self._key),))
+            return (_predefined_by_name, (self._key,))
         return (_rebuild_derived, (self._name, self._combiner, self._ints, self._addrs,
                                    self._types))
 
@@ -824,8 +851,14 @@ def elements_nbytes(datatype: Datatype, count: int) -> int:
     return nbytes
 
 
+def _handle_of(t: Datatype) -> Datatype:
+    """What ``Get_contents``/``decode`` hand out: predefined types themselves, a new
+    handle to the same type otherwise (the caller may free it, as in MPI)."""
+    return t if t._predefined else Datatype(t)
+
+
 def _predefined_by_name(name: str) -> Datatype:
-    if name == "DATATYPE_NULL":
+    if name == "MPI_DATATYPE_NULL":
         return DATATYPE_NULL
     return PREDEFINED[name]
 
@@ -896,6 +929,11 @@ def dtype_of_code(code: str) -> np.dtype:
 
 
 def _def(name: str, dtype, *aliases: str) -> Datatype:
+    if dtype is None:        # a type this platform does not have: a null handle (as in mpi4py)
+        dt = Datatype(name, predefined=True)
+        dt._key = name
+        PREDEFINED[name] = dt
+        return dt
     dt = Datatype(name, dtype, predefined=True)
     _CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
@@ -957,6 +995,15 @@ LONG_INT = _def("LONG_INT", _pair(np.dtype("l")))
 TWOINT = _def("2INT", _pair(np.intc), "TWOINT", "INT_INT")
 SHORT_INT = _def("SHORT_INT", _pair(np.short))
 LONG_DOUBLE_INT = _def("LONG_DOUBLE_INT", _pair(np.longdouble))
+# Names mpi4py has for types this runtime does not provide (sized Fortran types, 16-bit and
+# C23 floats, MPI-1's LB/UB markers): null handles, as mpi4py gives for types its MPI lacks,
+# so programs can test ``MPI.REAL2 != MPI.DATATYPE_NULL``.
+for _absent in ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER1",
+                "INTEGER2", "INTEGER4", "INTEGER8", "INTEGER16", "REAL2", "REAL4", "REAL8",
+                "REAL16", "COMPLEX4", "COMPLEX8", "COMPLEX16", "COMPLEX32", "FLOAT16_T",
+                "BFLOAT16_T", "FLOAT32_T", "FLOAT64_T", "LB", "UB"):
+    _def(_absent, None)
+del _absent
 
 #: The MAXLOC/MINLOC pair types.
 PAIR_TYPES: tuple[Datatype, ...] = (FLOAT_INT, DOUBLE_INT, LONG_INT, TWOINT, SHORT_INT,

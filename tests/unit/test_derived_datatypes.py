@@ -205,7 +205,7 @@ def test_dup_envelope_contents_decode_and_pickle():
     assert D.DOUBLE.Get_envelope()[-1] == D.COMBINER_NAMED and D.DOUBLE.decode()[1] == "NAMED"
     s = Datatype.Create_struct([1, 2], [0, 8], [D.DOUBLE, D.INT])
     base, name, params = s.decode()
-    assert base is None and name == "STRUCT"
+    assert base == D.DATATYPE_NULL and name == "STRUCT"
     assert params == {"blocklengths": [1, 2], "displacements": [0, 8],
                       "datatypes": [D.DOUBLE, D.INT]}
     sub = D.FLOAT.Create_subarray([4, 5], [2, 2], [1, 3], order=D.ORDER_FORTRAN)

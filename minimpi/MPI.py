@@ -48,6 +48,7 @@ from .data.datatypes import PREDEFINED as _PREDEFINED_TYPES
 from .data.ops import *  # noqa: F401,F403
 from .data.ops import Op  # noqa: F401
 from .data.buffers import get_address as Get_address  # noqa: F401
+from .data.buffers import aint_add as Aint_add, aint_diff as Aint_diff  # noqa: F401
 from .data.memory import alloc_mem as _alloc_mem, buffer, memory  # noqa: F401
 from .data.serialization import Pickle  # noqa: F401
 from .errors import *  # noqa: F401,F403

@@ -57,7 +57,8 @@ from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, resolve_datatype
 from .foreign import FORMAT_DTYPES, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
 
 __all__ = ["BufSpec", "VBufSpec", "WBufSpec", "parse_buffer", "parse_vbuffer",
-           "parse_wbuffer", "is_buffer", "export", "get_address", "byte_view"]
+           "parse_wbuffer", "is_buffer", "export", "get_address", "aint_add", "aint_diff",
+           "byte_view"]
 
 _FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, optionally as "
           "[buf, MPI.TYPE], [buf, count, MPI.TYPE] or [buf, (count, displ), MPI.TYPE]")
@@ -317,13 +318,24 @@ def _owner_bytes(arr: np.ndarray) -> Optional[np.ndarray]:
 
 
 def get_address(obj: Any) -> int:
-    """``MPI.Get_address``: the address of a buffer's first byte (``MPI.BOTTOM``: 0)."""
-    if obj is BOTTOM:
+    """``MPI.Get_address``: the address of a buffer's first byte (``MPI.BOTTOM`` and
+    ``None``: 0)."""
+    if obj is BOTTOM or obj is None:
         return 0
     arr, _ = export(obj, writable=False, call="Get_address", arg="location")
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise BufferAccessError("Get_address: the buffer is not contiguous")
     return int(arr.__array_interface__["data"][0] or 0)
+
+
+def aint_add(base: int, disp: int) -> int:
+    """``MPI.Aint_add``: the address ``disp`` bytes past ``base``."""
+    return operator.index(base) + operator.index(disp)
+
+
+def aint_diff(addr1: int, addr2: int) -> int:
+    """``MPI.Aint_diff``: the distance in bytes from ``addr2`` to ``addr1``."""
+    return operator.index(addr1) - operator.index(addr2)
 
 
 def _index(value: Any, what: str, call: str, arg: str) -> int:

@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import (
     ArgumentError,
     BufferSpecError,
+    CountError,
     DatatypeError,
     UnknownDatatypeError,
 )
@@ -122,7 +123,8 @@ def _ints(values: Any, what: str, call: str, *, minimum: Optional[int] = 0,
                         f"{type(values).__name__} {values!r:.40}")
     out = [_int(v, f"{what}[{i}]", call, minimum=minimum) for i, v in enumerate(values)]
     if length is not None and len(out) != length:
-        raise ArgumentError(f"Datatype.{call}: {what} has {len(out)} items, expected {length}")
+        raise CountError(f"Datatype.{call}: {what} has {len(out)} items, expected {length} "
+                         "(one per block or dimension)")
     return out
 
 
@@ -403,7 +405,7 @@ class Datatype:
         if isinstance(datatypes, Datatype) or not hasattr(datatypes, "__len__"):
             raise TypeError("Datatype.Create_struct: datatypes must be a sequence of datatypes")
         if len(datatypes) != len(bl):
-            raise ArgumentError(f"Datatype.Create_struct: datatypes has {len(datatypes)} "
+            raise CountError(f"Datatype.Create_struct: datatypes has {len(datatypes)} "
                                 f"items, expected {len(bl)}")
         types = [resolve_datatype(t, call="Datatype.Create_struct", arg=f"datatypes[{i}]")
                  for i, t in enumerate(datatypes)]
@@ -553,10 +555,10 @@ class Datatype:
                                        "datatypes": t})
         base = t[0] if t else None
         if c == COMBINER_F90_INTEGER:
-            return (base, name, {"r": i[0]})
+            return (Datatype(), name, {"r": i[0]})
         if c in (COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
-            return (base, name, {"p": i[0], "r": i[1]})
-        if c in (COMBINER_DUP, COMBINER_VALUE_INDEX):
+            return (Datatype(), name, {"p": i[0], "r": i[1]})
+        if c == COMBINER_DUP:
             return (base, name, {})
         if c == COMBINER_CONTIGUOUS:
             return (base, name, {"count": i[0]})
@@ -681,8 +683,11 @@ class Datatype:
     def tocode(self) -> str:
         """The typecode of a predefined datatype (``MPI.INT.tocode() == 'i'``)."""
         self._check_usable("tocode")
-        if not self._predefined:
-            raise DatatypeError(f"Datatype.tocode: {self._name} has no typecode (derived datatype)")
+        if not self.is_predefined or self._dtype.fields is not None:
+            raise DatatypeError(f"Datatype.tocode: {self._name} has no typecode (derived or "
+                                "pair datatype)")
+        if not self._predefined:      # F90 types: the predefined type of the same layout
+            return from_numpy_dtype(self._dtype).tocode()
         for code, dt in TYPECODES.items():
             if dt is self and len(code) == 1:
                 return code
@@ -705,7 +710,7 @@ class Datatype:
     def typestr(self) -> str:
         if self._map is None:
             return ""
-        if self._predefined and self._dtype.fields is None:
+        if self.is_predefined and self._dtype.fields is None:
             return self._dtype.str
         return f"V{self._map.extent}"
 
@@ -751,7 +756,7 @@ class Datatype:
 
     def __repr__(self) -> str:
         if self._predefined or self._map is None:
-            return f"MPI.{self._name}"
+            return f"MPI.{self._name.removeprefix('MPI_')}"
         state = " (freed)" if self._freed else ""
         return (f"<Datatype {self._name}: size {self._map.size}, extent {self._map.extent}"
                 f"{state}>")

@@ -85,23 +85,79 @@ def unpack_from(datatype: Any, inbuf: Any, position: Any, outbuf: Any, *, call: 
 
 
 # ------------------------------------------------------------------ external32
+#: long double is the x87 80-bit format in 16 bytes: external32 wants IEEE binary128 there,
+#: which has the same sign and exponent fields, so the conversion is a bit shuffle.
+_X87 = np.finfo(np.longdouble).nmant == 63 and np.dtype(np.longdouble).itemsize == 16
+_QUAD = np.dtype("V16")
+
+
+def _is_x87(dt: np.dtype) -> bool:
+    return _X87 and dt.kind in "fc" and dt.itemsize == (16 if dt.kind == "f" else 32)
+
+
 def _external_dtype(dt: np.dtype, call: str) -> np.dtype:
-    """The big-endian, unpadded form of a native element dtype."""
+    """The big-endian, unpadded form of a native element (or record) dtype."""
+    if dt.subdtype is not None:
+        base, shape = dt.subdtype
+        return np.dtype((_external_dtype(base, call), shape))
     if dt.fields is not None:
         names = list(dt.names)
         return np.dtype({"names": names,
                          "formats": [_external_dtype(dt.fields[n][0], call) for n in names]})
-    if dt.kind == "f" and dt.itemsize not in (2, 4, 8):
-        raise UnsupportedError(f"{call}: external32 of long double ({dt}) is not supported "
-                               "(its native format is not IEEE quad precision)")
-    if dt.kind == "c" and dt.itemsize not in (8, 16):
-        raise UnsupportedError(f"{call}: external32 of long double complex is not supported")
-    return dt.newbyteorder(">") if dt.itemsize > 1 and dt.kind not in "SVc" else dt
+    if _is_x87(dt):
+        return _QUAD if dt.kind == "f" else np.dtype((_QUAD, (2,)))
+    if dt.kind in "fc" and dt.itemsize not in (2, 4, 8, 16):
+        raise UnsupportedError(f"{call}: external32 of {dt} is not supported")
+    return dt.newbyteorder(">") if dt.itemsize > 1 and dt.kind not in "SVU" else dt
+
+
+def _x87_to_quad(x: np.ndarray) -> np.ndarray:
+    """x87 extended values -> big-endian binary128 bytes, shape ``x.shape + (16,)``."""
+    b = np.ascontiguousarray(x).view(np.uint8).reshape(-1, 16)
+    mant = b[:, 0:8].copy().view("<u8").ravel().astype(np.uint64)
+    sign_exp = b[:, 8:10].copy().view("<u2").ravel().astype(np.uint64)
+    frac = mant & np.uint64(0x7FFFFFFFFFFFFFFF)          # drop the explicit integer bit
+    out = np.empty((b.shape[0], 2), ">u8")
+    out[:, 0] = (sign_exp << np.uint64(48)) | (frac >> np.uint64(15))
+    out[:, 1] = frac << np.uint64(49)
+    return out.view(np.uint8).reshape(x.shape + (16,))
+
+
+def _quad_to_x87(q: np.ndarray, shape: tuple) -> np.ndarray:
+    """Big-endian binary128 bytes -> x87 extended values of ``shape``."""
+    words = np.ascontiguousarray(q).view(np.uint8).reshape(-1, 16).copy().view(">u8")
+    hi, lo = words[:, 0].astype(np.uint64), words[:, 1].astype(np.uint64)
+    sign_exp = hi >> np.uint64(48)
+    frac = ((hi & np.uint64(0xFFFFFFFFFFFF)) << np.uint64(15)) | (lo >> np.uint64(49))
+    explicit = np.where((sign_exp & np.uint64(0x7FFF)) != 0, np.uint64(1 << 63), np.uint64(0))
+    out = np.zeros((words.shape[0], 16), np.uint8)
+    out[:, 0:8] = (frac | explicit).astype("<u8").view(np.uint8).reshape(-1, 8)
+    out[:, 8:10] = sign_exp.astype("<u2").view(np.uint8).reshape(-1, 2)
+    return out.view(np.longdouble).reshape(shape)
+
+
+def _convert(src: np.ndarray, dst: np.ndarray, to_external: bool) -> None:
+    """Fill ``dst`` from ``src`` field by field (numpy casts swap the bytes; x87 long
+    doubles are reshuffled)."""
+    if src.dtype.fields is not None:
+        for name in src.dtype.names:
+            _convert(src[name], dst[name], to_external)
+        return
+    native = src if to_external else dst
+    if not _is_x87(native.dtype):
+        dst[...] = src
+    elif to_external:
+        flat = src.view(np.longdouble) if src.dtype.kind == "c" else src
+        dst[...] = _x87_to_quad(flat).reshape(dst.shape + (16,)).view(_QUAD)[..., 0]
+    else:
+        shape = dst.shape + ((2,) if dst.dtype.kind == "c" else ())
+        values = _quad_to_x87(src, shape)
+        dst[...] = values.view(dst.dtype).reshape(dst.shape) if dst.dtype.kind == "c" else values
 
 
 def _record_dtypes(datatype: Any, call: str) -> tuple[np.dtype, np.dtype]:
     """One item as a record of its signature runs: (native, external32) record dtypes, so
-    that a single ``astype`` converts any number of items."""
+    that each run converts as one array whatever the number of items."""
     from .datatypes import dtype_of_code
     names, native, external = [], [], []
     for i, (code, n) in enumerate(datatype.signature):
@@ -125,11 +181,15 @@ def to_external(datatype: Any, packed: np.ndarray, count: int) -> np.ndarray:
     if count == 0 or datatype.size == 0:
         return np.empty(0, np.uint8)
     native, external = _record_dtypes(datatype, "Datatype.Pack_external")
-    return np.ascontiguousarray(packed).view(native).astype(external).view(np.uint8)
+    out = np.empty(count, external)
+    _convert(np.ascontiguousarray(packed).view(native), out, True)
+    return out.view(np.uint8)
 
 
 def from_external(datatype: Any, data: np.ndarray, count: int) -> np.ndarray:
     if count == 0 or datatype.size == 0:
         return np.empty(0, np.uint8)
     native, external = _record_dtypes(datatype, "Datatype.Unpack_external")
-    return np.ascontiguousarray(data).view(external).astype(native).view(np.uint8)
+    out = np.empty(count, native)
+    _convert(np.ascontiguousarray(data).view(external), out, False)
+    return out.view(np.uint8)

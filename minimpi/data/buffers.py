@@ -184,6 +184,20 @@ def _describe(obj: Any) -> str:
     return type(obj).__name__
 
 
+class _Described:
+    """What a buffer is, for error messages, worked out only when a message needs it."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __str__(self) -> str:
+        return _describe(self.obj)
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
 def is_buffer(obj: Any) -> bool:
     """Whether ``obj`` exposes its memory: the buffer protocol, a numpy array, DLPack or
     ``__cuda_array_interface__``."""
@@ -295,6 +309,8 @@ def _owner_bytes(arr: np.ndarray) -> Optional[np.ndarray]:
     contiguous block. A datatype's layout is relative to the buffer's first byte and may
     reach past a view's own elements (``[u[0, j:], 1, column_type]`` reads column j of u,
     as C and mpi4py do); it never reaches outside the owner's memory."""
+    if arr.base is None and arr.flags.c_contiguous:      # an array that owns its memory
+        return arr.reshape(-1).view(np.uint8)
     owner = arr
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
@@ -375,7 +391,7 @@ def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: st
     if not datatype.is_contiguous:
         owned = _owner_bytes(arr)
         if owned is not None:
-            return owned, datatype, None, _describe(buf), arr.nbytes
+            return owned, datatype, None, _Described(buf), arr.nbytes
     flat, finish = _flat_memory(arr, writable=writable)
     raw = _bytes_of(flat)
     return raw, datatype, finish, _describe(buf), raw.size
@@ -542,7 +558,7 @@ def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optio
     _check_items(raw, datatype, origin, count, call, arg, desc)
     tmap = datatype.typemap
     if not writable:
-        packed = tmap.pack(raw, count, origin=origin, call=call)
+        packed = tmap.pack(raw, count, origin=origin, call=call, checked=True)
         return BufSpec(packed.view(datatype.dtype), datatype, count)
     temp = np.empty(count * datatype.size, np.uint8)
 
@@ -560,7 +576,7 @@ def _unpack_received(datatype: Datatype, temp: np.ndarray, raw: np.ndarray, orig
     size = datatype.size
     tmap = datatype.typemap
     if nbytes is None or nbytes >= count * size or size == 0:
-        tmap.unpack(temp, raw, count, origin=origin)
+        tmap.unpack(temp, raw, count, origin=origin, checked=True)
         return
     whole, part = divmod(nbytes, size)
     if part:    # keep what the message did not reach of the last, partial item

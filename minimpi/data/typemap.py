@@ -22,7 +22,6 @@ from math import gcd
 from typing import Optional, Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..errors import BufferSpecError
 
@@ -80,7 +79,7 @@ class TypeMap:
 
     __slots__ = ("offsets", "lengths", "size", "lb", "ub", "signature", "element_dtype",
                  "explicit_bounds", "alignment", "true_lb", "true_ub", "is_contiguous",
-                 "pattern", "width")
+                 "pattern", "width", "_first", "_one_item")
 
     def __init__(self, offsets: np.ndarray, lengths: np.ndarray, size: int, lb: int, ub: int,
                  signature: Signature, element_dtype: Optional[np.dtype], *,
@@ -115,9 +114,14 @@ class TypeMap:
         if offs.size:
             common = gcd(common, int(np.gcd.reduce(offs)), int(np.gcd.reduce(lens)))
         self.width = next(w for w in (8, 4, 2, 1) if common % w == 0)
+        self._first = int(offs[0]) if offs.size else 0
+        #: the strided view's (shape, strides) for one item, worked out once
+        self._one_item = None if self.pattern is None else _squeeze(
+            ((self.pattern[0], self.pattern[2]), (self.pattern[1] // self.width, self.width)),
+            self.width)
 
     def __setattr__(self, name, value):
-        if hasattr(self, "width"):
+        if hasattr(self, "_one_item"):     # the last one __init__ sets
             raise AttributeError("TypeMap is immutable")
         object.__setattr__(self, name, value)
 
@@ -160,16 +164,18 @@ class TypeMap:
 
     def _strided(self, raw: np.ndarray, count: int, origin: int) -> Optional[np.ndarray]:
         """``count`` items of ``raw`` as one strided view (count, runs, units) over the
-        user's memory, when the runs have one length and one distance."""
+        user's memory, when the runs have one length and one distance (bounds checked by
+        the caller)."""
         if self.pattern is None:
             return None
         nblocks, length, step = self.pattern
         w = self.width
-        typed = raw[origin + int(self.offsets[0]):]
-        if w > 1:
-            typed = typed[:typed.size - typed.size % w].view(_UNITS[w])
-        return as_strided(typed, shape=(count, nblocks, length // w),
-                          strides=(self.extent, step, w), writeable=raw.flags.writeable)
+        if count == 1 and self._one_item is not None:
+            shape, strides = self._one_item
+        else:
+            shape, strides = _squeeze(((count, self.extent), (nblocks, step), (length // w, w)), w)
+        return np.ndarray(shape, _UNITS[w], buffer=raw, offset=origin + self._first,
+                          strides=strides)
 
     def _index(self, count: int, origin: int, w: int) -> np.ndarray:
         """Index (in units of ``w`` bytes) of every packed unit of ``count`` items."""
@@ -180,13 +186,14 @@ class TypeMap:
         return np.repeat(offs // w - run_first, units) + np.arange(int(units.sum()), dtype=np.int64)
 
     def pack(self, raw: np.ndarray, count: int, *, origin: int = 0,
-             call: str = "pack") -> np.ndarray:
+             call: str = "pack", checked: bool = False) -> np.ndarray:
         """``count`` items gathered from ``raw`` (flat contiguous uint8; the first item's
         origin at byte ``origin``) into contiguous bytes: a view of ``raw`` (no copy) for
         contiguous types, else one copy through a strided view or one fancy-index gather."""
         if count <= 0 or self.size == 0:
             return np.empty(0, np.uint8)
-        self._check_bounds(raw, count, origin, call)
+        if not checked:
+            self._check_bounds(raw, count, origin, call)
         if self.is_contiguous:
             return raw[origin:origin + count * self.size]
         strided = self._strided(raw, count, origin)
@@ -196,7 +203,7 @@ class TypeMap:
         return _as_units(raw, w)[self._index(count, origin, w)].view(np.uint8)
 
     def unpack(self, data: np.ndarray, raw: np.ndarray, count: int, *, origin: int = 0,
-               call: str = "unpack") -> None:
+               call: str = "unpack", checked: bool = False) -> None:
         """Scatter ``count`` packed items from ``data`` (contiguous uint8) into ``raw``,
         the first item's origin at byte ``origin``."""
         if count <= 0 or self.size == 0:
@@ -205,7 +212,8 @@ class TypeMap:
         if data.size < nbytes:
             raise BufferSpecError(f"{call}: {data.size} packed bytes are fewer than the "
                                   f"{nbytes} that {count} item(s) of the datatype hold")
-        self._check_bounds(raw, count, origin, call)
+        if not checked:
+            self._check_bounds(raw, count, origin, call)
         data = data[:nbytes]
         if self.is_contiguous:
             raw[origin:origin + nbytes] = data
@@ -219,6 +227,13 @@ class TypeMap:
 
 
 _UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _squeeze(dims, width: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of a strided view without its dimensions of length 1 (numpy copies
+    much faster without them)."""
+    kept = [(n, st) for n, st in dims if n != 1] or [(1, width)]
+    return tuple(n for n, _ in kept), tuple(st for _, st in kept)
 
 
 def _as_units(arr: np.ndarray, width: int) -> np.ndarray:

@@ -34,8 +34,12 @@ Rules worth knowing:
 * Without a count, the buffer's length must be a whole number of items of TYPE.
 * Without a TYPE, the element type comes from the buffer; a numpy array in non-native
   byte order then raises ``BufferError`` (with an explicit TYPE its bytes are sent as they are).
-* For derived (contiguous) datatypes ``array`` holds ``count * datatype.base_count``
-  elements of the base dtype: reductions work element-wise on it unchanged.
+* For derived datatypes ``array`` holds ``count * datatype.base_count`` elements of
+  ``datatype.dtype``: reductions work element-wise on it unchanged. Contiguous types view
+  the user's memory; for a non-contiguous type (vector, subarray, struct...) ``array`` is the
+  packed items (a send) or a temporary that :meth:`BufSpec.finish` scatters into the layout
+  (a receive). The layout is relative to the buffer's first byte and may reach past a view
+  into the memory of the array that owns it, as a C pointer would (see ``_owner_bytes``).
 
 Mistakes raise :mod:`minimpi.errors` classes that are also the Python exceptions mpi4py
 raises: ``ValueError`` (counts, displacements, spec shape), ``TypeError`` (not a buffer),

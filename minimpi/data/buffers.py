@@ -488,11 +488,13 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
         else:
             datatype = BYTE if tspec is None else resolve_datatype(tspec, call=call,
                                                                    arg=f"{arg} datatype")
+        if count and buf is BOTTOM and displ is None:
+            return _absolute_spec(datatype, count, writable=writable, call=call, arg=arg)
         if count:
             raise BufferSpecError(
                 f"{call}: {arg} is {what} but a count of {count} was given; pass an actual "
-                "buffer (minimpi has no derived datatypes with absolute addresses, so "
-                "MPI.BOTTOM only describes an empty message outside Alltoallw)")
+                "buffer, or MPI.BOTTOM with a datatype whose displacements are absolute "
+                "addresses (MPI.Get_address)")
         if displ:
             raise BufferSpecError(f"{call}: {arg} is {what} but a displacement of {displ} "
                                   f"was given")
@@ -551,7 +553,7 @@ def _check_items(raw: np.ndarray, datatype: Datatype, origin: int, count: int, c
 
 def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optional[int],
                   displ: int, copy_back: Callable[[Optional[int]], None] | None, *,
-                  writable: bool, call: str, arg: str, desc: str) -> BufSpec:
+                  writable: bool, call: str, arg: str, desc: Any) -> BufSpec:
     """A non-contiguous datatype: a send packs the items into contiguous bytes (one copy);
     a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back."""
     ext = datatype.extent
@@ -570,6 +572,31 @@ def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optio
         _unpack_received(datatype, temp, raw, origin, count, nbytes)
         if copy_back is not None:
             copy_back(None)
+    return BufSpec(temp.view(datatype.dtype), datatype, count, scatter)
+
+
+def _absolute_spec(datatype: Datatype, count: int, *, writable: bool, call: str,
+                   arg: str) -> BufSpec:
+    """``[MPI.BOTTOM, count, TYPE]``: the type's displacements are absolute addresses
+    (``MPI.Get_address``), typically of separate objects: each byte run is mapped and
+    copied on its own (one numpy copy per run of the type map)."""
+    offsets, lengths = datatype.blocks(count)
+    runs = [array_at(Exported(int(o), int(n), not writable, "B", 1, 0, None),
+                     f"{call}: {arg} (MPI.BOTTOM + {int(o)}, run of {datatype.name})", writable)
+            for o, n in zip(offsets, lengths)]
+    if not writable:
+        packed = np.concatenate(runs) if runs else np.empty(0, np.uint8)
+        return BufSpec(packed.view(datatype.dtype), datatype, count)
+    temp = np.empty(count * datatype.size, np.uint8)
+
+    def scatter(nbytes: Optional[int] = None) -> None:
+        at, limit = 0, temp.size if nbytes is None else min(nbytes, temp.size)
+        for run in runs:
+            n = min(run.size, limit - at)
+            if n <= 0:
+                break
+            run[:n] = temp[at:at + n]
+            at += n
     return BufSpec(temp.view(datatype.dtype), datatype, count, scatter)
 
 

@@ -157,3 +157,18 @@ def test_reduction_of_mixed_struct_is_refused():
 
     with pytest.raises(Exception, match="mixes basic types"):
         run_threads(3, prog)
+
+
+def test_struct_of_absolute_addresses_with_bottom():
+    def prog(comm):
+        a = np.arange(4.0) + 10 * comm.rank
+        b = np.arange(3, dtype=np.intc) + 100 * comm.rank
+        t = MPI.Datatype.Create_struct([4, 3], [MPI.Get_address(a), MPI.Get_address(b)],
+                                       [MPI.DOUBLE, MPI.INT]).Commit()
+        if comm.rank == 0:
+            comm.Send([MPI.BOTTOM, 1, t], 1)
+        else:
+            comm.Recv([MPI.BOTTOM, 1, t], 0)
+        return a.tolist(), b.tolist()
+
+    assert run_threads(2, prog)[1] == ([0.0, 1.0, 2.0, 3.0], [0, 1, 2])

@@ -50,7 +50,7 @@ from .constructors import (
     ORDER_C,
     ORDER_FORTRAN,
 )
-from .typemap import Signature, TypeMap, predefined_map
+from .typemap import CODE_DTYPES, Signature, TypeMap, dtype_of_code, predefined_map
 
 __all__ = [
     "Datatype", "DATATYPE_NULL", "PREDEFINED", "TYPECODES",
@@ -921,18 +921,6 @@ DATATYPE_NULL = Datatype()
 PREDEFINED: dict[str, Datatype] = {}
 
 
-#: signature code -> numpy dtype of that basic type
-_CODE_DTYPES: dict[str, np.dtype] = {}
-
-
-def dtype_of_code(code: str) -> np.dtype:
-    """The numpy dtype of a basic type code found in a ``signature``."""
-    try:
-        return _CODE_DTYPES[code]
-    except KeyError:
-        raise DatatypeError(f"no basic datatype has the signature code {code!r}") from None
-
-
 def _def(name: str, dtype, *aliases: str) -> Datatype:
     if dtype is None:        # a type this platform does not have: a null handle (as in mpi4py)
         dt = Datatype(name, predefined=True)
@@ -940,7 +928,7 @@ def _def(name: str, dtype, *aliases: str) -> Datatype:
         PREDEFINED[name] = dt
         return dt
     dt = Datatype(name, dtype, predefined=True)
-    _CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
+    CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
     for alias in aliases:
         PREDEFINED[alias] = dt

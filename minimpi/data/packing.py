@@ -12,16 +12,34 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, BufferSpecError, UnsupportedError
-from .buffers import export
+from ..errors import (
+    ArgumentError,
+    BufferAccessError,
+    BufferSpecError,
+    NotABufferError,
+    UnsupportedError,
+)
+from .typemap import dtype_of_code
 
 __all__ = ["pack_into", "unpack_from", "external_size"]
 
 
 def _flat(buf: Any, *, writable: bool, call: str, arg: str) -> np.ndarray:
-    arr, _ = export(buf, writable=writable, call=call, arg=arg)
+    """The bytes of a contiguous buffer (numpy array or any buffer-protocol object)."""
+    if isinstance(buf, np.ndarray):
+        arr = buf
+    else:
+        try:
+            view = memoryview(buf)
+        except TypeError:
+            raise NotABufferError(f"{call}: {arg} is {type(buf).__name__}, not a buffer") from None
+        if not view.contiguous:
+            raise BufferAccessError(f"{call}: {arg} must be a contiguous buffer")
+        arr = np.asarray(view.cast("B"))
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        raise BufferSpecError(f"{call}: {arg} must be a contiguous buffer")
+        raise BufferAccessError(f"{call}: {arg} must be a contiguous buffer")
+    if writable and not arr.flags.writeable:
+        raise BufferAccessError(f"{call}: {arg} is read-only")
     flat = arr.reshape(-1, order="A")
     return flat if flat.dtype == np.uint8 else flat.view(np.uint8)
 
@@ -158,7 +176,6 @@ def _convert(src: np.ndarray, dst: np.ndarray, to_external: bool) -> None:
 def _record_dtypes(datatype: Any, call: str) -> tuple[np.dtype, np.dtype]:
     """One item as a record of its signature runs: (native, external32) record dtypes, so
     that each run converts as one array whatever the number of items."""
-    from .datatypes import dtype_of_code
     names, native, external = [], [], []
     for i, (code, n) in enumerate(datatype.signature):
         dt = dtype_of_code(code)

@@ -23,9 +23,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import BufferSpecError
+from ..errors import BufferSpecError, DatatypeError
 
-__all__ = ["TypeMap", "predefined_map", "expand", "merge_runs", "repeat_signature",
+__all__ = ["TypeMap", "predefined_map", "CODE_DTYPES", "dtype_of_code", "expand", "merge_runs", "repeat_signature",
            "concat_signatures"]
 
 Signature = tuple[tuple[str, int], ...]
@@ -242,6 +242,18 @@ def _as_units(arr: np.ndarray, width: int) -> np.ndarray:
     if width == 1:
         return arr
     return arr[:arr.size - arr.size % width].view(_UNITS[width])
+
+
+#: signature code -> numpy dtype of that basic type (filled as predefined types are made)
+CODE_DTYPES: dict[str, np.dtype] = {}
+
+
+def dtype_of_code(code: str) -> np.dtype:
+    """The numpy dtype of a basic type code found in a ``signature``."""
+    try:
+        return CODE_DTYPES[code]
+    except KeyError:
+        raise DatatypeError(f"no basic datatype has the signature code {code!r}") from None
 
 
 def predefined_map(dtype: np.dtype, code: str) -> TypeMap:

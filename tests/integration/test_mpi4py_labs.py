@@ -196,7 +196,6 @@ def test_out_of_scope_features_refuse_clearly(write_script, job_marker):
                  lambda: MPI.File.Open(comm, "x"),
                  lambda: comm.Spawn("python"),
                  lambda: comm.Create_intercomm(0, comm, 0),
-                 lambda: MPI.INT.Create_vector(2, 1, 2),
                  lambda: comm.Create_graph([1], [0])]
         for call in calls:
             try:

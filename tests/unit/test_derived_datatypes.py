@@ -285,3 +285,35 @@ def test_match_size_and_f90():
     assert Datatype.Create_f90_integer(9).size == 4
     assert Datatype.Create_f90_real(12, 100).size == 8
     assert Datatype.Create_f90_complex(5, 30).size == 8
+
+
+# ---------------------------------------------------------------- mpi4py.util.dtlib
+@pytest.mark.parametrize("spec,align", [("i,d", False), ("i,d", True), ("(3,4)f", False),
+                                        ("c,(3,5)d,i", True), ("b,(2,)h", False)])
+def test_dtlib_round_trips_numpy_dtypes(spec, align):
+    from minimpi.data.dtconvert import datatype_from_numpy, numpy_from_datatype
+    dt = np.dtype(spec, align=align)
+    mt = datatype_from_numpy(dt)
+    assert mt.extent == dt.itemsize and not mt.is_predefined
+    back = numpy_from_datatype(mt)
+    assert back == dt and back.isalignedstruct == dt.isalignedstruct
+    if dt.names is None:
+        return
+    a = np.zeros(3, dt)
+    raw = a.view(np.uint8)
+    raw[:] = np.arange(raw.size) % 251 + 1
+    b = np.zeros_like(a)
+    mt.unpack(mt.pack(raw, 3), b.view(np.uint8), 3)
+    for name in dt.names:             # every field copied (padding bytes need not be)
+        np.testing.assert_array_equal(b[name], a[name])
+
+
+def test_dtlib_vector_and_indexed_to_numpy():
+    from minimpi.data.dtconvert import numpy_from_datatype
+    v = numpy_from_datatype(D.DOUBLE.Create_vector(3, 2, 4))
+    assert v.names == ("f0", "f1", "f2") and [v.fields[n][1] for n in v.names] == [0, 32, 64]
+    assert v.itemsize == D.DOUBLE.Create_vector(3, 2, 4).extent
+    i = numpy_from_datatype(D.INT.Create_indexed([1, 2], [3, 0]))
+    assert [i.fields[n][1] for n in i.names] == [12, 0]
+    with pytest.raises(ValueError):
+        numpy_from_datatype(D.DOUBLE.Create_subarray([4], [2], [1]))

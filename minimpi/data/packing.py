@@ -19,6 +19,7 @@ from ..errors import (
     NotABufferError,
     UnsupportedError,
 )
+from .foreign import array_at, from_cai, from_dlpack, is_cai, is_dlpack
 from .typemap import dtype_of_code
 
 __all__ = ["pack_into", "unpack_from", "external_size"]
@@ -28,6 +29,10 @@ def _flat(buf: Any, *, writable: bool, call: str, arg: str) -> np.ndarray:
     """The bytes of a contiguous buffer (numpy array or any buffer-protocol object)."""
     if isinstance(buf, np.ndarray):
         arr = buf
+    elif is_dlpack(buf) and not _has_buffer(buf):
+        arr = array_at(from_dlpack(buf, writable, f"{call}: {arg}"), f"{call}: {arg}", writable)
+    elif is_cai(buf) and not _has_buffer(buf):
+        arr = array_at(from_cai(buf, writable, f"{call}: {arg}"), f"{call}: {arg}", writable)
     else:
         try:
             view = memoryview(buf)
@@ -42,6 +47,14 @@ def _flat(buf: Any, *, writable: bool, call: str, arg: str) -> np.ndarray:
         raise BufferAccessError(f"{call}: {arg} is read-only")
     flat = arr.reshape(-1, order="A")
     return flat if flat.dtype == np.uint8 else flat.view(np.uint8)
+
+
+def _has_buffer(obj: Any) -> bool:
+    try:
+        memoryview(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def _position(position: Any, size: int, need: int, call: str, what: str) -> int:

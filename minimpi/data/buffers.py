@@ -557,10 +557,14 @@ def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optio
     """A non-contiguous datatype: a send packs the items into contiguous bytes (one copy);
     a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back."""
     ext = datatype.extent
+    if ext <= 0 and (count is None or displ):
+        what = "infer a count" if count is None else "apply a displacement"
+        raise DatatypeError(f"{call}: {arg}: cannot {what} with datatype {datatype.name} of "
+                            f"extent {ext}")
     origin = displ * ext
     if count is None:   # as many whole extents as the buffer's own length holds
         rest = length - origin
-        count = rest // ext if ext > 0 and rest > 0 else 0
+        count = rest // ext if rest > 0 else 0
     _check_items(raw, datatype, origin, count, call, arg, desc)
     tmap = datatype.typemap
     if not writable:

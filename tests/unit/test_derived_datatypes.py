@@ -317,3 +317,21 @@ def test_dtlib_vector_and_indexed_to_numpy():
     assert [i.fields[n][1] for n in i.names] == [12, 0]
     with pytest.raises(ValueError):
         numpy_from_datatype(D.DOUBLE.Create_subarray([4], [2], [1]))
+
+
+def test_buffer_specs_with_derived_types_check_counts_and_bounds():
+    from minimpi.data.buffers import parse_buffer
+    from minimpi.errors import CountError
+    neg = D.INT.Create_resized(0, -4).Commit()
+    buf = np.zeros(8, np.intc)
+    with pytest.raises(ValueError, match="infer a count"):
+        parse_buffer([buf, neg], writable=False)
+    with pytest.raises(ValueError, match="displacement"):
+        parse_buffer([buf, 0, 1, neg], writable=False)
+    col = D.DOUBLE.Create_vector(4, 1, 4).Commit()
+    grid = np.arange(16.0).reshape(4, 4)
+    with pytest.raises(CountError, match="touch bytes"):
+        parse_buffer([grid, 2, col], writable=False)       # the 2nd column item runs off
+    spec = parse_buffer([grid[0, 3:], 1, col], writable=False)   # reaches past the view
+    np.testing.assert_array_equal(spec.array, grid[:, 3])
+    assert parse_buffer([grid, col], writable=False).count == 1  # 128 // 104 items

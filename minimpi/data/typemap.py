@@ -75,7 +75,8 @@ def concat_signatures(sigs: Sequence[Signature]) -> Signature:
 
 
 class TypeMap:
-    """The layout of one item of a datatype (see the module docstring). Immutable."""
+    """The layout of one item of a datatype (see the module docstring). Never changed after
+    ``__init__`` (datatypes share maps: a Dup or resize reuses its old type's arrays)."""
 
     __slots__ = ("offsets", "lengths", "size", "lb", "ub", "signature", "element_dtype",
                  "explicit_bounds", "alignment", "true_lb", "true_ub", "is_contiguous",
@@ -96,34 +97,47 @@ class TypeMap:
         self.explicit_bounds = explicit_bounds
         #: the strictest alignment of the basic types inside (struct padding rounds to it)
         self.alignment = alignment
-        self.true_lb = int(offs.min()) if offs.size else 0
-        self.true_ub = int((offs + lens).max()) if offs.size else 0
+        # few runs (the usual struct or small vector): plain ints beat numpy calls
+        small = offs.size <= 16
+        o = offs.tolist() if small else offs
+        n = lens.tolist() if small else lens
+        count = len(o)
+        if count == 0:
+            self.true_lb = self.true_ub = 0
+        elif small:
+            self.true_lb = min(o)
+            self.true_ub = max(x + y for x, y in zip(o, n))
+        else:
+            self.true_lb = int(offs.min())
+            self.true_ub = int((offs + lens).max())
         #: one item is ``size`` consecutive bytes at the origin and items follow each other
         self.is_contiguous = bool(
             self.lb == 0 and self.ub == self.size
-            and (offs.size == 0 or (offs.size == 1 and offs[0] == 0 and lens[0] == self.size)))
+            and (count == 0 or (count == 1 and o[0] == 0 and n[0] == self.size)))
         #: (runs, run length, distance) when every run has one length and one distance
         self.pattern: Optional[tuple[int, int, int]] = None
-        if offs.size and (lens == lens[0]).all():
-            steps = np.diff(offs)
-            if steps.size == 0 or (steps == steps[0]).all():
-                self.pattern = (int(offs.size), int(lens[0]), int(steps[0]) if steps.size else 0)
+        if count and (n.count(n[0]) == count if small else bool((lens == lens[0]).all())):
+            if small:
+                steps = [y - x for x, y in zip(o, o[1:])]
+                same = all(st == steps[0] for st in steps)
+            else:
+                diffs = np.diff(offs)
+                same = bool((diffs == diffs[0]).all())
+                steps = diffs[:1].tolist()
+            if same:
+                self.pattern = (count, int(n[0]), int(steps[0]) if steps else 0)
         #: the widest unit (8, 4, 2 or 1 bytes) dividing every offset, length and the extent:
         #: gathers move that many bytes per index
         common = self.ub - self.lb
-        if offs.size:
-            common = gcd(common, int(np.gcd.reduce(offs)), int(np.gcd.reduce(lens)))
+        if count:
+            common = gcd(common, *o, *n) if small else \
+                gcd(common, int(np.gcd.reduce(offs)), int(np.gcd.reduce(lens)))
         self.width = next(w for w in (8, 4, 2, 1) if common % w == 0)
-        self._first = int(offs[0]) if offs.size else 0
+        self._first = int(o[0]) if count else 0
         #: the strided view's (shape, strides) for one item, worked out once
         self._one_item = None if self.pattern is None else _squeeze(
             ((self.pattern[0], self.pattern[2]), (self.pattern[1] // self.width, self.width)),
             self.width)
-
-    def __setattr__(self, name, value):
-        if hasattr(self, "_one_item"):     # the last one __init__ sets
-            raise AttributeError("TypeMap is immutable")
-        object.__setattr__(self, name, value)
 
     @property
     def extent(self) -> int:

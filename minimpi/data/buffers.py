@@ -248,7 +248,10 @@ def export(obj: Any, *, writable: bool, call: str = "buffer", arg: str = "buf"
     if isinstance(obj, np.ndarray):
         arr = obj
         default = BYTE if getattr(obj, "_mpi_bytes", False) else None
-    elif obj is None or isinstance(obj, (str, int, float, complex, list, tuple, dict, set)):
+    elif obj is None or (isinstance(obj, (str, int, float, complex, list, tuple, dict, set))
+                         and not isinstance(obj, np.generic)):
+        # (numpy scalars export their bytes, float64 and complex128 too, though they
+        # subclass Python's float and complex)
         raise _not_a_buffer(obj, call, arg)
     else:
         try:

@@ -172,3 +172,26 @@ def test_struct_of_absolute_addresses_with_bottom():
         return a.tolist(), b.tolist()
 
     assert run_threads(2, prog)[1] == ([0.0, 1.0, 2.0, 3.0], [0, 1, 2])
+
+
+def test_numpy_float64_and_complex128_scalars_are_buffers():
+    def prog(comm):
+        if comm.rank == 0:
+            comm.Send(np.float64(2.5), 1, tag=1)
+            comm.Send(np.complex128(1 - 2j), 1, tag=2)
+            return None
+        x, z = np.zeros(1), np.zeros(1, np.complex128)
+        comm.Recv(x, 0, tag=1)
+        comm.Recv(z, 0, tag=2)
+        total = np.zeros(1)
+        return x[0], z[0], total
+
+    assert run_threads(2, prog)[1][:2] == (2.5, 1 - 2j)
+    sums = run_threads(3, lambda comm: comm.allreduce(0) or _allreduce_scalar(comm))
+    assert sums == [6.0, 6.0, 6.0]
+
+
+def _allreduce_scalar(comm):
+    out = np.zeros(1)
+    comm.Allreduce(np.float64(comm.rank + 1.0), out, op=MPI.SUM)
+    return float(out[0])

@@ -45,6 +45,8 @@ from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
 from .data.datatypes import *  # noqa: F401,F403
 from .data.datatypes import PREDEFINED as _PREDEFINED_TYPES
+from .data.datatypes import TYPECODES as _typedict  # noqa: F401  (mpi4py's private helpers)
+from .data.datatypes import typealign as _typealign, typecode as _typecode  # noqa: F401
 from .data.ops import *  # noqa: F401,F403
 from .data.ops import Op  # noqa: F401
 from .data.buffers import get_address as Get_address  # noqa: F401

@@ -182,7 +182,10 @@ class Datatype:
         new = cls(name)
         new._set_map(tmap)
         new._combiner = combiner
-        new._ints, new._addrs, new._types = tuple(ints), tuple(addrs), tuple(types)
+        # the old types are kept through handles of our own: freeing the user's handle
+        # after the constructor call leaves this type whole (MPI's reference counting)
+        new._ints, new._addrs = tuple(ints), tuple(addrs)
+        new._types = tuple(t if t._predefined else Datatype(t) for t in types)
         return new
 
     # ------------------------------------------------------------------ the seam
@@ -768,6 +771,24 @@ class Datatype:
             return (_predefined_by_name, (self._key,))
         return (_rebuild_derived, (self._name, self._combiner, self._ints, self._addrs,
                                    self._types))
+
+
+def typecode(datatype: Datatype) -> Optional[str]:
+    """mpi4py's ``MPI._typecode``: the typecode of a predefined type, else None."""
+    try:
+        return datatype.tocode()
+    except (DatatypeError, ValueError):
+        return None
+
+
+def typealign(datatype: Datatype) -> Optional[int]:
+    """mpi4py's ``MPI._typealign``: the alignment of a predefined type, else None."""
+    if datatype.is_null or not datatype.is_predefined:
+        return None
+    dt = datatype.dtype
+    if dt.fields is not None:
+        return max(f[0].alignment for f in dt.fields.values())
+    return dt.alignment
 
 
 _PREDEFINED_COMBINERS = (COMBINER_NAMED, COMBINER_VALUE_INDEX, COMBINER_F90_INTEGER,

@@ -686,6 +686,8 @@ class Datatype:
     def tocode(self) -> str:
         """The typecode of a predefined datatype (``MPI.INT.tocode() == 'i'``)."""
         self._check_usable("tocode")
+        if self._combiner == COMBINER_DUP:          # a duplicate reads as its original
+            return self._types[0].tocode()
         if not self.is_predefined or self._dtype.fields is not None:
             raise DatatypeError(f"Datatype.tocode: {self._name} has no typecode (derived or "
                                 "pair datatype)")
@@ -713,6 +715,8 @@ class Datatype:
     def typestr(self) -> str:
         if self._map is None:
             return ""
+        if self._combiner == COMBINER_DUP:
+            return self._types[0].typestr
         if self.is_predefined and self._dtype.fields is None:
             return self._dtype.str
         return f"V{self._map.extent}"

@@ -452,11 +452,13 @@ _FAST_TYPES: dict[str, Datatype] = {  # keyed by dtype.char: int64 is 'l' or 'q'
 
 
 def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "buf",
-                 allow_in_place: bool = False) -> BufSpec:
+                 allow_in_place: bool = False, keep: bool = False) -> BufSpec:
     """Parse a buffer argument (see the module docstring for the accepted forms).
 
     ``writable=True`` for receive buffers. Returns :class:`BufSpec`, or the ``IN_PLACE``
     sentinel itself when ``allow_in_place`` and the user passed ``MPI.IN_PLACE``.
+    ``keep``: the receive buffer's current contents are also an input (the other buffer was
+    ``MPI.IN_PLACE``), so a temporary for a non-contiguous datatype starts with them.
     """
     if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
         # fast path for the most common case: a plain contiguous array of a predefined type
@@ -507,7 +509,7 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
                                                       arg=arg)
     if not datatype.is_contiguous:
         return _derived_spec(raw, length, datatype, count, displ or 0, finish,
-                             writable=writable, call=call, arg=arg, desc=desc)
+                             writable=writable, call=call, arg=arg, desc=desc, keep=keep)
     ext = datatype.size
     total = raw.size
     displ = displ or 0
@@ -556,9 +558,10 @@ def _check_items(raw: np.ndarray, datatype: Datatype, origin: int, count: int, c
 
 def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optional[int],
                   displ: int, copy_back: Callable[[Optional[int]], None] | None, *,
-                  writable: bool, call: str, arg: str, desc: Any) -> BufSpec:
+                  writable: bool, call: str, arg: str, desc: Any, keep: bool = False) -> BufSpec:
     """A non-contiguous datatype: a send packs the items into contiguous bytes (one copy);
-    a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back."""
+    a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back (filled
+    with the current items first when ``keep``)."""
     ext = datatype.extent
     if ext <= 0 and (count is None or displ):
         what = "infer a count" if count is None else "apply a displacement"
@@ -573,7 +576,10 @@ def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optio
     if not writable:
         packed = tmap.pack(raw, count, origin=origin, call=call, checked=True)
         return BufSpec(packed.view(datatype.dtype), datatype, count)
-    temp = np.empty(count * datatype.size, np.uint8)
+    if keep:
+        temp = np.array(tmap.pack(raw, count, origin=origin, call=call, checked=True))
+    else:
+        temp = np.empty(count * datatype.size, np.uint8)
 
     def scatter(nbytes: Optional[int] = None) -> None:
         _unpack_received(datatype, temp, raw, origin, count, nbytes)
@@ -678,7 +684,8 @@ def _running_sum(counts: Sequence[int]) -> list[int]:
 
 
 def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Scatterv",
-                  arg: str = "sendbuf", allow_in_place: bool = False) -> VBufSpec:
+                  arg: str = "sendbuf", allow_in_place: bool = False,
+                  keep: bool = False) -> VBufSpec:
     """Parse a v-variant buffer: ``[buf, (counts, displs), TYPE]``, ``[buf, counts, TYPE]``,
     ``[buf, counts, displs, TYPE]``, ``[buf, counts]``, ``[buf, TYPE]`` or ``buf``.
 
@@ -726,7 +733,7 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
                                                           call=call, arg=arg)
         if not datatype.is_contiguous:
             return _derived_vspec(raw, length, datatype, counts, displs, comm_size, finish,
-                                  writable=writable, call=call, arg=arg, desc=desc)
+                                  writable=writable, call=call, arg=arg, desc=desc, keep=keep)
         ext = datatype.size
         n_items = raw.size // ext if ext else 0
         if counts is None and raw.size and (ext <= 0 or raw.size % ext):
@@ -766,7 +773,8 @@ def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call:
 
 def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any, displs: Any,
                    comm_size: int, copy_back: Callable[[Optional[int]], None] | None, *,
-                   writable: bool, call: str, arg: str, desc: str) -> VBufSpec:
+                   writable: bool, call: str, arg: str, desc: Any,
+                   keep: bool = False) -> VBufSpec:
     """A v-buffer of a non-contiguous datatype: the blocks are packed into (or received in)
     a contiguous array where item ``j`` sits at ``j * size`` bytes, so block ``i`` is still
     ``displs[i]`` items from its start; :meth:`VBufSpec.finish` scatters received blocks."""
@@ -779,9 +787,10 @@ def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any
     n_needed = max((d + c for c, d in used), default=0)
     tmap = datatype.typemap
     temp = np.empty(n_needed * size, np.uint8)
-    if not writable:
+    if not writable or keep:     # a send, or a receive whose current blocks are an input
         for c, d in used:
             temp[d * size:(d + c) * size] = tmap.pack(raw, c, origin=d * ext, call=call)
+    if not writable:
         return VBufSpec(temp.view(datatype.dtype), datatype, counts_l, displs_l)
 
     def scatter(_nbytes: Optional[int] = None) -> None:

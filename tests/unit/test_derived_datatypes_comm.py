@@ -195,3 +195,34 @@ def _allreduce_scalar(comm):
     out = np.zeros(1)
     comm.Allreduce(np.float64(comm.rank + 1.0), out, op=MPI.SUM)
     return float(out[0])
+
+
+def test_in_place_collectives_read_the_current_items_of_derived_types():
+    def prog(comm):
+        r, p = comm.rank, comm.size
+        col = column()
+        u = numbered(r)
+        comm.Allreduce(MPI.IN_PLACE, [u, 1, col], op=MPI.SUM)       # column 0 summed
+        coltype = MPI.DOUBLE.Create_vector(N, 1, p).Create_resized(0, 8).Commit()
+        g = np.zeros((N, p))
+        g[:, r] = r + 0.25
+        comm.Allgather(MPI.IN_PLACE, [g, 1, coltype])
+        a = numbered(r, (N, p))
+        comm.Alltoall(MPI.IN_PLACE, [a, 1, coltype])
+        root_grid = np.zeros((N, p))
+        if r == 0:
+            root_grid[:, 0] = 42.0
+        comm.Gather(MPI.IN_PLACE if r == 0 else np.full(N, r + 0.5),
+                    [root_grid, 1, coltype] if r == 0 else None, root=0)
+        return u, g, a, root_grid
+
+    res = run_threads(3, prog)
+    for r in range(3):
+        u, g, a, root_grid = res[r]
+        np.testing.assert_array_equal(u[:, 0], sum(numbered(k)[:, 0] for k in range(3)))
+        np.testing.assert_array_equal(np.delete(u, 0, axis=1), np.delete(numbered(r), 0, axis=1))
+        np.testing.assert_array_equal(g, np.tile([0.25, 1.25, 2.25], (N, 1)))
+        for j in range(3):
+            np.testing.assert_array_equal(a[:, j], numbered(j, (N, 3))[:, r])
+    np.testing.assert_array_equal(res[0][3], np.column_stack([np.full(N, 42.0),
+                                                              np.full(N, 1.5), np.full(N, 2.5)]))

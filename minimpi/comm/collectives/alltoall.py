@@ -41,7 +41,8 @@ class AlltoallMethods:
     @collective
     def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
         p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
+                             keep=in_place(sendbuf) is IN_PLACE)
         send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
                              allow_in_place=True)
         rblocks = Blocks.of_vbuffer(recv)

@@ -696,6 +696,12 @@ class Datatype:
         for code, dt in TYPECODES.items():
             if dt is self and len(code) == 1:
                 return code
+        for code, dt in TYPECODES.items():      # sized C names: 'i4', 'f8'...
+            if dt is self:
+                return code
+        for code, dt in TYPECODES.items():      # Fortran names: the C type's code
+            if len(code) == 1 and dt._dtype == self._dtype:
+                return code
         return self._dtype.str.lstrip("<>=|")
 
     @classmethod

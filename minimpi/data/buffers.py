@@ -779,6 +779,9 @@ def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any
     a contiguous array where item ``j`` sits at ``j * size`` bytes, so block ``i`` is still
     ``displs[i]`` items from its start; :meth:`VBufSpec.finish` scatters received blocks."""
     ext, size = datatype.extent, datatype.size
+    if ext <= 0 and counts is None:
+        raise DatatypeError(f"{call}: {arg}: cannot split the buffer into counts with "
+                            f"datatype {datatype.name} of extent {ext}; give the counts")
     n_items = length // ext if ext > 0 else 0
     counts_l, displs_l = _counts_displs(counts, displs, n_items, comm_size, call, arg)
     used = [(c, d) for c, d in zip(counts_l, displs_l) if c]

@@ -335,3 +335,10 @@ def test_buffer_specs_with_derived_types_check_counts_and_bounds():
     spec = parse_buffer([grid[0, 3:], 1, col], writable=False)   # reaches past the view
     np.testing.assert_array_equal(spec.array, grid[:, 3])
     assert parse_buffer([grid, col], writable=False).count == 1  # 128 // 104 items
+
+
+def test_vbuffer_of_negative_extent_needs_counts():
+    from minimpi.data.buffers import parse_vbuffer
+    neg = D.INT.Create_resized(0, -4).Commit()
+    with pytest.raises(ValueError, match="give the counts"):
+        parse_vbuffer([np.zeros(4, np.intc), None, [0], neg], 1, writable=False)

@@ -465,6 +465,17 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
         datatype = _FAST_TYPES.get(spec.dtype.char)
         if datatype is not None and spec.dtype.isnative:
             return BufSpec(spec.reshape(-1), datatype, spec.size)
+    if type(spec) in (list, tuple) and len(spec) == 3:
+        # fast path for halo exchanges: [array, count, non-contiguous derived datatype]
+        buf, count, datatype = spec
+        if type(buf) is np.ndarray and type(count) is int and type(datatype) is Datatype \
+                and count >= 0 and not datatype.is_null and not datatype.is_contiguous \
+                and not buf.dtype.hasobject and (buf.flags.writeable or not writable):
+            raw = _owner_bytes(buf)
+            if raw is not None:
+                return _derived_spec(raw, buf.nbytes, datatype, count, 0, None,
+                                     writable=writable, call=call, arg=arg,
+                                     desc=_Described(buf), keep=keep)
     if spec is IN_PLACE:
         if allow_in_place:
             return IN_PLACE

@@ -8,8 +8,7 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
 ``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), graph topologies,
-derived datatypes other than contiguous ones, generalized requests, ``Pack``/``Unpack`` and
-``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
+generalized requests and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
 ``Idup``, ``Split_type`` kinds, ``Create_from_group``, per-communicator buffer attach, request
@@ -49,10 +48,13 @@ from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_SERIALIZED as _THREAD_PROVIDED
 from .data.datatypes import *  # noqa: F401,F403
-from .data.datatypes import PREDEFINED as _PREDEFINED_TYPES, Datatype
+from .data.datatypes import PREDEFINED as _PREDEFINED_TYPES
+from .data.datatypes import TYPECODES as _typedict  # noqa: F401  (mpi4py's private helpers)
+from .data.datatypes import typealign as _typealign, typecode as _typecode  # noqa: F401
 from .data.ops import *  # noqa: F401,F403
 from .data.ops import Op  # noqa: F401
 from .data.buffers import get_address as Get_address  # noqa: F401
+from .data.buffers import aint_add as Aint_add, aint_diff as Aint_diff  # noqa: F401
 from .data.memory import alloc_mem as _alloc_mem, buffer, memory  # noqa: F401
 from .data.serialization import Pickle  # noqa: F401
 from .errors import *  # noqa: F401,F403
@@ -293,18 +295,6 @@ Publish_name = refusing("Spawn", "MPI.Publish_name")
 Unpublish_name = refusing("Spawn", "MPI.Unpublish_name")
 Lookup_name = refusing("Spawn", "MPI.Lookup_name")
 
-for _name in ("Create_vector", "Create_hvector", "Create_indexed", "Create_hindexed",
-              "Create_indexed_block", "Create_hindexed_block", "Create_struct",
-              "Create_subarray", "Create_darray", "Create_resized", "Pack", "Unpack",
-              "Pack_size", "Pack_external", "Unpack_external", "Pack_external_size"):
-    if not hasattr(Datatype, _name):   # the datatypes module may grow real ones
-        setattr(Datatype, _name, refusing("Pack" if _name.startswith(("Pack", "Unpack"))
-                                          else "Datatype", f"Datatype.{_name}"))
-for _name in ("Create_struct", "Create_hindexed", "Create_f90_integer", "Create_f90_real",
-              "Create_f90_complex"):
-    if not isinstance(Datatype.__dict__.get(_name), staticmethod):
-        setattr(Datatype, _name, staticmethod(refusing("Datatype", f"Datatype.{_name}")))
-del _name
 
 
 # -- COMM_WORLD / COMM_SELF ----------------------------------------------------------------------

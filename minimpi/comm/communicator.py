@@ -294,7 +294,7 @@ class Comm(CommExtras):
             raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
-            req._finish = spec.finish
+            req._finish = lambda: spec.finish(req.status.nbytes)
         return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
@@ -432,7 +432,7 @@ class Comm(CommExtras):
         rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
             self._ep.irecv(rview, source, recvtag, call)
         if rspec is not None and rspec.is_temporary:
-            rreq._finish = rspec.finish
+            rreq._finish = lambda: rspec.finish(rreq.status.nbytes)
         sreq = CompletedRequest() if sview is None else \
             self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
         return rreq, sreq
@@ -461,7 +461,9 @@ class Comm(CommExtras):
         first, since the receive overwrites ``buf``."""
         if dest == PROC_NULL:
             return None, buf
-        spec = parse_buffer(buf, writable=source != PROC_NULL, call=call, arg="buf")
+        if source != PROC_NULL:     # the same checks as the receive, before anything is sent
+            parse_buffer(buf, writable=True, call=call, arg="buf")
+        spec = parse_buffer(buf, writable=False, call=call, arg="buf")
         return spec.array.copy(), buf
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,

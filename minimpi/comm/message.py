@@ -185,7 +185,7 @@ class Message:
         req = comm._ep.engine.irecv_message(inc, view, False,
                                          ("Message.Recv", "source", inc.source, inc.tag, comm.name))
         if spec is not None and spec.is_temporary:
-            req._finish = spec.finish
+            req._finish = lambda: spec.finish(req.status.nbytes)
         return req
 
     def Recv(self, buf: Any, status: Optional[Status] = None) -> None:

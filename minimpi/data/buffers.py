@@ -34,8 +34,12 @@ Rules worth knowing:
 * Without a count, the buffer's length must be a whole number of items of TYPE.
 * Without a TYPE, the element type comes from the buffer; a numpy array in non-native
   byte order then raises ``BufferError`` (with an explicit TYPE its bytes are sent as they are).
-* For derived (contiguous) datatypes ``array`` holds ``count * datatype.base_count``
-  elements of the base dtype: reductions work element-wise on it unchanged.
+* For derived datatypes ``array`` holds ``count * datatype.base_count`` elements of
+  ``datatype.dtype``: reductions work element-wise on it unchanged. Contiguous types view
+  the user's memory; for a non-contiguous type (vector, subarray, struct...) ``array`` is the
+  packed items (a send) or a temporary that :meth:`BufSpec.finish` scatters into the layout
+  (a receive). The layout is relative to the buffer's first byte and may reach past a view
+  into the memory of the array that owns it, as a C pointer would (see ``_owner_bytes``).
 
 Mistakes raise :mod:`minimpi.errors` classes that are also the Python exceptions mpi4py
 raises: ``ValueError`` (counts, displacements, spec shape), ``TypeError`` (not a buffer),
@@ -57,7 +61,8 @@ from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, resolve_datatype
 from .foreign import FORMAT_DTYPES, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
 
 __all__ = ["BufSpec", "VBufSpec", "WBufSpec", "parse_buffer", "parse_vbuffer",
-           "parse_wbuffer", "is_buffer", "export", "get_address", "byte_view"]
+           "parse_wbuffer", "is_buffer", "export", "get_address", "aint_add", "aint_diff",
+           "byte_view"]
 
 _FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, optionally as "
           "[buf, MPI.TYPE], [buf, count, MPI.TYPE] or [buf, (count, displ), MPI.TYPE]")
@@ -66,18 +71,21 @@ _FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, opti
 class _CopyBack:
     """``finish``/``is_temporary`` of a spec whose ``_finish`` copies a temporary back."""
 
-    _finish: Callable[[], None] | None
+    _finish: Callable[[Optional[int]], None] | None
 
     @property
     def is_temporary(self) -> bool:
-        """True when ``array`` is a copy (non-contiguous user array), not the user's memory."""
+        """True when ``array`` is a temporary (a non-contiguous user array, or packed items of
+        a non-contiguous datatype), not the user's memory."""
         return self._finish is not None
 
-    def finish(self) -> None:
-        """Copy received data back into a non-contiguous user array (no-op otherwise)."""
+    def finish(self, nbytes: Optional[int] = None) -> None:
+        """Copy received data back into the user's buffer (no-op when ``array`` is the user's
+        memory). ``nbytes``: how many bytes arrived, when fewer than the buffer holds (only
+        those items are scattered into a non-contiguous datatype's layout)."""
         if self._finish is not None:
             fin, self._finish = self._finish, None
-            fin()
+            fin(nbytes)
 
 
 @dataclass
@@ -152,9 +160,17 @@ class WBufSpec:
     counts: list[int]
     displs: list[int]
     types: list[Datatype]
+    #: receive blocks of non-contiguous datatypes: (datatype, temporary, memory, origin, count)
+    scatters: list = field(default_factory=list, repr=False)
 
     def block_nbytes(self, i: int) -> int:
         return self.counts[i] * self.types[i].size
+
+    def finish(self) -> None:
+        """Scatter the blocks received in temporaries into their datatypes' layouts."""
+        todo, self.scatters = self.scatters, []
+        for datatype, temp, memory, origin, count in todo:
+            datatype.typemap.unpack(temp, memory, count, origin=origin)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -170,6 +186,20 @@ def _describe(obj: Any) -> str:
     if isinstance(obj, np.ndarray):
         return f"numpy array of dtype {obj.dtype}"
     return type(obj).__name__
+
+
+class _Described:
+    """What a buffer is, for error messages, worked out only when a message needs it."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __str__(self) -> str:
+        return _describe(self.obj)
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
 
 
 def is_buffer(obj: Any) -> bool:
@@ -218,7 +248,10 @@ def export(obj: Any, *, writable: bool, call: str = "buffer", arg: str = "buf"
     if isinstance(obj, np.ndarray):
         arr = obj
         default = BYTE if getattr(obj, "_mpi_bytes", False) else None
-    elif obj is None or isinstance(obj, (str, int, float, complex, list, tuple, dict, set)):
+    elif obj is None or (isinstance(obj, (str, int, float, complex, list, tuple, dict, set))
+                         and not isinstance(obj, np.generic)):
+        # (numpy scalars export their bytes, float64 and complex128 too, though they
+        # subclass Python's float and complex)
         raise _not_a_buffer(obj, call, arg)
     else:
         try:
@@ -272,19 +305,60 @@ def _flat_memory(arr: np.ndarray, *, writable: bool) -> tuple[np.ndarray, Callab
     tmp = np.ascontiguousarray(arr)
     finish = None
     if writable:
-        def finish(target=arr, tmp=tmp) -> None:
+        def finish(_nbytes: Optional[int] = None, target=arr, tmp=tmp) -> None:
             target[...] = tmp
     return tmp.reshape(-1), finish
 
 
+def _owner_bytes(arr: np.ndarray) -> Optional[np.ndarray]:
+    """The bytes from ``arr``'s first element to the end of the memory that owns it (the
+    outermost base array or buffer), as a flat uint8 array; None if that is not one
+    contiguous block. A datatype's layout is relative to the buffer's first byte and may
+    reach past a view's own elements (``[u[0, j:], 1, column_type]`` reads column j of u,
+    as C and mpi4py do); it never reaches outside the owner's memory."""
+    if arr.base is None and arr.flags.c_contiguous:      # an array that owns its memory
+        return arr.reshape(-1).view(np.uint8)
+    owner = arr
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    if owner.base is not None and not isinstance(owner.base, np.ndarray):
+        try:
+            outer = np.asarray(memoryview(owner.base).cast("B"))
+        except (TypeError, ValueError):
+            outer = None
+        if outer is not None and outer.size:
+            owner = outer
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous) or arr.size == 0:
+        return None
+    lo = owner.__array_interface__["data"][0]
+    start = arr.__array_interface__["data"][0]
+    whole = owner.reshape(-1, order="A").view(np.uint8)
+    if not lo <= start < lo + whole.size:
+        return None
+    if arr.flags.writeable and not whole.flags.writeable:
+        return None
+    return whole[start - lo:]
+
+
 def get_address(obj: Any) -> int:
-    """``MPI.Get_address``: the address of a buffer's first byte (``MPI.BOTTOM``: 0)."""
-    if obj is BOTTOM:
+    """``MPI.Get_address``: the address of a buffer's first byte (``MPI.BOTTOM`` and
+    ``None``: 0)."""
+    if obj is BOTTOM or obj is None:
         return 0
     arr, _ = export(obj, writable=False, call="Get_address", arg="location")
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise BufferAccessError("Get_address: the buffer is not contiguous")
     return int(arr.__array_interface__["data"][0] or 0)
+
+
+def aint_add(base: int, disp: int) -> int:
+    """``MPI.Aint_add``: the address ``disp`` bytes past ``base``."""
+    return operator.index(base) + operator.index(disp)
+
+
+def aint_diff(addr1: int, addr2: int) -> int:
+    """``MPI.Aint_diff``: the distance in bytes from ``addr2`` to ``addr1``."""
+    return operator.index(addr1) - operator.index(addr2)
 
 
 def _index(value: Any, what: str, call: str, arg: str) -> int:
@@ -300,9 +374,12 @@ def _index(value: Any, what: str, call: str, arg: str) -> int:
 
 
 def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: str
-                ) -> tuple[np.ndarray, Datatype, Callable[[], None] | None, str]:
+                ) -> tuple[np.ndarray, Datatype, Callable[[Optional[int]], None] | None, str, int]:
     """The whole buffer as a flat uint8 view, the datatype to use, the copy-back (for a
-    non-contiguous receive buffer), and a description."""
+    non-contiguous receive buffer), a description, and the buffer's own length in bytes.
+
+    For a non-contiguous datatype the view runs from the buffer's first byte to the end of
+    the memory owning it (see :func:`_owner_bytes`), so its layout can address that memory."""
     arr, default = export(buf, writable=writable, call=call, arg=arg)
     if dtype_spec is not None:
         datatype = resolve_datatype(dtype_spec, call=call, arg=f"{arg} datatype")
@@ -318,8 +395,13 @@ def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: st
             datatype = from_numpy_dtype(arr.dtype)
         except DatatypeError as exc:
             raise DatatypeError(f"{call}: {arg}: {exc}") from None
+    if not datatype.is_contiguous:
+        owned = _owner_bytes(arr)
+        if owned is not None:
+            return owned, datatype, None, _Described(buf), arr.nbytes
     flat, finish = _flat_memory(arr, writable=writable)
-    return _bytes_of(flat), datatype, finish, _describe(buf)
+    raw = _bytes_of(flat)
+    return raw, datatype, finish, _describe(buf), raw.size
 
 
 def _is_type_spec(x: Any) -> bool:
@@ -370,17 +452,30 @@ _FAST_TYPES: dict[str, Datatype] = {  # keyed by dtype.char: int64 is 'l' or 'q'
 
 
 def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "buf",
-                 allow_in_place: bool = False) -> BufSpec:
+                 allow_in_place: bool = False, keep: bool = False) -> BufSpec:
     """Parse a buffer argument (see the module docstring for the accepted forms).
 
     ``writable=True`` for receive buffers. Returns :class:`BufSpec`, or the ``IN_PLACE``
     sentinel itself when ``allow_in_place`` and the user passed ``MPI.IN_PLACE``.
+    ``keep``: the receive buffer's current contents are also an input (the other buffer was
+    ``MPI.IN_PLACE``), so a temporary for a non-contiguous datatype starts with them.
     """
     if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
         # fast path for the most common case: a plain contiguous array of a predefined type
         datatype = _FAST_TYPES.get(spec.dtype.char)
         if datatype is not None and spec.dtype.isnative:
             return BufSpec(spec.reshape(-1), datatype, spec.size)
+    if type(spec) in (list, tuple) and len(spec) == 3:
+        # fast path for halo exchanges: [array, count, non-contiguous derived datatype]
+        buf, count, datatype = spec
+        if type(buf) is np.ndarray and type(count) is int and type(datatype) is Datatype \
+                and count >= 0 and not datatype.is_null and not datatype.is_contiguous \
+                and not buf.dtype.hasobject and (buf.flags.writeable or not writable):
+            raw = _owner_bytes(buf)
+            if raw is not None:
+                return _derived_spec(raw, buf.nbytes, datatype, count, 0, None,
+                                     writable=writable, call=call, arg=arg,
+                                     desc=_Described(buf), keep=keep)
     if spec is IN_PLACE:
         if allow_in_place:
             return IN_PLACE
@@ -409,17 +504,23 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
         else:
             datatype = BYTE if tspec is None else resolve_datatype(tspec, call=call,
                                                                    arg=f"{arg} datatype")
+        if count and buf is BOTTOM and displ is None:
+            return _absolute_spec(datatype, count, writable=writable, call=call, arg=arg)
         if count:
             raise BufferSpecError(
                 f"{call}: {arg} is {what} but a count of {count} was given; pass an actual "
-                "buffer (minimpi has no derived datatypes with absolute addresses, so "
-                "MPI.BOTTOM only describes an empty message outside Alltoallw)")
+                "buffer, or MPI.BOTTOM with a datatype whose displacements are absolute "
+                "addresses (MPI.Get_address)")
         if displ:
             raise BufferSpecError(f"{call}: {arg} is {what} but a displacement of {displ} "
                                   f"was given")
         return BufSpec(np.empty(0, dtype=datatype.dtype), datatype, 0)
 
-    raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call, arg=arg)
+    raw, datatype, finish, desc, length = _typed_flat(buf, tspec, writable=writable, call=call,
+                                                      arg=arg)
+    if not datatype.is_contiguous:
+        return _derived_spec(raw, length, datatype, count, displ or 0, finish,
+                             writable=writable, call=call, arg=arg, desc=desc, keep=keep)
     ext = datatype.size
     total = raw.size
     displ = displ or 0
@@ -452,6 +553,92 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
             f"{total} bytes ({desc})")
     array = raw[displ * ext:(displ + count) * ext].view(datatype.dtype)
     return BufSpec(array, datatype, count, finish)
+
+
+def _check_items(raw: np.ndarray, datatype: Datatype, origin: int, count: int, call: str,
+                 arg: str, desc: str, what: str = "") -> None:
+    """``count`` items of ``datatype`` starting at byte ``origin`` must lie inside ``raw``."""
+    first, end = datatype.typemap.span(count)
+    if count and (origin + first < 0 or origin + end > raw.size):
+        raise CountError(
+            f"{call}: {arg}{what}: {count} x {datatype.name} at byte {origin} touch bytes "
+            f"{origin + first} to {origin + end} of the buffer, which has {raw.size} bytes "
+            f"({desc}; the datatype's true lb is {datatype.true_lb}, true extent "
+            f"{datatype.true_extent}, extent {datatype.extent})")
+
+
+def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optional[int],
+                  displ: int, copy_back: Callable[[Optional[int]], None] | None, *,
+                  writable: bool, call: str, arg: str, desc: Any, keep: bool = False) -> BufSpec:
+    """A non-contiguous datatype: a send packs the items into contiguous bytes (one copy);
+    a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back (filled
+    with the current items first when ``keep``)."""
+    ext = datatype.extent
+    if ext <= 0 and (count is None or displ):
+        what = "infer a count" if count is None else "apply a displacement"
+        raise DatatypeError(f"{call}: {arg}: cannot {what} with datatype {datatype.name} of "
+                            f"extent {ext}")
+    origin = displ * ext
+    if count is None:   # as many whole extents as the buffer's own length holds
+        rest = length - origin
+        count = rest // ext if rest > 0 else 0
+    _check_items(raw, datatype, origin, count, call, arg, desc)
+    tmap = datatype.typemap
+    if not writable:
+        packed = tmap.pack(raw, count, origin=origin, call=call, checked=True)
+        return BufSpec(packed.view(datatype.dtype), datatype, count)
+    if keep:
+        temp = np.array(tmap.pack(raw, count, origin=origin, call=call, checked=True))
+    else:
+        temp = np.empty(count * datatype.size, np.uint8)
+
+    def scatter(nbytes: Optional[int] = None) -> None:
+        _unpack_received(datatype, temp, raw, origin, count, nbytes)
+        if copy_back is not None:
+            copy_back(None)
+    return BufSpec(temp.view(datatype.dtype), datatype, count, scatter)
+
+
+def _absolute_spec(datatype: Datatype, count: int, *, writable: bool, call: str,
+                   arg: str) -> BufSpec:
+    """``[MPI.BOTTOM, count, TYPE]``: the type's displacements are absolute addresses
+    (``MPI.Get_address``), typically of separate objects: each byte run is mapped and
+    copied on its own (one numpy copy per run of the type map)."""
+    offsets, lengths = datatype.blocks(count)
+    runs = [array_at(Exported(int(o), int(n), not writable, "B", 1, 0, None),
+                     f"{call}: {arg} (MPI.BOTTOM + {int(o)}, run of {datatype.name})", writable)
+            for o, n in zip(offsets, lengths)]
+    if not writable:
+        packed = np.concatenate(runs) if runs else np.empty(0, np.uint8)
+        return BufSpec(packed.view(datatype.dtype), datatype, count)
+    temp = np.empty(count * datatype.size, np.uint8)
+
+    def scatter(nbytes: Optional[int] = None) -> None:
+        at, limit = 0, temp.size if nbytes is None else min(nbytes, temp.size)
+        for run in runs:
+            n = min(run.size, limit - at)
+            if n <= 0:
+                break
+            run[:n] = temp[at:at + n]
+            at += n
+    return BufSpec(temp.view(datatype.dtype), datatype, count, scatter)
+
+
+def _unpack_received(datatype: Datatype, temp: np.ndarray, raw: np.ndarray, origin: int,
+                     count: int, nbytes: Optional[int]) -> None:
+    """Scatter the received part of ``temp`` (``nbytes``, or all of it) into ``raw``'s
+    layout: whole items, and a partial last item over the user's own data."""
+    size = datatype.size
+    tmap = datatype.typemap
+    if nbytes is None or nbytes >= count * size or size == 0:
+        tmap.unpack(temp, raw, count, origin=origin, checked=True)
+        return
+    whole, part = divmod(nbytes, size)
+    if part:    # keep what the message did not reach of the last, partial item
+        temp[whole * size + part:(whole + 1) * size] = \
+            tmap.pack(raw, 1, origin=origin + whole * datatype.extent)[part:]
+        whole += 1
+    tmap.unpack(temp, raw, whole, origin=origin)
 
 
 # ----------------------------------------------------------------------- parse_vbuffer
@@ -508,7 +695,8 @@ def _running_sum(counts: Sequence[int]) -> list[int]:
 
 
 def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Scatterv",
-                  arg: str = "sendbuf", allow_in_place: bool = False) -> VBufSpec:
+                  arg: str = "sendbuf", allow_in_place: bool = False,
+                  keep: bool = False) -> VBufSpec:
     """Parse a v-variant buffer: ``[buf, (counts, displs), TYPE]``, ``[buf, counts, TYPE]``,
     ``[buf, counts, displs, TYPE]``, ``[buf, counts]``, ``[buf, TYPE]`` or ``buf``.
 
@@ -552,8 +740,11 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
         finish = None
         n_items = 0
     else:
-        raw, datatype, finish, desc = _typed_flat(buf, tspec, writable=writable, call=call,
-                                                  arg=arg)
+        raw, datatype, finish, desc, length = _typed_flat(buf, tspec, writable=writable,
+                                                          call=call, arg=arg)
+        if not datatype.is_contiguous:
+            return _derived_vspec(raw, length, datatype, counts, displs, comm_size, finish,
+                                  writable=writable, call=call, arg=arg, desc=desc, keep=keep)
         ext = datatype.size
         n_items = raw.size // ext if ext else 0
         if counts is None and raw.size and (ext <= 0 or raw.size % ext):
@@ -562,6 +753,19 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
                 f"{datatype.name} items ({ext} bytes each)")
         array = raw[:n_items * ext].view(datatype.dtype)
 
+    counts_l, displs_l = _counts_displs(counts, displs, n_items, comm_size, call, arg)
+    for i, (c, d) in enumerate(zip(counts_l, displs_l)):
+        if c and d + c > n_items:
+            where = "MPI.BOTTOM (no buffer)" if buf is BOTTOM else "the buffer"
+            raise CountError(
+                f"{call}: {arg} block for rank {i} (displ {d}, count {c}) ends at item {d + c} "
+                f"but {where} holds only {n_items} {datatype.name} items")
+    return VBufSpec(array, datatype, counts_l, displs_l, finish)
+
+
+def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call: str,
+                   arg: str) -> tuple[list[int], list[int]]:
+    """Per-rank counts and displacements of a v-buffer, as mpi4py reads them."""
     if counts is None:
         counts_l = _even_counts(n_items, comm_size)
     else:
@@ -575,13 +779,40 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
         displs_l = [i * stride for i in range(comm_size)]
     else:
         displs_l = _int_list(displs, "displs", comm_size, call, arg)
+    return counts_l, displs_l
+
+
+def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any, displs: Any,
+                   comm_size: int, copy_back: Callable[[Optional[int]], None] | None, *,
+                   writable: bool, call: str, arg: str, desc: Any,
+                   keep: bool = False) -> VBufSpec:
+    """A v-buffer of a non-contiguous datatype: the blocks are packed into (or received in)
+    a contiguous array where item ``j`` sits at ``j * size`` bytes, so block ``i`` is still
+    ``displs[i]`` items from its start; :meth:`VBufSpec.finish` scatters received blocks."""
+    ext, size = datatype.extent, datatype.size
+    if ext <= 0 and counts is None:
+        raise DatatypeError(f"{call}: {arg}: cannot split the buffer into counts with "
+                            f"datatype {datatype.name} of extent {ext}; give the counts")
+    n_items = length // ext if ext > 0 else 0
+    counts_l, displs_l = _counts_displs(counts, displs, n_items, comm_size, call, arg)
+    used = [(c, d) for c, d in zip(counts_l, displs_l) if c]
     for i, (c, d) in enumerate(zip(counts_l, displs_l)):
-        if c and d + c > n_items:
-            where = "MPI.BOTTOM (no buffer)" if buf is BOTTOM else "the buffer"
-            raise CountError(
-                f"{call}: {arg} block for rank {i} (displ {d}, count {c}) ends at item {d + c} "
-                f"but {where} holds only {n_items} {datatype.name} items")
-    return VBufSpec(array, datatype, counts_l, displs_l, finish)
+        _check_items(raw, datatype, d * ext, c, call, arg, desc, f" block for rank {i}")
+    n_needed = max((d + c for c, d in used), default=0)
+    tmap = datatype.typemap
+    temp = np.empty(n_needed * size, np.uint8)
+    if not writable or keep:     # a send, or a receive whose current blocks are an input
+        for c, d in used:
+            temp[d * size:(d + c) * size] = tmap.pack(raw, c, origin=d * ext, call=call)
+    if not writable:
+        return VBufSpec(temp.view(datatype.dtype), datatype, counts_l, displs_l)
+
+    def scatter(_nbytes: Optional[int] = None) -> None:
+        for c, d in used:
+            tmap.unpack(temp[d * size:(d + c) * size], raw, c, origin=d * ext, call=call)
+        if copy_back is not None:
+            copy_back(None)
+    return VBufSpec(temp.view(datatype.dtype), datatype, counts_l, displs_l, scatter)
 
 
 # ----------------------------------------------------------------------- parse_wbuffer
@@ -637,9 +868,14 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
             raise TypeError(f"{call}: {arg} types[{i}] is {type(t).__name__} {t!r:.40}, "
                             f"not an MPI datatype")
         types_l.append(resolve_datatype(t, call=call, arg=f"{arg} types[{i}]"))
-    blocks = []
+    blocks: list[np.ndarray] = []
+    scatters: list = []
     for i, (c, d, t) in enumerate(zip(counts_l, displs_l, types_l)):
         nbytes = c * t.size
+        if not t.is_contiguous:
+            blocks.append(_derived_wblock(raw, t, c, d, writable, scatters, call,
+                                          f"{arg} block for rank {i}"))
+            continue
         if raw is not None:
             if nbytes and d + nbytes > raw.size:
                 raise CountError(
@@ -651,7 +887,30 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
             ex = Exported(d, nbytes, readonly, "B", 1, 0, None)
             blocks.append(array_at(ex, f"{call}: {arg} block for rank {i} (MPI.BOTTOM + {d})",
                                    writable))
-    return WBufSpec(raw, blocks, counts_l, displs_l, types_l)
+    if any(not t.is_contiguous for t in types_l):
+        raw = None     # blocks are packed copies / temporaries, not slices of the buffer
+    return WBufSpec(raw, blocks, counts_l, displs_l, types_l, scatters)
+
+
+def _derived_wblock(raw: Optional[np.ndarray], datatype: Datatype, count: int, displ: int,
+                    writable: bool, scatters: list, call: str, what: str) -> np.ndarray:
+    """One Alltoallw block of a non-contiguous datatype at byte ``displ`` (an absolute
+    address with ``MPI.BOTTOM``): packed for a send; for a receive a temporary that
+    :meth:`WBufSpec.finish` scatters."""
+    first, end = datatype.typemap.span(count)
+    if raw is None:       # MPI.BOTTOM: map just the bytes the items touch
+        memory = array_at(Exported(displ + first, end - first, not writable, "B", 1, 0, None),
+                          f"{call}: {what} (MPI.BOTTOM + {displ})", writable) \
+            if count else np.empty(0, np.uint8)
+        origin = -first
+    else:
+        memory, origin = raw, displ
+        _check_items(raw, datatype, displ, count, call, what, "the buffer")
+    if not writable:
+        return datatype.typemap.pack(memory, count, origin=origin, call=call)
+    temp = np.empty(count * datatype.size, np.uint8)
+    scatters.append((datatype, temp, memory, origin, count))
+    return temp
 
 
 def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:

@@ -1,154 +1,499 @@
-"""MPI datatypes as thin descriptions of numpy dtypes (``MPI.Datatype``).
+"""MPI datatypes (``MPI.Datatype``): predefined ones and every derived constructor.
 
-A :class:`Datatype` answers the questions the rest of minimpi asks about a buffer's
-elements: how many bytes one item takes (``size``/``extent``), which numpy dtype its
-elements have (``dtype``), and what it is called (``name``, for error messages).
+A :class:`Datatype` answers the questions the rest of minimpi asks about a buffer's items.
+The agreed seam (``docs/architecture.md``) is a general type map, computed once when the
+type is made (:mod:`minimpi.data.typemap`, constructors in :mod:`minimpi.data.constructors`):
 
-Layout model
-------------
-* A **predefined** datatype (``INT``, ``DOUBLE``, ``DOUBLE_INT``...) is exactly one numpy
-  dtype: ``dtype`` is that dtype and ``base_count == 1``.
-* A **derived** datatype made by :meth:`Datatype.Create_contiguous` (or :meth:`Dup`) is
-  ``base_count`` consecutive elements of a predefined ``base`` datatype. Its ``dtype`` is
-  the base's element dtype, so a buffer of ``count`` items of it is a flat numpy array of
-  ``count * base_count`` elements of ``dtype`` - which is exactly what reductions and the
-  wire need. :func:`to_numpy_dtype` gives the numpy subarray dtype ``(base, (n,))``
-  (as ``mpi4py.util.dtlib`` does).
-* numpy dtypes that have no MPI counterpart but are plain bytes (``'S5'``, ``'U3'``, any
-  structured dtype that is not a C pair such as ``DOUBLE_INT``, datetimes) map to a
-  contiguous type of ``BYTE`` (or ``CHAR``/``WCHAR``) of the dtype's item size, so such
-  arrays can still be sent and received (not reduced).
+* ``size``, ``lb``, ``ub``, ``extent``, ``true_lb``, ``true_extent``;
+* ``is_contiguous``: one item is ``size`` consecutive bytes at the origin and items follow
+  each other. Predefined and contiguous types are, and every zero-copy path applies to them;
+* ``blocks(count)``: the byte runs of ``count`` items (RMA target layouts, MPI-IO views);
+* ``pack(buf, count)`` / ``unpack(data, buf, count)``: gather ``count`` items into
+  contiguous bytes and scatter them back, vectorised (one strided copy or one gather);
+* ``signature``: the type signature of one item as ``((code, repeat), ...)``;
+* ``element_dtype``: the numpy dtype when the map holds one basic type, else None.
 
-Only contiguous layouts are modelled (no vector/indexed/struct types with holes): every
-type here has ``lb == 0`` and ``extent == size``.
+Array views of packed data use ``dtype`` (``element_dtype``, or ``uint8`` for mixed maps) and
+``base_count`` (``dtype`` elements per item): a buffer of ``count`` items is a flat numpy
+array of ``count * base_count`` elements, which is what reductions and the wire need.
+
+numpy dtypes that have no MPI counterpart but are plain bytes (``'S5'``, ``'U3'``, records
+that are not a C pair such as ``DOUBLE_INT``, datetimes) map to a contiguous type of
+``BYTE`` (or ``CHAR``/``WCHAR``) of the dtype's item size, so such arrays can still be sent
+and received (not reduced).
 
 Handles compare by identity, as MPI handles do: ``INT != INT32_T`` even though both are
 4-byte ints; aliases (``UNSIGNED_INT is UNSIGNED``, ``TWOINT is INT_INT``) are the same
-object. Predefined types pickle to the same singleton in the receiving process.
+object. Predefined types pickle to the same singleton in the receiving process; derived
+types pickle as the constructor calls that made them.
 """
 from __future__ import annotations
 
+import operator
+from typing import Any, Optional, Sequence
+
 import numpy as np
 
-from ..errors import DatatypeError, UnknownDatatypeError
+from ..errors import (
+    ArgumentError,
+    BufferSpecError,
+    CountError,
+    DatatypeError,
+    UnknownDatatypeError,
+)
+from . import constructors as _make
+from .constructors import (
+    DISTRIBUTE_BLOCK,
+    DISTRIBUTE_CYCLIC,
+    DISTRIBUTE_DFLT_DARG,
+    DISTRIBUTE_NONE,
+    ORDER_C,
+    ORDER_FORTRAN,
+)
+from .typemap import CODE_DTYPES, Signature, TypeMap, dtype_of_code, predefined_map
 
 __all__ = [
     "Datatype", "DATATYPE_NULL", "PREDEFINED", "TYPECODES",
     "from_numpy_dtype", "to_numpy_dtype", "from_typecode", "resolve_datatype",
-    "PAIR_TYPES",
+    "PAIR_TYPES", "dtype_of_code", "count_elements", "elements_nbytes",
+    "ORDER_C", "ORDER_FORTRAN", "ORDER_F", "DISTRIBUTE_NONE", "DISTRIBUTE_BLOCK",
+    "DISTRIBUTE_CYCLIC", "DISTRIBUTE_DFLT_DARG", "TYPECLASS_INTEGER", "TYPECLASS_REAL",
+    "TYPECLASS_COMPLEX", "TYPECLASS_LOGICAL",
+    "COMBINER_NAMED", "COMBINER_DUP", "COMBINER_CONTIGUOUS", "COMBINER_VECTOR",
+    "COMBINER_HVECTOR", "COMBINER_INDEXED", "COMBINER_HINDEXED", "COMBINER_INDEXED_BLOCK",
+    "COMBINER_HINDEXED_BLOCK", "COMBINER_STRUCT", "COMBINER_SUBARRAY", "COMBINER_DARRAY",
+    "COMBINER_RESIZED", "COMBINER_VALUE_INDEX", "COMBINER_F90_INTEGER", "COMBINER_F90_REAL",
+    "COMBINER_F90_COMPLEX",
 ]
+
+ORDER_F = ORDER_FORTRAN
+TYPECLASS_INTEGER = 1
+TYPECLASS_REAL = 2
+TYPECLASS_COMPLEX = 3
+TYPECLASS_LOGICAL = -32766    # MPI 5's logical class: UNDEFINED here, as in mpi4py on MPI 4
+
+# Combiners (MPICH's numbering).
+COMBINER_NAMED = 1
+COMBINER_DUP = 2
+COMBINER_CONTIGUOUS = 3
+COMBINER_VECTOR = 4
+COMBINER_HVECTOR = 6
+COMBINER_INDEXED = 7
+COMBINER_HINDEXED = 9
+COMBINER_INDEXED_BLOCK = 10
+COMBINER_STRUCT = 12
+COMBINER_SUBARRAY = 13
+COMBINER_DARRAY = 14
+COMBINER_F90_REAL = 15
+COMBINER_F90_COMPLEX = 16
+COMBINER_F90_INTEGER = 17
+COMBINER_RESIZED = 18
+COMBINER_HINDEXED_BLOCK = 19
+COMBINER_VALUE_INDEX = 20
+
+_COMBINER_NAMES = {
+    COMBINER_NAMED: "NAMED", COMBINER_DUP: "DUP", COMBINER_CONTIGUOUS: "CONTIGUOUS",
+    COMBINER_VECTOR: "VECTOR", COMBINER_HVECTOR: "HVECTOR", COMBINER_INDEXED: "INDEXED",
+    COMBINER_HINDEXED: "HINDEXED", COMBINER_INDEXED_BLOCK: "INDEXED_BLOCK",
+    COMBINER_HINDEXED_BLOCK: "HINDEXED_BLOCK", COMBINER_STRUCT: "STRUCT",
+    COMBINER_SUBARRAY: "SUBARRAY", COMBINER_DARRAY: "DARRAY", COMBINER_RESIZED: "RESIZED",
+    COMBINER_VALUE_INDEX: "VALUE_INDEX", COMBINER_F90_INTEGER: "F90_INTEGER",
+    COMBINER_F90_REAL: "F90_REAL", COMBINER_F90_COMPLEX: "F90_COMPLEX",
+}
+
+
+def _int(value: Any, what: str, call: str, *, minimum: Optional[int] = 0) -> int:
+    """An integer argument (ints, numpy integers; not floats or bools)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"Datatype.{call}: {what} must be an integer, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"Datatype.{call}: {what} must be an integer, got "
+                        f"{type(value).__name__} {value!r:.40}") from None
+    if minimum is not None and n < minimum:
+        raise DatatypeError(f"Datatype.{call}: {what} must be >= {minimum}, got {n}")
+    return n
+
+
+def _ints(values: Any, what: str, call: str, *, minimum: Optional[int] = 0,
+          length: Optional[int] = None) -> list[int]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"Datatype.{call}: {what} must be a sequence of integers, got "
+                        f"{type(values).__name__} {values!r:.40}")
+    out = [_int(v, f"{what}[{i}]", call, minimum=minimum) for i, v in enumerate(values)]
+    if length is not None and len(out) != length:
+        raise CountError(f"Datatype.{call}: {what} has {len(out)} items, expected {length} "
+                         "(one per block or dimension)")
+    return out
 
 
 class Datatype:
     """An MPI datatype handle (``MPI.Datatype``).
 
-    Users obtain these as the predefined constants or via :meth:`Create_contiguous`;
-    the constructor is internal. ``Datatype()`` with no arguments is a null handle,
-    equal in meaning to ``DATATYPE_NULL`` (falsy).
+    Users obtain these as the predefined constants or from the ``Create_*`` constructors;
+    ``Datatype()`` with no arguments is a null handle, equal in meaning to
+    ``DATATYPE_NULL`` (falsy); ``Datatype(other)`` is another handle to ``other``'s type.
     """
 
-    __slots__ = ("_name", "_dtype", "_base", "_base_count", "_predefined", "_freed",
-                 "_committed", "__weakref__")
+    __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_freed",
+                 "_committed", "_combiner", "_ints", "_addrs", "_types", "_attrs", "_handle",
+                 "_key", "__weakref__")
 
-    def __init__(self, name: str = "DATATYPE_NULL", dtype=None, *, base: "Datatype | None" = None,
-                 base_count: int = 1, predefined: bool = False) -> None:
+    def __init__(self, name: "str | Datatype | None" = "MPI_DATATYPE_NULL", dtype=None, *,
+                 predefined: bool = False, code: str = "") -> None:
+        if isinstance(name, Datatype):            # MPI.Datatype(other): another handle object
+            other = name                          # for the same MPI datatype (compares equal)
+            for slot in Datatype.__slots__[:-1]:
+                object.__setattr__(self, slot, getattr(other, slot))
+            return
+        if name is None:
+            name = "MPI_DATATYPE_NULL"
+        if not isinstance(name, str):
+            raise TypeError(f"MPI.Datatype() takes a Datatype, not {type(name).__name__}")
         self._name = name
-        self._dtype = None if dtype is None else np.dtype(dtype)
-        self._base = base if base is not None else (self if dtype is not None else None)
-        self._base_count = int(base_count)
+        self._handle = object()                   # what == compares: the MPI handle
+        self._key = name                          # predefined: the name it pickles by
         self._predefined = predefined
         self._freed = False
         self._committed = predefined
+        self._combiner = COMBINER_NAMED
+        self._ints: tuple = ()
+        self._addrs: tuple = ()
+        self._types: tuple = ()
+        self._attrs: Optional[dict] = None
+        self._map: Optional[TypeMap] = None
+        self._dtype: Optional[np.dtype] = None
+        self._base_count = 1
+        if dtype is not None:
+            dt = np.dtype(dtype)
+            self._set_map(predefined_map(dt, code or _signature_code(name, dt)))
+            self._dtype = dt                  # pair types keep their record dtype
 
-    # ------------------------------------------------------------------ basic facts
+    def _set_map(self, tmap: TypeMap) -> None:
+        self._map = tmap
+        elem = tmap.element_dtype
+        self._dtype = elem if elem is not None else np.dtype(np.uint8)
+        self._base_count = tmap.size // self._dtype.itemsize if self._dtype.itemsize else 0
+
+    @classmethod
+    def _derived(cls, name: str, tmap: TypeMap, combiner: int, ints: Sequence[int] = (),
+                 addrs: Sequence[int] = (), types: Sequence["Datatype"] = ()) -> "Datatype":
+        new = cls(name)
+        new._set_map(tmap)
+        new._combiner = combiner
+        # the old types are kept through handles of our own: freeing the user's handle
+        # after the constructor call leaves this type whole (MPI's reference counting)
+        new._ints, new._addrs = tuple(ints), tuple(addrs)
+        new._types = tuple(t if t._predefined else Datatype(t) for t in types)
+        return new
+
+    # ------------------------------------------------------------------ the seam
     @property
     def name(self) -> str:
         return self._name
 
+    @name.setter
+    def name(self, value: str) -> None:
+        self.Set_name(value)
+
+    @property
+    def typemap(self) -> TypeMap:
+        """The type map of one item (see :mod:`minimpi.data.typemap`)."""
+        self._check_usable("typemap")
+        return self._map
+
     @property
     def dtype(self) -> np.dtype:
-        """numpy dtype of one *element* of a buffer of this type (the base element for
-        derived types)."""
+        """numpy dtype of the elements of a packed buffer of this type: ``element_dtype``,
+        or ``uint8`` when the type map mixes basic types."""
         self._check_usable("dtype")
         return self._dtype
 
     @property
-    def base(self) -> "Datatype":
-        """The predefined datatype this one is made of (itself when predefined)."""
-        self._check_usable("base")
-        return self._base
+    def element_dtype(self) -> Optional[np.dtype]:
+        """The numpy dtype of the elements when the type map holds one basic type only."""
+        self._check_usable("element_dtype")
+        return self._map.element_dtype
 
     @property
     def base_count(self) -> int:
-        """How many ``dtype`` elements one item of this datatype holds (1 if predefined)."""
+        """How many ``dtype`` elements one item of this datatype holds."""
         return self._base_count
+
+    @property
+    def signature(self) -> Signature:
+        """The type signature of one item: runs of ``(basic type code, repeat)``."""
+        self._check_usable("signature")
+        return self._map.signature
+
+    @property
+    def is_contiguous(self) -> bool:
+        """One item is ``size`` consecutive bytes at the origin and items follow each other
+        (``lb == 0``, ``extent == size``): the zero-copy paths apply."""
+        self._check_usable("is_contiguous")
+        return self._map.is_contiguous
+
+    def blocks(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, lengths)`` (int64) of the contiguous byte runs of ``count``
+        consecutive items, in type-map order, relative to the buffer start."""
+        self._check_usable("blocks")
+        return self._map.blocks(int(count))
+
+    def pack(self, buf: Any, count: int) -> np.ndarray:
+        """``count`` items of this type gathered from ``buf`` (a byte memoryview or numpy
+        array starting at the buffer origin) into contiguous bytes (a uint8 array; a view,
+        not a copy, when the type is contiguous)."""
+        self._check_usable("pack")
+        return self._map.pack(_raw(buf, False), int(count), call=f"pack ({self._name})")
+
+    def unpack(self, data: Any, buf: Any, count: int) -> None:
+        """Scatter ``count`` packed items from ``data`` into ``buf`` (writable)."""
+        self._check_usable("unpack")
+        self._map.unpack(_raw(data, False), _raw(buf, True), int(count),
+                         call=f"unpack ({self._name})")
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def base(self) -> "Datatype":
+        """The predefined datatype all elements of this one are (itself when predefined);
+        None when the type map mixes predefined types."""
+        self._check_usable("base")
+        if self._combiner == COMBINER_NAMED or not self._types:
+            return self
+        bases = {id(t.base): t.base for t in self._types}
+        return next(iter(bases.values())) if len(bases) == 1 else None
 
     @property
     def size(self) -> int:
         self._check_usable("size")
-        return self._dtype.itemsize * self._base_count
+        return self._map.size
 
     @property
     def extent(self) -> int:
-        return self.size
+        self._check_usable("extent")
+        return self._map.extent
 
     @property
     def lb(self) -> int:
-        return 0
+        self._check_usable("lb")
+        return self._map.lb
 
     @property
     def ub(self) -> int:
-        return self.extent
+        self._check_usable("ub")
+        return self._map.ub
 
     @property
     def true_lb(self) -> int:
-        return 0
+        self._check_usable("true_lb")
+        return self._map.true_lb
+
+    @property
+    def true_ub(self) -> int:
+        self._check_usable("true_ub")
+        return self._map.true_ub
 
     @property
     def true_extent(self) -> int:
-        return self.size
+        self._check_usable("true_extent")
+        return self._map.true_extent
 
     @property
     def is_predefined(self) -> bool:
-        return self._predefined
+        return self._predefined or self._map is None or self._combiner in _PREDEFINED_COMBINERS
+
+    @property
+    def is_named(self) -> bool:
+        return self._combiner == COMBINER_NAMED and self._map is not None
 
     @property
     def is_null(self) -> bool:
-        return self._dtype is None or self._freed
+        return self._map is None or self._freed
 
     def Get_size(self) -> int:
         return self.size
 
     def Get_extent(self) -> tuple[int, int]:
-        return (0, self.extent)
+        self._check_usable("Get_extent")
+        return (self._map.lb, self._map.extent)
 
     def Get_true_extent(self) -> tuple[int, int]:
-        return (0, self.true_extent)
+        self._check_usable("Get_true_extent")
+        return (self._map.true_lb, self._map.true_extent)
 
     def Get_name(self) -> str:
         return self._name
 
     def Set_name(self, name: str) -> None:
-        if self._predefined:
-            raise DatatypeError(f"Datatype.Set_name: cannot rename the predefined datatype {self._name}")
+        self._check_usable("Set_name")
         self._name = str(name)
 
     # ------------------------------------------------------------------ constructors
+    def _new(self, call: str, label: str, tmap: TypeMap, combiner: int, ints=(), addrs=(),
+             types=None) -> "Datatype":
+        return Datatype._derived(f"{label}({self._name})" if types is None else label, tmap,
+                                 combiner, ints, addrs, (self,) if types is None else types)
+
     def Create_contiguous(self, count: int) -> "Datatype":
         """``count`` consecutive items of this datatype, as one new (uncommitted) type."""
         self._check_usable("Create_contiguous")
-        count = int(count)
-        if count < 0:
-            raise DatatypeError(f"Datatype.Create_contiguous: count must be >= 0, got {count}")
-        return Datatype(f"CONTIGUOUS({count}, {self._name})", self._dtype, base=self._base,
-                        base_count=self._base_count * count)
+        count = _int(count, "count", "Create_contiguous")
+        return self._new("Create_contiguous", f"CONTIGUOUS[{count}]",
+                         _make.contiguous(self._map, count), COMBINER_CONTIGUOUS, (count,))
+
+    def Create_vector(self, count: int, blocklength: int, stride: int) -> "Datatype":
+        """``count`` blocks of ``blocklength`` items, ``stride`` items apart."""
+        self._check_usable("Create_vector")
+        count = _int(count, "count", "Create_vector")
+        blocklength = _int(blocklength, "blocklength", "Create_vector")
+        stride = _int(stride, "stride", "Create_vector", minimum=None)
+        tmap = _make.hvector(self._map, count, blocklength, stride * self._map.extent)
+        return self._new("Create_vector", f"VECTOR[{count},{blocklength},{stride}]", tmap,
+                         COMBINER_VECTOR, (count, blocklength, stride))
+
+    def Create_hvector(self, count: int, blocklength: int, stride: int) -> "Datatype":
+        """``count`` blocks of ``blocklength`` items, ``stride`` bytes apart."""
+        self._check_usable("Create_hvector")
+        count = _int(count, "count", "Create_hvector")
+        blocklength = _int(blocklength, "blocklength", "Create_hvector")
+        stride = _int(stride, "stride", "Create_hvector", minimum=None)
+        tmap = _make.hvector(self._map, count, blocklength, stride)
+        return self._new("Create_hvector", f"HVECTOR[{count},{blocklength},{stride}]", tmap,
+                         COMBINER_HVECTOR, (count, blocklength), (stride,))
+
+    def Create_indexed(self, blocklengths: Sequence[int], displacements: Sequence[int]) -> "Datatype":
+        """Blocks of ``blocklengths[i]`` items at ``displacements[i]`` items (in extents)."""
+        self._check_usable("Create_indexed")
+        bl = _ints(blocklengths, "blocklengths", "Create_indexed")
+        dp = _ints(displacements, "displacements", "Create_indexed", minimum=None, length=len(bl))
+        tmap = _make.hindexed(self._map, bl, [d * self._map.extent for d in dp])
+        return self._new("Create_indexed", f"INDEXED[{len(bl)}]", tmap, COMBINER_INDEXED,
+                         [len(bl)] + bl + dp)
+
+    def Create_hindexed(self, blocklengths: Sequence[int], displacements: Sequence[int]) -> "Datatype":
+        """Blocks of ``blocklengths[i]`` items at byte displacements ``displacements[i]``."""
+        self._check_usable("Create_hindexed")
+        bl = _ints(blocklengths, "blocklengths", "Create_hindexed")
+        dp = _ints(displacements, "displacements", "Create_hindexed", minimum=None, length=len(bl))
+        return self._new("Create_hindexed", f"HINDEXED[{len(bl)}]",
+                         _make.hindexed(self._map, bl, dp), COMBINER_HINDEXED,
+                         [len(bl)] + bl, dp)
+
+    def Create_indexed_block(self, blocklength: int, displacements: Sequence[int]) -> "Datatype":
+        """Blocks of ``blocklength`` items at ``displacements[i]`` items (in extents)."""
+        self._check_usable("Create_indexed_block")
+        n = _int(blocklength, "blocklength", "Create_indexed_block")
+        dp = _ints(displacements, "displacements", "Create_indexed_block", minimum=None)
+        tmap = _make.hindexed(self._map, [n] * len(dp), [d * self._map.extent for d in dp])
+        return self._new("Create_indexed_block", f"INDEXED_BLOCK[{len(dp)}x{n}]", tmap,
+                         COMBINER_INDEXED_BLOCK, [len(dp), n] + dp)
+
+    def Create_hindexed_block(self, blocklength: int, displacements: Sequence[int]) -> "Datatype":
+        """Blocks of ``blocklength`` items at byte displacements ``displacements[i]``."""
+        self._check_usable("Create_hindexed_block")
+        n = _int(blocklength, "blocklength", "Create_hindexed_block")
+        dp = _ints(displacements, "displacements", "Create_hindexed_block", minimum=None)
+        return self._new("Create_hindexed_block", f"HINDEXED_BLOCK[{len(dp)}x{n}]",
+                         _make.hindexed(self._map, [n] * len(dp), dp),
+                         COMBINER_HINDEXED_BLOCK, (len(dp), n), dp)
+
+    @classmethod
+    def Create_struct(cls, blocklengths: Sequence[int], displacements: Sequence[int],
+                      datatypes: Sequence["Datatype"]) -> "Datatype":
+        """Block ``i``: ``blocklengths[i]`` items of ``datatypes[i]`` at byte
+        displacement ``displacements[i]``."""
+        bl = _ints(blocklengths, "blocklengths", "Create_struct")
+        dp = _ints(displacements, "displacements", "Create_struct", minimum=None, length=len(bl))
+        if isinstance(datatypes, Datatype) or not hasattr(datatypes, "__len__"):
+            raise TypeError("Datatype.Create_struct: datatypes must be a sequence of datatypes")
+        if len(datatypes) != len(bl):
+            raise CountError(f"Datatype.Create_struct: datatypes has {len(datatypes)} "
+                                f"items, expected {len(bl)}")
+        types = [resolve_datatype(t, call="Datatype.Create_struct", arg=f"datatypes[{i}]")
+                 for i, t in enumerate(datatypes)]
+        tmap = _make.struct(bl, dp, [t._map for t in types])
+        return Datatype._derived(f"STRUCT[{len(bl)}]", tmap, COMBINER_STRUCT,
+                                 [len(bl)] + bl, dp, types)
+
+    def Create_subarray(self, sizes: Sequence[int], subsizes: Sequence[int],
+                        starts: Sequence[int], order: int = ORDER_C) -> "Datatype":
+        """The ``subsizes`` block starting at ``starts`` of an array of ``sizes`` items
+        stored in ``order`` (``ORDER_C`` or ``ORDER_FORTRAN``); extent: the whole array."""
+        call = "Create_subarray"
+        self._check_usable(call)
+        sz = _ints(sizes, "sizes", call, minimum=1)
+        sub = _ints(subsizes, "subsizes", call, minimum=1, length=len(sz))
+        st = _ints(starts, "starts", call, length=len(sz))
+        if not sz:
+            raise ArgumentError(f"Datatype.{call}: sizes must have at least one dimension")
+        for k, (n, m, s) in enumerate(zip(sz, sub, st)):
+            if m > n or s + m > n:
+                raise ArgumentError(
+                    f"Datatype.{call}: dimension {k}: subsize {m} at start {s} does not fit "
+                    f"in size {n}")
+        order = _order(order, call)
+        tmap = _make.subarray(self._map, sz, sub, st, order)
+        return self._new(call, f"SUBARRAY[{sz}:{sub}@{st}]", tmap, COMBINER_SUBARRAY,
+                         [len(sz)] + sz + sub + st + [order])
+
+    def Create_darray(self, size: int, rank: int, gsizes: Sequence[int], distribs: Sequence[int],
+                      dargs: Sequence[int], psizes: Sequence[int], order: int = ORDER_C) -> "Datatype":
+        """The part of a ``gsizes`` array that process ``rank`` of ``size`` holds under an
+        HPF-like distribution over a ``psizes`` process grid."""
+        call = "Create_darray"
+        self._check_usable(call)
+        size = _int(size, "size", call, minimum=1)
+        rank = _int(rank, "rank", call)
+        if rank >= size:
+            raise ArgumentError(f"Datatype.{call}: rank {rank} is not below size {size}")
+        gs = _ints(gsizes, "gsizes", call, minimum=1)
+        nd = len(gs)
+        dist = _ints(distribs, "distribs", call, length=nd)
+        dargs_l = _ints(dargs, "dargs", call, minimum=None, length=nd)
+        ps = _ints(psizes, "psizes", call, minimum=1, length=nd)
+        if int(np.prod(ps)) != size:
+            raise ArgumentError(f"Datatype.{call}: psizes {ps} multiply to {int(np.prod(ps))}, "
+                                f"not the {size} processes")
+        for k in range(nd):
+            d, a = dist[k], dargs_l[k]
+            if d not in (DISTRIBUTE_NONE, DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC):
+                raise ArgumentError(f"Datatype.{call}: distribs[{k}] = {d} is not a DISTRIBUTE_* value")
+            if d == DISTRIBUTE_NONE and ps[k] != 1:
+                raise ArgumentError(f"Datatype.{call}: dimension {k} is DISTRIBUTE_NONE but "
+                                    f"psizes[{k}] is {ps[k]}, not 1")
+            if a != DISTRIBUTE_DFLT_DARG and a < 1:
+                raise ArgumentError(f"Datatype.{call}: dargs[{k}] = {a} must be >= 1 or "
+                                    "DISTRIBUTE_DFLT_DARG")
+            if d == DISTRIBUTE_BLOCK and a != DISTRIBUTE_DFLT_DARG and a * ps[k] < gs[k]:
+                raise ArgumentError(f"Datatype.{call}: dimension {k}: block size {a} x "
+                                    f"{ps[k]} processes does not cover {gs[k]} elements")
+        order = _order(order, call)
+        tmap = _make.darray(self._map, size, rank, gs, dist, dargs_l, ps, order)
+        return self._new(call, f"DARRAY[rank {rank} of {size}]", tmap, COMBINER_DARRAY,
+                         [size, rank, nd] + gs + dist + dargs_l + ps + [order])
+
+    def Create_resized(self, lb: int, extent: int) -> "Datatype":
+        """The same data with lower bound ``lb`` and extent ``extent`` (bytes)."""
+        self._check_usable("Create_resized")
+        lb = _int(lb, "lb", "Create_resized", minimum=None)
+        extent = _int(extent, "extent", "Create_resized", minimum=None)
+        return self._new("Create_resized", f"RESIZED[{lb},{extent}]",
+                         _make.resized(self._map, lb, extent), COMBINER_RESIZED, (), (lb, extent))
+
+    Resized = Create_resized
 
     def Dup(self) -> "Datatype":
         """A new handle with the same layout (not predefined, so it can be freed)."""
         self._check_usable("Dup")
-        dup = Datatype(self._name, self._dtype, base=self._base, base_count=self._base_count)
+        dup = Datatype._derived(self._name, self._map, COMBINER_DUP, (), (), (self,))
+        dup._dtype, dup._base_count = self._dtype, self._base_count
         dup._committed = self._committed
+        if self._attrs:
+            dup._attrs = dict(self._attrs)
         return dup
+
+    Create_dup = Dup
 
     def Commit(self) -> "Datatype":
         self._check_usable("Commit")
@@ -156,18 +501,206 @@ class Datatype:
         return self
 
     def Free(self) -> None:
-        if self._predefined or self._dtype is None:
+        if self._map is None:
+            raise DatatypeError("Datatype.Free: DATATYPE_NULL cannot be freed")
+        if self._predefined or self._combiner in _PREDEFINED_COMBINERS:
             raise DatatypeError(f"Datatype.Free: cannot free the predefined datatype {self._name}")
+        if self._freed:
+            raise DatatypeError(f"Datatype.Free: datatype {self._name} was already freed")
         self._freed = True
+
+    def free(self) -> None:
+        """``Free`` unless null or predefined (mpi4py's convenience)."""
+        if self._map is not None and not self._freed and not self._predefined \
+                and self._combiner not in _PREDEFINED_COMBINERS:
+            self.Free()
+
+    # ------------------------------------------------------------------ decoding
+    def Get_envelope(self) -> tuple[int, int, int, int, int]:
+        """``(num_integers, num_addresses, num_large_counts, num_datatypes, combiner)``."""
+        self._check_usable("Get_envelope")
+        if self._combiner == COMBINER_NAMED:
+            return (0, 0, 0, 0, COMBINER_NAMED)
+        return (len(self._ints), len(self._addrs), 0, len(self._types), self._combiner)
+
+    @property
+    def envelope(self) -> tuple[int, int, int, int, int]:
+        return self.Get_envelope()
+
+    @property
+    def combiner(self) -> int:
+        return self.Get_envelope()[-1]
+
+    def Get_contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
+        """``(integers, addresses, large_counts, datatypes)`` of the constructor call."""
+        self._check_usable("Get_contents")
+        if self._combiner == COMBINER_NAMED:
+            raise DatatypeError(f"Datatype.Get_contents: {self._name} is a named predefined "
+                                "datatype, which has no contents")
+        return (list(self._ints), list(self._addrs), [], [_handle_of(t) for t in self._types])
+
+    @property
+    def contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
+        return self.Get_contents()
+
+    def decode(self) -> tuple["Datatype", str, dict[str, Any]]:
+        """``(basetype, combiner name, parameters)`` as mpi4py's ``Datatype.decode``."""
+        self._check_usable("decode")
+        c = self._combiner
+        name = _COMBINER_NAMES[c]
+        if c == COMBINER_NAMED:
+            return (self, name, {})
+        i, a, t = list(self._ints), list(self._addrs), list(self._types)
+        t = [_handle_of(x) for x in t]
+        if c == COMBINER_STRUCT:
+            n = i[0]
+            return (Datatype(), name, {"blocklengths": i[1:1 + n], "displacements": a,
+                                       "datatypes": t})
+        base = t[0] if t else None
+        if c == COMBINER_F90_INTEGER:
+            return (Datatype(), name, {"r": i[0]})
+        if c in (COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
+            return (Datatype(), name, {"p": i[0], "r": i[1]})
+        if c == COMBINER_DUP:
+            return (base, name, {})
+        if c == COMBINER_CONTIGUOUS:
+            return (base, name, {"count": i[0]})
+        if c == COMBINER_VECTOR:
+            return (base, name, {"count": i[0], "blocklength": i[1], "stride": i[2]})
+        if c == COMBINER_HVECTOR:
+            return (base, name, {"count": i[0], "blocklength": i[1], "stride": a[0]})
+        if c == COMBINER_INDEXED:
+            n = i[0]
+            return (base, name, {"blocklengths": i[1:1 + n], "displacements": i[1 + n:]})
+        if c == COMBINER_HINDEXED:
+            return (base, name, {"blocklengths": i[1:], "displacements": a})
+        if c == COMBINER_INDEXED_BLOCK:
+            return (base, name, {"blocklength": i[1], "displacements": i[2:]})
+        if c == COMBINER_HINDEXED_BLOCK:
+            return (base, name, {"blocklength": i[1], "displacements": a})
+        if c == COMBINER_SUBARRAY:
+            n = i[0]
+            return (base, name, {"sizes": i[1:1 + n], "subsizes": i[1 + n:1 + 2 * n],
+                                 "starts": i[1 + 2 * n:1 + 3 * n], "order": i[-1]})
+        if c == COMBINER_DARRAY:
+            n = i[2]
+            return (base, name, {"size": i[0], "rank": i[1], "gsizes": i[3:3 + n],
+                                 "distribs": i[3 + n:3 + 2 * n], "dargs": i[3 + 2 * n:3 + 3 * n],
+                                 "psizes": i[3 + 3 * n:3 + 4 * n], "order": i[-1]})
+        if c == COMBINER_RESIZED:
+            return (base, name, {"lb": a[0], "extent": a[1]})
+        raise DatatypeError(f"Datatype.decode: unknown combiner {c}")  # pragma: no cover
+
+    # ------------------------------------------------------------------ pack / unpack
+    def Pack(self, inbuf: Any, outbuf: Any, position: int, comm: Any = None) -> int:
+        """Pack as many whole items of this type as ``inbuf`` holds (its length // extent)
+        into ``outbuf`` at byte ``position``; returns the new position."""
+        from .packing import pack_into
+        self._check_usable("Pack")
+        return pack_into(self, inbuf, outbuf, position, call="Datatype.Pack")
+
+    def Unpack(self, inbuf: Any, position: int, outbuf: Any, comm: Any = None) -> int:
+        """Unpack items of this type from ``inbuf`` at byte ``position`` into ``outbuf``
+        (as many as it holds: its length // extent); returns the new position."""
+        from .packing import unpack_from
+        self._check_usable("Unpack")
+        return unpack_from(self, inbuf, position, outbuf, call="Datatype.Unpack")
+
+    def Pack_size(self, count: int, comm: Any = None) -> int:
+        """Bytes that ``Pack`` needs for ``count`` items (exactly ``count * size``)."""
+        self._check_usable("Pack_size")
+        return _int(count, "count", "Pack_size") * self._map.size
+
+    def Pack_external(self, datarep: str, inbuf: Any, outbuf: Any, position: int) -> int:
+        """``Pack`` in the portable ``external32`` representation (big-endian)."""
+        from .packing import pack_into
+        self._check_usable("Pack_external")
+        return pack_into(self, inbuf, outbuf, position, call="Datatype.Pack_external",
+                         datarep=datarep)
+
+    def Unpack_external(self, datarep: str, inbuf: Any, position: int, outbuf: Any) -> int:
+        """``Unpack`` from the ``external32`` representation."""
+        from .packing import unpack_from
+        self._check_usable("Unpack_external")
+        return unpack_from(self, inbuf, position, outbuf, call="Datatype.Unpack_external",
+                           datarep=datarep)
+
+    def Pack_external_size(self, datarep: str, count: int) -> int:
+        """Bytes that ``Pack_external`` needs for ``count`` items."""
+        from .packing import external_size
+        self._check_usable("Pack_external_size")
+        return external_size(self, datarep, _int(count, "count", "Pack_external_size"))
+
+    # ------------------------------------------------------------------ lookups
+    @classmethod
+    def Match_size(cls, typeclass: int, size: int) -> "Datatype":
+        """The predefined type of ``typeclass`` (``TYPECLASS_INTEGER/REAL/COMPLEX``) and
+        ``size`` bytes."""
+        table = {TYPECLASS_INTEGER: (INT8_T, INT16_T, INT32_T, INT64_T),
+                 TYPECLASS_REAL: (FLOAT, DOUBLE, LONG_DOUBLE),
+                 TYPECLASS_COMPLEX: (C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX)}
+        if typeclass not in table:
+            raise ArgumentError(f"Datatype.Match_size: typeclass {typeclass!r} is not "
+                                "TYPECLASS_INTEGER, TYPECLASS_REAL or TYPECLASS_COMPLEX")
+        for t in table[typeclass]:
+            if t.size == size:
+                return t
+        raise DatatypeError(f"Datatype.Match_size: no predefined type of that class has "
+                            f"{size} bytes")
+
+    @classmethod
+    def Create_f90_integer(cls, r: int) -> "Datatype":
+        """The smallest integer type holding ``r`` decimal digits."""
+        r = _int(r, "r", "Create_f90_integer")
+        for t, digits in ((INT8_T, 2), (INT16_T, 4), (INT32_T, 9), (INT64_T, 18)):
+            if r <= digits:
+                return Datatype._derived(f"F90_INTEGER[{r}]", t._map, COMBINER_F90_INTEGER,
+                                         (r,), (), ())
+        raise DatatypeError(f"Datatype.Create_f90_integer: no integer type has {r} digits")
+
+    @classmethod
+    def Create_f90_real(cls, p: int, r: int) -> "Datatype":
+        """The smallest real type with ``p`` decimal digits and exponent range ``r``."""
+        t = _f90_float("Create_f90_real", p, r, (FLOAT, DOUBLE))
+        return Datatype._derived(f"F90_REAL[{p},{r}]", t._map, COMBINER_F90_REAL, (p, r))
+
+    @classmethod
+    def Create_f90_complex(cls, p: int, r: int) -> "Datatype":
+        """The smallest complex type with ``p`` decimal digits and exponent range ``r``."""
+        t = _f90_float("Create_f90_complex", p, r, (C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX))
+        return Datatype._derived(f"F90_COMPLEX[{p},{r}]", t._map, COMBINER_F90_COMPLEX, (p, r))
+
+    @classmethod
+    def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":
+        """The predefined pair type of ``value`` and ``index`` (``index`` must be INT)."""
+        value = resolve_datatype(value, call="Datatype.Get_value_index", arg="value")
+        index = resolve_datatype(index, call="Datatype.Get_value_index", arg="index")
+        pairs = {FLOAT: FLOAT_INT, DOUBLE: DOUBLE_INT, LONG: LONG_INT, INT: TWOINT,
+                 SHORT: SHORT_INT, LONG_DOUBLE: LONG_DOUBLE_INT}
+        for v, pair in pairs.items():
+            if index == INT and value == v:
+                return pair
+        return Datatype()
 
     # mpi4py 4 conveniences
     def tocode(self) -> str:
         """The typecode of a predefined datatype (``MPI.INT.tocode() == 'i'``)."""
         self._check_usable("tocode")
-        if self._base_count != 1:
-            raise DatatypeError(f"Datatype.tocode: {self._name} has no typecode (derived datatype)")
+        if self._combiner == COMBINER_DUP:          # a duplicate reads as its original
+            return self._types[0].tocode()
+        if not self.is_predefined or self._dtype.fields is not None:
+            raise DatatypeError(f"Datatype.tocode: {self._name} has no typecode (derived or "
+                                "pair datatype)")
+        if not self._predefined:      # F90 types: the predefined type of the same layout
+            return from_numpy_dtype(self._dtype).tocode()
         for code, dt in TYPECODES.items():
             if dt is self and len(code) == 1:
+                return code
+        for code, dt in TYPECODES.items():      # sized C names: 'i4', 'f8'...
+            if dt is self:
+                return code
+        for code, dt in TYPECODES.items():      # Fortran names: the C type's code
+            if len(code) == 1 and dt._dtype == self._dtype:
                 return code
         return self._dtype.str.lstrip("<>=|")
 
@@ -177,11 +710,42 @@ class Datatype:
 
     @property
     def typechar(self) -> str:
-        return self.tocode()
+        if self._map is None:
+            return ""
+        try:
+            return self.tocode()
+        except ValueError:
+            return "V"
+
+    @property
+    def typestr(self) -> str:
+        if self._map is None:
+            return ""
+        if self._combiner == COMBINER_DUP:
+            return self._types[0].typestr
+        if self.is_predefined and self._dtype.fields is None:
+            return self._dtype.str
+        return f"V{self._map.extent}"
+
+    # ------------------------------------------------------------------ attributes
+    def Set_attr(self, keyval: int, attrval: Any) -> None:
+        self._check_usable("Set_attr")
+        if self._attrs is None:
+            self._attrs = {}
+        self._attrs[keyval] = attrval
+
+    def Get_attr(self, keyval: int) -> Any:
+        self._check_usable("Get_attr")
+        return (self._attrs or {}).get(keyval)
+
+    def Delete_attr(self, keyval: int) -> None:
+        self._check_usable("Delete_attr")
+        if self._attrs:
+            self._attrs.pop(keyval, None)
 
     # ------------------------------------------------------------------ internals
     def _check_usable(self, what: str) -> None:
-        if self._dtype is None:
+        if self._map is None:
             raise DatatypeError(f"Datatype.{what}: DATATYPE_NULL is not a usable datatype")
         if self._freed:
             raise DatatypeError(f"Datatype.{what}: datatype {self._name} has been freed")
@@ -189,27 +753,197 @@ class Datatype:
     def __bool__(self) -> bool:
         return not self.is_null
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Datatype):
+            return NotImplemented
+        if self.is_null or other.is_null:
+            return self.is_null and other.is_null
+        return self._handle is other._handle
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return 0 if self.is_null else id(self._handle)
+
     def __repr__(self) -> str:
-        if self._predefined or self._dtype is None:
-            return f"MPI.{self._name}"
+        if self._predefined or self._map is None:
+            return f"MPI.{self._name.removeprefix('MPI_')}"
         state = " (freed)" if self._freed else ""
-        return f"<Datatype {self._name}: {self._base_count} x {self._base._name}{state}>"
+        return (f"<Datatype {self._name}: size {self._map.size}, extent {self._map.extent}"
+                f"{state}>")
 
     def __reduce__(self):
-        if self._predefined or self._dtype is None:
-            return (_predefined_by_name, (self._name,))
-        return (_rebuild_derived, (self._name, self._base._name, self._base_count))
+        if self._predefined or self._map is None:
+            if _predefined_by_name(self._key) is not self:    # MPI.Datatype(MPI.INT)
+                return (Datatype, (_predefined_by_name(self._key),))
+            return (_predefined_by_name, (self._key,))
+        return (_rebuild_derived, (self._name, self._combiner, self._ints, self._addrs,
+                                   self._types))
+
+
+def typecode(datatype: Datatype) -> Optional[str]:
+    """mpi4py's ``MPI._typecode``: the typecode of a predefined type, else None."""
+    try:
+        return datatype.tocode()
+    except (DatatypeError, ValueError):
+        return None
+
+
+def typealign(datatype: Datatype) -> Optional[int]:
+    """mpi4py's ``MPI._typealign``: the alignment of a predefined type, else None."""
+    if datatype.is_null or not datatype.is_predefined:
+        return None
+    dt = datatype.dtype
+    if dt.fields is not None:
+        return max(f[0].alignment for f in dt.fields.values())
+    return dt.alignment
+
+
+_PREDEFINED_COMBINERS = (COMBINER_NAMED, COMBINER_VALUE_INDEX, COMBINER_F90_INTEGER,
+                         COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
+
+
+def _order(order: Any, call: str) -> int:
+    order = _int(order, "order", call, minimum=None)
+    if order not in (ORDER_C, ORDER_FORTRAN):
+        raise ArgumentError(f"Datatype.{call}: order must be MPI.ORDER_C or MPI.ORDER_FORTRAN, "
+                            f"got {order}")
+    return order
+
+
+def _f90_float(call: str, p: int, r: int, candidates) -> "Datatype":
+    p = _int(p, "p", call, minimum=None)
+    r = _int(r, "r", call, minimum=None)
+    for t in candidates:
+        info = np.finfo(t.element_dtype)
+        if p <= info.precision and r <= info.maxexp * 0.30103:
+            return t
+    raise DatatypeError(f"Datatype.{call}: no type has precision {p} and range {r}")
+
+
+def _signature_code(name: str, dt: np.dtype) -> str:
+    """The basic-type code in signatures: numpy's type char, the MPI name for records."""
+    if dt.fields is not None:
+        return name
+    return dt.char
+
+
+def _raw(buf: Any, writable: bool) -> np.ndarray:
+    """A flat contiguous uint8 array over ``buf``'s bytes (numpy array or buffer object)."""
+    if isinstance(buf, np.ndarray):
+        arr = buf
+    else:
+        view = memoryview(buf)
+        if not view.contiguous:
+            raise BufferSpecError("pack/unpack: the buffer must be contiguous bytes")
+        arr = np.asarray(view.cast("B"))
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise BufferSpecError("pack/unpack: the buffer must be contiguous bytes")
+    if writable and not arr.flags.writeable:
+        raise BufferSpecError("unpack: the target buffer is read-only")
+    flat = arr.reshape(-1, order="A") if arr.ndim != 1 else arr
+    return flat if flat.dtype == np.uint8 else flat.view(np.uint8)
+
+
+def _run_sizes(datatype: Datatype) -> list[tuple[int, int]]:
+    """(element size, repeat) for each run of ``datatype``'s signature."""
+    return [(dtype_of_code(code).itemsize, n) for code, n in datatype.signature]
+
+
+def count_elements(datatype: Datatype, nbytes: int) -> Optional[int]:
+    """How many basic elements ``nbytes`` of data of ``datatype`` hold (whole items and the
+    elements of a partial last item), or None when the bytes end inside an element."""
+    size = datatype.size
+    if size == 0:
+        return 0
+    whole, rest = divmod(nbytes, size)
+    elements = whole * sum(n for _, n in datatype.signature)
+    for esize, n in _run_sizes(datatype):
+        if rest == 0:
+            break
+        k = min(n, rest // esize)
+        elements += k
+        rest -= k * esize
+        if k < n:
+            break
+    return elements if rest == 0 else None
+
+
+def elements_nbytes(datatype: Datatype, count: int) -> int:
+    """Bytes of ``count`` basic elements of ``datatype`` (``Status.Set_elements``)."""
+    per_item = sum(n for _, n in datatype.signature)
+    if per_item == 0:
+        return 0
+    whole, rest = divmod(count, per_item)
+    nbytes = whole * datatype.size
+    for esize, n in _run_sizes(datatype):
+        k = min(n, rest)
+        nbytes += k * esize
+        rest -= k
+        if rest == 0:
+            break
+    return nbytes
+
+
+def _handle_of(t: Datatype) -> Datatype:
+    """What ``Get_contents``/``decode`` hand out: predefined types themselves, a new
+    handle to the same type otherwise (the caller may free it, as in MPI)."""
+    return t if t._predefined else Datatype(t)
 
 
 def _predefined_by_name(name: str) -> Datatype:
-    if name == "DATATYPE_NULL":
+    if name == "MPI_DATATYPE_NULL":
         return DATATYPE_NULL
     return PREDEFINED[name]
 
 
-def _rebuild_derived(name: str, base_name: str, base_count: int) -> Datatype:
-    base = PREDEFINED[base_name]
-    return Datatype(name, base.dtype, base=base, base_count=base_count)
+def _rebuild_derived(name: str, combiner: int, ints: tuple, addrs: tuple,
+                     types: tuple) -> Datatype:
+    """A derived type rebuilt in another process by replaying its constructor call."""
+    built = _replay(combiner, list(ints), list(addrs), list(types))
+    built._name = name
+    return built
+
+
+def _replay(c: int, i: list, a: list, t: list) -> Datatype:
+    base = t[0] if t else None
+    if c == COMBINER_DUP:
+        return base.Dup()
+    if c == COMBINER_CONTIGUOUS:
+        return base.Create_contiguous(i[0])
+    if c == COMBINER_VECTOR:
+        return base.Create_vector(*i)
+    if c == COMBINER_HVECTOR:
+        return base.Create_hvector(i[0], i[1], a[0])
+    if c == COMBINER_INDEXED:
+        n = i[0]
+        return base.Create_indexed(i[1:1 + n], i[1 + n:])
+    if c == COMBINER_HINDEXED:
+        return base.Create_hindexed(i[1:], a)
+    if c == COMBINER_INDEXED_BLOCK:
+        return base.Create_indexed_block(i[1], i[2:])
+    if c == COMBINER_HINDEXED_BLOCK:
+        return base.Create_hindexed_block(i[1], a)
+    if c == COMBINER_STRUCT:
+        return Datatype.Create_struct(i[1:], a, t)
+    if c == COMBINER_SUBARRAY:
+        n = i[0]
+        return base.Create_subarray(i[1:1 + n], i[1 + n:1 + 2 * n], i[1 + 2 * n:1 + 3 * n], i[-1])
+    if c == COMBINER_DARRAY:
+        n = i[2]
+        return base.Create_darray(i[0], i[1], i[3:3 + n], i[3 + n:3 + 2 * n],
+                                  i[3 + 2 * n:3 + 3 * n], i[3 + 3 * n:3 + 4 * n], i[-1])
+    if c == COMBINER_RESIZED:
+        return base.Create_resized(a[0], a[1])
+    if c == COMBINER_F90_INTEGER:
+        return Datatype.Create_f90_integer(i[0])
+    if c == COMBINER_F90_REAL:
+        return Datatype.Create_f90_real(i[0], i[1])
+    if c == COMBINER_F90_COMPLEX:
+        return Datatype.Create_f90_complex(i[0], i[1])
+    raise DatatypeError(f"cannot rebuild a datatype of combiner {c}")
 
 
 DATATYPE_NULL = Datatype()
@@ -219,7 +953,13 @@ PREDEFINED: dict[str, Datatype] = {}
 
 
 def _def(name: str, dtype, *aliases: str) -> Datatype:
+    if dtype is None:        # a type this platform does not have: a null handle (as in mpi4py)
+        dt = Datatype(name, predefined=True)
+        dt._key = name
+        PREDEFINED[name] = dt
+        return dt
     dt = Datatype(name, dtype, predefined=True)
+    CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
     for alias in aliases:
         PREDEFINED[alias] = dt
@@ -279,6 +1019,15 @@ LONG_INT = _def("LONG_INT", _pair(np.dtype("l")))
 TWOINT = _def("2INT", _pair(np.intc), "TWOINT", "INT_INT")
 SHORT_INT = _def("SHORT_INT", _pair(np.short))
 LONG_DOUBLE_INT = _def("LONG_DOUBLE_INT", _pair(np.longdouble))
+# Names mpi4py has for types this runtime does not provide (sized Fortran types, 16-bit and
+# C23 floats, MPI-1's LB/UB markers): null handles, as mpi4py gives for types its MPI lacks,
+# so programs can test ``MPI.REAL2 != MPI.DATATYPE_NULL``.
+for _absent in ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER1",
+                "INTEGER2", "INTEGER4", "INTEGER8", "INTEGER16", "REAL2", "REAL4", "REAL8",
+                "REAL16", "COMPLEX4", "COMPLEX8", "COMPLEX16", "COMPLEX32", "FLOAT16_T",
+                "BFLOAT16_T", "FLOAT32_T", "FLOAT64_T", "LB", "UB"):
+    _def(_absent, None)
+del _absent
 
 #: The MAXLOC/MINLOC pair types.
 PAIR_TYPES: tuple[Datatype, ...] = (FLOAT_INT, DOUBLE_INT, LONG_INT, TWOINT, SHORT_INT,

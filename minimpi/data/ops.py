@@ -347,6 +347,11 @@ class Op:
         self._check_usable(call)
         if self._user is not None:
             return
+        if datatype.element_dtype is None and self._kind not in (_ANY,):
+            raise OpError(
+                f"{call}: MPI.{self._name} cannot reduce datatype {datatype.name}: its type map "
+                f"mixes basic types {sorted({c for c, _ in datatype.signature})}; a predefined "
+                "reduction needs one basic type (or a pair type for MAXLOC/MINLOC)")
         self._check_dtype(datatype.dtype, datatype, call)
 
     def _check_dtype(self, dtype: np.dtype, datatype: Datatype | None, call: str) -> None:

@@ -7,6 +7,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
+from ..data.datatypes import count_elements, elements_nbytes
 from ..errors import SUCCESS, MinimpiError, PeerLostError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,11 +23,6 @@ def describe(req: "Request") -> str:
             return f"{call}({peer_name}={peer}) on {comm_name}"
         return f"{call}({peer_name}={peer}, tag={tag}) on {comm_name}"
     return str(d)
-
-
-def _base_type(datatype: Any) -> Any:
-    """The predefined datatype a (contiguous derived) datatype is made of; itself otherwise."""
-    return getattr(datatype, "base", datatype)
 
 
 class Status:
@@ -93,9 +89,12 @@ class Status:
         return self.nbytes // size
 
     def Get_elements(self, datatype: Any) -> int:
-        """Number of basic elements received: for a contiguous derived type, items of its
-        base type (``CONTIGUOUS(3, INT)`` x 2 is 6 elements), counting a partial item too."""
-        return self.Get_count(_base_type(datatype))
+        """Number of basic elements received (``VECTOR(3, 2, 4, INT)`` x 2 is 12), counting
+        a partial item too; ``UNDEFINED`` when the data ends inside an element."""
+        if datatype is None:
+            return self.nbytes
+        found = count_elements(datatype, self.nbytes)
+        return UNDEFINED if found is None else found
 
     def Is_cancelled(self) -> bool:
         return bool(self.cancelled)
@@ -111,9 +110,8 @@ class Status:
 
     def Set_elements(self, datatype: Any, count: int) -> None:
         """Make the status report ``count`` basic elements of ``datatype``."""
-        base = _base_type(datatype)
-        self.nbytes = _nonnegative(count, "Status.Set_elements") * (
-            1 if base is None else int(base.Get_size()))
+        count = _nonnegative(count, "Status.Set_elements")
+        self.nbytes = count if datatype is None else elements_nbytes(datatype, count)
 
     def Set_cancelled(self, flag: bool) -> None:
         """Mark the status as (not) cancelled: what ``Is_cancelled`` then answers."""

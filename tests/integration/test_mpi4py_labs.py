@@ -194,7 +194,6 @@ def test_out_of_scope_features_refuse_clearly(write_script, job_marker):
         comm = MPI.COMM_WORLD
         calls = [lambda: MPI.Register_datarep("x", None, None, None),
                  lambda: comm.Spawn("python"),
-                 lambda: MPI.INT.Create_vector(2, 1, 2),
                  lambda: comm.Create_graph([1], [0])]
         for call in calls:
             try:

@@ -65,8 +65,15 @@ def test_names():
     assert D.INT.Get_name() == D.INT.name == "INT"
     assert D.TWOINT.name == "2INT"
     assert repr(D.DOUBLE) == "MPI.DOUBLE"
-    with pytest.raises(DatatypeError):
-        D.INT.Set_name("x")
+    import pickle
+    D.INT.Set_name("my int")          # MPI lets predefined types be named too
+    try:
+        assert D.INT.Get_name() == "my int"
+        assert pickle.loads(pickle.dumps(D.INT)) is D.INT
+    finally:
+        D.INT.Set_name("INT")
+    assert D.Datatype(D.INT) == D.INT and D.Datatype(D.INT) is not D.INT
+    assert D.Datatype() == D.DATATYPE_NULL and D.PREDEFINED["REAL2"] == D.DATATYPE_NULL
 
 
 def test_null_datatype():

@@ -33,7 +33,8 @@ class AllgatherMethods:
     @collective
     def _allgather_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
         p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
+                             keep=in_place(sendbuf) is IN_PLACE)
         if not vector and len(set(recv.counts)) > 1:
             raise CountError(
                 f"rank {rank}: {call}: recvbuf holds {recv.total_count} x {recv.datatype.name}, "

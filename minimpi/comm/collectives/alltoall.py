@@ -41,7 +41,8 @@ class AlltoallMethods:
     @collective
     def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
         p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
+                             keep=in_place(sendbuf) is IN_PLACE)
         send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
                              allow_in_place=True)
         rblocks = Blocks.of_vbuffer(recv)
@@ -98,7 +99,10 @@ class AlltoallMethods:
         sendbuf = in_place(sendbuf)
         if sendbuf is IN_PLACE:        # the data to send is recvbuf's, taken before it changes
             scounts = rcounts
-            sblocks = _packed(recv.blocks, rcounts)
+            # (blocks of non-contiguous datatypes are receive temporaries: pack the data)
+            source = parse_wbuffer(recvbuf, p, writable=False, call=call, arg="recvbuf") \
+                if recv.scatters else recv
+            sblocks = _packed(source.blocks, rcounts)
         else:
             send = parse_wbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf")
             scounts = [send.block_nbytes(i) for i in range(p)]
@@ -117,6 +121,7 @@ class AlltoallMethods:
             def finish(_result: Any) -> None:
                 for i, block in enumerate(recv.blocks):
                     block[...] = rblocks.view(i)
+                recv.finish()    # blocks of non-contiguous datatypes: into their layouts
         return execute(self, "alltoallv", call, 0,
                        lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
                        nonblocking=nonblocking, finalize=finish)

@@ -139,12 +139,11 @@ def nothing(_result: Any) -> None:
 
 
 def same_datatype(a: Any, b: Any) -> bool:
-    """Whether two datatypes are the same MPI type (one handle, or two derived types with
-    one layout)."""
+    """Whether two datatypes match as a reduction needs: one handle, or two derived types
+    with one type signature (MPI's type matching rule)."""
     if a is b:
         return True
-    return (not a.is_predefined and not b.is_predefined and a.dtype == b.dtype
-            and a.base_count == b.base_count)
+    return not a.is_predefined and not b.is_predefined and a.signature == b.signature
 
 
 def send_as_recv(comm: Any, call: str, send: Any, recv: Any) -> np.ndarray:

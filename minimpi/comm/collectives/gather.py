@@ -35,7 +35,8 @@ class GatherMethods:
         send = parse_buffer(in_place(sendbuf) if at_root else sendbuf, writable=False, call=call,
                             arg="sendbuf", allow_in_place=at_root)
         inplace = send is IN_PLACE
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf") if at_root else None
+        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
+                             keep=inplace) if at_root else None
         if at_root and not vector:
             check_equal_blocks(self, call, recv, "recvbuf", None if inplace else send, "sendbuf",
                                "Gatherv")

@@ -61,7 +61,7 @@ def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_re
                         allow_in_place=use_recv)
     if not use_recv:
         return send.array, send.datatype, lambda: None
-    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf", keep=send is IN_PLACE)
     if send is not IN_PLACE:
         recv.array[...] = send_as_recv(comm, call, send, recv)
     return recv.array, recv.datatype, recv.finish

@@ -51,7 +51,8 @@ class ReduceScatterMethods:
                         block):
         p, rank = self.size, self.rank
         op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
+                            keep=in_place(sendbuf) is IN_PLACE)
         send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
                             allow_in_place=True)
         op.check_datatype(recv.datatype, call)

@@ -31,7 +31,8 @@ class ScanMethods:
     @collective
     def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
         op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
+        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
+                            keep=in_place(sendbuf) is IN_PLACE)
         send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
                             allow_in_place=True)
         if send is IN_PLACE:

@@ -100,10 +100,10 @@ def type_name(datatype: Any) -> Optional[str]:
     if datatype is None:
         return None
     try:
-        dt = datatype.dtype
+        dt = datatype.element_dtype       # one basic type throughout (derived types too)
+        if dt is None:                    # a struct of several: its signature names it
+            return f"struct{tuple(datatype.signature)}"
     except Exception:       # a null or freed type: its own call reports it
-        return None
-    if dt is None:
         return None
     base = dt.base if dt.subdtype is not None else dt
     return base.name if base.fields is None else f"struct{base.descr}"

@@ -34,7 +34,16 @@ from ..data.buffers import byte_view, parse_buffer
 from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
-from ..p2p.request import CompletedRequest, PairRequest, Request, Status, null_status
+from ..p2p.request import (
+    CompletedRequest,
+    PairRequest,
+    Request,
+    Status,
+    assign_status,
+    has_finish,
+    null_status,
+    set_finish,
+)
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
@@ -214,7 +223,7 @@ class Comm(CommExtras):
                 not self._recv_checks(source, tag, call):
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(None, source, tag, call, context)
-        req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
+        set_finish(req, lambda: finish_object(req))   # status count = pickled size, as mpi4py
         return note(self._ep, req, source, tag, call, False)
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
@@ -241,7 +250,7 @@ class Comm(CommExtras):
             raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
-            req._finish = spec.finish
+            set_finish(req, spec.finish)
         return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
@@ -292,8 +301,8 @@ class Comm(CommExtras):
 
     @staticmethod
     def _capped(req: Request, capacity: Optional[int]) -> Request:
-        if capacity is not None and req._finish is not None:
-            req._finish = lambda: finish_object(req, capacity)
+        if capacity is not None and has_finish(req):
+            set_finish(req, lambda: finish_object(req, capacity))
         return req
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
@@ -378,7 +387,7 @@ class Comm(CommExtras):
         rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
             self._ep.irecv(rview, source, recvtag, call)
         if rspec is not None and rspec.is_temporary:
-            rreq._finish = rspec.finish
+            set_finish(rreq, rspec.finish)
         sreq = CompletedRequest() if sview is None else \
             self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
         return rreq, sreq
@@ -447,7 +456,7 @@ class Comm(CommExtras):
         if not arrived():
             self._ep.engine.wait_until(arrived, [ProbeWait(self, "probe", source, tag)])
         if status is not None:
-            status._assign(found[-1])
+            assign_status(status, found[-1])
         return True
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
@@ -463,7 +472,7 @@ class Comm(CommExtras):
         if st is None:
             return False
         if status is not None:
-            status._assign(st)
+            assign_status(status, st)
         return True
 
     # -- communicator management ------------------------------------------------------------
@@ -846,3 +855,9 @@ class Cartcomm(CartMixin, Intracomm):
 
 
 Topocomm = Intracomm
+
+
+def endpoint_of(obj: Any) -> Optional[Endpoint]:
+    """The endpoint of communicator ``obj`` (None for anything else): how the layers above
+    reach a communicator's engine without the mpi4py API exposing it."""
+    return obj._ep if isinstance(obj, Comm) else None

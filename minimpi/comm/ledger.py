@@ -18,8 +18,11 @@ The runtime of a real job installs one on the engine (``engine.ledger``); worlds
 have none and skip this. It costs a dictionary update and a walk of two or three stack
 frames per point-to-point call (about a microsecond). Memory is bounded: at most
 :data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones) and
-:data:`MAX_OPEN` open requests (finished and dropped ones are pruned as the table grows; past that, open
-requests are only counted).
+:data:`MAX_OPEN` open requests with their lines; finished and dropped ones are pruned as the
+table grows. Past that, a request is kept as a bare weak reference without its line (a few
+dozen bytes, pruned the same way, so never more than twice the requests the program holds
+open), so the report can still count exactly those never completed: "... and 3 more not
+recorded" means three requests without a line, never one that a wait completed.
 """
 from __future__ import annotations
 
@@ -58,9 +61,10 @@ class Ledger:
     def __init__(self) -> None:
         self.sites: Sites = {}
         self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (weakref to request, site)
-        self.uncounted = 0                           # open requests past MAX_OPEN
+        self.overflow: List[Any] = []   # weak references to requests started past MAX_OPEN
         self._serial = 0
         self._prune_at = 64
+        self._prune_overflow_at = 64
 
     def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
         """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
@@ -73,13 +77,26 @@ class Ledger:
     def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
         if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
-            self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
-            self._prune_at = max(64, 2 * len(self.open))
+            self._prune_open()
+        if len(self.open) >= MAX_OPEN:            # full: keep no line for this one
+            if len(self.overflow) >= self._prune_overflow_at:   # amortized as well
+                self._prune_open()
+                self.overflow = [ref for ref in self.overflow if _pending(ref)]
+                self._prune_overflow_at = max(64, 2 * len(self.overflow))
             if len(self.open) >= MAX_OPEN:
-                self.uncounted += 1
+                self.overflow.append(weakref.ref(req))
                 return
         self._serial += 1
         self.open[self._serial] = (weakref.ref(req), site)
+
+    def _prune_open(self) -> None:
+        self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
+        self._prune_at = max(64, 2 * len(self.open))
+
+    @property
+    def uncounted(self) -> int:
+        """Requests started past :data:`MAX_OPEN` (no line kept) that are still open."""
+        return sum(1 for ref in self.overflow if _pending(ref))
 
     def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
         """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""

@@ -147,3 +147,53 @@ def test_a_rank_that_skipped_the_bcast():
         "  rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD, but rank 1 made no "
         "collective call there before it finished; every rank of a communicator must call the "
         "same collectives in the same order"]
+
+
+def test_thousands_of_requests_in_flight_leave_no_false_warning():
+    # More nonblocking requests open at once than the ledger keeps lines for (MAX_OPEN),
+    # all completed by Waitall: nothing may be reported as never completed.
+    n = 1600
+
+    def body(comm):
+        peer = 1 - comm.rank
+        bufs = [np.zeros(1) for _ in range(n)]
+        recvs = [comm.Irecv(bufs[i], source=peer, tag=i) for i in range(n)]
+        sends = [comm.Isend(np.full(1, float(i)), dest=peer, tag=i) for i in range(n)]
+        from minimpi.MPI import Request
+        Request.Waitall(recvs + sends)
+        assert [b[0] for b in bufs] == [float(i) for i in range(n)]
+        return finish(comm)
+    assert run_threads(2, ledgered(body), timeout=120) == [([], [])] * 2
+
+
+class _Req:
+    """Stands for a request: truthy until completed, weakly referenceable."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def __bool__(self) -> bool:
+        return self.open
+
+
+def test_the_ledger_counts_exactly_what_it_keeps_no_line_for_and_stays_bounded():
+    from minimpi.comm.ledger import MAX_OPEN, Ledger
+    ledger = Ledger()
+    reqs = [_Req() for _ in range(3 * MAX_OPEN)]
+    for r in reqs:
+        ledger.started(r, (None, 1))
+        assert len(ledger.open) <= MAX_OPEN
+    for r in reqs[:-MAX_OPEN - 7]:       # complete all but MAX_OPEN + 7 (the newest ones)
+        r.open = False
+    never = len(ledger.never_completed())
+    assert never + ledger.uncounted == MAX_OPEN + 7
+    for r in reqs:
+        r.open = False
+    assert ledger.never_completed() == [] and ledger.uncounted == 0
+    # a long run of short-lived requests keeps both tables small
+    for _ in range(20 * MAX_OPEN):
+        r = _Req()
+        ledger.started(r, (None, 2))
+        r.open = False
+    assert len(ledger.open) <= MAX_OPEN and len(ledger.overflow) <= 2 * 64
+    assert ledger.never_completed() == [] and ledger.uncounted == 0

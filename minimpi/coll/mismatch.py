@@ -325,9 +325,6 @@ class Watch:
             f"root, op and sizes")
 
     # -- called by the engine for a collective message that matched no posted receive -------
-    def __call__(self, inc: Any) -> None:
-        self.arrived(inc)
-
     def arrived(self, inc: Any) -> None:
         """A collective message went to the unexpected queue: is it from a mismatched call?
 
@@ -358,6 +355,8 @@ class Watch:
         except Exception:  # pragma: no cover - diagnostics must never break progress
             pass
 
+    __call__ = arrived      # the engine calls the watcher itself
+
 
 def open_call(ch: Any, collective: str, call: str, algorithm: str,
               root: Optional[int], op: Any, nbytes: int, objects: bool) -> None:
@@ -370,7 +369,7 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
     """
     engine = ch.ep.engine
     context = ch.context
-    watch = watch_of(ch.ep)
+    watch = ch.watch = watch_of(ch.ep)
     if watch.error is not None:
         err, watch.error = watch.error, None
         raise err

@@ -52,7 +52,7 @@ class Channel:
     """
 
     __slots__ = ("ep", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
-                 "objects")
+                 "objects", "watch", "finishing")
 
     def __init__(self, ep: Endpoint, call: str, step_hook: Optional[StepHook] = None,
                  objects: bool = False) -> None:
@@ -66,10 +66,14 @@ class Channel:
         self.context = ep.coll_context
         self.step_hook = step_hook
         self.step_index = 0
+        #: the mismatch/abort bookkeeping of the communicator (set by ``mismatch.open_call``)
+        self.watch = None
+        #: how many of its receives were given finishing work (a decode, a copy back)
+        self.finishing = 0
 
     def _aborted(self) -> Optional[BaseException]:
         """The error of this call's slot if another rank's failure aborted it here."""
-        watch = watch_if_any(self.ep)
+        watch = self.watch if self.watch is not None else watch_if_any(self.ep)
         if watch is None or not watch.aborted:
             return None
         return watch.aborted.get(self.tag & SEQ_MASK)
@@ -101,6 +105,7 @@ class Channel:
         if into is None:
             req = self.ep.irecv(None, source, self.tag, self.call, self.context)
             set_finish(req, lambda: serialization.loads(req.buffer))
+            self.finishing += 1
             return req
         view = memoryview(as_bytes(into))  # a copy when not contiguous
         req = self.ep.irecv(view, source, self.tag, self.call, self.context)
@@ -110,6 +115,7 @@ class Channel:
             tmp = np.frombuffer(view, dtype=into.dtype).reshape(into.shape)
             set_finish(req, lambda: self._check_size(req, view.nbytes)
                        or into.__setitem__(..., tmp))
+            self.finishing += 1
         return req
 
     def _check_size(self, req: Request, expected: int) -> None:
@@ -128,7 +134,7 @@ def _finish_step(ch: Channel, step: Step) -> None:
         target = getattr(req, "target", None)
         if target is not None and req.error is None and req.status.nbytes != target.nbytes:
             ch._check_size(req, target.nbytes)
-        if req.error is not None or has_finish(req):
+        if req.error is not None or (ch.finishing and has_finish(req)):
             try:
                 req.wait()
             except TruncationError as exc:

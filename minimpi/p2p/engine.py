@@ -92,9 +92,16 @@ class Engine(FrameSink):
         # progress calls them before it may sleep.
         self.active: List[object] = []
         self.aborted: Optional[str] = None
-        #: who watches this engine (:meth:`subscribe`); empty - the usual case - costs one
-        #: test per event
+        #: who watches this engine (:meth:`subscribe`)
         self.observers: Tuple[EngineObserver, ...] = ()
+        # ... and, per event, those that override it (decided at subscribe time): an event
+        # nobody listens to - the usual case - costs one test of an empty tuple
+        self._to_sent: Tuple[EngineObserver, ...] = ()
+        self._to_posted: Tuple[EngineObserver, ...] = ()
+        self._to_received: Tuple[EngineObserver, ...] = ()
+        self._to_step: Tuple[EngineObserver, ...] = ()
+        self._to_waits: Tuple[EngineObserver, ...] = ()     # wait_ended
+        self._to_blocks: Tuple[EngineObserver, ...] = ()    # blocked, still_blocked, unblocked
         #: after how many seconds a wait is reported to the observers as blocked
         self.block_report_after = 1.0
         # context -> what to tell about each message that matched no posted receive there
@@ -121,21 +128,35 @@ class Engine(FrameSink):
         """Tell ``observer`` about this engine's events from now on (:mod:`.observe`)."""
         if observer not in self.observers:
             self.observers = self.observers + (observer,)
+            self._route()
 
     def unsubscribe(self, observer: EngineObserver) -> None:
         """Stop telling ``observer`` (no error if it was not subscribed)."""
         self.observers = tuple(o for o in self.observers if o is not observer)
+        self._route()
+
+    def _route(self) -> None:
+        def listeners(*events: str) -> Tuple[EngineObserver, ...]:
+            return tuple(o for o in self.observers
+                         if any(getattr(type(o), e) is not getattr(EngineObserver, e)
+                                for e in events))
+        self._to_sent = listeners("message_sent")
+        self._to_posted = listeners("receive_posted")
+        self._to_received = listeners("message_received")
+        self._to_step = listeners("step_started")
+        self._to_waits = listeners("wait_ended")
+        self._to_blocks = listeners("blocked", "still_blocked", "unblocked")
 
     def step_started(self, channel: object, index: int) -> None:
         """A collective algorithm starts step ``index``: the collective framework calls this
-        (only while someone observes: see :meth:`step_reporter`)."""
-        for o in self.observers:
+        (only while someone observes steps: see :meth:`step_reporter`)."""
+        for o in self._to_step:
             o.step_started(channel, index)
 
     def step_reporter(self) -> Optional[Callable[[object, int], None]]:
         """What a collective call should call at each step start: None while nobody
-        observes this engine (decided once per call, so an unobserved call pays nothing)."""
-        return self.step_started if self.observers else None
+        observes steps (decided once per call, so an unobserved call pays nothing)."""
+        return self.step_started if self._to_step else None
 
     def watch_unexpected(self, context: int, watcher: Optional[Callable[[Incoming], None]]
                          ) -> None:
@@ -155,11 +176,6 @@ class Engine(FrameSink):
     def unexpected_watchers(self) -> Dict[int, Callable[[Incoming], None]]:
         """Every context's watcher (a copy), by context."""
         return dict(self._unexpected_watchers)
-
-    def _watch(self, inc: Incoming) -> None:
-        watcher = self._unexpected_watchers.get(inc.context)
-        if watcher is not None:
-            watcher(inc)
 
     # -- communicator contexts ----------------------------------------------------------
     def register_context(self, context: int, group: Sequence[int]) -> None:
@@ -279,8 +295,8 @@ class Engine(FrameSink):
         msg_id = self._next_msg_id
         self._next_msg_id += 1
         req.msg_id = msg_id
-        if self.observers:
-            for o in self.observers:
+        if self._to_sent:
+            for o in self._to_sent:
                 o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
         if nbytes <= self.eager_limit:
             if flags & F_SYNC:
@@ -300,8 +316,8 @@ class Engine(FrameSink):
         msg_id = self._next_msg_id
         self._next_msg_id += 1
         req.msg_id = msg_id
-        if self.observers:
-            for o in self.observers:
+        if self._to_sent:
+            for o in self._to_sent:
                 o.message_sent(context, self.rank, source, tag, payload, nbytes, msg_id)
         if flags & F_SYNC:
             req._pending = 2
@@ -328,8 +344,8 @@ class Engine(FrameSink):
         """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
         if self.aborted is not None:
             self._check_alive()
-        if self.observers:
-            for o in self.observers:
+        if self._to_posted:
+            for o in self._to_posted:
                 o.receive_posted(context, source, tag, target)
         req = RecvRequest(self, description, context, source, tag, target, is_object)
         q = self._queues.get(context) or self._queue(context)
@@ -361,8 +377,8 @@ class Engine(FrameSink):
             self._send_control(inc.peer, SYNC_ACK, inc.msg_id)
         if inc.arrived:
             self._deliver(req, inc.buffer)
-            if self.observers:
-                for o in self.observers:
+            if self._to_received:
+                for o in self._to_received:
                     o.message_received(inc.peer, inc.context, inc.tag, inc.msg_id, inc.length)
         else:
             inc.waiting = req
@@ -445,7 +461,9 @@ class Engine(FrameSink):
             q.unexpected.append(inc)
             self._current[peer] = inc
             if self._unexpected_watchers:
-                self._watch(inc)
+                watcher = self._unexpected_watchers.get(inc.context)
+                if watcher is not None:
+                    watcher(inc)
             return memoryview(inc.buffer)
         if kind == DATA:
             req = self._rndv_recvs.pop((peer, header.msg_id), None)
@@ -464,7 +482,9 @@ class Engine(FrameSink):
             else:
                 q.unexpected.append(inc)
                 if self._unexpected_watchers:
-                    self._watch(inc)
+                    watcher = self._unexpected_watchers.get(inc.context)
+                    if watcher is not None:
+                        watcher(inc)
             return None
         if kind == CTS:
             offer = self._rndv_sends.pop((peer, header.msg_id), None)
@@ -494,16 +514,16 @@ class Engine(FrameSink):
         owner = self._current.pop(peer)
         if isinstance(owner, RecvRequest):
             owner._complete()
-            if self.observers:
-                for o in self.observers:
+            if self._to_received:
+                for o in self._to_received:
                     o.message_received(peer, header.context, header.tag, header.msg_id,
                                        header.length)
             return
         owner.arrived = True
         if owner.waiting is not None:
             self._deliver(owner.waiting, owner.buffer)
-            if self.observers:
-                for o in self.observers:
+            if self._to_received:
+                for o in self._to_received:
                     o.message_received(peer, header.context, header.tag, header.msg_id,
                                        header.length)
 
@@ -607,8 +627,9 @@ class Engine(FrameSink):
             return
         start = time.monotonic()
         reported = False
-        observers = self.observers
-        if observers:
+        blocks = self._to_blocks
+        waits = self._to_waits
+        if waits:
             t0 = time.perf_counter()
         try:
             while True:
@@ -629,19 +650,19 @@ class Engine(FrameSink):
                         f"complete within {timeout:g} s")
                 if reported:
                     if moved:
-                        for o in observers:
+                        for o in blocks:
                             o.still_blocked(waiting_on)
-                elif now - start >= self.block_report_after and observers:
+                elif now - start >= self.block_report_after and blocks:
                     reported = True
-                    for o in observers:
+                    for o in blocks:
                         o.blocked(waiting_on)
         finally:
-            if observers:
-                if reported:
-                    for o in observers:
-                        o.unblocked()
+            if reported:
+                for o in blocks:
+                    o.unblocked()
+            if waits:
                 seconds = time.perf_counter() - t0
-                for o in observers:
+                for o in waits:
                     o.wait_ended(seconds)
 
     def _check_alive(self) -> None:

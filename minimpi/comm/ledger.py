@@ -17,12 +17,11 @@ the line known:
 The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
 have none and skip this. It costs a dictionary update and a walk of two or three stack
 frames per point-to-point call (about a microsecond). Memory is bounded: at most
-:data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones) and
-:data:`MAX_OPEN` open requests with their lines; finished and dropped ones are pruned as the
-table grows. Past that, a request is kept as a bare weak reference without its line (a few
-dozen bytes, pruned the same way, so never more than twice the requests the program holds
-open), so the report can still count exactly those never completed: "... and 3 more not
-recorded" means three requests without a line, never one that a wait completed.
+:data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones), and
+open requests are pruned (finished and dropped ones go) whenever the table has doubled, so
+it never holds more than twice the requests the program itself holds open, plus 64 - a
+weak reference and a line each, far less than each request holds. Every request keeps its
+line, however many are in flight, so the report names exactly those never completed.
 """
 from __future__ import annotations
 
@@ -32,7 +31,6 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 MAX_SITES = 10_000
-MAX_OPEN = 1_000
 
 #: where a call came from: (code object, line number) of the user's frame; made into
 #: ``script.py:12`` only when a leftover is reported (see :func:`line_text`)
@@ -61,10 +59,8 @@ class Ledger:
     def __init__(self) -> None:
         self.sites: Sites = {}
         self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (weakref to request, site)
-        self.overflow: List[Any] = []   # weak references to requests started past MAX_OPEN
         self._serial = 0
         self._prune_at = 64
-        self._prune_overflow_at = 64
 
     def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
         """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
@@ -77,26 +73,10 @@ class Ledger:
     def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
         if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
-            self._prune_open()
-        if len(self.open) >= MAX_OPEN:            # full: keep no line for this one
-            if len(self.overflow) >= self._prune_overflow_at:   # amortized as well
-                self._prune_open()
-                self.overflow = [ref for ref in self.overflow if _pending(ref)]
-                self._prune_overflow_at = max(64, 2 * len(self.overflow))
-            if len(self.open) >= MAX_OPEN:
-                self.overflow.append(weakref.ref(req))
-                return
+            self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
+            self._prune_at = max(64, 2 * len(self.open))
         self._serial += 1
         self.open[self._serial] = (weakref.ref(req), site)
-
-    def _prune_open(self) -> None:
-        self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
-        self._prune_at = max(64, 2 * len(self.open))
-
-    @property
-    def uncounted(self) -> int:
-        """Requests started past :data:`MAX_OPEN` (no line kept) that are still open."""
-        return sum(1 for ref in self.overflow if _pending(ref))
 
     def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
         """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""

@@ -226,8 +226,6 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
     if ledger is not None:
         open_ = [f"{describe(req)}, started at {line}" for req, line in ledger.never_completed()
                  if id(req) not in reported]
-        if ledger.uncounted:
-            open_.append(f"... and {ledger.uncounted} more not recorded")
         if open_:
             warnings.append(_listing(
                 f"{len(open_)} nonblocking request{'s' if len(open_) != 1 else ''} never "

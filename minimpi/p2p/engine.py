@@ -92,6 +92,10 @@ class Engine(FrameSink):
         # progress calls them before it may sleep.
         self.active: List[object] = []
         self.aborted: Optional[str] = None
+        #: protocol violations of peers, found inside the transport's progress and raised
+        #: from the next wait or poll of this rank (never from inside the transport, whose
+        #: stream must stay in step)
+        self.faults: List[ProtocolError] = []
         #: who watches this engine (:meth:`subscribe`)
         self.observers: Tuple[EngineObserver, ...] = ()
         # ... and, per event, those that override it (decided at subscribe time): an event
@@ -467,9 +471,10 @@ class Engine(FrameSink):
             return memoryview(inc.buffer)
         if kind == DATA:
             req = self._rndv_recvs.pop((peer, header.msg_id), None)
-            if req is None:
-                raise self._protocol_error(peer, "data", header.msg_id,
-                                           "no receive of this rank asked for it")
+            if req is None:   # read its payload (the stream stays in step) into nothing
+                self._current[peer] = self._protocol_error(
+                    peer, "data", header.msg_id, "no receive of this rank asked for it")
+                return memoryview(payload_buffer(header.length))
             self._current[peer] = req
             return self._payload_target(req, header.length)
         if kind == RTS:
@@ -489,9 +494,10 @@ class Engine(FrameSink):
         if kind == CTS:
             offer = self._rndv_sends.pop((peer, header.msg_id), None)
             if offer is None:
-                raise self._protocol_error(peer, "clear-to-send", header.msg_id,
-                                           "this rank offered no rendezvous send with that "
-                                           "id to it, or already answered one")
+                self.faults.append(self._protocol_error(
+                    peer, "clear-to-send", header.msg_id, "this rank offered no rendezvous "
+                    "send with that id to it, or already answered one"))
+                return None
             req, payload, context, source, tag, flags, nbytes = offer
             data = frames.pack(DATA, flags, context, source, tag, header.msg_id, nbytes)
             self.transport.send(peer, data, payload, req._sent)
@@ -501,8 +507,11 @@ class Engine(FrameSink):
             if req is not None:
                 req._complete()
             return None
-        raise ProtocolError(f"rank {self.rank}: unknown frame kind {kind} from world rank "
-                            f"{peer} (a fault in rank {peer}'s minimpi, or a different version)")
+        self.faults.append(ProtocolError(
+            f"rank {self.rank}: protocol error: unknown frame kind {kind} from world rank "
+            f"{peer}; the frame was ignored (a fault in rank {peer}'s minimpi, or a different "
+            f"version)"))
+        return None
 
     def _protocol_error(self, peer: int, frame: str, msg_id: int, why: str) -> ProtocolError:
         return ProtocolError(
@@ -518,6 +527,9 @@ class Engine(FrameSink):
                 for o in self._to_received:
                     o.message_received(peer, header.context, header.tag, header.msg_id,
                                        header.length)
+            return
+        if isinstance(owner, ProtocolError):    # a data frame nobody asked for (above)
+            self.faults.append(owner)
             return
         owner.arrived = True
         if owner.waiting is not None:
@@ -669,6 +681,8 @@ class Engine(FrameSink):
         if self.aborted is not None:
             raise JobAbortedError(f"rank {self.rank}: the job was aborted ({self.aborted}); "
                                   f"no further MPI calls are possible")
+        if self.faults:
+            raise self.faults.pop(0)
 
     def abort(self, reason: str) -> None:
         """Make every current and future wait of this engine raise :class:`JobAbortedError`."""

@@ -174,3 +174,19 @@ def test_a_bogus_clear_to_send_is_a_protocol_error_naming_the_peer():
         assert run_threads(2, body, transport="tcp", timeout=30)[0] == "ok"
     except RankFailed as exc:   # pragma: no cover - show what rank failed and how
         raise AssertionError(str(exc)) from exc
+
+
+def test_a_bogus_data_frame_is_a_protocol_error_and_the_stream_stays_in_step():
+    def body(comm):
+        engine = engine_of(comm)
+        if comm.rank == 1:
+            payload = memoryview(b"x" * 16)
+            engine.transport.send(0, frames.pack(frames.DATA, 0, 0, 1, 3, 777, 16), (payload,),
+                                  None)
+            comm.send("after", dest=0, tag=4)
+            return None
+        with pytest.raises(ProtocolError, match=r"world rank 1 sent a data frame for message "
+                                                r"#777, but no receive of this rank asked"):
+            comm.recv(source=1, tag=3)
+        return comm.recv(source=1, tag=4)
+    assert run_threads(2, body, transport="tcp", timeout=30)[0] == "after"

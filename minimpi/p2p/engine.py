@@ -472,9 +472,13 @@ class Engine(FrameSink):
         if kind == DATA:
             req = self._rndv_recvs.pop((peer, header.msg_id), None)
             if req is None:   # read its payload (the stream stays in step) into nothing
-                self._current[peer] = self._protocol_error(
-                    peer, "data", header.msg_id, "no receive of this rank asked for it")
-                return memoryview(payload_buffer(header.length))
+                self.faults.append(self._protocol_error(
+                    peer, "data", header.msg_id, "no receive of this rank asked for it"))
+                discard = Incoming(peer, header.context, header.source, header.tag,
+                                   header.flags, header.msg_id, header.length, False)
+                discard.buffer = payload_buffer(header.length)   # (in no queue)
+                self._current[peer] = discard
+                return memoryview(discard.buffer)
             self._current[peer] = req
             return self._payload_target(req, header.length)
         if kind == RTS:
@@ -527,9 +531,6 @@ class Engine(FrameSink):
                 for o in self._to_received:
                     o.message_received(peer, header.context, header.tag, header.msg_id,
                                        header.length)
-            return
-        if isinstance(owner, ProtocolError):    # a data frame nobody asked for (above)
-            self.faults.append(owner)
             return
         owner.arrived = True
         if owner.waiting is not None:

@@ -230,6 +230,12 @@ class TransportError(MinimpiError):
     error_class = ERR_OTHER
 
 
+class ProtocolError(TransportError):
+    """A peer sent a frame the protocol does not allow here (a clear-to-send or data frame
+    for a message this rank never offered or never asked for): a fault in that peer."""
+    error_class = ERR_INTERN
+
+
 class MPITimeoutError(MinimpiError):
     """A wait that passed its time limit (startup, job timeout, deadlock detection)."""
     error_class = ERR_OTHER

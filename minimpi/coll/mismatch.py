@@ -28,7 +28,8 @@ Consequences:
    is ever delivered into the wrong call - the worst failure, silent garbage, is gone.
 2. The check itself costs nothing on the matching path: it runs only for a collective
    message that matched no posted receive (the *unexpected* path, which already allocates
-   a buffer) - :meth:`Watch.arrived`, called by the engine - and once per collective call,
+   a buffer) - :meth:`Watch.arrived`, which the engine calls as the context's watcher
+   (``Engine.watch_unexpected``) - and once per collective call,
    over this communicator's unexpected queue, which is almost always empty
    (:func:`open_call`). A message whose sequence number names one of this rank's recent
    collectives (the last :data:`HISTORY`) but whose signature differs is a mismatch: the
@@ -304,7 +305,12 @@ def _explain_detail(mine: Call, their_sig: int, length: int, nbytes_known: bool)
 
 
 class Watch:
-    """Mismatch bookkeeping of one communicator's collective context (one per engine)."""
+    """Mismatch bookkeeping of one communicator's collective context (one per engine).
+
+    It is the engine's watcher of that context (``Engine.watch_unexpected``): the engine
+    calls it with each message there that matched no posted receive, and forgets it when
+    the communicator is freed (``Engine.release_context``).
+    """
 
     __slots__ = ("ep", "calls", "order", "error", "aborted")
 
@@ -344,7 +350,7 @@ class Watch:
         low = inc.tag & SEQ_MASK
         fields = self.calls.get(low)
         if fields is None:
-            behind = (self.ep._coll_seq - low) & SEQ_MASK
+            behind = (self.ep.coll_calls - low) & SEQ_MASK
             if 0 < behind < (SEQ_MASK + 1) // 2:   # a call finished long ago: nothing to do
                 slots.purge_slot(engine, inc.context, low)
             return                  # else a call this rank has not reached: open_call sees it
@@ -390,7 +396,7 @@ class Watch:
             f"root, op and sizes")
 
     # -- called by the engine for a collective message that matched no posted receive -------
-    def arrived(self, engine: Any, inc: Any) -> None:
+    def arrived(self, inc: Any) -> None:
         """A collective message went to the unexpected queue: is it from a mismatched call?
 
         Runs inside the transport's progress; never raises. The error is delivered by
@@ -400,6 +406,7 @@ class Watch:
         pending, from this rank's next collective call on the communicator.
         """
         try:
+            engine = self.ep.engine
             low = inc.tag & SEQ_MASK
             if not slots.in_slot(inc.tag, low):    # Create_group's exchange: no slot
                 return
@@ -413,23 +420,13 @@ class Watch:
             if fields is None or fields[1] == inc.tag:
                 return
             err = self.error_for(Call(*fields), inc.source, inc.tag, inc.length, inc.rendezvous)
-            failed = False
-            q = engine._queues.get(inc.context)
-            if q is not None and q.posted:
-                posted = list(q.posted)
-                q.posted.clear()
-                for req in posted:
-                    req._fail(err)
-                failed = True
-            for key, value in list(engine._rndv_sends.items()):
-                if value[2] == inc.context:
-                    del engine._rndv_sends[key]
-                    value[0]._fail(err)
-                    failed = True
+            failed = engine.fail_pending(inc.context, err)
             if not failed and self.error is None:
                 self.error = err
         except Exception:  # pragma: no cover - diagnostics must never break progress
             pass
+
+    __call__ = arrived      # the engine calls the watcher itself
 
 
 def open_call(ch: Any, collective: str, call: str, algorithm: str,
@@ -444,7 +441,7 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
     """
     engine = ch.ep.engine
     context = ch.context
-    watch = watch_of(ch.ep)
+    watch = ch.watch = watch_of(ch.ep)
     if watch.error is not None:
         err, watch.error = watch.error, None
         raise err
@@ -454,10 +451,10 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
     ch.tag = tag
     low = watch.register(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects,
                          typename)
-    q = engine._queues.get(context)
-    if q is not None and q.unexpected:
+    waiting = engine.unexpected_messages(context)
+    if waiting:
         check_marker(ch.ep, low)
-        for inc in q.unexpected:
+        for inc in waiting:
             if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
                 raise watch.error_for(watch.call(low), inc.source, inc.tag, inc.length,
                                       inc.rendezvous)
@@ -465,11 +462,22 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
 
 def watch_of(ep: Any) -> Watch:
     """The mismatch/abort bookkeeping of ``ep``'s collective context (made on first use)."""
-    watches = ep.engine.coll_watch
-    watch = watches.get(ep.coll_context)
+    watch = ep.engine.unexpected_watcher(ep.coll_context)
     if watch is None:
-        watch = watches[ep.coll_context] = Watch(ep)
+        watch = Watch(ep)
+        ep.engine.watch_unexpected(ep.coll_context, watch)
     return watch
+
+
+def watches(engine: Any) -> Dict[int, Watch]:
+    """The bookkeeping of every collective context of ``engine`` (of communicators not
+    freed), by context."""
+    return {c: w for c, w in engine.unexpected_watchers().items() if isinstance(w, Watch)}
+
+
+def watch_if_any(ep: Any) -> Optional[Watch]:
+    """The bookkeeping of ``ep``'s collective context if a collective call made it."""
+    return ep.engine.unexpected_watcher(ep.coll_context)
 
 
 def check_marker(ep: Any, low: int) -> None:
@@ -507,7 +515,7 @@ def abort_slot(ep: Any, exc: BaseException, low: Optional[int] = None,
 def call_of(ep: Any, tag: int) -> Optional[Call]:
     """This rank's recent collective call with channel tag ``tag`` on endpoint ``ep`` (for
     deadlock reports)."""
-    watch = ep.engine.coll_watch.get(ep.coll_context)
+    watch = watch_if_any(ep)
     if watch is None:
         return None
     mine = watch.call(tag & SEQ_MASK)

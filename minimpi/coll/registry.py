@@ -167,7 +167,7 @@ def cheapest(collective: str, names: Tuple[str, ...], model: CostModel, link: Li
 
 
 def algorithms(collective: str) -> Dict[str, Algorithm]:
-    _load_all()
+    load_all()
     try:
         return REGISTRY[collective]
     except KeyError:
@@ -262,7 +262,7 @@ _loaded = False
 _load_lock = threading.Lock()
 
 
-def _load_all() -> None:
+def load_all() -> None:
     """Import every algorithm module so that all registrations have run (once; ranks
     running as threads may ask at the same time, and none may see a partial registry)."""
     global _loaded

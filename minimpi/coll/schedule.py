@@ -29,11 +29,11 @@ from ..errors import (
     TruncationError,
 )
 from ..p2p.endpoint import Endpoint
-from ..p2p.request import CompletedRequest, Request
+from ..p2p.request import Request, failed_request, has_finish, set_finish
 from ..transports.frames import F_OBJECT
 from . import scratch
 from .blocks import as_bytes
-from .mismatch import abort_slot
+from .mismatch import abort_slot, watch_if_any
 from .slots import SEQ_MASK
 
 Step = List[Request]
@@ -52,7 +52,7 @@ class Channel:
     """
 
     __slots__ = ("ep", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
-                 "objects")
+                 "objects", "watch", "finishing")
 
     def __init__(self, ep: Endpoint, call: str, step_hook: Optional[StepHook] = None,
                  objects: bool = False) -> None:
@@ -66,18 +66,20 @@ class Channel:
         self.context = ep.coll_context
         self.step_hook = step_hook
         self.step_index = 0
+        #: the mismatch/abort bookkeeping of the communicator (set by ``mismatch.open_call``)
+        self.watch = None
+        #: how many of its receives were given finishing work (a decode, a copy back)
+        self.finishing = 0
 
     def _aborted(self) -> Optional[BaseException]:
         """The error of this call's slot if another rank's failure aborted it here."""
-        watch = self.ep.engine.coll_watch.get(self.context)
+        watch = self.watch if self.watch is not None else watch_if_any(self.ep)
         if watch is None or not watch.aborted:
             return None
         return watch.aborted.get(self.tag & SEQ_MASK)
 
     def _failed(self, err: BaseException) -> Request:
-        req = CompletedRequest()
-        req._fail(err)
-        return req
+        return failed_request(err)
 
     def isend(self, data: Any, dest: int) -> Request:
         err = self._aborted()
@@ -102,7 +104,8 @@ class Channel:
             return self._failed(err)
         if into is None:
             req = self.ep.irecv(None, source, self.tag, self.call, self.context)
-            req._finish = lambda: serialization.loads(req.buffer)
+            set_finish(req, lambda: serialization.loads(req.buffer))
+            self.finishing += 1
             return req
         view = memoryview(as_bytes(into))  # a copy when not contiguous
         req = self.ep.irecv(view, source, self.tag, self.call, self.context)
@@ -110,7 +113,9 @@ class Channel:
         # expected); only a temporary needs work afterwards: the copy back into ``into``.
         if not into.flags.c_contiguous:
             tmp = np.frombuffer(view, dtype=into.dtype).reshape(into.shape)
-            req._finish = lambda: self._check_size(req, view.nbytes) or into.__setitem__(..., tmp)
+            set_finish(req, lambda: self._check_size(req, view.nbytes)
+                       or into.__setitem__(..., tmp))
+            self.finishing += 1
         return req
 
     def _check_size(self, req: Request, expected: int) -> None:
@@ -129,7 +134,7 @@ def _finish_step(ch: Channel, step: Step) -> None:
         target = getattr(req, "target", None)
         if target is not None and req.error is None and req.status.nbytes != target.nbytes:
             ch._check_size(req, target.nbytes)
-        if req.error is not None or req._finish is not None:
+        if req.error is not None or (ch.finishing and has_finish(req)):
             try:
                 req.wait()
             except TruncationError as exc:
@@ -170,6 +175,15 @@ class CollectiveRequest(Request):
         self._step: Optional[Step] = None
         self._finalize = finalize
         self._engine.add_active(self)
+
+    @property
+    def channel(self) -> Channel:
+        """The collective call this request runs (for diagnostics)."""
+        return self._ch
+
+    def step_requests(self) -> List[Request]:
+        """The messages of the step it waits for now (empty before the first and at the end)."""
+        return list(self._step or ())
 
     def advance(self) -> bool:
         """Advance as far as completed messages allow; True once the collective is done."""

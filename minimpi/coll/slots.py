@@ -102,35 +102,19 @@ def aborted_error(ep: Any, call_text: str, seq: int, culprit: int,
 
 def fail_slot(engine: Any, context: int, low: int, err: BaseException) -> None:
     """Fail this rank's pending receives and rendezvous sends of slot ``low``."""
-    q = engine._queues.get(context)
-    if q is not None and q.posted:
-        keep = []
-        for req in q.posted:
-            if in_slot(req.tag, low):
-                req._fail(err)
-            else:
-                keep.append(req)
-        q.posted[:] = keep
-    for key, value in list(engine._rndv_sends.items()):
-        if value[2] == context and in_slot(value[4], low):
-            del engine._rndv_sends[key]
-            value[0]._fail(err)
+    engine.fail_pending(context, err, lambda tag: in_slot(tag, low))
 
 
 def purge_slot(engine: Any, context: int, low: int) -> None:
     """Drop the messages of slot ``low`` waiting in the unexpected queue."""
-    q = engine._queues.get(context)
-    if q is not None and q.unexpected:
-        q.unexpected[:] = [inc for inc in q.unexpected if not in_slot(inc.tag, low)]
+    engine.drop_unexpected(context, lambda tag: in_slot(tag, low))
 
 
 def queued_marker(engine: Any, context: int, low: int) -> Optional[Any]:
     """An abort marker of slot ``low`` already waiting in the unexpected queue, if any."""
-    q = engine._queues.get(context)
-    if q is not None and q.unexpected:
-        for inc in q.unexpected:
-            if in_slot(inc.tag, low) and is_marker(inc.tag, inc.length):
-                return inc
+    for inc in engine.unexpected_messages(context):
+        if in_slot(inc.tag, low) and is_marker(inc.tag, inc.length):
+            return inc
     return None
 
 

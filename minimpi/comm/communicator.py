@@ -34,7 +34,16 @@ from ..data.buffers import byte_view, parse_buffer
 from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
-from ..p2p.request import CompletedRequest, PairRequest, Request, Status, null_status
+from ..p2p.request import (
+    CompletedRequest,
+    PairRequest,
+    Request,
+    Status,
+    assign_status,
+    has_finish,
+    null_status,
+    set_finish,
+)
 from ..transports import signal_guard
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
@@ -267,7 +276,7 @@ class Comm(CommExtras):
                 not self._recv_checks(source, tag, call):
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         req = self._ep.irecv(None, source, tag, call, context)
-        req._finish = lambda: finish_object(req)   # status count = pickled size, as mpi4py
+        set_finish(req, lambda: finish_object(req))   # status count = pickled size, as mpi4py
         return note(self._ep, req, source, tag, call, False)
 
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
@@ -294,7 +303,7 @@ class Comm(CommExtras):
             raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         req = self._ep.irecv(view, source, tag, call)
         if spec is not None and spec.is_temporary:
-            req._finish = lambda: spec.finish(req.status.nbytes)
+            set_finish(req, lambda: spec.finish(req.status.nbytes))
         return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
@@ -346,8 +355,8 @@ class Comm(CommExtras):
 
     @staticmethod
     def _capped(req: Request, capacity: Optional[int]) -> Request:
-        if capacity is not None and req._finish is not None:
-            req._finish = lambda: finish_object(req, capacity)
+        if capacity is not None and has_finish(req):
+            set_finish(req, lambda: finish_object(req, capacity))
         return req
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
@@ -432,7 +441,7 @@ class Comm(CommExtras):
         rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
             self._ep.irecv(rview, source, recvtag, call)
         if rspec is not None and rspec.is_temporary:
-            rreq._finish = lambda: rspec.finish(rreq.status.nbytes)
+            set_finish(rreq, lambda: rspec.finish(rreq.status.nbytes))
         sreq = CompletedRequest() if sview is None else \
             self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
         return rreq, sreq
@@ -503,7 +512,7 @@ class Comm(CommExtras):
         if not arrived():
             self._ep.engine.wait_until(arrived, [ProbeWait(self, "probe", source, tag)])
         if status is not None:
-            status._assign(found[-1])
+            assign_status(status, found[-1])
         return True
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
@@ -519,7 +528,7 @@ class Comm(CommExtras):
         if st is None:
             return False
         if status is not None:
-            status._assign(st)
+            assign_status(status, st)
         return True
 
     # -- communicator management ------------------------------------------------------------
@@ -944,3 +953,9 @@ class Cartcomm(CartMixin, Intracomm):
 
 
 Topocomm = Intracomm
+
+
+def endpoint_of(obj: Any) -> Optional[Endpoint]:
+    """The endpoint of communicator ``obj`` (None for anything else): how the layers above
+    reach a communicator's engine without the mpi4py API exposing it."""
+    return obj._ep if isinstance(obj, Comm) else None

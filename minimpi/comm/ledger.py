@@ -17,9 +17,11 @@ the line known:
 The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
 have none and skip this. It costs a dictionary update and a walk of two or three stack
 frames per point-to-point call (about a microsecond). Memory is bounded: at most
-:data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones) and
-:data:`MAX_OPEN` open requests (finished and dropped ones are pruned as the table grows; past that, open
-requests are only counted).
+:data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones), and
+open requests are pruned (finished and dropped ones go) whenever the table has doubled, so
+it never holds more than twice the requests the program itself holds open, plus 64 - a
+weak reference and a line each, far less than each request holds. Every request keeps its
+line, however many are in flight, so the report names exactly those never completed.
 """
 from __future__ import annotations
 
@@ -29,7 +31,6 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 MAX_SITES = 10_000
-MAX_OPEN = 1_000
 
 #: where a call came from: (code object, line number) of the user's frame; made into
 #: ``script.py:12`` only when a leftover is reported (see :func:`line_text`)
@@ -58,7 +59,6 @@ class Ledger:
     def __init__(self) -> None:
         self.sites: Sites = {}
         self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (weakref to request, site)
-        self.uncounted = 0                           # open requests past MAX_OPEN
         self._serial = 0
         self._prune_at = 64
 
@@ -75,9 +75,6 @@ class Ledger:
         if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
             self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
             self._prune_at = max(64, 2 * len(self.open))
-            if len(self.open) >= MAX_OPEN:
-                self.uncounted += 1
-                return
         self._serial += 1
         self.open[self._serial] = (weakref.ref(req), site)
 

@@ -20,7 +20,16 @@ from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..data import serialization
 from ..data.buffers import byte_view
 from ..errors import RequestError, SerializationError, TruncationError
-from ..p2p.request import CompletedRequest, Request, Status, describe, null_status
+from ..p2p.request import (
+    CompletedRequest,
+    Request,
+    Status,
+    assign_status,
+    describe,
+    engine_of,
+    null_status,
+    set_finish,
+)
 from ..transports.frames import F_OBJECT
 from .hints import looks_pickled, not_an_object
 
@@ -52,7 +61,7 @@ def incoming_status(inc: Any) -> Status:
 
 def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
     """Status of the message a receive on ``comm`` would match now, or None."""
-    inc = comm._ep.engine._queue(comm._ep.context).find_unexpected(source, tag, remove=False)
+    inc = comm._ep.engine.peek_message(comm._ep.context, source, tag)
     return None if inc is None else incoming_status(inc)
 
 
@@ -70,7 +79,7 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     if parts is not None:   # (else plain bytes sent with Send, or none: the byte count stands)
         req.status.nbytes = _pickled_size(parts)
     if capacity is not None and req.status.nbytes > capacity:
-        rank = req._engine.rank if req._engine is not None else -1
+        rank = engine.rank if (engine := engine_of(req)) is not None else -1
         raise TruncationError(
             f"rank {rank}: {describe(req)}: the object from rank {req.status.source} takes "
             f"{req.status.nbytes} bytes but the buf argument allows {capacity} (mpi4py "
@@ -78,7 +87,7 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
-        rank = req._engine.rank if req._engine is not None else -1
+        rank = engine.rank if (engine := engine_of(req)) is not None else -1
         if not looks_pickled(req.buffer):   # a buffer sent with Send, received with recv
             raise SerializationError(not_an_object(rank, describe(req), req.status.source,
                                                    len(req.buffer))) from exc
@@ -185,7 +194,7 @@ class Message:
         req = comm._ep.engine.irecv_message(inc, view, False,
                                          ("Message.Recv", "source", inc.source, inc.tag, comm.name))
         if spec is not None and spec.is_temporary:
-            req._finish = lambda: spec.finish(req.status.nbytes)
+            set_finish(req, lambda: spec.finish(req.status.nbytes))
         return req
 
     def Recv(self, buf: Any, status: Optional[Status] = None) -> None:
@@ -200,7 +209,7 @@ class Message:
         comm = self._comm
         req = comm._ep.engine.irecv_message(inc, None, True,
                                          ("Message.recv", "source", inc.source, inc.tag, comm.name))
-        req._finish = lambda: finish_object(req)
+        set_finish(req, lambda: finish_object(req))
         return req
 
     def recv(self, status: Optional[Status] = None) -> Any:
@@ -241,5 +250,5 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
             return None
     inc = found[0]
     if status is not None:
-        status._assign(incoming_status(inc))
+        assign_status(status, incoming_status(inc))
     return Message._make(comm, inc)

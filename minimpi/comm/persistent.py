@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import RequestError
-from ..p2p.request import Request, Status
+from ..p2p.request import Request, Status, assign_status
 
 
 class Prequest(Request):
@@ -110,7 +110,7 @@ class Prequest(Request):
         op, self._op = self._op, None
         if op is None:   # inactive: complete at once with an empty status
             if status is not None:
-                status._assign(Status())
+                assign_status(status, Status())
             return None
         return op._collect(status)
 
@@ -129,7 +129,7 @@ class Prequest(Request):
     def Get_status(self, status: Optional[Status] = None) -> bool:
         if self._op is None:
             if status is not None:
-                status._assign(Status())
+                assign_status(status, Status())
             return True
         return self._op.Get_status(status)
 

@@ -125,10 +125,10 @@ class InterCollectiveMethods:
         """Draw the call's two channels, ``prepare()`` (parse the arguments; returns
         ``invoke`` or ``(invoke, finalize)``), sign the channels and run the schedule."""
         self._alive(call)
-        hook = getattr(self._ep.engine, "step_hook", None)
+        hook = self._ep.engine.step_reporter()
         label = f"{call}[{ALGORITHM}]"
         remote = Channel(self._ep, label, hook, objects)
-        local = Channel(self._local, label, hook, objects)
+        local = Channel(self._local_endpoint, label, hook, objects)
         opened = False
         try:
             prepared = prepare()

@@ -7,7 +7,7 @@ An :class:`Intercomm` holds two endpoints (:class:`~minimpi.p2p.endpoint.Endpoin
   rank in its own group - exactly MPI's intercommunicator addressing, with no change to the
   engine. Its two contexts carry point-to-point messages and the collectives' traffic
   between the groups.
-* ``_local``, an ordinary endpoint over the local group (two more contexts): the steps of a
+* ``_local_endpoint``, an ordinary endpoint over the local group (two more contexts): the steps of a
   collective that stay inside one group (:mod:`minimpi.coll.intercomm`).
 
 So an intercommunicator takes four consecutive context ids, the same in both groups: each
@@ -55,7 +55,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
     def _build(cls, engine: Any, local: Sequence[int], remote: Sequence[int], rank: int,
                context: int, name: str) -> "Intercomm":
         comm = cls(engine, remote, rank, context, name)
-        comm._local = Endpoint(engine, local, rank, context + 2, f"{name}(local group)")
+        comm._local_endpoint = Endpoint(engine, local, rank, context + 2, f"{name}(local group)")
         return comm
 
     # -- the two groups -----------------------------------------------------------------
@@ -65,7 +65,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
 
     def Get_size(self) -> int:
         """The size of the local group (0 for a null handle)."""
-        return self.__dict__.get("_local", self._ep).size
+        return self.__dict__.get("_local_endpoint", self._ep).size
 
     @property
     def remote_size(self) -> int:
@@ -79,7 +79,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
     def Get_group(self) -> Group:
         """The local group."""
         self._alive("Get_group")
-        return group_of(self._local.group, self._local.group[self.rank], self._ep.engine)
+        return group_of(self._local_endpoint.group, self._local_endpoint.group[self.rank], self._ep.engine)
 
     def Get_remote_group(self) -> Group:
         """The remote group (this process is not a member)."""
@@ -108,7 +108,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
             return IDENT
         if not isinstance(other, Intercomm) or not other or not self:
             return UNEQUAL
-        mine, theirs = (self._local.group, self._ep.group), (other._local.group, other._ep.group)
+        mine, theirs = (self._local_endpoint.group, self._ep.group), (other._local_endpoint.group, other._ep.group)
         if mine == theirs:
             return CONGRUENT
         if all(sorted(a) == sorted(b) for a, b in zip(mine, theirs)):
@@ -140,7 +140,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         mine, theirs = self._agree(free_context(engine), "Dup")
         context = max(mine + theirs)
         claim_contexts(engine, context, CONTEXTS)
-        comm = self._derived(self._local.group, self._ep.group, self.rank, context,
+        comm = self._derived(self._local_endpoint.group, self._ep.group, self.rank, context,
                              f"{self.name}.dup")
         if info:
             comm.Set_info(info)
@@ -177,11 +177,11 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
             ranked = sorted((k, r) for r, (c, k, _) in enumerate(entries) if c == color)
             return [group[r] for _, r in ranked]
 
-        local = members(mine, self._local.group)
+        local = members(mine, self._local_endpoint.group)
         remote = members(theirs, self._ep.group)
         if not remote:
             return COMM_NULL
-        me = self._local.group[self.rank]
+        me = self._local_endpoint.group[self.rank]
         return self._derived(local, remote, local.index(me), context,
                              f"{self.name}.split({color})")
 
@@ -189,15 +189,15 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         """An intercommunicator between ``group`` (a subgroup of the local group) and the
         subgroup the other side passes; ``COMM_NULL`` where this process is not in it."""
         self._alive("Create")
-        outside = [w for w in group.world_ranks if w not in self._local.group]
+        outside = [w for w in group.world_ranks if w not in self._local_endpoint.group]
         if outside:
             raise CommError(f"rank {self.rank}: Create on {self.name}: the group holds "
                             f"processes (world ranks {outside}) outside the local group")
-        me = self._local.group[self.rank]
+        me = self._local_endpoint.group[self.rank]
         ranks = list(group.world_ranks)
         comm = self.Split(0 if me in ranks else UNDEFINED, ranks.index(me) if me in ranks else 0)
         if comm:
-            comm._ep.name = comm._local.name = f"{self.name}.create"
+            comm._ep.name = comm._local_endpoint.name = f"{self.name}.create"
         return comm
 
     def Create_group(self, group: Group, tag: int = 0) -> Any:
@@ -223,7 +223,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         ``COMM_NULL`` (``MPI.UNDEFINED``); collective over both groups."""
         self._alive("Split_type")
         split_type = operator.index(split_type)
-        color = UNDEFINED if split_type == UNDEFINED else self._local.hosts[self.rank]
+        color = UNDEFINED if split_type == UNDEFINED else self._local_endpoint.hosts[self.rank]
         return self.Split(color, key)
 
     def Merge(self, high: bool = False) -> Intracomm:
@@ -238,10 +238,10 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         if my_high != their_high:
             first_is_mine = not my_high
         else:
-            first_is_mine = min(self._local.group) < min(self._ep.group)
-        ordered = list(self._local.group) + list(self._ep.group) if first_is_mine \
-            else list(self._ep.group) + list(self._local.group)
-        me = self._local.group[self.rank]
+            first_is_mine = min(self._local_endpoint.group) < min(self._ep.group)
+        ordered = list(self._local_endpoint.group) + list(self._ep.group) if first_is_mine \
+            else list(self._ep.group) + list(self._local_endpoint.group)
+        me = self._local_endpoint.group[self.rank]
         return Intracomm(engine, ordered, ordered.index(me), context, f"{self.name}.merge")
 
     def Free(self) -> None:
@@ -249,7 +249,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         self._alive("Free")
         self._freed = True
         self._ep.release()
-        self._local.release()
+        self._local_endpoint.release()
 
     def Disconnect(self) -> None:
         """As ``Free``."""

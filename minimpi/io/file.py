@@ -39,7 +39,7 @@ from ..constants import (
 )
 from ..data.datatypes import BYTE, Datatype, resolve_datatype
 from ..errors import ERR_ACCESS, ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
-from ..p2p.request import CompletedRequest, Request, Status
+from ..p2p.request import CompletedRequest, Request, Status, assign_status
 from . import independent as ind
 from . import two_phase
 from .posix import os_error
@@ -421,7 +421,7 @@ def _dup(datatype: Datatype) -> Datatype:
 
 def _fill(status: Optional[Status], result: Status) -> None:
     if status is not None:
-        status._assign(result)
+        assign_status(status, result)
 
 
 def _blocking(name: str, impl, with_offset: bool, doc: str):

@@ -66,6 +66,11 @@ class Endpoint:
         hosts = self.engine.hosts
         return tuple(hosts[w] for w in self.group)
 
+    @property
+    def coll_calls(self) -> int:
+        """How many collective calls (slots) this rank has drawn on the endpoint so far."""
+        return self._coll_seq
+
     def next_coll_tag(self) -> int:
         """The tag of the next collective call (every member draws them in the same order)."""
         self._coll_seq += 1

@@ -12,6 +12,16 @@ Protocols (see :mod:`minimpi.transports.frames`):
   ``CTS`` and the sender streams ``DATA`` straight into the posted buffer. So a large send waits
   for its receive, as in every real MPI, and large transfers are zero-copy.
 
+Interface: the layers above send and receive through :class:`~minimpi.p2p.endpoint.Endpoint`
+and use the engine's public operations for the rest - peek a context's queues
+(:meth:`Engine.unexpected_messages`, :meth:`Engine.peek_message`, :meth:`Engine.posted_receives`),
+fail or drop part of a context's pending traffic (:meth:`Engine.fail_pending`,
+:meth:`Engine.drop_unexpected`: how a collective slot fails), count what is held
+(:meth:`Engine.match_stats`), and watch it: observers (:mod:`minimpi.p2p.observe`) see
+messages, collective steps and waits; a per-context watcher (:meth:`Engine.watch_unexpected`)
+sees each message that matched no posted receive. Nothing above reads the engine's private
+fields or replaces its methods.
+
 Progress: any blocking call runs :meth:`Engine.wait_until`, which calls
 ``transport.progress`` - it reads and writes on every connection, so two ranks that both
 send before receiving never stall each other on full socket buffers. How it waits is the
@@ -27,11 +37,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..data.units import parse_size
-from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, TruncationError
+from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, ProtocolError, TruncationError
 from ..transports import frames
 from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from .matching import Incoming, MatchQueues
+from .observe import EngineObserver, MatchStats
 from .progress import ProgressPolicy
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
@@ -81,18 +92,25 @@ class Engine(FrameSink):
         # progress calls them before it may sleep.
         self.active: List[object] = []
         self.aborted: Optional[str] = None
-        # Diagnostics hooks (deadlock reports, tracing): called when a wait has been blocked for
-        # ``block_report_after`` seconds and again when it ends.
+        #: protocol violations of peers, found inside the transport's progress and raised
+        #: from the next wait or poll of this rank (never from inside the transport, whose
+        #: stream must stay in step)
+        self.faults: List[ProtocolError] = []
+        #: who watches this engine (:meth:`subscribe`)
+        self.observers: Tuple[EngineObserver, ...] = ()
+        # ... and, per event, those that override it (decided at subscribe time): an event
+        # nobody listens to - the usual case - costs one test of an empty tuple
+        self._to_sent: Tuple[EngineObserver, ...] = ()
+        self._to_posted: Tuple[EngineObserver, ...] = ()
+        self._to_received: Tuple[EngineObserver, ...] = ()
+        self._to_step: Tuple[EngineObserver, ...] = ()
+        self._to_waits: Tuple[EngineObserver, ...] = ()     # wait_ended
+        self._to_blocks: Tuple[EngineObserver, ...] = ()    # blocked, still_blocked, unblocked
+        #: after how many seconds a wait is reported to the observers as blocked
         self.block_report_after = 1.0
-        self.on_blocked: Optional[Callable[[List[Request]], None]] = None
-        self.on_unblocked: Optional[Callable[[], None]] = None
-        # Called (after ``on_blocked``) whenever a round of progress of that still-blocked wait
-        # moved something (frames, bytes, connections): lets the deadlock detector tell "stuck"
-        # from "a long transfer in flight". Never called before ``block_report_after``.
-        self.on_still_blocked: Optional[Callable[[List[Request]], None]] = None
-        # Collective mismatch checks (minimpi.coll.mismatch.Watch), by collective context id: only
-        # consulted for a message that matched no posted receive.
-        self.coll_watch: Dict[int, object] = {}
+        # context -> what to tell about each message that matched no posted receive there
+        # (watch_unexpected); consulted only on that path
+        self._unexpected_watchers: Dict[int, Callable[[Incoming], None]] = {}
         # How ``Comm.Abort(code)`` ends the job: the process runtime installs one that tells
         # the launcher and exits with ``code``; without one only this engine is aborted.
         self.job_abort: Optional[Callable[[int, str], None]] = None
@@ -109,16 +127,152 @@ class Engine(FrameSink):
         numbers: Dict[str, int] = {}
         self.hosts = tuple(numbers.setdefault(h, len(numbers)) for h in identities)
 
+    # -- observers ------------------------------------------------------------------------
+    def subscribe(self, observer: EngineObserver) -> None:
+        """Tell ``observer`` about this engine's events from now on (:mod:`.observe`)."""
+        if observer not in self.observers:
+            self.observers = self.observers + (observer,)
+            self._route()
+
+    def unsubscribe(self, observer: EngineObserver) -> None:
+        """Stop telling ``observer`` (no error if it was not subscribed)."""
+        self.observers = tuple(o for o in self.observers if o is not observer)
+        self._route()
+
+    def _route(self) -> None:
+        def listeners(*events: str) -> Tuple[EngineObserver, ...]:
+            return tuple(o for o in self.observers
+                         if any(getattr(type(o), e) is not getattr(EngineObserver, e)
+                                for e in events))
+        self._to_sent = listeners("message_sent")
+        self._to_posted = listeners("receive_posted")
+        self._to_received = listeners("message_received")
+        self._to_step = listeners("step_started")
+        self._to_waits = listeners("wait_ended")
+        self._to_blocks = listeners("blocked", "still_blocked", "unblocked")
+
+    def step_started(self, channel: object, index: int) -> None:
+        """A collective algorithm starts step ``index``: the collective framework calls this
+        (only while someone observes steps: see :meth:`step_reporter`)."""
+        for o in self._to_step:
+            o.step_started(channel, index)
+
+    def step_reporter(self) -> Optional[Callable[[object, int], None]]:
+        """What a collective call should call at each step start: None while nobody
+        observes steps (decided once per call, so an unobserved call pays nothing)."""
+        return self.step_started if self._to_step else None
+
+    def watch_unexpected(self, context: int, watcher: Optional[Callable[[Incoming], None]]
+                         ) -> None:
+        """Call ``watcher(message)`` for every message on ``context`` that matches no posted
+        receive, once it is in the unexpected queue (None: stop). It runs inside progress:
+        it may fail or drop pending traffic (:meth:`fail_pending`, :meth:`drop_unexpected`)
+        but must not send, wait or raise. :meth:`release_context` forgets it."""
+        if watcher is None:
+            self._unexpected_watchers.pop(context, None)
+        else:
+            self._unexpected_watchers[context] = watcher
+
+    def unexpected_watcher(self, context: int) -> Optional[Callable[[Incoming], None]]:
+        """The watcher installed on ``context`` by :meth:`watch_unexpected`, if any."""
+        return self._unexpected_watchers.get(context)
+
+    def unexpected_watchers(self) -> Dict[int, Callable[[Incoming], None]]:
+        """Every context's watcher (a copy), by context."""
+        return dict(self._unexpected_watchers)
+
     # -- communicator contexts ----------------------------------------------------------
     def register_context(self, context: int, group: Sequence[int]) -> None:
         self._groups[context] = tuple(group)
         self._queues.setdefault(context, MatchQueues())
 
     def release_context(self, context: int) -> None:
+        """The communicator of ``context`` is freed: forget its group and watcher, and its
+        queues once nothing waits in them (a message still arriving for it keeps them)."""
         self._groups.pop(context, None)
+        self._unexpected_watchers.pop(context, None)
         q = self._queues.get(context)
         if q is not None and not q.posted and not q.unexpected:
             del self._queues[context]
+
+    def group_of(self, context: int) -> Optional[Tuple[int, ...]]:
+        """The world ranks of the communicator of ``context`` (None: not registered)."""
+        return self._groups.get(context)
+
+    def contexts(self) -> List[int]:
+        """Every context that has queues here, in increasing order."""
+        return sorted(self._queues)
+
+    # -- looking at and changing a context's queues ----------------------------------------
+    def unexpected_messages(self, context: int) -> Tuple[Incoming, ...]:
+        """The messages waiting unreceived on ``context``, in arrival order (a snapshot)."""
+        q = self._queues.get(context)
+        return tuple(q.unexpected) if q is not None and q.unexpected else ()
+
+    def posted_receives(self, context: int) -> Tuple[RecvRequest, ...]:
+        """The receives posted on ``context`` and not yet matched, in posting order."""
+        q = self._queues.get(context)
+        return tuple(q.posted) if q is not None and q.posted else ()
+
+    def peek_message(self, context: int, source: int, tag: int) -> Optional[Incoming]:
+        """The message a receive for (``source``, ``tag``) on ``context`` would match now,
+        left in the queue (a probe)."""
+        q = self._queues.get(context)
+        return q.find_unexpected(source, tag, remove=False) if q is not None else None
+
+    def fail_pending(self, context: int, error: BaseException,
+                     tag_filter: Optional[Callable[[int], bool]] = None) -> bool:
+        """Fail with ``error`` the receives posted on ``context`` and the rendezvous sends on
+        it still waiting for their receiver, those whose tag passes ``tag_filter`` (all if
+        None); True if any was failed. (How a failed or mismatched collective call stops
+        its peers from waiting forever.)"""
+        failed = False
+        q = self._queues.get(context)
+        if q is not None and q.posted:
+            keep = []
+            for req in q.posted:
+                if tag_filter is None or tag_filter(req.tag):
+                    req._fail(error)
+                    failed = True
+                else:
+                    keep.append(req)
+            q.posted[:] = keep
+        for key, value in list(self._rndv_sends.items()):
+            if value[2] == context and (tag_filter is None or tag_filter(value[4])):
+                del self._rndv_sends[key]
+                value[0]._fail(error)
+                failed = True
+        return failed
+
+    def drop_unexpected(self, context: int, tag_filter: Callable[[int], bool]) -> int:
+        """Drop the messages waiting on ``context`` whose tag passes ``tag_filter`` (they can
+        never be received); how many were dropped."""
+        q = self._queues.get(context)
+        if q is None or not q.unexpected:
+            return 0
+        keep = [inc for inc in q.unexpected if not tag_filter(inc.tag)]
+        dropped = len(q.unexpected) - len(keep)
+        q.unexpected[:] = keep
+        return dropped
+
+    def send_protocol(self, req: SendRequest) -> Tuple[str, Optional[int]]:
+        """How a send that is not done yet is under way: ``("rndv", nbytes)`` waiting for its
+        receiver's clear-to-send, ``("sync", None)`` waiting for a synchronous send's
+        acknowledgement, else ``("inflight", None)`` (handed to the transport)."""
+        key = (req.peer, req.msg_id)
+        rndv = self._rndv_sends.get(key)
+        if rndv is not None:
+            return "rndv", rndv[6]
+        if key in self._sync_sends:
+            return "sync", None
+        return "inflight", None
+
+    def match_stats(self) -> MatchStats:
+        """Counts of what this engine holds now (see :class:`~.observe.MatchStats`)."""
+        queues = self._queues.values()
+        return MatchStats(sum(len(q.posted) for q in queues),
+                          sum(len(q.unexpected) for q in queues), len(self._rndv_sends),
+                          len(self._rndv_recvs), len(self._sync_sends), len(self.active))
 
     def _queue(self, context: int) -> MatchQueues:
         q = self._queues.get(context)
@@ -145,6 +299,9 @@ class Engine(FrameSink):
         msg_id = self._next_msg_id
         self._next_msg_id += 1
         req.msg_id = msg_id
+        if self._to_sent:
+            for o in self._to_sent:
+                o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
         if nbytes <= self.eager_limit:
             if flags & F_SYNC:
                 req._pending = 2  # handed off, and acknowledged by the matching receive
@@ -163,6 +320,9 @@ class Engine(FrameSink):
         msg_id = self._next_msg_id
         self._next_msg_id += 1
         req.msg_id = msg_id
+        if self._to_sent:
+            for o in self._to_sent:
+                o.message_sent(context, self.rank, source, tag, payload, nbytes, msg_id)
         if flags & F_SYNC:
             req._pending = 2
             self._sync_sends[(self.rank, msg_id)] = req
@@ -188,6 +348,9 @@ class Engine(FrameSink):
         """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
         if self.aborted is not None:
             self._check_alive()
+        if self._to_posted:
+            for o in self._to_posted:
+                o.receive_posted(context, source, tag, target)
         req = RecvRequest(self, description, context, source, tag, target, is_object)
         q = self._queues.get(context) or self._queue(context)
         inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
@@ -218,6 +381,9 @@ class Engine(FrameSink):
             self._send_control(inc.peer, SYNC_ACK, inc.msg_id)
         if inc.arrived:
             self._deliver(req, inc.buffer)
+            if self._to_received:
+                for o in self._to_received:
+                    o.message_received(inc.peer, inc.context, inc.tag, inc.msg_id, inc.length)
         else:
             inc.waiting = req
 
@@ -249,7 +415,7 @@ class Engine(FrameSink):
         return req.target[:length]
 
     def iprobe(self, context: int, source: int, tag: int) -> Optional[Status]:
-        inc = self._queue(context).find_unexpected(source, tag, remove=False)
+        inc = self.peek_message(context, source, tag)
         if inc is None:
             return None
         return Status(inc.source, inc.tag, inc.length)
@@ -298,13 +464,21 @@ class Engine(FrameSink):
             inc.buffer = payload_buffer(header.length)
             q.unexpected.append(inc)
             self._current[peer] = inc
-            if self.coll_watch:
-                watch = self.coll_watch.get(header.context)
-                if watch is not None:
-                    watch.arrived(self, inc)
+            if self._unexpected_watchers:
+                watcher = self._unexpected_watchers.get(inc.context)
+                if watcher is not None:
+                    watcher(inc)
             return memoryview(inc.buffer)
         if kind == DATA:
-            req = self._rndv_recvs.pop((peer, header.msg_id))
+            req = self._rndv_recvs.pop((peer, header.msg_id), None)
+            if req is None:   # read its payload (the stream stays in step) into nothing
+                self.faults.append(self._protocol_error(
+                    peer, "data", header.msg_id, "no receive of this rank asked for it"))
+                discard = Incoming(peer, header.context, header.source, header.tag,
+                                   header.flags, header.msg_id, header.length, False)
+                discard.buffer = payload_buffer(header.length)   # (in no queue)
+                self._current[peer] = discard
+                return memoryview(discard.buffer)
             self._current[peer] = req
             return self._payload_target(req, header.length)
         if kind == RTS:
@@ -316,13 +490,19 @@ class Engine(FrameSink):
                 self._bind(req, inc)
             else:
                 q.unexpected.append(inc)
-                if self.coll_watch:
-                    watch = self.coll_watch.get(header.context)
-                    if watch is not None:
-                        watch.arrived(self, inc)
+                if self._unexpected_watchers:
+                    watcher = self._unexpected_watchers.get(inc.context)
+                    if watcher is not None:
+                        watcher(inc)
             return None
         if kind == CTS:
-            req, payload, context, source, tag, flags, nbytes = self._rndv_sends.pop((peer, header.msg_id))
+            offer = self._rndv_sends.pop((peer, header.msg_id), None)
+            if offer is None:
+                self.faults.append(self._protocol_error(
+                    peer, "clear-to-send", header.msg_id, "this rank offered no rendezvous "
+                    "send with that id to it, or already answered one"))
+                return None
+            req, payload, context, source, tag, flags, nbytes = offer
             data = frames.pack(DATA, flags, context, source, tag, header.msg_id, nbytes)
             self.transport.send(peer, data, payload, req._sent)
             return None
@@ -331,16 +511,34 @@ class Engine(FrameSink):
             if req is not None:
                 req._complete()
             return None
-        raise ValueError(f"rank {self.rank}: unknown frame kind {kind} from rank {peer}")
+        self.faults.append(ProtocolError(
+            f"rank {self.rank}: protocol error: unknown frame kind {kind} from world rank "
+            f"{peer}; the frame was ignored (a fault in rank {peer}'s minimpi, or a different "
+            f"version)"))
+        return None
+
+    def _protocol_error(self, peer: int, frame: str, msg_id: int, why: str) -> ProtocolError:
+        return ProtocolError(
+            f"rank {self.rank}: protocol error: world rank {peer} sent a {frame} frame for "
+            f"message #{msg_id}, but {why}; the frame was ignored (a fault in rank {peer}'s "
+            f"minimpi, or a different version)")
 
     def payload_arrived(self, peer: int, header: Header, buffer: Optional[memoryview]) -> None:
         owner = self._current.pop(peer)
         if isinstance(owner, RecvRequest):
             owner._complete()
+            if self._to_received:
+                for o in self._to_received:
+                    o.message_received(peer, header.context, header.tag, header.msg_id,
+                                       header.length)
             return
         owner.arrived = True
         if owner.waiting is not None:
             self._deliver(owner.waiting, owner.buffer)
+            if self._to_received:
+                for o in self._to_received:
+                    o.message_received(peer, header.context, header.tag, header.msg_id,
+                                       header.length)
 
     def peer_lost(self, peer: int, reason: str) -> None:
         self.lost_peers.setdefault(peer, reason)
@@ -442,6 +640,10 @@ class Engine(FrameSink):
             return
         start = time.monotonic()
         reported = False
+        blocks = self._to_blocks
+        waits = self._to_waits
+        if waits:
+            t0 = time.perf_counter()
         try:
             while True:
                 if self.active:
@@ -460,19 +662,28 @@ class Engine(FrameSink):
                         f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} did not "
                         f"complete within {timeout:g} s")
                 if reported:
-                    if moved and self.on_still_blocked is not None:
-                        self.on_still_blocked(waiting_on)
-                elif now - start >= self.block_report_after and self.on_blocked:
+                    if moved:
+                        for o in blocks:
+                            o.still_blocked(waiting_on)
+                elif now - start >= self.block_report_after and blocks:
                     reported = True
-                    self.on_blocked(waiting_on)
+                    for o in blocks:
+                        o.blocked(waiting_on)
         finally:
-            if reported and self.on_unblocked:
-                self.on_unblocked()
+            if reported:
+                for o in blocks:
+                    o.unblocked()
+            if waits:
+                seconds = time.perf_counter() - t0
+                for o in waits:
+                    o.wait_ended(seconds)
 
     def _check_alive(self) -> None:
         if self.aborted is not None:
             raise JobAbortedError(f"rank {self.rank}: the job was aborted ({self.aborted}); "
                                   f"no further MPI calls are possible")
+        if self.faults:
+            raise self.faults.pop(0)
 
     def abort(self, reason: str) -> None:
         """Make every current and future wait of this engine raise :class:`JobAbortedError`."""
@@ -499,6 +710,7 @@ class Engine(FrameSink):
         return not (transport.pending_sends() or self._rndv_sends)
 
     def pending_summary(self) -> str:
+        """The rendezvous sends still waiting for their receivers, described."""
         parts = [describe(v[0]) for v in self._rndv_sends.values()]
         return "; ".join(parts)
 

@@ -723,6 +723,41 @@ class RecvRequest(Request):
         self.matched = False
 
 
+# -- what the layers above may do to a request (beyond the mpi4py API) -----------------------
+def fail(req: Request, error: BaseException) -> None:
+    """Complete ``req`` with ``error`` (its wait raises it), unless it already has one."""
+    req._fail(error)
+
+
+def failed_request(error: BaseException) -> Request:
+    """A request that is complete from the start and raises ``error`` when waited on."""
+    req = CompletedRequest()
+    req._fail(error)
+    return req
+
+
+def set_finish(req: Request, finish: Optional[Callable[[], Any]]) -> None:
+    """Run ``finish()`` once, when the waiter completes ``req`` (not inside progress): its
+    result becomes the request's result (a received object), and a :class:`MinimpiError`
+    it raises becomes the request's error."""
+    req._finish = finish
+
+
+def has_finish(req: Request) -> bool:
+    """Whether ``req`` still has finishing work (see :func:`set_finish`) to run."""
+    return req._finish is not None
+
+
+def engine_of(req: Request) -> "Optional[Engine]":
+    """The engine that progresses ``req`` (None for a null or completed request)."""
+    return req._target()._engine
+
+
+def assign_status(status: Status, source: Status) -> None:
+    """Copy every field of ``source`` into ``status`` (filling a caller's status)."""
+    status._assign(source)
+
+
 def null_status(status: Optional[Status]) -> None:
     """Fill ``status`` as a receive or probe from ``MPI.PROC_NULL`` leaves it."""
     if status is not None:

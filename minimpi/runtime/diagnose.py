@@ -1,19 +1,20 @@
 """Deadlock diagnosis, rank side: "what am I blocked on", told to the launcher.
 
-The engine calls three hooks (see :class:`~minimpi.p2p.engine.Engine`), and only for waits
-that last: nothing here runs for a wait shorter than ``engine.block_report_after``.
+:class:`BlockReporter` observes the engine (:mod:`minimpi.p2p.observe`) and acts on three
+events, which come only for waits that last: nothing here runs for a wait shorter than
+``engine.block_report_after``.
 
-* ``on_blocked(waiting_on)`` - the wait has lasted ``block_report_after``: walk the stack
+* ``blocked(waiting_on)`` - the wait has lasted ``block_report_after``: walk the stack
   *once* to find the user's file:line (the first frame outside the minimpi package) and the
   collective step the wait belongs to, describe every pending request (call, peer as
   communicator and world rank, tag, communicator, size, protocol: a large send waiting for
   its rendezvous clear-to-send, a synchronous send waiting for its match) and send it all to
   the coordinator with :meth:`~minimpi.runtime.bootstrap.CoordinatorClient.report_state`.
-* ``on_still_blocked(waiting_on)`` - that wait is still going on but its progress moved
+* ``still_blocked(waiting_on)`` - that wait is still going on but its progress moved
   something (frames or bytes arrived or left, a connection opened). Re-report, at most every
   :data:`REREPORT_INTERVAL` s, with an increased ``io`` counter: to the launcher this says
   "not stuck, data is in flight", so a long transfer is never taken for a deadlock.
-* ``on_unblocked()`` - the wait ended: report ``{"blocked": False}``.
+* ``unblocked()`` - the wait ended: report ``{"blocked": False}``.
 
 The launcher (``launcher/deadlock.py``) declares a deadlock when every live rank is blocked and
 no report arrived (no counter moved) for ``--deadlock-timeout`` seconds, and prints the report
@@ -38,8 +39,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from ..coll.mismatch import call_of
+from ..coll.schedule import CollectiveRequest
 from ..data.units import format_size
 from ..errors import JobAbortedError, PeerLostError
+from ..p2p.observe import EngineObserver
 from ..p2p.request import RecvRequest, SendRequest
 from .leftovers import waiting_messages
 
@@ -116,16 +119,11 @@ def _item(engine, req) -> Optional[Dict[str, Any]]:
                     tag=tag, comm=str(comm_name))
     if isinstance(req, SendRequest):
         item["world"] = req.peer
-        rndv = engine._rndv_sends.get((req.peer, req.msg_id))
-        if rndv is not None:
-            item["proto"] = "rndv"
-            item["nbytes"] = sum(seg.nbytes for seg in rndv[1])
-        elif (req.peer, req.msg_id) in engine._sync_sends:
-            item["proto"] = "sync"
-        else:
-            item["proto"] = "inflight"
+        item["proto"], nbytes = engine.send_protocol(req)
+        if nbytes is not None:
+            item["nbytes"] = nbytes
     elif isinstance(req, RecvRequest):
-        group = engine._groups.get(req.context)
+        group = engine.group_of(req.context)
         if req.source >= 0 and group is not None and req.source < len(group):
             item["world"] = group[req.source]
         elif group is not None:
@@ -134,11 +132,11 @@ def _item(engine, req) -> Optional[Dict[str, Any]]:
             item["proto"] = "inflight"   # matched: its data is on the way
         if req.target is not None:
             item["nbytes"] = req.target.nbytes
-    elif hasattr(req, "_ch") and hasattr(req, "_step"):   # a nonblocking collective
-        ch = req._ch
+    elif isinstance(req, CollectiveRequest):   # a nonblocking collective
+        ch = req.channel
         item.update(call=ch.call, dir="coll", comm=ch.ep.name)
         item["coll"] = _coll_info(ch)
-        pending = [_item(engine, r) for r in (req._step or [])]
+        pending = [_item(engine, r) for r in req.step_requests()]
         item["step_items"] = [p for p in pending if p is not None]
     elif item["dir"] == "recv" and item["comm"] == "COMM_WORLD" and isinstance(item["peer"], int):
         if item["peer"] >= 0:   # a Probe on COMM_WORLD: communicator rank = world rank
@@ -308,8 +306,8 @@ def wait_targets(item: Dict[str, Any]) -> List[int]:
 # ---------------------------------------------------------------------------------------
 # The reporter installed in a real job
 # ---------------------------------------------------------------------------------------
-class BlockReporter:
-    """Engine hooks that send this rank's blocked state to the coordinator."""
+class BlockReporter(EngineObserver):
+    """An engine observer that sends this rank's blocked state to the coordinator."""
 
     def __init__(self, engine, send: Callable[[Dict[str, Any]], Any],
                  send_failure: Optional[Callable[[Dict[str, Any]], Any]] = None) -> None:
@@ -320,13 +318,9 @@ class BlockReporter:
         self.io = 0
         self.count = 0
         self.last = 0.0
-        self._chained = (engine.on_blocked, engine.on_unblocked, engine.on_still_blocked)
 
     def install(self) -> "BlockReporter":
-        e = self.engine
-        e.on_blocked = self.blocked
-        e.on_unblocked = self.unblocked
-        e.on_still_blocked = self.still_blocked
+        self.engine.subscribe(self)
         return self
 
     def _report(self, waiting_on: List[Any]) -> None:
@@ -346,8 +340,6 @@ class BlockReporter:
             self._report(waiting_on)
         except Exception:  # pragma: no cover - a diagnostic must never break a wait
             pass
-        if self._chained[0] is not None:
-            self._chained[0](waiting_on)
 
     def still_blocked(self, waiting_on: List[Any]) -> None:
         self.io += 1
@@ -356,8 +348,6 @@ class BlockReporter:
                 self._report(waiting_on)
             except Exception:  # pragma: no cover
                 pass
-        if self._chained[2] is not None:
-            self._chained[2](waiting_on)
 
     def failed(self, exc: BaseException) -> None:
         """An uncaught exception is ending this rank (called by the runtime's excepthook)."""
@@ -378,8 +368,6 @@ class BlockReporter:
                 self.send({"blocked": False, "n": self.count})
             except Exception:  # pragma: no cover
                 pass
-        if self._chained[1] is not None:
-            self._chained[1]()
 
 
 def failure_state(exc: BaseException, lost: Any = ()) -> Dict[str, Any]:

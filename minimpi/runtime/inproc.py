@@ -20,6 +20,7 @@ from ..comm.communicator import Intracomm
 from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
 from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
+from ..p2p.observe import EngineObserver
 from ..p2p.request import describe
 from ..transports.inproc import FrameRecorder, InprocFabric
 from ..transports.router import RouterTransport
@@ -61,6 +62,21 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder],
     return ts
 
 
+class _BlockedNote(EngineObserver):
+    """Keeps ``notes[rank]`` saying what the rank's current long wait waits for (for the
+    message of a run that timed out)."""
+
+    def __init__(self, notes: List[str], rank: int) -> None:
+        self.notes = notes
+        self.rank = rank
+
+    def blocked(self, waiting_on: List[Any]) -> None:
+        self.notes[self.rank] = ", ".join(describe(r) for r in waiting_on)
+
+    def unblocked(self) -> None:
+        self.notes[self.rank] = ""
+
+
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
                 eager_limit: int = DEFAULT_EAGER_LIMIT, recorder: Optional[FrameRecorder] = None,
                 transport: str = "inproc", hosts: Optional[Sequence[Any]] = None,
@@ -99,9 +115,7 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     def body(rank: int) -> None:
         engine = engines[rank]
         engine.block_report_after = 0.5
-        engine.on_blocked = lambda reqs: blocked.__setitem__(
-            rank, ", ".join(describe(r) for r in reqs))
-        engine.on_unblocked = lambda: blocked.__setitem__(rank, "")
+        engine.subscribe(_BlockedNote(blocked, rank))
         comm = Intracomm(engine, range(size), rank, 0, "COMM_WORLD")
         try:
             results[rank] = fn(comm, *args, **kwargs)

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..coll.mismatch import SEQ_BITS, SEQ_MASK, describe_signature
+from ..coll.mismatch import SEQ_BITS, SEQ_MASK, describe_signature, watches
+from ..coll.schedule import CollectiveRequest
 from ..comm.ledger import Ledger
 from ..data import serialization
 from ..data.units import format_size
@@ -84,7 +85,7 @@ def install(engine: Any) -> Ledger:
 
 def _context_name(engine: Any, context: int) -> str:
     base = context - context % 2
-    for watch in engine.coll_watch.values():
+    for watch in watches(engine).values():
         if watch.ep.context == base:
             return watch.ep.name
     return {0: "COMM_WORLD", 2: "COMM_SELF"}.get(base, f"the communicator of context {base}")
@@ -134,13 +135,13 @@ def exchange_markers(engine: Any, wait: Optional[float] = None
 def _collective_leftover(engine: Any, context: int, inc: Any) -> Tuple[bool, str]:
     """A collective message this rank never received, naming both calls: (whether this rank
     made that call differently - a mismatch - rather than fewer calls, text)."""
-    watch = engine.coll_watch.get(context)
+    watch = watches(engine).get(context)
     low = inc.tag & SEQ_MASK
     mine = watch.call(low) if watch is not None else None
     if mine is not None and mine.tag != inc.tag:
         return True, str(watch.error_for(mine, inc.source, inc.tag, inc.length, inc.rendezvous))
     name = _context_name(engine, context)
-    made = watch.ep._coll_seq if watch is not None else 0
+    made = watch.ep.coll_calls if watch is not None else 0
     theirs = describe_signature(inc.tag >> SEQ_BITS)
     calls = ("no collective call" if made == 0 else
              f"only {made} collective call{'s' if made != 1 else ''}")
@@ -172,15 +173,16 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
     unmatched: List[str] = []
     reported = set()
     ledger: Optional[Ledger] = engine.ledger
-    for watch in engine.coll_watch.values():     # found after the call returned
+    coll_watches = watches(engine)
+    for watch in coll_watches.values():          # found after the call returned
         if watch.error is not None:
             errors.append(str(watch.error))
-    for context, q in sorted(engine._queues.items()):
+    for context in engine.contexts():
         if context == FINAL_CONTEXT:
             continue
         collective = context % 2 == 1             # contexts come in pairs: p2p, collective
         name = _context_name(engine, context)
-        for inc in q.unexpected:
+        for inc in engine.unexpected_messages(context):
             if collective and not (inc.tag >> SEQ_BITS) & 0x1F:
                 # kind 0: an abort marker (a call that failed elsewhere; a rank done with
                 # its part may leave it unread, as in MPI) or a communicator-creation
@@ -192,14 +194,14 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
                 # cannot see and must not replace), and the ranks still in that call then
                 # fail or are named by the launcher anyway.
                 mismatch, text = _collective_leftover(engine, context, inc)
-                watch = engine.coll_watch.get(context)
+                watch = coll_watches.get(context)
                 if mismatch and text not in errors and not (watch and watch.error):
                     errors.append(text)
                 elif not mismatch and text not in fewer:
                     fewer.append(text)
             else:
                 unreceived.append(_message_text(inc, name, notes))
-        for req in q.posted:
+        for req in engine.posted_receives(context):
             if collective:
                 continue                          # a nonblocking collective: reported below
             reported.add(id(req))
@@ -224,8 +226,6 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
     if ledger is not None:
         open_ = [f"{describe(req)}, started at {line}" for req, line in ledger.never_completed()
                  if id(req) not in reported]
-        if ledger.uncounted:
-            open_.append(f"... and {ledger.uncounted} more not recorded")
         if open_:
             warnings.append(_listing(
                 f"{len(open_)} nonblocking request{'s' if len(open_) != 1 else ''} never "
@@ -263,13 +263,13 @@ def waiting_messages(engine: Any, waiting_on: List[Any], limit: int = 5) -> List
     for req in waiting_on:
         if isinstance(req, RecvRequest) and not req.done and req.context not in contexts:
             contexts.append(req.context)
-        for sub in getattr(req, "_step", None) or ():      # a nonblocking collective's step
+        steps = req.step_requests() if isinstance(req, CollectiveRequest) else ()
+        for sub in steps:                                   # a nonblocking collective's step
             if isinstance(sub, RecvRequest) and not sub.done and sub.context not in contexts:
                 contexts.append(sub.context)
     out: List[Dict[str, Any]] = []
     for context in contexts:
-        q = engine._queues.get(context)
-        for inc in (q.unexpected if q is not None else ()):
+        for inc in engine.unexpected_messages(context):
             out.append({"source": inc.source, "world": inc.peer, "tag": inc.tag,
                         "comm": _context_name(engine, context), "nbytes": inc.length,
                         "coll": (describe_signature(inc.tag >> SEQ_BITS)

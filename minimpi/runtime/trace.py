@@ -7,13 +7,13 @@ runtime starts. It
 * wraps the public methods of ``Intracomm`` and ``Request`` (class attributes, once per
   process) so that every outermost MPI call becomes a slice. A wrapper first asks the
   communicator's engine for its observer, so engines without one (other in-process ranks)
-  pay one attribute lookup - and a run without tracing has no wrappers at all;
-* sets ``engine.step_hook`` (the collective framework calls it at the start of every
-  algorithm step), so collective slices are named with their algorithm
-  (``Allreduce[ring] 4.0 MiB``) and hold one nested slice per step;
-* wraps a few methods *of this engine instance* (``isend``, ``_bind``, ``payload_arrived``,
-  ``wait_until``; matching itself is not wrapped) to see each message leave and each
-  receive complete. A message is named by (sender's world rank, its ``msg_id``), which both sides know, so
+  pay one tuple test - and a run without tracing has no wrappers at all;
+* subscribes an :class:`Observer` to this rank's engine (:mod:`minimpi.p2p.observe`): its
+  ``step_started`` events (the collective framework reports the start of every algorithm
+  step) name collective slices with their algorithm (``Allreduce[ring] 4.0 MiB``) and give
+  them one nested slice per step; ``message_sent`` / ``message_received`` show each message
+  leave and each receive complete, and ``wait_ended`` sums the time spent in blocking waits.
+  A message is named by (sender's world rank, its ``msg_id``), which both sides know, so
   every send gets exactly one flow arrow to the receive that matched it. Recording only
   appends to a list: no message is added, delayed or reordered.
 
@@ -34,9 +34,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..comm.communicator import Comm
+from ..comm.communicator import Comm, endpoint_of
 from ..data.units import format_size
-from ..p2p.request import RecvRequest, Request
+from ..p2p.observe import EngineObserver
+from ..p2p.request import Request, engine_of
 from ..rma.window import Win
 from .leftovers import FINAL_CONTEXT
 
@@ -90,7 +91,7 @@ class _Slice:
         self.counts = [0, 0, 0, 0]   # messages and bytes sent, received during the call
 
 
-class Observer:
+class Observer(EngineObserver):
     """Records one rank's calls, steps and messages; writes them at finalize."""
 
     def __init__(self, engine: Any, rank: int, size: int, trace: bool, stats: bool,
@@ -167,8 +168,8 @@ class Observer:
         for i, n in enumerate(cur.counts):
             row[2 + i] += n
 
-    # -- collective steps (engine.step_hook) ---------------------------------------------
-    def on_step(self, ch: Any, index: int) -> None:
+    # -- engine events (minimpi.p2p.observe) --------------------------------------------
+    def step_started(self, ch: Any, index: int) -> None:
         now = time.perf_counter()
         cur = self.current
         call = ch.call
@@ -211,7 +212,18 @@ class Observer:
             cur.sub = None
             self._emit_slice(sub[0], sub[1], t, cat="collective")
 
-    # -- messages (wrappers of this engine's methods) ------------------------------------
+    def message_sent(self, context: int, dest: int, source: int, tag: int, payload: Any,
+                     nbytes: int, msg_id: int) -> None:
+        self.sent(time.perf_counter(), dest, msg_id, tag, nbytes, context)
+
+    def message_received(self, peer: int, context: int, tag: int, msg_id: int,
+                         nbytes: int) -> None:
+        self.received(peer, msg_id, tag, nbytes, context)
+
+    def wait_ended(self, seconds: float) -> None:
+        self.blocked += seconds
+
+    # -- messages ------------------------------------------------------------------------
     def sent(self, t: float, dest: int, msg_id: int, tag: int, nbytes: int, context: int) -> None:
         if context == FINAL_CONTEXT:      # finalize's own markers are not the program's
             return
@@ -313,13 +325,15 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
         if classmethod_:
             reqs = args[0] if args else ()
             for r in reqs or ():
-                engine = getattr(r, "_engine", None)
+                engine = engine_of(r) if isinstance(r, Request) else None
                 if engine is not None:
-                    return getattr(engine, "observer", None)
+                    return observer_of_engine(engine)
             return None
-        ep = getattr(first, "endpoint", None)     # a communicator or window; else a request
-        engine = ep.engine if ep is not None else getattr(first, "_engine", None)
-        return getattr(engine, "observer", None)
+        # a communicator or a window (its own communicator's endpoint); else a request
+        ep = endpoint_of(first) or getattr(first, "endpoint", None)
+        engine = ep.engine if ep is not None else (
+            engine_of(first) if isinstance(first, Request) else None)
+        return observer_of_engine(engine) if engine is not None else None
 
     def traced(first, *args, **kwargs):
         obs = observer_of(first, args)
@@ -342,7 +356,7 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
             nbytes = _nbytes(v)
             if nbytes is not None:
                 break
-        comm_name = getattr(getattr(first, "endpoint", None), "name", None)
+        comm_name = getattr(endpoint_of(first) or getattr(first, "endpoint", None), "name", None)
         if comm_name and not classmethod_:
             info["comm"] = comm_name
         obs.depth = 1
@@ -396,43 +410,12 @@ def _install_api_wrappers() -> None:
                 _wrap_method(Request, name, attr, False)
 
 
-def _hook_engine(engine: Any, obs: Observer) -> None:
-    """Instance-level wrappers on one engine: the class and every other engine are untouched."""
-
-    isend = engine.isend
-    bind, payload_arrived, wait_until = engine._bind, engine.payload_arrived, engine.wait_until
-    perf = time.perf_counter
-
-    def traced_isend(context, dest, source, tag, payload, nbytes, flags=0, description=None):
-        t = perf()
-        req = isend(context, dest, source, tag, payload, nbytes, flags, description)
-        msg_id = getattr(req, "msg_id", 0)
-        if msg_id:
-            obs.sent(t, dest, msg_id, tag, nbytes, context)
-        return req
-
-    def traced_payload_arrived(peer, header, buffer):
-        owner = engine._current.get(peer)
-        payload_arrived(peer, header, buffer)
-        if isinstance(owner, RecvRequest) or getattr(owner, "waiting", None) is not None:
-            obs.received(peer, header.msg_id, header.tag, header.length, header.context)
-
-    def traced_bind(req, inc):
-        bind(req, inc)
-        if not inc.rendezvous and inc.arrived:
-            obs.received(inc.peer, inc.msg_id, inc.tag, inc.length, inc.context)
-
-    def traced_wait_until(done, waiting_on, timeout=None):
-        t = perf()
-        try:
-            return wait_until(done, waiting_on, timeout)
-        finally:
-            obs.blocked += perf() - t
-
-    engine.isend = traced_isend
-    engine.payload_arrived = traced_payload_arrived
-    engine._bind = traced_bind
-    engine.wait_until = traced_wait_until
+def observer_of_engine(engine: Any) -> Optional[Observer]:
+    """The trace/statistics observer subscribed to ``engine``, if any."""
+    for o in engine.observers:
+        if isinstance(o, Observer):
+            return o
+    return None
 
 
 def sync_clock(engine: Any, rank: int, size: int, rounds: int = CLOCK_ROUNDS) -> Tuple[float, float]:
@@ -476,9 +459,7 @@ def attach(engine: Any, rank: int, size: int, env: Dict[str, str], *, sync: bool
     if sync:
         obs.offset, obs.rtt = sync_clock(engine, rank, size)
     _install_api_wrappers()
-    _hook_engine(engine, obs)
-    engine.observer = obs
-    engine.step_hook = obs.on_step   # also names the per-collective statistics
+    engine.subscribe(obs)   # its step events also name the per-collective statistics
     if trace:
         obs.events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank,
                            "args": {"name": f"rank {rank}"}})

@@ -190,8 +190,7 @@ def _finalize_at_exit() -> None:
 def _inside_a_call(engine: Engine) -> bool:
     """Whether receives are still posted or operations still running: the process is
     exiting from the middle of communication rather than after its last call."""
-    return bool(engine.active or engine._rndv_recvs
-                or any(q.posted for q in engine._queues.values()))
+    return engine.match_stats().communicating()
 
 
 def abort(code: int, message: str) -> None:

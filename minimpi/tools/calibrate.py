@@ -44,6 +44,7 @@ import numpy as np
 
 from ..coll.cost import clear_cache, config_path
 from ..coll.peers import host_groups
+from ..comm.communicator import endpoint_of
 from ..data.ops import SUM, reduce_local
 
 SMALL = 8
@@ -124,7 +125,7 @@ def measure_links(comm, quick: bool, gamma: bool = True) -> Optional[Dict]:
     """Every rank calls it; rank 0 returns the result (the others None): alpha, beta of each
     link the layout has, gamma, and how they were measured. One link at a time, so two
     measurements never share a wire; the other ranks wait."""
-    pairs = link_pairs(comm._ep.hosts)
+    pairs = link_pairs(endpoint_of(comm).hosts)
     if not pairs:
         raise SystemExit("calibration needs at least 2 ranks")
     links: Dict[str, Dict] = {}

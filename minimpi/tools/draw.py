@@ -5,10 +5,10 @@ code every job runs - on ``p`` threads over the in-process transport
 (:func:`minimpi.runtime.inproc.run_threads`) and watches it:
 
 * the fabric's ``recorder`` sees every frame on the wire (eager or rendezvous),
-* ``engine.step_hook`` (called by the collective framework at the start of each step)
-  marks step boundaries,
-* thin wrappers of each rank's ``engine.isend``/``engine.irecv`` note in which step each
-  message is posted, what it carries and which buffer it leaves from or lands in,
+* an observer of each rank's engine (:mod:`minimpi.p2p.observe`): its ``step_started``
+  events (the collective framework reports the start of each step) mark step boundaries,
+  and its ``message_sent`` / ``receive_posted`` events note in which step each message is
+  posted, what it carries and which buffer it leaves from or lands in,
 * :func:`minimpi.coll.scratch.watching` hands over every working buffer the algorithm
   allocates (its temporaries) and the phases it marks.
 
@@ -45,10 +45,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..coll.registry import REGISTRY, _load_all, algorithms
+from ..coll.registry import REGISTRY, algorithms, load_all
 from ..coll.scratch import watching
+from ..comm.communicator import endpoint_of
 from ..data.ops import SUM
 from ..errors import AlgorithmError
+from ..p2p.observe import EngineObserver
 from ..runtime.inproc import run_threads
 from ..transports.frames import EAGER, RTS
 
@@ -496,11 +498,9 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
     def body(comm: Any) -> None:
         rank = comm.rank
         log = logs[rank]
-        engine = comm._ep.engine
+        engine = endpoint_of(comm).engine
         bufs = driver.setup(rank, p, root, per_block)
         log.user = list(driver.used(rank, root) if driver.used else bufs)
-        isend, irecv = engine.isend, engine.irecv
-        groups = engine._groups
         # what the recorder knows between events: is the state before the next step still
         # to be taken (True until the first step starts), the current phase, and how many
         # steps it has had
@@ -545,34 +545,31 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
 
         holdings = _Holdings(bufs, on_phase)
 
-        def step_hook(ch: Any, index: int) -> None:
-            settle()
-            log.phases.append(now["phase"])
-            log.hooks += 1
-            now["phase_steps"] += 1
-            now["pending"] = True
+        class Recorder(EngineObserver):
+            def step_started(self, ch: Any, index: int) -> None:
+                settle()
+                log.phases.append(now["phase"])
+                log.hooks += 1
+                now["phase_steps"] += 1
+                now["pending"] = True
 
-        def rec_isend(context, dest, source, tag, payload, n, flags=0, description=None):
-            settle()
-            text = payload_label(payload, n, p, driver.with_index)
-            blocks = payload_blocks(payload, p, driver.with_index)
-            where = holdings.owner(payload[0]) if payload else None
-            req = isend(context, dest, source, tag, payload, n, flags, description)
-            log.sends.append((log.hooks, dest, context, tag, text, n,
-                              getattr(req, "msg_id", 0), where, blocks))
-            return req
+            def message_sent(self, context, dest, source, tag, payload, n, msg_id):
+                settle()
+                text = payload_label(payload, n, p, driver.with_index)
+                blocks = payload_blocks(payload, p, driver.with_index)
+                where = holdings.owner(payload[0]) if payload else None
+                log.sends.append((log.hooks, dest, context, tag, text, n, msg_id, where,
+                                  blocks))
 
-        def rec_irecv(context, source, tag, target, is_object, description=None):
-            group = groups.get(context)
-            world = group[source] if group is not None and 0 <= source < len(group) else source
-            settle()
-            where = holdings.owner(target) if target is not None else None
-            log.recvs.append((log.hooks, world, context, tag, where))
-            return irecv(context, source, tag, target, is_object, description)
+            def receive_posted(self, context, source, tag, target):
+                group = engine.group_of(context)
+                world = group[source] if group is not None and 0 <= source < len(group) else source
+                settle()
+                where = holdings.owner(target) if target is not None else None
+                log.recvs.append((log.hooks, world, context, tag, where))
 
-        engine.step_hook = step_hook
-        engine.isend = rec_isend
-        engine.irecv = rec_irecv
+        recorder_ = Recorder()
+        engine.subscribe(recorder_)
         try:
             with watching(holdings):
                 driver.call(comm, bufs, root, algorithm)
@@ -580,8 +577,7 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
             settle()
             close_phase()
         finally:
-            engine.isend, engine.irecv = isend, irecv
-            del engine.step_hook
+            engine.unsubscribe(recorder_)
 
     run_threads(p, body, timeout=timeout, recorder=recorder, hosts=hosts)
     sched = _assemble(collective, algorithm, p, root, nbytes, per_block, logs, protocols,
@@ -1086,7 +1082,7 @@ def svg_to_png(svg: str, path: str) -> None:
 def list_text() -> str:
     """Every collective and algorithm in the registry, with the first sentence of its
     docstring."""
-    _load_all()
+    load_all()
     lines = []
     for coll in sorted(REGISTRY):
         mark = "" if coll in DRIVERS else "   (no drawing driver yet)"

@@ -8,7 +8,7 @@ import xml.dom.minidom
 import pytest
 
 from minimpi.coll.cost import Layout
-from minimpi.coll.registry import REGISTRY, _load_all
+from minimpi.coll.registry import REGISTRY, load_all
 from minimpi.data.ops import SUM
 from minimpi.tools import draw
 
@@ -54,7 +54,7 @@ def test_pipelined_ring_bcast_segments():
                                         "allgather", "alltoall", "alltoallv", "reduce_scatter", "scan",
                                         "exscan", "barrier"])
 def test_every_registered_algorithm_draws(collective):
-    _load_all()
+    load_all()
     if collective not in REGISTRY:
         pytest.skip(f"{collective} is not implemented yet")
     for alg in REGISTRY[collective]:
@@ -123,7 +123,7 @@ def test_png_or_clear_error(tmp_path):
 
 # -- what each rank holds (issue 13) ----------------------------------------------------------
 def _drawable():
-    _load_all()
+    load_all()
     for collective in sorted(draw.DRIVERS):
         for alg in REGISTRY.get(collective, {}):
             yield collective, alg

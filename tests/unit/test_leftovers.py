@@ -147,3 +147,57 @@ def test_a_rank_that_skipped_the_bcast():
         "  rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD, but rank 1 made no "
         "collective call there before it finished; every rank of a communicator must call the "
         "same collectives in the same order"]
+
+
+def test_thousands_of_requests_in_flight_leave_no_false_warning():
+    # More nonblocking requests open at once than the ledger once kept lines for (1,000),
+    # all completed by Waitall: nothing may be reported as never completed.
+    n = 1600
+
+    def body(comm):
+        peer = 1 - comm.rank
+        bufs = [np.zeros(1) for _ in range(n)]
+        recvs = [comm.Irecv(bufs[i], source=peer, tag=i) for i in range(n)]
+        sends = [comm.Isend(np.full(1, float(i)), dest=peer, tag=i) for i in range(n)]
+        from minimpi.MPI import Request
+        Request.Waitall(recvs + sends)
+        assert [b[0] for b in bufs] == [float(i) for i in range(n)]
+        return finish(comm)
+    assert run_threads(2, ledgered(body), timeout=120) == [([], [])] * 2
+
+
+class _Req:
+    """Stands for a request: truthy until completed, weakly referenceable."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def __bool__(self) -> bool:
+        return self.open
+
+
+def test_the_ledger_names_every_open_request_and_stays_bounded():
+    from minimpi.comm.ledger import Ledger
+    ledger = Ledger()
+    reqs = [_Req() for _ in range(3000)]
+    for i, r in enumerate(reqs):
+        ledger.started(r, (None, i))
+    for r in reqs[:-1007]:               # complete all but the newest 1007
+        r.open = False
+    left = ledger.never_completed()
+    assert len(left) == 1007 and {id(req) for req, _ in left} == {id(r) for r in reqs[-1007:]}
+    for r in reqs:
+        r.open = False
+    assert ledger.never_completed() == []
+    # a long run of short-lived requests keeps the table small; open ones keep it at most
+    # twice what the program holds open (plus 64)
+    for _ in range(20_000):
+        r = _Req()
+        ledger.started(r, (None, 2))
+        r.open = False
+    assert len(ledger.open) <= 64
+    held = [_Req() for _ in range(5000)]
+    for i, r in enumerate(held):
+        ledger.started(r, (None, 3))
+        assert len(ledger.open) <= 2 * (i + 1) + 64
+    assert len(ledger.never_completed()) == 5000

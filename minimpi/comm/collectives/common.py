@@ -103,8 +103,7 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     ep = comm._ep
     alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
                  rank=comm.rank, call=call, layout=Layout.of_group(ep.engine.hosts, ep.group))
-    ch = Channel(comm._ep, f"{call}[{alg.name}]", getattr(comm._ep.engine, "step_hook", None),
-                 objects)
+    ch = Channel(ep, f"{call}[{alg.name}]", ep.engine.step_reporter(), objects)
     note_slot(comm, ch.tag)
     open_call(ch, collective, call, alg.name, root, op, nbytes, objects,
               None if objects else type_name(datatype))

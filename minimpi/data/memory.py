@@ -90,12 +90,22 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
         if address == 0 and nbytes > 0:
             raise ValueError("buffer.fromaddress: a NULL address with a nonzero size")
         ex = Exported(address, nbytes, readonly, "B", 1, 0, None)
-        return buffer._wrap(array_at(ex, "buffer.fromaddress", not readonly), None, DEVICE_CPU)
+        view = buffer._wrap(array_at(ex, "buffer.fromaddress", not readonly), None, DEVICE_CPU)
+        if address == 0:
+            view._null_address = True     # numpy gives an empty array a pointer of its own
+        return view
+
+    def __bool__(self) -> bool:
+        """As mpi4py's buffer: true when it holds at least one byte (not numpy's
+        element-wise truth, which refuses arrays of several bytes)."""
+        return self.size > 0
 
     # -- mpi4py's attributes -------------------------------------------------------------
     @property
     def address(self) -> int:
-        """The address of the first byte."""
+        """The address of the first byte (0 for ``fromaddress(0, 0)``, as in mpi4py)."""
+        if getattr(self, "_null_address", False):
+            return 0
         return int(self.__array_interface__["data"][0] or 0)
 
     @property

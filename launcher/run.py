@@ -126,6 +126,13 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
         env["MINIMPI_PROGRESS"] = args.progress
     for name, alg in args.coll:
         env[f"MINIMPI_{name.upper().replace('-', '_')}"] = alg
+    if getattr(args, "transport", None) in (None, "auto", "shm") and \
+            "MINIMPI_SHM_RING" not in os.environ:
+        # rings small enough that this host's ranks fit in /dev/shm (decided once, for all)
+        from minimpi.transports.shm import ring_for_space
+        ring = ring_for_space(args.nprocs) if getattr(args, "nprocs", None) else None
+        if ring is not None:
+            env["MINIMPI_SHM_RING"] = str(ring)
     for key, value in args.env:   # explicit -x wins
         env[key] = value
     env.update(cost_model_env(env))

@@ -127,6 +127,29 @@ def ring_bytes(size: int, override: Optional[str] = None) -> int:
     return 1 << (want.bit_length() - 1)
 
 
+def ring_for_space(size: int, directory: str = SHM_DIR, share: float = 0.5) -> Optional[int]:
+    """A ring size that lets ``size`` ranks of one host fit in ``share`` of ``directory``'s
+    free space, where :func:`ring_bytes`' default would not (None: the default fits, or the
+    space cannot be read). Every inbox holds a ring per other local rank, so a host's ranks
+    need about ``size * (size - 1)`` rings: 32 ranks at 256 KiB rings take 248 MiB, more
+    than Docker's 64 MiB /dev/shm. The launcher decides this once for the whole job (every
+    rank must use the same ring size) and passes it as ``MINIMPI_SHM_RING``."""
+    if size < 2:
+        return None
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    room = int(st.f_bavail * st.f_frsize * share)
+    rings = size * (size - 1)
+    per_ring = room // rings - RING_CTL
+    if ring_bytes(size) <= per_ring:
+        return None
+    if per_ring < 4 * HEADER_SIZE:
+        return None            # nothing fits: the transport's own error says so, with the fixes
+    return 1 << (per_ring.bit_length() - 1)
+
+
 def segment_name(job_id: str, rank: int) -> str:
     return f"{PREFIX}{job_id}-{rank}"
 

@@ -82,3 +82,52 @@ def test_a_job_that_fits_still_runs(small_shm):
     res = subprocess.run([sys.executable, "-c", SCRIPT, small_shm, "3", "4096"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "fitted" in res.stdout, res.stdout + res.stderr
+
+
+def test_rings_shrink_so_a_host_full_of_ranks_fits_a_small_dev_shm(tmp_path):
+    """Docker's 64 MiB /dev/shm: 32 ranks with the default 256 KiB rings need 248 MiB."""
+    from minimpi.transports.shm import RING_CTL, ring_bytes, ring_for_space
+
+    class FakeStat:
+        f_frsize = 4096
+        f_bavail = 64 * 1024 * 1024 // 4096
+
+    import minimpi.transports.shm as shm
+    real = shm.os.statvfs
+    shm.os.statvfs = lambda path: FakeStat()
+    try:
+        for n in (20, 32):
+            ring = ring_for_space(n, "/dev/shm")
+            assert ring is not None and ring < ring_bytes(n)
+            assert ring & (ring - 1) == 0
+            assert n * (n - 1) * (ring + RING_CTL) <= 32 * 1024 * 1024   # half the space
+        assert ring_for_space(2, "/dev/shm") is None      # the default fits: left alone
+    finally:
+        shm.os.statvfs = real
+
+
+def test_the_launcher_passes_the_shrunk_ring_to_every_rank():
+    import argparse
+
+    from minimpi.launcher import run as run_cmd
+
+    import minimpi.transports.shm as shm
+
+    def parsed(argv):
+        parser = argparse.ArgumentParser()
+        run_cmd.add_arguments(parser)
+        return parser.parse_known_args(argv)[0]
+
+    class FakeStat:
+        f_frsize = 4096
+        f_bavail = 64 * 1024 * 1024 // 4096
+
+    real = shm.os.statvfs
+    shm.os.statvfs = lambda path: FakeStat()
+    try:
+        env = run_cmd.extra_env(parsed(["-n", "32", "prog.py"]))
+        assert int(env["MINIMPI_SHM_RING"]) == shm.ring_for_space(32)
+        env = run_cmd.extra_env(parsed(["-n", "32", "--transport", "tcp", "prog.py"]))
+        assert "MINIMPI_SHM_RING" not in env
+    finally:
+        shm.os.statvfs = real

@@ -37,12 +37,18 @@ def main() -> None:
         module = args[1]
         sys.path[0] = os.getcwd()                       # as `python -m` does
         sys.argv = [module] + args[2:]                  # run_module puts the file in argv[0]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        _program_globals.append(runpy.run_module(module, run_name="__main__", alter_sys=True))
     else:
         program = args[0]
         sys.path[0] = os.path.dirname(os.path.realpath(program))   # as `python script` does
         sys.argv = args
-        runpy.run_path(program, run_name="__main__")
+        _program_globals.append(runpy.run_path(program, run_name="__main__"))
+
+
+#: the program's globals, kept until the interpreter exits as ``python prog.py`` keeps them:
+#: MPI's finalize runs at exit and must still see what the program holds (a request left
+#: open is reported; runpy would otherwise drop the namespace as soon as the program ends)
+_program_globals: list = []
 
 
 if __name__ == "__main__":

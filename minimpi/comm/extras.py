@@ -14,6 +14,7 @@ from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ..errors import CommError, MinimpiError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
+from .collectives.common import collective
 from .group import comm_group, create, create_group
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .message import mprobe
@@ -43,8 +44,10 @@ class CommExtras:
     def group(self) -> Any:
         return self.Get_group()
 
+    @collective
     def Create(self, group: Any) -> Any:
-        """A communicator of ``group``'s members (collective over this communicator)."""
+        """A communicator of ``group``'s members (collective over this communicator; ranks
+        may pass different groups if those are disjoint: one communicator each)."""
         return create(self, group)
 
     def Create_group(self, group: Any, tag: int = 0) -> Any:

@@ -3,9 +3,9 @@
 A group is an ordered tuple of *world* ranks plus this process's position in it
 (``MPI.UNDEFINED`` when it is not a member). Every group operation is local.
 
-``Comm.Create(group)`` is collective over the parent communicator: it is a ``Split`` where
-members take color 0 and key = their rank in ``group`` (so the new communicator is ordered as
-the group is) and everyone else takes ``MPI.UNDEFINED``. ``Comm.Create_group(group, tag)`` is
+``Comm.Create(group)`` is collective over the parent communicator: the ranks exchange the
+groups they pass (which may differ when disjoint: each becomes a communicator ordered as its
+group is; non-members get ``COMM_NULL``). ``Comm.Create_group(group, tag)`` is
 collective over the group's members only: they agree on a fresh context id among themselves
 (:func:`create_group`), and the other ranks of the parent take no part.
 """
@@ -238,18 +238,38 @@ def _check_subset(comm: "Comm", group: Group, call: str) -> None:
 
 
 def create(comm: "Comm", group: Group) -> Any:
-    """``Comm.Create``: collective over ``comm``; members get the new communicator."""
+    """``Comm.Create``: collective over ``comm``; members get the new communicator.
+
+    Ranks may pass different groups as long as those are disjoint (MPI 2.2): every group
+    becomes its own communicator, as in MPICH and Open MPI. The members exchange the groups
+    they passed (one small all-to-all), so each can check that the groups are the same or
+    disjoint and every subset gets one context id, unused on all of ``comm``'s members.
+    """
     comm._alive("Create")
     _check_subset(comm, group, "Create")
     me = comm._ep.group[comm.rank]
-    if me in group._members:
-        color, key = 0, group._members.index(me)
-    else:
-        color, key = UNDEFINED, 0
-    new = comm.Split(color, key)
-    if new:
-        new._ep.name = f"{comm.name}.create"
-    return new
+    mine = group._members if me in group._members else None
+    entries = comm._exchange((mine, comm._free_context()), "Create")
+    _check_disjoint(comm, [e[0] for e in entries])
+    context = comm._agree_context([e[1] for e in entries])
+    if mine is None:
+        return COMM_NULL
+    return comm._derive(mine, mine.index(me), context, f"{comm.name}.create")
+
+
+def _check_disjoint(comm: "Comm", groups: Sequence[Optional[Tuple[int, ...]]]) -> None:
+    """Every member of a group passed to ``Create`` passed that very group (else MPI's rule,
+    "the groups are the same or disjoint", is broken: a clear error on every rank)."""
+    world = comm._ep.group
+    passed = {world[r]: g for r, g in enumerate(groups) if g is not None}
+    for w, g in passed.items():
+        for other in g:
+            if passed.get(other) != g:
+                raise GroupError(
+                    f"rank {comm.rank}: Create: world rank {w} passed the group of world ranks "
+                    f"{list(g)} but its member {other} passed "
+                    f"{list(passed[other]) if other in passed else 'a group without itself'}; "
+                    f"the groups passed to Create must be the same or disjoint")
 
 
 #: Create_group's tag must be below this (MPI's tag range; its messages travel on the

@@ -454,3 +454,35 @@ def test_split_takes_numpy_integer_color_and_key():
         return sub.rank, sub.allreduce(comm.rank)
 
     assert run(4, body) == [(1, 2), (1, 4), (0, 2), (0, 4)]
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_create_with_disjoint_groups_gives_one_communicator_each(n):
+    # MPI 2.2: ranks may pass different groups to Create if the groups are disjoint; MPICH
+    # and Open MPI then build one communicator per group. Evens and odds here, the group
+    # listed backwards so that the new ranks follow the group's order, not the parent's.
+    def body(comm):
+        g = comm.Get_group()
+        mine = [r for r in range(comm.size) if r % 2 == comm.rank % 2][::-1]
+        sub = comm.Create(g.Incl(mine))
+        out = (sub.size, sub.rank, sub.allgather(comm.rank))
+        # a rank whose group leaves it out gets COMM_NULL (the others still get theirs)
+        lone = comm.Create(g.Incl([0, 1]) if comm.rank < 2 else g.Incl([]))
+        out += ((lone.size, lone.allreduce(comm.rank)) if lone else None,)
+        # overlapping groups that differ break MPI's rule: a clear error on every rank,
+        # and the communicator stays usable
+        with pytest.raises(MPI.Exception, match="must be the same or disjoint") as info:
+            comm.Create(g.Incl([0, 1]) if comm.rank == 0 else g.Incl([1, 2]) if comm.rank in (1, 2)
+                        else g.Incl([comm.rank]))
+        assert info.value.Get_error_class() == MPI.ERR_GROUP
+        out += (comm.Dup().allreduce(1),)
+        return out
+
+    res = run(n, body)
+    evens = [r for r in range(n) if r % 2 == 0][::-1]
+    odds = [r for r in range(n) if r % 2 == 1][::-1]
+    for r in range(n):
+        group = evens if r % 2 == 0 else odds
+        assert res[r][:3] == (len(group), group.index(r), group), r
+        assert res[r][3] == ((2, 1) if r < 2 else None), r
+        assert res[r][4] == n

@@ -31,6 +31,7 @@ from ..constants import (
 )
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer
+from ..data.cint import INT_MAX, INT_MIN, as_int
 from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
@@ -62,17 +63,18 @@ FIRST_FREE_CONTEXT = 4
 
 
 def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
-               error: type = RankError) -> None:
-    """A rank or tag must be an integer (numpy integers too): ``send(dest=1.0)`` is an error
-    that names the call, not a TypeError from deep inside the engine."""
+               error: type = RankError) -> int:
+    """A rank or tag as an int, read as mpi4py reads it (:func:`minimpi.data.cint.as_int`:
+    numpy integers, and floats truncated, as ``send(dest=1.0)`` in mpi4py). Anything else
+    (``send(dest='1')``) is an error that names the call, not a TypeError from deep inside
+    the engine."""
     try:
-        operator.index(value)
-    except TypeError:
+        return as_int(value)
+    except (TypeError, ValueError, OverflowError):
         raise error(f"rank {comm.rank}: {call}({arg}={value!r}): {arg} must be an integer "
                     f"({expected}), not {type(value).__name__}") from None
 
 
-_INT_MIN, _INT_MAX = -2 ** 31, 2 ** 31 - 1     # what MPI's C int arguments can hold
 
 
 def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) -> Any:
@@ -210,60 +212,71 @@ class Comm(CommExtras):
             raise CommError(f"rank {self._ep.engine.rank}: {call} on {self.name}, which was freed "
                             f"(Comm.Free); use a live communicator")
 
-    def _check_dest(self, dest: int, call: str, arg: str = "dest") -> None:
+    # Each check returns the argument as an int (a float rank is truncated, as mpi4py's C
+    # int arguments are), so callers go on with what the check returns.
+    def _check_dest(self, dest: Any, call: str, arg: str = "dest") -> int:
         # the ranks a message can address: _ep.size (an intercommunicator's remote group)
         n = self._ep.size
-        _check_int(self, dest, call, arg, f"0..{n - 1} or MPI.PROC_NULL")
-        if not (0 <= dest < n) and dest != PROC_NULL:
+        value = _check_int(self, dest, call, arg, f"0..{n - 1} or MPI.PROC_NULL")
+        if not (0 <= value < n) and value != PROC_NULL:
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self.name}; "
                 f"expected 0..{n - 1} or MPI.PROC_NULL")
+        return value
 
-    def _check_source(self, source: int, call: str, arg: str = "source") -> None:
+    def _check_source(self, source: Any, call: str, arg: str = "source") -> int:
         n = self._ep.size
-        _check_int(self, source, call, arg, f"0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
-        if not (0 <= source < n) and source not in (ANY_SOURCE, PROC_NULL):
+        value = _check_int(self, source, call, arg,
+                           f"0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+        if not (0 <= value < n) and value not in (ANY_SOURCE, PROC_NULL):
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={source!r}): invalid {arg} rank on {self.name}; "
                 f"expected 0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+        return value
 
-    def _check_send_tag(self, tag: int, call: str) -> None:
-        _check_int(self, tag, call, "tag", f"0..{TAG_UB}", TagError)
-        if not (0 <= tag <= TAG_UB):
+    def _check_send_tag(self, tag: Any, call: str) -> int:
+        value = _check_int(self, tag, call, "tag", f"0..{TAG_UB}", TagError)
+        if not (0 <= value <= TAG_UB):
             raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} (MPI.ANY_TAG is only for receives)")
+        return value
 
-    def _check_recv_tag(self, tag: int, call: str) -> None:
-        _check_int(self, tag, call, "tag", f"0..{TAG_UB} or MPI.ANY_TAG", TagError)
-        if not (0 <= tag <= TAG_UB) and tag != ANY_TAG:
+    def _check_recv_tag(self, tag: Any, call: str) -> int:
+        value = _check_int(self, tag, call, "tag", f"0..{TAG_UB} or MPI.ANY_TAG", TagError)
+        if not (0 <= value <= TAG_UB) and value != ANY_TAG:
             raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} or MPI.ANY_TAG")
+        return value
 
     # -- the core operations all others use ----------------------------------------------
     # Each checks its arguments with one cheap test first (plain ints in range) and runs the
     # checks that name the problem (or accept numpy integers, or handle PROC_NULL) only when
     # that fails: a small message costs a few microseconds in all, so the checks must not
     # cost one of them.
-    def _send_checks(self, dest: int, tag: int, call: str) -> bool:
-        """False (the send goes nowhere) for PROC_NULL; raises for a bad argument."""
+    def _send_checks(self, dest: Any, tag: Any, call: str) -> Optional[Tuple[int, int]]:
+        """(dest, tag) as ints, or None (the send goes nowhere) for PROC_NULL; raises for a
+        bad argument."""
         self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(tag, call)
-        return dest != PROC_NULL
+        dest = self._check_dest(dest, call)
+        tag = self._check_send_tag(tag, call)
+        return None if dest == PROC_NULL else (dest, tag)
 
-    def _recv_checks(self, source: int, tag: int, call: str) -> bool:
-        """False (nothing to receive) for PROC_NULL; raises for a bad argument."""
+    def _recv_checks(self, source: Any, tag: Any, call: str) -> Optional[Tuple[int, int]]:
+        """(source, tag) as ints, or None (nothing to receive) for PROC_NULL; raises for a
+        bad argument."""
         self._alive(call)
-        self._check_source(source, call)
-        self._check_recv_tag(tag, call)
-        return source != PROC_NULL
+        source = self._check_source(source, call)
+        tag = self._check_recv_tag(tag, call)
+        return None if source == PROC_NULL else (source, tag)
 
     def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
         if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
-                type(tag) is not int or not 0 <= tag <= TAG_UB) and \
-                not self._send_checks(dest, tag, call):
-            return CompletedRequest()
+                type(tag) is not int or not 0 <= tag <= TAG_UB):
+            checked = self._send_checks(dest, tag, call)
+            if checked is None:
+                return CompletedRequest()
+            dest, tag = checked
         payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
         send = self._bsend_bytes if buffered else self._ep.isend
         return note(self._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
@@ -272,9 +285,11 @@ class Comm(CommExtras):
     def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
         if (self._freed or type(source) is not int or type(tag) is not int or
                 not 0 <= source < self._ep.size and source != ANY_SOURCE or
-                not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
-                not self._recv_checks(source, tag, call):
-            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+                not 0 <= tag <= TAG_UB and tag != ANY_TAG):
+            checked = self._recv_checks(source, tag, call)
+            if checked is None:
+                return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+            source, tag = checked
         req = self._ep.irecv(None, source, tag, call, context)
         set_finish(req, lambda: finish_object(req))   # status count = pickled size, as mpi4py
         return note(self._ep, req, source, tag, call, False)
@@ -282,9 +297,11 @@ class Comm(CommExtras):
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
         if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
-                type(tag) is not int or not 0 <= tag <= TAG_UB) and \
-                not self._send_checks(dest, tag, call):
-            return CompletedRequest()
+                type(tag) is not int or not 0 <= tag <= TAG_UB):
+            checked = self._send_checks(dest, tag, call)
+            if checked is None:
+                return CompletedRequest()
+            dest, tag = checked
         view, _ = byte_view(buf, False, call)
         send = self._bsend_bytes if buffered else self._ep.isend
         return note(self._ep, send((view,), view.nbytes, dest, tag, flags, call), dest, tag,
@@ -293,10 +310,11 @@ class Comm(CommExtras):
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
         if (self._freed or type(source) is not int or type(tag) is not int or
                 not 0 <= source < self._ep.size and source != ANY_SOURCE or
-                not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
-                not self._recv_checks(source, tag, call):
-            # PROC_NULL: mpi4py does not look at the buffer then
-            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+                not 0 <= tag <= TAG_UB and tag != ANY_TAG):
+            checked = self._recv_checks(source, tag, call)
+            if checked is None:   # PROC_NULL: mpi4py does not look at the buffer then
+                return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+            source, tag = checked
         try:
             view, spec = byte_view(buf, True, call)
         except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
@@ -371,10 +389,10 @@ class Comm(CommExtras):
         call = "sendrecv"
         capacity = recv_capacity(recvbuf, call, warn=True)
         self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(sendtag, call)
-        self._check_source(source, call)
-        self._check_recv_tag(recvtag, call)
+        dest = self._check_dest(dest, call)
+        sendtag = self._check_send_tag(sendtag, call)
+        source = self._check_source(source, call)
+        recvtag = self._check_recv_tag(recvtag, call)
         payload = None
         if dest != PROC_NULL:
             payload = serialization.dumps(sendobj, rank=self.rank, call=call)
@@ -432,10 +450,10 @@ class Comm(CommExtras):
         """Post a buffer receive and a send, after checking **both**: a call that raises has
         posted nothing, so it cannot swallow a later message."""
         self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(sendtag, call)
-        self._check_source(source, call)
-        self._check_recv_tag(recvtag, call)
+        dest = self._check_dest(dest, call)
+        sendtag = self._check_send_tag(sendtag, call)
+        source = self._check_source(source, call)
+        recvtag = self._check_recv_tag(recvtag, call)
         sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
         rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
         rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
@@ -496,8 +514,8 @@ class Comm(CommExtras):
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
         """Wait until a matching message is available (without receiving it)."""
         self._alive("Probe")
-        self._check_source(source, "Probe")
-        self._check_recv_tag(tag, "Probe")
+        source = self._check_source(source, "Probe")
+        tag = self._check_recv_tag(tag, "Probe")
         if source == PROC_NULL:
             null_status(status)
             return True
@@ -518,8 +536,8 @@ class Comm(CommExtras):
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
         """Whether a matching message is available now (without receiving it); never blocks."""
         self._alive("Iprobe")
-        self._check_source(source, "Iprobe")
-        self._check_recv_tag(tag, "Iprobe")
+        source = self._check_source(source, "Iprobe")
+        tag = self._check_recv_tag(tag, "Iprobe")
         if source == PROC_NULL:
             null_status(status)
             return True
@@ -628,14 +646,14 @@ class Comm(CommExtras):
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """Partition by ``color`` (``MPI.UNDEFINED``: not a member), order by (``key``, old rank)."""
         self._alive("Split")
-        try:   # numpy integers too (a color computed from an array), as mpi4py takes them
-            color_i, key = operator.index(color), operator.index(key)
-        except TypeError:
+        try:   # as mpi4py's C int arguments: numpy integers, floats truncated
+            color_i, key = as_int(color), as_int(key)
+        except (TypeError, ValueError, OverflowError):
             color_i = None
-        if color_i is not None and not (_INT_MIN <= color_i <= _INT_MAX and
-                                        _INT_MIN <= key <= _INT_MAX):
+        if color_i is not None and not (INT_MIN <= color_i <= INT_MAX and
+                                        INT_MIN <= key <= INT_MAX):
             raise OverflowError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
-                                f"and key must fit a C int ({_INT_MIN}..{_INT_MAX}), as in "
+                                f"and key must fit a C int ({INT_MIN}..{INT_MAX}), as in "
                                 f"mpi4py")
         if color_i is None or (color_i < 0 and color_i != UNDEFINED):
             raise ArgumentError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
@@ -777,7 +795,7 @@ class Comm(CommExtras):
         Collective: every member calls it (with any of these).
         """
         self._alive("Split_type")
-        split_type = operator.index(split_type)
+        split_type = as_int(split_type)
         hosts = self._ep.hosts
         color = UNDEFINED
         if split_type in (COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):

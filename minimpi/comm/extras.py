@@ -76,31 +76,31 @@ class CommExtras:
         return Prequest._create(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Send_init")
-        self._check_send_tag(tag, "Send_init")
+        dest = self._check_dest(dest, "Send_init")
+        tag = self._check_send_tag(tag, "Send_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Send_init"),
                                 "Send_init", "dest", dest, tag)
 
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Ssend_init")
-        self._check_send_tag(tag, "Ssend_init")
+        dest = self._check_dest(dest, "Ssend_init")
+        tag = self._check_send_tag(tag, "Ssend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Ssend_init", F_SYNC),
                                 "Ssend_init", "dest", dest, tag)
 
     def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Bsend_init")
-        self._check_send_tag(tag, "Bsend_init")
+        dest = self._check_dest(dest, "Bsend_init")
+        tag = self._check_send_tag(tag, "Bsend_init")
         return self._persistent(lambda: self.Ibsend(buf, dest, tag), "Bsend_init", "dest", dest, tag)
 
     def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Rsend_init")
-        self._check_send_tag(tag, "Rsend_init")
+        dest = self._check_dest(dest, "Rsend_init")
+        tag = self._check_send_tag(tag, "Rsend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Rsend_init"),
                                 "Rsend_init", "dest", dest, tag)
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        self._check_source(source, "Recv_init")
-        self._check_recv_tag(tag, "Recv_init")
+        source = self._check_source(source, "Recv_init")
+        tag = self._check_recv_tag(tag, "Recv_init")
         return self._persistent(lambda: self._recv_buf(buf, source, tag, "Recv_init"),
                                 "Recv_init", "source", source, tag)
 

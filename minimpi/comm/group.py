@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
+from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
 from .null import COMM_NULL
 
@@ -95,7 +96,7 @@ class Group:
 
     # -- rank checks ---------------------------------------------------------------------
     def _ranks(self, ranks: Sequence[int], call: str) -> List[int]:
-        ranks = [int(r) for r in ranks]
+        ranks = [_rank_arg(r, call, "ranks") for r in ranks]
         n = len(self._members)
         bad = [r for r in ranks if not 0 <= r < n]
         if bad:
@@ -168,7 +169,7 @@ class Group:
             ranks1 = range(len(group1._members))
         out = []
         for r in ranks1:
-            r = int(r)
+            r = _rank_arg(r, "Translate_ranks", "ranks1")
             if r == PROC_NULL:
                 out.append(PROC_NULL)
                 continue
@@ -197,10 +198,26 @@ class Group:
         self._me = UNDEFINED
 
 
+def _rank_arg(value: Any, call: str, arg: str) -> int:
+    """A rank of a group argument, read as mpi4py reads its C ints (numpy integers, floats
+    truncated: ``Incl([1.0])`` is rank 1); RankError for anything else (``'1'``, None)."""
+    try:
+        return as_int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise RankError(f"Group.{call}: {arg} holds {value!r:.40}, which is not an integer "
+                        f"rank") from None
+
+
 def _expand_ranges(ranges: Sequence[Tuple[int, int, int]], call: str) -> List[int]:
-    """The ranks named by MPI range triplets ``(first, last, stride)``, ``last`` included."""
+    """The ranks named by MPI range triplets ``(first, last, stride)``, ``last`` included
+    (each read as mpi4py reads C ints: ``(0.0, 4.0, 2.0)`` is ``(0, 4, 2)``)."""
     out: List[int] = []
-    for first, last, stride in ranges:
+    for triplet in ranges:
+        try:
+            first, last, stride = (_rank_arg(v, call, "a range") for v in triplet)
+        except ValueError:   # not three values (RankError is no ValueError)
+            raise RankError(f"Group.{call}: range {triplet!r:.60} is not a (first, last, "
+                            f"stride) triplet") from None
         if stride == 0:
             raise RankError(f"Group.{call}: range ({first}, {last}, {stride}) has stride 0")
         out.extend(range(first, last + (1 if stride > 0 else -1), stride))
@@ -292,9 +309,14 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     me = comm._ep.group[comm.rank]
     if me not in group._members:
         return COMM_NULL
-    if not 0 <= int(tag) < _CREATE_GROUP_TAG:
+    try:   # as mpi4py's C int argument: numpy integers, floats truncated
+        tag_value = as_int(tag)
+    except (TypeError, ValueError, OverflowError):
+        tag_value = -1
+    if not 0 <= tag_value < _CREATE_GROUP_TAG:
         raise GroupError(f"rank {comm.rank}: Create_group(tag={tag!r}): tag must be in "
                          f"0..{_CREATE_GROUP_TAG - 1}")
+    tag = tag_value
     parent_rank = {w: i for i, w in enumerate(comm._ep.group)}
     members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
     proposals = comm._exchange(comm._free_context(), "Create_group", members,

@@ -227,8 +227,8 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
            call: str) -> Optional[Message]:
     """``Comm.Mprobe`` (blocking) and ``Comm.Improbe`` over the engine's unexpected queue."""
     comm._alive(call)
-    comm._check_source(source, call)
-    comm._check_recv_tag(tag, call)
+    source = comm._check_source(source, call)
+    tag = comm._check_recv_tag(tag, call)
     if source == PROC_NULL:
         null_status(status)
         return Message._make(None, None, no_proc=True)   # equal to MPI.MESSAGE_NO_PROC

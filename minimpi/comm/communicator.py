@@ -668,6 +668,11 @@ class Comm(CommExtras):
         group = [self._ep.group[r] for r in ranks]
         return self._derive(group, ranks.index(self.rank), context, f"{self.name}.split({color})")
 
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined communicator (mpi4py 4)."""
+        if self and self._ep.context >= FIRST_FREE_CONTEXT:
+            self.Free()
+
     def Free(self) -> None:
         """Release the communicator; later use raises ``CommError``.
 
@@ -905,6 +910,9 @@ def _predefined_handle(name: str, cls: type) -> "Comm":
 class Intracomm(CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
 
+    Scan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Scan_init")
+    Exscan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Exscan_init")
+
     def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
                          tag: int = 0) -> "Intercomm":
         """An intercommunicator between this communicator's group and another, disjoint one
@@ -971,6 +979,38 @@ class Cartcomm(CartMixin, Intracomm):
 
 
 Topocomm = Intracomm
+
+#: The collectives mpi4py's ``Comm`` class itself has: ``Intracomm`` and ``Intercomm`` define
+#: them, and a plain ``MPI.Comm`` handle (``MPI.Comm(MPI.COMM_WORLD)``) runs them as the kind
+#: of communicator it is a handle of.
+_COMM_COLLECTIVES = (
+    "Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
+    "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
+    "Reduce_scatter", "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv",
+    "Iallgather", "Iallgatherv", "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce",
+    "Iallreduce", "Ireduce_scatter_block", "Ireduce_scatter", "barrier", "bcast", "gather",
+    "scatter", "allgather", "alltoall", "reduce", "allreduce")
+
+
+def _as_kind(comm: Comm, call: str) -> Comm:
+    """A handle on ``comm`` of the class that defines its collectives."""
+    kind = (_INTERCOMM_BUILDER["class"] or Intercomm) if comm.Is_inter() else Intracomm
+    if isinstance(comm, kind):      # that class lacks the call itself
+        return refusing(call, f"{type(comm).__name__}.{call}")()
+    return kind(comm)
+
+
+def _run_as_kind(name: str) -> Callable[..., Any]:
+    def collective_of_kind(self: Comm, *args: Any, **kwargs: Any) -> Any:
+        return getattr(_as_kind(self, name), name)(*args, **kwargs)
+    collective_of_kind.__name__ = collective_of_kind.__qualname__ = name
+    collective_of_kind.__doc__ = (f"``{name}`` on this communicator, as the ``Intracomm`` or "
+                                  f"``Intercomm`` it is.")
+    return collective_of_kind
+
+
+for _name in _COMM_COLLECTIVES:
+    setattr(Comm, _name, _run_as_kind(_name))
 
 
 def endpoint_of(obj: Any) -> Optional[Endpoint]:

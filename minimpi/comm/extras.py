@@ -201,7 +201,49 @@ class CommExtras:
         """``Dup`` whose new communicator keeps ``info`` as its hints."""
         return self.Dup(info)
 
+    @property
+    def is_topo(self) -> bool:
+        """Whether this communicator has a topology."""
+        return self.Get_topology() != UNDEFINED
+
     # -- out of scope ------------------------------------------------------------------------
+    # MPI-4 persistent collectives, partitioned point-to-point, fault tolerance (ULFM),
+    # attribute keyvals and user error handlers: refused, naming the feature.
+    _PERSISTENT = "persistent collectives (MPI-4 *_init)"
+    Barrier_init = refusing(_PERSISTENT, "Comm.Barrier_init")
+    Bcast_init = refusing(_PERSISTENT, "Comm.Bcast_init")
+    Gather_init = refusing(_PERSISTENT, "Comm.Gather_init")
+    Gatherv_init = refusing(_PERSISTENT, "Comm.Gatherv_init")
+    Scatter_init = refusing(_PERSISTENT, "Comm.Scatter_init")
+    Scatterv_init = refusing(_PERSISTENT, "Comm.Scatterv_init")
+    Allgather_init = refusing(_PERSISTENT, "Comm.Allgather_init")
+    Allgatherv_init = refusing(_PERSISTENT, "Comm.Allgatherv_init")
+    Alltoall_init = refusing(_PERSISTENT, "Comm.Alltoall_init")
+    Alltoallv_init = refusing(_PERSISTENT, "Comm.Alltoallv_init")
+    Alltoallw_init = refusing(_PERSISTENT, "Comm.Alltoallw_init")
+    Reduce_init = refusing(_PERSISTENT, "Comm.Reduce_init")
+    Allreduce_init = refusing(_PERSISTENT, "Comm.Allreduce_init")
+    Reduce_scatter_block_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_block_init")
+    Reduce_scatter_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_init")
+    Psend_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
+                          "Comm.Psend_init")
+    Precv_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
+                          "Comm.Precv_init")
+    _ULFM = "fault tolerance (ULFM: Revoke, Agree, Shrink, failed processes)"
+    Revoke = refusing(_ULFM, "Comm.Revoke")
+    Is_revoked = refusing(_ULFM, "Comm.Is_revoked")
+    Get_failed = refusing(_ULFM, "Comm.Get_failed")
+    Ack_failed = refusing(_ULFM, "Comm.Ack_failed")
+    Agree = refusing(_ULFM, "Comm.Agree")
+    Iagree = refusing(_ULFM, "Comm.Iagree")
+    Shrink = refusing(_ULFM, "Comm.Shrink")
+    Ishrink = refusing(_ULFM, "Comm.Ishrink")
+    _KEYVALS = "user attribute keyvals (Create_keyval, Delete_attr)"
+    Create_keyval = staticmethod(refusing(_KEYVALS, "Comm.Create_keyval"))
+    Free_keyval = staticmethod(refusing(_KEYVALS, "Comm.Free_keyval"))
+    Delete_attr = refusing(_KEYVALS, "Comm.Delete_attr")
+    Create_errhandler = staticmethod(refusing("user error handlers (Create_errhandler)",
+                                              "Comm.Create_errhandler"))
     Spawn = refusing("Spawn", "Intracomm.Spawn")
     Spawn_multiple = refusing("Spawn", "Intracomm.Spawn_multiple")
     Accept = refusing("Spawn", "Intracomm.Accept")

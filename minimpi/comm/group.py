@@ -17,6 +17,7 @@ from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
+from .handles import refusing
 from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,6 +150,11 @@ class Group:
         second = set(group._members)
         return _with_me([w for w in self._members if w in second], self, group)
 
+    Intersect = Intersection     # mpi4py 4's alias
+
+    Create_from_session_pset = staticmethod(refusing("sessions (MPI.Session)",
+                                                     "Group.Create_from_session_pset"))
+
     def Difference(self, group: "Group") -> "Group":
         """Members of this group (in its order) that are not in ``group``."""
         self._check("Difference")
@@ -190,6 +196,11 @@ class Group:
         if set(group1._members) == set(group2._members):
             return SIMILAR
         return UNEQUAL
+
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined group (mpi4py 4)."""
+        if not self._null and self is not GROUP_EMPTY:
+            self.Free()
 
     def Free(self) -> None:
         self._check("Free")

@@ -75,6 +75,8 @@ class Errhandler:
         if not any(self is c for c in _CONSTANT_ERRHANDLERS):
             self._name = "ERRHANDLER_NULL"
 
+    free = Free     # mpi4py 4's "Free unless null or predefined": Free already is that
+
     def __bool__(self) -> bool:
         return self._name != "ERRHANDLER_NULL"
 
@@ -116,6 +118,42 @@ class Info:
     def Free(self) -> None:
         self._d.clear()
         self._null = True
+
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined info (mpi4py 4)."""
+        if not self._null and self is not INFO_ENV:
+            self.Free()
+
+    Create_env = classmethod(refusing("Info.Create_env (the MPI-4 start-up environment "
+                                      "info)", "MPI.Info.Create_env"))
+
+    # -- the rest of the mapping protocol mpi4py's Info has --------------------------------
+    def copy(self) -> "Info":
+        """A new info with the same keys and values (as ``Dup``)."""
+        return self.Dup()
+
+    def clear(self) -> None:
+        """Remove every key."""
+        self._d.clear()
+
+    def update(self, other: Any = (), **kwds: str) -> None:
+        """Set the keys of ``other`` (a mapping or key/value pairs) and ``kwds``."""
+        for key, value in dict(other, **kwds).items():
+            self.Set(key, value)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        """Remove ``key`` and return its value (``default`` if absent, else KeyError)."""
+        if key in self._d:
+            return self._d.pop(key)
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def popitem(self) -> Tuple[str, str]:
+        """Remove and return the last (key, value) pair (KeyError if empty)."""
+        if not self._d:
+            raise KeyError("popitem(): MPI.Info is empty")
+        return self._d.popitem()
 
     def Set(self, key: str, value: str) -> None:
         self._d[str(key)] = str(value)

@@ -17,7 +17,7 @@ from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
-from .handles import refusing
+from .handles import IntHandles, refusing
 from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,10 +28,10 @@ class GroupError(MinimpiError):
     error_class = ERR_GROUP
 
 
-class Group:
+class Group(IntHandles):
     """An ordered set of processes (``MPI.Group``)."""
 
-    __slots__ = ("_members", "_me", "_null", "_engine")
+    __slots__ = ("_members", "_me", "_null", "_engine", "_int_handle", "__weakref__")
 
     def __init__(self, group: Optional["Group"] = None) -> None:
         # mpi4py: Group() is GROUP_NULL, Group(g) another handle to g

@@ -31,6 +31,7 @@ from ..p2p.request import (
     set_finish,
 )
 from ..transports.frames import F_OBJECT
+from .handles import IntHandles
 from .hints import looks_pickled, not_an_object
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,10 +124,10 @@ class ProbeWait:
         self.description = (call, "source", source, tag, comm.name)
 
 
-class Message:
+class Message(IntHandles):
     """A message taken by a matched probe (``MPI.Message``); receive it exactly once."""
 
-    __slots__ = ("_comm", "_inc", "_no_proc")
+    __slots__ = ("_comm", "_inc", "_no_proc", "_int_handle", "__weakref__")
 
     def __init__(self, message: Optional["Message"] = None) -> None:
         self._comm = message._comm if message is not None else None

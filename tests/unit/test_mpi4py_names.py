@@ -32,11 +32,11 @@ TOPOLOGY_CLASSES = ("Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm")
 TOPOLOGY_NAMES = {"UNWEIGHTED", "WEIGHTS_EMPTY", "Intracomm.Cart_map", "Intracomm.Graph_map"}
 
 #: Names still missing, each a known gap (the report of issue 18 section 1 lists them):
-#: integer handles of the object kinds that have none yet, datatype keyvals, pickle settings,
+#: integer handles of Datatype (its own _handle identity) and File, datatype keyvals, pickle settings,
 #: and Win/File members (minimpi/rma and minimpi/io are other work's).
 KNOWN_GAPS = {
     f"{cls}.{name}"
-    for cls in ("Datatype", "Message", "Group", "Info", "Errhandler", "File")
+    for cls in ("Datatype", "File")
     for name in ("fromhandle", "toint", "fromint", "py2f", "f2py", "handle")
 } | {"Win.fromhandle", "Win.fromint", "Win.f2py", "Win.handle", "Win.free", "File.free",
      "Win.Create_errhandler", "File.Create_errhandler", "Datatype.Create_keyval",
@@ -147,3 +147,18 @@ def test_plain_comm_handle_runs_collectives_and_free_is_safe():
         return total, buf.tolist()
 
     assert run_threads(3, body, timeout=20) == [(3, [2.0, 2.0])] * 3
+
+
+def test_integer_handles_of_groups_infos_errhandlers_and_messages():
+    group = MPI.COMM_SELF.Get_group()
+    info = MPI.Info.Create({"k": "v"})
+    for obj in (group, info, MPI.ERRORS_RETURN, MPI.MESSAGE_NO_PROC):
+        cls = type(obj)
+        number = obj.handle
+        assert number > 0 and obj.toint() == obj.py2f() == number == obj.handle
+        assert cls.fromhandle(number) is obj and cls.fromint(number) is obj
+        assert cls.f2py(number) is obj
+    assert MPI.GROUP_NULL.handle == 0 and not MPI.Group.fromhandle(0)
+    assert MPI.INFO_NULL.handle == 0 and not MPI.Info.fromint(0)
+    with pytest.raises(ValueError, match="no live Group has this handle"):
+        MPI.Group.fromhandle(info.handle)        # another kind's handle

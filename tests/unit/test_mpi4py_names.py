@@ -32,7 +32,7 @@ TOPOLOGY_CLASSES = ("Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm")
 TOPOLOGY_NAMES = {"UNWEIGHTED", "WEIGHTS_EMPTY", "Intracomm.Cart_map", "Intracomm.Graph_map"}
 
 #: Names still missing, each a known gap (the report of issue 18 section 1 lists them):
-#: integer handles of Datatype (its own _handle identity) and File, datatype keyvals, pickle settings,
+#: integer handles of Datatype (its own _handle identity) and File, datatype keyvals,
 #: and Win/File members (minimpi/rma and minimpi/io are other work's).
 KNOWN_GAPS = {
     f"{cls}.{name}"
@@ -40,7 +40,7 @@ KNOWN_GAPS = {
     for name in ("fromhandle", "toint", "fromint", "py2f", "f2py", "handle")
 } | {"Win.fromhandle", "Win.fromint", "Win.f2py", "Win.handle", "Win.free", "File.free",
      "Win.Create_errhandler", "File.Create_errhandler", "Datatype.Create_keyval",
-     "Datatype.Free_keyval", "Pickle.PROTOCOL", "Pickle.THRESHOLD"}
+     "Datatype.Free_keyval"}
 
 
 def is_topology_name(name: str) -> bool:

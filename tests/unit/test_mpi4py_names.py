@@ -31,9 +31,8 @@ INTRACOMM = {n.split(".", 1)[1] for n in NAMES if n.startswith("Intracomm.")}
 TOPOLOGY_CLASSES = ("Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm")
 TOPOLOGY_NAMES = {"UNWEIGHTED", "WEIGHTS_EMPTY", "Intracomm.Cart_map", "Intracomm.Graph_map"}
 
-#: Names still missing, each a known gap (the report of issue 18 section 1 lists them):
-#: integer handles of File,
-#: and Win/File members (minimpi/rma and minimpi/io are other work's).
+#: Names still missing, each a known gap: Win and File members (integer handles, free,
+#: Create_errhandler) - minimpi/rma and minimpi/io are other work's to change.
 KNOWN_GAPS = {
     f"{cls}.{name}"
     for cls in ("File",)

@@ -187,19 +187,21 @@ class Comm(CommExtras):
         seam that one-sided windows (minimpi.rma) send, receive and progress through."""
         return self._ep
 
+    # A plain ``MPI.Comm(intercomm)`` handle is an intercommunicator too (its shared state
+    # names the class, see _share_handle); Intercomm overrides these.
     def Is_inter(self) -> bool:
-        return False
+        return "_intercomm_class" in self.__dict__
 
     def Is_intra(self) -> bool:
-        return True
+        return not self.Is_inter()
 
     @property
     def is_inter(self) -> bool:
-        return False
+        return self.Is_inter()
 
     @property
     def is_intra(self) -> bool:
-        return True
+        return not self.Is_inter()
 
     def __repr__(self) -> str:
         if self.__dict__.get("_null"):
@@ -851,8 +853,10 @@ _PREDEFINED_ATTRS = {
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
     if isinstance(source, Comm) and not (isinstance(target, Intercomm)
-                                         and not isinstance(source, Intercomm) and source) \
-            and not (isinstance(target, Intracomm) and isinstance(source, Intercomm)):
+                                         and not source.Is_inter() and source) \
+            and not (isinstance(target, Intracomm) and source.Is_inter()):
+        if isinstance(source, Intercomm):   # what a plain Comm handle on it runs as
+            source.__dict__.setdefault("_intercomm_class", type(source))
         target.__dict__ = source.__dict__
     elif source is None or isinstance(source, NullComm):
         target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
@@ -994,7 +998,7 @@ _COMM_COLLECTIVES = (
 
 def _as_kind(comm: Comm, call: str) -> Comm:
     """A handle on ``comm`` of the class that defines its collectives."""
-    kind = (_INTERCOMM_BUILDER["class"] or Intercomm) if comm.Is_inter() else Intracomm
+    kind = comm.__dict__.get("_intercomm_class") or Intracomm
     if isinstance(comm, kind):      # that class lacks the call itself
         return refusing(call, f"{type(comm).__name__}.{call}")()
     return kind(comm)

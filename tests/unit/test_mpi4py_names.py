@@ -166,3 +166,15 @@ def test_integer_handles_of_groups_infos_errhandlers_and_messages():
     assert MPI.INFO_NULL.handle == 0 and not MPI.Info.fromint(0)
     with pytest.raises(ValueError, match="no live Group has this handle"):
         MPI.Group.fromhandle(info.handle)        # another kind's handle
+
+
+def test_plain_comm_handle_of_an_intercommunicator_runs_its_intercomm_collectives():
+    def body(comm):
+        local = comm.Split(comm.rank % 2, comm.rank)
+        inter = local.Create_intercomm(0, comm, 1 - comm.rank % 2, tag=7)
+        plain = MPI.Comm(inter)
+        assert type(plain) is MPI.Comm and plain.Is_inter() and not plain.is_intra
+        # an intercommunicator's allreduce: the sum over the *other* group
+        return plain.allreduce(comm.rank)
+
+    assert run_threads(4, body, timeout=20) == [1 + 3, 0 + 2, 1 + 3, 0 + 2]

@@ -296,6 +296,116 @@ Unpublish_name = refusing("Spawn", "MPI.Unpublish_name")
 Lookup_name = refusing("Spawn", "MPI.Lookup_name")
 
 
+# -- the rest of mpi4py 4.1.2's names (tests/unit/data/mpi4py_412_names.txt) -----------------
+# Aliases mpi4py defines for names above (MPI.pyx, Datatype.pyx, File.pyx).
+WIN_FLAVOR = WIN_CREATE_FLAVOR  # noqa: F405  (the keyval)
+DISP_CUR = DISPLACEMENT_CURRENT  # noqa: F405
+SIGNED_SHORT, SIGNED_INT, SIGNED_LONG, SIGNED_LONG_LONG = SHORT, INT, LONG, LONG_LONG  # noqa: F405
+SINT8_T, SINT16_T, SINT32_T, SINT64_T = INT8_T, INT16_T, INT32_T, INT64_T  # noqa: F405
+F_BOOL, F_INT, F_FLOAT, F_DOUBLE = LOGICAL, INTEGER, REAL, DOUBLE_PRECISION  # noqa: F405
+F_COMPLEX = F_FLOAT_COMPLEX = COMPLEX  # noqa: F405
+F_DOUBLE_COMPLEX = DOUBLE_COMPLEX  # noqa: F405
+BottomType, InPlaceType, BufferAutomaticType = type(BOTTOM), type(IN_PLACE), type(BUFFER_AUTOMATIC)
+# Error classes: MPICH's numbers where MPICH has the class, else the value mpi4py gives a
+# class the MPI library lacks (ERR_LASTCODE, or ERR_UNKNOWN for the fault-tolerance ones).
+ERR_SESSION = 75
+ERR_PROC_ABORTED = 76
+ERR_VALUE_TOO_LARGE = 77
+ERR_ERRHANDLER = ERR_ABI = ERR_LASTCODE  # noqa: F405
+ERR_PROC_FAILED = ERR_PROC_FAILED_PENDING = ERR_REVOKED = ERR_UNKNOWN  # noqa: F405
+# Fortran status indices: minimpi has no Fortran binding, hence mpi4py's value for an MPI
+# without them.
+F_SOURCE = F_TAG = F_ERROR = F_STATUS_SIZE = UNDEFINED  # noqa: F405
+MAX_PSET_NAME_LEN = 256
+MAX_STRINGTAG_LEN = 256
+
+
+def _typedict_of(codes: dict) -> dict:
+    """mpi4py's typecode tables: code -> predefined datatype, for the types minimpi has."""
+    g = globals()
+    return {code: g[name] for code, name in codes.items()
+            if isinstance(g.get(name), Datatype) and g[name] != DATATYPE_NULL}  # noqa: F405
+
+
+#: C types by typecode (mpi4py's ``MPI._typedict_c``; ``MPI._typedict`` is the full table)
+_typedict_c = _typedict_of({
+    "?": "C_BOOL", "b": "SIGNED_CHAR", "h": "SHORT", "i": "INT", "l": "LONG", "q": "LONG_LONG",
+    "B": "UNSIGNED_CHAR", "H": "UNSIGNED_SHORT", "I": "UNSIGNED", "L": "UNSIGNED_LONG",
+    "Q": "UNSIGNED_LONG_LONG", "f": "FLOAT", "d": "DOUBLE", "g": "LONG_DOUBLE",
+    "F": "C_FLOAT_COMPLEX", "D": "C_DOUBLE_COMPLEX", "G": "C_LONG_DOUBLE_COMPLEX",
+    "b1": "C_BOOL", "i1": "INT8_T", "i2": "INT16_T", "i4": "INT32_T", "i8": "INT64_T",
+    "u1": "UINT8_T", "u2": "UINT16_T", "u4": "UINT32_T", "u8": "UINT64_T", "f2": "FLOAT16_T",
+    "f4": "FLOAT", "c8": "C_FLOAT_COMPLEX", "f8": "DOUBLE", "c16": "C_DOUBLE_COMPLEX",
+    "f16": "LONG_DOUBLE", "c32": "C_LONG_DOUBLE_COMPLEX"})
+#: Fortran types by typecode (mpi4py's ``MPI._typedict_f``)
+_typedict_f = _typedict_of({
+    "l": "LOGICAL", "i": "INTEGER", "r": "REAL", "s": "REAL", "d": "DOUBLE_PRECISION",
+    "c": "COMPLEX", "z": "DOUBLE_COMPLEX", "l1": "LOGICAL1", "l2": "LOGICAL2",
+    "l4": "LOGICAL4", "l8": "LOGICAL8", "l16": "LOGICAL16", "i1": "INTEGER1",
+    "i2": "INTEGER2", "i4": "INTEGER4", "i8": "INTEGER8", "i16": "INTEGER16", "r2": "REAL2",
+    "r4": "REAL4", "r8": "REAL8", "r16": "REAL16", "c4": "COMPLEX4", "c8": "COMPLEX8",
+    "c16": "COMPLEX16", "c32": "COMPLEX32"})
+
+
+def _comm_lock(comm, key=None) -> _threading.Lock:
+    """mpi4py's lock for ``comm`` and ``key`` (one per pair, made on first use; see
+    ``_comm_lock_table``)."""
+    return _comm_lock_table(comm).setdefault(key, _threading.Lock())
+
+
+class Session:
+    """``MPI.Session``: MPI-4 sessions are not implemented. ``MPI.Session()`` is the null
+    handle (``MPI.SESSION_NULL``); ``Session.Init`` and every other method raise
+    NotImplementedError naming the feature."""
+
+    def __init__(self, session=None) -> None:
+        if session is not None and not isinstance(session, Session):
+            raise TypeError(f"MPI.Session({session!r:.40}): expected a session or nothing")
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Session)
+
+    __hash__ = object.__hash__
+
+
+_SESSION_CALLS = ("Init", "Finalize", "Get_num_psets", "Get_nth_pset", "Get_info",
+                  "Get_pset_info", "Create_group", "Attach_buffer", "Detach_buffer",
+                  "Flush_buffer", "Iflush_buffer", "Create_errhandler", "Get_errhandler",
+                  "Set_errhandler", "Call_errhandler", "fromhandle", "free", "toint",
+                  "fromint", "py2f", "f2py")
+for _name in _SESSION_CALLS:
+    setattr(Session, _name, staticmethod(refusing("sessions (MPI.Session)",
+                                                  f"MPI.Session.{_name}")))
+Session.handle = property(refusing("sessions (MPI.Session)", "MPI.Session.handle"))
+SESSION_NULL = Session()
+
+_USER_ERRORS = "user-defined error classes, codes and strings"
+Add_error_class = refusing(_USER_ERRORS, "MPI.Add_error_class")
+Remove_error_class = refusing(_USER_ERRORS, "MPI.Remove_error_class")
+Add_error_code = refusing(_USER_ERRORS, "MPI.Add_error_code")
+Remove_error_code = refusing(_USER_ERRORS, "MPI.Remove_error_code")
+Add_error_string = refusing(_USER_ERRORS, "MPI.Add_error_string")
+Remove_error_string = refusing(_USER_ERRORS, "MPI.Remove_error_string")
+_ABI = "the MPI 5 ABI queries (minimpi is no C library with an ABI)"
+Get_abi_version = refusing(_ABI, "MPI.Get_abi_version")
+Get_abi_info = refusing(_ABI, "MPI.Get_abi_info")
+Get_abi_fortran_info = refusing(_ABI, "MPI.Get_abi_fortran_info")
+# mpi4py's private helpers that its own modules use (mpi4py.run, mpi4py.util.pkl5, datatype
+# pickling, handle addresses): minimpi has its own ways (or no C handles) for these.
+_set_abort_status = refusing("mpi4py.run's abort status", "MPI._set_abort_status")
+_commctx_intra = refusing("mpi4py.util.pkl5's communicator contexts", "MPI._commctx_intra")
+_commctx_inter = refusing("mpi4py.util.pkl5's communicator contexts", "MPI._commctx_inter")
+_datatype_create = refusing("mpi4py's datatype (de)construction helpers",
+                            "MPI._datatype_create")
+_datatype_decode = refusing("mpi4py's datatype (de)construction helpers",
+                            "MPI._datatype_decode")
+_sizeof = refusing("C sizes and addresses of MPI handles", "MPI._sizeof")
+_addressof = refusing("C sizes and addresses of MPI handles", "MPI._addressof")
+_handleof = refusing("C sizes and addresses of MPI handles", "MPI._handleof")
+
 
 # -- COMM_WORLD / COMM_SELF ----------------------------------------------------------------------
 def _bind_worlds() -> None:

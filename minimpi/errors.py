@@ -123,6 +123,11 @@ class MinimpiError(RuntimeError):
     def error_code(self) -> int:
         return self.error_class
 
+    @property
+    def error_string(self) -> str:
+        """The error class's description (mpi4py's ``Exception.error_string``)."""
+        return self.Get_error_string()
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, int):
             return self.error_class == other

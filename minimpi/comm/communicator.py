@@ -31,6 +31,7 @@ from ..constants import (
 )
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer
+from ..data.cint import INT_MAX, INT_MIN, as_int
 from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
@@ -62,17 +63,18 @@ FIRST_FREE_CONTEXT = 4
 
 
 def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
-               error: type = RankError) -> None:
-    """A rank or tag must be an integer (numpy integers too): ``send(dest=1.0)`` is an error
-    that names the call, not a TypeError from deep inside the engine."""
+               error: type = RankError) -> int:
+    """A rank or tag as an int, read as mpi4py reads it (:func:`minimpi.data.cint.as_int`:
+    numpy integers, and floats truncated, as ``send(dest=1.0)`` in mpi4py). Anything else
+    (``send(dest='1')``) is an error that names the call, not a TypeError from deep inside
+    the engine."""
     try:
-        operator.index(value)
-    except TypeError:
+        return as_int(value)
+    except (TypeError, ValueError, OverflowError):
         raise error(f"rank {comm.rank}: {call}({arg}={value!r}): {arg} must be an integer "
                     f"({expected}), not {type(value).__name__}") from None
 
 
-_INT_MIN, _INT_MAX = -2 ** 31, 2 ** 31 - 1     # what MPI's C int arguments can hold
 
 
 def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) -> Any:
@@ -185,19 +187,21 @@ class Comm(CommExtras):
         seam that one-sided windows (minimpi.rma) send, receive and progress through."""
         return self._ep
 
+    # A plain ``MPI.Comm(intercomm)`` handle is an intercommunicator too (its shared state
+    # names the class, see _share_handle); Intercomm overrides these.
     def Is_inter(self) -> bool:
-        return False
+        return "_intercomm_class" in self.__dict__
 
     def Is_intra(self) -> bool:
-        return True
+        return not self.Is_inter()
 
     @property
     def is_inter(self) -> bool:
-        return False
+        return self.Is_inter()
 
     @property
     def is_intra(self) -> bool:
-        return True
+        return not self.Is_inter()
 
     def __repr__(self) -> str:
         if self.__dict__.get("_null"):
@@ -210,60 +214,71 @@ class Comm(CommExtras):
             raise CommError(f"rank {self._ep.engine.rank}: {call} on {self.name}, which was freed "
                             f"(Comm.Free); use a live communicator")
 
-    def _check_dest(self, dest: int, call: str, arg: str = "dest") -> None:
+    # Each check returns the argument as an int (a float rank is truncated, as mpi4py's C
+    # int arguments are), so callers go on with what the check returns.
+    def _check_dest(self, dest: Any, call: str, arg: str = "dest") -> int:
         # the ranks a message can address: _ep.size (an intercommunicator's remote group)
         n = self._ep.size
-        _check_int(self, dest, call, arg, f"0..{n - 1} or MPI.PROC_NULL")
-        if not (0 <= dest < n) and dest != PROC_NULL:
+        value = _check_int(self, dest, call, arg, f"0..{n - 1} or MPI.PROC_NULL")
+        if not (0 <= value < n) and value != PROC_NULL:
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={dest!r}): invalid {arg} rank on {self.name}; "
                 f"expected 0..{n - 1} or MPI.PROC_NULL")
+        return value
 
-    def _check_source(self, source: int, call: str, arg: str = "source") -> None:
+    def _check_source(self, source: Any, call: str, arg: str = "source") -> int:
         n = self._ep.size
-        _check_int(self, source, call, arg, f"0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
-        if not (0 <= source < n) and source not in (ANY_SOURCE, PROC_NULL):
+        value = _check_int(self, source, call, arg,
+                           f"0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+        if not (0 <= value < n) and value not in (ANY_SOURCE, PROC_NULL):
             raise RankError(
                 f"rank {self.rank}: {call}({arg}={source!r}): invalid {arg} rank on {self.name}; "
                 f"expected 0..{n - 1}, MPI.ANY_SOURCE or MPI.PROC_NULL")
+        return value
 
-    def _check_send_tag(self, tag: int, call: str) -> None:
-        _check_int(self, tag, call, "tag", f"0..{TAG_UB}", TagError)
-        if not (0 <= tag <= TAG_UB):
+    def _check_send_tag(self, tag: Any, call: str) -> int:
+        value = _check_int(self, tag, call, "tag", f"0..{TAG_UB}", TagError)
+        if not (0 <= value <= TAG_UB):
             raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} (MPI.ANY_TAG is only for receives)")
+        return value
 
-    def _check_recv_tag(self, tag: int, call: str) -> None:
-        _check_int(self, tag, call, "tag", f"0..{TAG_UB} or MPI.ANY_TAG", TagError)
-        if not (0 <= tag <= TAG_UB) and tag != ANY_TAG:
+    def _check_recv_tag(self, tag: Any, call: str) -> int:
+        value = _check_int(self, tag, call, "tag", f"0..{TAG_UB} or MPI.ANY_TAG", TagError)
+        if not (0 <= value <= TAG_UB) and value != ANY_TAG:
             raise TagError(f"rank {self.rank}: {call}(tag={tag!r}): invalid tag; expected "
                            f"0..{TAG_UB} or MPI.ANY_TAG")
+        return value
 
     # -- the core operations all others use ----------------------------------------------
     # Each checks its arguments with one cheap test first (plain ints in range) and runs the
     # checks that name the problem (or accept numpy integers, or handle PROC_NULL) only when
     # that fails: a small message costs a few microseconds in all, so the checks must not
     # cost one of them.
-    def _send_checks(self, dest: int, tag: int, call: str) -> bool:
-        """False (the send goes nowhere) for PROC_NULL; raises for a bad argument."""
+    def _send_checks(self, dest: Any, tag: Any, call: str) -> Optional[Tuple[int, int]]:
+        """(dest, tag) as ints, or None (the send goes nowhere) for PROC_NULL; raises for a
+        bad argument."""
         self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(tag, call)
-        return dest != PROC_NULL
+        dest = self._check_dest(dest, call)
+        tag = self._check_send_tag(tag, call)
+        return None if dest == PROC_NULL else (dest, tag)
 
-    def _recv_checks(self, source: int, tag: int, call: str) -> bool:
-        """False (nothing to receive) for PROC_NULL; raises for a bad argument."""
+    def _recv_checks(self, source: Any, tag: Any, call: str) -> Optional[Tuple[int, int]]:
+        """(source, tag) as ints, or None (nothing to receive) for PROC_NULL; raises for a
+        bad argument."""
         self._alive(call)
-        self._check_source(source, call)
-        self._check_recv_tag(tag, call)
-        return source != PROC_NULL
+        source = self._check_source(source, call)
+        tag = self._check_recv_tag(tag, call)
+        return None if source == PROC_NULL else (source, tag)
 
     def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
         if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
-                type(tag) is not int or not 0 <= tag <= TAG_UB) and \
-                not self._send_checks(dest, tag, call):
-            return CompletedRequest()
+                type(tag) is not int or not 0 <= tag <= TAG_UB):
+            checked = self._send_checks(dest, tag, call)
+            if checked is None:
+                return CompletedRequest()
+            dest, tag = checked
         payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
         send = self._bsend_bytes if buffered else self._ep.isend
         return note(self._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
@@ -272,9 +287,11 @@ class Comm(CommExtras):
     def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
         if (self._freed or type(source) is not int or type(tag) is not int or
                 not 0 <= source < self._ep.size and source != ANY_SOURCE or
-                not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
-                not self._recv_checks(source, tag, call):
-            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+                not 0 <= tag <= TAG_UB and tag != ANY_TAG):
+            checked = self._recv_checks(source, tag, call)
+            if checked is None:
+                return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+            source, tag = checked
         req = self._ep.irecv(None, source, tag, call, context)
         set_finish(req, lambda: finish_object(req))   # status count = pickled size, as mpi4py
         return note(self._ep, req, source, tag, call, False)
@@ -282,9 +299,11 @@ class Comm(CommExtras):
     def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
         if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
-                type(tag) is not int or not 0 <= tag <= TAG_UB) and \
-                not self._send_checks(dest, tag, call):
-            return CompletedRequest()
+                type(tag) is not int or not 0 <= tag <= TAG_UB):
+            checked = self._send_checks(dest, tag, call)
+            if checked is None:
+                return CompletedRequest()
+            dest, tag = checked
         view, _ = byte_view(buf, False, call)
         send = self._bsend_bytes if buffered else self._ep.isend
         return note(self._ep, send((view,), view.nbytes, dest, tag, flags, call), dest, tag,
@@ -293,10 +312,11 @@ class Comm(CommExtras):
     def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
         if (self._freed or type(source) is not int or type(tag) is not int or
                 not 0 <= source < self._ep.size and source != ANY_SOURCE or
-                not 0 <= tag <= TAG_UB and tag != ANY_TAG) and \
-                not self._recv_checks(source, tag, call):
-            # PROC_NULL: mpi4py does not look at the buffer then
-            return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+                not 0 <= tag <= TAG_UB and tag != ANY_TAG):
+            checked = self._recv_checks(source, tag, call)
+            if checked is None:   # PROC_NULL: mpi4py does not look at the buffer then
+                return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
+            source, tag = checked
         try:
             view, spec = byte_view(buf, True, call)
         except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
@@ -371,10 +391,10 @@ class Comm(CommExtras):
         call = "sendrecv"
         capacity = recv_capacity(recvbuf, call, warn=True)
         self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(sendtag, call)
-        self._check_source(source, call)
-        self._check_recv_tag(recvtag, call)
+        dest = self._check_dest(dest, call)
+        sendtag = self._check_send_tag(sendtag, call)
+        source = self._check_source(source, call)
+        recvtag = self._check_recv_tag(recvtag, call)
         payload = None
         if dest != PROC_NULL:
             payload = serialization.dumps(sendobj, rank=self.rank, call=call)
@@ -432,10 +452,10 @@ class Comm(CommExtras):
         """Post a buffer receive and a send, after checking **both**: a call that raises has
         posted nothing, so it cannot swallow a later message."""
         self._alive(call)
-        self._check_dest(dest, call)
-        self._check_send_tag(sendtag, call)
-        self._check_source(source, call)
-        self._check_recv_tag(recvtag, call)
+        dest = self._check_dest(dest, call)
+        sendtag = self._check_send_tag(sendtag, call)
+        source = self._check_source(source, call)
+        recvtag = self._check_recv_tag(recvtag, call)
         sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
         rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
         rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
@@ -496,8 +516,8 @@ class Comm(CommExtras):
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
         """Wait until a matching message is available (without receiving it)."""
         self._alive("Probe")
-        self._check_source(source, "Probe")
-        self._check_recv_tag(tag, "Probe")
+        source = self._check_source(source, "Probe")
+        tag = self._check_recv_tag(tag, "Probe")
         if source == PROC_NULL:
             null_status(status)
             return True
@@ -518,8 +538,8 @@ class Comm(CommExtras):
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
         """Whether a matching message is available now (without receiving it); never blocks."""
         self._alive("Iprobe")
-        self._check_source(source, "Iprobe")
-        self._check_recv_tag(tag, "Iprobe")
+        source = self._check_source(source, "Iprobe")
+        tag = self._check_recv_tag(tag, "Iprobe")
         if source == PROC_NULL:
             null_status(status)
             return True
@@ -628,14 +648,14 @@ class Comm(CommExtras):
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """Partition by ``color`` (``MPI.UNDEFINED``: not a member), order by (``key``, old rank)."""
         self._alive("Split")
-        try:   # numpy integers too (a color computed from an array), as mpi4py takes them
-            color_i, key = operator.index(color), operator.index(key)
-        except TypeError:
+        try:   # as mpi4py's C int arguments: numpy integers, floats truncated
+            color_i, key = as_int(color), as_int(key)
+        except (TypeError, ValueError, OverflowError):
             color_i = None
-        if color_i is not None and not (_INT_MIN <= color_i <= _INT_MAX and
-                                        _INT_MIN <= key <= _INT_MAX):
+        if color_i is not None and not (INT_MIN <= color_i <= INT_MAX and
+                                        INT_MIN <= key <= INT_MAX):
             raise OverflowError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
-                                f"and key must fit a C int ({_INT_MIN}..{_INT_MAX}), as in "
+                                f"and key must fit a C int ({INT_MIN}..{INT_MAX}), as in "
                                 f"mpi4py")
         if color_i is None or (color_i < 0 and color_i != UNDEFINED):
             raise ArgumentError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
@@ -649,6 +669,11 @@ class Comm(CommExtras):
         ranks = [r for _, r in members]
         group = [self._ep.group[r] for r in ranks]
         return self._derive(group, ranks.index(self.rank), context, f"{self.name}.split({color})")
+
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined communicator (mpi4py 4)."""
+        if self and self._ep.context >= FIRST_FREE_CONTEXT:
+            self.Free()
 
     def Free(self) -> None:
         """Release the communicator; later use raises ``CommError``.
@@ -777,7 +802,7 @@ class Comm(CommExtras):
         Collective: every member calls it (with any of these).
         """
         self._alive("Split_type")
-        split_type = operator.index(split_type)
+        split_type = as_int(split_type)
         hosts = self._ep.hosts
         color = UNDEFINED
         if split_type in (COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
@@ -828,8 +853,10 @@ _PREDEFINED_ATTRS = {
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
     if isinstance(source, Comm) and not (isinstance(target, Intercomm)
-                                         and not isinstance(source, Intercomm) and source) \
-            and not (isinstance(target, Intracomm) and isinstance(source, Intercomm)):
+                                         and not source.Is_inter() and source) \
+            and not (isinstance(target, Intracomm) and source.Is_inter()):
+        if isinstance(source, Intercomm):   # what a plain Comm handle on it runs as
+            source.__dict__.setdefault("_intercomm_class", type(source))
         target.__dict__ = source.__dict__
     elif source is None or isinstance(source, NullComm):
         target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
@@ -886,6 +913,9 @@ def _predefined_handle(name: str, cls: type) -> "Comm":
 
 class Intracomm(CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
+
+    Scan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Scan_init")
+    Exscan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Exscan_init")
 
     def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
                          tag: int = 0) -> "Intercomm":
@@ -953,6 +983,38 @@ class Cartcomm(CartMixin, Intracomm):
 
 
 Topocomm = Intracomm
+
+#: The collectives mpi4py's ``Comm`` class itself has: ``Intracomm`` and ``Intercomm`` define
+#: them, and a plain ``MPI.Comm`` handle (``MPI.Comm(MPI.COMM_WORLD)``) runs them as the kind
+#: of communicator it is a handle of.
+_COMM_COLLECTIVES = (
+    "Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
+    "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
+    "Reduce_scatter", "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv",
+    "Iallgather", "Iallgatherv", "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce",
+    "Iallreduce", "Ireduce_scatter_block", "Ireduce_scatter", "barrier", "bcast", "gather",
+    "scatter", "allgather", "alltoall", "reduce", "allreduce")
+
+
+def _as_kind(comm: Comm, call: str) -> Comm:
+    """A handle on ``comm`` of the class that defines its collectives."""
+    kind = comm.__dict__.get("_intercomm_class") or Intracomm
+    if isinstance(comm, kind):      # that class lacks the call itself
+        return refusing(call, f"{type(comm).__name__}.{call}")()
+    return kind(comm)
+
+
+def _run_as_kind(name: str) -> Callable[..., Any]:
+    def collective_of_kind(self: Comm, *args: Any, **kwargs: Any) -> Any:
+        return getattr(_as_kind(self, name), name)(*args, **kwargs)
+    collective_of_kind.__name__ = collective_of_kind.__qualname__ = name
+    collective_of_kind.__doc__ = (f"``{name}`` on this communicator, as the ``Intracomm`` or "
+                                  f"``Intercomm`` it is.")
+    return collective_of_kind
+
+
+for _name in _COMM_COLLECTIVES:
+    setattr(Comm, _name, _run_as_kind(_name))
 
 
 def endpoint_of(obj: Any) -> Optional[Endpoint]:

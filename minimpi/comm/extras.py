@@ -14,6 +14,7 @@ from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ..errors import CommError, MinimpiError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
+from .collectives.common import collective
 from .group import comm_group, create, create_group
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .message import mprobe
@@ -43,8 +44,10 @@ class CommExtras:
     def group(self) -> Any:
         return self.Get_group()
 
+    @collective
     def Create(self, group: Any) -> Any:
-        """A communicator of ``group``'s members (collective over this communicator)."""
+        """A communicator of ``group``'s members (collective over this communicator; ranks
+        may pass different groups if those are disjoint: one communicator each)."""
         return create(self, group)
 
     def Create_group(self, group: Any, tag: int = 0) -> Any:
@@ -73,31 +76,31 @@ class CommExtras:
         return Prequest._create(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Send_init")
-        self._check_send_tag(tag, "Send_init")
+        dest = self._check_dest(dest, "Send_init")
+        tag = self._check_send_tag(tag, "Send_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Send_init"),
                                 "Send_init", "dest", dest, tag)
 
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Ssend_init")
-        self._check_send_tag(tag, "Ssend_init")
+        dest = self._check_dest(dest, "Ssend_init")
+        tag = self._check_send_tag(tag, "Ssend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Ssend_init", F_SYNC),
                                 "Ssend_init", "dest", dest, tag)
 
     def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Bsend_init")
-        self._check_send_tag(tag, "Bsend_init")
+        dest = self._check_dest(dest, "Bsend_init")
+        tag = self._check_send_tag(tag, "Bsend_init")
         return self._persistent(lambda: self.Ibsend(buf, dest, tag), "Bsend_init", "dest", dest, tag)
 
     def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        self._check_dest(dest, "Rsend_init")
-        self._check_send_tag(tag, "Rsend_init")
+        dest = self._check_dest(dest, "Rsend_init")
+        tag = self._check_send_tag(tag, "Rsend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Rsend_init"),
                                 "Rsend_init", "dest", dest, tag)
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        self._check_source(source, "Recv_init")
-        self._check_recv_tag(tag, "Recv_init")
+        source = self._check_source(source, "Recv_init")
+        tag = self._check_recv_tag(tag, "Recv_init")
         return self._persistent(lambda: self._recv_buf(buf, source, tag, "Recv_init"),
                                 "Recv_init", "source", source, tag)
 
@@ -198,7 +201,49 @@ class CommExtras:
         """``Dup`` whose new communicator keeps ``info`` as its hints."""
         return self.Dup(info)
 
+    @property
+    def is_topo(self) -> bool:
+        """Whether this communicator has a topology."""
+        return self.Get_topology() != UNDEFINED
+
     # -- out of scope ------------------------------------------------------------------------
+    # MPI-4 persistent collectives, partitioned point-to-point, fault tolerance (ULFM),
+    # attribute keyvals and user error handlers: refused, naming the feature.
+    _PERSISTENT = "persistent collectives (MPI-4 *_init)"
+    Barrier_init = refusing(_PERSISTENT, "Comm.Barrier_init")
+    Bcast_init = refusing(_PERSISTENT, "Comm.Bcast_init")
+    Gather_init = refusing(_PERSISTENT, "Comm.Gather_init")
+    Gatherv_init = refusing(_PERSISTENT, "Comm.Gatherv_init")
+    Scatter_init = refusing(_PERSISTENT, "Comm.Scatter_init")
+    Scatterv_init = refusing(_PERSISTENT, "Comm.Scatterv_init")
+    Allgather_init = refusing(_PERSISTENT, "Comm.Allgather_init")
+    Allgatherv_init = refusing(_PERSISTENT, "Comm.Allgatherv_init")
+    Alltoall_init = refusing(_PERSISTENT, "Comm.Alltoall_init")
+    Alltoallv_init = refusing(_PERSISTENT, "Comm.Alltoallv_init")
+    Alltoallw_init = refusing(_PERSISTENT, "Comm.Alltoallw_init")
+    Reduce_init = refusing(_PERSISTENT, "Comm.Reduce_init")
+    Allreduce_init = refusing(_PERSISTENT, "Comm.Allreduce_init")
+    Reduce_scatter_block_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_block_init")
+    Reduce_scatter_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_init")
+    Psend_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
+                          "Comm.Psend_init")
+    Precv_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
+                          "Comm.Precv_init")
+    _ULFM = "fault tolerance (ULFM: Revoke, Agree, Shrink, failed processes)"
+    Revoke = refusing(_ULFM, "Comm.Revoke")
+    Is_revoked = refusing(_ULFM, "Comm.Is_revoked")
+    Get_failed = refusing(_ULFM, "Comm.Get_failed")
+    Ack_failed = refusing(_ULFM, "Comm.Ack_failed")
+    Agree = refusing(_ULFM, "Comm.Agree")
+    Iagree = refusing(_ULFM, "Comm.Iagree")
+    Shrink = refusing(_ULFM, "Comm.Shrink")
+    Ishrink = refusing(_ULFM, "Comm.Ishrink")
+    _KEYVALS = "user attribute keyvals (Create_keyval, Delete_attr)"
+    Create_keyval = staticmethod(refusing(_KEYVALS, "Comm.Create_keyval"))
+    Free_keyval = staticmethod(refusing(_KEYVALS, "Comm.Free_keyval"))
+    Delete_attr = refusing(_KEYVALS, "Comm.Delete_attr")
+    Create_errhandler = staticmethod(refusing("user error handlers (Create_errhandler)",
+                                              "Comm.Create_errhandler"))
     Spawn = refusing("Spawn", "Intracomm.Spawn")
     Spawn_multiple = refusing("Spawn", "Intracomm.Spawn_multiple")
     Accept = refusing("Spawn", "Intracomm.Accept")

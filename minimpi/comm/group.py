@@ -3,9 +3,9 @@
 A group is an ordered tuple of *world* ranks plus this process's position in it
 (``MPI.UNDEFINED`` when it is not a member). Every group operation is local.
 
-``Comm.Create(group)`` is collective over the parent communicator: it is a ``Split`` where
-members take color 0 and key = their rank in ``group`` (so the new communicator is ordered as
-the group is) and everyone else takes ``MPI.UNDEFINED``. ``Comm.Create_group(group, tag)`` is
+``Comm.Create(group)`` is collective over the parent communicator: the ranks exchange the
+groups they pass (which may differ when disjoint: each becomes a communicator ordered as its
+group is; non-members get ``COMM_NULL``). ``Comm.Create_group(group, tag)`` is
 collective over the group's members only: they agree on a fresh context id among themselves
 (:func:`create_group`), and the other ranks of the parent take no part.
 """
@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
+from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
+from .handles import IntHandles, refusing
 from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,10 +28,10 @@ class GroupError(MinimpiError):
     error_class = ERR_GROUP
 
 
-class Group:
+class Group(IntHandles):
     """An ordered set of processes (``MPI.Group``)."""
 
-    __slots__ = ("_members", "_me", "_null", "_engine")
+    __slots__ = ("_members", "_me", "_null", "_engine", "_int_handle", "__weakref__")
 
     def __init__(self, group: Optional["Group"] = None) -> None:
         # mpi4py: Group() is GROUP_NULL, Group(g) another handle to g
@@ -95,7 +97,7 @@ class Group:
 
     # -- rank checks ---------------------------------------------------------------------
     def _ranks(self, ranks: Sequence[int], call: str) -> List[int]:
-        ranks = [int(r) for r in ranks]
+        ranks = [_rank_arg(r, call, "ranks") for r in ranks]
         n = len(self._members)
         bad = [r for r in ranks if not 0 <= r < n]
         if bad:
@@ -148,6 +150,11 @@ class Group:
         second = set(group._members)
         return _with_me([w for w in self._members if w in second], self, group)
 
+    Intersect = Intersection     # mpi4py 4's alias
+
+    Create_from_session_pset = staticmethod(refusing("sessions (MPI.Session)",
+                                                     "Group.Create_from_session_pset"))
+
     def Difference(self, group: "Group") -> "Group":
         """Members of this group (in its order) that are not in ``group``."""
         self._check("Difference")
@@ -168,7 +175,7 @@ class Group:
             ranks1 = range(len(group1._members))
         out = []
         for r in ranks1:
-            r = int(r)
+            r = _rank_arg(r, "Translate_ranks", "ranks1")
             if r == PROC_NULL:
                 out.append(PROC_NULL)
                 continue
@@ -190,6 +197,11 @@ class Group:
             return SIMILAR
         return UNEQUAL
 
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined group (mpi4py 4)."""
+        if not self._null and self is not GROUP_EMPTY:
+            self.Free()
+
     def Free(self) -> None:
         self._check("Free")
         self._null = True
@@ -197,10 +209,26 @@ class Group:
         self._me = UNDEFINED
 
 
+def _rank_arg(value: Any, call: str, arg: str) -> int:
+    """A rank of a group argument, read as mpi4py reads its C ints (numpy integers, floats
+    truncated: ``Incl([1.0])`` is rank 1); RankError for anything else (``'1'``, None)."""
+    try:
+        return as_int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise RankError(f"Group.{call}: {arg} holds {value!r:.40}, which is not an integer "
+                        f"rank") from None
+
+
 def _expand_ranges(ranges: Sequence[Tuple[int, int, int]], call: str) -> List[int]:
-    """The ranks named by MPI range triplets ``(first, last, stride)``, ``last`` included."""
+    """The ranks named by MPI range triplets ``(first, last, stride)``, ``last`` included
+    (each read as mpi4py reads C ints: ``(0.0, 4.0, 2.0)`` is ``(0, 4, 2)``)."""
     out: List[int] = []
-    for first, last, stride in ranges:
+    for triplet in ranges:
+        try:
+            first, last, stride = (_rank_arg(v, call, "a range") for v in triplet)
+        except ValueError:   # not three values (RankError is no ValueError)
+            raise RankError(f"Group.{call}: range {triplet!r:.60} is not a (first, last, "
+                            f"stride) triplet") from None
         if stride == 0:
             raise RankError(f"Group.{call}: range ({first}, {last}, {stride}) has stride 0")
         out.extend(range(first, last + (1 if stride > 0 else -1), stride))
@@ -238,18 +266,38 @@ def _check_subset(comm: "Comm", group: Group, call: str) -> None:
 
 
 def create(comm: "Comm", group: Group) -> Any:
-    """``Comm.Create``: collective over ``comm``; members get the new communicator."""
+    """``Comm.Create``: collective over ``comm``; members get the new communicator.
+
+    Ranks may pass different groups as long as those are disjoint (MPI 2.2): every group
+    becomes its own communicator, as in MPICH and Open MPI. The members exchange the groups
+    they passed (one small all-to-all), so each can check that the groups are the same or
+    disjoint and every subset gets one context id, unused on all of ``comm``'s members.
+    """
     comm._alive("Create")
     _check_subset(comm, group, "Create")
     me = comm._ep.group[comm.rank]
-    if me in group._members:
-        color, key = 0, group._members.index(me)
-    else:
-        color, key = UNDEFINED, 0
-    new = comm.Split(color, key)
-    if new:
-        new._ep.name = f"{comm.name}.create"
-    return new
+    mine = group._members if me in group._members else None
+    entries = comm._exchange((mine, comm._free_context()), "Create")
+    _check_disjoint(comm, [e[0] for e in entries])
+    context = comm._agree_context([e[1] for e in entries])
+    if mine is None:
+        return COMM_NULL
+    return comm._derive(mine, mine.index(me), context, f"{comm.name}.create")
+
+
+def _check_disjoint(comm: "Comm", groups: Sequence[Optional[Tuple[int, ...]]]) -> None:
+    """Every member of a group passed to ``Create`` passed that very group (else MPI's rule,
+    "the groups are the same or disjoint", is broken: a clear error on every rank)."""
+    world = comm._ep.group
+    passed = {world[r]: g for r, g in enumerate(groups) if g is not None}
+    for w, g in passed.items():
+        for other in g:
+            if passed.get(other) != g:
+                raise GroupError(
+                    f"rank {comm.rank}: Create: world rank {w} passed the group of world ranks "
+                    f"{list(g)} but its member {other} passed "
+                    f"{list(passed[other]) if other in passed else 'a group without itself'}; "
+                    f"the groups passed to Create must be the same or disjoint")
 
 
 #: Create_group's tag must be below this (MPI's tag range; its messages travel on the
@@ -272,9 +320,14 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     me = comm._ep.group[comm.rank]
     if me not in group._members:
         return COMM_NULL
-    if not 0 <= int(tag) < _CREATE_GROUP_TAG:
+    try:   # as mpi4py's C int argument: numpy integers, floats truncated
+        tag_value = as_int(tag)
+    except (TypeError, ValueError, OverflowError):
+        tag_value = -1
+    if not 0 <= tag_value < _CREATE_GROUP_TAG:
         raise GroupError(f"rank {comm.rank}: Create_group(tag={tag!r}): tag must be in "
                          f"0..{_CREATE_GROUP_TAG - 1}")
+    tag = tag_value
     parent_rank = {w: i for i, w in enumerate(comm._ep.group)}
     members = [parent_rank[w] for w in group._members]      # parent ranks, in group order
     proposals = comm._exchange(comm._free_context(), "Create_group", members,

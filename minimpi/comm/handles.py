@@ -11,6 +11,9 @@
 """
 from __future__ import annotations
 
+import itertools
+import operator
+import weakref
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from ..errors import UnsupportedError
@@ -61,10 +64,65 @@ class _Refused:
         return type(name, (cls,), ns)
 
 
-class Errhandler:
+#: the live objects that were asked for an integer handle, by handle (weak: a handle names
+#: an object only while it lives)
+_BY_HANDLE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
+
+
+class IntHandles:
+    """mpi4py's integer handles of an object kind: ``handle``, ``fromhandle``, ``toint``,
+    ``fromint``, ``py2f``, ``f2py``.
+
+    minimpi's objects are no C handles, so an object gets a number (unique in the process)
+    the first time it is asked for one, and ``fromhandle`` finds it again while it lives;
+    a null object's handle is 0 and ``fromhandle(0)`` is a null object. A class using this
+    needs an ``_int_handle`` attribute (a slot, with ``__weakref__``, if it has slots).
+    """
+
+    __slots__ = ()
+
+    @property
+    def handle(self) -> int:
+        """An integer naming this object in this process (0 for a null handle)."""
+        if not self:
+            return 0
+        number = getattr(self, "_int_handle", 0)
+        if not number:
+            number = next(_next_handle)
+            self._int_handle = number
+            _BY_HANDLE[number] = self
+        return number
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> Any:
+        """The object ``handle`` names (``handle`` of it; 0: a null object)."""
+        number = operator.index(handle)
+        if number == 0:
+            return cls()
+        found = _BY_HANDLE.get(number)
+        if not isinstance(found, cls):
+            raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle!r}): no live "
+                             f"{cls.__name__} has this handle in this process")
+        return found
+
+    def toint(self) -> int:
+        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, value: int) -> Any:
+        return cls.fromhandle(value)
+
+    f2py = fromint
+
+
+class Errhandler(IntHandles):
     """An error handler handle; minimpi always raises exceptions (``ERRORS_RETURN``)."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("_name", "_int_handle", "__weakref__")
 
     def __init__(self, errhandler: Optional["Errhandler"] = None, _name: str = "ERRHANDLER_NULL") -> None:
         self._name = errhandler._name if errhandler is not None else _name
@@ -74,6 +132,8 @@ class Errhandler:
         predefined constants themselves stay usable."""
         if not any(self is c for c in _CONSTANT_ERRHANDLERS):
             self._name = "ERRHANDLER_NULL"
+
+    free = Free     # mpi4py 4's "Free unless null or predefined": Free already is that
 
     def __bool__(self) -> bool:
         return self._name != "ERRHANDLER_NULL"
@@ -94,7 +154,7 @@ ERRORS_ABORT = Errhandler(_name="ERRORS_ABORT")
 _CONSTANT_ERRHANDLERS = (ERRHANDLER_NULL, ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT)
 
 
-class Info:
+class Info(IntHandles):
     """``MPI.Info``: string key/value hints (kept, never interpreted by minimpi)."""
 
     def __init__(self, info: Optional["Info"] = None) -> None:
@@ -116,6 +176,42 @@ class Info:
     def Free(self) -> None:
         self._d.clear()
         self._null = True
+
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined info (mpi4py 4)."""
+        if not self._null and self is not INFO_ENV:
+            self.Free()
+
+    Create_env = classmethod(refusing("Info.Create_env (the MPI-4 start-up environment "
+                                      "info)", "MPI.Info.Create_env"))
+
+    # -- the rest of the mapping protocol mpi4py's Info has --------------------------------
+    def copy(self) -> "Info":
+        """A new info with the same keys and values (as ``Dup``)."""
+        return self.Dup()
+
+    def clear(self) -> None:
+        """Remove every key."""
+        self._d.clear()
+
+    def update(self, other: Any = (), **kwds: str) -> None:
+        """Set the keys of ``other`` (a mapping or key/value pairs) and ``kwds``."""
+        for key, value in dict(other, **kwds).items():
+            self.Set(key, value)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        """Remove ``key`` and return its value (``default`` if absent, else KeyError)."""
+        if key in self._d:
+            return self._d.pop(key)
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def popitem(self) -> Tuple[str, str]:
+        """Remove and return the last (key, value) pair (KeyError if empty)."""
+        if not self._d:
+            raise KeyError("popitem(): MPI.Info is empty")
+        return self._d.popitem()
 
     def Set(self, key: str, value: str) -> None:
         self._d[str(key)] = str(value)

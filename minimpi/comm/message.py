@@ -31,6 +31,7 @@ from ..p2p.request import (
     set_finish,
 )
 from ..transports.frames import F_OBJECT
+from .handles import IntHandles
 from .hints import looks_pickled, not_an_object
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,10 +124,10 @@ class ProbeWait:
         self.description = (call, "source", source, tag, comm.name)
 
 
-class Message:
+class Message(IntHandles):
     """A message taken by a matched probe (``MPI.Message``); receive it exactly once."""
 
-    __slots__ = ("_comm", "_inc", "_no_proc")
+    __slots__ = ("_comm", "_inc", "_no_proc", "_int_handle", "__weakref__")
 
     def __init__(self, message: Optional["Message"] = None) -> None:
         self._comm = message._comm if message is not None else None
@@ -227,8 +228,8 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
            call: str) -> Optional[Message]:
     """``Comm.Mprobe`` (blocking) and ``Comm.Improbe`` over the engine's unexpected queue."""
     comm._alive(call)
-    comm._check_source(source, call)
-    comm._check_recv_tag(tag, call)
+    source = comm._check_source(source, call)
+    tag = comm._check_recv_tag(tag, call)
     if source == PROC_NULL:
         null_status(status)
         return Message._make(None, None, no_proc=True)   # equal to MPI.MESSAGE_NO_PROC

@@ -36,6 +36,9 @@ class NullComm:
     def name(self) -> str:
         return "MPI_COMM_NULL"
 
+    def free(self) -> None:
+        """Nothing to free (mpi4py 4's ``free`` leaves null handles alone)."""
+
     def __reduce__(self):   # pickles by name, to this very object
         return (_comm_null, ())
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..errors import RequestError
 from ..p2p.request import Request, Status, assign_status
+from .handles import refusing
 
 
 class Prequest(Request):
@@ -151,3 +152,11 @@ class Prequest(Request):
     def __repr__(self) -> str:
         state = "freed" if self._freed_p else ("active" if self._op is not None else "inactive")
         return f"<Prequest {self.description} ({state})>"
+
+
+    # MPI-4 partitioned communication (Psend_init/Precv_init make such requests)
+    _PARTITIONED = "partitioned point-to-point (Psend_init/Precv_init)"
+    Pready = refusing(_PARTITIONED, "Prequest.Pready")
+    Pready_range = refusing(_PARTITIONED, "Prequest.Pready_range")
+    Pready_list = refusing(_PARTITIONED, "Prequest.Pready_list")
+    Parrived = refusing(_PARTITIONED, "Prequest.Parrived")

@@ -29,7 +29,9 @@ types pickle as the constructor calls that made them.
 """
 from __future__ import annotations
 
+import itertools
 import operator
+import weakref
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -40,6 +42,7 @@ from ..errors import (
     CountError,
     DatatypeError,
     UnknownDatatypeError,
+    UnsupportedError,
 )
 from . import constructors as _make
 from .constructors import (
@@ -152,7 +155,7 @@ class Datatype:
         if not isinstance(name, str):
             raise TypeError(f"MPI.Datatype() takes a Datatype, not {type(name).__name__}")
         self._name = name
-        self._handle = object()                   # what == compares: the MPI handle
+        self._handle = _HandleToken()             # what == compares: the MPI handle
         self._key = name                          # predefined: the name it pickles by
         self._predefined = predefined
         self._freed = False
@@ -764,6 +767,55 @@ class Datatype:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
+    # -- integer handles (mpi4py's handle / fromhandle / toint / fromint / py2f / f2py) ------
+    @property
+    def handle(self) -> int:
+        """An integer naming this datatype in this process (0 for a null handle), the same
+        for every handle object on it; ``fromhandle`` gives a handle on it back."""
+        if self.is_null:
+            return 0
+        token = self._handle
+        if not token.number:
+            token.number = next(_next_handle_number)
+        _DATATYPES_BY_HANDLE[token.number] = self
+        return token.number
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "Datatype":
+        """Another handle object on the datatype ``handle`` names (0: a null handle)."""
+        number = operator.index(handle)
+        if number == 0:
+            return cls()
+        found = _DATATYPES_BY_HANDLE.get(number)
+        if found is None:
+            raise ValueError(f"MPI.Datatype.fromhandle({handle!r}): no live datatype has "
+                             f"this handle in this process")
+        return cls(found)
+
+    def toint(self) -> int:
+        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, value: int) -> "Datatype":
+        return cls.fromhandle(value)
+
+    f2py = fromint
+
+    @staticmethod
+    def Create_keyval(*args: Any, **kwargs: Any) -> int:
+        """Not implemented: user attribute keyvals."""
+        raise UnsupportedError("Datatype.Create_keyval: minimpi does not implement user "
+                               "attribute keyvals (Create_keyval, Free_keyval)")
+
+    @staticmethod
+    def Free_keyval(*args: Any, **kwargs: Any) -> int:
+        """Not implemented: user attribute keyvals."""
+        raise UnsupportedError("Datatype.Free_keyval: minimpi does not implement user "
+                               "attribute keyvals (Create_keyval, Free_keyval)")
+
     def __hash__(self) -> int:
         return 0 if self.is_null else id(self._handle)
 
@@ -885,6 +937,22 @@ def elements_nbytes(datatype: Datatype, count: int) -> int:
         if rest == 0:
             break
     return nbytes
+
+
+class _HandleToken:
+    """The identity of one MPI datatype, shared by every handle object on it (what ``==``
+    compares), and the integer handle it gets the first time one is asked for."""
+
+    __slots__ = ("number", "__weakref__")
+
+    def __init__(self) -> None:
+        self.number = 0
+
+
+#: the datatypes asked for an integer handle, by handle (weak: a handle names a live type)
+_DATATYPES_BY_HANDLE: "weakref.WeakValueDictionary[int, Datatype]" = \
+    weakref.WeakValueDictionary()
+_next_handle_number = itertools.count(1)
 
 
 def _handle_of(t: Datatype) -> Datatype:

@@ -324,6 +324,11 @@ class Op:
         target._freed_flag = True
         self._live_user.discard(target)
 
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined operation (mpi4py 4)."""
+        if not self._predefined and not self.is_null:
+            self.Free()
+
     def _check_usable(self, call: str) -> None:
         if self._freed:
             raise OpError(f"{call}: operation {self._name} has been freed")

@@ -153,8 +153,28 @@ class Pickle:
                  protocol: int | None = None) -> None:
         self._dumps = dumps if dumps is not None else pickle.dumps
         self._loads = loads if loads is not None else pickle.loads
-        self.PROTOCOL = pickle.HIGHEST_PROTOCOL if protocol is None else protocol
-        self.THRESHOLD = 256 * 1024
+        self._protocol = pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+        self._threshold = 256 * 1024
+
+    # properties, as in mpi4py (where ``MPI.Pickle.PROTOCOL`` exists on the class too)
+    @property
+    def PROTOCOL(self) -> int:
+        """The pickle protocol ``dumps`` uses."""
+        return self._protocol
+
+    @PROTOCOL.setter
+    def PROTOCOL(self, protocol: int | None) -> None:
+        self._protocol = pickle.HIGHEST_PROTOCOL if protocol is None else int(protocol)
+
+    @property
+    def THRESHOLD(self) -> int:
+        """mpi4py's size above which buffers go out of band (kept; minimpi's own calls
+        always send large buffers out of band)."""
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, threshold: int | None) -> None:
+        self._threshold = 256 * 1024 if threshold is None else int(threshold)
 
     def dumps(self, obj: Any) -> bytes:
         """Serialize ``obj`` to plain pickle bytes."""

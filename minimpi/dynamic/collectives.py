@@ -39,6 +39,7 @@ from ..coll.slots import SEQ_MASK
 from ..comm.collectives.common import check_op, comm_lock, same_datatype
 from ..constants import PROC_NULL, ROOT
 from ..data.buffers import parse_buffer, parse_vbuffer, parse_wbuffer
+from ..data.cint import as_int
 from ..data.ops import SUM
 from ..errors import (
     CollectiveAbortedError,
@@ -154,10 +155,12 @@ class InterCollectiveMethods:
     def _check_root(self, root: Any, call: str) -> int:
         """``MPI.ROOT``, ``MPI.PROC_NULL`` or a rank of the remote group (else RootError,
         MPI_ERR_ROOT)."""
-        if isinstance(root, (int, np.integer)) and not isinstance(root, bool):
-            root = int(root)
-            if root in (ROOT, PROC_NULL) or 0 <= root < self._ep.size:
-                return root
+        try:   # as mpi4py's C int argument: numpy integers, floats truncated
+            value = as_int(root)
+        except (TypeError, ValueError, OverflowError):
+            value = None
+        if value is not None and (value in (ROOT, PROC_NULL) or 0 <= value < self._ep.size):
+            return value
         raise RootError(f"rank {self.rank}: {call}(root={root!r}) on {self.name}: invalid root "
                         f"for an intercommunicator; expected MPI.ROOT (this rank is the root), "
                         f"MPI.PROC_NULL (another rank of this group is) or a rank of the remote "

@@ -20,7 +20,6 @@ collectives and one exchange between the leaders over ``peer_comm`` (``tag``); `
 """
 from __future__ import annotations
 
-import operator
 import zlib
 from typing import Any, List, Sequence, Tuple
 
@@ -32,6 +31,7 @@ from ..comm.group import Group, group_of
 from ..comm.null import COMM_NULL
 from ..constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ..data import serialization
+from ..data.cint import as_int
 from ..errors import ArgumentError, CommError, RankError
 from ..p2p.endpoint import Endpoint
 from ..p2p.request import CompletedRequest
@@ -159,8 +159,8 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         with no member in the other group, gives ``COMM_NULL``."""
         self._alive("Split")
         try:
-            color, key = operator.index(color), operator.index(key)
-        except TypeError:
+            color, key = as_int(color), as_int(key)   # as mpi4py's C ints: floats truncated
+        except (TypeError, ValueError, OverflowError):
             raise ArgumentError(f"rank {self.rank}: Split(color={color!r}, key={key!r}) on "
                                 f"{self.name}: color and key must be ints") from None
         if color < 0 and color != UNDEFINED:
@@ -222,7 +222,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         """Split both groups by host (``COMM_TYPE_SHARED`` and the guided kinds) or give
         ``COMM_NULL`` (``MPI.UNDEFINED``); collective over both groups."""
         self._alive("Split_type")
-        split_type = operator.index(split_type)
+        split_type = as_int(split_type)
         color = UNDEFINED if split_type == UNDEFINED else self._local_endpoint.hosts[self.rank]
         return self.Split(color, key)
 
@@ -267,7 +267,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         local_comm = Intracomm.Create_from_group(local_group, stringtag)
         engine = local_comm._ep.engine
         remote = list(remote_group.world_ranks)
-        local_leader, remote_leader = operator.index(local_leader), operator.index(remote_leader)
+        local_leader, remote_leader = as_int(local_leader), as_int(remote_leader)
         if not 0 <= local_leader < local_comm.size:
             raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
                             f"local_leader={local_leader}): expected 0..{local_comm.size - 1}")
@@ -361,11 +361,13 @@ def create_intercomm(local_comm: Intracomm, local_leader: int, peer_comm: Comm,
     call = "Create_intercomm"
     local_comm._alive(call)
     rank = local_comm.rank
+    leaders = []
     for arg, value in (("local_leader", local_leader), ("remote_leader", remote_leader)):
-        try:
-            operator.index(value)
-        except TypeError:
+        try:   # as mpi4py's C int arguments: numpy integers, floats truncated
+            leaders.append(as_int(value))
+        except (TypeError, ValueError, OverflowError):
             raise RankError(f"rank {rank}: {call}({arg}={value!r}): expected an int") from None
+    local_leader, remote_leader = leaders
     if not 0 <= local_leader < local_comm.size:
         raise RankError(f"rank {rank}: {call}(local_leader={local_leader}) on "
                         f"{local_comm.name}: expected 0..{local_comm.size - 1}")
@@ -376,8 +378,18 @@ def create_intercomm(local_comm: Intracomm, local_leader: int, peer_comm: Comm,
         elif not 0 <= remote_leader < peer_comm.size:
             swap = (f"remote_leader={remote_leader} on {peer_comm.name}: expected "
                     f"0..{peer_comm.size - 1}")
-        elif isinstance(tag, bool) or not isinstance(tag, int) or tag < 0:
+        elif _tag_or_none(tag) is None:
             swap = f"tag={tag!r}: expected an int >= 0"
         else:
-            swap = _PeerSwap(peer_comm, remote_leader, tag)
+            swap = _PeerSwap(peer_comm, remote_leader, _tag_or_none(tag))
     return _create(local_comm, local_leader, swap, call)
+
+
+def _tag_or_none(tag: Any) -> Any:
+    """``tag`` as a non-negative int read as mpi4py reads its C int arguments (floats
+    truncated), or None if it is not one."""
+    try:
+        value = as_int(tag)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if value >= 0 else None

@@ -14,11 +14,16 @@ from minimpi.errors import TransportError
 from minimpi.transports.tcp import TcpTransport
 
 
-def test_send_to_a_float_rank_is_a_clear_error():
+def test_send_to_a_string_rank_is_a_clear_error():
+    # a float rank or tag is truncated, as mpi4py's C int arguments are (dest=0.0 is rank 0;
+    # tests/unit/test_mpi4py_api.py); a string, None or NaN is refused, naming the call
     code = ("from minimpi import MPI\n"
-            "for call in (lambda: MPI.COMM_WORLD.send(1, dest=1.0),\n"
+            "MPI.COMM_WORLD.send('ok', dest=0.0, tag=0.5)\n"
+            "print(MPI.COMM_WORLD.recv(source=0.0, tag=0))\n"
+            "for call in (lambda: MPI.COMM_WORLD.send(1, dest='0'),\n"
             "             lambda: MPI.COMM_WORLD.Recv(bytearray(1), source='0'),\n"
-            "             lambda: MPI.COMM_WORLD.send(1, dest=0, tag=0.5)):\n"
+            "             lambda: MPI.COMM_WORLD.send(1, dest=0, tag=None),\n"
+            "             lambda: MPI.COMM_WORLD.send(1, dest=1.0)):\n"
             "    try:\n"
             "        call()\n"
             "    except MPI.Exception as e:\n"
@@ -27,10 +32,12 @@ def test_send_to_a_float_rank_is_a_clear_error():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == ("RankError rank 0: send(dest=1.0): dest must be an integer "
-                        "(0..0 or MPI.PROC_NULL), not float")
-    assert lines[1].startswith("RankError rank 0: Recv(source='0'): source must be an integer")
-    assert lines[2].startswith("TagError rank 0: send(tag=0.5): tag must be an integer")
+    assert lines[0] == "ok"
+    assert lines[1] == ("RankError rank 0: send(dest='0'): dest must be an integer "
+                        "(0..0 or MPI.PROC_NULL), not str")
+    assert lines[2].startswith("RankError rank 0: Recv(source='0'): source must be an integer")
+    assert lines[3].startswith("TagError rank 0: send(tag=None): tag must be an integer")
+    assert lines[4].startswith("RankError rank 0: send(dest=1.0): invalid dest rank")
 
 
 def test_the_job_secret_does_not_reach_processes_a_rank_starts(write_script, job_marker):

@@ -449,8 +449,118 @@ def test_group_range_incl_excl():
 def test_split_takes_numpy_integer_color_and_key():
     def body(comm):
         sub = comm.Split(np.int64(comm.rank % 2), np.int32(-comm.rank))
-        with pytest.raises(MPI.Exception, match=r"Split\(color=1.5, key=0\)"):
-            comm.Split(1.5)
+        with pytest.raises(MPI.Exception, match=r"Split\(color='1', key=0\)"):
+            comm.Split("1")
         return sub.rank, sub.allreduce(comm.rank)
 
     assert run(4, body) == [(1, 2), (1, 4), (0, 2), (0, 4)]
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_create_with_disjoint_groups_gives_one_communicator_each(n):
+    # MPI 2.2: ranks may pass different groups to Create if the groups are disjoint; MPICH
+    # and Open MPI then build one communicator per group. Evens and odds here, the group
+    # listed backwards so that the new ranks follow the group's order, not the parent's.
+    def body(comm):
+        g = comm.Get_group()
+        mine = [r for r in range(comm.size) if r % 2 == comm.rank % 2][::-1]
+        sub = comm.Create(g.Incl(mine))
+        out = (sub.size, sub.rank, sub.allgather(comm.rank))
+        # a rank whose group leaves it out gets COMM_NULL (the others still get theirs)
+        lone = comm.Create(g.Incl([0, 1]) if comm.rank < 2 else g.Incl([]))
+        out += ((lone.size, lone.allreduce(comm.rank)) if lone else None,)
+        # overlapping groups that differ break MPI's rule: a clear error on every rank,
+        # and the communicator stays usable
+        with pytest.raises(MPI.Exception, match="must be the same or disjoint") as info:
+            comm.Create(g.Incl([0, 1]) if comm.rank == 0 else g.Incl([1, 2]) if comm.rank in (1, 2)
+                        else g.Incl([comm.rank]))
+        assert info.value.Get_error_class() == MPI.ERR_GROUP
+        out += (comm.Dup().allreduce(1),)
+        return out
+
+    res = run(n, body)
+    evens = [r for r in range(n) if r % 2 == 0][::-1]
+    odds = [r for r in range(n) if r % 2 == 1][::-1]
+    for r in range(n):
+        group = evens if r % 2 == 0 else odds
+        assert res[r][:3] == (len(group), group.index(r), group), r
+        assert res[r][3] == ((2, 1) if r < 2 else None), r
+        assert res[r][4] == n
+
+
+# -- integer arguments as mpi4py reads them ----------------------------------------------
+def test_c_int_conversion_follows_cythons_int_slot():
+    from minimpi.data.cint import as_int, c_int
+    assert [as_int(v) for v in (3, True, 2.0, 2.7, -2.7, np.int16(5), np.float32(4.5))] == \
+        [3, 1, 2, 2, -2, 5, 4]
+    for bad in ("1", b"1", None, [1], 1j):
+        with pytest.raises(TypeError):
+            as_int(bad)
+    with pytest.raises(ValueError):
+        as_int(float("nan"))
+    with pytest.raises(OverflowError):
+        as_int(float("inf"))
+    assert c_int(2.0 ** 31 - 1) == 2 ** 31 - 1
+    with pytest.raises(OverflowError):
+        c_int(2 ** 31)
+
+
+def test_float_ranks_roots_tags_and_ranges_are_taken_as_mpi4py_takes_them():
+    # mpi4py's ranks, roots and tags are C ints of Cython functions: a float is truncated
+    # (dest=2.0 is rank 2), a str is refused. Odd size on purpose.
+    def body(comm):
+        n, r = comm.size, comm.rank
+        right, left = float((r + 1) % n), (r - 1) % n + 0.9          # both truncate
+        comm.send(("obj", r), dest=right, tag=3.0)
+        got = [comm.recv(source=left, tag=3.7)]
+        buf = np.empty(2)
+        comm.Sendrecv(np.full(2, float(r)), dest=right, sendtag=1.0, recvbuf=buf,
+                      source=float(left), recvtag=1.0)
+        got.append(buf.tolist())
+        req = comm.Isend(np.full(1, r, dtype="i"), dest=np.float64(right), tag=np.int8(2))
+        probe = MPI.Status()
+        comm.Probe(source=float(left), tag=2.0, status=probe)
+        ibuf = np.empty(1, dtype="i")
+        comm.Recv(ibuf, source=probe.source + 0.0, tag=2.0)
+        req.Wait()
+        got.append(int(ibuf[0]))
+        got.append(comm.bcast("root says hi" if r == 1 else None, root=1.0))
+        vec = np.full(3, r, dtype="d") if r == 0 else np.empty(3)
+        comm.Bcast(vec, root=0.0)
+        got.append(vec.tolist())
+        got.append(comm.gather(r, root=np.float32(2.0)))
+        total = np.zeros(1)
+        comm.Reduce(np.ones(1), total if r == 0 else None, op=MPI.SUM, root=0.5)
+        got.append(float(total[0]))
+        # persistent requests and PROC_NULL given as a float
+        preq = comm.Send_init(np.zeros(1), dest=float(MPI.PROC_NULL), tag=0.0)
+        preq.Start()
+        preq.Wait()
+        preq.Free()
+        # group ranks and range triplets
+        g = comm.Get_group()
+        got.append(g.Incl([2.0, 0.0]).Translate_ranks([0.0, 1.0], g))
+        got.append(g.Range_incl([(0.0, float(n - 1), 2.0)]).Translate_ranks(None, g))
+        got.append(g.Range_excl([(np.float64(1), 1, 1)]).size)
+        # refusals name the call and the argument
+        with pytest.raises(MPI.Exception, match=r"send\(dest='1'\): dest must be an integer"):
+            comm.send(1, dest="1")
+        with pytest.raises(MPI.Exception, match=r"bcast\(root=None\).*invalid root"):
+            comm.bcast(1, root=None)
+        with pytest.raises(MPI.Exception, match=r"Irecv\(tag=nan\): tag must be an integer"):
+            comm.Irecv(np.empty(1), source=0, tag=float("nan"))
+        with pytest.raises(MPI.Exception, match=r"Incl: ranks holds '0'"):
+            g.Incl(["0"])
+        with pytest.raises(MPI.Exception, match=r"Range_incl: range \(0, 1\) is not a"):
+            g.Range_incl([(0, 1)])
+        return got
+
+    n = 5
+    res = run(n, body)
+    for r in range(n):
+        left = (r - 1) % n
+        assert res[r][:4] == [("obj", left), [float(left)] * 2, left, "root says hi"], r
+        assert res[r][4] == [0.0] * 3
+        assert res[r][5] == (list(range(n)) if r == 2 else None)
+        assert res[r][6] == (float(n) if r == 0 else 0.0)
+        assert res[r][7:] == [[2, 0], [0, 2, 4], n - 1]

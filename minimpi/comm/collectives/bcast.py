@@ -19,7 +19,7 @@ class BcastMethods:
 
     @collective
     def _ibcast(self, buf, root, algorithm, call, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
         return execute(self, "bcast", call, spec.nbytes,
                        lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
@@ -35,7 +35,7 @@ class BcastMethods:
 
     @collective
     def _bcast_obj(self, obj, root, algorithm, call, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         return execute(self, "bcast", call, 0,
                        lambda alg, ch: alg(ch, obj if self.rank == root else None, root),
                        root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

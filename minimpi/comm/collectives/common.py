@@ -20,6 +20,7 @@ from ...coll.registry import Algorithm, choose
 from ...coll.schedule import Channel, Schedule, run, start
 from ...coll.slots import SEQ_MASK
 from ...constants import IN_PLACE
+from ...data.cint import as_int
 from ...data.ops import Op
 from ...errors import (
     CollectiveAbortedError,
@@ -79,10 +80,17 @@ def note_slot(comm: Any, seq: int) -> None:
         stack[-1].append(seq & SEQ_MASK)
 
 
-def check_root(comm: Any, root: int, call: str) -> None:
-    if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+def check_root(comm: Any, root: Any, call: str) -> int:
+    """``root`` as an int, read as mpi4py reads its C int arguments (numpy integers, floats
+    truncated: ``root=0.0`` is rank 0); RootError unless it is a rank of ``comm``."""
+    try:
+        value = as_int(root)
+    except (TypeError, ValueError, OverflowError):
+        value = -1
+    if not 0 <= value < comm.size:
         raise RootError(f"rank {comm.rank}: {call}(root={root!r}) on {comm.name}: invalid root; "
                         f"expected 0..{comm.size - 1}")
+    return value
 
 
 def execute(comm: Any, collective: str, call: str, nbytes: int,

@@ -30,7 +30,7 @@ class GatherMethods:
 
     @collective
     def _gather_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         p, at_root = self.size, self.rank == root
         send = parse_buffer(in_place(sendbuf) if at_root else sendbuf, writable=False, call=call,
                             arg="sendbuf", allow_in_place=at_root)
@@ -66,7 +66,7 @@ class GatherMethods:
 
     @collective
     def _gather_obj(self, sendobj, root, algorithm, call, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         model = default_model()
         return execute(self, "gather", call, 0,
                        lambda alg, ch: alg(ch, ListedBlocks(ch, root, own=sendobj, objects=True),

@@ -25,7 +25,7 @@ class ReduceMethods:
 
     @collective
     def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         op = check_op(self, op, call)
         at_root = self.rank == root
         acc, datatype, finish = _reduce_operands(self, sendbuf, recvbuf, call, use_recv=at_root)
@@ -45,7 +45,7 @@ class ReduceMethods:
 
     @collective
     def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         op = check_op(self, op, call)
         red = Operand(op, True, None, call)
         return execute(self, "reduce", call, 0, lambda alg, ch: alg(ch, red, sendobj, root),

@@ -31,7 +31,7 @@ class ScatterMethods:
 
     @collective
     def _scatter_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         p, at_root = self.size, self.rank == root
         recv = parse_buffer(in_place(recvbuf) if at_root else recvbuf, writable=True, call=call,
                             arg="recvbuf", allow_in_place=at_root)
@@ -66,7 +66,7 @@ class ScatterMethods:
 
     @collective
     def _scatter_obj(self, sendobj, root, algorithm, call, nonblocking):
-        check_root(self, root, call)
+        root = check_root(self, root, call)
         items = None
         if self.rank == root:
             try:

@@ -48,7 +48,9 @@ from ..transports import signal_guard
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
+from .collectives.neighbor import NeighborMethods
 from .extras import CommExtras
+from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
 from .group import GroupError, create_group
 from .handles import refusing
 from .hints import recv_buf_error, recv_buffer_error
@@ -593,6 +595,27 @@ class Comm(CommExtras):
             cart._ep.name = self.name.replace(".split", ".cart", 1)
         return cart
 
+    def _as_graph(self, index: Sequence[int], edges: Sequence[int]) -> "Graphcomm":
+        """A graph handle on this communicator's state (Create_graph, Graphcomm.Dup)."""
+        graph = Graphcomm(self)
+        graph._index = tuple(int(i) for i in index)
+        graph._edges = tuple(int(e) for e in edges)
+        if ".split" in self.name:
+            graph._ep.name = self.name.replace(".split", ".graph", 1)
+        return graph
+
+    def _as_dist_graph(self, sources: Sequence[int], destinations: Sequence[int],
+                       sourceweights: Optional[Sequence[int]],
+                       destweights: Optional[Sequence[int]]) -> "Distgraphcomm":
+        """A distributed-graph handle on this communicator's state (weights None:
+        unweighted)."""
+        graph = Distgraphcomm(self)
+        graph._sources = tuple(int(r) for r in sources)
+        graph._destinations = tuple(int(r) for r in destinations)
+        graph._sourceweights = None if sourceweights is None else tuple(sourceweights)
+        graph._destweights = None if destweights is None else tuple(destweights)
+        return graph
+
     @collective
     def Dup(self, info: Any = None) -> "Intracomm":
         """A new communicator with the same members whose messages never mix with this one's
@@ -948,11 +971,24 @@ class Intercomm(Comm):
         return False
 
 
-class Cartcomm(CartMixin, Intracomm):
+class Topocomm(NeighborMethods, TopoMixin, Intracomm):
+    """A communicator with a process topology (``MPI.Topocomm``): neighbour lists, degrees
+    and the neighbourhood collectives (see minimpi.comm.graph)."""
+
+
+class Cartcomm(CartMixin, Topocomm):
     """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.comm.topology)."""
 
+    def _compute_neighbours(self):
+        return cart_neighbours(self)
 
-Topocomm = Intracomm
+
+class Graphcomm(GraphMixin, Topocomm):
+    """A communicator with a graph topology (``MPI.Graphcomm``; see minimpi.comm.graph)."""
+
+
+class Distgraphcomm(DistGraphMixin, Topocomm):
+    """A communicator with a distributed-graph topology (``MPI.Distgraphcomm``)."""
 
 
 def endpoint_of(obj: Any) -> Optional[Endpoint]:

@@ -21,7 +21,10 @@ from ..coll.slots import SEQ_MASK
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
+    CART,
     CONGRUENT,
+    DIST_GRAPH,
+    GRAPH,
     IDENT,
     PROC_NULL,
     SIMILAR,
@@ -588,7 +591,7 @@ class Comm(CommExtras):
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""
-        cart = Cartcomm(self)          # a handle sharing the communicator's state
+        cart = _topology_handle(Cartcomm, self)
         cart._dims = tuple(int(d) for d in dims)
         cart._periods = tuple(bool(p) for p in periods)
         if ".split" in self.name:
@@ -597,7 +600,7 @@ class Comm(CommExtras):
 
     def _as_graph(self, index: Sequence[int], edges: Sequence[int]) -> "Graphcomm":
         """A graph handle on this communicator's state (Create_graph, Graphcomm.Dup)."""
-        graph = Graphcomm(self)
+        graph = _topology_handle(Graphcomm, self)
         graph._index = tuple(int(i) for i in index)
         graph._edges = tuple(int(e) for e in edges)
         if ".split" in self.name:
@@ -609,7 +612,7 @@ class Comm(CommExtras):
                        destweights: Optional[Sequence[int]]) -> "Distgraphcomm":
         """A distributed-graph handle on this communicator's state (weights None:
         unweighted)."""
-        graph = Distgraphcomm(self)
+        graph = _topology_handle(Distgraphcomm, self)
         graph._sources = tuple(int(r) for r in sources)
         graph._destinations = tuple(int(r) for r in destinations)
         graph._sourceweights = None if sourceweights is None else tuple(sourceweights)
@@ -770,7 +773,7 @@ class Comm(CommExtras):
         if comm is None:
             raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live communicator "
                              f"has this handle in this process")
-        if cls is Comm and comm.Is_inter():   # mpi4py: Comm.fromhandle keeps the kind
+        if cls is Comm and (comm.Is_inter() or isinstance(comm, Topocomm)):   # keeps the kind
             cls = type(comm)
         return cls(comm)
 
@@ -975,9 +978,25 @@ class Topocomm(NeighborMethods, TopoMixin, Intracomm):
     """A communicator with a process topology (``MPI.Topocomm``): neighbour lists, degrees
     and the neighbourhood collectives (see minimpi.comm.graph)."""
 
+    #: the topology a handle of this class must have (None: any topology)
+    _required_topology: Optional[int] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if args and isinstance(args[0], Comm) and self:   # a new handle on a communicator
+            kind = CommExtras.Get_topology(self)
+            wanted = self._required_topology
+            if kind == UNDEFINED or (wanted is not None and kind != wanted):
+                self.__dict__ = {"_null": True, "_freed": True, "_attrs": {},
+                                 "_ep": NULL_ENDPOINT}
+                raise TypeError(f"MPI.{type(self).__name__}({args[0].name}): that "
+                                f"communicator has {_TOPOLOGY_NAMES.get(kind, 'no')} topology")
+
 
 class Cartcomm(CartMixin, Topocomm):
     """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.comm.topology)."""
+
+    _required_topology = CART
 
     def _compute_neighbours(self):
         return cart_neighbours(self)
@@ -986,9 +1005,24 @@ class Cartcomm(CartMixin, Topocomm):
 class Graphcomm(GraphMixin, Topocomm):
     """A communicator with a graph topology (``MPI.Graphcomm``; see minimpi.comm.graph)."""
 
+    _required_topology = GRAPH
+
 
 class Distgraphcomm(DistGraphMixin, Topocomm):
     """A communicator with a distributed-graph topology (``MPI.Distgraphcomm``)."""
+
+    _required_topology = DIST_GRAPH
+
+
+_TOPOLOGY_NAMES = {CART: "a Cartesian", GRAPH: "a graph", DIST_GRAPH: "a distributed-graph"}
+
+
+def _topology_handle(cls: type, comm: "Comm") -> Any:
+    """A handle of topology class ``cls`` sharing ``comm``'s state, before its topology is
+    set (the class's constructor would refuse a communicator without one)."""
+    handle = object.__new__(cls)
+    handle.__dict__ = comm.__dict__
+    return handle
 
 
 def endpoint_of(obj: Any) -> Optional[Endpoint]:

@@ -74,6 +74,11 @@ class CommExtras:
     def topology(self) -> int:
         return self.Get_topology()
 
+    @property
+    def is_topo(self) -> bool:
+        """Whether this communicator has a process topology."""
+        return self.Get_topology() != UNDEFINED
+
     def Create_graph(self, index: Sequence[int], edges: Sequence[int],
                      reorder: bool = False) -> Any:
         """A graph communicator (``MPI.Graphcomm``; collective; see minimpi.comm.graph)."""

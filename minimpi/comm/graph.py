@@ -44,9 +44,9 @@ def _weights(weights: Any, count: int, call: str, arg: str, rank: int) -> Option
     if weights is None or (isinstance(weights, int) and weights == UNWEIGHTED):
         return None
     if isinstance(weights, int) and weights == WEIGHTS_EMPTY:
-        if count:
-            raise ArgumentError(f"rank {rank}: {call}: {arg}=MPI.WEIGHTS_EMPTY but the degree "
-                                f"is {count}, not 0")
+        if count:   # a ValueError, as in mpi4py
+            raise ValueError(f"rank {rank}: {call}: {arg}=MPI.WEIGHTS_EMPTY but the degree "
+                             f"is {count}, not 0")
         return None
     values = _ints(weights, call, arg, rank)
     if len(values) != count:

@@ -4,7 +4,7 @@ Ranks are laid out in row-major order (the last dimension varies fastest), as MP
 ``rank = ((c0 * d1) + c1) * d2 + c2``. ``reorder`` is accepted and ignored (every rank keeps
 its rank), which MPI allows. Ranks beyond ``prod(dims)`` get ``MPI.COMM_NULL``.
 
-Graph and distributed-graph topologies are not implemented (``UnsupportedError``).
+Graph and distributed-graph topologies: :mod:`minimpi.comm.graph`.
 """
 from __future__ import annotations
 
@@ -96,6 +96,10 @@ class CartMixin:
 
     @property
     def ndim(self) -> int:
+        return len(self._dims)
+
+    @property
+    def dim(self) -> int:
         return len(self._dims)
 
     @property
@@ -193,8 +197,8 @@ def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bo
     """``Intracomm.Create_cart`` (collective over ``comm``)."""
     comm._alive("Create_cart")
     dims = [int(d) for d in dims]
-    if periods is None:
-        periods = [False] * len(dims)
+    if periods is None or isinstance(periods, (bool, int)):   # mpi4py: one flag for all
+        periods = [bool(periods)] * len(dims)
     periods = [bool(p) for p in periods]
     if len(periods) != len(dims):
         raise DimsError(f"rank {comm.rank}: Create_cart(dims={dims}, periods={periods}): "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from ..constants import CART, PROC_NULL, UNDEFINED
-from ..errors import ERR_DIMS, ERR_TOPOLOGY, MinimpiError, RankError
+from ..errors import ERR_DIMS, ERR_TOPOLOGY, CountError, MinimpiError, RankError
 from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -200,8 +200,8 @@ def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bo
     if periods is None or isinstance(periods, (bool, int)):   # mpi4py: one flag for all
         periods = [bool(periods)] * len(dims)
     periods = [bool(p) for p in periods]
-    if len(periods) != len(dims):
-        raise DimsError(f"rank {comm.rank}: Create_cart(dims={dims}, periods={periods}): "
+    if len(periods) != len(dims):     # a ValueError, as mpi4py's length check
+        raise CountError(f"rank {comm.rank}: Create_cart(dims={dims}, periods={periods}): "
                         f"dims and periods must have the same length")
     if any(d <= 0 for d in dims):
         raise DimsError(f"rank {comm.rank}: Create_cart(dims={dims}): every dimension must "

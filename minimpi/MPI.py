@@ -7,7 +7,7 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
-``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), graph topologies,
+``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...),
 generalized requests and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,

@@ -288,10 +288,15 @@ def test_neighbour_calls_check_counts_and_refuse_plain_communicators():
             g.neighbor_alltoall([1])
         except MinimpiError as exc:
             errors.append(str(exc))
+        try:
+            g.Neighbor_allgather_init(np.zeros(1), np.zeros(2))
+        except NotImplementedError as exc:
+            errors.append(str(exc))
         g.Barrier()
         return errors, hasattr(comm, "Neighbor_allgather")
 
     for errors, plain_has in run_threads(3, body, timeout=30):
         assert "Neighbor_allgather" in errors[0] and "recvbuf" in errors[0]
         assert "neighbor_alltoall" in errors[1] and "2 objects" in errors[1]
+        assert "Neighbor_allgather_init" in errors[2] and "persistent" in errors[2]
         assert not plain_has

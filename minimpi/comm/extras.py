@@ -14,6 +14,7 @@ from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
 from ..errors import CommError, MinimpiError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
+from .collectives.common import collective
 from .graph import (
     cart_map,
     create_dist_graph,
@@ -59,6 +60,7 @@ class CommExtras:
         return create_group(self, group, tag)
 
     # -- topologies ------------------------------------------------------------------------
+    @collective   # bad arguments on one rank: the others raise too, none waits
     def Create_cart(self, dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
                     reorder: bool = False) -> Any:
         return create_cart(self, dims, periods, reorder)
@@ -79,11 +81,13 @@ class CommExtras:
         """Whether this communicator has a process topology."""
         return self.Get_topology() != UNDEFINED
 
+    @collective
     def Create_graph(self, index: Sequence[int], edges: Sequence[int],
                      reorder: bool = False) -> Any:
         """A graph communicator (``MPI.Graphcomm``; collective; see minimpi.comm.graph)."""
         return create_graph(self, index, edges, reorder)
 
+    @collective
     def Create_dist_graph_adjacent(self, sources: Sequence[int], destinations: Sequence[int],
                                    sourceweights: Any = None, destweights: Any = None,
                                    info: Any = None, reorder: bool = False) -> Any:
@@ -91,6 +95,7 @@ class CommExtras:
         return create_dist_graph_adjacent(self, sources, destinations, sourceweights,
                                           destweights, info, reorder)
 
+    @collective
     def Create_dist_graph(self, sources: Sequence[int], degrees: Sequence[int],
                           destinations: Sequence[int], weights: Any = None, info: Any = None,
                           reorder: bool = False) -> Any:

@@ -22,7 +22,7 @@ import operator
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..constants import DIST_GRAPH, GRAPH, PROC_NULL, UNDEFINED
-from ..errors import ArgumentError, RankError
+from ..errors import ArgumentError, CountError, RankError
 from .null import COMM_NULL
 from .topology import DimsError, TopologyError
 
@@ -49,8 +49,8 @@ def _weights(weights: Any, count: int, call: str, arg: str, rank: int) -> Option
                              f"is {count}, not 0")
         return None
     values = _ints(weights, call, arg, rank)
-    if len(values) != count:
-        raise ArgumentError(f"rank {rank}: {call}: {arg} has {len(values)} weights for "
+    if len(values) != count:    # a ValueError, as mpi4py's length checks
+        raise CountError(f"rank {rank}: {call}: {arg} has {len(values)} weights for "
                             f"{count} edges")
     return values
 
@@ -304,10 +304,10 @@ def create_dist_graph(comm: Any, sources: Sequence[int], degrees: Sequence[int],
     degrees = _ints(degrees, call, "degrees", rank)
     destinations = _ints(destinations, call, "destinations", rank)
     if len(degrees) != len(sources):
-        raise ArgumentError(f"rank {rank}: {call}: {len(sources)} sources but {len(degrees)} "
+        raise CountError(f"rank {rank}: {call}: {len(sources)} sources but {len(degrees)} "
                             f"degrees")
     if any(d < 0 for d in degrees) or sum(degrees) != len(destinations):
-        raise ArgumentError(f"rank {rank}: {call}: degrees {degrees} must be >= 0 and add up "
+        raise CountError(f"rank {rank}: {call}: degrees {degrees} must be >= 0 and add up "
                             f"to len(destinations)={len(destinations)}")
     w = _weights(weights, len(destinations), call, "weights", rank)
     _check_ranks(sources, comm.size, call, "sources", rank)

@@ -300,3 +300,40 @@ def test_neighbour_calls_check_counts_and_refuse_plain_communicators():
         assert "neighbor_alltoall" in errors[1] and "2 objects" in errors[1]
         assert "Neighbor_allgather_init" in errors[2] and "persistent" in errors[2]
         assert not plain_has
+
+
+def test_length_mismatches_are_value_errors_as_in_mpi4py():
+    def body(comm):
+        caught = []
+        for bad in (lambda: comm.Create_dist_graph([0], [1, 2], [0]),
+                    lambda: comm.Create_dist_graph([0], [2], [0]),
+                    lambda: comm.Create_dist_graph_adjacent([0], [0], [1, 2], None),
+                    lambda: comm.Create_dist_graph_adjacent([0], [0], MPI.WEIGHTS_EMPTY),
+                    lambda: comm.Create_cart([comm.size], [True, True])):
+            try:
+                bad()
+            except ValueError as exc:
+                caught.append(str(exc))
+        return caught
+
+    for caught in run_threads(3, body, timeout=30):
+        assert len(caught) == 5
+        assert all(msg.startswith("rank ") for msg in caught)
+
+
+def test_bad_arguments_on_one_rank_fail_every_rank_instead_of_hanging():
+    def body(comm):
+        outcomes = []
+        for make in (lambda bad: comm.Create_dist_graph_adjacent([9 if bad else 0], []),
+                     lambda bad: comm.Create_dist_graph([0], [1], [9 if bad else 0])):
+            try:
+                make(comm.rank == 1)
+                outcomes.append("made")
+            except MinimpiError as exc:
+                outcomes.append(type(exc).__name__)
+        comm.Barrier()        # the communicator still works afterwards
+        return outcomes
+
+    res = run_threads(3, body, timeout=30)
+    assert res[1] == ["RankError", "RankError"]
+    assert res[0] == res[2] == ["CollectiveAbortedError", "CollectiveAbortedError"]

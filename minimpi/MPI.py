@@ -7,7 +7,7 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
-``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), graph topologies,
+``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...),
 generalized requests and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
@@ -27,6 +27,8 @@ import time as _time
 # isort: skip_file
 from . import __version__ as _minimpi_version
 from .comm.communicator import Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
+from .comm.communicator import Distgraphcomm, Graphcomm  # noqa: F401
+from .comm.graph import UNWEIGHTED, WEIGHTS_EMPTY  # noqa: F401
 from .dynamic import Intercomm  # noqa: F401
 from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
                                 COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
@@ -267,8 +269,6 @@ def _comm_lock_table(comm) -> dict:
 
 
 # -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
-Graphcomm = _Refused._make("Graphcomm", "Graph")
-Distgraphcomm = _Refused._make("Distgraphcomm", "Graph")
 
 
 class Grequest(Request):

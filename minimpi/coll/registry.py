@@ -284,4 +284,5 @@ COLLECTIVE_MODULES = [
     "bcast",
     "scatter", "gather", "reduce", "barrier", "scan",
     "allreduce", "allgather", "reduce_scatter", "alltoall",
+    "neighbor",
 ]

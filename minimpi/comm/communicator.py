@@ -21,7 +21,10 @@ from ..coll.slots import SEQ_MASK
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
+    CART,
     CONGRUENT,
+    DIST_GRAPH,
+    GRAPH,
     IDENT,
     PROC_NULL,
     SIMILAR,
@@ -49,7 +52,9 @@ from ..transports import signal_guard
 from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
+from .collectives.neighbor import NeighborMethods
 from .extras import CommExtras
+from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
 from .group import GroupError, create_group
 from .handles import refusing
 from .hints import recv_buf_error, recv_buffer_error
@@ -606,12 +611,33 @@ class Comm(CommExtras):
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""
-        cart = Cartcomm(self)          # a handle sharing the communicator's state
+        cart = _topology_handle(Cartcomm, self)
         cart._dims = tuple(int(d) for d in dims)
         cart._periods = tuple(bool(p) for p in periods)
         if ".split" in self.name:
             cart._ep.name = self.name.replace(".split", ".cart", 1)
         return cart
+
+    def _as_graph(self, index: Sequence[int], edges: Sequence[int]) -> "Graphcomm":
+        """A graph handle on this communicator's state (Create_graph, Graphcomm.Dup)."""
+        graph = _topology_handle(Graphcomm, self)
+        graph._index = tuple(int(i) for i in index)
+        graph._edges = tuple(int(e) for e in edges)
+        if ".split" in self.name:
+            graph._ep.name = self.name.replace(".split", ".graph", 1)
+        return graph
+
+    def _as_dist_graph(self, sources: Sequence[int], destinations: Sequence[int],
+                       sourceweights: Optional[Sequence[int]],
+                       destweights: Optional[Sequence[int]]) -> "Distgraphcomm":
+        """A distributed-graph handle on this communicator's state (weights None:
+        unweighted)."""
+        graph = _topology_handle(Distgraphcomm, self)
+        graph._sources = tuple(int(r) for r in sources)
+        graph._destinations = tuple(int(r) for r in destinations)
+        graph._sourceweights = None if sourceweights is None else tuple(sourceweights)
+        graph._destweights = None if destweights is None else tuple(destweights)
+        return graph
 
     @collective
     def Dup(self, info: Any = None) -> "Intracomm":
@@ -772,7 +798,7 @@ class Comm(CommExtras):
         if comm is None:
             raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live communicator "
                              f"has this handle in this process")
-        if cls is Comm and comm.Is_inter():   # mpi4py: Comm.fromhandle keeps the kind
+        if cls is Comm and (comm.Is_inter() or isinstance(comm, Topocomm)):   # keeps the kind
             cls = type(comm)
         return cls(comm)
 
@@ -978,11 +1004,55 @@ class Intercomm(Comm):
         return False
 
 
-class Cartcomm(CartMixin, Intracomm):
+class Topocomm(NeighborMethods, TopoMixin, Intracomm):
+    """A communicator with a process topology (``MPI.Topocomm``): neighbour lists, degrees
+    and the neighbourhood collectives (see minimpi.comm.graph)."""
+
+    #: the topology a handle of this class must have (None: any topology)
+    _required_topology: Optional[int] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if args and isinstance(args[0], Comm) and self:   # a new handle on a communicator
+            kind = CommExtras.Get_topology(self)
+            wanted = self._required_topology
+            if kind == UNDEFINED or (wanted is not None and kind != wanted):
+                self.__dict__ = {"_null": True, "_freed": True, "_attrs": {},
+                                 "_ep": NULL_ENDPOINT}
+                raise TypeError(f"MPI.{type(self).__name__}({args[0].name}): that "
+                                f"communicator has {_TOPOLOGY_NAMES.get(kind, 'no')} topology")
+
+
+class Cartcomm(CartMixin, Topocomm):
     """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.comm.topology)."""
 
+    _required_topology = CART
 
-Topocomm = Intracomm
+    def _compute_neighbours(self):
+        return cart_neighbours(self)
+
+
+class Graphcomm(GraphMixin, Topocomm):
+    """A communicator with a graph topology (``MPI.Graphcomm``; see minimpi.comm.graph)."""
+
+    _required_topology = GRAPH
+
+
+class Distgraphcomm(DistGraphMixin, Topocomm):
+    """A communicator with a distributed-graph topology (``MPI.Distgraphcomm``)."""
+
+    _required_topology = DIST_GRAPH
+
+
+_TOPOLOGY_NAMES = {CART: "a Cartesian", GRAPH: "a graph", DIST_GRAPH: "a distributed-graph"}
+
+
+def _topology_handle(cls: type, comm: "Comm") -> Any:
+    """A handle of topology class ``cls`` sharing ``comm``'s state, before its topology is
+    set (the class's constructor would refuse a communicator without one)."""
+    handle = object.__new__(cls)
+    handle.__dict__ = comm.__dict__
+    return handle
 
 #: The collectives mpi4py's ``Comm`` class itself has: ``Intracomm`` and ``Intercomm`` define
 #: them, and a plain ``MPI.Comm`` handle (``MPI.Comm(MPI.COMM_WORLD)``) runs them as the kind

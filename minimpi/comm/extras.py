@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
 from ..errors import CommError, MinimpiError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
 from .collectives.common import collective
+from .graph import (
+    cart_map,
+    create_dist_graph,
+    create_dist_graph_adjacent,
+    create_graph,
+    graph_map,
+)
 from .group import comm_group, create, create_group
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .message import mprobe
@@ -55,20 +62,55 @@ class CommExtras:
         return create_group(self, group, tag)
 
     # -- topologies ------------------------------------------------------------------------
+    @collective   # bad arguments on one rank: the others raise too, none waits
     def Create_cart(self, dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
                     reorder: bool = False) -> Any:
         return create_cart(self, dims, periods, reorder)
 
     def Get_topology(self) -> int:
+        """``MPI.CART``, ``MPI.GRAPH``, ``MPI.DIST_GRAPH``, or ``MPI.UNDEFINED`` (none)."""
+        for attr, kind in (("_dims", CART), ("_index", GRAPH), ("_sources", DIST_GRAPH)):
+            if attr in self.__dict__:     # any handle on a topology communicator
+                return kind
         return UNDEFINED
 
     @property
     def topology(self) -> int:
         return self.Get_topology()
 
-    Create_graph = refusing("Graph", "Intracomm.Create_graph")
-    Create_dist_graph = refusing("Graph", "Intracomm.Create_dist_graph")
-    Create_dist_graph_adjacent = refusing("Graph", "Intracomm.Create_dist_graph_adjacent")
+    @property
+    def is_topo(self) -> bool:
+        """Whether this communicator has a process topology."""
+        return self.Get_topology() != UNDEFINED
+
+    @collective
+    def Create_graph(self, index: Sequence[int], edges: Sequence[int],
+                     reorder: bool = False) -> Any:
+        """A graph communicator (``MPI.Graphcomm``; collective; see minimpi.comm.graph)."""
+        return create_graph(self, index, edges, reorder)
+
+    @collective
+    def Create_dist_graph_adjacent(self, sources: Sequence[int], destinations: Sequence[int],
+                                   sourceweights: Any = None, destweights: Any = None,
+                                   info: Any = None, reorder: bool = False) -> Any:
+        """A distributed-graph communicator from each rank's own in- and out-neighbours."""
+        return create_dist_graph_adjacent(self, sources, destinations, sourceweights,
+                                          destweights, info, reorder)
+
+    @collective
+    def Create_dist_graph(self, sources: Sequence[int], degrees: Sequence[int],
+                          destinations: Sequence[int], weights: Any = None, info: Any = None,
+                          reorder: bool = False) -> Any:
+        """A distributed-graph communicator from edges any rank may name."""
+        return create_dist_graph(self, sources, degrees, destinations, weights, info, reorder)
+
+    def Cart_map(self, dims: Sequence[int], periods: Any = None) -> int:
+        """This rank's rank in a Cartesian grid of ``dims`` (``MPI.UNDEFINED``: outside)."""
+        return cart_map(self, dims, periods)
+
+    def Graph_map(self, index: Sequence[int], edges: Sequence[int]) -> int:
+        """This rank's rank in the graph (``MPI.UNDEFINED``: outside)."""
+        return graph_map(self, index, edges)
 
     # -- persistent requests ---------------------------------------------------------------
     def _persistent(self, start, call: str, peer_name: str, peer: int, tag: int) -> Request:

@@ -23,7 +23,6 @@ _WHY = {
     "File": "MPI-IO (MPI.File)",
     "Spawn": "dynamic process management (Spawn, Connect/Accept, Get_parent intercomms)",
     "Intercomm": "intercommunicators (Create_intercomm, Intercomm)",
-    "Graph": "graph topologies (Create_graph, Create_dist_graph)",
     "Datatype": "derived datatypes other than contiguous ones",
     "MPI_T": "the MPI tool interface (MPI_T)",
     "Grequest": "generalized requests (Grequest)",

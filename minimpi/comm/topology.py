@@ -4,14 +4,14 @@ Ranks are laid out in row-major order (the last dimension varies fastest), as MP
 ``rank = ((c0 * d1) + c1) * d2 + c2``. ``reorder`` is accepted and ignored (every rank keeps
 its rank), which MPI allows. Ranks beyond ``prod(dims)`` get ``MPI.COMM_NULL``.
 
-Graph and distributed-graph topologies are not implemented (``UnsupportedError``).
+Graph and distributed-graph topologies: :mod:`minimpi.comm.graph`.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from ..constants import CART, PROC_NULL, UNDEFINED
-from ..errors import ERR_DIMS, ERR_TOPOLOGY, MinimpiError, RankError
+from ..errors import ERR_DIMS, ERR_TOPOLOGY, CountError, MinimpiError, RankError
 from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +96,10 @@ class CartMixin:
 
     @property
     def ndim(self) -> int:
+        return len(self._dims)
+
+    @property
+    def dim(self) -> int:
         return len(self._dims)
 
     @property
@@ -193,11 +197,11 @@ def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bo
     """``Intracomm.Create_cart`` (collective over ``comm``)."""
     comm._alive("Create_cart")
     dims = [int(d) for d in dims]
-    if periods is None:
-        periods = [False] * len(dims)
+    if periods is None or isinstance(periods, (bool, int)):   # mpi4py: one flag for all
+        periods = [bool(periods)] * len(dims)
     periods = [bool(p) for p in periods]
-    if len(periods) != len(dims):
-        raise DimsError(f"rank {comm.rank}: Create_cart(dims={dims}, periods={periods}): "
+    if len(periods) != len(dims):     # a ValueError, as mpi4py's length check
+        raise CountError(f"rank {comm.rank}: Create_cart(dims={dims}, periods={periods}): "
                         f"dims and periods must have the same length")
     if any(d <= 0 for d in dims):
         raise DimsError(f"rank {comm.rank}: Create_cart(dims={dims}): every dimension must "

@@ -197,6 +197,9 @@ class Driver:
     with_index: bool = True
     rooted: bool = False
     reduces: bool = False
+    #: comm -> the communicator the call runs on, made before recording starts (the
+    #: neighbourhood collectives need a topology); None: the world itself
+    prepare: Optional[Callable[[Any], Any]] = None
 
 
 def _blocks(rank: int, p: int, m: int, blocks: Optional[Sequence[int]] = None) -> np.ndarray:
@@ -287,6 +290,21 @@ DRIVERS: Dict[str, Driver] = {
         legend=lambda p, root: (f"A = rank 0's value ({_letters(p, 0)}); ABC = the sum of "
                                 f"the values of ranks 0, 1 and 2"),
         with_index=False, reduces=True),
+    "neighbor_allgather": Driver(
+        setup=lambda r, p, root, m: {"send": _blocks(r, p, m, [r]), "recv": np.zeros(2 * m)},
+        call=lambda c, b, root, a: c.Neighbor_allgather(b["send"], b["recv"], algorithm=a),
+        legend=lambda p, root: (f"A = rank 0's block ({_letters(p, 0)}); the ranks form a "
+                                f"periodic ring (Create_cart([p], periods=[True])): each "
+                                f"receives from the rank before it, then the rank after it"),
+        with_index=False, prepare=lambda c: c.Create_cart([c.size], periods=[True])),
+    "neighbor_alltoall": Driver(
+        setup=lambda r, p, root, m: {"send": _blocks(r, p, m, [(r - 1) % p, (r + 1) % p]),
+                                     "recv": np.zeros(2 * m)},
+        call=lambda c, b, root, a: c.Neighbor_alltoall(b["send"], b["recv"], algorithm=a),
+        legend=lambda p, root: (f"B2 = rank 1's block meant for rank 2 ({_letters(p, 1)}); "
+                                f"the ranks form a periodic ring (Create_cart([p], "
+                                f"periods=[True])): blocks go to the rank before, then after"),
+        prepare=lambda c: c.Create_cart([c.size], periods=[True])),
     "barrier": Driver(
         setup=lambda r, p, root, m: {},
         call=lambda c, b, root, a: c.Barrier(algorithm=a),
@@ -496,6 +514,8 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
             protocols[(src, header.msg_id)] = "rendezvous"
 
     def body(comm: Any) -> None:
+        if driver.prepare is not None:
+            comm = driver.prepare(comm)
         rank = comm.rank
         log = logs[rank]
         engine = endpoint_of(comm).engine

@@ -243,11 +243,6 @@ class CommExtras:
         """``Dup`` whose new communicator keeps ``info`` as its hints."""
         return self.Dup(info)
 
-    @property
-    def is_topo(self) -> bool:
-        """Whether this communicator has a topology."""
-        return self.Get_topology() != UNDEFINED
-
     # -- out of scope ------------------------------------------------------------------------
     # MPI-4 persistent collectives, partitioned point-to-point, fault tolerance (ULFM),
     # attribute keyvals and user error handlers: refused, naming the feature.

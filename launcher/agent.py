@@ -265,7 +265,7 @@ class Agent:
         except AddressError as exc:
             return f"on {socket.gethostname()}: {exc}"
         coord = f"tcp://{host}:{int(start['coord_port'])}"
-        argv = [sys.executable, *start["argv"]]
+        argv = [sys.executable, *local_start_script(start["argv"])]
         lifeline_r, self.lifeline_w = os.pipe()
         payload = start.get("rank_stdin")
         try:
@@ -500,6 +500,17 @@ def read_start(fd: int, timeout: float = START_WAIT_S) -> tuple[dict, FrameReade
             if frames[0].get("t") != "start":
                 raise ProtocolError(f"the first frame is {frames[0].get('t')!r}, not 'start'")
             return frames[0], reader, frames[1:]
+
+
+def local_start_script(argv: Sequence[str]) -> list[str]:
+    """The rank command with the launcher's start script replaced by this host's own: minimpi
+    may be installed at another path here than on the launcher's host."""
+    argv = list(argv)
+    if argv and argv[0].endswith(os.path.join("_start", "minimpi_rank.py")):
+        import minimpi._start
+        argv[0] = os.path.join(os.path.dirname(os.path.abspath(minimpi._start.__file__)),
+                               "minimpi_rank.py")
+    return argv
 
 
 def main(argv: Optional[list[str]] = None) -> int:

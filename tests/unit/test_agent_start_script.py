@@ -1,8 +1,9 @@
 """Every rank starts through minimpi's start script; on another host it is that host's copy."""
 import os
 
-import minimpi._start
 from minimpi.launcher.agent import local_start_script
+
+import minimpi._start
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(minimpi._start.__file__)), "minimpi_rank.py")
 

@@ -89,14 +89,23 @@ class Operations(WinHandle):
         op.check_datatype(datatype, f"Win.{call}")
         return dtype
 
-    # -- Put / Get ---------------------------------------------------------------------------
-    def _put(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
+    def _open(self, origin: Any, target_rank: Any, call: str,
+              writable: bool) -> Tuple[_State, int, Any]:
+        """What every Put, Get and Accumulate starts with: the window's state, the target
+        rank (``PROC_NULL``: nothing to do) and the origin buffer, checked in that order;
+        for a real target, that an access epoch to it is open."""
         s = self._call(call)
         rank = self._target_rank(s, target_rank, call)
-        spec = parse_buffer(origin, writable=False, call=f"Win.{call}", arg="origin")
+        spec = parse_buffer(origin, writable=writable, call=f"Win.{call}", arg="origin")
+        if rank != PROC_NULL:
+            s.epochs.check_access(rank, call)
+        return s, rank, spec
+
+    # -- Put / Get ---------------------------------------------------------------------------
+    def _put(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
+        s, rank, spec = self._open(origin, target_rank, call, False)
         if rank == PROC_NULL:
             return CompletedRequest()
-        s.epochs.check_access(rank, call)
         layout, _ = self._layout(s, rank, target, spec, call)
         self._same_bytes(spec, layout, call)
         data = origin_bytes(spec)
@@ -110,12 +119,9 @@ class Operations(WinHandle):
         return s.origin.send(rank, (PUT, layout.wire()), data, f"Win.{call}")
 
     def _get(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
-        s = self._call(call)
-        rank = self._target_rank(s, target_rank, call)
-        spec = parse_buffer(origin, writable=True, call=f"Win.{call}", arg="origin")
+        s, rank, spec = self._open(origin, target_rank, call, True)
         if rank == PROC_NULL:
             return CompletedRequest()
-        s.epochs.check_access(rank, call)
         layout, _ = self._layout(s, rank, target, spec, call)
         self._same_bytes(spec, layout, call)
         memory = s.direct_memory(rank)
@@ -168,12 +174,9 @@ class Operations(WinHandle):
     # -- accumulates -------------------------------------------------------------------------
     def _accumulate(self, origin: Any, target_rank: Any, target: Any, op: Any, call: str
                     ) -> Request:
-        s = self._call(call)
-        rank = self._target_rank(s, target_rank, call)
-        spec = parse_buffer(origin, writable=False, call=f"Win.{call}", arg="origin")
+        s, rank, spec = self._open(origin, target_rank, call, False)
         if rank == PROC_NULL:
             return CompletedRequest()
-        s.epochs.check_access(rank, call)
         layout, datatype = self._layout(s, rank, target, spec, call)
         dtype = self._check_op(op, datatype, call)
         self._same_bytes(spec, layout, call)

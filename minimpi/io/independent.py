@@ -41,8 +41,7 @@ def write_at(f: OpenFile, offset: int, buf: Any, call: str) -> int:
 
 
 def write_packed(f: OpenFile, offset: int, out: Outgoing, call: str) -> None:
-    _check_offset(f, offset, call)
-    offs, lens = f.view.runs(offset, out.nbytes)
+    offs, lens = f.view.runs(f.start_of(offset, call), out.nbytes)
     data = out.data
     if f.view.datarep == "external32":
         data = np.frombuffer(to_external32(memoryview(data), out.datatype, call), np.uint8)
@@ -61,19 +60,12 @@ def read_at(f: OpenFile, offset: int, buf: Any, call: str) -> int:
 
 
 def read_packed(f: OpenFile, offset: int, inc: Incoming, call: str) -> int:
-    _check_offset(f, offset, call)
-    offs, lens = f.view.runs(offset, inc.nbytes)
+    offs, lens = f.view.runs(f.start_of(offset, call), inc.nbytes)
     with f.atomic_range(offs, lens, write=False):
         nread = read_runs(f.fd, offs, lens, memoryview(inc.data), f.where(call))
     if f.view.datarep == "external32":
         from_external32(inc.data[:nread], inc.datatype, call)
     return nread
-
-
-def _check_offset(f: OpenFile, offset: int, call: str) -> None:
-    if offset < 0:
-        raise ArgumentError(f"{call} on rank {f.rank}: offset must be >= 0 etypes, got "
-                            f"{offset}")
 
 
 # --------------------------------------------------------------------- explicit offsets

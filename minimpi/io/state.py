@@ -17,6 +17,7 @@ from ..errors import (
     ERR_ACCESS,
     ERR_READ_ONLY,
     ERR_UNSUPPORTED_OPERATION,
+    ArgumentError,
     DatatypeError,
     FileError,
     MinimpiError,
@@ -64,6 +65,15 @@ class OpenFile:
             raise FileError(f"{call} on rank {self.rank}: file {self.path!r} was opened "
                             "MODE_SEQUENTIAL; only shared file pointer calls may access "
                             "it", ERR_UNSUPPORTED_OPERATION)
+
+    def start_of(self, offset: Optional[int], call: str) -> int:
+        """Where a data call starts, in etypes of the view: the explicit ``offset``, or the
+        individual file pointer when it is None; a negative offset is an argument error."""
+        start = self.position if offset is None else int(offset)
+        if start < 0:
+            raise ArgumentError(f"{call} on rank {self.rank}: offset must be >= 0 etypes, got "
+                                f"{start}")
+        return start
 
     def etypes_of(self, nbytes: int, datatype: Any, call: str) -> int:
         """``nbytes`` of data as a whole number of etypes of the view."""

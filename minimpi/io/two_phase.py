@@ -43,7 +43,6 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..data.datatypes import BYTE, INT64_T
-from ..errors import ArgumentError
 from ..p2p.request import Status
 from . import runs as R
 from .independent import io_status
@@ -180,9 +179,7 @@ def collective_write(f: OpenFile, offset: Optional[int], buf: Any, call: str) ->
         f.check_can_write(call)
         out = Outgoing(buf, call, f.rank)
         etypes = f.etypes_of(out.nbytes, out.datatype, call)
-        start = f.position if offset is None else int(offset)
-        if start < 0:
-            raise ArgumentError(f"{call} on rank {f.rank}: offset must be >= 0, got {start}")
+        start = f.start_of(offset, call)
         offs, lens = f.view.runs(start, out.nbytes)
     except Exception as e:      # every rank hears of it (agree): none waits
         err = e
@@ -214,9 +211,7 @@ def collective_read(f: OpenFile, offset: Optional[int], buf: Any, call: str) -> 
         f.check_can_read(call)
         inc = Incoming(buf, call, f.rank)
         f.etypes_of(inc.nbytes, inc.datatype, call)
-        start = f.position if offset is None else int(offset)
-        if start < 0:
-            raise ArgumentError(f"{call} on rank {f.rank}: offset must be >= 0, got {start}")
+        start = f.start_of(offset, call)
         offs, lens = f.view.runs(start, inc.nbytes)
         # only what lies before the end of the file is read (the rest of buf is untouched)
         nread = R.clip_to(offs, lens, f.file_size(call)) if len(offs) else 0

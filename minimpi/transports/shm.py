@@ -795,7 +795,7 @@ class ShmTransport(Transport):
                 moved = True
             for inc in self._in:
                 if inc.ctl[R_TAIL] != inc.head:
-                    if held is None:
+                    if not moved:                 # the first delivery of this round
                         held = signal_guard.hold()
                     failure = self._read(inc)
                     moved = True

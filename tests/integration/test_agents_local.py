@@ -43,7 +43,7 @@ time.sleep(60)
 """
 
 
-def wait_ready(directory, n: int, timeout: float = 20.0) -> None:
+def wait_ready(directory, n: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(os.path.exists(os.path.join(directory, f"ready.{r}")) for r in range(n)):

@@ -88,6 +88,17 @@ def leftover_processes(marker: str, var: str = MARKER_VAR) -> list[int]:
     return found
 
 
+def _jobs_mapped_by(pid: str, paths: tuple[bytes, ...]) -> set[str]:
+    """The job ids of those of ``paths`` that process ``pid`` has mapped now."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            maps = f.read()
+    except OSError:
+        return set()
+    return {os.path.basename(p.decode())[len("minimpi-"):].rsplit("-", 1)[0]
+            for p in paths if p in maps}
+
+
 def others_segments(paths: list[str]) -> set[str]:
     """The shared-memory segments among ``paths`` (``/dev/shm/minimpi-<job>-<rank>``) of jobs
     that someone else runs: a live process of that job (``MINIMPI_JOBID``) does not carry
@@ -97,6 +108,7 @@ def others_segments(paths: list[str]) -> set[str]:
     if not jobs:
         return set()
     owner = f"{OWNER_VAR}={os.environ.get(OWNER_VAR, '')}".encode()
+    wanted = tuple(p.encode() for p in paths)
     theirs = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -108,6 +120,10 @@ def others_segments(paths: list[str]) -> set[str]:
             continue
         if owner in env and os.environ.get(OWNER_VAR):
             continue
+        if int(name) != os.getpid():
+            # ranks run as threads of another process (another pytest worker, a notebook):
+            # its environment names no job, but it has the segments mapped
+            theirs.update(_jobs_mapped_by(name, wanted))
         for var in env:
             if var.startswith(b"MINIMPI_JOBID="):
                 job = var.split(b"=", 1)[1].decode(errors="replace")

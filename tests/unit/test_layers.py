@@ -23,6 +23,7 @@ layer's private name, or replaces another layer's methods on an object
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 from typing import Dict, List, Set, Tuple
 
@@ -42,6 +43,13 @@ LAYERS = [
 ]
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(path: pathlib.Path) -> ast.AST:
+    """Each source file is parsed once per test run: the checks below share the trees."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.lru_cache(maxsize=None)
 def modules() -> Dict[str, pathlib.Path]:
     found = {}
     for folder, package in (("minimpi", "minimpi"), ("launcher", "minimpi.launcher")):
@@ -86,12 +94,13 @@ class _Imports(ast.NodeVisitor):
                 self.found.append((alias.name, node.lineno))
 
 
+@functools.lru_cache(maxsize=None)
 def import_graph() -> Dict[str, List[Tuple[str, int]]]:
     mods = modules()
     graph = {}
     for name, path in mods.items():
         visitor = _Imports(name, path.name == "__init__.py", set(mods))
-        visitor.visit(ast.parse(path.read_text(), str(path)))
+        visitor.visit(_parse(path))
         graph[name] = visitor.found
     return graph
 
@@ -238,6 +247,7 @@ class _Definitions(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+@functools.lru_cache(maxsize=None)
 def _layer_names() -> Tuple[Dict[int, Set[str]], Dict[int, Set[str]], Dict[str, ast.AST]]:
     """(private names by layer, method names by layer, parsed module by name)."""
     private: Dict[int, Set[str]] = {}
@@ -247,7 +257,7 @@ def _layer_names() -> Tuple[Dict[int, Set[str]], Dict[int, Set[str]], Dict[str, 
     for name, path in modules().items():
         if name == "minimpi":
             continue
-        tree = trees[name] = ast.parse(path.read_text(), str(path))
+        tree = trees[name] = _parse(path)
         found = _Definitions()
         found.visit(tree)
         private.setdefault(layer_of(name), set()).update(found.private)

@@ -18,7 +18,8 @@ that is minimpi); gloo runs benchmarks/peers/gloo_osu.py, its twin with torch.di
 Tests: one-way latency of Send/Recv (8 B .. 16 MiB), streaming bandwidth of a window of
 Isend (64 KiB .. 64 MiB), lowercase send/recv of a bytes object (8 B .. 1 MiB), at p = 2;
 Allreduce, Bcast, Allgather, Alltoall (8 B .. 64 MiB) and lowercase allreduce of a numpy
-array (8 B .. 1 MiB) at p = 2 and 4; minimpi's 8 B Allreduce at p = 32 as well.
+array (8 B .. 1 MiB) at p = 2 and 4; minimpi's 8 B Allreduce at p = 32 as well. With ``--rma``, also
+one-sided Put + Flush latency, Get bandwidth and Accumulate + Flush latency at p = 2 (MPIs only).
 
 Drift on a shared machine: the run is ``--passes`` passes; each pass measures every system
 once (in an order rotated from pass to pass), the limits first; each size gets ``--reps``
@@ -68,24 +69,34 @@ SYSTEM_CHOICES = MINIMPI + PEERS + ("limits",)
 LIMIT_TESTS = {"sock-block": "latency", "sock-spin": "latency", "sock-stream": "bandwidth",
                "memcpy": "bandwidth"}
 SPIN_US = 20
-BANDWIDTH = ("bandwidth",)
+BANDWIDTH = ("bandwidth", "get_bandwidth")
 TEST_TITLES = {"latency": "Send/Recv one-way latency", "obj_latency": "send/recv object latency",
                "bandwidth": "Isend streaming bandwidth", "allreduce": "Allreduce",
                "bcast": "Bcast", "allgather": "Allgather", "alltoall": "Alltoall",
-               "obj_allreduce": "allreduce object"}
+               "obj_allreduce": "allreduce object", "put_latency": "Put + Flush latency",
+               "get_bandwidth": "Get bandwidth (window of 64, Flush)",
+               "acc_latency": "Accumulate + Flush latency"}
 P2P = ("latency", "obj_latency", "bandwidth")
+#: one-sided (``--rma``): MPIs only, p = 2
+RMA = ("put_latency", "get_bandwidth", "acc_latency")
 COLLS = ("allreduce", "bcast", "allgather", "alltoall", "obj_allreduce")
 
 FULL = {"latency": [8, 64, 512, 4 * KiB, 32 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB],
         "bandwidth": [64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB],
         "obj_latency": [8, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB],
         "coll": [8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB],
-        "obj_allreduce": [8, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB]}
+        "obj_allreduce": [8, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB],
+        "put_latency": [8, 512, 4 * KiB, 64 * KiB, MiB],
+        "get_bandwidth": [64 * KiB, MiB, 4 * MiB],
+        "acc_latency": [8, 512, 4 * KiB, 64 * KiB]}
 QUICK = {"latency": [8, 4 * KiB, 64 * KiB, MiB],
          "bandwidth": [64 * KiB, MiB, 16 * MiB],
          "obj_latency": [8, 64 * KiB],
          "coll": [8, 4 * KiB, MiB, 16 * MiB],
-         "obj_allreduce": [8, 64 * KiB]}
+         "obj_allreduce": [8, 64 * KiB],
+         "put_latency": [8, 64 * KiB],
+         "get_bandwidth": [64 * KiB, 4 * MiB],
+         "acc_latency": [8, 4 * KiB]}
 P32 = 32
 
 
@@ -174,7 +185,7 @@ def plan(args) -> Dict[int, Dict[str, List[int]]]:
     for p in args.nprocs:
         tests = {}
         if p == 2:
-            for t in P2P:
+            for t in P2P + (RMA if args.rma else ()):
                 tests[t] = base[t]
         for t in COLLS:
             tests[t] = base["obj_allreduce" if t == "obj_allreduce" else "coll"]
@@ -216,8 +227,8 @@ class System:
         wargs = ["--out", out, "--target", str(self.args.target), "--reps", str(self.args.reps),
                  "--max-iters", str(self.args.max_iters)]
         for t, sizes in tests.items():
-            if self.key == "gloo" and t == "obj_allreduce":
-                continue                  # torch.distributed has no object reduction
+            if self.key == "gloo" and (t == "obj_allreduce" or t in RMA):
+                continue                  # torch.distributed has no object reduction, no RMA
             wargs += ["--test", f"{t}:{','.join(map(str, sizes))}"]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if self.key.startswith("minimpi"):
@@ -394,7 +405,7 @@ def run_all(args, systems: Dict[str, System], wanted_limits, store: Store, log) 
 def rows(store: Store, jobs: Dict[int, Dict[str, List[int]]]) -> List[tuple]:
     """(test, p, size) in table order."""
     out = []
-    for test in P2P:
+    for test in P2P + RMA:
         for size in jobs.get(2, {}).get(test, []):
             out.append((test, 2, size))
     for test in COLLS:
@@ -570,6 +581,9 @@ def main(argv=None) -> int:
                                  epilog="\n".join(__doc__.splitlines()[1:6]))
     ap.add_argument("--quick", action="store_true",
                     help="p = 2 only, a few sizes, 2 passes, short loops (a couple of minutes)")
+    ap.add_argument("--rma", action="store_true",
+                    help="also one-sided Put/Get/Accumulate at p = 2 (OSU's osu_put_latency, "
+                         "osu_get_bw, osu_acc_latency shapes)")
     ap.add_argument("--sizes", help="comma-separated sizes for every test, e.g. 8,4K,1M,64M")
     ap.add_argument("--systems", help=f"comma-separated subset of: {', '.join(SYSTEM_CHOICES)}")
     ap.add_argument("--out", default=os.path.join(HERE, "compare-results"), metavar="DIR",

@@ -23,6 +23,14 @@ Tests (``--test NAME:SIZE,SIZE,...``, repeatable; sizes in bytes):
   "Avg Latency"); the slowest rank's mean is recorded too.
 * ``obj_allreduce``: lowercase ``allreduce`` (SUM) of a float32 numpy array of S bytes, as
   a Python object (pickled).
+* One-sided, between ranks 0 and 1 (OSU's ``osu_put_latency``, ``osu_get_bw``,
+  ``osu_acc_latency`` with their default passive-target synchronisation): every rank
+  allocates a window (``Win.Allocate``, S bytes); rank 0 locks rank 1's window once
+  (``LOCK_SHARED``) for the whole measurement. ``put_latency``: ``Put`` of S bytes then
+  ``Flush``, time per pair. ``acc_latency``: ``Accumulate`` (SUM) of S/4 float32 then
+  ``Flush``. ``get_bandwidth``: a window of ``Get`` (64 of S bytes, fewer when they would
+  exceed 256 MiB) then one ``Flush``; bytes / time. Rank 1 only waits in the barriers (a
+  target that computes would need MPI progress there; see README, RMA).
 
 Timing: warm-up calls (see ``warm_up``) size a loop to about ``--target`` seconds (at least 2, at most
 ``--max-iters`` calls; rank 0 decides and broadcasts), then ``--reps`` timed loops; each loop
@@ -39,7 +47,8 @@ import time
 
 COLLECTIVES = ("allreduce", "bcast", "allgather", "alltoall", "obj_allreduce")
 P2P_TESTS = ("latency", "bandwidth", "obj_latency")
-TESTS = P2P_TESTS + COLLECTIVES
+RMA_TESTS = ("put_latency", "get_bandwidth", "acc_latency")
+TESTS = P2P_TESTS + RMA_TESTS + COLLECTIVES
 WINDOW = 64
 WINDOW_BYTES = 256 << 20
 
@@ -189,6 +198,51 @@ def main(argv=None) -> None:
         if rank == 0:
             res.add(test, size, samples, iters, window=window if test == "bandwidth" else None)
 
+    # ---- one-sided (rank 0 origin, rank 1 target; the others only in the barriers)
+    def rma(test, size):
+        win = MPI.Win.Allocate(size, 1, comm=comm)
+        window = window_for(size) if test == "get_bandwidth" else 1
+        if test == "acc_latency":
+            origin, dtype = np.ones(max(1, size // 4), np.float32), MPI.FLOAT
+        else:
+            origin, dtype = np.ones(size, np.uint8), MPI.BYTE
+        count = origin.size
+
+        def once():
+            if rank != 0:
+                return
+            if test == "put_latency":
+                win.Put([origin, count, dtype], 1)
+            elif test == "acc_latency":
+                win.Accumulate([origin, count, dtype], 1, op=MPI.SUM)
+            else:
+                for _ in range(window):
+                    win.Get([origin, count, dtype], 1)
+            win.Flush(1)
+
+        def loop(iters):
+            comm.Barrier()
+            t = time.perf_counter()
+            for _ in range(iters):
+                once()
+            elapsed = time.perf_counter() - t
+            if test == "get_bandwidth":
+                return size * window * iters / elapsed
+            return elapsed / iters
+
+        if rank == 0:
+            win.Lock(1, MPI.LOCK_SHARED)
+        try:
+            samples, iters = sized(loop, once)
+        finally:
+            if rank == 0:
+                win.Unlock(1)
+            comm.Barrier()
+            win.Free()
+        if rank == 0:
+            res.add(test, size, samples, iters,
+                    window=window if test == "get_bandwidth" else None)
+
     # ---- collectives (every rank)
     def make_call(test, size):
         def f32(n):
@@ -236,10 +290,11 @@ def main(argv=None) -> None:
 
     for test, sizes in args.tests:
         for size in sizes:
-            if test in P2P_TESTS and p < 2:
+            if test in P2P_TESTS + RMA_TESTS and p < 2:
                 continue
             try:
-                (p2p if test in P2P_TESTS else collective)(test, size)
+                run = p2p if test in P2P_TESTS else rma if test in RMA_TESTS else collective
+                run(test, size)
             except Exception as e:  # noqa: BLE001 - record it, go on with the next size
                 if rank == 0:
                     res.error(test, size, f"{type(e).__name__}: {e}")

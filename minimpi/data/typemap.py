@@ -160,6 +160,8 @@ class TypeMap:
         in type-map order, touching runs merged."""
         if count <= 0 or self.offsets.size == 0:
             return _EMPTY.copy(), _EMPTY.copy()
+        if self.is_contiguous:          # one run, whatever the count: O(1), not O(count)
+            return np.zeros(1, np.int64), np.array([count * self.size], np.int64)
         if count == 1:
             return self.offsets.copy(), self.lengths.copy()
         base = np.arange(count, dtype=np.int64)[:, None] * self.extent

@@ -342,3 +342,18 @@ def test_vbuffer_of_negative_extent_needs_counts():
     neg = D.INT.Create_resized(0, -4).Commit()
     with pytest.raises(ValueError, match="give the counts"):
         parse_vbuffer([np.zeros(4, np.intc), None, [0], neg], 1, writable=False)
+
+
+def test_blocks_of_a_contiguous_type_is_one_run_without_a_per_item_array():
+    """RMA target layouts and file views ask for the runs of count items on every call: a
+    contiguous type answers with one run, never an array as long as the count (a 64 KiB
+    Put of BYTE used to build and merge 65,536 runs)."""
+    import tracemalloc
+    contiguous = D.DOUBLE.Create_contiguous(3).Commit()
+    for dt, count in ((D.BYTE, 1 << 20), (contiguous, 1 << 18)):
+        tracemalloc.start()
+        offsets, lengths = dt.blocks(count)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert offsets.tolist() == [0] and lengths.tolist() == [count * dt.size]
+        assert peak < 64 * 1024, f"{dt.name}: blocks({count}) allocated {peak} bytes"

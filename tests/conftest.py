@@ -79,3 +79,13 @@ def write_script(tmp_path):
         path.write_text(textwrap.dedent(source))
         return str(path)
     return write
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier (``pytest -m fast -n auto``): the unit tests that are not marked slow.
+    Everything that starts real jobs (integration, faults, multihost, verbs, conformance)
+    is outside it."""
+    unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit") + os.sep
+    for item in items:
+        if str(item.path).startswith(unit) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)

@@ -43,6 +43,7 @@ def test_ring_allreduce_p4():
     assert all(row[-1]["recv"] == ["Σ0", "Σ1", "Σ2", "Σ3"] for row in s.states)
 
 
+@pytest.mark.slow             # records or lays out many schedules: not in the fast tier
 def test_pipelined_ring_bcast_segments():
     s = draw.record("bcast", "ring", 4, nbytes=1 << 20, timeout=120)   # slow to label on a loaded machine
     assert len(s.messages) > 3            # several segments per link
@@ -50,6 +51,7 @@ def test_pipelined_ring_bcast_segments():
     assert all(draw.compress(row[-1]["buf"]) == "A0-3" for row in s.states)
 
 
+@pytest.mark.slow             # records or lays out many schedules: not in the fast tier
 @pytest.mark.parametrize("collective", ["scatter", "gather", "reduce", "allreduce", "bcast",
                                         "allgather", "alltoall", "alltoallv", "reduce_scatter", "scan",
                                         "exscan", "barrier"])
@@ -98,6 +100,7 @@ def _cli(*args):
                           text=True, timeout=60)
 
 
+@pytest.mark.slow             # records or lays out many schedules: not in the fast tier
 def test_cli_text_list_svg(tmp_path):
     res = _cli("bcast", "--algorithm", "binomial", "-n", "8")
     assert res.returncode == 0 and "3 steps, 7 messages" in res.stdout
@@ -133,6 +136,7 @@ def _drawable():
 LAYOUTS = [None, [0, 0, 0, 1, 1, 1], [0, 1, 0, 1, 0, 1], [0, 0, 0, 0, 1, 2]]
 
 
+@pytest.mark.slow             # records or lays out many schedules: not in the fast tier
 @pytest.mark.parametrize("collective,alg", list(_drawable()))
 def test_no_arrow_carries_a_block_its_sender_is_not_drawn_with(collective, alg):
     rooted = draw.DRIVERS[collective].rooted
@@ -255,6 +259,7 @@ def _layout_problems(svg):
     return problems
 
 
+@pytest.mark.slow             # records or lays out many schedules: not in the fast tier
 @pytest.mark.parametrize("collective,alg", list(_drawable()))
 def test_svg_texts_never_overlap_or_leave_the_page(collective, alg):
     for p in (5, 8):
@@ -270,6 +275,7 @@ def test_the_overlaps_reported_in_issue_13_are_gone():
         assert not _layout_problems(draw.to_svg(draw.record(*args)))
 
 
+@pytest.mark.slow             # records or lays out many schedules: not in the fast tier
 def test_long_schedules_wrap_onto_several_rows():
     s = draw.record("allreduce", "ring", 8)                 # 14 steps
     svg = draw.to_svg(s)

@@ -4,8 +4,9 @@
     python benchmarks/io_two_phase.py --mib 256 --block 1024 --rounds 7
     python benchmarks/io_two_phase.py --pattern subarray --mib 256
     python benchmarks/io_two_phase.py --dir /dev/shm       # where the file goes (default: tmp)
-    python benchmarks/io_two_phase.py --mpiexec "/path/to/mpiexec -n 4"   # the same program
-                                                           # under another MPI (ROMIO), if any
+    python benchmarks/io_two_phase.py --mpiexec "/path/to/mpiexec -n 4" \
+        --peer-python /path/to/venv/bin/python             # the same program under another
+                                                           # MPI (ROMIO), its own mpi4py
 
 Patterns:
 
@@ -25,10 +26,6 @@ Timing: ``--rounds`` rounds, alternating the two methods; each measurement is ba
 ``Wtime``, the call, barrier, ``Wtime`` on rank 0 (the time until every rank is done).
 Medians are reported, in seconds and MiB/s of file data.
 
-Until the datatype seam (``Datatype.blocks``, ``Create_vector``) is merged, minimpi runs
-the strided pattern with a stand-in filetype that answers the seam (the same as
-tests/integration/io_programs/strided_type.py; the I/O path measured is the same) and
-skips the subarray pattern.
 """
 from __future__ import annotations
 
@@ -52,11 +49,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.pattern == "strided":
         block = args.block
         nblocks = total // (block * p)                 # blocks per rank
-        if hasattr(MPI.Datatype, "blocks") or not hasattr(MPI.Datatype, "_check_usable"):
-            vec = MPI.BYTE.Create_vector(nblocks, block, block * p)
-            ftype = vec.Create_resized(0, nblocks * block * p).Commit()
-        else:
-            ftype = _seam_vector(MPI, np, nblocks, block, block * p)
+        vec = MPI.BYTE.Create_vector(nblocks, block, block * p)
+        ftype = vec.Create_resized(0, nblocks * block * p).Commit()
         disp, etype, nbytes = rank * block, MPI.BYTE, nblocks * block
     else:
         n = int((total // 8) ** 0.5)
@@ -102,22 +96,9 @@ def worker(args: argparse.Namespace) -> None:
                           "results": results}))
 
 
-def _seam_vector(MPI, np, count: int, blocklen: int, stride: int):
-    class SeamVector(MPI.Datatype):
-        size = property(lambda self: count * blocklen)
-        extent = property(lambda self: count * stride)
-        ub = extent
-        is_contiguous = property(lambda self: False)
-
-        def blocks(self, n):
-            one = np.arange(count, dtype=np.int64) * stride
-            offs = (np.arange(n, dtype=np.int64)[:, None] * self.extent + one).ravel()
-            return offs, np.full(len(offs), blocklen, np.int64)
-    return SeamVector("SEAM_VECTOR", np.uint8, base=MPI.BYTE, base_count=count * blocklen)
-
-
-def run(launcher: list, args: argparse.Namespace, pattern: str, block: int) -> dict:
-    cmd = launcher + [sys.executable, os.path.abspath(__file__), "--worker", "--mib",
+def run(launcher: list, python: str, args: argparse.Namespace, pattern: str,
+        block: int) -> dict:
+    cmd = launcher + [python, os.path.abspath(__file__), "--worker", "--mib",
                       str(args.mib), "--block", str(block), "--rounds", str(args.rounds),
                       "--dir", args.dir, "--pattern", pattern]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -138,6 +119,8 @@ def main() -> None:
     ap.add_argument("--pattern", choices=["strided", "subarray", "both"], default="both")
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--mpiexec", help="also run under this launcher, e.g. 'mpiexec -n 4'")
+    ap.add_argument("--peer-python", default=sys.executable,
+                    help="the Python (with the peer's mpi4py) that --mpiexec starts")
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
     if args.worker:
@@ -145,9 +128,10 @@ def main() -> None:
         worker(args)
         return
     blocks = args.block or [256, 4096]
-    launchers = [("minimpi", [sys.executable, "-m", "minimpi", "run", "-n", str(args.n)])]
+    launchers = [("minimpi", [sys.executable, "-m", "minimpi", "run", "-n", str(args.n)],
+                  sys.executable)]
     if args.mpiexec:
-        launchers.append(("peer", shlex.split(args.mpiexec)))
+        launchers.append(("peer", shlex.split(args.mpiexec), args.peer_python))
     print(f"collective I/O, p = {args.n}, {args.mib} MiB file, {args.rounds} rounds "
           f"(medians), file in {args.dir}")
     print(f"{'runtime':8} {'pattern':16} {'op':6} {'two-phase s':>12} {'indep. s':>10} "
@@ -155,13 +139,9 @@ def main() -> None:
     cases = ([("strided", b) for b in blocks] if args.pattern in ("strided", "both") else [])
     if args.pattern in ("subarray", "both"):
         cases.append(("subarray", 0))
-    for name, launcher in launchers:
+    for name, launcher, python in launchers:
         for pattern, block in cases:
-            if pattern == "subarray" and name == "minimpi" and not _have_subarray():
-                print(f"{name:8} {'subarray':16} (needs Datatype.Create_subarray from the "
-                      "datatypes work)")
-                continue
-            res = run(launcher, args, pattern, block)["results"]
+            res = run(launcher, python, args, pattern, block)["results"]
             label = f"strided {block} B" if pattern == "strided" else "subarray 2-D"
             for op in ("write", "read"):
                 tp = statistics.median(res["two_phase"][op])
@@ -169,11 +149,6 @@ def main() -> None:
                 auto = statistics.median(res["auto"][op])
                 print(f"{name:8} {label:16} {op:6} {tp:12.3f} {ind:10.3f} {auto:8.3f} "
                       f"{args.mib / tp:16.1f} {args.mib / ind:13.1f} {ind / tp:8.1f}x")
-
-
-def _have_subarray() -> bool:
-    from minimpi.data.datatypes import Datatype
-    return hasattr(Datatype, "blocks")
 
 
 if __name__ == "__main__":

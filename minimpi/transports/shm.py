@@ -97,6 +97,7 @@ CHECK_EVERY = 512
 # control block of an inbox: 8-byte words; words written by different processes sit in
 # different cache lines (indices into a 'Q' view)
 C_MAGIC, C_RING, C_SLOTS = 0, 1, 2
+C_OWNER, C_OWNER_NS = 3, 4   # the owner's pid and pid namespace (``minimpi clean`` reads them)
 C_SLEEPING = 8           # byte 64: the owner is (about to be) asleep in poll
 C_CLOSED = 16            # byte 128: the owner closed its transport
 MAPPED_AT = 192          # one byte per sender: it has mapped this inbox
@@ -174,6 +175,51 @@ def cleanup_job(job_id: str, directory: str = SHM_DIR) -> List[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def segment_owner(path: str) -> Optional[Tuple[int, int]]:
+    """(pid, pid namespace inode) of the rank that created inbox ``path``; None when the
+    file is not (yet) a complete inbox. Read with pread, never mapped: a page a full
+    /dev/shm never backed reads as zeros instead of raising SIGBUS."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        words = os.pread(fd, 8 * (C_OWNER_NS + 1), 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(words) < 8 * (C_OWNER_NS + 1):
+        return None
+    magic, _, _, pid, pid_ns = struct.unpack(f"<{C_OWNER_NS + 1}Q", words)
+    return (pid, pid_ns) if magic == MAGIC and pid else None
+
+
+def owner_alive(path: str) -> Optional[bool]:
+    """Whether the rank that created inbox ``path`` is still running: None when that cannot
+    be told from here (not a complete inbox, or its owner is in another pid namespace)."""
+    owner = segment_owner(path)
+    if owner is None or owner[1] != _pid_namespace():
+        return None
+    return _alive(owner[0]) and not _zombie(owner[0])
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and only waits to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def available(directory: str = SHM_DIR) -> Optional[str]:
@@ -474,6 +520,7 @@ class ShmTransport(Transport):
         self._inbox_fd = fd                  # kept to reserve rings in set_peers
         ctl = self._inbox.ctl
         ctl[C_RING], ctl[C_SLOTS] = self.ring, self.size
+        ctl[C_OWNER], ctl[C_OWNER_NS] = os.getpid(), _pid_namespace()
         ctl[C_MAGIC] = MAGIC                 # last: the inbox is ready
         self._wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:

@@ -77,7 +77,7 @@ from minimpi.runtime.bootstrap import (
     host_identity,
 )
 from minimpi.runtime.netaddr import AddressError, data_plane_address, is_loopback
-from minimpi.transports.shm import cleanup_job
+from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .spawn import RankProcess, spawn_rank
 
@@ -282,6 +282,7 @@ class Agent:
             ENV_BIND: bind,
             ENV_LIFELINE: str(lifeline),
             ENV_LAUNCHER_PID: str(os.getpid()),
+            ENV_LOCAL_RANKS: format_ranks(self.start["ranks"]),   # this host's (shm.py)
         })
         return env
 

@@ -45,7 +45,7 @@ from minimpi.runtime.bootstrap import (
     ENV_STARTUP_TIMEOUT,
 )
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
-from minimpi.transports.shm import cleanup_job
+from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
@@ -159,6 +159,7 @@ class Job:
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
+            ENV_LOCAL_RANKS: format_ranks(range(self.spec.nprocs)),   # all here (shm.py)
             "PYTHONUNBUFFERED": "1",
         })
         return env

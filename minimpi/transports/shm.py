@@ -151,6 +151,41 @@ def ring_for_space(size: int, directory: str = SHM_DIR, share: float = 0.5) -> O
     return 1 << (per_ring.bit_length() - 1)
 
 
+#: the ranks the launcher (or a host's agent) starts on this host, e.g. ``0-7`` or ``4,5,9``:
+#: a rank reserves the rings of these peers in its inbox when it creates it (listen), so that
+#: a /dev/shm without room for them is known before the ranks exchange addresses, and ``auto``
+#: can still route this rank over TCP. Without it (srun, environment rendezvous) the rings
+#: are reserved in set_peers, where running out is an error.
+ENV_LOCAL_RANKS = "MINIMPI_LOCAL_RANKS"
+
+
+def format_ranks(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5`` (the value of MINIMPI_LOCAL_RANKS)."""
+    parts, ordered = [], sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_ranks(text: Optional[str]) -> Optional[List[int]]:
+    """The inverse of :func:`format_ranks`; None for no value or one that is not a list."""
+    if not text:
+        return None
+    ranks: List[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            ranks.extend(range(int(low), int(high or low) + 1))
+    except ValueError:
+        return None
+    return ranks
+
+
 def segment_name(job_id: str, rank: int) -> str:
     return f"{PREFIX}{job_id}-{rank}"
 
@@ -345,6 +380,17 @@ class _Segment:
             pass
 
 
+def _runs(ranks: Sequence[int]) -> List[Tuple[int, int]]:
+    """Sorted ranks as (first, count) runs of consecutive ones (one fallocate each)."""
+    runs: List[Tuple[int, int]] = []
+    for r in ranks:
+        if runs and runs[-1][0] + runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((r, 1))
+    return runs
+
+
 def _rings_offset(slots: int) -> int:
     return (MAPPED_AT + slots + 4095) // 4096 * 4096
 
@@ -425,7 +471,8 @@ class ShmTransport(Transport):
     scope = "host"
 
     def __init__(self, rank: int, size: int, job_id: str, directory: str = SHM_DIR,
-                 ring: Optional[int] = None, cma: bool = True) -> None:
+                 ring: Optional[int] = None, cma: bool = True,
+                 local_ranks: Optional[Sequence[int]] = None) -> None:
         why = available(directory)
         if why is not None:
             raise TransportError(f"rank {rank}: cannot use the shared-memory transport: {why}")
@@ -438,6 +485,8 @@ class ShmTransport(Transport):
             raise TransportError(f"rank {rank}: shared-memory ring size {self.ring} must be a "
                                  f"power of two of at least {4 * HEADER_SIZE} bytes")
         self.cma = cma and _libc is not None
+        #: the peers expected on this host (ENV_LOCAL_RANKS): their rings are reserved in listen
+        self._expected = sorted({r for r in local_ranks or () if 0 <= r < size and r != rank})
         self._sink: Optional[FrameSink] = None
         self._inbox: Optional[_Segment] = None
         self._unlinked = False
@@ -511,6 +560,11 @@ class ShmTransport(Transport):
             # the control page is written next: its pages must exist (a write to a page a
             # full /dev/shm cannot back is a SIGBUS, not an error)
             os.posix_fallocate(fd, 0, _rings_offset(self.size))
+            # the rings of the peers expected here, before anyone learns our address: if
+            # they do not fit, auto routes this rank over the network instead
+            for first, count in _runs(self._expected):
+                os.posix_fallocate(fd, _rings_offset(self.size) + first * (RING_CTL + self.ring),
+                                   count * (RING_CTL + self.ring))
             self._inbox = _Segment(path, fd, length)
         except OSError as exc:
             os.close(fd)
@@ -1137,4 +1191,5 @@ def create(info) -> ShmTransport:
     env = info.env
     return ShmTransport(info.rank, info.size, info.job_id,
                         ring=ring_bytes(info.size, env.get("MINIMPI_SHM_RING")),
-                        cma=env.get("MINIMPI_SHM_CMA", "1") != "0")
+                        cma=env.get("MINIMPI_SHM_CMA", "1") != "0",
+                        local_ranks=parse_ranks(env.get(ENV_LOCAL_RANKS)))

@@ -807,6 +807,14 @@ class MultiHostJob(Job):
         # the agent's stderr was shown as it came; the summary repeats only its last line.
         # The ranks of other hosts that lost a peer there are summed up after it (Job._finish)
         self.fail(Failure("host", EXIT_HOST_LOST, summary, lost_ranks=list(agent.ranks)))
+        if silent:
+            # nothing reaches that host: no point waiting for its agent to say bye; it ends
+            # its ranks itself when it hears nothing more from us
+            self.close_agent_stdin(agent)
+            try:
+                os.killpg(agent.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # -- keepalives -----------------------------------------------------------------------
     def _agent_silence(self, agent: AgentProc, now: float) -> float:

@@ -13,4 +13,5 @@
 * ``rendezvous``  the coordinator rank 0 hosts when no launcher started the job
 * ``embed``       ``minimpi.launch``: a job started from inside a program
 * ``keygen``      ``minimpi keygen``: the per-user key file of launcher-less jobs
+* ``clean``       ``minimpi clean``: what jobs killed outright left (segments, directories)
 """

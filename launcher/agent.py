@@ -27,8 +27,9 @@ launcher -> agent
     {"t": "start", "secret": HEX, "job": ID, "ranks": [R...], "size": N, "argv": [...],
      "cwd": DIR, "env": {...}, "coord_port": P, "coord_hosts": [...], "multihost": BOOL,
      "iface": SPEC|None, "bind": ADDR|None, "stdin_rank": R|None, "rank_stdin": BYTES|None,
-     "result_fd": BOOL, "grace": S, "shim_dir": DIR|None}
+     "result_fd": BOOL, "grace": S, "shim_dir": DIR|None, "keepalive": S, "silence": S}
     {"t": "signal", "sig": N}
+    {"t": "ping"}                  (every ``keepalive`` s; 0: never)
     {"t": "stdin", "d": BYTES} / {"t": "stdin_eof"}      (for stdin_rank)
     {"t": "output", "on": BOOL}    (flow control: off while the launcher's own stdout or
                                     stderr is full; the ranks' output pipes are then left
@@ -39,7 +40,16 @@ agent -> launcher
     {"t": "exit", "r": R, "rc": RC}
     {"t": "stdin_ack", "n": BYTES}                  (flow control of forwarded stdin)
     {"t": "error", "msg": TEXT}                     (the agent cannot go on; it exits)
+    {"t": "ping"}                                   (every ``keepalive`` s)
     {"t": "bye"}
+
+**Keepalives.** EOF on stdin is not enough of a lifeline: a host whose network goes silent
+(a link down, a switch lost) gives neither end EOF for many minutes. So both ends send a
+``ping`` every ``keepalive`` seconds. The launcher declares a host lost when its agent is
+silent for ``--heartbeat-timeout``; the agent, when it has heard nothing from the launcher
+for ``silence`` seconds (twice that: the launcher judges first, and a launcher that was only
+stopped for a while is not given up on at once), ends its ranks and exits, as on EOF. A write
+to the launcher that stays blocked that long is the same silence.
 """
 from __future__ import annotations
 
@@ -53,7 +63,7 @@ import struct
 import subprocess
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import msgpack
 
@@ -67,7 +77,7 @@ from minimpi.runtime.bootstrap import (
     host_identity,
 )
 from minimpi.runtime.netaddr import AddressError, data_plane_address, is_loopback
-from minimpi.transports.shm import cleanup_job
+from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .spawn import RankProcess, spawn_rank
 
@@ -118,8 +128,9 @@ class FrameReader:
         return out
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Blocking write of everything (the launcher reads continuously)."""
+def write_all(fd: int, data: bytes, give_up: Optional[Callable[[], bool]] = None) -> None:
+    """Blocking write of everything (the launcher reads continuously); while the write waits,
+    ``give_up()`` is asked every second whether to stop (then BrokenPipeError)."""
     view = memoryview(data)
     while view:
         try:
@@ -127,7 +138,8 @@ def write_all(fd: int, data: bytes) -> None:
         except InterruptedError:
             continue
         except BlockingIOError:
-            select.select([], [fd], [], 1.0)
+            if not select.select([], [fd], [], 1.0)[1] and give_up is not None and give_up():
+                raise BrokenPipeError("the launcher takes no more output") from None
             continue
         view = view[n:]
 
@@ -198,15 +210,38 @@ class Agent:
         self.launcher_gone = False
         self.grace = float(start.get("grace", 1.0))
         self.output_on = True     # the launcher takes the ranks' output ("output" frames)
+        #: keepalives (see the module doc): how often we ping, how much silence ends the job
+        self.keepalive = float(start.get("keepalive", 0) or 0)
+        self.silence = float(start.get("silence", 0) or 0)
+        self.last_heard = time.monotonic()     # the launcher's last frame (or the start)
+        self.next_ping = self.last_heard + self.keepalive
+
+    def launcher_silent_for(self, now: float) -> Optional[float]:
+        """How long the launcher has been silent, when that is longer than allowed."""
+        quiet = now - self.last_heard
+        return quiet if self.silence > 0 and quiet > self.silence else None
 
     # -- to the launcher ------------------------------------------------------------------
     def send(self, message: dict) -> None:
         if self.launcher_gone:
             return
         try:
-            write_all(self.out_fd, encode(message))
+            write_all(self.out_fd, encode(message), self.stalled)
         except OSError:            # the launcher side of the pipe is closed: it is gone
             self.on_launcher_gone()
+
+    def stalled(self) -> bool:
+        """Called while a write to the launcher waits: give up once it is silent too long
+        (a host whose network went away: the ssh channel stops taking our output)."""
+        quiet = self.launcher_silent_for(time.monotonic())
+        if quiet is not None:
+            self.say_launcher_silent(quiet)
+        return quiet is not None
+
+    def say_launcher_silent(self, quiet: float) -> None:
+        print(f"minimpi agent on {socket.gethostname()}: no word from the launcher for "
+              f"{quiet:.0f} s (its host or the network between us is gone?): ending this "
+              f"host's ranks", file=sys.stderr, flush=True)
 
     def fail(self, text: str) -> int:
         self.send({"t": "error", "msg": text})
@@ -247,6 +282,7 @@ class Agent:
             ENV_BIND: bind,
             ENV_LIFELINE: str(lifeline),
             ENV_LAUNCHER_PID: str(os.getpid()),
+            ENV_LOCAL_RANKS: format_ranks(self.start["ranks"]),   # this host's (shm.py)
         })
         return env
 
@@ -405,6 +441,14 @@ class Agent:
             if self.kill_at is not None and now >= self.kill_at:
                 self.signal_all(signal.SIGKILL)
                 self.kill_at = None
+            if not self.launcher_gone:
+                quiet = self.launcher_silent_for(now)
+                if quiet is not None:
+                    self.say_launcher_silent(quiet)
+                    self.on_launcher_gone()
+                elif self.keepalive > 0 and now >= self.next_ping:
+                    self.next_ping = now + self.keepalive
+                    self.send({"t": "ping"})
             if self.sync_output(poller, polled) and all_done_at is not None:
                 all_done_at = now   # output held back for the launcher: not drained yet
             if all(not rp.alive for rp in self.ranks):
@@ -418,6 +462,10 @@ class Agent:
                     poller.register(feed.fd, select.POLLOUT)
             waits = [d for d in (self.kill_at,
                                  all_done_at + DRAIN_S if all_done_at else None) if d]
+            if not self.launcher_gone and self.keepalive > 0:
+                waits.append(self.next_ping)
+            if not self.launcher_gone and self.silence > 0:
+                waits.append(self.last_heard + self.silence + 0.01)
             timeout = max(0.0, min(waits) - now) if waits else 60.0
             if need_reap_poll:
                 timeout = min(timeout, 0.1)
@@ -437,6 +485,7 @@ class Agent:
                         poller.unregister(fd)
                         self.on_launcher_gone()
                         continue
+                    self.last_heard = time.monotonic()
                     try:
                         for msg in self.reader.feed(data):
                             self.on_frame(msg)

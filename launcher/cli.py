@@ -21,6 +21,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("draw", "minimpi.launcher.draw_cmd", "draw a collective algorithm's schedule (text, SVG, PNG)"),
     ("explain", "minimpi.launcher.explain_cmd", "which collective algorithm auto picks, and why"),
     ("keygen", "minimpi.launcher.keygen", "write ~/.minimpi/secret, the key of jobs started by srun"),
+    ("clean", "minimpi.launcher.clean",
+     "remove shared memory and directories left by killed jobs (this user's, ended jobs only)"),
 ]
 
 

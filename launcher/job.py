@@ -45,7 +45,7 @@ from minimpi.runtime.bootstrap import (
     ENV_STARTUP_TIMEOUT,
 )
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
-from minimpi.transports.shm import cleanup_job
+from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
@@ -100,6 +100,8 @@ class Failure:
     summary: str       # the "minimpi: ..." line
     rank: Optional[int] = None
     details: list[str] = field(default_factory=list)
+    #: kind "host": the ranks of the lost host (the others are summed up, not their tracebacks)
+    lost_ranks: list[int] = field(default_factory=list)
 
 
 class Job:
@@ -157,6 +159,7 @@ class Job:
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
+            ENV_LOCAL_RANKS: format_ranks(range(self.spec.nprocs)),   # all here (shm.py)
             "PYTHONUNBUFFERED": "1",
         })
         return env
@@ -628,6 +631,8 @@ class Job:
             if self.forward is not None and f.rank is not None and \
                     f.kind in ("exit", "signal", "abort", "unresponsive"):
                 self._culprit_report(f.rank)
+            elif self.forward is not None and f.kind == "host":
+                self._others_report(set(f.lost_ranks))
         if self.forward is not None:
             self.forward.release()   # tracebacks the summary does not account for
         return 0 if f is None else f.exit_code
@@ -654,10 +659,16 @@ class Job:
                 self.log(f"minimpi: last lines rank {culprit} wrote to stderr:")
                 for line in tail:
                     self.log(f"  | {line}")
+        self._others_report({culprit})
+
+    def _others_report(self, culprits: set[int]) -> None:
+        """One line for all the ranks that stopped because of ``culprits`` (a rank, or the
+        ranks of a lost host); their tracebacks are held back, and where to find them said."""
+        coord, forward = self.coord, self.forward
         lost, own, ended = [], [], []
         for st in coord.ranks:
             rp = self.ranks[st.rank]
-            if st.rank == culprit or rp.returncode == 0:
+            if st.rank in culprits or rp.returncode == 0:
                 continue
             if st.failure is not None and not st.failure.get("consequence"):
                 where = f" at {st.failure['where']}" if st.failure.get("where") else ""
@@ -676,7 +687,7 @@ class Job:
         if not total:
             return
         self.log(f"minimpi: {total} other rank(s) stopped because of it: {'; '.join(parts)}")
-        hidden = [r for r in range(len(self.ranks)) if r != culprit and forward.discard(r)]
+        hidden = [r for r in range(len(self.ranks)) if r not in culprits and forward.discard(r)]
         if hidden:
             where = (f"they are in {self.spec.output_dir}/rank.N.stderr" if self.spec.output_dir
                      else "run with --output-dir DIR to keep every rank's output")

@@ -17,6 +17,10 @@ signal pipe. What differs:
   255) naming the host, the ranks that ran there and the end of its stderr. A rank that only
   failed because its peer on the lost host vanished is not blamed: Job._judge waits for that
   peer, and the host's loss is what arrives;
+* an agent that sends nothing, not even its keepalive ``ping``, for ``--heartbeat-timeout``
+  seconds is a lost host too (its network went away): "lost host h2 (no heartbeat from its
+  agent for 31 s): rank(s) 2, 3 ran there", exit 255; the launcher pings every agent too, and
+  an agent that hears nothing ends its ranks by itself (``launcher/agent.py``);
 * teardown is a ``signal`` frame to every agent (SIGTERM, then SIGKILL after the grace
   period); an agent that does not finish soon after gets EOF on its stdin (it then kills its
   ranks itself), and its local process (ssh, srun) is killed at last. Nothing is left
@@ -270,6 +274,7 @@ class AgentProc:
     started_at: float = 0.0
     judged: bool = False
     synced: bool = False                  # the agent's MAGIC seen: frames from here on
+    last_heard: float = 0.0               # when its stdout last brought anything
     preamble: bytes = b""                 # what came before it (a chatty login script)
 
     @property
@@ -293,6 +298,9 @@ class MultiHostJob(Job):
         self._stdin_credit = STDIN_WINDOW
         self._stdin_polled = False
         self._output_on = True     # what the agents were last told (_output_flow)
+        #: keepalives both ways (see launcher/agent.py); 0 with --heartbeat-timeout 0
+        self.keepalive = heartbeat_interval(spec.heartbeat_timeout)
+        self._next_ping = 0.0
 
     # -- start ----------------------------------------------------------------------------
     def coordinator_candidates(self, host: str) -> list[str]:
@@ -350,6 +358,7 @@ class MultiHostJob(Job):
                 "stdin_rank": 0 if self.forward_stdin and 0 in ranks else None,
                 "rank_stdin": self.rank_stdin, "result_fd": self.collect_results,
                 "grace": spec.grace, "shim_dir": shim_dir,
+                "keepalive": self.keepalive, "silence": 2 * max(0.0, spec.heartbeat_timeout),
             }
             try:
                 popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -360,7 +369,7 @@ class MultiHostJob(Job):
                 raise HostListError(f"cannot start {plan.spawner.describe(host)} "
                                     f"({cmd[0]}): {exc.strerror}") from None
             agent = AgentProc(host, ranks, popen, plan.spawner.describe(host),
-                              started_at=time.monotonic())
+                              started_at=time.monotonic(), last_heard=time.monotonic())
             for fd in (popen.stdin.fileno(), popen.stdout.fileno(), popen.stderr.fileno()):
                 os.set_blocking(fd, False)
             if hasattr(os, "pidfd_open"):
@@ -577,6 +586,7 @@ class MultiHostJob(Job):
             if self._suspect_until is not None and now >= self._suspect_until:
                 self._judge(now, give_up=True)
             heartbeat_due = self._check_heartbeats(now)
+            agents_due = self._check_agents(now)
             held_due = self.forward.release_stale(now, lambda r: self.ranks[r].alive)
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
@@ -595,7 +605,8 @@ class MultiHostJob(Job):
                 break
             # ---- wait ----
             waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
-                                 self.abandon_at, self._suspect_until, heartbeat_due, held_due)
+                                 self.abandon_at, self._suspect_until, heartbeat_due, held_due,
+                                 agents_due)
                      if d is not None]
             waits += [a.started_at + spec.startup_timeout for a in self.agents if a.hello is None
                       and not a.finished]
@@ -674,6 +685,7 @@ class MultiHostJob(Job):
             if agent.returncode is not None:
                 self._judge_agent(agent)
             return False
+        agent.last_heard = time.monotonic()
         if not agent.synced:
             # a login script may print to stdout before the agent starts: skip up to MAGIC
             buf = agent.preamble + data
@@ -777,18 +789,78 @@ class MultiHostJob(Job):
             self._host_lost(agent, f"{agent.describe} {how}" + (f": {tail}" if tail else ""))
         self._mark_lost_ranks(agent)
 
-    def _host_lost(self, agent: AgentProc, why: str, failed_agent: bool = False) -> None:
+    def _host_lost(self, agent: AgentProc, why: str, failed_agent: bool = False,
+                   silent: bool = False) -> None:
         alive = [r for r in agent.ranks if self.ranks[r].alive]
         if self.failure is not None:
             return
         if agent.hello is None:   # never got as far as starting ranks
             summary = f"minimpi: could not start the ranks on {agent.host}: {why}"
+        elif silent:
+            summary = f"minimpi: lost host {agent.host} ({why})"
+            if alive:
+                summary += f": rank(s) {_ranks(alive)} ran there"
         else:
             summary = f"minimpi: lost host {agent.host}: {why}"
             if alive:
                 summary += f" (rank(s) {_ranks(alive)} ran there)"
-        # the agent's stderr was shown as it came; the summary repeats only its last line
-        self.fail(Failure("host", EXIT_HOST_LOST, summary))
+        # the agent's stderr was shown as it came; the summary repeats only its last line.
+        # The ranks of other hosts that lost a peer there are summed up after it (Job._finish)
+        self.fail(Failure("host", EXIT_HOST_LOST, summary, lost_ranks=list(agent.ranks)))
+        if silent:
+            # nothing reaches that host: no point waiting for its agent to say bye; it ends
+            # its ranks itself when it hears nothing more from us
+            self.close_agent_stdin(agent)
+            try:
+                os.killpg(agent.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    # -- keepalives -----------------------------------------------------------------------
+    def _agent_silence(self, agent: AgentProc, now: float) -> float:
+        """How long a running agent has sent nothing (a stop of the launcher itself is not
+        counted, as for the ranks' heartbeats)."""
+        return now - max(agent.last_heard, self._heartbeat_epoch)
+
+    def _check_agents(self, now: float) -> Optional[float]:
+        """Ping every agent that is running ranks, and fail the job when one has been silent
+        for --heartbeat-timeout (its host or the network to it is gone); returns when to look
+        again (None: nothing to watch)."""
+        limit = self.spec.heartbeat_timeout
+        if self.keepalive <= 0:
+            return None
+        running = [a for a in self.agents if a.hello is not None and a.returncode is None
+                   and a.stdout_open]
+        if now >= self._next_ping:
+            self._next_ping = now + self.keepalive
+            for agent in running:
+                self.send(agent, {"t": "ping"})
+        due = self._next_ping
+        if self.failure is not None:
+            return due
+        for agent in running:
+            quiet = self._agent_silence(agent, now)
+            if quiet > limit:
+                self._host_lost(agent, f"no heartbeat from its agent for {quiet:.0f} s",
+                                silent=True)
+                return due
+            due = min(due, now - quiet + limit + 0.01)
+        return due
+
+    def _silent_rank(self, rank: int, now: float, silent: float) -> Optional[float]:
+        """A rank on another host is silent: when its agent is silent too (beyond a few of
+        its keepalives), the host is what was lost, and it is named (Job._silent_rank else)."""
+        agent = self.ranks[rank].agent
+        quiet = self._agent_silence(agent, now)
+        if self.keepalive > 0:
+            missed = 2 * self.keepalive + 0.5      # two keepalives missed: the host is gone
+            if quiet > missed:
+                self._host_lost(agent, f"no heartbeat from its agent for {quiet:.0f} s",
+                                silent=True)
+                return None
+            if quiet > self.keepalive + 0.2:       # its keepalive is late: look again soon
+                return now + missed - quiet + 0.01
+        return super()._silent_rank(rank, now, silent)
 
     def _mark_lost_ranks(self, agent: Optional[AgentProc] = None) -> None:
         for a in [agent] if agent is not None else self.agents:

@@ -40,7 +40,8 @@ class Session:
         self.stats = stats
         self.nprocs = nprocs
         self.program = program
-        self.dir = tempfile.mkdtemp(prefix="minimpi-observe-")
+        # the launcher's pid in the name: `minimpi clean` removes it once that pid is gone
+        self.dir = tempfile.mkdtemp(prefix=f"minimpi-observe-{os.getpid()}-")
 
     def env(self) -> dict:
         env = {ENV_DIR: self.dir}

@@ -46,6 +46,12 @@ def serve(config: dict, stdin_fd: int) -> int:
     poller = zmq.Poller()
     poller.register(coord.socket, zmq.POLLIN)
     poller.register(stdin_fd, zmq.POLLIN)
+    # connections whose handshake fails: a rank with another secret (said at the timeout)
+    monitor = coord.socket.get_monitor_socket(
+        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+    poller.register(monitor, zmq.POLLIN)
+    failed_handshakes = 0
     try:
         while True:
             wait = 3600.0
@@ -56,6 +62,9 @@ def serve(config: dict, stdin_fd: int) -> int:
                     text = (f"startup timeout after {startup:g} s: rank(s) "
                             f"{', '.join(map(str, missing))} never registered with the "
                             f"coordinator of job {config['job_id']} ({config.get('origin', '')})")
+                    if failed_handshakes:
+                        text += (f"; {failed_handshakes} connection attempt(s) failed "
+                                 f"authentication: a rank with another secret?")
                     coord.fail_startup(missing, text)
                     _log(f"minimpi: {text}")
                     first_registered = None     # reported once; the ranks exit now
@@ -68,12 +77,22 @@ def serve(config: dict, stdin_fd: int) -> int:
                         return 0          # rank 0 is gone: so is the job's coordinator
                 except OSError:
                     return 0
+            if monitor in ready:
+                from zmq.utils.monitor import recv_monitor_message
+                while monitor.poll(0):
+                    recv_monitor_message(monitor)
+                    failed_handshakes += 1
             if coord.socket in ready:
                 for ev in coord.receive():
                     if ev.kind == "registered" and first_registered is None \
                             and not coord.table_sent:
                         first_registered = time.monotonic()
     finally:
+        try:
+            coord.socket.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        monitor.close(linger=0)
         coord.close()
 
 

@@ -287,6 +287,8 @@ def main(args: argparse.Namespace) -> int:
         if os.path.isdir(program) and not os.path.exists(os.path.join(program, "__main__.py")):
             return _usage_error(f"{program!r} is a directory without __main__.py")
     start_program, start_module, start_args = rank_start(program, args.module, prog_args)
+    from .clean import sweep
+    sweep()   # what jobs killed with kill -9 left on this host (launcher/clean.py)
     spec = JobSpec(
         nprocs=args.nprocs,
         program=start_program,

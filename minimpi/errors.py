@@ -241,6 +241,12 @@ class ProtocolError(TransportError):
     error_class = ERR_INTERN
 
 
+class AuthenticationError(MinimpiError):
+    """A connection of the job's control plane failed authentication: the two ends do not
+    share the job's secret."""
+    error_class = ERR_OTHER
+
+
 class MPITimeoutError(MinimpiError):
     """A wait that passed its time limit (startup, job timeout, deadlock detection)."""
     error_class = ERR_OTHER

@@ -45,7 +45,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import msgpack
 
-from minimpi.errors import JobAbortedError, MinimpiError, MPITimeoutError
+from minimpi.errors import AuthenticationError, JobAbortedError, MinimpiError, MPITimeoutError
 from minimpi.transports.signal_guard import start_thread_blocked
 
 from . import sources
@@ -384,6 +384,17 @@ class CoordinatorClient:
         self._sock.curve_serverkey = server_public
         self._sock.curve_publickey = public
         self._sock.curve_secretkey = private
+        # handshakes that fail: the coordinator's key is not the one derived from our
+        # secret (ranks without one shared secret); without this, a wrong secret looks like
+        # a coordinator that never answers, and is said only after the startup timeout
+        self._monitor = self._sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self._handshakes_failed = 0
+        self._handshake_ok = False
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         self._sock.connect(address)
         self._closed = False
         self._challenge: Optional[str] = None
@@ -459,7 +470,12 @@ class CoordinatorClient:
         while True:
             remaining = deadline - time.monotonic()
             ms = int(remaining * 1000) + 1 if remaining > 0 else 0   # 0: look once
-            if not self._sock.poll(ms, self._zmq.POLLIN):
+            ready = dict(self._poller.poll(ms))
+            if self._monitor in ready:
+                self._check_handshakes()
+            if self._sock not in ready:
+                if ready and remaining > 0:
+                    continue
                 return None
             frames = self._sock.recv_multipart()
             msg = unseal(self._secret, frames)
@@ -475,6 +491,26 @@ class CoordinatorClient:
                 # the old one are lost, which the callers' timeouts already allow for
                 self._challenge = msg["c"]
             return msg
+
+    #: failed handshakes (zmq retries each) before the secret is said to be wrong
+    AUTH_FAILURES = 2
+
+    def _check_handshakes(self) -> None:
+        """Read the connection's events; AuthenticationError once handshakes keep failing
+        and none ever succeeded (lock held)."""
+        from zmq.utils.monitor import recv_monitor_message
+        while self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor)["event"]
+            if event == self._zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshake_ok = True
+            else:
+                self._handshakes_failed += 1
+        if not self._handshake_ok and self._handshakes_failed >= self.AUTH_FAILURES:
+            raise AuthenticationError(
+                f"rank {self.rank}: authentication with the coordinator at {self.address} "
+                f"failed: it does not hold the key of this rank's secret (do all ranks of "
+                f"job {self.job_id} share one secret? MINIMPI_SECRET, MINIMPI_SECRET_FILE or "
+                f"~/.minimpi/secret differ between them)")
 
     def _recv(self, timeout: float, want: Optional[str] = None) -> Optional[dict]:
         """Next authentic message (of kind ``want`` if given) within ``timeout`` seconds."""
@@ -631,5 +667,10 @@ class CoordinatorClient:
         self._stop.set()
         with self._lock:
             self._closed = True
+            try:
+                self._sock.disable_monitor()
+            except self._zmq.ZMQError:
+                pass
+            self._monitor.close(linger=0)
             self._sock.close(linger=1000)
             self._ctx.term()

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from .. import transports
 from ..comm.communicator import Intracomm, set_predefined
 from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
-from ..errors import CollectiveMismatchError, JobAbortedError
+from ..errors import CollectiveMismatchError, JobAbortedError, MinimpiError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy
 from .bootstrap import BootInfo, bootstrap, host_identity
@@ -92,7 +92,15 @@ def world_state() -> _Runtime:
             if _state is None:
                 if _finalized:
                     raise JobAbortedError("MPI was finalized in this process; it cannot be used again")
-                _state = _Runtime(bootstrap())
+                try:
+                    info = bootstrap()
+                    if info.source not in ("minimpi-run", "singleton"):
+                        _install_summary_hook(info.rank)
+                    _state = _Runtime(info)
+                except MinimpiError:
+                    if _launcherless(os.environ):
+                        _install_summary_hook(None)
+                    raise
                 global _owner_pid
                 _owner_pid = os.getpid()
                 atexit.register(_finalize_at_exit)
@@ -208,6 +216,66 @@ def abort(code: int, message: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+# ---- one summary line where no launcher sums up (srun, environment rendezvous) ----------
+def _not_the_program() -> tuple:
+    """Where frames that are not the program's live: minimpi, Python's standard library."""
+    import sysconfig
+    paths = sysconfig.get_paths()
+    dirs = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    dirs.update(os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if k in paths)
+    return tuple(dirs)
+
+
+_NOT_THE_PROGRAM = _not_the_program()
+_summary_hook_installed = False
+
+
+def _launcherless(environ) -> bool:
+    """Whether this process was started without ``minimpi run`` as a rank of a bigger job."""
+    if "MINIMPI_COORD" in environ:
+        return False
+    from . import sources
+    try:
+        return sources.find(environ) is not None
+    except MinimpiError:
+        return True        # a rendezvous set up wrongly: still not a launcher's rank
+
+
+def _install_summary_hook(rank: Optional[int]) -> None:
+    """Under ``minimpi run`` the launcher shows one summary for the job (the culprit's own
+    frames, one line for the ranks that stopped because of it). Started by srun or through
+    an environment rendezvous, each rank prints its own uncaught minimpi error, so there
+    it is one line (where the program was, then the error) instead of a traceback full of
+    minimpi's frames (a missing secret under a 29-line import traceback). Other exceptions
+    keep Python's traceback."""
+    global _summary_hook_installed
+    if _summary_hook_installed:
+        return
+    _summary_hook_installed = True
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if not isinstance(exc, MinimpiError):
+            return previous(exc_type, exc, tb)
+        import traceback
+        user = [f for f in traceback.extract_tb(tb)
+                if not os.path.abspath(f.filename).startswith(_NOT_THE_PROGRAM)
+                and not f.filename.startswith("<frozen")]
+        at = ""
+        if user:
+            where = user[-1]
+            at = f" (at {where.filename}:{where.lineno}" + (
+                f" in {where.name}()" if where.name != "<module>" else "") + ")"
+        who = f"minimpi rank {rank}" if rank is not None else "minimpi"
+        text = str(exc)
+        if text.startswith("minimpi bootstrap: "):
+            text = text[len("minimpi bootstrap: "):]
+        kind = "" if type(exc) is MinimpiError else f"{exc_type.__name__}: "
+        print(f"{who}: {kind}{text}{at}", file=sys.stderr, flush=True)
+
+    sys.excepthook = hook
 
 
 def _install_excepthook() -> None:

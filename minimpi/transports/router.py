@@ -98,8 +98,9 @@ class RouterTransport(Transport):
                 if t.name not in self.optional or len(self.members) == 1:
                     raise
                 # auto: this host cannot run it; peers see it missing and route around it
-                print(f"minimpi rank {self.rank}: not using {t.name}: {exc}", file=sys.stderr,
-                      flush=True)
+                rest = "+".join(m.name for m in self.members if m is not t)
+                print(f"minimpi rank {self.rank}: not using {t.name} ({rest} instead): {exc}",
+                      file=sys.stderr, flush=True)
                 t.close()
                 self.members.remove(t)
         return ";".join(parts)

@@ -97,6 +97,7 @@ CHECK_EVERY = 512
 # control block of an inbox: 8-byte words; words written by different processes sit in
 # different cache lines (indices into a 'Q' view)
 C_MAGIC, C_RING, C_SLOTS = 0, 1, 2
+C_OWNER, C_OWNER_NS = 3, 4   # the owner's pid and pid namespace (``minimpi clean`` reads them)
 C_SLEEPING = 8           # byte 64: the owner is (about to be) asleep in poll
 C_CLOSED = 16            # byte 128: the owner closed its transport
 MAPPED_AT = 192          # one byte per sender: it has mapped this inbox
@@ -150,6 +151,41 @@ def ring_for_space(size: int, directory: str = SHM_DIR, share: float = 0.5) -> O
     return 1 << (per_ring.bit_length() - 1)
 
 
+#: the ranks the launcher (or a host's agent) starts on this host, e.g. ``0-7`` or ``4,5,9``:
+#: a rank reserves the rings of these peers in its inbox when it creates it (listen), so that
+#: a /dev/shm without room for them is known before the ranks exchange addresses, and ``auto``
+#: can still route this rank over TCP. Without it (srun, environment rendezvous) the rings
+#: are reserved in set_peers, where running out is an error.
+ENV_LOCAL_RANKS = "MINIMPI_LOCAL_RANKS"
+
+
+def format_ranks(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5`` (the value of MINIMPI_LOCAL_RANKS)."""
+    parts, ordered = [], sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_ranks(text: Optional[str]) -> Optional[List[int]]:
+    """The inverse of :func:`format_ranks`; None for no value or one that is not a list."""
+    if not text:
+        return None
+    ranks: List[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            ranks.extend(range(int(low), int(high or low) + 1))
+    except ValueError:
+        return None
+    return ranks
+
+
 def segment_name(job_id: str, rank: int) -> str:
     return f"{PREFIX}{job_id}-{rank}"
 
@@ -174,6 +210,51 @@ def cleanup_job(job_id: str, directory: str = SHM_DIR) -> List[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def segment_owner(path: str) -> Optional[Tuple[int, int]]:
+    """(pid, pid namespace inode) of the rank that created inbox ``path``; None when the
+    file is not (yet) a complete inbox. Read with pread, never mapped: a page a full
+    /dev/shm never backed reads as zeros instead of raising SIGBUS."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        words = os.pread(fd, 8 * (C_OWNER_NS + 1), 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(words) < 8 * (C_OWNER_NS + 1):
+        return None
+    magic, _, _, pid, pid_ns = struct.unpack(f"<{C_OWNER_NS + 1}Q", words)
+    return (pid, pid_ns) if magic == MAGIC and pid else None
+
+
+def owner_alive(path: str) -> Optional[bool]:
+    """Whether the rank that created inbox ``path`` is still running: None when that cannot
+    be told from here (not a complete inbox, or its owner is in another pid namespace)."""
+    owner = segment_owner(path)
+    if owner is None or owner[1] != _pid_namespace():
+        return None
+    return _alive(owner[0]) and not _zombie(owner[0])
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and only waits to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def available(directory: str = SHM_DIR) -> Optional[str]:
@@ -299,6 +380,17 @@ class _Segment:
             pass
 
 
+def _runs(ranks: Sequence[int]) -> List[Tuple[int, int]]:
+    """Sorted ranks as (first, count) runs of consecutive ones (one fallocate each)."""
+    runs: List[Tuple[int, int]] = []
+    for r in ranks:
+        if runs and runs[-1][0] + runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((r, 1))
+    return runs
+
+
 def _rings_offset(slots: int) -> int:
     return (MAPPED_AT + slots + 4095) // 4096 * 4096
 
@@ -379,7 +471,8 @@ class ShmTransport(Transport):
     scope = "host"
 
     def __init__(self, rank: int, size: int, job_id: str, directory: str = SHM_DIR,
-                 ring: Optional[int] = None, cma: bool = True) -> None:
+                 ring: Optional[int] = None, cma: bool = True,
+                 local_ranks: Optional[Sequence[int]] = None) -> None:
         why = available(directory)
         if why is not None:
             raise TransportError(f"rank {rank}: cannot use the shared-memory transport: {why}")
@@ -392,6 +485,8 @@ class ShmTransport(Transport):
             raise TransportError(f"rank {rank}: shared-memory ring size {self.ring} must be a "
                                  f"power of two of at least {4 * HEADER_SIZE} bytes")
         self.cma = cma and _libc is not None
+        #: the peers expected on this host (ENV_LOCAL_RANKS): their rings are reserved in listen
+        self._expected = sorted({r for r in local_ranks or () if 0 <= r < size and r != rank})
         self._sink: Optional[FrameSink] = None
         self._inbox: Optional[_Segment] = None
         self._unlinked = False
@@ -465,6 +560,11 @@ class ShmTransport(Transport):
             # the control page is written next: its pages must exist (a write to a page a
             # full /dev/shm cannot back is a SIGBUS, not an error)
             os.posix_fallocate(fd, 0, _rings_offset(self.size))
+            # the rings of the peers expected here, before anyone learns our address: if
+            # they do not fit, auto routes this rank over the network instead
+            for first, count in _runs(self._expected):
+                os.posix_fallocate(fd, _rings_offset(self.size) + first * (RING_CTL + self.ring),
+                                   count * (RING_CTL + self.ring))
             self._inbox = _Segment(path, fd, length)
         except OSError as exc:
             os.close(fd)
@@ -474,6 +574,7 @@ class ShmTransport(Transport):
         self._inbox_fd = fd                  # kept to reserve rings in set_peers
         ctl = self._inbox.ctl
         ctl[C_RING], ctl[C_SLOTS] = self.ring, self.size
+        ctl[C_OWNER], ctl[C_OWNER_NS] = os.getpid(), _pid_namespace()
         ctl[C_MAGIC] = MAGIC                 # last: the inbox is ready
         self._wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -1090,4 +1191,5 @@ def create(info) -> ShmTransport:
     env = info.env
     return ShmTransport(info.rank, info.size, info.job_id,
                         ring=ring_bytes(info.size, env.get("MINIMPI_SHM_RING")),
-                        cma=env.get("MINIMPI_SHM_CMA", "1") != "0")
+                        cma=env.get("MINIMPI_SHM_CMA", "1") != "0",
+                        local_ranks=parse_ranks(env.get(ENV_LOCAL_RANKS)))

@@ -98,19 +98,32 @@ def test_processes_meet_through_rank_0(family, write_script, job_marker):
     assert lines == [f"rank {r} of {n} ok via {source} bind 127.0.0.1" for r in range(n)]
 
 
-def test_a_rank_with_another_secret_cannot_join(write_script, job_marker):
+def test_a_rank_with_another_secret_cannot_join_and_is_told_at_once(write_script, job_marker):
+    """Before, the rank with the wrong secret waited for the startup timeout plus 5 s and
+    then blamed the launcher ("is the launcher alive?"; there is none here), under a
+    traceback of minimpi's frames."""
     script = write_script("prog.py", PROGRAM)
     port = free_port()
-    base = {"MINIMPI_COORDINATOR": f"127.0.0.1:{port}", "MINIMPI_SIZE": "2",
-            "MINIMPI_STARTUP_TIMEOUT": "3"}
-    procs = start_ranks(script, [{**base, "MINIMPI_RANK": "0", "MINIMPI_SECRET": SECRET},
+    base = {"MINIMPI_COORDINATOR": f"127.0.0.1:{port}", "MINIMPI_SIZE": "2"}
+    t0 = time.monotonic()
+    procs = start_ranks(script, [{**base, "MINIMPI_RANK": "0", "MINIMPI_SECRET": SECRET,
+                                  "MINIMPI_STARTUP_TIMEOUT": "6"},
                                  {**base, "MINIMPI_RANK": "1",
                                   "MINIMPI_SECRET": "an-entirely-different-secret"}], job_marker)
-    (rc0, _, err0), (rc1, _, err1) = finish_all(procs, timeout=30)
+    rc1, _, err1 = finish_all(procs[1:], timeout=30)[0]
+    took = time.monotonic() - t0
+    (rc0, _, err0), = finish_all(procs[:1], timeout=30)
     assert rc0 != 0 and rc1 != 0
-    # rank 0's coordinator dropped the stranger's messages and says who never came
-    assert "rank(s) 1 never registered" in err0
-    assert "no address table from the coordinator" in err1
+    # the stranger: authentication failed, in one line, well before any startup timeout
+    assert took < 15, (took, err1)
+    assert err1.startswith("minimpi rank 1: AuthenticationError: rank 1: authentication with "
+                           "the coordinator at tcp://127.0.0.1:"), err1
+    assert "share one secret" in err1 and "prog.py:3)" in err1, err1
+    assert len(err1.strip().splitlines()) == 1 and "Traceback" not in err1, err1
+    # rank 0's coordinator says who never came, and that someone failed to authenticate
+    assert "rank(s) 1 never registered" in err0, err0
+    assert "failed authentication: a rank with another secret?" in err0, err0
+    assert "Traceback" not in err0, err0
 
 
 def test_without_a_secret_nothing_starts(write_script, job_marker, tmp_path):
@@ -121,6 +134,9 @@ def test_without_a_secret_nothing_starts(write_script, job_marker, tmp_path):
     [(rc, out, err)] = finish_all(start_ranks(script, [env], job_marker), timeout=20)
     assert rc != 0 and time.monotonic() - t0 < 15
     assert "no job secret" in err and "MINIMPI_SECRET" in err and "minimpi keygen" in err
+    # one line that says where the program was, not an import traceback
+    assert err.startswith("minimpi rank 0: no job secret") or err.startswith("minimpi: no job"), err
+    assert "Traceback" not in err and "prog.py:3)" in err, err
 
 
 def test_insecure_opt_out_runs_and_says_so(write_script, job_marker, tmp_path):
@@ -148,3 +164,28 @@ def test_coordinator_port_in_use_is_named(write_script, job_marker):
     assert f"could not start the coordinator on port {port}" in err
     assert "MINIMPI_COORDINATOR=HOST:PORT" in err
     assert_no_leftovers(job_marker)     # rank 0's helper too
+
+
+def test_ranks_that_lose_a_peer_say_so_in_one_line(write_script, job_marker):
+    """No launcher sums up here: each surviving rank prints one line (where the program was,
+    then the error), not a traceback through minimpi's frames."""
+    script = write_script("prog.py", """
+        import os
+        from minimpi import MPI
+        comm = MPI.COMM_WORLD
+        comm.Barrier()
+        if comm.rank == 2:
+            os._exit(3)
+        comm.recv(source=2)
+    """)
+    port = free_port()
+    envs = [{**FAMILIES["minimpi"](r, 3, port), "MINIMPI_SECRET": SECRET} for r in range(3)]
+    results = finish_all(start_ranks(script, envs[1:] + envs[:1], job_marker), timeout=60)
+    by_rank = {1: results[0], 2: results[1], 0: results[2]}
+    assert by_rank[2][0] == 3
+    for r in (0, 1):
+        rc, _, err = by_rank[r]
+        assert rc == 1, err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"minimpi rank {r}: PeerLostError: "), err
+        assert lines[0].endswith("prog.py:8)"), err

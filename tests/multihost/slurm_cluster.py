@@ -9,13 +9,20 @@ Every daemon runs in the foreground as our child (munged as user munge) with fil
 STATE_ROOT/slurm-<pid>/: slurm.conf, state, spool, logs, and munge's socket, so nothing
 touches /etc/slurm or /run/munge.  The ports are picked free.  The node is this machine's
 short host name with NodeAddr 127.0.0.1 (no DNS needed); CPUs=cpus with config_overrides,
-so `srun -n 8` runs on a 2-core machine.  One cluster at a time per machine (a lock): two
-slurmd with the same NodeName on one machine are not something Slurm promises to handle.
+so `srun -n 8` runs on a 2-core machine.
 
-Processes left by jobs (slurmstepd, tasks) are found by SLURM_CONF=<our conf> in their
-environment and killed at teardown.
+Clusters are per instance: each has its own directory, ports, munge socket, state and spool,
+so several can run at once on one machine (two test runs, or a test run beside one kept up
+by hand); a lock only serialises set-ups and the removal of clusters whose owner died.
+Tearing one down touches nothing of another: its processes are found by SLURM_CONF=<its
+conf> in their environment (job steps, tasks, clients) and by its own pid files.
 
-Command line:  python3 tests/multihost/slurm_cluster.py up|down|cleanup
+Command line:
+    python3 tests/multihost/slurm_cluster.py up [--cpus N]   # prints its name, slurm-<pid>
+    python3 tests/multihost/slurm_cluster.py down NAME       # that cluster only
+    python3 tests/multihost/slurm_cluster.py down            # clusters kept up by hand only
+    python3 tests/multihost/slurm_cluster.py cleanup [--all] # clusters whose owner died
+                                                             # (--all: and those kept by hand)
 """
 from __future__ import annotations
 
@@ -108,7 +115,6 @@ class SlurmCluster:
         self.node = socket.gethostname().split(".")[0]
         self.procs: dict[str, subprocess.Popen] = {}
         self.timings: dict[str, float] = {}
-        self._lock: Optional[FileLock] = None
 
     @property
     def conf(self) -> str:
@@ -135,21 +141,27 @@ class SlurmCluster:
                        for name in ("munge/munged.log", "slurmctld.log", "slurmd.log"))
 
     # ---- up / down -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """This cluster's name (its directory's): what `down NAME` takes."""
+        return os.path.basename(self.dir)
+
     def up(self) -> "SlurmCluster":
         t0 = time.monotonic()
-        self._lock = FileLock(LOCK, "slurm cluster").acquire(timeout=LOCK_WAIT_S)
-        try:
-            cleanup_stale()
-            self._start()
-        except BaseException:
-            self._down_quietly()
-            raise
+        # the lock covers the set-up only: removing dead owners' clusters while another
+        # set-up picks its ports; the running clusters never need it
+        with FileLock(LOCK, "slurm cluster set-up").acquire(timeout=LOCK_WAIT_S):
+            try:
+                cleanup_stale()
+                self._start()
+            except BaseException:
+                self._down_quietly()
+                raise
         self.timings["up_s"] = time.monotonic() - t0
         return self
 
     def _start(self) -> None:
-        self.dir = os.path.join(STATE_ROOT, f"slurm-{os.getpid()}")
-        rmtree(self.dir)
+        self.dir = _new_dir()
         os.makedirs(self.dir, mode=0o755)
         write_owner(self.dir, self.persistent)
         for sub in ("state", "spool"):
@@ -204,9 +216,6 @@ class SlurmCluster:
         t0 = time.monotonic()
         problems = teardown(self.dir, self.procs)
         self.procs, self.dir = {}, ""
-        if self._lock:
-            self._lock.release()
-            self._lock = None
         self.timings["down_s"] = time.monotonic() - t0
         if problems:
             raise InfraError("slurm teardown left: " + "; ".join(problems))
@@ -216,9 +225,29 @@ class SlurmCluster:
             self.down()
         except InfraError:
             pass
-        if self._lock:
-            self._lock.release()
-            self._lock = None
+
+
+def _new_dir() -> str:
+    """A directory name no other cluster has: slurm-<pid>, or slurm-<pid>.<n> for the
+    second and later clusters of one process."""
+    base = os.path.join(STATE_ROOT, f"slurm-{os.getpid()}")
+    d, n = base, 1
+    while os.path.exists(d):
+        d, n = f"{base}.{n}", n + 1
+    return d
+
+
+def clusters() -> list[str]:
+    """The directories of every cluster set up on this machine."""
+    return sorted(d for d in glob.glob(os.path.join(STATE_ROOT, "slurm-*")) if os.path.isdir(d))
+
+
+def is_manual(d: str) -> bool:
+    try:
+        with open(os.path.join(d, "owner")) as f:
+            return f.read().split()[:1] == ["manual"]
+    except OSError:
+        return False
 
 
 def teardown(d: str, procs: Optional[dict] = None, cancel: bool = True) -> list[str]:
@@ -278,10 +307,12 @@ def _ppid(pid: int) -> int:
 
 
 def cleanup_stale(include_manual: bool = False) -> list[str]:
+    """Remove the clusters whose owner died (and, with include_manual, those kept by hand);
+    never one whose owner still runs."""
     done = []
-    for d in glob.glob(os.path.join(STATE_ROOT, "slurm-*")):
-        if os.path.isdir(d) and (include_manual or owner_gone(d)):
-            teardown(d, cancel=False)
+    for d in clusters():
+        if owner_gone(d) or (include_manual and is_manual(d)):
+            teardown(d, cancel=is_manual(d))
             done.append(d)
     return done
 
@@ -316,7 +347,9 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("up")
     u.add_argument("--cpus", type=int, default=8)
-    sub.add_parser("down")
+    d = sub.add_parser("down")
+    d.add_argument("name", nargs="?", help="the cluster `up` printed (default: every "
+                                           "cluster kept up by hand, never a test's)")
     c = sub.add_parser("cleanup")
     c.add_argument("--all", action="store_true")
     a = p.parse_args(argv)
@@ -326,12 +359,28 @@ def main(argv=None) -> int:
             print(f"cannot start slurm: {reason}", file=sys.stderr)
             return 1
         c = SlurmCluster(a.cpus, persistent=True).up()
-        c._lock.release()     # the lock only lives as long as this process anyway
-        print(f"up in {c.timings['up_s']:.2f} s; export SLURM_CONF={c.conf}")
-        print(f"down: python3 {__file__} down")
-    else:
-        with FileLock(LOCK, "slurm cluster").acquire(timeout=LOCK_WAIT_S):
-            print("removed:", cleanup_stale(include_manual=True if a.cmd == "down" else a.all))
+        print(f"up {c.name} in {c.timings['up_s']:.2f} s; export SLURM_CONF={c.conf}")
+        print(f"down: python3 {__file__} down {c.name}")
+        return 0
+    if a.cmd == "down" and a.name:
+        target = os.path.join(STATE_ROOT, os.path.basename(a.name))
+        if target not in clusters():
+            print(f"no cluster {a.name} (there are: "
+                  f"{', '.join(map(os.path.basename, clusters())) or 'none'})", file=sys.stderr)
+            return 1
+        problems = teardown(target)
+        print("removed:", [target])
+        for problem in problems:
+            print(f"left: {problem}", file=sys.stderr)
+        return 1 if problems else 0
+    with FileLock(LOCK, "slurm cluster set-up").acquire(timeout=LOCK_WAIT_S):
+        if a.cmd == "down":      # the clusters kept by hand; a test's own are left alone
+            done = [d for d in clusters() if is_manual(d)]
+            for d in done:
+                teardown(d)
+        else:
+            done = cleanup_stale(include_manual=a.all)
+    print("removed:", done)
     return 0
 
 

@@ -8,6 +8,7 @@ PYTHON=$1; shift
 BENCH=0
 if [ "${1:-}" = "--bench" ]; then BENCH=1; shift; fi
 cd "$(dirname "$0")/../.."
+source tests/verbs/limits.sh
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 rc=0
 t0=$(date +%s)
@@ -25,12 +26,18 @@ export NPY_DISABLE_CPU_FEATURES="AVX2,FMA3"
 # The launcher's ranks and the coordinator must find the tree read-only: keep caches in /tmp.
 export TMPDIR=/tmp HOME=/tmp
 t1=$(date +%s)
-timeout 720 "$PYTHON" -m pytest -p no:cacheprovider -q -o addopts="" -rs \
+# what is left of the host's limit for the whole run (sized from its load) after the boot
+RESERVE=0; [ $BENCH = 0 ] || RESERVE=600
+LIMIT=$(guest_pytest_limit "${MINIMPI_VERBS_RUN_LIMIT:-900}" "$(cut -d. -f1 /proc/uptime)" $RESERVE)
+echo "guest: the device tests may take $LIMIT s"
+timeout "$LIMIT" "$PYTHON" -m pytest -p no:cacheprovider -q -o addopts="" -rs \
     --timeout 300 tests/verbs/test_verbs_device.py "$@" || rc=$?
 t2=$(date +%s)
 echo "guest: device tests took $((t2 - t1)) s (rc=$rc)"
+say_if_limit_hit "$rc" "$LIMIT" "the device tests"
 if [ $BENCH = 1 ]; then
-    timeout 600 "$PYTHON" tests/verbs/bench.py || rc=$((rc ? rc : 4))
+    timeout 600 "$PYTHON" tests/verbs/bench.py || { brc=$?; rc=$((rc ? rc : 4))
+        say_if_limit_hit "$brc" 600 "the benchmark"; }
     echo "guest: benchmark took $(( $(date +%s) - t2 )) s"
 fi
 echo "GUEST-RESULT rc=$rc"

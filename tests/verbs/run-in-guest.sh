@@ -31,7 +31,12 @@ fi
 
 args=""
 [ $# -eq 0 ] || args=$(printf ' %q' "$@")   # no arguments: none at all, not one empty one
-LIMIT=${MINIMPI_VERBS_GUEST_LIMIT:-900}     # seconds for boot + tests, then the guest is stopped
+# seconds for boot + tests, then the guest is stopped: MINIMPI_VERBS_GUEST_LIMIT (default 900)
+# is for an idle machine, scaled by this machine's load per core (tests/verbs/limits.sh)
+source "$REPO/tests/verbs/limits.sh"
+LIMIT=$(guest_run_limit "${MINIMPI_VERBS_GUEST_LIMIT:-900}")
+echo "run-in-guest: time limit $LIMIT s for boot and tests ($(nproc) cores," \
+     "load $(cut -d' ' -f1 /proc/loadavg))"
 start=$(date +%s)
 log=$(mktemp)
 guest=""
@@ -53,9 +58,11 @@ trap 'echo "run-in-guest: interrupted, stopping the guest" >&2; exit 130' INT TE
 # 2 vCPUs, 2 GiB; KVM is not usable on these machines, so TCG emulation.
 PATH="$CACHE/vng/bin:$PATH" vng -r "$KERNEL" --force-9p --memory 2G --cpus 2 \
     --qemu-opts="-machine accel=tcg -cpu max" \
-    --exec "bash $REPO/tests/verbs/guest.sh $GUEST_PY$args" > "$log" 2>&1 < /dev/null &
+    --exec "env MINIMPI_VERBS_RUN_LIMIT=$LIMIT bash $REPO/tests/verbs/guest.sh $GUEST_PY$args" \
+    > "$log" 2>&1 < /dev/null &
 guest=$!
-( sleep "$LIMIT"; echo "run-in-guest: no result after $LIMIT s, stopping the guest" >> "$log"
+( sleep "$LIMIT"; echo "run-in-guest: no result after $LIMIT s (this machine's time limit:" \
+    "raise MINIMPI_VERBS_GUEST_LIMIT, or run a part with -k), stopping the guest" >> "$log"
   kill_tree "$guest" ) &
 watchdog=$!
 disown "$watchdog"          # stopped at exit: no "Terminated" notice from the shell

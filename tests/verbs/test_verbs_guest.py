@@ -19,18 +19,30 @@ HERE = pathlib.Path(__file__).resolve().parent
 MODE = os.environ.get("MINIMPI_VERBS_GUEST", "auto")
 
 
-@pytest.mark.timeout(1000)
+def _run_limit() -> int:
+    """The limit run-in-guest.sh sets for this machine (limits.sh: its cores and load)."""
+    base = os.environ.get("MINIMPI_VERBS_GUEST_LIMIT", "900")
+    res = subprocess.run(["bash", "-c", f'source "{HERE / "limits.sh"}"; guest_run_limit {base}'],
+                         capture_output=True, text=True, timeout=30)
+    return int(res.stdout) if res.returncode == 0 and res.stdout.strip().isdigit() else 900
+
+
+LIMIT = _run_limit()
+
+
+@pytest.mark.timeout(LIMIT + 120)
 def test_transport_on_soft_roce_in_a_qemu_guest():
     if MODE == "skip":
         pytest.skip("MINIMPI_VERBS_GUEST=skip")
     proc = subprocess.Popen(["bash", str(HERE / "run-in-guest.sh")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        out, _ = proc.communicate(timeout=960)
+        out, _ = proc.communicate(timeout=LIMIT + 60)
     except subprocess.TimeoutExpired:
         proc.terminate()        # the script's trap stops QEMU and everything below it
         out, _ = proc.communicate(timeout=30)
-        pytest.fail("the soft-RoCE guest run did not finish within 960 s:\n" + out[-8000:])
+        pytest.fail(f"the soft-RoCE guest run did not finish within {LIMIT + 60} s:\n"
+                    + out[-8000:])
     if proc.returncode == 2 and "run-in-guest: missing:" in out:
         reason = out.strip().splitlines()[-1]
         if MODE == "require":

@@ -20,10 +20,16 @@ spinning while the rank that has the data waits for a core. Hence the policies
     on (``os.sched_getaffinity``), ``yield`` up to twice that, ``block`` beyond - so 32
     ranks on 2 cores never spin each other out.
 
-The budget adapts: a wait that had to sleep but was woken within ``max_spin`` of its start
-would have been caught by a longer spin, so the budget grows to 1.5 times that wait; a
-wait that slept longer halves it (down to ``min_spin``), so a rank whose messages come
-late (long computations between them) stops burning CPU on spins that never pay.
+The budget adapts, without collapsing after one long wait: a wait that slept, but was woken
+with data within :data:`SHORT_WAIT` of its start, means messages come quickly and the spin
+gave up too soon - the budget goes straight back to ``max_spin``; only :data:`LONG_WAITS`
+long waits in a row (a rank whose messages come late: long computations between them)
+halve it, and each further one halves it again (down to ``min_spin``), so such a rank stops
+burning CPU on spins that never pay. (It used to halve on every long wait and grow back only
+from a wait that ended within ``max_spin`` - a test a wake-up through the kernel, tens of
+microseconds on a VM and far more on a busy machine, rarely passes: after one long
+``Barrier`` a rank could stay at the minimum spin, paying a wake-up per message, for the rest
+of the run, and the same program ran 5-10x slower from one run to the next.)
 ``MINIMPI_SPIN_US`` sets ``max_spin``.
 """
 from __future__ import annotations
@@ -41,6 +47,11 @@ MAX_SPIN = 100e-6
 MAX_YIELD_SPIN = 30e-6
 #: the budget never adapts below this (s)
 MIN_SPIN = 5e-6
+#: a wait that slept at most this long (s) was a message that came soon after the spin gave
+#: up (the time includes the wake-up, which is slow on a busy machine)
+SHORT_WAIT = 1e-3
+#: long waits in a row before the budget shrinks (one long Barrier must not shrink it)
+LONG_WAITS = 3
 
 
 def usable_cores() -> int:
@@ -54,7 +65,7 @@ def usable_cores() -> int:
 class ProgressPolicy:
     """Spin, yield or block before/while waiting (see the module docstring)."""
 
-    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_", "reason")
+    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_", "reason", "long_waits")
 
     def __init__(self, mode: str = "block", max_spin: Optional[float] = None,
                  reason: str = "") -> None:
@@ -70,6 +81,8 @@ class ProgressPolicy:
             self.max_spin = MAX_YIELD_SPIN if self.yield_ else MAX_SPIN
         self.min_spin = min(MIN_SPIN, self.max_spin)
         self.spin = self.max_spin
+        #: long waits in a row so far (see the module docstring)
+        self.long_waits = 0
         #: why ``auto`` chose this mode (for diagnostics)
         self.reason = reason
 
@@ -114,6 +127,7 @@ class ProgressPolicy:
         yield_ = self.yield_
         while True:
             if progress(0):
+                self.long_waits = 0
                 return True
             if clock() >= deadline:
                 break
@@ -121,8 +135,11 @@ class ProgressPolicy:
                 os.sched_yield()
         moved = progress(timeout)
         waited = clock() - start
-        if moved and waited < self.max_spin:
-            self.spin = min(self.max_spin, max(spin, 1.5 * waited))   # a longer spin would have caught it
+        if moved and waited < SHORT_WAIT:     # a longer spin would have caught it
+            self.spin = self.max_spin
+            self.long_waits = 0
         else:
-            self.spin = max(self.min_spin, spin / 2)
+            self.long_waits += 1
+            if self.long_waits >= LONG_WAITS:
+                self.spin = max(self.min_spin, spin / 2)
         return moved

@@ -402,8 +402,11 @@ class Watch:
         try:
             low = inc.tag & SEQ_MASK
             fields = self.calls.get(low)
-            if fields is not None and fields[1] == inc.tag and low not in self.aborted:
-                return                  # a message of the call this rank is in: all is well
+            if low not in self.aborted and inc.tag & slots.KIND_MASK and (
+                    fields is None or fields[1] == inc.tag):
+                # a call's message (no marker): of the call this rank is in - all is well -
+                # or of one it has not reached yet, which open_call checks when it gets there
+                return
             engine = self.ep.engine
             if not slots.in_slot(inc.tag, low):    # Create_group's exchange: no slot
                 return

@@ -39,13 +39,14 @@ from .peers import host_groups, host_leaders
 from .registry import Algorithm, algorithms, choose_among
 
 #: Built-in terms of the link between two ranks of one host, per transport that can carry it:
-#: (alpha seconds per message, beta seconds per byte). Measured on the 2-core development
-#: machine as the TCP defaults were (one-way 8 B ping-pong; slope 256 KiB .. 8 MiB), with
-#: ``minimpi run -n 2 -x MINIMPI_TRANSPORT=shm``. A link field set by a calibration file or
-#: the environment (``MINIMPI_COST_ALPHA_INTRA``...) wins over these; a transport not listed
-#: (tcp, inproc) is priced with the model's ``alpha``/``beta`` (measured over TCP).
+#: (alpha seconds per message, beta seconds per byte). Shared memory: the one-way 8 B
+#: latency (6.6 us) and the large-message rate (single copy through process_vm_readv, 14.5
+#: GB/s streamed; about 10 GB/s as a ping-pong slope) measured on an idle 2-core machine
+#: (issue 22), where TCP over loopback gives the model's defaults (46 us, 4.3 GB/s). A link
+#: field set by a calibration file or the environment (``MINIMPI_COST_ALPHA_INTRA``...) wins
+#: over these; a transport not listed (tcp, inproc) is priced with ``alpha``/``beta``.
 LINK_TERMS: Dict[str, Tuple[float, float]] = {
-    "shm": (12e-6, 1 / 9.0e9),
+    "shm": (7e-6, 1 / 10e9),
 }
 
 #: info keys: ``minimpi_cost_<field>`` sets a model field, ``minimpi_<collective>`` forces

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import AlgorithmError
 from .cost import FIELDS, CostModel, Layout, model_sources
+from .mismatch import KINDS
 from .peers import host_groups, host_leaders
 from .registry import Algorithm, algorithms, choose_among
 
@@ -110,9 +111,9 @@ class Settings:
 
 
 def _collectives() -> Sequence[str]:
-    from .registry import REGISTRY, load_all
-    load_all()
-    return REGISTRY
+    """The collectives a setting may force: the fixed table of collective kinds (reading it
+    imports no algorithm module, so a world's creation stays cheap)."""
+    return KINDS
 
 
 class Plan:

@@ -40,14 +40,17 @@ from .peers import host_groups, host_leaders
 from .registry import Algorithm, algorithms, choose_among
 
 #: Built-in terms of the link between two ranks of one host, per transport that can carry it:
-#: (alpha seconds per message, beta seconds per byte). Shared memory: the one-way 8 B
-#: latency (6.6 us) and the large-message rate (single copy through process_vm_readv, 14.5
-#: GB/s streamed; about 10 GB/s as a ping-pong slope) measured on an idle 2-core machine
-#: (issue 22), where TCP over loopback gives the model's defaults (46 us, 4.3 GB/s). A link
-#: field set by a calibration file or the environment (``MINIMPI_COST_ALPHA_INTRA``...) wins
-#: over these; a transport not listed (tcp, inproc) is priced with ``alpha``/``beta``.
-LINK_TERMS: Dict[str, Tuple[float, float]] = {
-    "shm": (7e-6, 1 / 10e9),
+#: (alpha seconds per message, beta seconds per byte; None: the model's ``alpha``/``beta``).
+#: Shared memory moves bytes faster than loopback TCP (single copy through process_vm_readv:
+#: 14.5 GB/s streamed on an idle 2-core machine, about 10 GB/s as a ping-pong slope, where
+#: TCP gives the model's 4.3 GB/s). Its per-message term stays the model's: a collective step
+#: costs its Python work (tens of microseconds: the schedule, the engine, the reduction), not
+#: the wire's 6.6 us one-way latency - priced at 7 us, auto picked ring-like algorithms with
+#: many steps that measured slower (issue 22's closing note has the table). A link field set
+#: by a calibration file or the environment (``MINIMPI_COST_BETA_INTRA``...) wins over
+#: these; a transport not listed (tcp, inproc) is priced with ``alpha``/``beta``.
+LINK_TERMS: Dict[str, Tuple[Optional[float], Optional[float]]] = {
+    "shm": (None, 1 / 10e9),
 }
 
 #: info keys: ``minimpi_cost_<field>`` sets a model field, ``minimpi_<collective>`` forces
@@ -219,8 +222,8 @@ def priced_for(settings: Settings, intra_wire: Optional[str]) -> CostModel:
         return model
     alpha, beta = terms
     changes = {}
-    if model.alpha_intra is None:
+    if model.alpha_intra is None and alpha is not None:
         changes["alpha_intra"] = alpha
-    if model.beta_intra is None:
+    if model.beta_intra is None and beta is not None:
         changes["beta_intra"] = beta
     return replace(model, **changes) if changes else model

@@ -137,13 +137,14 @@ def test_plan_layout_groups_and_leaders():
 def test_intra_host_link_is_priced_for_its_wire():
     settings = Settings.from_environment({})
     shm = priced_for(settings, "shm")
-    assert (shm.intra.alpha, shm.intra.beta) == LINK_TERMS["shm"]
+    alpha, beta = LINK_TERMS["shm"]
+    assert shm.intra.beta == beta < settings.model.beta    # shared memory: faster bytes
+    assert shm.intra.alpha == (settings.model.alpha if alpha is None else alpha)
     assert shm.inter == settings.model.inter            # between hosts: unchanged
     assert priced_for(settings, "tcp") == settings.model
     # a calibrated intra-host link wins over the built-in figures
-    calibrated = Settings.from_environment({"MINIMPI_COST_ALPHA_INTRA": "3e-5"})
-    assert priced_for(calibrated, "shm").intra.alpha == 3e-5
-    assert priced_for(calibrated, "shm").intra.beta == LINK_TERMS["shm"][1]
+    calibrated = Settings.from_environment({"MINIMPI_COST_BETA_INTRA": "3e-10"})
+    assert priced_for(calibrated, "shm").intra.beta == 3e-10
 
 
 def test_forced_algorithm_refusal_names_its_source():

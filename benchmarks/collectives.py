@@ -191,20 +191,19 @@ def measure(comm, ctl: P2P, call, target: float, max_iters: int,
 def worker(args) -> None:
     from minimpi import MPI
     from minimpi.coll import registry
-    from minimpi.comm.collectives import common
+    from minimpi.coll.plan import Plan
 
     comm = MPI.COMM_WORLD
     ctl = P2P(comm)
     picks: List[str] = []
-    real_choose = registry.choose
+    real_algorithm = Plan.algorithm
 
-    def recording_choose(*a, **k):          # what auto picked, as the call really ran it
-        alg = real_choose(*a, **k)
+    def recording_algorithm(*a, **k):       # what auto picked, as the call really ran it
+        alg = real_algorithm(*a, **k)
         picks.append(alg.name)
         return alg
 
-    common.choose = recording_choose
-    registry.choose = recording_choose
+    Plan.algorithm = recording_algorithm
     collective = args.collective
     names = list(registry.algorithms(collective)) + (["auto"] if args.measure_auto else [])
     sizes = [0] if collective == "barrier" else [int(s) for s in args.sizes.split(",")]

@@ -96,21 +96,21 @@ def timed_calls(ctl: Control, call, calls: int) -> Optional[float]:
 def worker(args) -> None:
     from minimpi import MPI
     from minimpi.coll import cost, registry
-    from minimpi.comm.collectives import common
+    from minimpi.coll.plan import Plan
 
     comm = MPI.COMM_WORLD
     ctl = Control(comm)
     picks: List[str] = []
-    real_choose = common.choose
+    real_algorithm = Plan.algorithm
 
-    def recording_choose(*a, **k):            # what auto picked, as the call really ran it
-        alg = real_choose(*a, **k)
+    def recording_algorithm(*a, **k):         # what auto picked, as the call really ran it
+        alg = real_algorithm(*a, **k)
         picks.append(alg.name)
         return alg
 
-    common.choose = recording_choose
+    Plan.algorithm = recording_algorithm
     layout = cost.Layout.of(comm._ep.hosts)
-    model = cost.default_model()
+    model = (comm._plan or comm._make_plan()).model
     table = registry.algorithms("allreduce")
     names = [n for n in args.algorithms.split(",") if n] or list(table)
     out: Dict = {"p": comm.size, "layout": str(layout), "counts": list(layout.counts),

@@ -15,7 +15,6 @@ from .peers import (
     binomial_children,
     binomial_parent,
     fold_power_of_two,
-    host_groups,
     host_leaders,
     host_of,
     ring_neighbours,
@@ -219,7 +218,7 @@ def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
        carries whole hosts' blocks, wherever in the buffer they lie.
     3. Inside each host: binomial broadcast of all p blocks from the leader.
     """
-    groups = host_groups(ch.ep.hosts)
+    groups = ch.host_groups
     home = groups[host_of(ch.rank, groups)]
     host = GroupChannel(ch, home)
     mine = GroupBlocks(blocks, [[rank] for rank in home])    # local block i: home[i]'s

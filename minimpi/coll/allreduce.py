@@ -21,11 +21,10 @@ import numpy as np
 
 from .bcast import bcast_binomial
 from .blocks import even_bounds
-from .cost import Layout, ceil_log2, default_model, floor_log2, not_pow2, segments
+from .cost import Layout, ceil_log2, floor_log2, not_pow2, segments
 from .groups import GroupChannel
 from .peers import (
     fold_power_of_two,
-    host_groups,
     host_leaders,
     host_of,
     ring_neighbours,
@@ -227,7 +226,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
             data[...] = contribution
         return data
     if not segment:
-        segment = default_model().segment
+        segment = ch.model.segment
     left, right = ring_neighbours(rank, p)
     unit = red.datatype.base_count if red.datatype is not None else 1
     bounds = even_bounds(data.size // unit, p, unit)  # block b = [bounds[b], bounds[b+1])
@@ -312,7 +311,7 @@ def _hierarchical_messages(m, p, n, layout=None):
 
 def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
     """The steps of :func:`allreduce_hierarchical` (``name`` says what the leaders run)."""
-    groups = host_groups(ch.ep.hosts)
+    groups = ch.host_groups
     home = groups[host_of(ch.rank, groups)]
     host = GroupChannel(ch, home)
     ch.phase("1. reduce inside each host")
@@ -320,7 +319,7 @@ def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
     ch.phase("2. allreduce among the host leaders")
     if host.rank == 0:                                        # 2. between hosts (leaders)
         leaders = GroupChannel(ch, host_leaders(groups))
-        model = default_model()
+        model = ch.model
         among = "recursive_doubling" if red.objects else cheapest(
             "allreduce", LEADERS[name], model, model.inter, leaders.size, data.nbytes)
         acc = yield from algorithms("allreduce")[among](leaders, red, acc)

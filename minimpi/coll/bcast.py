@@ -15,13 +15,12 @@ from typing import Any, Optional
 import numpy as np
 
 from .blocks import as_bytes, segment_bounds
-from .cost import Layout, ceil_log2, default_model, segments, tree_volume
+from .cost import Layout, ceil_log2, segments, tree_volume
 from .groups import GroupChannel
 from .peers import (
     absolute,
     binomial_children,
     binomial_parent,
-    host_groups,
     host_leaders,
     host_of,
     relative,
@@ -85,7 +84,7 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
             yield [ch.isend(data, nxt)]
         return data
     raw = as_bytes(data)
-    per = segment or default_model().segment
+    per = segment or ch.model.segment
     pieces = [raw[lo:hi] for lo, hi in segment_bounds(raw.size, per)]
     if rel == 0:
         for piece in pieces:
@@ -185,12 +184,12 @@ def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
        order.
     2. Inside each host: :func:`bcast_binomial` from the leader over the host's ranks.
     """
-    groups = host_groups(ch.ep.hosts)
+    groups = ch.host_groups
     leaders = host_leaders(groups, root)
     mine = host_of(ch.rank, groups)
     ch.phase("1. broadcast among the host leaders")
     if ch.rank == leaders[mine]:                              # 1. between hosts
-        model = default_model()
+        model = ch.model
         among = "binomial" if ch.objects else cheapest(
             "bcast", LEADERS, model, model.inter, len(leaders), data.nbytes)
         data = yield from algorithms("bcast")[among](GroupChannel(ch, leaders), data,

@@ -82,12 +82,11 @@ Segmented (pipelined) algorithms use ``segment`` bytes per message.
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Sequence, Tuple
 
 
@@ -107,14 +106,6 @@ class CostModel:
     beta_intra: Optional[float] = None    # per-byte time between two ranks of one host (s/B)
     alpha_inter: Optional[float] = None   # latency between ranks on different hosts (s)
     beta_inter: Optional[float] = None    # per-byte time between ranks on different hosts (s/B)
-
-    def __post_init__(self) -> None:
-        # auto's memo is keyed on the model for every collective call: hash it once
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name)
-                                                      for f in fields(self))))
-
-    def __hash__(self) -> int:
-        return self._hash
 
     def describe(self) -> str:
         return (f"alpha = {self.alpha * 1e6:.1f} us per message, "
@@ -193,15 +184,20 @@ class Layout:
 
     @staticmethod
     def of(hosts: Sequence) -> "Layout":
-        """The layout of ranks whose host labels (any hashable, one per rank) are ``hosts``."""
-        return _layout_of(tuple(hosts))
+        """The layout of ranks whose host labels (any hashable, one per rank) are ``hosts``
+        (a communicator's plan computes it once, at creation)."""
+        counts: Dict = {}
+        changes = 0                   # how often the host changes walking the ranks in order
+        for i, h in enumerate(hosts):
+            counts[h] = counts.get(h, 0) + 1
+            changes += i > 0 and h != hosts[i - 1]
+        return Layout(tuple(counts.values()), contiguous=changes == len(counts) - 1)
 
     @staticmethod
     def of_group(world_hosts: Tuple[int, ...], group: Tuple[int, ...]) -> "Layout":
         """The layout of a communicator: ``group`` (its world ranks, in its rank order) on
-        ``world_hosts`` (the host of each world rank, ``Engine.hosts``). Every collective
-        call asks, so the answer is remembered."""
-        return _group_layout(world_hosts, group)
+        ``world_hosts`` (the host of each world rank, ``Engine.hosts``)."""
+        return Layout.of([world_hosts[w] for w in group])
 
     def __str__(self) -> str:
         if len(set(self.counts)) == 1:
@@ -209,21 +205,6 @@ class Layout:
         else:
             text = f"{self.hosts} hosts of {'+'.join(map(str, self.counts))} ranks"
         return text if self.contiguous else text + " (hosts interleaved in rank order)"
-
-
-@functools.lru_cache(maxsize=256)
-def _group_layout(world_hosts: Tuple[int, ...], group: Tuple[int, ...]) -> Layout:
-    return _layout_of(tuple(world_hosts[w] for w in group))
-
-
-@functools.lru_cache(maxsize=256)
-def _layout_of(hosts: Tuple) -> Layout:
-    counts: Dict = {}
-    changes = 0                   # how often the host changes walking the ranks in order
-    for i, h in enumerate(hosts):
-        counts[h] = counts.get(h, 0) + 1
-        changes += i > 0 and h != hosts[i - 1]
-    return Layout(tuple(counts.values()), contiguous=changes == len(counts) - 1)
 
 
 def link_value(value) -> Optional[float]:
@@ -282,44 +263,16 @@ def read_config(path: str) -> Dict[str, float]:
     return out
 
 
-_cache: Dict[tuple, Tuple[CostModel, Dict[str, str]]] = {}
-#: everything the model depends on: where the calibration file is, and the overrides
-_KEY_VARS = ("MINIMPI_COST_FILE", "XDG_CONFIG_HOME", "HOME") + tuple(var for var, _ in FIELDS.values())
+#: calibration files already warned about (one warning per file and process)
 _warned: set = set()
-
-# Every collective call reads the environment (the model's inputs, MINIMPI_<COLLECTIVE>).
-# os.environ encodes the name and decodes the value on each lookup (about a microsecond);
-# the dict of bytes underneath it (CPython, POSIX) answers in tens of nanoseconds and is
-# what os.environ itself reads and writes, so changes made through os.environ are seen.
-_ENV_BYTES = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_encoded: Dict[str, bytes] = {}
-_KEY_BYTES = tuple(os.fsencode(var) for var in _KEY_VARS)
-
-
-def env_get(name: str) -> Optional[str]:
-    """``os.environ.get(name)``, fast enough for every collective call."""
-    if _ENV_BYTES is None:
-        return os.environ.get(name)
-    key = _encoded.get(name)
-    if key is None:
-        key = _encoded[name] = os.fsencode(name)
-    value = _ENV_BYTES.get(key)
-    return None if value is None else os.fsdecode(value)
 
 
 def model_sources(env=None) -> Tuple[CostModel, Dict[str, str]]:
     """The model and, per field, where its value came from ("built-in default", "file PATH",
-    "env NAME"). A calibration file that cannot be used is ignored with one warning."""
-    # Called for every collective call: key on the raw variables, resolve the path on a miss.
-    if env is None:
-        env = os.environ
-        key = tuple(map(_ENV_BYTES.get, _KEY_BYTES)) if _ENV_BYTES is not None else \
-            tuple([env.get(var) for var in _KEY_VARS])
-    else:
-        key = tuple([env.get(var) for var in _KEY_VARS])
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
+    "env NAME"), read now from ``env`` (default: this process's environment). A calibration
+    file that cannot be used is ignored with one warning. Collective calls never call this:
+    their communicator's plan read it once (:mod:`minimpi.coll.plan`)."""
+    env = os.environ if env is None else env
     path = config_path(env)
     model = CostModel()
     sources = {name: DEFAULT_SOURCE.get(name, "built-in default") for name in FIELDS}
@@ -341,18 +294,18 @@ def model_sources(env=None) -> Tuple[CostModel, Dict[str, str]]:
                 raise ValueError(f"{var}={env[var]!r} is not a number") from None
             model = replace(model, **{name: value})
             sources[name] = f"env {var}"
-    _cache[key] = (model, sources)
     return model, sources
 
 
 def default_model() -> CostModel:
-    """The model ``auto`` uses: defaults, then the calibration file, then the environment."""
+    """The model of this process's environment now: defaults, then the calibration file,
+    then the environment (what ``minimpi explain`` and a channel without a plan use)."""
     return model_sources()[0]
 
 
 def clear_cache() -> None:
-    """Forget files already read (after writing a new calibration file in this process)."""
-    _cache.clear()
+    """Warn again about a calibration file that cannot be used (the model itself is read
+    afresh by every :func:`model_sources`; communicators read it once, at creation)."""
     _warned.clear()
 
 

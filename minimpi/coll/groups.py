@@ -51,6 +51,11 @@ class GroupChannel:
     def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
         return self.parent.irecv(into, self.members[source])
 
+    @property
+    def model(self) -> Any:
+        """The cost model of the call (segment sizes)."""
+        return self.parent.model
+
     def phase(self, name: str) -> None:
         """The phases of an algorithm run on a group stay inside the step of the call that
         runs it (which marks its own phases on the real channel): nothing to do."""

@@ -126,25 +126,17 @@ def _op_name(op: Any) -> Optional[str]:
     return getattr(op, "__name__", None) or type(op).__name__
 
 
-_cache: Dict[tuple, int] = {}
+def op_name(op: Any) -> Optional[str]:
+    """How a signature and the bookkeeping name ``op`` (None: no op; a name stays a name)."""
+    return _op_name(op)
 
 
 def signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
               objects: bool, typename: Optional[str] = None) -> int:
-    """The 17-bit signature of one collective call (see the module docstring)."""
-    # keyed by the op's name, never the op: the cache must not keep user ops alive (mpi4py
-    # allows only 32 at once, and a freed op's memory should go)
-    opname = _op_name(op)
-    key = (collective, algorithm, root, opname, nbytes, objects, typename)
-    try:
-        return _cache[key]
-    except KeyError:
-        pass
-    sig = _signature(collective, algorithm, root, opname, nbytes, objects, typename)
-    if len(_cache) > 4096:
-        _cache.clear()
-    _cache[key] = sig
-    return sig
+    """The 17-bit signature of one collective call (see the module docstring). A
+    communicator computes it once per call signature (its plan keeps it), so it is not
+    remembered here."""
+    return _signature(collective, algorithm, root, op, nbytes, objects, typename)
 
 
 def _signature(collective: str, algorithm: str, root: Optional[int], op: Any, nbytes: int,
@@ -329,7 +321,9 @@ class Watch:
         """Record slot ``seq`` as this rank's call (kept for :data:`HISTORY` calls)."""
         low = seq & SEQ_MASK
         self.aborted.pop(low, None)          # a new call in this slot (after wrap-around)
-        self.calls[low] = (seq, tag, sig, collective, call, algorithm, root, _op_name(op), nbytes,
+        if op is not None and not isinstance(op, str):
+            op = _op_name(op)
+        self.calls[low] = (seq, tag, sig, collective, call, algorithm, root, op, nbytes,
                            objects, typename)
         order = self.order
         order.append(low)
@@ -406,8 +400,14 @@ class Watch:
         pending, from this rank's next collective call on the communicator.
         """
         try:
-            engine = self.ep.engine
             low = inc.tag & SEQ_MASK
+            fields = self.calls.get(low)
+            if low not in self.aborted and inc.tag & slots.KIND_MASK and (
+                    fields is None or fields[1] == inc.tag):
+                # a call's message (no marker): of the call this rank is in - all is well -
+                # or of one it has not reached yet, which open_call checks when it gets there
+                return
+            engine = self.ep.engine
             if not slots.in_slot(inc.tag, low):    # Create_group's exchange: no slot
                 return
             if slots.is_marker(inc.tag, inc.length):
@@ -434,30 +434,39 @@ def open_call(ch: Any, collective: str, call: str, algorithm: str,
               typename: Optional[str] = None) -> None:
     """Give channel ``ch`` its signed tag and check it against what already arrived.
 
-    Called once per collective call (by ``coll.common.execute``), after the channel drew its
-    sequence number. Raises :class:`CollectiveMismatchError` when a message of this call's
-    sequence number with another signature is already here, or when an earlier call on this
+    Called once per collective call, after the channel drew its sequence number (a
+    communicator's calls go through :func:`open_signed` with the signature their plan
+    kept). Raises :class:`CollectiveMismatchError` when a message of this call's sequence
+    number with another signature is already here, or when an earlier call on this
     communicator was found mismatched after it returned.
     """
-    engine = ch.ep.engine
-    context = ch.context
-    watch = ch.watch = watch_of(ch.ep)
+    opname = _op_name(op)
+    open_signed(ch, watch_of(ch.ep), signature(collective, algorithm, root, opname, nbytes,
+                                               objects, typename),
+                collective, call, algorithm, root, opname, nbytes, objects, typename)
+
+
+def open_signed(ch: Any, watch: "Watch", sig: int, collective: str, call: str,
+                algorithm: str, root: Optional[int], opname: Optional[str], nbytes: int,
+                objects: bool, typename: Optional[str] = None) -> None:
+    """:func:`open_call` with the call's signature ``sig`` and the communicator's
+    bookkeeping ``watch`` (:func:`watch_of`) already known."""
+    ch.watch = watch
     if watch.error is not None:
         err, watch.error = watch.error, None
         raise err
     seq = ch.tag
-    sig = signature(collective, algorithm, root, op, nbytes, objects, typename)
     tag = (seq & SEQ_MASK) | sig << SEQ_BITS
     ch.tag = tag
-    low = watch.register(seq, tag, sig, collective, call, algorithm, root, op, nbytes, objects,
-                         typename)
-    waiting = engine.unexpected_messages(context)
-    if waiting:
-        check_marker(ch.ep, low)
-        for inc in waiting:
-            if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
-                raise watch.error_for(watch.call(low), inc.source, inc.tag, inc.length,
-                                      inc.rendezvous)
+    low = watch.register(seq, tag, sig, collective, call, algorithm, root, opname, nbytes,
+                         objects, typename)
+    waiting = ch.ep.engine.unexpected_messages(ch.context)
+    # a message of this very call (the common case: a peer was first) needs no look
+    for inc in waiting:
+        if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
+            check_marker(ch.ep, low)          # another rank's abort marker: raises that
+            raise watch.error_for(watch.call(low), inc.source, inc.tag, inc.length,
+                                  inc.rendezvous)
 
 
 def watch_of(ep: Any) -> Watch:

@@ -26,7 +26,6 @@ from .peers import (
     binomial_children,
     binomial_parent,
     fold_power_of_two,
-    host_groups,
     host_leaders,
     host_of,
     relative,
@@ -233,7 +232,7 @@ def reduce_hierarchical(ch: Channel, red: Operand, data: Any, root: int) -> Sche
     x0 (op) x1 (op) ... in rank order; when hosts interleave (hosts a,b,a), it is not, and
     the registry refuses a non-commutative op.
     """
-    groups = host_groups(ch.ep.hosts)
+    groups = ch.host_groups
     leaders = host_leaders(groups, root)
     mine = host_of(ch.rank, groups)
     home = groups[mine]                                       # 1. inside my host

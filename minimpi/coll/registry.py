@@ -28,13 +28,14 @@ each phase on its own link (see :mod:`minimpi.coll.cost`, "Hosts").
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AlgorithmError
-from .cost import CostModel, Layout, Link, contention, default_model, env_get
+from .cost import CostModel, Layout, Link, contention, default_model
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,6 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               formula: str = "") -> Callable:
     """Decorator: register an algorithm function under (collective, name)."""
     def register(fn: Callable) -> Callable:
-        _auto_choices.clear()
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
             first_sentence(fn.__doc__ or ""), volume, local, messages, hierarchical,
@@ -208,15 +208,17 @@ def best_of(candidates: Sequence[Tuple[float, float, float, "Algorithm"]]) -> "A
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
            *, objects: bool = False, rank: int = -1, call: str = "",
            layout: Optional[Layout] = None, model: Optional[CostModel] = None) -> Algorithm:
-    """The algorithm a call runs (see the module docstring for the order of choice);
-    ``layout``: where the p ranks run (default: one host); ``model``: another cost model
-    than the job's (``minimpi explain --cores``)."""
+    """The algorithm a call would run (see the module docstring for the order of choice),
+    read from this process's environment now: what ``minimpi explain`` and the tests ask.
+    A communicator decides through its plan instead (:class:`minimpi.coll.plan.Plan`, the
+    same rules on settings read once). ``layout``: where the p ranks run (default: one
+    host); ``model``: another cost model than the environment's (``explain --cores``)."""
     table = algorithms(collective)
     layout = layout or Layout.one_host(p)
     source = "algorithm="
     if requested is None or requested == "auto":
-        var = _ENV_NAMES.get(collective) or _ENV_NAMES.setdefault(collective, f"MINIMPI_{collective.upper()}")
-        env = env_get(var)
+        var = f"MINIMPI_{collective.upper()}"
+        env = os.environ.get(var)
         if env and env != "auto":
             requested, source = env, var
     where = f"rank {rank}: " if rank >= 0 else ""
@@ -231,31 +233,20 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
-    model = model or default_model()
-    # auto's answer depends only on these (refusals look at p, commutativity, objects and
-    # the layout), so repeated calls - the common case - skip the predictions.
-    op_key = None if op is None else op.Is_commutative()
-    memo_key = (collective, p, nbytes, op_key, objects, model, layout)
-    best = _auto_choices.get(memo_key)
-    if best is not None:
-        return best
+    return choose_among(table, p, nbytes, op, objects, layout, model or default_model(),
+                        f"{where}{call}")
+
+
+def choose_among(table: Dict[str, Algorithm], p: int, nbytes: int, op: Any, objects: bool,
+                 layout: Layout, model: CostModel, what: str) -> Algorithm:
+    """``auto``: the algorithm of ``table`` with the least predicted time under ``model``
+    among those whose restrictions allow the call (:func:`best_of`); ``what`` names the
+    call in the error when none can serve it."""
     candidates = [(*alg.predict(model, p, nbytes, layout), alg) for alg in table.values()
                   if alg.refusal(p, nbytes, op, objects, layout) is None]
     if not candidates:  # pragma: no cover - every collective has an unrestricted algorithm
-        raise AlgorithmError(f"{where}{call}: no {collective} algorithm can serve this call")
-    best = best_of(candidates)
-    if len(_auto_choices) >= AUTO_MEMO_SIZE:   # a long job with ever-new sizes: start over
-        _auto_choices.clear()
-    _auto_choices[memo_key] = best
-    return best
-
-
-#: collective -> the variable that forces its algorithm (MINIMPI_ALLREDUCE, ...)
-_ENV_NAMES: Dict[str, str] = {}
-
-#: auto's choices remembered by (collective, p, bytes, op kind, objects, model, layout)
-_auto_choices: Dict[tuple, Algorithm] = {}
-AUTO_MEMO_SIZE = 4096
+        raise AlgorithmError(f"{what}: no algorithm can serve this call")
+    return best_of(candidates)
 
 
 _loaded = False

@@ -33,7 +33,9 @@ from ..p2p.request import Request, failed_request, has_finish, set_finish
 from ..transports.frames import F_OBJECT
 from . import scratch
 from .blocks import as_bytes
+from .cost import CostModel, default_model
 from .mismatch import abort_slot, watch_if_any
+from .peers import host_groups
 from .slots import SEQ_MASK
 
 Step = List[Request]
@@ -52,10 +54,10 @@ class Channel:
     """
 
     __slots__ = ("ep", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
-                 "objects", "watch", "finishing")
+                 "objects", "watch", "finishing", "plan", "observer")
 
     def __init__(self, ep: Endpoint, call: str, step_hook: Optional[StepHook] = None,
-                 objects: bool = False) -> None:
+                 objects: bool = False, plan: Any = None) -> None:
         self.ep = ep
         #: object mode (lowercase API): every message is pickled, numpy arrays included
         self.objects = objects
@@ -70,6 +72,21 @@ class Channel:
         self.watch = None
         #: how many of its receives were given finishing work (a decode, a copy back)
         self.finishing = 0
+        #: the communicator's plan (:class:`~minimpi.coll.plan.Plan`; None: a channel made
+        #: without one, which reads the environment's model when asked)
+        self.plan = plan
+        #: who sees this call's phases and temporaries (``minimpi draw``), asked once
+        self.observer = scratch.observer()
+
+    @property
+    def model(self) -> CostModel:
+        """The cost model this call was planned with (segment sizes, hierarchical steps)."""
+        return self.plan.model if self.plan is not None else default_model()
+
+    @property
+    def host_groups(self) -> List[List[int]]:
+        """The ranks of each host (ascending; hosts in order of their lowest rank)."""
+        return self.plan.groups if self.plan is not None else host_groups(self.ep.hosts)
 
     def _aborted(self) -> Optional[BaseException]:
         """The error of this call's slot if another rank's failure aborted it here."""
@@ -82,9 +99,11 @@ class Channel:
         return failed_request(err)
 
     def isend(self, data: Any, dest: int) -> Request:
-        err = self._aborted()
-        if err is not None:
-            return self._failed(err)
+        watch = self.watch
+        if watch is None or watch.aborted:          # (a slot aborted here: rarely)
+            err = self._aborted()
+            if err is not None:
+                return self._failed(err)
         if not self.objects and isinstance(data, np.ndarray):
             view = memoryview(as_bytes(data))
             return self.ep.isend((view,), view.nbytes, dest, self.tag, 0, self.call,
@@ -96,12 +115,15 @@ class Channel:
     def phase(self, name: str) -> None:
         """The steps from here on form the phase ``name`` of the algorithm (for instance the
         allgather half of the ring allreduce). Costs nothing; ``minimpi draw`` labels them."""
-        scratch.phase(name)
+        if self.observer is not None:
+            self.observer.phase(name)
 
     def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
-        err = self._aborted()
-        if err is not None:
-            return self._failed(err)
+        watch = self.watch
+        if watch is None or watch.aborted:
+            err = self._aborted()
+            if err is not None:
+                return self._failed(err)
         if into is None:
             req = self.ep.irecv(None, source, self.tag, self.call, self.context)
             set_finish(req, lambda: serialization.loads(req.buffer))

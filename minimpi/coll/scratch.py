@@ -67,6 +67,12 @@ def scratch_copy(source: np.ndarray, name: str = "acc") -> np.ndarray:
     return buf
 
 
+def observer() -> Optional[Any]:
+    """This thread's observer of temporaries and phases (``minimpi draw``), or None: a
+    channel asks once per call, so an unobserved call pays nothing per phase."""
+    return getattr(_local, "observer", None)
+
+
 def phase(name: str) -> None:
     """The steps from here on belong to phase ``name`` (until the next call)."""
     observer = _observer()

@@ -59,6 +59,8 @@ _CODE_CLASS = {v: k for k, v in _CLASS_CODE.items()}
 
 
 _KIND_MASK = 0x1F << SEQ_BITS
+#: the kind bits of a tag: not zero for a collective call's messages (never a marker)
+KIND_MASK = _KIND_MASK
 _CREATE_GROUP_BIT = 1 << 30
 
 

@@ -17,6 +17,7 @@ import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..coll.mismatch import check_marker, watch_of
+from ..coll.plan import Plan, Settings
 from ..coll.slots import SEQ_MASK
 from ..constants import (
     ANY_SOURCE,
@@ -136,7 +137,7 @@ class Comm(CommExtras):
         return super().__new__(cls)
 
     def __init__(self, engine: Any = None, group: Sequence[int] = (), rank: int = 0,
-                 context: int = 0, name: str = "") -> None:
+                 context: int = 0, name: str = "", settings: Optional[Settings] = None) -> None:
         if engine is None or not isinstance(engine, Engine):
             _share_handle(self, engine)
             return
@@ -144,6 +145,19 @@ class Comm(CommExtras):
         self._ep = Endpoint(engine, group, rank, context, name or f"comm#{context}")
         self._freed = False
         self._attrs: dict = {}
+        #: the collectives' settings: read from the environment for a world, inherited by a
+        #: communicator made from another (``_derive``), changed by ``Set_info``
+        self._settings = settings if settings is not None else Settings.from_environment()
+        #: the collective plan (:mod:`minimpi.coll.plan`), made before the first collective
+        #: call (when the ranks' hosts and wires are known) and kept: see :meth:`_make_plan`
+        self._plan: Optional[Plan] = None
+
+    def _make_plan(self) -> Plan:
+        """This communicator's collective plan, made once (again only after ``Set_info``)."""
+        ep = self._ep
+        plan = self._plan = Plan(ep.size, ep.rank, ep.hosts, self._settings,
+                                 ep.wire_within_host())
+        return plan
 
     # -- basic properties ---------------------------------------------------------------
     @property
@@ -607,7 +621,7 @@ class Comm(CommExtras):
         return self._recv_obj(leader, tag, call, ctx).wait()
 
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
-        return Intracomm(self._ep.engine, group, rank, context, name)
+        return Intracomm(self._ep.engine, group, rank, context, name, settings=self._settings)
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""

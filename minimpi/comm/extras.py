@@ -225,7 +225,19 @@ class CommExtras:
         raise MinimpiError(int(errorcode))
 
     def Set_info(self, info: Info) -> None:
-        self._attrs["__info__"] = info.Dup() if info else Info.Create()
+        """Keep ``info`` as this communicator's hints. The keys ``minimpi_<collective>`` (an
+        algorithm name, or ``auto``) and ``minimpi_cost_<field>`` (``minimpi_cost_alpha``...)
+        change how its collectives choose from the next call on; like ``Set_info`` in MPI it
+        is collective: every member must pass the same of these, or members could choose
+        differently (a ``CollectiveMismatchError`` names it then)."""
+        kept = info.Dup() if info else Info.Create()
+        hints = {key: kept.Get(key) for key in kept}
+        settings = self.__dict__.get("_settings")
+        if settings is not None:
+            new = settings.with_hints(hints, f"rank {self.rank}: Set_info")
+            if new != settings:
+                self._settings, self._plan = new, None
+        self._attrs["__info__"] = kept
 
     def Get_info(self) -> Info:
         return self._attrs.get("__info__", Info.Create()).Dup()

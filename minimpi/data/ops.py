@@ -330,9 +330,10 @@ class Op:
             self.Free()
 
     def _check_usable(self, call: str) -> None:
-        if self._freed:
+        # every reduction step asks: the fields directly (what _freed and is_null read)
+        if (self if self._orig is None else self._orig)._freed_flag:
             raise OpError(f"{call}: operation {self._name} has been freed")
-        if self.is_null:
+        if self._py is None and self._user is None:
             raise OpError(f"{call}: MPI.OP_NULL is not a usable operation; pass e.g. MPI.SUM")
 
     # ------------------------------------------------------------------ Python objects
@@ -404,7 +405,8 @@ class Op:
         if self._user is not None:
             self._call_user_buffers(a, b, datatype, call)
             return
-        self._check_dtype(b.dtype, datatype, call)
+        if b.dtype not in self._accepted:
+            self._check_dtype(b.dtype, datatype, call)
         try:
             self._kernel(a, b)
         except TypeError as exc:  # numpy's UFuncTypeError

@@ -66,6 +66,21 @@ class Endpoint:
         hosts = self.engine.hosts
         return tuple(hosts[w] for w in self.group)
 
+    def wire_within_host(self) -> Optional[str]:
+        """The transport that carries messages between this rank and the group's other
+        ranks on its host ("shm", "tcp", "inproc"...), or None when no other rank of the
+        group shares its host (or the transport does not say)."""
+        hosts = self.engine.hosts
+        mine = hosts[self.group[self.rank]]
+        peers = [w for i, w in enumerate(self.group) if i != self.rank and hosts[w] == mine]
+        if not peers:
+            return None
+        transport = self.engine.transport
+        routes = getattr(transport, "routes", None)      # a router: one member per peer
+        if routes is not None:
+            return routes()[peers[0]]
+        return getattr(transport, "name", None)
+
     @property
     def coll_calls(self) -> int:
         """How many collective calls (slots) this rank has drawn on the endpoint so far."""

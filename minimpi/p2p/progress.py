@@ -20,10 +20,19 @@ spinning while the rank that has the data waits for a core. Hence the policies
     on (``os.sched_getaffinity``), ``yield`` up to twice that, ``block`` beyond - so 32
     ranks on 2 cores never spin each other out.
 
-The budget adapts: a wait that had to sleep but was woken within ``max_spin`` of its start
-would have been caught by a longer spin, so the budget grows to 1.5 times that wait; a
-wait that slept longer halves it (down to ``min_spin``), so a rank whose messages come
-late (long computations between them) stops burning CPU on spins that never pay.
+The budget follows whether spinning pays, over the last :data:`WINDOW` waits: a wait
+*paid* when its message came while it spun, or so soon after it gave up (within
+:data:`NEAR` spins: the wake-up, tens of microseconds on a VM, is what it cost) that a longer
+spin would have caught it. While at least :data:`PAYING` of the last :data:`WINDOW` paid, the
+budget is ``max_spin``; below that, ``min_spin``. So one long wait (a ``Barrier`` while
+another rank computes) among quick replies changes nothing, and two quick replies after a
+quiet phase bring the spin back; but when most waits outlast the spin - a rank whose
+messages come late, or a machine so busy that its peer is rarely running - it stops
+burning, on spins that never pay, the CPU time the scheduler would give it when its message
+arrives. (It used to halve on every long wait and grow back only from a wait that ended
+within ``max_spin``, which a wake-up through the kernel rarely does: after one long
+``Barrier`` a rank could stay at the minimum spin, paying a wake-up per message, for the rest
+of a run, and the same program ran 5-10x slower from one run to the next.)
 ``MINIMPI_SPIN_US`` sets ``max_spin``.
 """
 from __future__ import annotations
@@ -41,6 +50,14 @@ MAX_SPIN = 100e-6
 MAX_YIELD_SPIN = 30e-6
 #: the budget never adapts below this (s)
 MIN_SPIN = 5e-6
+#: how many recent waits decide whether spinning pays
+WINDOW = 8
+#: of the last WINDOW waits, how many must have paid for the budget to stay at max_spin
+PAYING = 2
+#: a wait woken with data within NEAR x max_spin of its start paid (a longer spin would
+#: have caught it; the rest was the wake-up)
+NEAR = 2.0
+_ALL = (1 << WINDOW) - 1
 
 
 def usable_cores() -> int:
@@ -54,7 +71,7 @@ def usable_cores() -> int:
 class ProgressPolicy:
     """Spin, yield or block before/while waiting (see the module docstring)."""
 
-    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_", "reason")
+    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_", "reason", "recent")
 
     def __init__(self, mode: str = "block", max_spin: Optional[float] = None,
                  reason: str = "") -> None:
@@ -70,6 +87,8 @@ class ProgressPolicy:
             self.max_spin = MAX_YIELD_SPIN if self.yield_ else MAX_SPIN
         self.min_spin = min(MIN_SPIN, self.max_spin)
         self.spin = self.max_spin
+        #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid
+        self.recent = _ALL
         #: why ``auto`` chose this mode (for diagnostics)
         self.reason = reason
 
@@ -114,15 +133,17 @@ class ProgressPolicy:
         yield_ = self.yield_
         while True:
             if progress(0):
+                self._paid(True)
                 return True
             if clock() >= deadline:
                 break
             if yield_:
                 os.sched_yield()
         moved = progress(timeout)
-        waited = clock() - start
-        if moved and waited < self.max_spin:
-            self.spin = min(self.max_spin, max(spin, 1.5 * waited))   # a longer spin would have caught it
-        else:
-            self.spin = max(self.min_spin, spin / 2)
+        self._paid(moved and clock() - start < NEAR * self.max_spin)
         return moved
+
+    def _paid(self, paid: bool) -> None:
+        """Record whether this wait's spin paid, and set the budget from the last WINDOW."""
+        recent = self.recent = ((self.recent << 1) | paid) & _ALL
+        self.spin = self.max_spin if recent.bit_count() >= PAYING else self.min_spin

@@ -147,11 +147,14 @@ def test_run_extra_env_carries_the_model(monkeypatch):
 def test_auto_survives_more_distinct_sizes_than_it_remembers():
     """A long job whose collectives see ever-new byte counts (Allgatherv with varying counts)
     makes auto choose for more keys than its memo holds; every choice must still be made."""
+    from minimpi.coll.plan import TABLE_SIZE, Plan, Settings
     from minimpi.data.ops import SUM
-    for nbytes in range(5000):
-        alg = registry.choose("allreduce", 4, nbytes, SUM)
+    plan = Plan(4, 0, (0, 0, 0, 0), Settings.from_environment())
+    for nbytes in range(TABLE_SIZE + 500):
+        alg = plan.algorithm("allreduce", nbytes, SUM)
         assert alg.name in registry.algorithms("allreduce")
-    assert len(registry._auto_choices) <= registry.AUTO_MEMO_SIZE
+        assert alg is registry.choose("allreduce", 4, nbytes, SUM)
+    assert len(plan._decisions) <= TABLE_SIZE
 
 
 def test_near_ties_go_to_the_shortest_critical_path():

@@ -21,6 +21,7 @@ import pytest
 from jobhelpers import progress_until
 
 from minimpi import errors
+from minimpi.p2p import progress
 from minimpi.p2p.progress import ProgressPolicy
 from minimpi.runtime.inproc import run_threads
 from minimpi.transports import frames, shm
@@ -357,15 +358,40 @@ def test_block_never_polls_and_spin_catches_early_replies_without_sleeping():
 
 
 def test_spin_budget_shrinks_when_waits_are_long_and_grows_back_when_short():
-    policy = ProgressPolicy("spin", max_spin=200e-6)
-    late = _Clocked(0.005)                 # replies come long after any spin
-    for _ in range(6):
+    policy = ProgressPolicy("spin", max_spin=2e-3)   # long enough for a loaded machine's sleeps
+    late = _Clocked(0.03)                  # replies come long after any spin
+    for _ in range(progress.WINDOW):
         policy.wait(late, 0.25)
     assert policy.spin == pytest.approx(policy.min_spin)
-    soon = _Clocked(100e-6)                # within max_spin: spinning would have caught them
-    for _ in range(6):
+    soon = _Clocked(1e-3)                  # soon after the spin gave up: a longer one pays
+    for _ in range(progress.PAYING):
         policy.wait(soon, 0.25)
-    assert policy.spin >= 100e-6
+    assert policy.spin == policy.max_spin  # back, whatever the wake-up cost
+
+
+def test_one_long_wait_does_not_collapse_the_spin_budget():
+    """A long Barrier (or a peer descheduled once) among quick replies leaves the budget as it
+    was: the next quick replies are still caught by spinning, not through a wake-up."""
+    policy = ProgressPolicy("spin", max_spin=200e-6)
+    for _ in range(5):
+        policy.wait(_Clocked(0.005), 0.25)     # a Barrier while another rank computes
+        assert policy.spin == policy.max_spin
+        for _ in range(3):
+            policy.wait(_Clocked(20e-6), 0.25) # quick replies, caught while spinning
+    assert policy.spin == policy.max_spin
+
+
+def test_spinning_stops_where_it_never_pays():
+    """A rank whose peer is rarely running (a busy machine) or whose messages come late
+    sleeps at once after a few waits, instead of burning the CPU it will need."""
+    policy = ProgressPolicy("spin", max_spin=2e-3)
+    late = _Clocked(0.03)
+    for i in range(progress.WINDOW):
+        policy.wait(late, 0.25)
+    assert policy.spin == policy.min_spin
+    policy.wait(_Clocked(1e-3), 0.25)          # one quick reply among late ones: not enough
+    policy.wait(late, 0.25)
+    assert policy.spin == policy.min_spin
 
 
 # --------------------------------------------------------------------------- start-up failures

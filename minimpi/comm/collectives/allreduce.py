@@ -7,7 +7,7 @@ from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
 from ...data.ops import SUM
-from .common import check_op, collective, execute, in_place, send_as_recv
+from .common import check_op, check_reduction, collective, execute
 
 
 class AllreduceMethods:
@@ -26,12 +26,14 @@ class AllreduceMethods:
     @collective
     def _allreduce_buf(self, sendbuf, recvbuf, op, algorithm, call, nonblocking):
         op = check_op(self, op, call)
+        if sendbuf is None:                           # mpi4py: None means IN_PLACE here
+            sendbuf = IN_PLACE
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
-                            keep=in_place(sendbuf) is IN_PLACE)
-        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                            keep=sendbuf is IN_PLACE)
+        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf",
                             allow_in_place=True)
-        op.check_datatype(recv.datatype, call)
-        mine = None if send is IN_PLACE else send_as_recv(self, call, send, recv)
+        mine = check_reduction(self, call, op, send, recv)
+        nbytes = recv.nbytes
 
         def invoke(alg, ch):
             red = Operand(op, False, recv.datatype, ch.call)
@@ -39,11 +41,11 @@ class AllreduceMethods:
                 return alg(ch, red, recv.array)
             if alg.reads_sendbuf:                     # no copy of the input into recvbuf
                 return alg(ch, red, recv.array, contribution=mine)
-            if recv.nbytes:
+            if nbytes:
                 recv.array[...] = mine
             return alg(ch, red, recv.array)
 
-        return execute(self, "allreduce", call, recv.nbytes, invoke,
+        return execute(self, "allreduce", call, nbytes, invoke,
                        op=op, algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
                        finalize=lambda _: recv.finish())
 

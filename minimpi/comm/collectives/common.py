@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
-from ...coll.cost import Layout
-from ...coll.mismatch import abort_slot, open_call, type_name
-from ...coll.registry import Algorithm, choose
+from ...coll.mismatch import (
+    abort_slot,
+    op_name,
+    open_signed,
+    signature,
+    type_name,
+    watch_of,
+)
+from ...coll.registry import Algorithm
 from ...coll.schedule import Channel, Schedule, run, start
 from ...coll.slots import SEQ_MASK
 from ...constants import IN_PLACE
@@ -93,6 +100,31 @@ def check_root(comm: Any, root: Any, call: str) -> int:
     return value
 
 
+class Prepared:
+    """What the first call of one signature on a communicator decided, for its repeats:
+    the algorithm, the channel's label, the mismatch signature and the communicator's
+    mismatch bookkeeping (:mod:`minimpi.coll.mismatch`)."""
+
+    __slots__ = ("algorithm", "label", "sig", "typename", "opname", "watch", "op_ref",
+                 "datatype_ref")
+
+    def __init__(self, comm: Any, collective: str, call: str, nbytes: int, op: Any,
+                 algorithm: Optional[str], objects: bool, root: Optional[int],
+                 datatype: Any) -> None:
+        plan = comm._plan or comm._make_plan()
+        alg = self.algorithm = plan.algorithm(collective, nbytes, op, algorithm, objects, call)
+        self.label = f"{call}[{alg.name}]"
+        self.typename = None if objects else type_name(datatype)
+        self.opname = op_name(op)
+        self.sig = signature(collective, alg.name, root, self.opname, nbytes, objects,
+                             self.typename)
+        self.watch = watch_of(comm._ep)
+        #: the op and datatype its key names by identity (weakly: a user op must be able
+        #: to go - mpi4py allows 32 at once - and a new object may later get its id)
+        self.op_ref = None if op is None else weakref.ref(op)
+        self.datatype_ref = None if datatype is None else weakref.ref(datatype)
+
+
 def execute(comm: Any, collective: str, call: str, nbytes: int,
             invoke: Callable[[Algorithm, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
@@ -106,15 +138,29 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     element type of ``datatype`` (buffer calls in which every rank passes the same type) and
     the algorithm go into the call's signature (:mod:`minimpi.coll.mismatch`), so ranks that call
     different collectives fail with ``CollectiveMismatchError`` instead of hanging.
+
+    The choice and the signature come from the communicator's plan: decided on the first
+    call with this signature (:class:`Prepared`), looked up on its repeats. ``op`` and
+    ``datatype`` are keyed by identity; the entry's weak references say that its key still
+    names the same objects.
     """
-    comm._alive(call)
+    if comm._freed:
+        comm._alive(call)
     ep = comm._ep
-    alg = choose(collective, comm.size, nbytes, op, algorithm, objects=objects,
-                 rank=comm.rank, call=call, layout=Layout.of_group(ep.engine.hosts, ep.group))
-    ch = Channel(ep, f"{call}[{alg.name}]", ep.engine.step_reporter(), objects)
-    note_slot(comm, ch.tag)
-    open_call(ch, collective, call, alg.name, root, op, nbytes, objects,
-              None if objects else type_name(datatype))
+    plan = comm._plan or comm._make_plan()
+    key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))
+    prep = plan.calls.get(key)
+    if prep is None or (op is not None and prep.op_ref() is not op) or (
+            datatype is not None and prep.datatype_ref() is not datatype):
+        prep = plan.prepare(key, Prepared(comm, collective, call, nbytes, op, algorithm,
+                                          objects, root, datatype))
+    alg = prep.algorithm
+    ch = Channel(ep, prep.label, ep.engine.step_reporter(), objects, plan)
+    stack = comm.__dict__.get("_slot_stack")
+    if stack:                   # the slot this call takes, for the abort path of @collective
+        stack[-1].append(ch.tag & SEQ_MASK)
+    open_signed(ch, prep.watch, prep.sig, collective, call, alg.name, root, prep.opname,
+                nbytes, objects, prep.typename)
     schedule = invoke(alg, ch)
     if nonblocking:
         return start(ch, schedule, finalize)
@@ -168,6 +214,30 @@ def send_as_recv(comm: Any, call: str, send: Any, recv: Any) -> np.ndarray:
         raise CountError(
             f"rank {comm.rank}: {call}: sendbuf holds {send.count} x {send.datatype.name} "
             f"but recvbuf holds {recv.count} x {recv.datatype.name}; they must match")
+    return send.array
+
+
+def check_reduction(comm: Any, call: str, op: Any, send: Any, recv: Any) -> Any:
+    """The checks of a buffer reduction before anything is sent - ``op`` can reduce
+    ``recv``'s datatype, ``send`` has the same datatype and count (:func:`send_as_recv`) -
+    and its input: ``send``'s array, or None for ``IN_PLACE``. What depends only on the op
+    and the datatypes is checked on the first call with them on ``comm`` (its plan keeps
+    them, so their identities stay theirs); the counts on every call."""
+    in_place = send is IN_PLACE
+    plan = comm._plan or comm._make_plan()
+    key = ("reduction", call, id(op), id(recv.datatype), 0 if in_place else id(send.datatype))
+    refs = plan.calls.get(key)          # weak references: the objects may go, ids be reused
+    if refs is None or refs[0]() is not op or refs[1]() is not recv.datatype or (
+            not in_place and refs[2]() is not send.datatype):
+        op.check_datatype(recv.datatype, call)
+        if not in_place:
+            send_as_recv(comm, call, send, recv)
+        plan.prepare(key, (weakref.ref(op), weakref.ref(recv.datatype),
+                           None if in_place else weakref.ref(send.datatype)))
+    if in_place:
+        return None
+    if send.count != recv.count:
+        return send_as_recv(comm, call, send, recv)     # raises, naming both counts
     return send.array
 
 

@@ -564,32 +564,23 @@ def test_slow_links_make_auto_go_hierarchical(collective, monkeypatch):
 
 
 def test_auto_in_a_job_uses_the_layout(monkeypatch):
-    """The API layer hands the communicator's layout to auto: the same call picks
-    hierarchical over slow links between hosts, a flat algorithm on one host."""
-    from minimpi.comm.collectives import common
-    picked = []
-    real = common.choose
-
-    def recording(*args, **kwargs):
-        alg = real(*args, **kwargs)
-        picked.append(alg.name)
-        return alg
-
-    monkeypatch.setattr(common, "choose", recording)
+    """The communicator's plan holds its layout: the same call picks hierarchical over slow
+    links between hosts, a flat algorithm on one host."""
     monkeypatch.setenv("MINIMPI_COST_BETA_INTER", "1e-8")
     cost.clear_cache()
 
     def body(comm):
         out = np.zeros(1 << 16)
         comm.Allreduce(np.ones(1 << 16), out)
-        return out
+        return out, comm._plan.algorithm("allreduce", out.nbytes, ops.SUM).name
 
-    for got in on("aabb", body):
+    results = on("aabb", body)
+    for got, _ in results:
         assert np.all(got == 4)
-    assert len(picked) == 4 and len(set(picked)) == 1
+    picked = [name for _, name in results]
+    assert len(set(picked)) == 1
     assert registry.algorithms("allreduce")[picked[0]].hierarchical
-    picked.clear()
-    run_threads(4, body)
+    picked = [name for _, name in run_threads(4, body)]
     assert picked and not any(registry.algorithms("allreduce")[a].hierarchical for a in picked)
 
 

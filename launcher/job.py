@@ -49,6 +49,7 @@ from minimpi.transports.shm import cleanup_job
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
+from .forkserver import ForkServer
 from .output import OutputForwarder
 from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
 
@@ -91,6 +92,9 @@ class JobSpec:
     deadlock_timeout: float = 5.0          # 0: no deadlock detection (launcher/deadlock.py)
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT   # 0: no liveness check
     settle: float = 3.0                    # how long to wait for the rank a failure points at
+    #: fork the ranks from one template process that has numpy and minimpi imported
+    #: (launcher/forkserver.py); only for ranks started through minimpi's start script
+    fork_server: bool = False
 
 
 @dataclass
@@ -142,9 +146,15 @@ class Job:
             pass
 
     # -- environment -----------------------------------------------------------------------
-    def rank_env(self, rank: int, coord_address: str, lifeline_fd: int) -> dict[str, str]:
+    def shared_env(self) -> dict[str, str]:
+        """What every rank's environment starts from (the fork server's own environment)."""
         env = dict(os.environ)
         env.update(self.spec.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def rank_env(self, rank: int, coord_address: str, lifeline_fd: int) -> dict[str, str]:
+        env = self.shared_env()
         env.update({
             ENV_RANK: str(rank),
             ENV_SIZE: str(self.spec.nprocs),
@@ -157,7 +167,6 @@ class Job:
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
-            "PYTHONUNBUFFERED": "1",
         })
         return env
 
@@ -202,6 +211,17 @@ class Job:
             rp.signal_group(sig)   # also reaches leftovers of ranks that already exited
 
     # -- the loop --------------------------------------------------------------------------
+    def _start_fork_server(self) -> Optional[ForkServer]:
+        """The job's template process (started first: it imports while the launcher sets
+        up); None with --no-fork-server, or if it cannot start (each rank starts alone)."""
+        if not self.spec.fork_server:
+            return None
+        try:
+            return ForkServer(self.shared_env(), private=(ENV_SECRET,))
+        except OSError as exc:
+            self.log(f"minimpi: no fork server ({exc}); starting each rank on its own")
+            return None
+
     def run(self) -> int:
         spec = self.spec
         coord = Coordinator(spec.nprocs, self.secret, self.job_id, host=spec.coord_host,
@@ -213,12 +233,15 @@ class Job:
         self._install_signals()
         lifeline_r, lifeline_w = os.pipe()   # both non-inheritable; only lifeline_r is passed
         start = time.monotonic()
+        fork_server = None
         try:
+            fork_server = self._start_fork_server()
             argv = rank_command(spec.program, spec.module, spec.args)
             try:
                 for r in range(spec.nprocs):
                     rp = spawn_rank(r, argv, self.rank_env(r, coord.address, lifeline_r),
-                                    stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd)
+                                    stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
+                                    fork_server=fork_server)
                     self.ranks.append(rp)
             except OSError as e:
                 self.log(f"minimpi: could not start rank {len(self.ranks)}: {e}")
@@ -238,6 +261,8 @@ class Job:
                     except Exception:
                         pass
                 rp.close_pidfd()
+            if fork_server is not None:
+                fork_server.close()   # after its ranks: they die with it
             forward.close_all(give_up=lambda: self._signal_received is not None)
             os.close(lifeline_w)
             coord.close()

@@ -19,7 +19,10 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .forkserver import ForkServer
 
 PR_SET_PDEATHSIG = 1
 
@@ -97,9 +100,18 @@ def rank_command(program: Optional[str], module: Optional[str], args: list[str])
 
 def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit: bool,
                pass_fds: tuple[int, ...] = (), cwd: Optional[str] = None,
-               stdin: Optional[int] = None) -> RankProcess:
-    """Start one rank; ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent)
-    overrides ``stdin_inherit``."""
+               stdin: Optional[int] = None, fork_server: "Optional[ForkServer]" = None
+               ) -> RankProcess:
+    """Start one rank: the one way every launcher part starts a rank process on this host.
+
+    ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent) overrides
+    ``stdin_inherit``. With ``fork_server`` (``launcher/forkserver.py``) the rank is forked
+    from that job's template process instead of started as a fresh interpreter; the
+    returned :class:`RankProcess` behaves the same.
+    """
+    if fork_server is not None and stdin is None:
+        return fork_server.start_rank(rank, argv, env, stdin_inherit=stdin_inherit,
+                                      pass_fds=pass_fds, cwd=cwd)
     popen = subprocess.Popen(
         argv,
         env=env,

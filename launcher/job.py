@@ -146,15 +146,9 @@ class Job:
             pass
 
     # -- environment -----------------------------------------------------------------------
-    def shared_env(self) -> dict[str, str]:
-        """What every rank's environment starts from (the fork server's own environment)."""
+    def rank_env(self, rank: int, coord_address: str, lifeline_fd: int) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.spec.env)
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
-
-    def rank_env(self, rank: int, coord_address: str, lifeline_fd: int) -> dict[str, str]:
-        env = self.shared_env()
         env.update({
             ENV_RANK: str(rank),
             ENV_SIZE: str(self.spec.nprocs),
@@ -167,6 +161,7 @@ class Job:
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
+            "PYTHONUNBUFFERED": "1",
         })
         return env
 
@@ -211,13 +206,16 @@ class Job:
             rp.signal_group(sig)   # also reaches leftovers of ranks that already exited
 
     # -- the loop --------------------------------------------------------------------------
-    def _start_fork_server(self) -> Optional[ForkServer]:
-        """The job's template process (started first: it imports while the launcher sets
-        up); None with --no-fork-server, or if it cannot start (each rank starts alone)."""
+    def _start_fork_server(self, coord_address: str, lifeline_fd: int) -> Optional[ForkServer]:
+        """The job's template process; None with --no-fork-server, or if it cannot start
+        (then each rank starts alone). Its environment is the ranks' less the rank and the
+        secret: what it starts with is what /proc/PID/environ shows of every rank (tools
+        find a job's processes by MINIMPI_JOBID there)."""
         if not self.spec.fork_server:
             return None
         try:
-            return ForkServer(self.shared_env(), private=(ENV_SECRET,))
+            return ForkServer(self.rank_env(0, coord_address, lifeline_fd),
+                              private=(ENV_RANK, ENV_SECRET))
         except OSError as exc:
             self.log(f"minimpi: no fork server ({exc}); starting each rank on its own")
             return None
@@ -235,7 +233,7 @@ class Job:
         start = time.monotonic()
         fork_server = None
         try:
-            fork_server = self._start_fork_server()
+            fork_server = self._start_fork_server(coord.address, lifeline_r)
             argv = rank_command(spec.program, spec.module, spec.args)
             try:
                 for r in range(spec.nprocs):

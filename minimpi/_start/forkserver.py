@@ -64,10 +64,11 @@ else:
 #: what a rank imports before its first Barrier, beyond numpy and minimpi (``minimpi.MPI``
 #: itself starts the runtime: it is imported by the program, in the rank)
 PRELOAD = (
-    "zmq", "msgpack",
+    "zmq", "zmq.utils.z85", "msgpack", "logging", "string", "traceback", "minimpi.rc",
     "minimpi.runtime.world", "minimpi.runtime.diagnose", "minimpi.runtime.leftovers",
     "minimpi.comm.communicator", "minimpi.dynamic", "minimpi.io", "minimpi.rma",
     "minimpi.transports.shm", "minimpi.transports.tcp", "minimpi.transports.router",
+    "minimpi.transports.verbs", "minimpi.transports.verbs_compat",
     "minimpi.coll.registry",
 )
 #: largest request or reply (a rank's environment differs from the server's in a few names)

@@ -87,7 +87,16 @@ class RankProcess:
         """Send ``sig`` to the rank's whole process group (the rank leads its group)."""
         try:
             os.killpg(self.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:
+            # no such group: the rank ended with all it started, or it was forked an instant
+            # ago (launcher/forkserver.py) and does not lead its group yet; its pidfd
+            # reaches it either way, and never another process that took its pid
+            if self.pidfd is not None and self.returncode is None:
+                try:
+                    signal.pidfd_send_signal(self.pidfd, sig)
+                except OSError:
+                    pass
+        except PermissionError:
             pass
 
 

@@ -60,11 +60,13 @@ if __package__ in (None, ""):
     from minimpi._start.minimpi_rank import load_minimpi, run_program
 else:
     from .minimpi_rank import load_minimpi, run_program
+from minimpi.transports.signal_guard import threads_started_blocked  # noqa: E402
 
 #: what a rank imports before its first Barrier, beyond numpy and minimpi (``minimpi.MPI``
 #: itself starts the runtime: it is imported by the program, in the rank)
 PRELOAD = (
-    "zmq", "zmq.utils.z85", "msgpack", "logging", "string", "traceback", "minimpi.rc",
+    "runpy", "pkgutil", "zmq", "zmq.utils.z85", "msgpack", "logging", "string", "traceback",
+    "minimpi.rc",
     "minimpi.runtime.world", "minimpi.runtime.diagnose", "minimpi.runtime.leftovers",
     "minimpi.comm.communicator", "minimpi.dynamic", "minimpi.io", "minimpi.rma",
     "minimpi.transports.shm", "minimpi.transports.tcp", "minimpi.transports.router",
@@ -106,6 +108,17 @@ class _Server:
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.children: set[int] = set()
         self.pid = os.getpid()
+        self.blas_starters = blas_thread_starters()
+
+    def restart_blas_threads(self) -> None:
+        """OpenBLAS ends its threads before a fork and starts them again at its next
+        threaded call - with whatever signal mask that thread has then. In the child, start
+        them now, with asynchronous signals blocked, as the start script does (see
+        minimpi.transports.signal_guard)."""
+        if self.blas_starters:
+            with threads_started_blocked():
+                for start in self.blas_starters:
+                    start()
 
     def send(self, message: dict, fds: tuple[int, ...] = ()) -> None:
         data = json.dumps(message).encode()
@@ -158,25 +171,21 @@ class _Server:
                 return args       # the child: run the program
 
     def fork(self, request: dict, fds: list[int]) -> Optional[list]:
-        sync_r, sync_w = os.pipe()
         try:
             pid = os.fork()
         except OSError as exc:
-            for fd in (*fds, sync_r, sync_w):
+            for fd in fds:
                 os.close(fd)
             self.send({"op": "failed", "id": request.get("id"), "error": str(exc)})
             return None
         if pid == 0:
-            os.close(sync_r)
-            become_rank(self, request, fds, sync_w)
+            become_rank(self, request, fds)
             return list(request["args"])
         self.children.add(pid)
-        for fd in (*fds, sync_w):
+        for fd in fds:
             os.close(fd)
-        # the reply waits for the child to lead its own session (the launcher may signal
-        # its process group at once) and to have its parent-death signal set
-        os.read(sync_r, 1)
-        os.close(sync_r)
+        # the reply does not wait for the child to lead its own session: until it does, the
+        # launcher signals it through its pidfd (RankProcess.signal_group)
         pidfd = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -193,27 +202,23 @@ class _Server:
 # ---------------------------------------------------------------------------------------
 # The child: from a copy of the server to a rank
 # ---------------------------------------------------------------------------------------
-def become_rank(server: _Server, request: dict, fds: list[int], sync_w: int) -> None:
+def become_rank(server: _Server, request: dict, fds: list[int]) -> None:
     """Everything between the fork and the program (in the child)."""
     os.setsid()                          # its own session and process group, as today
-    env = {**os.environ, **request.get("env", {})}
-    for name in request.get("unset", []):
-        env.pop(name, None)
-    if not env.get(ENV_NO_PDEATHSIG):
+    for name in request.get("unset", []):     # the rank's environment: the server's, and
+        os.environ.pop(name, None)            # what the request says differs (the rank,
+    os.environ.update(request.get("env", {}))  # the job secret)
+    if not os.environ.get(ENV_NO_PDEATHSIG):
         server.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    os.write(sync_w, b"1")
-    os.close(sync_w)
-    if os.getppid() != server.pid:       # the server died before prctl took effect
-        os._exit(1)
+        if os.getppid() != server.pid:   # the server died before prctl took effect
+            os._exit(1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
     install_fds(fds, [int(n) for n in request["fds"]], server)
     if request.get("cwd"):
         os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(env)
     reseed()
-    restart_blas_threads()
+    server.restart_blas_threads()
 
 
 def install_fds(received: list[int], targets: list[int], server: _Server) -> None:
@@ -257,16 +262,11 @@ def reseed() -> None:
         np_random.seed()
 
 
-def restart_blas_threads() -> None:
-    """OpenBLAS ends its threads before a fork and starts them again at its next threaded
-    call - with whatever signal mask that thread has then. Start them now, with asynchronous
-    signals blocked, as the start script does (see minimpi.transports.signal_guard)."""
-    from minimpi.transports.signal_guard import threads_started_blocked
-    for lib in _loaded_openblas():
-        init = getattr(lib, "blas_thread_init", None)
-        if init is not None:
-            with threads_started_blocked():
-                init()
+def blas_thread_starters() -> list:
+    """``blas_thread_init`` of every OpenBLAS loaded here (numpy's): looked up once, in
+    the server, and called in each child (:meth:`_Server.restart_blas_threads`)."""
+    return [lib.blas_thread_init for lib in _loaded_openblas()
+            if hasattr(lib, "blas_thread_init")]
 
 
 def _loaded_openblas() -> list:

@@ -28,14 +28,17 @@ import sys
 import time
 from typing import Optional
 
-from minimpi._start import forkserver as template
-from minimpi._start import minimpi_rank
+from minimpi import _start  # the folder only: its scripts import minimpi, run in the ranks
 
 from .spawn import RankProcess, _make_preexec
 
 #: the server's script, and the start script whose semantics it reproduces
-SERVER_SCRIPT = os.path.abspath(template.__file__)
-RANK_SCRIPT = os.path.abspath(minimpi_rank.__file__)
+_START_DIR = os.path.dirname(os.path.abspath(_start.__file__))
+SERVER_SCRIPT = os.path.join(_START_DIR, "forkserver.py")
+RANK_SCRIPT = os.path.join(_START_DIR, "minimpi_rank.py")
+#: largest message from the server, and most descriptors one carries (a reply has a pidfd)
+MAX_DATAGRAM = 1 << 16
+MAX_FDS = 4
 #: how long a rank's fork may take, the first one included (it waits for the server's imports)
 FORK_TIMEOUT = 120.0
 
@@ -164,8 +167,7 @@ class ForkServer:
                 return
             wait = 0.0
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._ctl, template.MAX_DATAGRAM,
-                                                          template.MAX_FDS)
+                data, fds, _flags, _addr = socket.recv_fds(self._ctl, MAX_DATAGRAM, MAX_FDS)
             except InterruptedError:
                 continue
             except OSError:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -80,17 +81,25 @@ def commands(system: str, n: int, program: str, mpich: str) -> List[str]:
     return cmd + [program]
 
 
-def run_once(cmd: List[str], timeout: float) -> tuple[Optional[float], str]:
-    """Seconds from start to rank 0's first Barrier (None on failure), and the output."""
+def children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run_once(cmd: List[str], timeout: float) -> tuple[Optional[float], float, str]:
+    """Seconds from start to rank 0's first Barrier (None on failure), the CPU seconds the
+    whole job used (every process of it, to its end), and the output."""
+    cpu0 = children_cpu()
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        return None, f"timed out after {timeout} s: {exc.stdout or ''}{exc.stderr or ''}"
+        return None, 0.0, f"timed out after {timeout} s: {exc.stdout or ''}{exc.stderr or ''}"
+    cpu = children_cpu() - cpu0
     for line in proc.stdout.splitlines():
         if line.startswith("BARRIER "):
-            return float(line.split()[1]) - t0, proc.stdout
-    return None, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            return float(line.split()[1]) - t0, cpu, proc.stdout
+    return None, cpu, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
 
 
 def phases_once(cmd: List[str], timeout: float) -> Optional[Dict[str, List[float]]]:
@@ -121,6 +130,14 @@ def main() -> int:
     if "mpich" in systems and not os.path.exists(os.path.join(args.mpich, "bin", "mpiexec")):
         print(f"no MPICH at {args.mpich}: left out", file=sys.stderr)
         systems.remove("mpich")
+    # an installed minimpi has its bytecode compiled; a checkout run with
+    # PYTHONDONTWRITEBYTECODE=1 would compile every module in every rank instead
+    import minimpi
+    subprocess.run([sys.executable, "-m", "compileall", "-q",
+                    os.path.dirname(os.path.abspath(minimpi.__file__)),
+                    os.path.join(REPO, "launcher")],
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                   stdout=subprocess.DEVNULL, check=False)
     tmp = tempfile.mkdtemp(prefix="minimpi-startup-")
     barrier = os.path.join(tmp, "first_barrier.py")
     phases = os.path.join(tmp, "phases.py")
@@ -130,17 +147,23 @@ def main() -> int:
         f.write(PHASES_PROGRAM)
 
     samples: Dict[str, Dict[int, List[float]]] = {s: {n: [] for n in sizes} for s in systems}
+    cpus: Dict[str, Dict[int, List[float]]] = {s: {n: [] for n in sizes} for s in systems}
     total0, busy0 = busy_share()
+    ours0 = children_cpu()
     for n in sizes:
         for i in range(args.runs):
             for system in systems[i % len(systems):] + systems[:i % len(systems)]:
-                seconds, out = run_once(commands(system, n, barrier, args.mpich), args.timeout)
+                seconds, cpu, out = run_once(commands(system, n, barrier, args.mpich),
+                                             args.timeout)
                 if seconds is None:
                     print(f"{system} n={n}: failed: {out[-2000:]}", file=sys.stderr)
                     continue
                 samples[system][n].append(seconds)
-                print(f"  {system:24s} n={n:4d} run {i + 1}: {seconds:6.2f} s", flush=True)
+                cpus[system][n].append(cpu)
+                print(f"  {system:24s} n={n:4d} run {i + 1}: {seconds:6.2f} s "
+                      f"(job CPU {cpu:6.2f} s)", flush=True)
     total1, busy1 = busy_share()
+    ours = children_cpu() - ours0
     load = os.getloadavg()
 
     print()
@@ -157,8 +180,17 @@ def main() -> int:
             row += " | " + " | ".join(f"{med[s] / med['mpich']:>24.2f}"
                                       for s in systems if s != "mpich")
         print(row + " |")
-    print(f"\nCPU busy during the runs: {100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}% "
-          f"of {os.cpu_count()} cores (this benchmark included); load average now "
+    print()
+    print("CPU seconds of the whole job (every process, to its end), median")
+    print(f"| {'n':>4} | " + " | ".join(f"{s:>24}" for s in systems) + " |")
+    for n in sizes:
+        print(f"| {n:>4} | " + " | ".join(
+            f"{statistics.median(cpus[s][n]) if cpus[s][n] else float('nan'):>24.2f}"
+            for s in systems) + " |")
+    hz = os.sysconf("SC_CLK_TCK")
+    others = max(0.0, (busy1 - busy0) / hz - ours)
+    print(f"\nother processes used {100 * others / max(1e-9, (total1 - total0) / hz):.0f}% of "
+          f"the machine's CPU ({os.cpu_count()} cores) during the runs; load average now "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
     if args.phases:
@@ -172,7 +204,7 @@ def main() -> int:
                     print(f"  {name:28s} {statistics.median(values):6.2f} / {max(values):6.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"samples": samples, "load": load}, f, indent=1)
+            json.dump({"samples": samples, "cpu": cpus, "load": load}, f, indent=1)
     return 0
 
 

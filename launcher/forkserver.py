@@ -50,7 +50,8 @@ class ForkServerError(OSError):
 class ForkedProcess:
     """A rank forked by the server, with the parts of ``subprocess.Popen`` the job uses."""
 
-    def __init__(self, server: "ForkServer", pid: int, args: list[str], stdout, stderr) -> None:
+    def __init__(self, server: "ForkServer", pid: Optional[int], args: list[str], stdout,
+                 stderr) -> None:
         self._server = server
         self.pid = pid
         self.args = args
@@ -60,12 +61,14 @@ class ForkedProcess:
         self.returncode: Optional[int] = None
 
     def poll(self) -> Optional[int]:
-        if self.returncode is None:
+        if self.returncode is None and self.pid is not None:
             self._server.collect(0.0)
             self.returncode = self._server.returncode(self.pid)
         return self.returncode
 
     def wait(self, timeout: Optional[float] = None) -> int:
+        if self.pid is None and self.returncode is None:
+            self._server.wait_started()
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             left = None if deadline is None else deadline - time.monotonic()
@@ -99,13 +102,18 @@ class ForkServer:
         self._forked: dict[int, dict] = {}         # request id -> its reply
         self._pidfds: dict[int, int] = {}          # request id -> pidfd from that reply
         self._ended = False                        # the server's end closed
+        self._pending: dict[int, RankProcess] = {}  # asked for, pid not known yet
 
     # -- starting ranks -------------------------------------------------------------------
     def start_rank(self, rank: int, argv: list[str], env: dict[str, str], *,
                    stdin_inherit: bool, pass_fds: tuple[int, ...] = (),
                    cwd: Optional[str] = None) -> RankProcess:
-        """Fork rank ``rank`` running ``argv`` (``python minimpi_rank.py ARGS...``, the only
-        command the server reproduces) with ``env``, as :func:`spawn_rank` would start it."""
+        """Ask for rank ``rank`` running ``argv`` (``python minimpi_rank.py ARGS...``, the
+        only command the server reproduces) with ``env``, as :func:`spawn_rank` starts it.
+
+        Returns at once: the requests of a job go out back to back and the server forks
+        while the launcher sends the next. The returned process has no pid until
+        :meth:`wait_started` (which the job calls once it has asked for every rank)."""
         if argv[:2] != [sys.executable, RANK_SCRIPT] or len(argv) < 3:
             raise ValueError(f"the fork server starts ranks through {RANK_SCRIPT} under "
                              f"{sys.executable}, not {argv[:2]}")
@@ -117,11 +125,7 @@ class ForkServer:
                        "unset": [k for k in self.env if k not in env],
                        "fds": [0, 1, 2, *pass_fds]}
             stdin = 0 if stdin_inherit else self._devnull
-            try:
-                socket.send_fds(self._ctl, [json.dumps(request).encode()],
-                                [stdin, out_w, err_w, *pass_fds])
-            except OSError as exc:
-                raise ForkServerError(f"the fork server is gone ({exc})") from None
+            self._send(json.dumps(request).encode(), [stdin, out_w, err_w, *pass_fds])
         except BaseException:
             os.close(out_r)
             os.close(err_r)
@@ -129,14 +133,43 @@ class ForkServer:
         finally:
             os.close(out_w)
             os.close(err_w)
-        try:
-            reply = self._reply_for(rank)
-        except BaseException:
-            os.close(out_r)
-            os.close(err_r)
-            raise
-        proc = ForkedProcess(self, int(reply["pid"]), argv, open(out_r, "rb"), open(err_r, "rb"))
-        return RankProcess(rank, proc, self._pidfds.pop(rank, None))
+        proc = ForkedProcess(self, None, argv, open(out_r, "rb"), open(err_r, "rb"))
+        rp = RankProcess(rank, proc)
+        self._pending[rank] = rp
+        return rp
+
+    def _send(self, data: bytes, fds: list[int]) -> None:
+        """Send one request; while the server's queue is full, read its replies (it may be
+        waiting for room in ours), so neither end blocks the other."""
+        deadline = time.monotonic() + FORK_TIMEOUT
+        while True:
+            try:
+                socket.send_fds(self._ctl, [data], fds, socket.MSG_DONTWAIT)
+                return
+            except BlockingIOError:
+                if self._ended or time.monotonic() > deadline:
+                    raise ForkServerError("the fork server takes no more requests") from None
+                self.collect(0.05)
+            except OSError as exc:
+                raise ForkServerError(f"the fork server is gone ({exc})") from None
+
+    def wait_started(self) -> None:
+        """Wait for the server's answer to every request: each process gets its pid and
+        pidfd. Raises :class:`ForkServerError` naming the first rank that could not be
+        started (the others are started: the job ends them)."""
+        failed = None
+        for rank, rp in sorted(self._pending.items()):
+            try:
+                reply = self._reply_for(rank)
+            except ForkServerError as exc:
+                rp.popen.returncode = rp.returncode = 255     # never ran
+                failed = failed or exc
+                continue
+            rp.popen.pid = int(reply["pid"])
+            rp.pidfd = self._pidfds.pop(rank, None)
+        self._pending.clear()
+        if failed is not None:
+            raise failed
 
     def _reply_for(self, rank: int) -> dict:
         deadline = time.monotonic() + FORK_TIMEOUT

@@ -241,6 +241,8 @@ class Job:
                                     stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
                                     fork_server=fork_server)
                     self.ranks.append(rp)
+                if fork_server is not None:
+                    fork_server.wait_started()   # the requests went out back to back
             except OSError as e:
                 self.log(f"minimpi: could not start rank {len(self.ranks)}: {e}")
                 self.terminate_all(signal.SIGKILL)

@@ -85,6 +85,8 @@ class RankProcess:
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the rank's whole process group (the rank leads its group)."""
+        if self.popen.pid is None:       # a fork that never happened (launcher/forkserver.py)
+            return
         try:
             os.killpg(self.popen.pid, sig)
         except ProcessLookupError:

@@ -117,8 +117,10 @@ def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit
 
     ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent) overrides
     ``stdin_inherit``. With ``fork_server`` (``launcher/forkserver.py``) the rank is forked
-    from that job's template process instead of started as a fresh interpreter; the
-    returned :class:`RankProcess` behaves the same.
+    from that job's template process instead of started as a fresh interpreter (``argv``
+    must then be ``[sys.executable, minimpi_rank.py, ...]``); the returned
+    :class:`RankProcess` behaves the same once ``fork_server.wait_started()`` has given it
+    its pid (call it after asking for every rank: the requests go out back to back).
     """
     if fork_server is not None and stdin is None:
         return fork_server.start_rank(rank, argv, env, stdin_inherit=stdin_inherit,

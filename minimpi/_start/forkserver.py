@@ -290,7 +290,9 @@ def main() -> None:
     preload()
     args = _Server(fd).serve()
     if args is None:
-        return
+        # the launcher is done (its ranks are reaped): nothing here to flush or finalize,
+        # and tearing down a heap this size would only keep the launcher waiting
+        os._exit(0)
     run_program(args)
 
 

@@ -49,6 +49,7 @@ from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
+from .forkserver import ForkServer
 from .output import OutputForwarder
 from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
 
@@ -91,6 +92,9 @@ class JobSpec:
     deadlock_timeout: float = 5.0          # 0: no deadlock detection (launcher/deadlock.py)
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT   # 0: no liveness check
     settle: float = 3.0                    # how long to wait for the rank a failure points at
+    #: fork the ranks from one template process that has numpy and minimpi imported
+    #: (launcher/forkserver.py); only for ranks started through minimpi's start script
+    fork_server: bool = False
 
 
 @dataclass
@@ -205,6 +209,20 @@ class Job:
             rp.signal_group(sig)   # also reaches leftovers of ranks that already exited
 
     # -- the loop --------------------------------------------------------------------------
+    def _start_fork_server(self, coord_address: str, lifeline_fd: int) -> Optional[ForkServer]:
+        """The job's template process; None with --no-fork-server, or if it cannot start
+        (then each rank starts alone). Its environment is the ranks' less the rank and the
+        secret: what it starts with is what /proc/PID/environ shows of every rank (tools
+        find a job's processes by MINIMPI_JOBID there)."""
+        if not self.spec.fork_server:
+            return None
+        try:
+            return ForkServer(self.rank_env(0, coord_address, lifeline_fd),
+                              private=(ENV_RANK, ENV_SECRET))
+        except OSError as exc:
+            self.log(f"minimpi: no fork server ({exc}); starting each rank on its own")
+            return None
+
     def run(self) -> int:
         spec = self.spec
         coord = Coordinator(spec.nprocs, self.secret, self.job_id, host=spec.coord_host,
@@ -216,13 +234,18 @@ class Job:
         self._install_signals()
         lifeline_r, lifeline_w = os.pipe()   # both non-inheritable; only lifeline_r is passed
         start = time.monotonic()
+        fork_server = None
         try:
+            fork_server = self._start_fork_server(coord.address, lifeline_r)
             argv = rank_command(spec.program, spec.module, spec.args)
             try:
                 for r in range(spec.nprocs):
                     rp = spawn_rank(r, argv, self.rank_env(r, coord.address, lifeline_r),
-                                    stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd)
+                                    stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
+                                    fork_server=fork_server)
                     self.ranks.append(rp)
+                if fork_server is not None:
+                    fork_server.wait_started()   # the requests went out back to back
             except OSError as e:
                 self.log(f"minimpi: could not start rank {len(self.ranks)}: {e}")
                 self.terminate_all(signal.SIGKILL)
@@ -241,6 +264,8 @@ class Job:
                     except Exception:
                         pass
                 rp.close_pidfd()
+            if fork_server is not None:
+                fork_server.close()   # after its ranks: they die with it
             forward.close_all(give_up=lambda: self._signal_received is not None)
             os.close(lifeline_w)
             coord.close()

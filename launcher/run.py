@@ -110,6 +110,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     observe.add_arguments(p)   # --trace FILE, --stats
     from . import multihost
     multihost.add_arguments(p)   # --hosts, --hostfile, --launcher, --rsh, --remote-python, --iface
+    p.add_argument("--no-fork-server", dest="fork_server", action="store_false",
+                   help="start every rank as a fresh interpreter (by default the ranks on this "
+                        "host are forked from one process that has numpy and minimpi imported, "
+                        "which starts large jobs several times faster; a fork shares the "
+                        "parent's str hash seed and inherited state); env MINIMPI_FORK_SERVER=0")
     p.add_argument("--no-mpi4py-shim", dest="mpi4py_shim", action="store_false",
                    help="do not make `import mpi4py` resolve to minimpi in the ranks (by default "
                         "it does, even where the real mpi4py is installed)")
@@ -302,6 +307,8 @@ def main(args: argparse.Namespace) -> int:
         prefix=not args.no_prefix,
         output_dir=args.output_dir,
         bind=args.bind or "127.0.0.1",
+        fork_server=getattr(args, "fork_server", True)
+        and os.environ.get("MINIMPI_FORK_SERVER", "1") != "0",
     )
     from . import multihost
     try:   # ranks on other hosts, or on Slurm nodes: through agents (launcher/multihost.py)

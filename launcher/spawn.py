@@ -19,7 +19,10 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .forkserver import ForkServer
 
 PR_SET_PDEATHSIG = 1
 
@@ -82,9 +85,20 @@ class RankProcess:
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the rank's whole process group (the rank leads its group)."""
+        if self.popen.pid is None:       # a fork that never happened (launcher/forkserver.py)
+            return
         try:
             os.killpg(self.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:
+            # no such group: the rank ended with all it started, or it was forked an instant
+            # ago (launcher/forkserver.py) and does not lead its group yet; its pidfd
+            # reaches it either way, and never another process that took its pid
+            if self.pidfd is not None and self.returncode is None:
+                try:
+                    signal.pidfd_send_signal(self.pidfd, sig)
+                except OSError:
+                    pass
+        except PermissionError:
             pass
 
 
@@ -97,9 +111,20 @@ def rank_command(program: Optional[str], module: Optional[str], args: list[str])
 
 def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit: bool,
                pass_fds: tuple[int, ...] = (), cwd: Optional[str] = None,
-               stdin: Optional[int] = None) -> RankProcess:
-    """Start one rank; ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent)
-    overrides ``stdin_inherit``."""
+               stdin: Optional[int] = None, fork_server: "Optional[ForkServer]" = None
+               ) -> RankProcess:
+    """Start one rank: the one way every launcher part starts a rank process on this host.
+
+    ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent) overrides
+    ``stdin_inherit``. With ``fork_server`` (``launcher/forkserver.py``) the rank is forked
+    from that job's template process instead of started as a fresh interpreter (``argv``
+    must then be ``[sys.executable, minimpi_rank.py, ...]``); the returned
+    :class:`RankProcess` behaves the same once ``fork_server.wait_started()`` has given it
+    its pid (call it after asking for every rank: the requests go out back to back).
+    """
+    if fork_server is not None and stdin is None:
+        return fork_server.start_rank(rank, argv, env, stdin_inherit=stdin_inherit,
+                                      pass_fds=pass_fds, cwd=cwd)
     popen = subprocess.Popen(
         argv,
         env=env,

@@ -19,6 +19,13 @@ import sys
 
 
 def main() -> None:
+    load_minimpi()
+    run_program(sys.argv[1:])
+
+
+def load_minimpi() -> None:
+    """Import numpy and minimpi the way every rank must: before the program, from where
+    minimpi is installed, with the threads they start holding asynchronous signals back."""
     # Threads started while minimpi and numpy load (numpy's BLAS pool, minimpi's own) start
     # with asynchronous signals blocked, so the kernel hands a signal to the main thread
     # only, and a handler never runs half-way through a frame's delivery (see
@@ -28,11 +35,16 @@ def main() -> None:
         import numpy  # noqa: F401
 
         import minimpi  # noqa: F401  (imported first: the program's directory cannot shadow it)
+
+
+def run_program(args: list) -> None:
+    """Run ``script args...`` or ``-m module args...`` as ``__main__``, exactly as
+    ``python script args...`` / ``python -m module args...`` would (``sys.argv``,
+    ``sys.path[0]``), after taking the job secret out of the environment."""
     # the job secret leaves the environment before the program can start a subprocess
     from minimpi.runtime.bootstrap import take_secret
     take_secret()
 
-    args = sys.argv[1:]
     if args[:1] == ["-m"] and len(args) >= 2:
         module = args[1]
         sys.path[0] = os.getcwd()                       # as `python -m` does

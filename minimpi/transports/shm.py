@@ -490,6 +490,7 @@ class ShmTransport(Transport):
         self._sink: Optional[FrameSink] = None
         self._inbox: Optional[_Segment] = None
         self._unlinked = False
+        self._reach: Optional[str] = None      # _reach_key of this rank (set by listen)
         self._out: List[Optional[_Out]] = [None] * size
         self._in: List[_In] = []
         self._peers: List[int] = []            # local peers (world ranks)
@@ -588,12 +589,13 @@ class ShmTransport(Transport):
         self._poller.register(self._wake_sock.fileno(), select.POLLIN)
         if self.cma:
             _allow_peers_to_read()
-        return f"{os.getpid()},{ctypes.addressof(self._probe)},{_reach_key(self.directory)}"
+        self._reach = _reach_key(self.directory)      # decided once, asked for every peer
+        return f"{os.getpid()},{ctypes.addressof(self._probe)},{self._reach}"
 
     def reaches(self, address: str) -> bool:
         """A peer on this host shares our memory and wake-ups only with the same /dev/shm
         and network namespace (abstract sockets live there): containers on one kernel may not."""
-        return address.split(",")[2] == _reach_key(self.directory)
+        return address.split(",")[2] == (self._reach or _reach_key(self.directory))
 
     def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         """Map the inbox of every peer with an address (peers routed elsewhere have None)."""

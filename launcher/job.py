@@ -49,6 +49,7 @@ from minimpi.transports.shm import cleanup_job
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
+from .dynamic import ENV_UNIVERSE_SIZE, DynamicProcesses
 from .output import OutputForwarder
 from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
 
@@ -91,6 +92,7 @@ class JobSpec:
     deadlock_timeout: float = 5.0          # 0: no deadlock detection (launcher/deadlock.py)
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT   # 0: no liveness check
     settle: float = 3.0                    # how long to wait for the rank a failure points at
+    universe_size: Optional[int] = None    # --universe-size (None: -n, and no limit on Spawn)
 
 
 @dataclass
@@ -128,6 +130,7 @@ class Job:
         self._heartbeat_epoch = float("-inf")   # silence before this (launcher stopped) is not counted
         self._busy: dict[int, tuple[float, float]] = {}   # silent rank -> (CPU seconds, when)
         self.deadlock: Optional[DeadlockDetector] = None
+        self.dynamic = DynamicProcesses(self)   # Spawn's jobs, ports, names (launcher/dynamic.py)
 
     # -- messages --------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -157,6 +160,7 @@ class Job:
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
+            ENV_UNIVERSE_SIZE: str(self.dynamic.universe_size),
             "PYTHONUNBUFFERED": "1",
         })
         return env
@@ -195,11 +199,17 @@ class Job:
         self.terminate_all(signal.SIGTERM)
         self.kill_at = time.monotonic() + self.spec.grace
 
+    def fail_with(self, kind: str, exit_code: int, summary: str,
+                  details: Optional[list[str]] = None) -> None:
+        """``fail`` for a process that is not one of ``ranks`` (a spawned one)."""
+        self.fail(Failure(kind, exit_code, summary, details=list(details or [])))
+
     def terminate_all(self, sig: int) -> None:
         for rp in self.ranks:
             if rp.alive:
                 rp.killed_by_launcher = True
             rp.signal_group(sig)   # also reaches leftovers of ranks that already exited
+        self.dynamic.signal_all(sig)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> int:
@@ -238,6 +248,7 @@ class Job:
                     except Exception:
                         pass
                 rp.close_pidfd()
+            self.dynamic.close()
             forward.close_all(give_up=lambda: self._signal_received is not None)
             os.close(lifeline_w)
             coord.close()
@@ -311,6 +322,7 @@ class Job:
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
         self.deadlock = deadlock
+        self.dynamic.attach(poller)
 
         while True:
             now = self._turn(poller)
@@ -320,17 +332,18 @@ class Job:
                 self._on_job_timeout()
             if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
-            if self.failure is None and deadlock.check(now):
+            if self.failure is None and self.dynamic.all_blocked() and deadlock.check(now):
                 self._on_deadlock()
+            spawn_due = self.dynamic.check(now)
             if self._suspect_until is not None and now >= self._suspect_until:
                 self._judge(now, give_up=True)
             heartbeat_due = self._check_heartbeats(now)
-            held_due = forward.release_stale(now, lambda r: self.ranks[r].alive)
+            held_due = forward.release_stale(now, self._alive)
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
                 self.kill_at = None
             # ---- done? ----
-            all_reaped = all(not rp.alive for rp in self.ranks)
+            all_reaped = all(not rp.alive for rp in self.ranks) and self.dynamic.all_reaped()
             if all_reaped and self._suspect_until is not None:
                 self._judge(now, give_up=True)   # every rank has ended: nothing more to learn
             if all_reaped:
@@ -342,7 +355,7 @@ class Job:
                     break   # (pipes left unread for a slow reader: close_all reads them)
             # ---- wait ----
             waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
-                                 self._suspect_until, heartbeat_due, held_due)
+                                 self._suspect_until, heartbeat_due, held_due, spawn_due)
                      if d is not None]
             if self.all_done_at is not None:
                 waits.append(self.all_done_at + 2.0)
@@ -364,11 +377,18 @@ class Job:
                 rp = pidfds.pop(fd)
                 poller.unregister(fd)
                 self._reap(rp)
+            self.dynamic.on_ready(ready)
             if need_reap_poll:
                 for rp in self.ranks:
                     if rp.pidfd is None and rp.alive:
                         self._reap(rp)
+                self.dynamic.reap_without_pidfd()
         return self._finish()
+
+    def _alive(self, rank) -> bool:
+        """Whether the process whose output streams are keyed ``rank`` runs (a rank of this
+        job, or a spawned process's label)."""
+        return self.ranks[rank].alive if isinstance(rank, int) else self.dynamic.alive(rank)
 
     def startup_deadline(self) -> Optional[float]:
         """When the ranks that have not registered are given up on: ``startup_timeout`` after
@@ -561,6 +581,9 @@ class Job:
             self.fail(Failure("vanished", EXIT_VANISHED, f"minimpi: {text}", rank=gone[0]))
 
     def _on_coord_event(self, ev) -> None:
+        if ev.data is not None:   # a request about other jobs (Spawn, ports, names)
+            self.dynamic.on_request(self.coord, ev)
+            return
         if ev.kind == "failed" and self.failure is None and self._suspect_until is not None:
             self._judge(time.monotonic())   # a suspect reported its own error: maybe decisive
         if ev.kind == "abort" and self.failure is None:
@@ -579,6 +602,7 @@ class Job:
             rp = self.ranks[st.rank]
             desc = st.describe() if (st.state is not None or not rp.alive) else "no state reported"
             lines.append(f"  rank {st.rank}: {desc}")
+        lines += self.dynamic.describe()
         self.fail(Failure("timeout", EXIT_TIMEOUT,
                           f"minimpi: job timed out after {self.spec.timeout:g} s (--timeout); "
                           "what each rank was doing:", details=lines))

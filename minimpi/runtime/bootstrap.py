@@ -396,6 +396,8 @@ class CoordinatorClient:
         #: every rank's host identity (:func:`host_identity`), index = rank, after the exchange
         self.hosts: Optional[list[str]] = None
         self.dropped = 0   # replies dropped for a bad MAC
+        self._request_lock = threading.Lock()   # one request (spawn, port, name) at a time
+        self._requests = 0
 
     # -- plumbing ------------------------------------------------------------------------
     def _pack(self, message: dict) -> list[bytes]:
@@ -565,6 +567,31 @@ class CoordinatorClient:
                 if kind == "abort":
                     raise JobAbortedError(msg.get("msg") or "the job was aborted")
                 # anything else (a late ack...) is not for us: keep waiting
+
+    def request(self, message: dict, timeout: float) -> Optional[dict]:
+        """Ask the launcher something about other jobs (``Spawn``, ports, names: the
+        ``REQUEST_KINDS`` of ``launcher/coordinator.py``) and wait at most ``timeout``
+        seconds for its ``reply``; None if none came. The lock is taken for short slices
+        only, so the heartbeat goes on while the launcher works on the answer."""
+        if self._closed:
+            return None
+        with self._request_lock:
+            self._requests += 1
+            number = self._requests
+            with self._lock:
+                if not self._send({**message, "n": number}, hello_wait=min(timeout, 30.0)):
+                    return None
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                with self._lock:
+                    msg = self._recv(min(remaining, 0.5), want="reply")
+                if msg is not None and msg.get("n") == number:
+                    return msg
+                if msg is None or msg.get("n", 0) > number:
+                    continue   # (a late reply to an earlier, given-up request is dropped)
 
     def report_state(self, state: dict) -> None:
         """Tell the launcher what this rank is blocked on. Fire-and-forget."""

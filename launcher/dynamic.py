@@ -121,7 +121,10 @@ class DynamicProcesses:
                 for ev in sj.coord.receive():
                     self._on_child_event(sj, ev)
         for fd in [fd for fd in ready if isinstance(fd, int) and fd in self._pidfds]:
-            sj, rank = self._pidfds.pop(fd)
+            sj, rank = self._pidfds[fd]
+            if sj.processes[rank].popen.poll() is None:
+                continue   # a number reused this turn (a pidfd made after the poll)
+            del self._pidfds[fd]
             self.poller.unregister(fd)
             self._reap(sj, rank)
 

@@ -369,7 +369,9 @@ class Job:
             self._sync_output(poller, polled)
             ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
-            for fd in [fd for fd in ready if isinstance(fd, int) and fd in forward.streams]:
+            # (the pipes polled, not every stream ever added: a closed pipe's number may
+            # belong to a spawned process's pidfd now)
+            for fd in [fd for fd in ready if isinstance(fd, int) and fd in polled]:
                 if not forward.read(fd):
                     poller.unregister(fd)
                     polled.discard(fd)

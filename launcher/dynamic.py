@@ -363,12 +363,64 @@ class DynamicProcesses:
             details = [f"  | {line}" for line in self.job.forward.stderr_tail(sj.label(rank))]
             self.job.fail_with("signal" if rc < 0 else "exit", exit_code_for(rc), text, details)
 
-    # -- ports and names (filled in by _on_port / _on_name) -------------------------------
+    # -- ports and names -------------------------------------------------------------------
     def _on_port(self, coord: Coordinator, rank: int, number: Any, msg: dict) -> None:
-        raise SpawnRefused("ports (Open_port/Accept/Connect) are not implemented yet")
+        """``open`` -> a new port name; ``close``; ``accept`` (with the accepting root's
+        entry) and ``connect`` wait until the other comes, then both are answered with a
+        tag for their leaders' exchange, and the connecting side with the accepter's entry."""
+        op, port = msg.get("op"), msg.get("port")
+        who = (coord, rank, number)
+        if op == "open":
+            self._next_port += 1
+            name = f"minimpi-port:{self.job.job_id}:{self._next_port}"
+            self.ports[name] = {"accept": None, "connects": []}
+            return self.reply(coord, rank, number, ok=True, port=name)
+        state = self.ports.get(port) if isinstance(port, str) else None
+        if state is None:
+            return self.reply(coord, rank, number, ok=False, kind="port",
+                              error=f"port {port!r} is not open (MPI.Open_port gives one; "
+                                    f"it is gone after MPI.Close_port)")
+        if op == "close":
+            del self.ports[port]
+            waiting = ([state["accept"][:3]] if state["accept"] else []) + state["connects"]
+            for c, r, n in waiting:
+                self.reply(c, r, n, ok=False, kind="port", error=f"port {port!r} was closed")
+            return self.reply(coord, rank, number, ok=True)
+        if op == "accept":
+            if state["accept"] is not None:
+                return self.reply(coord, rank, number, ok=False, kind="port",
+                                  error=f"another Accept already waits on port {port!r}")
+            state["accept"] = (*who, msg.get("entry"))
+        elif op == "connect":
+            state["connects"].append(who)
+        else:
+            raise SpawnRefused(f"unknown port operation {op!r}")
+        while state["accept"] is not None and state["connects"]:
+            c, r, n, entry = state["accept"]
+            state["accept"] = None
+            self._next_port += 1
+            tag = 0x40000000 + self._next_port   # never a spawned job's number
+            self.reply(c, r, n, ok=True, tag=tag)
+            c, r, n = state["connects"].pop(0)
+            self.reply(c, r, n, ok=True, tag=tag, accepter=entry)
 
     def _on_name(self, coord: Coordinator, rank: int, number: Any, kind: str, msg: dict) -> None:
-        raise SpawnRefused("the name service (Publish_name/Lookup_name) is not implemented yet")
+        """The name service: ``publish``, ``unpublish``, ``lookup`` of service names."""
+        service, port = msg.get("service"), msg.get("port")
+        if kind == "publish":
+            if service in self.names:
+                return self.reply(coord, rank, number, ok=False, kind="name",
+                                  error=f"service {service!r} is already published")
+            self.names[str(service)] = str(port)
+            return self.reply(coord, rank, number, ok=True)
+        if service not in self.names or (kind == "unpublish" and self.names[service] != port):
+            return self.reply(coord, rank, number, ok=False, kind="name",
+                              error=f"no service {service!r} is published"
+                                    + (f" with port {port!r}" if kind == "unpublish" else ""))
+        if kind == "unpublish":
+            del self.names[service]
+            return self.reply(coord, rank, number, ok=True)
+        return self.reply(coord, rank, number, ok=True, port=self.names[service])
 
 
 def _is_python_program(path: str) -> bool:

@@ -58,8 +58,9 @@ class Bridge:
         theirs = self._receive()
         if not isinstance(theirs, dict) or not theirs.get("peers"):
             raise CommError(f"{self.call}: a malformed answer from the other group's leader")
-        self.link.add_peers(theirs["peers"][:1])
-        self._send(theirs["peers"][0][0], value)
+        leader = theirs["peers"][int(theirs.get("leader", 0))]
+        self.link.add_peers([leader])
+        self._send(leader[0], value)
         return theirs
 
 
@@ -77,7 +78,7 @@ def join(local_comm: Intracomm, leader: int, swap: Callable[[dict], dict], call:
     if local_comm.rank == leader:
         try:
             ours = max(c for _, c in gathered)
-            theirs = swap({"peers": [e for e, _ in gathered], "max": ours})
+            theirs = swap({"peers": [e for e, _ in gathered], "max": ours, "leader": leader})
             outcome = ("ok", (theirs, ours))
         except Exception as exc:    # tell the group, then raise it here
             failure = exc

@@ -26,6 +26,9 @@ class LauncherLink:
 
     #: which job of its launcher this process belongs to (0: the one ``minimpi run`` started)
     job_number: int = 0
+    #: this process's engine and world rank
+    engine: Any = None
+    rank: int = 0
     #: ``MPI.UNIVERSE_SIZE``: how many processes the launcher's universe holds
     universe_size: int = 1
     #: for a process that ``Spawn`` started: its parents' entries, the parent leader's index

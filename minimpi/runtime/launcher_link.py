@@ -32,6 +32,7 @@ class RuntimeLauncherLink(LauncherLink):
     def __init__(self, info: BootInfo, engine: Engine) -> None:
         self.info = info
         self.engine = engine
+        self.rank = info.rank
         self.job_number = job_number_of(info.env)
         try:
             self.universe_size = int(info.env.get(ENV_UNIVERSE_SIZE) or info.size)

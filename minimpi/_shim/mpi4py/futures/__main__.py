@@ -6,7 +6,7 @@ import runpy
 import sys
 
 from minimpi import MPI
-from minimpi._shim.mpi4py.futures import _pool
+from . import _pool
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """``python -m mpi4py.futures.server``: a worker that ``MPIPoolExecutor`` spawned."""
 from minimpi import MPI
-from minimpi._shim.mpi4py.futures._protocol import serve
+from ._protocol import serve
 
 
 def main() -> None:

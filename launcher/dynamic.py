@@ -357,6 +357,14 @@ class DynamicProcesses:
                                      f"initialized MPI")
             return
         if rc != 0 and self.job.failure is None:
+            if st.failure is not None and st.failure.get("consequence"):
+                # it only lost a peer: name the process of its job that failed on its own
+                # (it reported that before it ended), if one did
+                own = [s for s in sj.coord.ranks if s.failure is not None
+                       and not s.failure.get("consequence")]
+                if own:
+                    rank, st = own[0].rank, own[0]
+                    rc = sj.processes[rank].returncode or rc
             text = f"minimpi: {sj.name(rank)} (`{sj.command}`) {describe_returncode(rc)}"
             if st.failure is not None and st.failure.get("error"):
                 text += f": {st.failure['error']}"

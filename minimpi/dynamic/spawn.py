@@ -15,14 +15,10 @@ from typing import Any, List, Optional, Sequence
 
 from ..comm.communicator import Intracomm
 from ..data.cint import as_int
-from ..errors import RootError, SpawnError
+from ..errors import RootError, SpawnError, UnsupportedError
 from .intercomm import Intercomm
 from .join import Bridge, join
 from .link import LauncherLink, launcher_link
-
-#: how long the root waits for the launcher's answer to a spawn request, beyond the job's
-#: start-up timeout (the launcher answers, with an error if need be, within that timeout)
-REPLY_MARGIN = 30.0
 
 #: the intercommunicator to the parents, in a process that Spawn started
 _PARENT: dict = {"comm": None}
@@ -102,8 +98,12 @@ def spawn(comm: Intracomm, apps_of_root: Any, root: Any, errcodes: Optional[list
 
     def swap(value: dict) -> dict:
         apps = apps_of_root()
-        reply = link.request({"t": "spawn", "apps": apps, "parents": value["peers"],
-                              "leader": root}, timeout=None)
+        shown = " ".join([apps[0]["cmd"], *apps[0]["args"]])
+        try:
+            reply = link.request({"t": "spawn", "apps": apps, "parents": value["peers"],
+                                  "leader": root}, timeout=None)
+        except UnsupportedError as exc:
+            raise UnsupportedError(f"{call}(`{shown}`): {exc}") from None
         if not reply.get("ok"):
             raise SpawnError(f"rank {comm.rank}: {call}: {reply.get('error') or 'refused'}")
         theirs = Bridge(link, comm._ep.engine, int(reply["job"]), None, call)(value)

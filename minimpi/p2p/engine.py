@@ -41,6 +41,7 @@ from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, ProtocolEr
 from ..transports import frames
 from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
+from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
 from .observe import EngineObserver, MatchStats
 from .progress import ProgressPolicy
@@ -619,7 +620,9 @@ class Engine(FrameSink):
 
     def _lost_text(self, peer: int, what: str) -> str:
         reason = self.lost_peers.get(peer, "connection lost")
-        return (f"rank {self.rank}: {what} cannot complete: world rank {peer} is gone ({reason}); "
+        who = f"world rank {peer}" if peer >> UID_SHIFT == 0 else \
+            f"rank {peer & UID_RANK_MASK} of job {(peer >> UID_SHIFT) - 1} (another job: Spawn, Connect)"
+        return (f"rank {self.rank}: {what} cannot complete: {who} is gone ({reason}); "
                 f"it exited or failed before the message could be exchanged")
 
     # -- waiting ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import runpy
 import sys
 
 from minimpi import MPI
+
 from . import _pool
 
 

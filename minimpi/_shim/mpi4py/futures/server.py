@@ -1,5 +1,6 @@
 """``python -m mpi4py.futures.server``: a worker that ``MPIPoolExecutor`` spawned."""
 from minimpi import MPI
+
 from ._protocol import serve
 
 

@@ -270,7 +270,6 @@ class DynamicProcesses:
     def _resolve(self, app: dict) -> tuple[list[str], Optional[str]]:
         """(argv, working directory) of one application: a Python program starts through
         the rank start script as the main job's ranks do; another command runs as it is."""
-        from . import run  # (run imports job, which imports this module)
         cmd, args = str(app.get("cmd", "")), [str(a) for a in app.get("args") or []]
         info = app.get("info") or {}
         shown = " ".join([cmd, *args])
@@ -288,7 +287,7 @@ class DynamicProcesses:
 
         if _PYTHON.fullmatch(os.path.basename(cmd)) or \
                 os.path.realpath(shutil.which(cmd) or cmd) == os.path.realpath(sys.executable):
-            module, rest = run.strip_interpreter(["python", *args])
+            module, rest = _interpreter_args(args)
             if module is None and not rest:
                 raise SpawnRefused(f"cannot start `{shown}`: no program for the interpreter")
             if module is None and not os.path.exists(where(rest[0])):
@@ -306,7 +305,11 @@ class DynamicProcesses:
                     raise SpawnRefused(f"cannot start `{shown}`: {found!r} is not executable")
                 return [found, *args], wdir
             module, program, rest = None, found, args
-        start_program, start_module, start_args = run.rank_start(program, module, rest)
+        rank_start = self.job.spec.rank_start
+        if rank_start is None:
+            raise SpawnRefused(f"cannot start `{shown}`: this launcher was not told how its "
+                               f"Python ranks start")
+        start_program, start_module, start_args = rank_start(program, module, rest)
         return rank_command(start_program, start_module, start_args), wdir
 
     def _refuse_started(self, sj: SpawnedJob, why: str) -> None:
@@ -429,6 +432,19 @@ class DynamicProcesses:
             del self.names[service]
             return self.reply(coord, rank, number, ok=True)
         return self.reply(coord, rank, number, ok=True, port=self.names[service])
+
+
+#: interpreter options without a value, skipped before the program (as ``minimpi run`` does)
+_PYTHON_FLAGS = {"-u", "-B", "-E", "-I", "-O", "-OO", "-q", "-s", "-S"}
+
+
+def _interpreter_args(args: list[str]) -> tuple[Optional[str], list[str]]:
+    """``python`` ARGS -> (module or None, the program and its arguments or the module's)."""
+    while args and args[0] in _PYTHON_FLAGS:
+        args = args[1:]
+    if len(args) >= 2 and args[0] == "-m":
+        return args[1], args[2:]
+    return None, args
 
 
 def _is_python_program(path: str) -> bool:

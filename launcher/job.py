@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional
 
 import zmq
 
@@ -93,6 +93,9 @@ class JobSpec:
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT   # 0: no liveness check
     settle: float = 3.0                    # how long to wait for the rank a failure points at
     universe_size: Optional[int] = None    # --universe-size (None: -n, and no limit on Spawn)
+    #: how a Python program's rank starts (run.rank_start: program, module, args -> the start
+    #: script's); Spawn starts Python programs the same way
+    rank_start: Optional[Callable] = None
 
 
 @dataclass

@@ -304,6 +304,7 @@ def main(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         bind=args.bind or "127.0.0.1",
         universe_size=getattr(args, "universe_size", None),
+        rank_start=rank_start,
     )
     from . import multihost
     try:   # ranks on other hosts, or on Slurm nodes: through agents (launcher/multihost.py)

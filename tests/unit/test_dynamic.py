@@ -9,15 +9,15 @@ import sys
 import time
 
 import pytest
-
-from minimpi._shim.mpi4py.futures._util import collect, compose
-from minimpi._shim.mpi4py.util.pool import ThreadPool
-from minimpi.dynamic.link import LauncherLink, describe_uid, peer_of, uid_of
-from minimpi.dynamic.spawn import _app, _apps_multiple
 from minimpi.launcher.coordinator import CoordEvent
 from minimpi.launcher.dynamic import DynamicProcesses, SpawnRefused
 from minimpi.launcher.job import Job, JobSpec
-from minimpi.launcher.run import START_SCRIPT
+from minimpi.launcher.run import START_SCRIPT, rank_start
+
+from minimpi._shim.mpi4py.futures.util import collect, compose
+from minimpi._shim.mpi4py.util.pool import ThreadPool
+from minimpi.dynamic.link import LauncherLink, describe_uid, peer_of, uid_of
+from minimpi.dynamic.spawn import _app, _apps_multiple
 from minimpi.p2p.engine import Engine
 from minimpi.transports.tcp import UID_SHIFT, TcpTransport
 
@@ -84,7 +84,8 @@ class _Coord:
 
 
 def _dynamic(**spec) -> DynamicProcesses:
-    job = Job(JobSpec(nprocs=2, program="x.py", **spec), io.BytesIO(), io.BytesIO())
+    job = Job(JobSpec(nprocs=2, program="x.py", rank_start=rank_start, **spec), io.BytesIO(),
+              io.BytesIO())
     return job.dynamic
 
 

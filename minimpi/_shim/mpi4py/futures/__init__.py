@@ -2,7 +2,7 @@
 
 ``MPIPoolExecutor`` spawns its workers (``Spawn``), or uses the other ranks under
 ``python -m mpi4py.futures prog.py``; ``MPICommExecutor`` uses a communicator's ranks.
-Written on minimpi's own MPI (see ``_pool.py`` and ``_protocol.py``).
+Written on minimpi's own MPI (see ``pool.py`` and ``protocol.py``).
 """
 from concurrent.futures import (  # noqa: F401
     ALL_COMPLETED,
@@ -20,8 +20,8 @@ from concurrent.futures import (  # noqa: F401
     wait,
 )
 
-from ._pool import MPICommExecutor, MPIPoolExecutor, get_comm_workers
-from ._util import collect, compose
+from .pool import MPICommExecutor, MPIPoolExecutor, get_comm_workers
+from .util import collect, compose
 
 __all__ = [
     "Future", "Executor", "wait", "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",

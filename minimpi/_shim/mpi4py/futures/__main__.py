@@ -7,7 +7,7 @@ import sys
 
 from minimpi import MPI
 
-from . import _pool
+from .pool import close_static_pool, open_static_pool, serve_static
 
 
 def main() -> None:
@@ -15,10 +15,10 @@ def main() -> None:
         raise SystemExit("usage: python -m mpi4py.futures prog.py [args...] | -m module [args...]")
     comm = MPI.COMM_WORLD
     if comm.Get_rank() != 0:
-        _pool.serve_static(comm, 0)
+        serve_static(comm, 0)
         return
     if comm.Get_size() > 1:
-        _pool._STATIC.update(comm=comm, root=0)
+        open_static_pool(comm, 0)
     try:
         args = sys.argv[1:]
         if args[0] == "-m":
@@ -29,9 +29,7 @@ def main() -> None:
             sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
             runpy.run_path(args[0], run_name="__main__")
     finally:
-        if comm.Get_size() > 1:
-            _pool._STATIC.update(comm=None)
-            _pool.release_static(comm, 0)
+        close_static_pool()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """``python -m mpi4py.futures.server``: a worker that ``MPIPoolExecutor`` spawned."""
 from minimpi import MPI
 
-from ._protocol import serve
+from .protocol import serve
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ pool works). ``submit`` only queues the call; the manager hands queued calls to 
 waits for results (asleep in the transport's poll, woken by a result or by new work for an
 idle worker) and completes the futures. Workers come from ``Spawn`` (``MPIPoolExecutor``) or
 are the other ranks of a communicator (``MPICommExecutor``, ``python -m mpi4py.futures``).
-The messages are in :mod:`._protocol`.
+The messages are in :mod:`.protocol`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from minimpi import MPI
 from minimpi.p2p.request import engine_of
 
-from . import _protocol as P
+from . import protocol as P
 
 #: the static pool of ``python -m mpi4py.futures`` (COMM_WORLD, root 0), when running
 _STATIC: dict = {"comm": None, "root": 0, "busy": False}
@@ -318,6 +318,20 @@ def release_static(comm: Any, root: int) -> None:
     for r in range(comm.Get_size()):
         if r != root:
             comm.send(None, dest=r, tag=P.STOP)
+
+
+def open_static_pool(comm: Any, root: int) -> None:
+    """From now on, ``MPIPoolExecutor`` uses ``comm``'s other ranks (serving in
+    :func:`serve_static`) instead of spawning (``python -m mpi4py.futures``)."""
+    _STATIC.update(comm=comm, root=root, busy=False)
+
+
+def close_static_pool() -> None:
+    """The static pool's workers may leave (the program at the root has ended)."""
+    comm, root = _STATIC["comm"], _STATIC["root"]
+    _STATIC.update(comm=None)
+    if comm is not None:
+        release_static(comm, root)
 
 
 class MPICommExecutor:

@@ -207,8 +207,10 @@ class DynamicProcesses:
     # -- spawn ---------------------------------------------------------------------------
     def _spawn(self, coord: Coordinator, rank: int, number: Any, msg: dict) -> None:
         if self.poller is None:
-            raise SpawnRefused("Spawn is not implemented for jobs on several hosts (--hosts, "
-                               "--hostfile, Slurm) yet: it works in a job on this host")
+            return self.reply(coord, rank, number, ok=False, kind="unsupported",
+                              error="Spawn is not implemented for jobs on several hosts "
+                                    "(--hosts, --hostfile, Slurm) yet: it works in a job on "
+                                    "this host")
         apps, parents = msg.get("apps"), msg.get("parents")
         if not isinstance(apps, list) or not apps or not isinstance(parents, list) or \
                 not all(isinstance(a, dict) for a in apps):

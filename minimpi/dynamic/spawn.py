@@ -105,7 +105,8 @@ def spawn(comm: Intracomm, apps_of_root: Any, root: Any, errcodes: Optional[list
         except UnsupportedError as exc:
             raise UnsupportedError(f"{call}(`{shown}`): {exc}") from None
         if not reply.get("ok"):
-            raise SpawnError(f"rank {comm.rank}: {call}: {reply.get('error') or 'refused'}")
+            error = UnsupportedError if reply.get("kind") == "unsupported" else SpawnError
+            raise error(f"rank {comm.rank}: {call}(`{shown}`): {reply.get('error') or 'refused'}")
         theirs = Bridge(link, comm._ep.engine, int(reply["job"]), None, call)(value)
         theirs["extra"] = [a["maxprocs"] for a in apps]
         return theirs

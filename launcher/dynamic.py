@@ -38,17 +38,20 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from minimpi.runtime.bootstrap import ENV_JOBID, ENV_RANK, ENV_SIZE
+from minimpi.runtime.bootstrap import (
+    ENV_JOBID,
+    ENV_JOBNO,
+    ENV_PARENT,
+    ENV_RANK,
+    ENV_SIZE,
+    ENV_UNIVERSE_SIZE,
+)
 from minimpi.transports.shm import cleanup_job
 
 from .coordinator import CoordEvent, Coordinator
 from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
-
-ENV_JOBNO = "MINIMPI_JOBNO"
-ENV_PARENT = "MINIMPI_PARENT"
-ENV_UNIVERSE_SIZE = "MINIMPI_UNIVERSE_SIZE"
 
 #: interpreters accepted as a spawn's command (the processes run under the launcher's Python)
 _PYTHON = re.compile(r"python[\d.]*")
@@ -460,5 +463,3 @@ def _is_python_program(path: str) -> bool:
         return False
     return first.startswith(b"#!") and b"python" in first
 
-
-Alive = Callable[[Any], bool]

@@ -43,13 +43,14 @@ from minimpi.runtime.bootstrap import (
     ENV_SECRET,
     ENV_SIZE,
     ENV_STARTUP_TIMEOUT,
+    ENV_UNIVERSE_SIZE,
 )
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.transports.shm import cleanup_job
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
-from .dynamic import ENV_UNIVERSE_SIZE, DynamicProcesses
+from .dynamic import DynamicProcesses
 from .output import OutputForwarder
 from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
 

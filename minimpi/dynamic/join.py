@@ -15,7 +15,7 @@ learns where to answer.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from ..comm.communicator import Intracomm, claim_contexts, free_context
 from ..constants import ANY_SOURCE
@@ -23,7 +23,7 @@ from ..data import serialization
 from ..errors import CommError, MinimpiError
 from ..transports.frames import F_OBJECT
 from .intercomm import CONTEXTS, Intercomm
-from .link import LauncherLink, peer_of, uid_of
+from .link import LauncherLink, peer_of
 
 #: the context of the leaders' messages (never a communicator's: those count up from 4)
 BRIDGE_CONTEXT = 0x7FFFFFE0
@@ -104,8 +104,3 @@ def join(local_comm: Intracomm, leader: int, swap: Callable[[dict], dict], call:
     comm = Intercomm._build(engine, local, remote, local_comm.rank, context,
                             f"{local_comm.name}.{call.lower()}")
     return comm, theirs.get("extra")
-
-
-def entries_uids(link: LauncherLink, peers: Sequence[int]) -> List[int]:
-    """Universe ids of the peers (by this process's ids) ``peers``."""
-    return [uid_of(link, p) for p in peers]

@@ -63,6 +63,10 @@ ENV_LIFELINE = "MINIMPI_LIFELINE_FD"   # read end of a pipe; EOF means the launc
 ENV_LAUNCHER_PID = "MINIMPI_LAUNCHER_PID"
 ENV_STARTUP_TIMEOUT = "MINIMPI_STARTUP_TIMEOUT"
 ENV_HEARTBEAT_INTERVAL = "MINIMPI_HEARTBEAT_INTERVAL"   # seconds; 0: no heartbeat
+# ... and for dynamic processes (runtime/launcher_link.py, launcher/dynamic.py)
+ENV_JOBNO = "MINIMPI_JOBNO"                     # 0: the job `minimpi run` started; k: Spawn's
+ENV_PARENT = "MINIMPI_PARENT"                   # JSON: the parents of a spawned process
+ENV_UNIVERSE_SIZE = "MINIMPI_UNIVERSE_SIZE"     # MPI.UNIVERSE_SIZE
 
 #: keys of BootInfo.env that are never exposed there (the secret has its own field)
 _PRIVATE_KEYS = {ENV_SECRET}
@@ -590,8 +594,7 @@ class CoordinatorClient:
                     msg = self._recv(min(remaining, 0.5), want="reply")
                 if msg is not None and msg.get("n") == number:
                     return msg
-                if msg is None or msg.get("n", 0) > number:
-                    continue   # (a late reply to an earlier, given-up request is dropped)
+                # (nothing yet, or a late reply to an earlier request that gave up: dropped)
 
     def report_state(self, state: dict) -> None:
         """Tell the launcher what this rank is blocked on. Fire-and-forget."""

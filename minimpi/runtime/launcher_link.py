@@ -16,11 +16,8 @@ from ..dynamic.link import LauncherLink
 from ..errors import MinimpiError, UnsupportedError
 from ..p2p.engine import Engine
 from ..transports.tcp import UID_SHIFT, job_number_of
-from .bootstrap import BootInfo, host_identity
+from .bootstrap import ENV_PARENT, ENV_UNIVERSE_SIZE, BootInfo, host_identity
 
-ENV_JOBNO = "MINIMPI_JOBNO"
-ENV_PARENT = "MINIMPI_PARENT"
-ENV_UNIVERSE_SIZE = "MINIMPI_UNIVERSE_SIZE"
 #: how long a request may wait for the launcher beyond the start-up timeout (a spawn's
 #: processes have that long to join; the launcher answers, with an error if need be, by then)
 REPLY_MARGIN = 30.0

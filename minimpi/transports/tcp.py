@@ -753,7 +753,8 @@ def create(info) -> TcpTransport:
 
 def job_number_of(env) -> int:
     """Which job of its launcher this process belongs to (0: the job ``minimpi run``
-    started; 1, 2, ...: jobs started by ``Spawn``), from ``MINIMPI_JOBNO``."""
+    started; 1, 2, ...: jobs started by ``Spawn``), from ``MINIMPI_JOBNO`` (set by the
+    launcher; ``minimpi.runtime.bootstrap.ENV_JOBNO``)."""
     try:
         return max(0, int(env.get("MINIMPI_JOBNO", "0")))
     except ValueError:

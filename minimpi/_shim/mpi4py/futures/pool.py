@@ -11,6 +11,7 @@ The messages are in :mod:`.protocol`.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures as cf
 import functools
@@ -19,6 +20,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from minimpi import MPI
@@ -28,6 +30,18 @@ from . import protocol as P
 
 #: the static pool of ``python -m mpi4py.futures`` (COMM_WORLD, root 0), when running
 _STATIC: dict = {"comm": None, "root": 0, "busy": False}
+#: pools still running; at exit each finishes its queued calls and lets its workers go
+#: before MPI finalizes (registered after MPI's own exit hook, so it runs first)
+_LIVE: "weakref.WeakSet[_Manager]" = weakref.WeakSet()
+
+
+def _finish_live_pools() -> None:
+    for manager in list(_LIVE):
+        manager.stop(cancel=False)
+        manager.thread.join()
+
+
+atexit.register(_finish_live_pools)
 
 
 def get_max_workers() -> int:
@@ -77,6 +91,7 @@ class _Manager:
         self.thread = threading.Thread(target=self._main, name="mpi4py.futures manager",
                                        daemon=True)
         self.thread.start()
+        _LIVE.add(self)
 
     def push(self, future: cf.Future, fn: Any, args: tuple, kwargs: dict) -> None:
         with self.cond:

@@ -18,6 +18,9 @@ rank -> coordinator
     {"t": "abort",    "r": R, "c": C, "code": CODE, "msg": TEXT}             # -> abort_ack
     {"t": "hb",       "r": R, "c": C}                           # heartbeat
     {"t": "finalize", "r": R, "c": C, "lost": [world ranks this rank saw vanish]}
+    {"t": "spawn" | "port" | "publish" | "unpublish" | "lookup", "r": R, "c": C, "n": ID, ...}
+        requests about other jobs (``Spawn``, ports, names), handed to the job's loop as
+        events and answered by ``launcher/dynamic.py``: -> {"t": "reply", "n": ID, ...}
 coordinator -> rank
     {"t": "challenge", "c": C}
     {"t": "table", "addrs": [addr of rank 0, addr of rank 1, ...]}   # once all registered
@@ -113,9 +116,14 @@ class CoordEvent:
     """Something the job loop must act on."""
 
     kind: str            # "registered" | "all_registered" | "abort" | "finalize" | "state" | "failed"
-    rank: int = -1
+    rank: int = -1       # ... or one of REQUEST_KINDS
     code: int = 0
     message: str = ""
+    data: Optional[dict] = None   # a request's message
+
+
+#: requests a rank makes about processes of other jobs (launcher/dynamic.py answers them)
+REQUEST_KINDS = frozenset({"spawn", "port", "publish", "unpublish", "lookup"})
 
 
 class Coordinator:
@@ -295,6 +303,10 @@ class Coordinator:
             st.finalized = True
             st.lost = _ranks_in(msg.get("lost"), self.size) or st.lost
             events.append(CoordEvent("finalize", rank))
+        elif kind in REQUEST_KINDS:
+            if st.identity is None:   # a request before registering: answer where it came from
+                st.identity = ident
+            events.append(CoordEvent(kind, rank, data=msg))
         else:
             self._drop(ident, f"message of unknown type {kind!r} from rank {rank}")
 

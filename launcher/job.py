@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional
 
 import zmq
 
@@ -43,12 +43,14 @@ from minimpi.runtime.bootstrap import (
     ENV_SECRET,
     ENV_SIZE,
     ENV_STARTUP_TIMEOUT,
+    ENV_UNIVERSE_SIZE,
 )
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
+from .dynamic import DynamicProcesses
 from .forkserver import ForkServer
 from .output import OutputForwarder
 from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
@@ -95,6 +97,10 @@ class JobSpec:
     #: fork the ranks from one template process that has numpy and minimpi imported
     #: (launcher/forkserver.py); only for ranks started through minimpi's start script
     fork_server: bool = False
+    universe_size: Optional[int] = None    # --universe-size (None: -n, and no limit on Spawn)
+    #: how a Python program's rank starts (run.rank_start: program, module, args -> the start
+    #: script's); Spawn starts Python programs the same way
+    rank_start: Optional[Callable] = None
 
 
 @dataclass
@@ -134,6 +140,7 @@ class Job:
         self._heartbeat_epoch = float("-inf")   # silence before this (launcher stopped) is not counted
         self._busy: dict[int, tuple[float, float]] = {}   # silent rank -> (CPU seconds, when)
         self.deadlock: Optional[DeadlockDetector] = None
+        self.dynamic = DynamicProcesses(self)   # Spawn's jobs, ports, names (launcher/dynamic.py)
 
     # -- messages --------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -164,6 +171,7 @@ class Job:
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
             ENV_LOCAL_RANKS: format_ranks(range(self.spec.nprocs)),   # all here (shm.py)
+            ENV_UNIVERSE_SIZE: str(self.dynamic.universe_size),
             "PYTHONUNBUFFERED": "1",
         })
         return env
@@ -202,11 +210,17 @@ class Job:
         self.terminate_all(signal.SIGTERM)
         self.kill_at = time.monotonic() + self.spec.grace
 
+    def fail_with(self, kind: str, exit_code: int, summary: str,
+                  details: Optional[list[str]] = None) -> None:
+        """``fail`` for a process that is not one of ``ranks`` (a spawned one)."""
+        self.fail(Failure(kind, exit_code, summary, details=list(details or [])))
+
     def terminate_all(self, sig: int) -> None:
         for rp in self.ranks:
             if rp.alive:
                 rp.killed_by_launcher = True
             rp.signal_group(sig)   # also reaches leftovers of ranks that already exited
+        self.dynamic.signal_all(sig)
 
     # -- the loop --------------------------------------------------------------------------
     def _start_fork_server(self, coord_address: str, lifeline_fd: int) -> Optional[ForkServer]:
@@ -264,6 +278,7 @@ class Job:
                     except Exception:
                         pass
                 rp.close_pidfd()
+            self.dynamic.close()
             if fork_server is not None:
                 fork_server.close()   # after its ranks: they die with it
             forward.close_all(give_up=lambda: self._signal_received is not None)
@@ -339,6 +354,7 @@ class Job:
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
         self.deadlock = deadlock
+        self.dynamic.attach(poller)
 
         while True:
             now = self._turn(poller)
@@ -348,17 +364,18 @@ class Job:
                 self._on_job_timeout()
             if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
-            if self.failure is None and deadlock.check(now):
+            if self.failure is None and self.dynamic.all_blocked() and deadlock.check(now):
                 self._on_deadlock()
+            spawn_due = self.dynamic.check(now)
             if self._suspect_until is not None and now >= self._suspect_until:
                 self._judge(now, give_up=True)
             heartbeat_due = self._check_heartbeats(now)
-            held_due = forward.release_stale(now, lambda r: self.ranks[r].alive)
+            held_due = forward.release_stale(now, self._alive)
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
                 self.kill_at = None
             # ---- done? ----
-            all_reaped = all(not rp.alive for rp in self.ranks)
+            all_reaped = all(not rp.alive for rp in self.ranks) and self.dynamic.all_reaped()
             if all_reaped and self._suspect_until is not None:
                 self._judge(now, give_up=True)   # every rank has ended: nothing more to learn
             if all_reaped:
@@ -370,7 +387,7 @@ class Job:
                     break   # (pipes left unread for a slow reader: close_all reads them)
             # ---- wait ----
             waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
-                                 self._suspect_until, heartbeat_due, held_due)
+                                 self._suspect_until, heartbeat_due, held_due, spawn_due)
                      if d is not None]
             if self.all_done_at is not None:
                 waits.append(self.all_done_at + 2.0)
@@ -384,7 +401,9 @@ class Job:
             self._sync_output(poller, polled)
             ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
-            for fd in [fd for fd in ready if isinstance(fd, int) and fd in forward.streams]:
+            # (the pipes polled, not every stream ever added: a closed pipe's number may
+            # belong to a spawned process's pidfd now)
+            for fd in [fd for fd in ready if isinstance(fd, int) and fd in polled]:
                 if not forward.read(fd):
                     poller.unregister(fd)
                     polled.discard(fd)
@@ -392,11 +411,18 @@ class Job:
                 rp = pidfds.pop(fd)
                 poller.unregister(fd)
                 self._reap(rp)
+            self.dynamic.on_ready(ready)
             if need_reap_poll:
                 for rp in self.ranks:
                     if rp.pidfd is None and rp.alive:
                         self._reap(rp)
+                self.dynamic.reap_without_pidfd()
         return self._finish()
+
+    def _alive(self, rank) -> bool:
+        """Whether the process whose output streams are keyed ``rank`` runs (a rank of this
+        job, or a spawned process's label)."""
+        return self.ranks[rank].alive if isinstance(rank, int) else self.dynamic.alive(rank)
 
     def startup_deadline(self) -> Optional[float]:
         """When the ranks that have not registered are given up on: ``startup_timeout`` after
@@ -589,6 +615,9 @@ class Job:
             self.fail(Failure("vanished", EXIT_VANISHED, f"minimpi: {text}", rank=gone[0]))
 
     def _on_coord_event(self, ev) -> None:
+        if ev.data is not None:   # a request about other jobs (Spawn, ports, names)
+            self.dynamic.on_request(self.coord, ev)
+            return
         if ev.kind == "failed" and self.failure is None and self._suspect_until is not None:
             self._judge(time.monotonic())   # a suspect reported its own error: maybe decisive
         if ev.kind == "abort" and self.failure is None:
@@ -607,6 +636,7 @@ class Job:
             rp = self.ranks[st.rank]
             desc = st.describe() if (st.state is not None or not rp.alive) else "no state reported"
             lines.append(f"  rank {st.rank}: {desc}")
+        lines += self.dynamic.describe()
         self.fail(Failure("timeout", EXIT_TIMEOUT,
                           f"minimpi: job timed out after {self.spec.timeout:g} s (--timeout); "
                           "what each rank was doing:", details=lines))

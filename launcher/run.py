@@ -103,6 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--oversubscribe", action="store_true",
                    help="place more ranks than --hosts/--hostfile/Slurm slots (in proportion "
                         "to the slots); minimpi never limits ranks per core")
+    p.add_argument("--universe-size", type=positive_int, default=None, metavar="U",
+                   help="what MPI.UNIVERSE_SIZE says (default: -n); given, it also limits how "
+                        "many processes the job and those it spawns (Spawn) may run at once")
     p.add_argument("--bind", default=None, metavar="HOST",
                    help="address the ranks' data plane listens on (default 127.0.0.1; on "
                         "several hosts see --iface)")
@@ -309,6 +312,8 @@ def main(args: argparse.Namespace) -> int:
         bind=args.bind or "127.0.0.1",
         fork_server=getattr(args, "fork_server", True)
         and os.environ.get("MINIMPI_FORK_SERVER", "1") != "0",
+        universe_size=getattr(args, "universe_size", None),
+        rank_start=rank_start,
     )
     from . import multihost
     try:   # ranks on other hosts, or on Slurm nodes: through agents (launcher/multihost.py)

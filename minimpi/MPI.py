@@ -30,6 +30,9 @@ from .comm.communicator import Cartcomm, Comm, Intracomm, Topocomm  # noqa: F401
 from .comm.communicator import Distgraphcomm, Graphcomm  # noqa: F401
 from .comm.graph import UNWEIGHTED, WEIGHTS_EMPTY  # noqa: F401
 from .dynamic import Intercomm  # noqa: F401
+from .dynamic import close_port as Close_port, lookup_name as Lookup_name  # noqa: F401
+from .dynamic import open_port as Open_port, publish_name as Publish_name  # noqa: F401
+from .dynamic import unpublish_name as Unpublish_name  # noqa: F401
 from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
                                 COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
 from .comm.extras import flush_buffered as _flush_buffered
@@ -289,11 +292,6 @@ class Grequest(Request):
 
 Register_datarep = refusing("user-defined MPI-IO data representations",
                             "MPI.Register_datarep")
-Open_port = refusing("Spawn", "MPI.Open_port")
-Close_port = refusing("Spawn", "MPI.Close_port")
-Publish_name = refusing("Spawn", "MPI.Publish_name")
-Unpublish_name = refusing("Spawn", "MPI.Unpublish_name")
-Lookup_name = refusing("Spawn", "MPI.Lookup_name")
 
 
 # -- the rest of mpi4py 4.1.2's names (tests/unit/data/mpi4py_412_names.txt) -----------------

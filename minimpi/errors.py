@@ -29,6 +29,11 @@ ERR_IN_STATUS = 17
 ERR_PENDING = 18
 ERR_REQUEST = 19
 ERR_UNSUPPORTED_OPERATION = 44
+# dynamic processes (minimpi/dynamic: Spawn, ports, the name service)
+ERR_NAME = 33
+ERR_PORT = 38
+ERR_SERVICE = 41
+ERR_SPAWN = 42
 # MPI-IO error classes (minimpi/io raises them as FileError)
 ERR_ACCESS = 20
 ERR_AMODE = 21
@@ -68,6 +73,10 @@ ERROR_STRINGS = {
     ERR_PENDING: "Pending request",
     ERR_REQUEST: "Invalid request",
     ERR_UNSUPPORTED_OPERATION: "Unsupported operation",
+    ERR_NAME: "Invalid service name",
+    ERR_PORT: "Invalid port",
+    ERR_SERVICE: "Invalid service",
+    ERR_SPAWN: "Error in spawn call",
     ERR_ACCESS: "Permission denied",
     ERR_AMODE: "Invalid file access mode",
     ERR_BAD_FILE: "Invalid file name",
@@ -255,6 +264,23 @@ class MPITimeoutError(MinimpiError):
 class UnsupportedError(MinimpiError, NotImplementedError):
     """An MPI feature minimpi does not implement (one-sided, MPI-IO, Spawn, ...)."""
     error_class = ERR_UNSUPPORTED_OPERATION
+
+
+class SpawnError(MinimpiError):
+    """``Spawn`` could not start its processes (no such command, a process that ended
+    before it joined, more processes than the universe holds); the message names the
+    command."""
+    error_class = ERR_SPAWN
+
+
+class PortError(MinimpiError):
+    """``Accept``/``Connect``/``Close_port`` with a port name that is not open."""
+    error_class = ERR_PORT
+
+
+class ServiceNameError(MinimpiError):
+    """``Lookup_name``/``Unpublish_name`` of a service name nobody published."""
+    error_class = ERR_NAME
 
 
 class FileError(MinimpiError):

@@ -54,7 +54,7 @@ from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
 from .collectives.neighbor import NeighborMethods
-from .extras import CommExtras
+from .extras import CommExtras, dynamic_call
 from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
 from .group import GroupError, create_group
 from .handles import refusing
@@ -742,8 +742,12 @@ class Comm(CommExtras):
 
     @classmethod
     def Get_parent(cls) -> "Intercomm":
-        """Never spawned (``Spawn`` is out of scope): a null ``Intercomm``, equal to
-        ``MPI.COMM_NULL``, as mpi4py answers in a process that was not spawned."""
+        """The intercommunicator to the processes that spawned this one (``Spawn``); a
+        null ``Intercomm``, equal to ``MPI.COMM_NULL``, in a process that was not spawned
+        or after ``Disconnect``."""
+        get_parent = dynamic_call("get_parent")
+        if get_parent is not None:
+            return get_parent()
         return (_INTERCOMM_BUILDER["class"] or Intercomm)()
 
     def Abort(self, errorcode: int = 1) -> None:
@@ -884,7 +888,8 @@ _PREDEFINED_ATTRS = {
     KEYVAL_HOST: lambda comm: PROC_NULL,
     KEYVAL_IO: lambda comm: comm.rank,
     KEYVAL_WTIME_IS_GLOBAL: lambda comm: False,
-    KEYVAL_UNIVERSE_SIZE: lambda comm: comm._ep.engine.size,
+    KEYVAL_UNIVERSE_SIZE: lambda comm: getattr(comm._ep.engine, "universe_size",
+                                               comm._ep.engine.size),
     KEYVAL_APPNUM: lambda comm: 0,
     KEYVAL_LASTUSEDCODE: lambda comm: 0x3FFFFFFF,
 }

@@ -23,10 +23,32 @@ from .graph import (
     graph_map,
 )
 from .group import comm_group, create, create_group
-from .handles import ERRORS_RETURN, Errhandler, Info, refusing
+from .handles import ERRORS_RETURN, Errhandler, Info, refusing, unsupported
 from .message import mprobe
 from .persistent import Prequest
 from .topology import create_cart
+
+#: the dynamic-process calls (``spawn``, ``spawn_multiple``, ``accept``, ``connect``,
+#: ``join``, ``get_parent``), installed by minimpi.dynamic, a layer above this one
+_DYNAMIC: dict = {}
+
+
+def set_dynamic_calls(**calls: Any) -> None:
+    """Install the functions behind ``Spawn``, ``Accept``, ``Get_parent``... (by name)."""
+    _DYNAMIC.update(calls)
+
+
+def dynamic_call(name: str) -> Any:
+    """The installed dynamic-process function ``name`` (None: not installed)."""
+    return _DYNAMIC.get(name)
+
+
+def _dynamic(name: str, call: str) -> Any:
+    fn = _DYNAMIC.get(name)
+    if fn is None:
+        raise unsupported("Spawn", call)
+    return fn
+
 
 #: buffered sends of every communicator not yet delivered (MPI.Flush_buffer waits for them)
 PENDING_BSENDS: list = []
@@ -293,14 +315,37 @@ class CommExtras:
     Delete_attr = refusing(_KEYVALS, "Comm.Delete_attr")
     Create_errhandler = staticmethod(refusing("user error handlers (Create_errhandler)",
                                               "Comm.Create_errhandler"))
-    Spawn = refusing("Spawn", "Intracomm.Spawn")
-    Spawn_multiple = refusing("Spawn", "Intracomm.Spawn_multiple")
-    Accept = refusing("Spawn", "Intracomm.Accept")
-    Connect = refusing("Spawn", "Intracomm.Connect")
-    Join = refusing("Spawn", "Comm.Join")
+    # -- dynamic processes (minimpi/dynamic installs them: set_dynamic_calls) ---------------
+    def Spawn(self, command: Any, args: Any = None, maxprocs: int = 1, info: Any = None,
+              root: int = 0, errcodes: Optional[list] = None) -> Any:
+        """Start ``maxprocs`` processes of ``command args`` (collective; only ``root``'s
+        arguments count) and return the intercommunicator to them."""
+        return _dynamic("spawn", "Intracomm.Spawn")(self, command, args, maxprocs, info,
+                                                     root, errcodes)
+
+    def Spawn_multiple(self, command: Any, args: Any = None, maxprocs: Any = None,
+                       info: Any = None, root: int = 0, errcodes: Optional[list] = None) -> Any:
+        """As ``Spawn`` for several commands at once: one new job, one intercommunicator."""
+        return _dynamic("spawn_multiple", "Intracomm.Spawn_multiple")(
+            self, command, args, maxprocs, info, root, errcodes)
+
+    def Accept(self, port_name: str, info: Any = None, root: int = 0) -> Any:
+        """Wait (collective) for a group that calls ``Connect`` on ``port_name``; the
+        intercommunicator to it."""
+        return _dynamic("accept", "Intracomm.Accept")(self, port_name, info, root)
+
+    def Connect(self, port_name: str, info: Any = None, root: int = 0) -> Any:
+        """Join (collective) the group that calls ``Accept`` on ``port_name``."""
+        return _dynamic("connect", "Intracomm.Connect")(self, port_name, info, root)
+
+    @classmethod
+    def Join(cls, fd: int) -> Any:
+        """The intercommunicator between two processes connected by socket ``fd``."""
+        return _dynamic("join", "Comm.Join")(fd)
 
     def Disconnect(self) -> None:
-        """As ``Free`` (there are no pending intercommunicator connections to wait for)."""
+        """Wait for the communicator's pending messages, then free it (an intracommunicator
+        has no other processes' connection to wait for: as ``Free``)."""
         self.Free()
     Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
 

@@ -41,6 +41,7 @@ from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, ProtocolEr
 from ..transports import frames
 from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
+from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
 from .observe import EngineObserver, MatchStats
 from .progress import ProgressPolicy
@@ -62,6 +63,27 @@ DEFAULT_EAGER_LIMIT = 64 * 1024
 
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
+
+
+class HostTable(tuple):
+    """The host index of each world rank (a tuple), and of peers of other jobs by their
+    peer id (``foreign``): ``hosts[peer]`` for both. Hashable, as layouts are cached."""
+
+    def __new__(cls, own: Tuple[int, ...], foreign: Dict[int, int]) -> "HostTable":
+        table = super().__new__(cls, own)
+        table.foreign = dict(foreign)
+        return table
+
+    def __getitem__(self, index):   # type: ignore[override]
+        if isinstance(index, int) and index >= len(self):
+            return self.foreign[index]
+        return super().__getitem__(index)
+
+    def __eq__(self, other: object) -> bool:
+        return tuple.__eq__(self, other) and getattr(other, "foreign", {}) == self.foreign
+
+    def __hash__(self) -> int:
+        return hash((tuple(self), tuple(sorted(self.foreign.items()))))
 
 
 class Engine(FrameSink):
@@ -126,6 +148,24 @@ class Engine(FrameSink):
         hashable label); hosts are numbered in order of their first rank."""
         numbers: Dict[str, int] = {}
         self.hosts = tuple(numbers.setdefault(h, len(numbers)) for h in identities)
+        self._host_numbers = numbers
+
+    def add_foreign_peers(self, hosts: Dict[int, str]) -> None:
+        """Processes of other jobs (``Spawn``, ``Connect``) join this engine's peers: peer id
+        -> host identity. ``hosts[peer]`` answers for them too from now on."""
+        numbers = self.__dict__.setdefault("_host_numbers", {})
+        foreign = dict(getattr(self.hosts, "foreign", {}))
+        for peer, identity in hosts.items():
+            foreign[int(peer)] = numbers.setdefault(identity, len(numbers))
+        self.hosts = HostTable(tuple(self.hosts), foreign)
+
+    def set_transport(self, transport: Transport) -> None:
+        """Give a world of one, which needs no transport to itself, one after all (to reach
+        the processes of another job)."""
+        if self.transport is not None:
+            raise ValueError(f"rank {self.rank}: the engine already has a transport")
+        transport.attach(self)
+        self.transport = transport
 
     # -- observers ------------------------------------------------------------------------
     def subscribe(self, observer: EngineObserver) -> None:
@@ -580,7 +620,9 @@ class Engine(FrameSink):
 
     def _lost_text(self, peer: int, what: str) -> str:
         reason = self.lost_peers.get(peer, "connection lost")
-        return (f"rank {self.rank}: {what} cannot complete: world rank {peer} is gone ({reason}); "
+        who = f"world rank {peer}" if peer >> UID_SHIFT == 0 else \
+            f"rank {peer & UID_RANK_MASK} of job {(peer >> UID_SHIFT) - 1} (another job: Spawn, Connect)"
+        return (f"rank {self.rank}: {what} cannot complete: {who} is gone ({reason}); "
                 f"it exited or failed before the message could be exchanged")
 
     # -- waiting ------------------------------------------------------------------------

@@ -63,6 +63,10 @@ ENV_LIFELINE = "MINIMPI_LIFELINE_FD"   # read end of a pipe; EOF means the launc
 ENV_LAUNCHER_PID = "MINIMPI_LAUNCHER_PID"
 ENV_STARTUP_TIMEOUT = "MINIMPI_STARTUP_TIMEOUT"
 ENV_HEARTBEAT_INTERVAL = "MINIMPI_HEARTBEAT_INTERVAL"   # seconds; 0: no heartbeat
+# ... and for dynamic processes (runtime/launcher_link.py, launcher/dynamic.py)
+ENV_JOBNO = "MINIMPI_JOBNO"                     # 0: the job `minimpi run` started; k: Spawn's
+ENV_PARENT = "MINIMPI_PARENT"                   # JSON: the parents of a spawned process
+ENV_UNIVERSE_SIZE = "MINIMPI_UNIVERSE_SIZE"     # MPI.UNIVERSE_SIZE
 
 #: keys of BootInfo.env that are never exposed there (the secret has its own field)
 _PRIVATE_KEYS = {ENV_SECRET}
@@ -407,6 +411,8 @@ class CoordinatorClient:
         #: every rank's host identity (:func:`host_identity`), index = rank, after the exchange
         self.hosts: Optional[list[str]] = None
         self.dropped = 0   # replies dropped for a bad MAC
+        self._request_lock = threading.Lock()   # one request (spawn, port, name) at a time
+        self._requests = 0
 
     # -- plumbing ------------------------------------------------------------------------
     def _pack(self, message: dict) -> list[bytes]:
@@ -601,6 +607,30 @@ class CoordinatorClient:
                 if kind == "abort":
                     raise JobAbortedError(msg.get("msg") or "the job was aborted")
                 # anything else (a late ack...) is not for us: keep waiting
+
+    def request(self, message: dict, timeout: float) -> Optional[dict]:
+        """Ask the launcher something about other jobs (``Spawn``, ports, names: the
+        ``REQUEST_KINDS`` of ``launcher/coordinator.py``) and wait at most ``timeout``
+        seconds for its ``reply``; None if none came. The lock is taken for short slices
+        only, so the heartbeat goes on while the launcher works on the answer."""
+        if self._closed:
+            return None
+        with self._request_lock:
+            self._requests += 1
+            number = self._requests
+            with self._lock:
+                if not self._send({**message, "n": number}, hello_wait=min(timeout, 30.0)):
+                    return None
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                with self._lock:
+                    msg = self._recv(min(remaining, 0.5), want="reply")
+                if msg is not None and msg.get("n") == number:
+                    return msg
+                # (nothing yet, or a late reply to an earlier request that gave up: dropped)
 
     def report_state(self, state: dict) -> None:
         """Tell the launcher what this rank is blocked on. Fire-and-forget."""

@@ -16,12 +16,13 @@ from typing import Any, Optional
 
 from .. import transports
 from ..comm.communicator import Intracomm, set_predefined
-from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
+from ..dynamic import join_parent, set_launcher_link
 from ..errors import CollectiveMismatchError, JobAbortedError, MinimpiError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy
 from .bootstrap import BootInfo, bootstrap, host_identity
 from .diagnose import install as install_diagnostics
+from .launcher_link import RuntimeLauncherLink
 from .leftovers import finalize_check, finalize_wait
 from .leftovers import install as install_ledger
 
@@ -62,6 +63,11 @@ class _Runtime:
         if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):
             from .trace import attach
             self.observer = attach(self.engine, info.rank, info.size, info.env)
+        # dynamic processes (Spawn, ports): the launcher, and other jobs' processes
+        self.link = RuntimeLauncherLink(info, self.engine)
+        set_launcher_link(self.link)
+        if self.link.parent is not None:   # started by Spawn: join the parents now
+            join_parent(self.world, self.link)
 
     def _rendezvous(self, info: BootInfo, transport: Any) -> None:
         """Exchange addresses through the coordinator and wire the transport to every peer."""

@@ -60,4 +60,5 @@ def create(name: str, info: "BootInfo", host: str) -> RouterTransport:
             skipped[member] = str(exc)
     optional = names[:-1] if name == "auto" else ()
     return RouterTransport(info.rank, info.size, members, host, optional=optional,
-                           skipped=skipped)
+                           skipped=skipped,
+                           network=lambda: importlib.import_module(FACTORIES["tcp"]).create(info))

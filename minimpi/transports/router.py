@@ -28,7 +28,7 @@ from __future__ import annotations
 import select
 import sys
 import urllib.parse
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
 from . import signal_guard
@@ -55,7 +55,8 @@ class RouterTransport(Transport):
     """Several transports behind one, chosen per peer (see the module docstring)."""
 
     def __init__(self, rank: int, size: int, members: Sequence[Transport], host: str,
-                 optional: Sequence[str] = (), skipped: Optional[Dict[str, str]] = None) -> None:
+                 optional: Sequence[str] = (), skipped: Optional[Dict[str, str]] = None,
+                 network: Optional[Callable[[], Transport]] = None) -> None:
         if not members:
             raise TransportError(f"rank {rank}: no transport to route through")
         self.rank = rank
@@ -72,6 +73,11 @@ class RouterTransport(Transport):
         self.local_ranks: List[int] = [rank]
         self._poller = select.poll()
         self._fds: Tuple[int, ...] = ()
+        #: makes a TCP transport when processes of other jobs must be reached and no member
+        #: reaches the network (a one-host job kept only shared memory)
+        self._make_network = network
+        #: the member that carries messages to processes of other jobs (Spawn, Connect)
+        self._foreign: Optional[Transport] = None
 
     @property
     def name(self) -> str:
@@ -86,6 +92,7 @@ class RouterTransport(Transport):
         return [t.name if t is not None else None for t in self._route]
 
     def attach(self, sink: FrameSink) -> None:
+        self._sink = sink
         for t in self.members:
             t.attach(sink)
 
@@ -159,7 +166,36 @@ class RouterTransport(Transport):
             if hasattr(t, "connect_all"):
                 t.connect_all(timeout)
 
+    def foreign_address(self) -> str:
+        """This process's address for processes of other jobs (``Spawn``, ``Connect``): the
+        TCP member's, started here if this job did not need one."""
+        if self._foreign is None:
+            member = self.member("tcp")
+            if member is None:
+                if self._make_network is None:
+                    raise TransportError(f"rank {self.rank}: this transport ({self.name}) "
+                                         f"cannot reach processes of another job")
+                member = self._make_network()
+                member.attach(self._sink)
+                member.listen()
+                member.set_peers([None] * self.size)
+                self.members.append(member)
+                # several members now: go through the router again (set_peers may have
+                # bound send/progress straight to the only member)
+                self.__dict__.pop("send", None)
+                self.__dict__.pop("progress", None)
+            self._foreign = member
+        return self._foreign.address
+
+    def add_foreign(self, addresses: Dict[int, str]) -> None:
+        """Processes of other jobs (universe id -> :meth:`foreign_address`) that this
+        process may now exchange messages with."""
+        self.foreign_address()
+        self._foreign.add_foreign(addresses)
+
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
+        if peer >= self.size:
+            return self._foreign.send(peer, header, payload, on_sent)
         t = self._route[peer]
         if t is None:
             raise TransportError(f"rank {self.rank}: no route to rank {peer} (rendezvous not done)")

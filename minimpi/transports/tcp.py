@@ -42,7 +42,13 @@ from .base import FrameSink, OnSent, Transport
 from .frames import HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 MAGIC = b"MINIMPI1"
-_HELLO = struct.Struct("<8sI16s")     # magic, rank, nonce_c
+_HELLO = struct.Struct("<8sI16s")     # magic, universe id, nonce_c
+#: a process's *universe id* on the wire: ``(job number + 1) << UID_SHIFT | world rank``, so
+#: that processes of different jobs of one launcher (``Spawn``) tell each other apart. A peer
+#: of this process's own job is known by its world rank, a peer of another job by its
+#: universe id (always >= 1 << UID_SHIFT, so never mistaken for a world rank).
+UID_SHIFT = 20
+UID_RANK_MASK = (1 << UID_SHIFT) - 1
 _REPLY_SIZE = 16 + 32                 # nonce_a, mac
 _PROOF_SIZE = 32
 STAGING = 256 * 1024
@@ -135,7 +141,7 @@ class _OutConn:
             if err:
                 return self.fail(f"connect failed: {os.strerror(err)}")
             try:
-                self.sock.send(_HELLO.pack(MAGIC, self.t.rank, self.nonce))
+                self.sock.send(_HELLO.pack(MAGIC, self.t.uid, self.nonce))
             except OSError as exc:
                 return self.fail(f"handshake failed: {exc}")
             self.state = self.HELLO_SENT
@@ -154,7 +160,7 @@ class _OutConn:
             if len(self.reply) < _REPLY_SIZE:
                 return
             nonce_a, mac = bytes(self.reply[:16]), bytes(self.reply[16:])
-            rank = struct.pack("<I", self.t.rank)
+            rank = struct.pack("<I", self.t.uid)
             if not hmac.compare_digest(mac, _mac(self.t.secret, b"A", self.nonce, nonce_a, rank)):
                 return self.fail("the peer did not prove it knows the job secret")
             proof = _mac(self.t.secret, b"C", nonce_a, self.nonce, rank)
@@ -230,8 +236,8 @@ class _OutConn:
         self.state = self.FAILED
         self.t._unregister(self)
         self.sock.close()
-        if self.t._out[self.peer] is self:
-            self.t._out[self.peer] = None
+        if self.t._out.get(self.peer) is self:
+            del self.t._out[self.peer]
         self.t._out_errors[self.peer] = reason   # for connect_all's message
         why = f"connection to rank {self.peer}: {reason}"
         dropped = list(self.queue)
@@ -256,6 +262,7 @@ class _InConn:
         self.state = self.HELLO
         self.hs = bytearray()
         self.peer = -1
+        self.peer_uid = 0
         self.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         self.nonce = os.urandom(16)
         self.peer_nonce = b""
@@ -306,11 +313,12 @@ class _InConn:
             data = self._read_exact(_HELLO.size)
             if data is None:
                 return
-            magic, rank, nonce_c = _HELLO.unpack(data)
-            if magic != MAGIC or not 0 <= rank < self.t.size or rank == self.t.rank:
+            magic, uid, nonce_c = _HELLO.unpack(data)
+            rank = self.t.peer_of(uid)
+            if magic != MAGIC or rank is None:
                 return self.refuse("not a minimpi peer (bad hello)")
-            self.peer, self.peer_nonce = rank, nonce_c
-            mac = _mac(self.t.secret, b"A", nonce_c, self.nonce, struct.pack("<I", rank))
+            self.peer, self.peer_uid, self.peer_nonce = rank, uid, nonce_c
+            mac = _mac(self.t.secret, b"A", nonce_c, self.nonce, struct.pack("<I", uid))
             try:
                 self.sock.send(self.nonce + mac)
             except OSError as exc:
@@ -321,7 +329,8 @@ class _InConn:
             data = self._read_exact(_PROOF_SIZE)
             if data is None:
                 return
-            want = _mac(self.t.secret, b"C", self.nonce, self.peer_nonce, struct.pack("<I", self.peer))
+            want = _mac(self.t.secret, b"C", self.nonce, self.peer_nonce,
+                        struct.pack("<I", self.peer_uid))
             if not hmac.compare_digest(data, want):
                 return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
             self.state = self.READY
@@ -469,9 +478,12 @@ class TcpTransport(Transport):
 
     name = "tcp"
 
-    def __init__(self, rank: int, size: int, secret: bytes, bind_host: str = "127.0.0.1") -> None:
+    def __init__(self, rank: int, size: int, secret: bytes, bind_host: str = "127.0.0.1",
+                 job_number: int = 0) -> None:
         self.rank = rank
         self.size = size
+        #: this process's universe id (:data:`UID_SHIFT`): what its hello says it is
+        self.uid = ((job_number + 1) << UID_SHIFT) | rank
         self.secret = secret
         self.bind_host = bind_host
         self._sink: Optional[FrameSink] = None
@@ -481,8 +493,10 @@ class TcpTransport(Transport):
         self._poller = select.epoll() if self._epoll else select.poll()
         self._handlers: Dict[int, object] = {}
         self._masks: Dict[int, int] = {}
-        self._out: List[Optional[_OutConn]] = [None] * size
+        self._out: Dict[int, _OutConn] = {}
         self._addresses: Optional[List[str]] = None
+        #: addresses of processes of other jobs (Spawn, Connect), by universe id
+        self._foreign: Dict[int, str] = {}
         # accepted connections still handshaking, oldest first (a dict keeps the order)
         self._handshaking: Dict[_InConn, None] = {}
         try:
@@ -567,21 +581,44 @@ class TcpTransport(Transport):
     def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         self._addresses = list(addresses)
 
+    @property
+    def address(self) -> str:
+        """What :meth:`listen` published ("?" before it)."""
+        return self._address
+
+    def peer_of(self, uid: int) -> Optional[int]:
+        """The peer id of the process whose hello says ``uid``: its world rank when it is of
+        this job, its universe id when it is of another; None for nonsense (or ourselves)."""
+        if uid >> UID_SHIFT == self.uid >> UID_SHIFT:
+            rank = uid & UID_RANK_MASK
+            return rank if rank < self.size and rank != self.rank else None
+        return uid if uid >> UID_SHIFT else None
+
+    def add_foreign(self, addresses: Dict[int, str]) -> None:
+        """Processes of other jobs this process may now send to: universe id -> address."""
+        self._foreign.update(addresses)
+
+    def _address_of(self, peer: int) -> Optional[str]:
+        if peer >> UID_SHIFT:
+            return self._foreign.get(peer)
+        return self._addresses[peer] if peer < len(self._addresses) else None
+
     def _reached(self) -> List[int]:
         """The peers this transport carries messages to (a router gives others None)."""
         return [p for p, a in enumerate(self._addresses) if a and p != self.rank]
 
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
-        conn = self._out[peer]
+        conn = self._out.get(peer)
         if conn is None:
             if self._addresses is None:
                 raise TransportError(f"rank {self.rank}: no address table yet (rendezvous not done)")
-            if not self._addresses[peer]:
+            address = self._address_of(peer)
+            if not address:
                 if on_sent is not None:
                     on_sent(f"rank {peer} is not reachable over TCP")
                 return
             try:
-                conn = self._out[peer] = _OutConn(self, peer, self._addresses[peer])
+                conn = self._out[peer] = _OutConn(self, peer, address)
             except TransportError as exc:
                 if getattr(exc, "resource", False):
                     raise
@@ -631,7 +668,7 @@ class TcpTransport(Transport):
         """
         peers = self._reached()     # routing is symmetric: these also connect to us
         for peer in peers:
-            if self._out[peer] is None:
+            if self._out.get(peer) is None:
                 self._out[peer] = _OutConn(self, peer, self._addresses[peer])
         deadline = time.monotonic() + timeout
         while True:
@@ -640,7 +677,7 @@ class TcpTransport(Transport):
             ins = len(self._ready_in)
             if outs == ins == len(peers):
                 return
-            failed = [p for p in peers if self._out[p] is None and p not in self._ready_out]
+            failed = [p for p in peers if self._out.get(p) is None and p not in self._ready_out]
             if failed or time.monotonic() > deadline:
                 # name both ends: on several hosts, an unreachable address is the usual cause
                 unreached = failed or [p for p in peers if p not in self._ready_out]
@@ -710,4 +747,15 @@ class TcpTransport(Transport):
 
 def create(info) -> TcpTransport:
     """The transport of a process started by ``minimpi run`` (see minimpi.transports)."""
-    return TcpTransport(info.rank, info.size, info.secret, info.bind_host)
+    return TcpTransport(info.rank, info.size, info.secret, info.bind_host,
+                        job_number_of(info.env))
+
+
+def job_number_of(env) -> int:
+    """Which job of its launcher this process belongs to (0: the job ``minimpi run``
+    started; 1, 2, ...: jobs started by ``Spawn``), from ``MINIMPI_JOBNO`` (set by the
+    launcher; ``minimpi.runtime.bootstrap.ENV_JOBNO``)."""
+    try:
+        return max(0, int(env.get("MINIMPI_JOBNO", "0")))
+    except ValueError:
+        return 0

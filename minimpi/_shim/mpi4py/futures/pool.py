@@ -1,0 +1,402 @@
+"""``MPIPoolExecutor`` and ``MPICommExecutor``: a pool of MPI processes behind the
+``concurrent.futures.Executor`` interface, written on minimpi's own MPI.
+
+One *manager* thread per executor does all of the pool's MPI (minimpi provides
+``THREAD_SERIALIZED``: the program's own thread must not make MPI calls of its own while the
+pool works). ``submit`` only queues the call; the manager hands queued calls to idle workers,
+waits for results (asleep in the transport's poll, woken by a result or by new work for an
+idle worker) and completes the futures. Workers come from ``Spawn`` (``MPIPoolExecutor``) or
+are the other ranks of a communicator (``MPICommExecutor``, ``python -m mpi4py.futures``).
+The messages are in :mod:`.protocol`.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures as cf
+import functools
+import itertools
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from minimpi import MPI
+from minimpi.p2p.request import engine_of
+
+from . import protocol as P
+
+#: the static pool of ``python -m mpi4py.futures`` (COMM_WORLD, root 0), when running
+_STATIC: dict = {"comm": None, "root": 0, "busy": False}
+#: pools still running; at exit each finishes its queued calls and lets its workers go
+#: before MPI finalizes (registered after MPI's own exit hook, so it runs first)
+_LIVE: "weakref.WeakSet[_Manager]" = weakref.WeakSet()
+
+
+def _finish_live_pools() -> None:
+    for manager in list(_LIVE):
+        manager.stop(cancel=False)
+        manager.thread.join()
+
+
+atexit.register(_finish_live_pools)
+
+
+def get_max_workers() -> int:
+    """``MPI4PY_FUTURES_MAX_WORKERS``, else the universe's room beside COMM_WORLD, else 1."""
+    value = os.environ.get("MPI4PY_FUTURES_MAX_WORKERS")
+    if value:
+        return int(value)
+    universe = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
+    return max((universe or 0) - MPI.COMM_WORLD.Get_size(), 1)
+
+
+class _Workers:
+    """Where the workers are: ``comm``, the client's rank in it, the workers' ranks, and
+    how to let them go."""
+
+    def __init__(self, comm: Any, client: int, ranks: list, release: Callable[[], None]):
+        self.comm, self.client, self.ranks, self.release = comm, client, ranks, release
+
+
+def _spawned(count: int, options: dict) -> _Workers:
+    """``count`` new worker processes (``Spawn`` of ``python -m mpi4py.futures.server``)."""
+    info = MPI.Info.Create()
+    info.Set("wdir", options.get("wdir") or os.getcwd())
+    python = options.get("python_exe") or sys.executable
+    args = [*options.get("python_args", []), "-m", "mpi4py.futures.server"]
+    comm = MPI.COMM_SELF.Spawn(python, args, maxprocs=count, info=info)
+    return _Workers(comm, 0, list(range(count)), comm.Disconnect)
+
+
+def _static(comm: Any, root: int) -> _Workers:
+    """The other ranks of ``comm`` (serving in :func:`serve_static`)."""
+    return _Workers(comm, root, [r for r in range(comm.Get_size()) if r != root], lambda: None)
+
+
+class _Manager:
+    """The thread that runs one executor's pool (see the module docstring)."""
+
+    def __init__(self, connect: Callable[[], _Workers], setup: dict) -> None:
+        self.connect, self.setup = connect, setup
+        self.queue: collections.deque = collections.deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.broken: Optional[str] = None
+        self.workers: Optional[_Workers] = None
+        self.started = threading.Event()     # the workers are set up (or the pool broke)
+        self.ids = itertools.count()
+        self.thread = threading.Thread(target=self._main, name="mpi4py.futures manager",
+                                       daemon=True)
+        self.thread.start()
+        _LIVE.add(self)
+
+    def push(self, future: cf.Future, fn: Any, args: tuple, kwargs: dict) -> None:
+        with self.cond:
+            if self.broken:
+                raise cf.BrokenExecutor(self.broken)
+            self.queue.append((future, fn, args, kwargs))
+            self.cond.notify()
+
+    def stop(self, cancel: bool) -> None:
+        with self.cond:
+            self.stopping = True
+            if cancel:
+                while self.queue:
+                    self.queue.popleft()[0].cancel()
+            self.cond.notify()
+
+    # -- the manager thread ----------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self.workers = self.connect()
+        except BaseException as exc:   # no workers: every call fails as mpi4py's would
+            self._break(f"cannot start the pool's workers: {type(exc).__name__}: {exc}")
+            self.started.set()
+            return
+        try:
+            self._serve(self.workers)
+        except BaseException as exc:
+            self._break(f"the pool's manager failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.started.set()
+
+    def _break(self, why: str) -> None:
+        with self.cond:
+            self.broken = why
+            while self.queue:
+                future = self.queue.popleft()[0]
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(cf.BrokenExecutor(why))
+
+    def _serve(self, w: _Workers) -> None:
+        comm = w.comm
+        for r in w.ranks:
+            comm.send(self.setup, dest=r, tag=P.SETUP)
+        problems = [comm.recv(source=r, tag=P.READY) for r in w.ranks]
+        failed = next((p for p in problems if p is not None), None)
+        if failed is not None:
+            self._break(f"a worker's initializer raised {type(failed).__name__}: {failed}")
+            self.started.set()
+            self._release(w)
+            return
+        self.started.set()
+        idle = list(w.ranks)
+        running: dict = {}
+        status = MPI.Status()
+        pending = None            # the receive of the next result, while tasks run
+        while True:
+            with self.cond:
+                while not self.queue and not running and not self.stopping:
+                    self.cond.wait()
+                work = []
+                while idle and self.queue:
+                    future, fn, args, kwargs = self.queue.popleft()
+                    if future.set_running_or_notify_cancel():
+                        work.append((idle.pop(0), future, fn, args, kwargs))
+                if self.stopping and not self.queue and not running and not work:
+                    break
+            for rank, future, fn, args, kwargs in work:
+                task = next(self.ids)
+                try:
+                    comm.send((task, fn, args, kwargs), dest=rank, tag=P.TASK)
+                except Exception as exc:   # the call does not pickle: its future fails
+                    future.set_exception(exc)
+                    idle.append(rank)
+                    continue
+                running[task] = future
+            if not running:
+                continue
+            if pending is None:
+                pending = comm.irecv(source=MPI.ANY_SOURCE, tag=P.RESULT)
+            engine = engine_of(pending)
+            if engine is not None and not pending.done:
+                # asleep in the transport until a result comes, or new work for an idle worker
+                engine.wait_until(lambda: pending.done or bool(idle and self.queue), [pending])
+            if not pending.done:
+                continue
+            task, ok, value = pending.wait(status)
+            pending = None
+            idle.append(status.Get_source())
+            future = running.pop(task)
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        self._release(w)
+
+    def _release(self, w: _Workers) -> None:
+        for r in w.ranks:
+            w.comm.send(None, dest=r, tag=P.STOP)
+        w.release()
+
+
+class MPIPoolExecutor(cf.Executor):
+    """A pool of MPI worker processes (spawned, or the static pool of ``python -m
+    mpi4py.futures``) running calls asynchronously.
+
+    ``max_workers``: how many (default :func:`get_max_workers`); ``initializer(*initargs)``
+    runs in each worker first (if it raises, the pool is broken). Other keywords as
+    mpi4py's: ``python_exe``, ``python_args``, ``wdir``, ``path``, ``main`` (whether to run
+    the client's main script in the workers, default True).
+    """
+
+    def __init__(self, max_workers: Optional[int] = None, initializer: Any = None,
+                 initargs: tuple = (), **kwargs: Any) -> None:
+        if max_workers is not None:
+            max_workers = int(max_workers)
+            if max_workers <= 0:
+                raise ValueError("max_workers must be greater than 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        self._max_workers = max_workers
+        self._options = kwargs
+        self._initializer, self._initargs = initializer, tuple(initargs)
+        self._manager: Optional[_Manager] = None
+        self._shutdown = False
+        self._lock = threading.Lock()
+
+    @property
+    def num_workers(self) -> int:
+        """How many workers the pool has (starting it if need be)."""
+        manager = self._boot()
+        manager.started.wait()
+        return len(manager.workers.ranks) if manager.workers else 0
+
+    def _boot(self) -> _Manager:
+        with self._lock:
+            if self._manager is None:
+                if self._shutdown:
+                    raise RuntimeError("cannot schedule new futures after shutdown")
+                main = None if self._options.get("main", True) else ""
+                setup = P.setup_message(self._initializer, self._initargs,
+                                        self._options.get("path"), main)
+                self._manager = _Manager(self._connector(), setup)
+            return self._manager
+
+    def _connector(self) -> Callable[[], _Workers]:
+        if _STATIC["comm"] is not None:
+            if _STATIC["busy"]:
+                raise RuntimeError("under `python -m mpi4py.futures` one MPIPoolExecutor at "
+                                   "a time uses the pool's workers")
+            _STATIC["busy"] = True
+            comm, root = _STATIC["comm"], _STATIC["root"]
+
+            def static() -> _Workers:
+                w = _static(comm, root)
+                w.release = lambda: _STATIC.update(busy=False)
+                return w
+            return static
+        count = self._max_workers or get_max_workers()
+        return functools.partial(_spawned, count, self._options)
+
+    def bootup(self, wait: bool = True) -> "MPIPoolExecutor":
+        """Start the workers now (``wait``: until they are ready)."""
+        manager = self._boot()
+        if wait:
+            manager.started.wait()
+        return self
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:
+        """Schedule ``fn(*args, **kwargs)``; a Future of its result."""
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: cf.Future = cf.Future()
+        self._boot().push(future, fn, args, kwargs)
+        return future
+
+    def map(self, fn: Callable, *iterables: Iterable, timeout: Optional[float] = None,
+            chunksize: int = 1, unordered: bool = False) -> Iterator:
+        """``fn`` over the iterables' items in chunks of ``chunksize``; results in order
+        (``unordered``: as they complete); ``timeout`` bounds the whole iteration."""
+        return self.starmap(fn, zip(*iterables), timeout=timeout, chunksize=chunksize,
+                            unordered=unordered)
+
+    def starmap(self, fn: Callable, iterable: Iterable, timeout: Optional[float] = None,
+                chunksize: int = 1, unordered: bool = False) -> Iterator:
+        """As ``map``, with each item the argument tuple of one call."""
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        it = iter(iterable)
+        futures = []
+        while True:
+            chunk = list(itertools.islice(it, chunksize))
+            if not chunk:
+                break
+            futures.append(self.submit(P.apply_chunk, fn, chunk))
+        return _results(futures, deadline, unordered)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No new calls; the workers end once the queued calls (none, with
+        ``cancel_futures``) have run; ``wait``: until then."""
+        with self._lock:
+            self._shutdown = True
+            manager = self._manager
+        if manager is not None:
+            manager.stop(cancel_futures)
+            if wait:
+                manager.thread.join()
+
+
+def _results(futures: list, deadline: Optional[float], unordered: bool) -> Iterator:
+    """The chunks' results one by one; what is left is cancelled if the caller stops."""
+    try:
+        if unordered:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for future in cf.as_completed(futures, timeout=remaining):
+                yield from future.result()
+        else:
+            for future in futures:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                yield from future.result(timeout=remaining)
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def serve_static(comm: Any, root: int) -> None:
+    """A worker of a static pool: serve each executor of ``root`` until it says EXIT."""
+    status = MPI.Status()
+    while True:
+        comm.probe(source=root, tag=MPI.ANY_TAG, status=status)
+        if status.Get_tag() == P.STOP:
+            comm.recv(source=root, tag=P.STOP)
+            return
+        P.serve(comm, root)
+
+
+def release_static(comm: Any, root: int) -> None:
+    """Tell a static pool's workers that no more executors come."""
+    for r in range(comm.Get_size()):
+        if r != root:
+            comm.send(None, dest=r, tag=P.STOP)
+
+
+def open_static_pool(comm: Any, root: int) -> None:
+    """From now on, ``MPIPoolExecutor`` uses ``comm``'s other ranks (serving in
+    :func:`serve_static`) instead of spawning (``python -m mpi4py.futures``)."""
+    _STATIC.update(comm=comm, root=root, busy=False)
+
+
+def close_static_pool() -> None:
+    """The static pool's workers may leave (the program at the root has ended)."""
+    comm, root = _STATIC["comm"], _STATIC["root"]
+    _STATIC.update(comm=None)
+    if comm is not None:
+        release_static(comm, root)
+
+
+class MPICommExecutor:
+    """``with MPICommExecutor(comm, root) as executor:`` - at ``root`` an executor whose
+    workers are ``comm``'s other ranks (None elsewhere: those ranks serve inside the
+    ``with`` statement until the root leaves it). On a communicator of one process the
+    calls run in a thread of the root."""
+
+    def __init__(self, comm: Any = None, root: int = 0, **kwargs: Any) -> None:
+        comm = MPI.COMM_WORLD if comm is None else comm
+        if comm.Is_inter():
+            raise ValueError("MPICommExecutor: expecting an intracommunicator")
+        if not 0 <= root < comm.Get_size():
+            raise ValueError(f"MPICommExecutor: root={root}: expected 0..{comm.Get_size() - 1}")
+        self._comm, self._root, self._options = comm, root, kwargs
+        self._executor: Any = None
+
+    def __enter__(self) -> Optional[cf.Executor]:
+        comm, root = self._comm, self._root
+        if comm.Get_rank() != root:
+            serve_static(comm, root)
+            return None
+        if comm.Get_size() == 1:
+            self._executor = cf.ThreadPoolExecutor(max_workers=1)
+            return self._executor
+        self._executor = _CommPoolExecutor(comm, root, **self._options)
+        return self._executor
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            if isinstance(self._executor, MPIPoolExecutor):
+                release_static(self._comm, self._root)
+            self._executor = None
+        return False
+
+
+class _CommPoolExecutor(MPIPoolExecutor):
+    """The root's executor of ``MPICommExecutor``: the communicator's other ranks work."""
+
+    def __init__(self, comm: Any, root: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._comm, self._root = comm, root
+
+    def _connector(self) -> Callable[[], _Workers]:
+        return functools.partial(_static, self._comm, self._root)
+
+
+def get_comm_workers() -> Any:
+    """In a worker: the communicator to the client (the parent intercommunicator of a
+    spawned worker, COMM_WORLD in a static pool)."""
+    parent = MPI.Comm.Get_parent()
+    return parent if parent != MPI.COMM_NULL else MPI.COMM_WORLD

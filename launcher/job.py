@@ -505,6 +505,15 @@ class Job:
             if self._failed_alone(r):
                 return self._blame(r, failed)
         suspects = self._suspects(failed)
+        if not suspects and self.dynamic.jobs and not give_up:
+            # the peer these failures lost is a process of a spawned job (it is not one of
+            # ours, so it is no suspect here): its own exit, reported by launcher/dynamic.py,
+            # is the better lead - give it the settle time
+            if self._suspect_since is None:
+                self._suspect_since = now
+            self._suspect_until = self._suspect_since + self.spec.settle
+            if now < self._suspect_until:
+                return
         coord = self.coord
         errors = [r for r in suspects if coord.ranks[r].failure is not None]
         reaped = [r for r in self.reap_order if r in suspects]

@@ -76,9 +76,9 @@ class Endpoint:
         if not peers:
             return None
         transport = self.engine.transport
-        routes = getattr(transport, "routes", None)      # a router: one member per peer
-        if routes is not None:
-            return routes()[peers[0]]
+        route_name = getattr(transport, "route_name", None)   # a router: one member per peer
+        if route_name is not None:
+            return route_name(peers[0])
         return getattr(transport, "name", None)
 
     @property

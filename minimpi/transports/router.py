@@ -91,6 +91,14 @@ class RouterTransport(Transport):
         """The member that carries messages to each peer (None for this rank itself)."""
         return [t.name if t is not None else None for t in self._route]
 
+    def route_name(self, peer: int) -> Optional[str]:
+        """The member that carries messages to ``peer``: a world rank, or the universe id
+        of a process of another job (``Spawn``, ``Connect``: always the network member)."""
+        if peer >= self.size:
+            return self._foreign.name if self._foreign is not None else None
+        t = self._route[peer]
+        return t.name if t is not None else None
+
     def attach(self, sink: FrameSink) -> None:
         self._sink = sink
         for t in self.members:

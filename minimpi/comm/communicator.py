@@ -61,6 +61,7 @@ from .hints import recv_buf_error, recv_buffer_error
 from .ledger import note
 from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
+from .persistent_coll import PersistentNeighborCollectives, PersistentScans
 from .topology import CartMixin
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
@@ -937,11 +938,8 @@ def _predefined_handle(name: str, cls: type) -> "Comm":
     return cls(_predefined(name))
 
 
-class Intracomm(CollectiveMethods, Comm):
+class Intracomm(PersistentScans, CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
-
-    Scan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Scan_init")
-    Exscan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Exscan_init")
 
     def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
                          tag: int = 0) -> "Intercomm":
@@ -1004,7 +1002,7 @@ class Intercomm(Comm):
         return False
 
 
-class Topocomm(NeighborMethods, TopoMixin, Intracomm):
+class Topocomm(PersistentNeighborCollectives, NeighborMethods, TopoMixin, Intracomm):
     """A communicator with a process topology (``MPI.Topocomm``): neighbour lists, degrees
     and the neighbourhood collectives (see minimpi.comm.graph)."""
 

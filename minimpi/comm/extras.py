@@ -26,6 +26,7 @@ from .group import comm_group, create, create_group
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .message import mprobe
 from .persistent import Prequest
+from .persistent_coll import PersistentCollectives
 from .topology import create_cart
 
 #: buffered sends of every communicator not yet delivered (MPI.Flush_buffer waits for them)
@@ -39,7 +40,7 @@ def flush_buffered() -> Request:
     return CombinedRequest(pending, "Iflush_buffer") if pending else CompletedRequest()
 
 
-class CommExtras:
+class CommExtras(PersistentCollectives):
     """Mixed into :class:`minimpi.comm.communicator.Comm`."""
 
     # -- groups ----------------------------------------------------------------------------
@@ -244,24 +245,8 @@ class CommExtras:
         return self.Dup(info)
 
     # -- out of scope ------------------------------------------------------------------------
-    # MPI-4 persistent collectives, partitioned point-to-point, fault tolerance (ULFM),
+    # Partitioned point-to-point, fault tolerance (ULFM),
     # attribute keyvals and user error handlers: refused, naming the feature.
-    _PERSISTENT = "persistent collectives (MPI-4 *_init)"
-    Barrier_init = refusing(_PERSISTENT, "Comm.Barrier_init")
-    Bcast_init = refusing(_PERSISTENT, "Comm.Bcast_init")
-    Gather_init = refusing(_PERSISTENT, "Comm.Gather_init")
-    Gatherv_init = refusing(_PERSISTENT, "Comm.Gatherv_init")
-    Scatter_init = refusing(_PERSISTENT, "Comm.Scatter_init")
-    Scatterv_init = refusing(_PERSISTENT, "Comm.Scatterv_init")
-    Allgather_init = refusing(_PERSISTENT, "Comm.Allgather_init")
-    Allgatherv_init = refusing(_PERSISTENT, "Comm.Allgatherv_init")
-    Alltoall_init = refusing(_PERSISTENT, "Comm.Alltoall_init")
-    Alltoallv_init = refusing(_PERSISTENT, "Comm.Alltoallv_init")
-    Alltoallw_init = refusing(_PERSISTENT, "Comm.Alltoallw_init")
-    Reduce_init = refusing(_PERSISTENT, "Comm.Reduce_init")
-    Allreduce_init = refusing(_PERSISTENT, "Comm.Allreduce_init")
-    Reduce_scatter_block_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_block_init")
-    Reduce_scatter_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_init")
     Psend_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
                           "Comm.Psend_init")
     Precv_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",

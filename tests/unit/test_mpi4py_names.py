@@ -84,8 +84,6 @@ def test_every_mpi4py_name_exists():
     (lambda: MPI.Add_error_class(), "user-defined error classes"),
     (lambda: MPI.Get_abi_version(), "ABI"),
     (lambda: MPI._commctx_intra(MPI.COMM_WORLD), "pkl5"),
-    (lambda: MPI.COMM_WORLD.Bcast_init(np.zeros(1)), "persistent collectives"),
-    (lambda: MPI.COMM_WORLD.Scan_init(np.zeros(1), np.zeros(1)), "persistent collectives"),
     (lambda: MPI.COMM_WORLD.Psend_init(np.zeros(4), 2, 0), "partitioned"),
     (lambda: MPI.Prequest().Pready(0), "partitioned"),
     (lambda: MPI.COMM_WORLD.Revoke(), "fault tolerance"),

@@ -33,6 +33,7 @@ from ..constants import (
     UNEQUAL,
 )
 from ..data import serialization
+from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
 from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
@@ -647,6 +648,7 @@ class Comm(CommExtras):
         self._alive("Dup")
         context = self._allocate_context()
         comm = self._derive(self._ep.group, self.rank, context, f"{self.name}.dup")
+        self._inherit_into(comm)
         cls = type(self)
         if cls is not Intracomm:   # mpi4py: Dup of a user subclass (or Cartcomm) keeps its type
             same = object.__new__(cls)
@@ -712,8 +714,26 @@ class Comm(CommExtras):
         if self._ep.context < FIRST_FREE_CONTEXT:
             raise CommError(f"rank {self.rank}: Free on {self.name}: a predefined "
                             f"communicator cannot be freed (MPI_ERR_COMM)")
-        self._freed = True
-        self._ep.release()
+        try:
+            self._release_attributes()
+        finally:
+            self._freed = True
+            self._ep.release()
+
+    def _inherit_into(self, new: "Comm") -> None:
+        """What a duplicate takes from this communicator: its error handler, and the user
+        attributes whose keyval's copy_fn says so."""
+        if "__errhandler__" in self._attrs:
+            new._attrs["__errhandler__"] = self._attrs["__errhandler__"]
+        store = self.__dict__.get("_user_attrs")
+        if store:
+            store.copy_into(self, new._attribute_store("Dup"))
+
+    def _release_attributes(self) -> None:
+        """Delete the user attributes (their delete_fn run) before the communicator goes."""
+        store = self.__dict__.get("_user_attrs")
+        if store:
+            store.clear(self)
 
     def Compare(self, other: "Comm") -> int:
         """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
@@ -739,17 +759,22 @@ class Comm(CommExtras):
                                   f"rank {self.rank} called Abort({errorcode}) on {self.name}")
 
     # -- attributes ---------------------------------------------------------------------------
-    def Get_attr(self, keyval: int) -> Any:
-        """The value of attribute ``keyval`` (predefined ones such as ``MPI.TAG_UB``, or one set with ``Set_attr``); None if unset."""
-        if keyval == KEYVAL_TAG_UB:
-            return TAG_UB
-        if keyval in _PREDEFINED_ATTRS:
-            return _PREDEFINED_ATTRS[keyval](self)
-        return self._attrs.get(keyval)
+    _keyvals = COMM_KEYVALS
 
-    def Set_attr(self, keyval: int, value: Any) -> None:
-        """Attach ``value`` to this communicator under ``keyval``."""
-        self._attrs[keyval] = value
+    def _attribute_store(self, call: str) -> AttributeStore:
+        self._alive(call)
+        store = self.__dict__.get("_user_attrs")
+        if store is None:
+            store = self.__dict__.setdefault("_user_attrs", AttributeStore())
+        return store
+
+    def _predefined_attr(self, keyval: int) -> Tuple[bool, Any]:
+        """Predefined keyvals (``MPI.TAG_UB``, ``MPI.HOST``...) answered as MPICH does."""
+        if keyval == KEYVAL_TAG_UB:
+            return True, TAG_UB
+        if keyval in _PREDEFINED_ATTRS:
+            return True, _PREDEFINED_ATTRS[keyval](self)
+        return False, None
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Comm):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
+from ..data.attributes import Attributed
 from ..errors import CommError, MinimpiError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
@@ -40,7 +41,7 @@ def flush_buffered() -> Request:
     return CombinedRequest(pending, "Iflush_buffer") if pending else CompletedRequest()
 
 
-class CommExtras(PersistentCollectives):
+class CommExtras(PersistentCollectives, Attributed):
     """Mixed into :class:`minimpi.comm.communicator.Comm`."""
 
     # -- groups ----------------------------------------------------------------------------
@@ -260,10 +261,6 @@ class CommExtras(PersistentCollectives):
     Iagree = refusing(_ULFM, "Comm.Iagree")
     Shrink = refusing(_ULFM, "Comm.Shrink")
     Ishrink = refusing(_ULFM, "Comm.Ishrink")
-    _KEYVALS = "user attribute keyvals (Create_keyval, Delete_attr)"
-    Create_keyval = staticmethod(refusing(_KEYVALS, "Comm.Create_keyval"))
-    Free_keyval = staticmethod(refusing(_KEYVALS, "Comm.Free_keyval"))
-    Delete_attr = refusing(_KEYVALS, "Comm.Delete_attr")
     Create_errhandler = staticmethod(refusing("user error handlers (Create_errhandler)",
                                               "Comm.Create_errhandler"))
     Spawn = refusing("Spawn", "Intracomm.Spawn")

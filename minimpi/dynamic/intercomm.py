@@ -142,6 +142,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         claim_contexts(engine, context, CONTEXTS)
         comm = self._derived(self._local_endpoint.group, self._ep.group, self.rank, context,
                              f"{self.name}.dup")
+        self._inherit_into(comm)
         if info:
             comm.Set_info(info)
         return comm
@@ -247,9 +248,12 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
     def Free(self) -> None:
         """Release the intercommunicator (both of its endpoints)."""
         self._alive("Free")
-        self._freed = True
-        self._ep.release()
-        self._local_endpoint.release()
+        try:
+            self._release_attributes()
+        finally:
+            self._freed = True
+            self._ep.release()
+            self._local_endpoint.release()
 
     def Disconnect(self) -> None:
         """As ``Free``."""

@@ -16,6 +16,7 @@ from ..constants import (
     PROC_NULL,
     WIN_FLAVOR_DYNAMIC,
 )
+from ..data.attributes import AttributeStore
 from ..data.buffers import get_address
 from ..errors import RankError
 from . import am, cma, shared
@@ -71,7 +72,7 @@ class _State:
         self.info = Info.Create(info) if isinstance(info, Info) else Info.Create()
         self.name = ""
         self.errhandler = ERRORS_ARE_FATAL
-        self.attrs: Dict[int, Any] = {}
+        self.attrs = AttributeStore()   # the user attributes (Set_attr)
         self.segment = segment
         # every rank's window size and disp_unit (origins check bounds before sending), and
         # where its memory is (process, address) for straight copies on one host

@@ -87,8 +87,6 @@ def test_every_mpi4py_name_exists():
     (lambda: MPI.COMM_WORLD.Psend_init(np.zeros(4), 2, 0), "partitioned"),
     (lambda: MPI.Prequest().Pready(0), "partitioned"),
     (lambda: MPI.COMM_WORLD.Revoke(), "fault tolerance"),
-    (lambda: MPI.Comm.Create_keyval(), "keyvals"),
-    (lambda: MPI.Datatype.Create_keyval(), "keyvals"),
     (lambda: MPI.Group.Create_from_session_pset(MPI.Session(), "mpi://WORLD"), "sessions"),
     (lambda: MPI.Info.Create_env(), "Create_env"),
 ])

@@ -54,6 +54,7 @@ from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
 from .collectives.neighbor import NeighborMethods
+from .errhandlers import route_errors
 from .extras import CommExtras
 from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
 from .group import GroupError, create_group
@@ -1114,3 +1115,9 @@ def endpoint_of(obj: Any) -> Optional[Endpoint]:
     """The endpoint of communicator ``obj`` (None for anything else): how the layers above
     reach a communicator's engine without the mpi4py API exposing it."""
     return obj._ep if isinstance(obj, Comm) else None
+
+
+# Every public method of the communicator classes hands its MPI.Exception to the
+# communicator's error handler (minimpi.comm.errhandlers), decided once, here.
+for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
+    route_errors(_cls)

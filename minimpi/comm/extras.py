@@ -12,10 +12,11 @@ from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
 from ..data.attributes import Attributed
-from ..errors import CommError, MinimpiError
+from ..errors import CommError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
 from .collectives.common import collective
+from .errhandlers import call_errhandler
 from .graph import (
     cart_map,
     create_dist_graph,
@@ -24,7 +25,14 @@ from .graph import (
     graph_map,
 )
 from .group import comm_group, create, create_group
-from .handles import ERRORS_RETURN, Errhandler, Info, refusing
+from .handles import (
+    ERRORS_RETURN,
+    Errhandler,
+    Info,
+    checked_errhandler,
+    create_errhandler,
+    refusing,
+)
 from .message import mprobe
 from .persistent import Prequest
 from .persistent_coll import PersistentCollectives
@@ -217,14 +225,35 @@ class CommExtras(PersistentCollectives, Attributed):
         return mprobe(self, source, tag, status, False, "improbe")
 
     # -- error handlers, info ----------------------------------------------------------------
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
+        """A user error handler: ``errhandler_fn(comm, errorcode)`` runs on the errors of
+        the communicators it is set on (which then raise ``MPI.Exception``)."""
+        return create_errhandler("Comm", errhandler_fn)
+
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        self._attrs["__errhandler__"] = errhandler
+        """Handle this communicator's errors with ``errhandler`` (kept by its duplicates)."""
+        self._alive("Set_errhandler")
+        self._attrs["__errhandler__"] = checked_errhandler(errhandler, "Comm",
+                                                           f"rank {self.rank}: Set_errhandler")
 
     def Get_errhandler(self) -> Errhandler:
-        return self._attrs.get("__errhandler__", ERRORS_RETURN)
+        """A new handle on this communicator's error handler (``ERRORS_RETURN`` unless set)."""
+        self._alive("Get_errhandler")
+        return Errhandler(self._current_errhandler())
 
     def Call_errhandler(self, errorcode: int) -> None:
-        raise MinimpiError(int(errorcode))
+        """Run this communicator's error handler for ``errorcode`` (``ERRORS_RETURN``:
+        nothing happens)."""
+        self._alive("Call_errhandler")
+        call_errhandler(self, self._current_errhandler(), errorcode, self._abort_on_error)
+
+    def _current_errhandler(self) -> Errhandler:
+        return self._attrs.get("__errhandler__", ERRORS_RETURN)
+
+    def _abort_on_error(self, code: int) -> None:
+        self._ep.engine.abort_job(code, f"rank {self.rank}: an error on {self.name} with "
+                                        f"a fatal error handler")
 
     def Set_info(self, info: Info) -> None:
         self._attrs["__info__"] = info.Dup() if info else Info.Create()
@@ -261,8 +290,6 @@ class CommExtras(PersistentCollectives, Attributed):
     Iagree = refusing(_ULFM, "Comm.Iagree")
     Shrink = refusing(_ULFM, "Comm.Shrink")
     Ishrink = refusing(_ULFM, "Comm.Ishrink")
-    Create_errhandler = staticmethod(refusing("user error handlers (Create_errhandler)",
-                                              "Comm.Create_errhandler"))
     Spawn = refusing("Spawn", "Intracomm.Spawn")
     Spawn_multiple = refusing("Spawn", "Intracomm.Spawn_multiple")
     Accept = refusing("Spawn", "Intracomm.Accept")

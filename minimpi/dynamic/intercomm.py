@@ -27,6 +27,7 @@ from ..coll.intercomm import inter_exchange
 from ..coll.slots import create_group_tag
 from ..comm.communicator import Comm, Intracomm, claim_contexts, free_context
 from ..comm.communicator import Intercomm as _IntercommHandle
+from ..comm.errhandlers import route_errors
 from ..comm.group import Group, group_of
 from ..comm.null import COMM_NULL
 from ..constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
@@ -292,6 +293,9 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
             same.__dict__ = comm.__dict__
             comm = same
         return comm
+
+
+route_errors(Intercomm)   # its errors go to its error handler, as every communicator's
 
 
 class _PeerSwap:

@@ -18,8 +18,9 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ..comm.errhandlers import call_errhandler, route_errors
 from ..comm.group import Group
-from ..comm.handles import Errhandler, Info
+from ..comm.handles import ERRORS_RETURN, Errhandler, Info, checked_errhandler, create_errhandler
 from ..constants import (
     BOTTOM,
     PROC_NULL,
@@ -255,16 +256,32 @@ class Win(Attributed, Operations, Synchronisation):
 
     name = property(Get_name, Set_name)
 
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
+        """A user error handler: ``errhandler_fn(win, errorcode)`` runs on the errors of
+        the windows it is set on (which then raise ``MPI.Exception``)."""
+        return create_errhandler("Win", errhandler_fn)
+
     def Get_errhandler(self) -> Errhandler:
+        """A new handle on the window's error handler (``ERRORS_RETURN`` unless set)."""
         return Errhandler(self._live("Get_errhandler").errhandler)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        if not isinstance(errhandler, Errhandler):
-            raise TypeError("Win.Set_errhandler: expected an MPI.Errhandler")
-        self._live("Set_errhandler").errhandler = Errhandler(errhandler)
+        """Handle this window's errors with ``errhandler``."""
+        s = self._live("Set_errhandler")
+        s.errhandler = checked_errhandler(errhandler, "Win", f"rank {s.rank}: Win.Set_errhandler")
 
     def Call_errhandler(self, errorcode: int) -> None:
-        raise MinimpiError(f"Win.Call_errhandler({errorcode})", int(errorcode))
+        """Run the window's error handler for ``errorcode`` (``ERRORS_RETURN``: nothing)."""
+        call_errhandler(self, self._live("Call_errhandler").errhandler, errorcode,
+                        self._abort_on_error)
+
+    def _current_errhandler(self) -> Errhandler:
+        return self._s.errhandler if self._s is not None else ERRORS_RETURN
+
+    def _abort_on_error(self, code: int) -> None:
+        if self._s is not None:
+            self._s.comm.Abort(code)
 
     # -- memory ------------------------------------------------------------------------------
     def tomemory(self) -> buffer:
@@ -299,6 +316,7 @@ class Win(Attributed, Operations, Synchronisation):
     toint = py2f
 
 
+route_errors(Win)   # a window's errors go to its error handler (minimpi.comm.errhandlers)
 WIN_NULL = Win()
 
 

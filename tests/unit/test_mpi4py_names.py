@@ -31,14 +31,12 @@ INTRACOMM = {n.split(".", 1)[1] for n in NAMES if n.startswith("Intracomm.")}
 TOPOLOGY_CLASSES = ("Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm")
 TOPOLOGY_NAMES = {"UNWEIGHTED", "WEIGHTS_EMPTY", "Intracomm.Cart_map", "Intracomm.Graph_map"}
 
-#: Names still missing, each a known gap: Win and File members (integer handles, free,
-#: Create_errhandler) - minimpi/rma and minimpi/io are other work's to change.
+#: Names still missing, each a known gap: Win and File members (integer handles, free) - minimpi/rma and minimpi/io are other work's to change.
 KNOWN_GAPS = {
     f"{cls}.{name}"
     for cls in ("File",)
     for name in ("fromhandle", "toint", "fromint", "py2f", "f2py", "handle")
-} | {"Win.fromhandle", "Win.fromint", "Win.f2py", "Win.handle", "Win.free", "File.free",
-     "Win.Create_errhandler", "File.Create_errhandler"}
+} | {"Win.fromhandle", "Win.fromint", "Win.f2py", "Win.handle", "Win.free", "File.free"}
 
 
 def is_topology_name(name: str) -> bool:

@@ -40,6 +40,7 @@ from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # n
                            refusing)
 from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .comm.persistent import Prequest  # noqa: F401
+from .comm.grequest import Grequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
 from .io import FILE_NULL, File  # noqa: F401
@@ -269,22 +270,6 @@ def _comm_lock_table(comm) -> dict:
 
 
 # -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
-
-
-class Grequest(Request):
-    """``MPI.Grequest``: generalized requests are not implemented. ``MPI.Grequest()`` is a
-    null handle; ``Grequest.Start`` raises NotImplementedError naming the feature, and
-    ``Grequest(req)`` of another kind of request is a TypeError (as in mpi4py)."""
-
-    __slots__ = ()
-
-    def _check_handle_type(self, target: Request) -> None:
-        if not isinstance(target, Grequest):
-            raise TypeError(f"MPI.Grequest({target!r:.60}): not a generalized request")
-
-    Start = staticmethod(refusing("Grequest", "MPI.Grequest.Start"))
-    Complete = refusing("Grequest", "MPI.Grequest.Complete")
-    complete = Complete
 
 
 Register_datarep = refusing("user-defined MPI-IO data representations",

@@ -27,6 +27,7 @@ from .graph import (
 from .group import comm_group, create, create_group
 from .handles import (
     ERRORS_RETURN,
+    INFO_NULL,
     Errhandler,
     Info,
     checked_errhandler,
@@ -34,6 +35,7 @@ from .handles import (
     refusing,
 )
 from .message import mprobe
+from .partitioned import PartitionedRequest
 from .persistent import Prequest
 from .persistent_coll import PersistentCollectives
 from .topology import create_cart
@@ -156,6 +158,21 @@ class CommExtras(PersistentCollectives, Attributed):
         return self._persistent(lambda: self._recv_buf(buf, source, tag, "Recv_init"),
                                 "Recv_init", "source", source, tag)
 
+    # -- partitioned point-to-point (MPI-4; minimpi.comm.partitioned) -----------------------
+    def Psend_init(self, buf: Any, partitions: int, dest: int, tag: int = 0,
+                   info: Info = INFO_NULL) -> Prequest:
+        """A partitioned send of ``buf`` cut into ``partitions`` equal parts: ``Start``,
+        then ``Pready(k)`` for each part, then ``Wait``."""
+        self._alive("Psend_init")
+        return PartitionedRequest.make(self, buf, partitions, dest, tag, info, True)
+
+    def Precv_init(self, buf: Any, partitions: int, source: int = ANY_SOURCE,
+                   tag: int = ANY_TAG, info: Info = INFO_NULL) -> Prequest:
+        """A partitioned receive into ``buf`` (``partitions`` equal parts; ``Parrived(k)``
+        tells whether part k is in). ``source`` and ``tag`` must be named (no wildcards)."""
+        self._alive("Precv_init")
+        return PartitionedRequest.make(self, buf, partitions, source, tag, info, False)
+
     # -- buffered sends: the data is copied at once, the call completes locally -------------
     def _bsend_bytes(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
                      flags: int, call: str) -> Request:
@@ -277,10 +294,6 @@ class CommExtras(PersistentCollectives, Attributed):
     # -- out of scope ------------------------------------------------------------------------
     # Partitioned point-to-point, fault tolerance (ULFM),
     # attribute keyvals and user error handlers: refused, naming the feature.
-    Psend_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
-                          "Comm.Psend_init")
-    Precv_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
-                          "Comm.Precv_init")
     _ULFM = "fault tolerance (ULFM: Revoke, Agree, Shrink, failed processes)"
     Revoke = refusing(_ULFM, "Comm.Revoke")
     Is_revoked = refusing(_ULFM, "Comm.Is_revoked")

@@ -82,8 +82,6 @@ def test_every_mpi4py_name_exists():
     (lambda: MPI.Add_error_class(), "user-defined error classes"),
     (lambda: MPI.Get_abi_version(), "ABI"),
     (lambda: MPI._commctx_intra(MPI.COMM_WORLD), "pkl5"),
-    (lambda: MPI.COMM_WORLD.Psend_init(np.zeros(4), 2, 0), "partitioned"),
-    (lambda: MPI.Prequest().Pready(0), "partitioned"),
     (lambda: MPI.COMM_WORLD.Revoke(), "fault tolerance"),
     (lambda: MPI.Group.Create_from_session_pset(MPI.Session(), "mpi://WORLD"), "sessions"),
     (lambda: MPI.Info.Create_env(), "Create_env"),

@@ -65,6 +65,7 @@ from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name
 from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
 from .p2p.request import Request, Status  # noqa: F401
 from .runtime import world as _runtime
+from .runtime.session import SESSION_NULL, Session  # noqa: F401,E402
 
 # Attribute keyvals for Comm.Get_attr (after the star imports: constants.TAG_UB is the value,
 # MPI.TAG_UB the keyval, as in mpi4py).
@@ -337,35 +338,6 @@ def _comm_lock(comm, key=None) -> _threading.Lock:
     ``_comm_lock_table``)."""
     return _comm_lock_table(comm).setdefault(key, _threading.Lock())
 
-
-class Session:
-    """``MPI.Session``: MPI-4 sessions are not implemented. ``MPI.Session()`` is the null
-    handle (``MPI.SESSION_NULL``); ``Session.Init`` and every other method raise
-    NotImplementedError naming the feature."""
-
-    def __init__(self, session=None) -> None:
-        if session is not None and not isinstance(session, Session):
-            raise TypeError(f"MPI.Session({session!r:.40}): expected a session or nothing")
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Session)
-
-    __hash__ = object.__hash__
-
-
-_SESSION_CALLS = ("Init", "Finalize", "Get_num_psets", "Get_nth_pset", "Get_info",
-                  "Get_pset_info", "Create_group", "Attach_buffer", "Detach_buffer",
-                  "Flush_buffer", "Iflush_buffer", "Create_errhandler", "Get_errhandler",
-                  "Set_errhandler", "Call_errhandler", "fromhandle", "free", "toint",
-                  "fromint", "py2f", "f2py")
-for _name in _SESSION_CALLS:
-    setattr(Session, _name, staticmethod(refusing("sessions (MPI.Session)",
-                                                  f"MPI.Session.{_name}")))
-Session.handle = property(refusing("sessions (MPI.Session)", "MPI.Session.handle"))
-SESSION_NULL = Session()
 
 _USER_ERRORS = "user-defined error classes, codes and strings"
 Add_error_class = refusing(_USER_ERRORS, "MPI.Add_error_class")

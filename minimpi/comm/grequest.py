@@ -63,12 +63,16 @@ class Grequest(Request):
                 raise TypeError(f"Grequest.Start: {name} must be callable or None, got "
                                 f"{type(fn).__name__}")
         req = cls.__new__(cls)
-        req._setup(None, "generalized request")
-        req._query, req._free, req._cancel = query_fn, free_fn, cancel_fn
-        req._args, req._kwargs = tuple(args or ()), dict(kwargs or {})
-        req._event = threading.Event()
-        req._collected = False
+        req._init_generalized(query_fn, free_fn, cancel_fn, tuple(args or ()), dict(kwargs or {}))
         return req
+
+    def _init_generalized(self, query_fn: Any, free_fn: Any, cancel_fn: Any, args: Tuple[Any, ...],
+               kwargs: dict) -> None:
+        self._setup(None, "generalized request")
+        self._query, self._free, self._cancel = query_fn, free_fn, cancel_fn
+        self._args, self._kwargs = args, kwargs
+        self._event = threading.Event()
+        self._collected = False
 
     def Complete(self) -> None:
         """Report that the operation is complete (from any thread)."""

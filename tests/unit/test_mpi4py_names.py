@@ -78,12 +78,10 @@ def test_every_mpi4py_name_exists():
 
 
 @pytest.mark.parametrize("call, feature", [
-    (lambda: MPI.Session.Init(), "sessions"),
     (lambda: MPI.Add_error_class(), "user-defined error classes"),
     (lambda: MPI.Get_abi_version(), "ABI"),
     (lambda: MPI._commctx_intra(MPI.COMM_WORLD), "pkl5"),
     (lambda: MPI.COMM_WORLD.Revoke(), "fault tolerance"),
-    (lambda: MPI.Group.Create_from_session_pset(MPI.Session(), "mpi://WORLD"), "sessions"),
     (lambda: MPI.Info.Create_env(), "Create_env"),
 ])
 def test_missing_features_refuse_by_name(call, feature):

@@ -7,12 +7,14 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
-``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...),
-generalized requests and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
+``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), user error classes
+and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``; sessions are
+``minimpi.runtime.session``, generalized requests ``minimpi.comm.grequest``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
 ``Idup``, ``Split_type`` kinds, ``Create_from_group``, per-communicator buffer attach, request
-status queries, ``Get_hw_resource_info``) are implemented, within the refusals above.
+status queries, ``Get_hw_resource_info``, persistent collectives, partitioned point-to-point,
+sessions) are implemented, within the refusals above.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Small mpi4py handle types minimpi needs no machinery for, and the clear refusals.
 
-* :class:`Errhandler` (``ERRORS_RETURN``/``ERRORS_ARE_FATAL``/``ERRORS_ABORT``): minimpi
-  always raises ``MPI.Exception`` (mpi4py's default, ``ERRORS_RETURN``); setting another
-  handler is accepted and remembered, and an uncaught exception ends the job anyway.
+* :class:`Errhandler` (``ERRORS_RETURN``/``ERRORS_ARE_FATAL``/``ERRORS_ABORT`` and user
+  handlers from :func:`create_errhandler`); what they do on an error is
+  :mod:`minimpi.comm.errhandlers`.
 * :class:`Info`: a plain ordered dict of strings, enough for code that passes hints around.
 * :func:`unsupported`: what out-of-scope features (one-sided ``Win``, ``Register_datarep``,
   ``Spawn``, intercommunicators, graph topologies, non-contiguous derived datatypes,
@@ -25,7 +25,6 @@ _WHY = {
     "Intercomm": "intercommunicators (Create_intercomm, Intercomm)",
     "Datatype": "derived datatypes other than contiguous ones",
     "MPI_T": "the MPI tool interface (MPI_T)",
-    "Grequest": "generalized requests (Grequest)",
     "Pack": "MPI_Pack/Unpack",
 }
 

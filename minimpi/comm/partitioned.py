@@ -19,6 +19,7 @@ MPI forbids wildcards here: ``ANY_SOURCE``/``ANY_TAG`` are refused.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, List, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
@@ -139,6 +140,10 @@ class _RecvRound(Request):
         recv = self._recvs[index]
         if not recv.done:
             self._engine.poll()
+            if not recv.done:
+                # Programs ask in a loop (``while not Parrived(k)``): give the core to a
+                # rank that shares it - maybe the sender - instead of spinning it out.
+                os.sched_yield()
         return recv.done
 
     def _collect(self, status: Optional[Status]) -> Any:

@@ -610,7 +610,10 @@ class Comm(CommExtras):
         return self._recv_obj(leader, tag, call, ctx).wait()
 
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
-        return Intracomm(self._ep.engine, group, rank, context, name)
+        new = Intracomm(self._ep.engine, group, rank, context, name)
+        if "__errhandler__" in self._attrs:   # MPI: a new communicator inherits the handler
+            new._attrs["__errhandler__"] = self._attrs["__errhandler__"]
+        return new
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""

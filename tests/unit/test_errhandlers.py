@@ -26,8 +26,10 @@ def test_user_handler_runs_then_the_call_raises(size):
         dup.Call_errhandler(MPI.ERR_OTHER)
         dup.Call_errhandler(MPI.SUCCESS)                  # no error: nothing runs
         inherited = dup.Dup()                             # a duplicate keeps the handler
-        same = inherited.Get_errhandler() == eh
+        split = dup.Split(comm.rank % 2, 0)              # so does any new communicator
+        same = inherited.Get_errhandler() == eh and split.Get_errhandler() == eh
         inherited.Free()
+        split.Free()
         dup.Set_errhandler(MPI.ERRORS_RETURN)
         dup.Call_errhandler(MPI.ERR_OTHER)                # ERRORS_RETURN: returns
         dup.Free()

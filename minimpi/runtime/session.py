@@ -81,7 +81,7 @@ class Session(IntHandles):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (unhashable, as mpi4py's handles)
 
     def __reduce__(self) -> Any:
         if self is SESSION_NULL:

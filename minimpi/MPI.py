@@ -7,12 +7,14 @@ does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use
 
 What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
 user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
-``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...),
-generalized requests and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``.
+``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), user error classes
+and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``; sessions are
+``minimpi.runtime.session``, generalized requests ``minimpi.comm.grequest``.
 
 ``Get_version()`` answers MPI 4.1: the MPI-4 calls mpi4py code uses (``Isendrecv``,
 ``Idup``, ``Split_type`` kinds, ``Create_from_group``, per-communicator buffer attach, request
-status queries, ``Get_hw_resource_info``) are implemented, within the refusals above.
+status queries, ``Get_hw_resource_info``, persistent collectives, partitioned point-to-point,
+sessions) are implemented, within the refusals above.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # n
                            refusing)
 from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .comm.persistent import Prequest  # noqa: F401
+from .comm.grequest import Grequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
 from .io import FILE_NULL, File  # noqa: F401
@@ -67,6 +70,7 @@ from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name
 from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
 from .p2p.request import Request, Status  # noqa: F401
 from .runtime import world as _runtime
+from .runtime.session import SESSION_NULL, Session  # noqa: F401,E402
 
 # Attribute keyvals for Comm.Get_attr (after the star imports: constants.TAG_UB is the value,
 # MPI.TAG_UB the keyval, as in mpi4py).
@@ -274,22 +278,6 @@ def _comm_lock_table(comm) -> dict:
 # -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
 
 
-class Grequest(Request):
-    """``MPI.Grequest``: generalized requests are not implemented. ``MPI.Grequest()`` is a
-    null handle; ``Grequest.Start`` raises NotImplementedError naming the feature, and
-    ``Grequest(req)`` of another kind of request is a TypeError (as in mpi4py)."""
-
-    __slots__ = ()
-
-    def _check_handle_type(self, target: Request) -> None:
-        if not isinstance(target, Grequest):
-            raise TypeError(f"MPI.Grequest({target!r:.60}): not a generalized request")
-
-    Start = staticmethod(refusing("Grequest", "MPI.Grequest.Start"))
-    Complete = refusing("Grequest", "MPI.Grequest.Complete")
-    complete = Complete
-
-
 Register_datarep = refusing("user-defined MPI-IO data representations",
                             "MPI.Register_datarep")
 
@@ -350,35 +338,6 @@ def _comm_lock(comm, key=None) -> _threading.Lock:
     ``_comm_lock_table``)."""
     return _comm_lock_table(comm).setdefault(key, _threading.Lock())
 
-
-class Session:
-    """``MPI.Session``: MPI-4 sessions are not implemented. ``MPI.Session()`` is the null
-    handle (``MPI.SESSION_NULL``); ``Session.Init`` and every other method raise
-    NotImplementedError naming the feature."""
-
-    def __init__(self, session=None) -> None:
-        if session is not None and not isinstance(session, Session):
-            raise TypeError(f"MPI.Session({session!r:.40}): expected a session or nothing")
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Session)
-
-    __hash__ = object.__hash__
-
-
-_SESSION_CALLS = ("Init", "Finalize", "Get_num_psets", "Get_nth_pset", "Get_info",
-                  "Get_pset_info", "Create_group", "Attach_buffer", "Detach_buffer",
-                  "Flush_buffer", "Iflush_buffer", "Create_errhandler", "Get_errhandler",
-                  "Set_errhandler", "Call_errhandler", "fromhandle", "free", "toint",
-                  "fromint", "py2f", "f2py")
-for _name in _SESSION_CALLS:
-    setattr(Session, _name, staticmethod(refusing("sessions (MPI.Session)",
-                                                  f"MPI.Session.{_name}")))
-Session.handle = property(refusing("sessions (MPI.Session)", "MPI.Session.handle"))
-SESSION_NULL = Session()
 
 _USER_ERRORS = "user-defined error classes, codes and strings"
 Add_error_class = refusing(_USER_ERRORS, "MPI.Add_error_class")

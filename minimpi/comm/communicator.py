@@ -34,6 +34,7 @@ from ..constants import (
     UNEQUAL,
 )
 from ..data import serialization
+from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
 from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
@@ -54,6 +55,7 @@ from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
 from .collectives.neighbor import NeighborMethods
+from .errhandlers import route_errors
 from .extras import CommExtras, dynamic_call
 from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
 from .group import GroupError, create_group
@@ -62,6 +64,7 @@ from .hints import recv_buf_error, recv_buffer_error
 from .ledger import note
 from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
+from .persistent_coll import PersistentNeighborCollectives, PersistentScans
 from .topology import CartMixin
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
@@ -621,7 +624,10 @@ class Comm(CommExtras):
         return self._recv_obj(leader, tag, call, ctx).wait()
 
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
-        return Intracomm(self._ep.engine, group, rank, context, name, settings=self._settings)
+        new = Intracomm(self._ep.engine, group, rank, context, name, settings=self._settings)
+        if "__errhandler__" in self._attrs:   # MPI: a new communicator inherits the handler
+            new._attrs["__errhandler__"] = self._attrs["__errhandler__"]
+        return new
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""
@@ -660,6 +666,7 @@ class Comm(CommExtras):
         self._alive("Dup")
         context = self._allocate_context()
         comm = self._derive(self._ep.group, self.rank, context, f"{self.name}.dup")
+        self._inherit_into(comm)
         cls = type(self)
         if cls is not Intracomm:   # mpi4py: Dup of a user subclass (or Cartcomm) keeps its type
             same = object.__new__(cls)
@@ -725,8 +732,26 @@ class Comm(CommExtras):
         if self._ep.context < FIRST_FREE_CONTEXT:
             raise CommError(f"rank {self.rank}: Free on {self.name}: a predefined "
                             f"communicator cannot be freed (MPI_ERR_COMM)")
-        self._freed = True
-        self._ep.release()
+        try:
+            self._release_attributes()
+        finally:
+            self._freed = True
+            self._ep.release()
+
+    def _inherit_into(self, new: "Comm") -> None:
+        """What a duplicate takes from this communicator: its error handler, and the user
+        attributes whose keyval's copy_fn says so."""
+        if "__errhandler__" in self._attrs:
+            new._attrs["__errhandler__"] = self._attrs["__errhandler__"]
+        store = self.__dict__.get("_user_attrs")
+        if store:
+            store.copy_into(self, new._attribute_store("Dup"))
+
+    def _release_attributes(self) -> None:
+        """Delete the user attributes (their delete_fn run) before the communicator goes."""
+        store = self.__dict__.get("_user_attrs")
+        if store:
+            store.clear(self)
 
     def Compare(self, other: "Comm") -> int:
         """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
@@ -756,17 +781,22 @@ class Comm(CommExtras):
                                   f"rank {self.rank} called Abort({errorcode}) on {self.name}")
 
     # -- attributes ---------------------------------------------------------------------------
-    def Get_attr(self, keyval: int) -> Any:
-        """The value of attribute ``keyval`` (predefined ones such as ``MPI.TAG_UB``, or one set with ``Set_attr``); None if unset."""
-        if keyval == KEYVAL_TAG_UB:
-            return TAG_UB
-        if keyval in _PREDEFINED_ATTRS:
-            return _PREDEFINED_ATTRS[keyval](self)
-        return self._attrs.get(keyval)
+    _keyvals = COMM_KEYVALS
 
-    def Set_attr(self, keyval: int, value: Any) -> None:
-        """Attach ``value`` to this communicator under ``keyval``."""
-        self._attrs[keyval] = value
+    def _attribute_store(self, call: str) -> AttributeStore:
+        self._alive(call)
+        store = self.__dict__.get("_user_attrs")
+        if store is None:
+            store = self.__dict__.setdefault("_user_attrs", AttributeStore())
+        return store
+
+    def _predefined_attr(self, keyval: int) -> Tuple[bool, Any]:
+        """Predefined keyvals (``MPI.TAG_UB``, ``MPI.HOST``...) answered as MPICH does."""
+        if keyval == KEYVAL_TAG_UB:
+            return True, TAG_UB
+        if keyval in _PREDEFINED_ATTRS:
+            return True, _PREDEFINED_ATTRS[keyval](self)
+        return False, None
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Comm):
@@ -956,11 +986,8 @@ def _predefined_handle(name: str, cls: type) -> "Comm":
     return cls(_predefined(name))
 
 
-class Intracomm(CollectiveMethods, Comm):
+class Intracomm(PersistentScans, CollectiveMethods, Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
-
-    Scan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Scan_init")
-    Exscan_init = refusing("persistent collectives (MPI-4 *_init)", "Intracomm.Exscan_init")
 
     def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
                          tag: int = 0) -> "Intercomm":
@@ -1023,7 +1050,7 @@ class Intercomm(Comm):
         return False
 
 
-class Topocomm(NeighborMethods, TopoMixin, Intracomm):
+class Topocomm(PersistentNeighborCollectives, NeighborMethods, TopoMixin, Intracomm):
     """A communicator with a process topology (``MPI.Topocomm``): neighbour lists, degrees
     and the neighbourhood collectives (see minimpi.comm.graph)."""
 
@@ -1110,3 +1137,9 @@ def endpoint_of(obj: Any) -> Optional[Endpoint]:
     """The endpoint of communicator ``obj`` (None for anything else): how the layers above
     reach a communicator's engine without the mpi4py API exposing it."""
     return obj._ep if isinstance(obj, Comm) else None
+
+
+# Every public method of the communicator classes hands its MPI.Exception to the
+# communicator's error handler (minimpi.comm.errhandlers), decided once, here.
+for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
+    route_errors(_cls)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
-from ..errors import CommError, MinimpiError
+from ..data.attributes import Attributed
+from ..errors import CommError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
 from .collectives.common import collective
+from .errhandlers import call_errhandler
 from .graph import (
     cart_map,
     create_dist_graph,
@@ -23,9 +25,20 @@ from .graph import (
     graph_map,
 )
 from .group import comm_group, create, create_group
-from .handles import ERRORS_RETURN, Errhandler, Info, refusing, unsupported
+from .handles import (
+    ERRORS_RETURN,
+    INFO_NULL,
+    Errhandler,
+    Info,
+    checked_errhandler,
+    create_errhandler,
+    refusing,
+    unsupported,
+)
 from .message import mprobe
+from .partitioned import PartitionedRequest
 from .persistent import Prequest
+from .persistent_coll import PersistentCollectives
 from .topology import create_cart
 
 #: the dynamic-process calls (``spawn``, ``spawn_multiple``, ``accept``, ``connect``,
@@ -61,7 +74,7 @@ def flush_buffered() -> Request:
     return CombinedRequest(pending, "Iflush_buffer") if pending else CompletedRequest()
 
 
-class CommExtras:
+class CommExtras(PersistentCollectives, Attributed):
     """Mixed into :class:`minimpi.comm.communicator.Comm`."""
 
     # -- groups ----------------------------------------------------------------------------
@@ -168,6 +181,21 @@ class CommExtras:
         return self._persistent(lambda: self._recv_buf(buf, source, tag, "Recv_init"),
                                 "Recv_init", "source", source, tag)
 
+    # -- partitioned point-to-point (MPI-4; minimpi.comm.partitioned) -----------------------
+    def Psend_init(self, buf: Any, partitions: int, dest: int, tag: int = 0,
+                   info: Info = INFO_NULL) -> Prequest:
+        """A partitioned send of ``buf`` cut into ``partitions`` equal parts: ``Start``,
+        then ``Pready(k)`` for each part, then ``Wait``."""
+        self._alive("Psend_init")
+        return PartitionedRequest.make(self, buf, partitions, dest, tag, info, True)
+
+    def Precv_init(self, buf: Any, partitions: int, source: int = ANY_SOURCE,
+                   tag: int = ANY_TAG, info: Info = INFO_NULL) -> Prequest:
+        """A partitioned receive into ``buf`` (``partitions`` equal parts; ``Parrived(k)``
+        tells whether part k is in). ``source`` and ``tag`` must be named (no wildcards)."""
+        self._alive("Precv_init")
+        return PartitionedRequest.make(self, buf, partitions, source, tag, info, False)
+
     # -- buffered sends: the data is copied at once, the call completes locally -------------
     def _bsend_bytes(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
                      flags: int, call: str) -> Request:
@@ -237,14 +265,35 @@ class CommExtras:
         return mprobe(self, source, tag, status, False, "improbe")
 
     # -- error handlers, info ----------------------------------------------------------------
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
+        """A user error handler: ``errhandler_fn(comm, errorcode)`` runs on the errors of
+        the communicators it is set on (which then raise ``MPI.Exception``)."""
+        return create_errhandler("Comm", errhandler_fn)
+
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        self._attrs["__errhandler__"] = errhandler
+        """Handle this communicator's errors with ``errhandler`` (kept by its duplicates)."""
+        self._alive("Set_errhandler")
+        self._attrs["__errhandler__"] = checked_errhandler(errhandler, "Comm",
+                                                           f"rank {self.rank}: Set_errhandler")
 
     def Get_errhandler(self) -> Errhandler:
-        return self._attrs.get("__errhandler__", ERRORS_RETURN)
+        """A new handle on this communicator's error handler (``ERRORS_RETURN`` unless set)."""
+        self._alive("Get_errhandler")
+        return Errhandler(self._current_errhandler())
 
     def Call_errhandler(self, errorcode: int) -> None:
-        raise MinimpiError(int(errorcode))
+        """Run this communicator's error handler for ``errorcode`` (``ERRORS_RETURN``:
+        nothing happens)."""
+        self._alive("Call_errhandler")
+        call_errhandler(self, self._current_errhandler(), errorcode, self._abort_on_error)
+
+    def _current_errhandler(self) -> Errhandler:
+        return self._attrs.get("__errhandler__", ERRORS_RETURN)
+
+    def _abort_on_error(self, code: int) -> None:
+        self._ep.engine.abort_job(code, f"rank {self.rank}: an error on {self.name} with "
+                                        f"a fatal error handler")
 
     def Set_info(self, info: Info) -> None:
         """Keep ``info`` as this communicator's hints. The keys ``minimpi_<collective>`` (an
@@ -278,28 +327,8 @@ class CommExtras:
         return self.Dup(info)
 
     # -- out of scope ------------------------------------------------------------------------
-    # MPI-4 persistent collectives, partitioned point-to-point, fault tolerance (ULFM),
+    # Partitioned point-to-point, fault tolerance (ULFM),
     # attribute keyvals and user error handlers: refused, naming the feature.
-    _PERSISTENT = "persistent collectives (MPI-4 *_init)"
-    Barrier_init = refusing(_PERSISTENT, "Comm.Barrier_init")
-    Bcast_init = refusing(_PERSISTENT, "Comm.Bcast_init")
-    Gather_init = refusing(_PERSISTENT, "Comm.Gather_init")
-    Gatherv_init = refusing(_PERSISTENT, "Comm.Gatherv_init")
-    Scatter_init = refusing(_PERSISTENT, "Comm.Scatter_init")
-    Scatterv_init = refusing(_PERSISTENT, "Comm.Scatterv_init")
-    Allgather_init = refusing(_PERSISTENT, "Comm.Allgather_init")
-    Allgatherv_init = refusing(_PERSISTENT, "Comm.Allgatherv_init")
-    Alltoall_init = refusing(_PERSISTENT, "Comm.Alltoall_init")
-    Alltoallv_init = refusing(_PERSISTENT, "Comm.Alltoallv_init")
-    Alltoallw_init = refusing(_PERSISTENT, "Comm.Alltoallw_init")
-    Reduce_init = refusing(_PERSISTENT, "Comm.Reduce_init")
-    Allreduce_init = refusing(_PERSISTENT, "Comm.Allreduce_init")
-    Reduce_scatter_block_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_block_init")
-    Reduce_scatter_init = refusing(_PERSISTENT, "Comm.Reduce_scatter_init")
-    Psend_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
-                          "Comm.Psend_init")
-    Precv_init = refusing("partitioned point-to-point (Psend_init/Precv_init)",
-                          "Comm.Precv_init")
     _ULFM = "fault tolerance (ULFM: Revoke, Agree, Shrink, failed processes)"
     Revoke = refusing(_ULFM, "Comm.Revoke")
     Is_revoked = refusing(_ULFM, "Comm.Is_revoked")
@@ -309,12 +338,6 @@ class CommExtras:
     Iagree = refusing(_ULFM, "Comm.Iagree")
     Shrink = refusing(_ULFM, "Comm.Shrink")
     Ishrink = refusing(_ULFM, "Comm.Ishrink")
-    _KEYVALS = "user attribute keyvals (Create_keyval, Delete_attr)"
-    Create_keyval = staticmethod(refusing(_KEYVALS, "Comm.Create_keyval"))
-    Free_keyval = staticmethod(refusing(_KEYVALS, "Comm.Free_keyval"))
-    Delete_attr = refusing(_KEYVALS, "Comm.Delete_attr")
-    Create_errhandler = staticmethod(refusing("user error handlers (Create_errhandler)",
-                                              "Comm.Create_errhandler"))
     # -- dynamic processes (minimpi/dynamic installs them: set_dynamic_calls) ---------------
     def Spawn(self, command: Any, args: Any = None, maxprocs: int = 1, info: Any = None,
               root: int = 0, errcodes: Optional[list] = None) -> Any:

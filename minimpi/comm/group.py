@@ -17,7 +17,7 @@ from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
-from .handles import IntHandles, refusing
+from .handles import IntHandles
 from .null import COMM_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -152,8 +152,14 @@ class Group(IntHandles):
 
     Intersect = Intersection     # mpi4py 4's alias
 
-    Create_from_session_pset = staticmethod(refusing("sessions (MPI.Session)",
-                                                     "Group.Create_from_session_pset"))
+    @classmethod
+    def Create_from_session_pset(cls, session: Any, pset_name: str) -> "Group":
+        """The group of process set ``pset_name`` of ``session`` (``session.Create_group``;
+        the sessions themselves are minimpi.runtime.session)."""
+        if not hasattr(session, "Create_group"):
+            raise TypeError(f"Group.Create_from_session_pset: expected an MPI.Session, got "
+                            f"{type(session).__name__}")
+        return session.Create_group(pset_name)
 
     def Difference(self, group: "Group") -> "Group":
         """Members of this group (in its order) that are not in ``group``."""

@@ -1,8 +1,8 @@
 """Small mpi4py handle types minimpi needs no machinery for, and the clear refusals.
 
-* :class:`Errhandler` (``ERRORS_RETURN``/``ERRORS_ARE_FATAL``/``ERRORS_ABORT``): minimpi
-  always raises ``MPI.Exception`` (mpi4py's default, ``ERRORS_RETURN``); setting another
-  handler is accepted and remembered, and an uncaught exception ends the job anyway.
+* :class:`Errhandler` (``ERRORS_RETURN``/``ERRORS_ARE_FATAL``/``ERRORS_ABORT`` and user
+  handlers from :func:`create_errhandler`); what they do on an error is
+  :mod:`minimpi.comm.errhandlers`.
 * :class:`Info`: a plain ordered dict of strings, enough for code that passes hints around.
 * :func:`unsupported`: what out-of-scope features (one-sided ``Win``, ``Register_datarep``,
   ``Spawn``, intercommunicators, graph topologies, non-contiguous derived datatypes,
@@ -16,7 +16,7 @@ import operator
 import weakref
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from ..errors import UnsupportedError
+from ..errors import ArgumentError, UnsupportedError
 
 _WHY = {
     "Win": "one-sided communication (MPI.Win, Put/Get/Accumulate)",
@@ -25,7 +25,6 @@ _WHY = {
     "Intercomm": "intercommunicators (Create_intercomm, Intercomm)",
     "Datatype": "derived datatypes other than contiguous ones",
     "MPI_T": "the MPI tool interface (MPI_T)",
-    "Grequest": "generalized requests (Grequest)",
     "Pack": "MPI_Pack/Unpack",
 }
 
@@ -119,18 +118,35 @@ class IntHandles:
 
 
 class Errhandler(IntHandles):
-    """An error handler handle; minimpi always raises exceptions (``ERRORS_RETURN``)."""
+    """An error handler handle (``MPI.Errhandler``): a predefined one (``ERRORS_RETURN``:
+    raise ``MPI.Exception``, mpi4py's default; ``ERRORS_ARE_FATAL``/``ERRORS_ABORT``: end
+    the job) or a user one from ``Comm/Win/File/Session.Create_errhandler(fn)`` (see
+    :mod:`minimpi.comm.errhandlers`). Every handle of one error handler compares equal;
+    ``Free`` makes that handle ``ERRHANDLER_NULL``."""
 
-    __slots__ = ("_name", "_int_handle", "__weakref__")
+    __slots__ = ("_name", "_fn", "_kind", "_int_handle", "__weakref__")
 
-    def __init__(self, errhandler: Optional["Errhandler"] = None, _name: str = "ERRHANDLER_NULL") -> None:
-        self._name = errhandler._name if errhandler is not None else _name
+    def __init__(self, errhandler: Optional["Errhandler"] = None, _name: str = "ERRHANDLER_NULL",
+                 _fn: Any = None, _kind: Optional[str] = None) -> None:
+        if errhandler is not None and not isinstance(errhandler, Errhandler):
+            raise TypeError(f"MPI.Errhandler({errhandler!r:.40}): expected an error handler "
+                            f"or nothing")
+        if errhandler is not None:
+            _name, _fn, _kind = errhandler._name, errhandler._fn, errhandler._kind
+        self._name = _name
+        self._fn = _fn          # the user function (None: predefined)
+        self._kind = _kind      # "Comm", "Win", "File" or "Session" for a user handler
 
     def Free(self) -> None:
-        """A handle obtained from ``Get_errhandler`` becomes ``ERRHANDLER_NULL``; the
-        predefined constants themselves stay usable."""
-        if not any(self is c for c in _CONSTANT_ERRHANDLERS):
-            self._name = "ERRHANDLER_NULL"
+        """This handle becomes ``ERRHANDLER_NULL`` (objects using the handler keep it); the
+        predefined constants themselves stay usable. Freeing the handle ``Create_errhandler``
+        returned gives its slot back (mpi4py allows 32 user handlers of each kind)."""
+        if any(self is c for c in _CONSTANT_ERRHANDLERS):
+            return
+        slots = _USER_ERRHANDLERS.get(self._kind)
+        if slots is not None and self in slots and slots[slots.index(self)] is self:
+            slots[slots.index(self)] = None       # the handle Create_errhandler gave
+        self._name, self._fn, self._kind = "ERRHANDLER_NULL", None, None
 
     free = Free     # mpi4py 4's "Free unless null or predefined": Free already is that
 
@@ -142,9 +158,55 @@ class Errhandler(IntHandles):
 
     __hash__ = object.__hash__
 
-    def __repr__(self) -> str:
-        return f"MPI.{self._name}"
+    def __reduce__(self) -> Any:
+        for constant in _CONSTANT_ERRHANDLERS:
+            if self is constant:
+                return constant._name       # the module's global: the same object back
+        if self._fn is not None:
+            raise ValueError(f"cannot pickle the user error handler {self._name}")
+        return (Errhandler, (), {"_name": self._name})
 
+    def __setstate__(self, state: Any) -> None:
+        self._name, self._fn, self._kind = state["_name"], None, None
+
+    def __repr__(self) -> str:
+        return f"MPI.{self._name}" if self._fn is None else f"<MPI.Errhandler {self._name}>"
+
+
+#: the user error handlers of each kind, by slot (mpi4py's limit: 32 of each kind at a time)
+_USER_ERRHANDLERS: Dict[str, list] = {kind: [None] * 32
+                                      for kind in ("Session", "Comm", "Win", "File")}
+_user_numbers = itertools.count(1)
+
+
+def checked_errhandler(errhandler: Any, kind: str, where: str) -> Errhandler:
+    """A handle of its own on ``errhandler`` for a ``Set_errhandler`` of an object of
+    ``kind`` (a user handler of another kind, or no error handler, is a TypeError/
+    MPI.Exception as in MPI)."""
+    if not isinstance(errhandler, Errhandler):
+        raise TypeError(f"{where}: expected an MPI.Errhandler, got "
+                        f"{type(errhandler).__name__}")
+    if not errhandler:
+        raise ArgumentError(f"{where}: MPI.ERRHANDLER_NULL is not an error handler")
+    if errhandler._kind not in (None, kind):
+        raise ArgumentError(f"{where}: {errhandler!r} was made by {errhandler._kind}."
+                            f"Create_errhandler; a {kind} needs one of its own kind")
+    return Errhandler(errhandler)
+
+
+def create_errhandler(kind: str, fn: Any) -> Errhandler:
+    """``Comm/Win/File/Session.Create_errhandler(fn)``: a user error handler whose ``fn(obj,
+    errorcode)`` runs on the errors of the objects it is set on."""
+    if not callable(fn):
+        raise TypeError(f"{kind}.Create_errhandler: expected a function fn(obj, errorcode), "
+                        f"got {type(fn).__name__}")
+    slots = _USER_ERRHANDLERS[kind]
+    if None not in slots:
+        raise RuntimeError(f"{kind}.Create_errhandler: cannot create too many user-defined "
+                           f"error handlers ({len(slots)} are live; Free some first)")
+    handler = Errhandler(_name=f"{kind}_errhandler#{next(_user_numbers)}", _fn=fn, _kind=kind)
+    slots[slots.index(None)] = handler
+    return handler
 
 ERRHANDLER_NULL = Errhandler()
 ERRORS_RETURN = Errhandler(_name="ERRORS_RETURN")

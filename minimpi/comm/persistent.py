@@ -13,7 +13,6 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..errors import RequestError
 from ..p2p.request import Request, Status, assign_status
-from .handles import refusing
 
 
 class Prequest(Request):
@@ -153,10 +152,20 @@ class Prequest(Request):
         state = "freed" if self._freed_p else ("active" if self._op is not None else "inactive")
         return f"<Prequest {self.description} ({state})>"
 
+    # MPI-4 partitioned communication: the requests of Psend_init/Precv_init
+    # (minimpi.comm.partitioned) have these; any other persistent request refuses them.
+    def _not_partitioned(self, call: str) -> RequestError:
+        return RequestError(f"Prequest.{call}: {self.description} is not a partitioned "
+                            f"request (make one with Comm.Psend_init/Precv_init)")
 
-    # MPI-4 partitioned communication (Psend_init/Precv_init make such requests)
-    _PARTITIONED = "partitioned point-to-point (Psend_init/Precv_init)"
-    Pready = refusing(_PARTITIONED, "Prequest.Pready")
-    Pready_range = refusing(_PARTITIONED, "Prequest.Pready_range")
-    Pready_list = refusing(_PARTITIONED, "Prequest.Pready_list")
-    Parrived = refusing(_PARTITIONED, "Prequest.Parrived")
+    def Pready(self, partition: int) -> None:
+        raise self._not_partitioned("Pready")
+
+    def Pready_range(self, partition_low: int, partition_high: int) -> None:
+        raise self._not_partitioned("Pready_range")
+
+    def Pready_list(self, partitions: Sequence[int]) -> None:
+        raise self._not_partitioned("Pready_list")
+
+    def Parrived(self, partition: int) -> bool:
+        raise self._not_partitioned("Parrived")

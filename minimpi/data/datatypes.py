@@ -42,9 +42,9 @@ from ..errors import (
     CountError,
     DatatypeError,
     UnknownDatatypeError,
-    UnsupportedError,
 )
 from . import constructors as _make
+from .attributes import DATATYPE_KEYVALS, Attributed, AttributeStore
 from .constructors import (
     DISTRIBUTE_BLOCK,
     DISTRIBUTE_CYCLIC,
@@ -131,7 +131,7 @@ def _ints(values: Any, what: str, call: str, *, minimum: Optional[int] = 0,
     return out
 
 
-class Datatype:
+class Datatype(Attributed):
     """An MPI datatype handle (``MPI.Datatype``).
 
     Users obtain these as the predefined constants or from the ``Create_*`` constructors;
@@ -164,7 +164,7 @@ class Datatype:
         self._ints: tuple = ()
         self._addrs: tuple = ()
         self._types: tuple = ()
-        self._attrs: Optional[dict] = None
+        self._attrs: Optional[AttributeStore] = None
         self._map: Optional[TypeMap] = None
         self._dtype: Optional[np.dtype] = None
         self._base_count = 1
@@ -493,7 +493,7 @@ class Datatype:
         dup._dtype, dup._base_count = self._dtype, self._base_count
         dup._committed = self._committed
         if self._attrs:
-            dup._attrs = dict(self._attrs)
+            self._attrs.copy_into(self, dup._attribute_store("Dup"))
         return dup
 
     Create_dup = Dup
@@ -510,7 +510,11 @@ class Datatype:
             raise DatatypeError(f"Datatype.Free: cannot free the predefined datatype {self._name}")
         if self._freed:
             raise DatatypeError(f"Datatype.Free: datatype {self._name} was already freed")
-        self._freed = True
+        try:
+            if self._attrs:       # the attributes go first (their delete_fn see the type)
+                self._attrs.clear(self)
+        finally:
+            self._freed = True
 
     def free(self) -> None:
         """``Free`` unless null or predefined (mpi4py's convenience)."""
@@ -731,20 +735,13 @@ class Datatype:
         return f"V{self._map.extent}"
 
     # ------------------------------------------------------------------ attributes
-    def Set_attr(self, keyval: int, attrval: Any) -> None:
-        self._check_usable("Set_attr")
+    _keyvals = DATATYPE_KEYVALS
+
+    def _attribute_store(self, call: str) -> AttributeStore:
+        self._check_usable(call)
         if self._attrs is None:
-            self._attrs = {}
-        self._attrs[keyval] = attrval
-
-    def Get_attr(self, keyval: int) -> Any:
-        self._check_usable("Get_attr")
-        return (self._attrs or {}).get(keyval)
-
-    def Delete_attr(self, keyval: int) -> None:
-        self._check_usable("Delete_attr")
-        if self._attrs:
-            self._attrs.pop(keyval, None)
+            self._attrs = AttributeStore()
+        return self._attrs
 
     # ------------------------------------------------------------------ internals
     def _check_usable(self, what: str) -> None:
@@ -803,18 +800,6 @@ class Datatype:
         return cls.fromhandle(value)
 
     f2py = fromint
-
-    @staticmethod
-    def Create_keyval(*args: Any, **kwargs: Any) -> int:
-        """Not implemented: user attribute keyvals."""
-        raise UnsupportedError("Datatype.Create_keyval: minimpi does not implement user "
-                               "attribute keyvals (Create_keyval, Free_keyval)")
-
-    @staticmethod
-    def Free_keyval(*args: Any, **kwargs: Any) -> int:
-        """Not implemented: user attribute keyvals."""
-        raise UnsupportedError("Datatype.Free_keyval: minimpi does not implement user "
-                               "attribute keyvals (Create_keyval, Free_keyval)")
 
     def __hash__(self) -> int:
         return 0 if self.is_null else id(self._handle)

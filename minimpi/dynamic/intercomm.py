@@ -27,6 +27,7 @@ from ..coll.intercomm import inter_exchange
 from ..coll.slots import create_group_tag
 from ..comm.communicator import Comm, Intracomm, claim_contexts, free_context
 from ..comm.communicator import Intercomm as _IntercommHandle
+from ..comm.errhandlers import route_errors
 from ..comm.group import Group, group_of
 from ..comm.null import COMM_NULL
 from ..constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
@@ -142,6 +143,7 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         claim_contexts(engine, context, CONTEXTS)
         comm = self._derived(self._local_endpoint.group, self._ep.group, self.rank, context,
                              f"{self.name}.dup")
+        self._inherit_into(comm)
         if info:
             comm.Set_info(info)
         return comm
@@ -247,9 +249,12 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
     def Free(self) -> None:
         """Release the intercommunicator (both of its endpoints)."""
         self._alive("Free")
-        self._freed = True
-        self._ep.release()
-        self._local_endpoint.release()
+        try:
+            self._release_attributes()
+        finally:
+            self._freed = True
+            self._ep.release()
+            self._local_endpoint.release()
 
     def Disconnect(self) -> None:
         """As ``Free``."""
@@ -288,6 +293,9 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
             same.__dict__ = comm.__dict__
             comm = same
         return comm
+
+
+route_errors(Intercomm)   # its errors go to its error handler, as every communicator's
 
 
 class _PeerSwap:

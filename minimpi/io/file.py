@@ -24,7 +24,15 @@ import os
 import tempfile
 from typing import Any, Optional
 
-from ..comm.handles import ERRORS_RETURN, INFO_NULL, Errhandler, Info
+from ..comm.errhandlers import call_errhandler, route_errors
+from ..comm.handles import (
+    ERRORS_RETURN,
+    INFO_NULL,
+    Errhandler,
+    Info,
+    checked_errhandler,
+    create_errhandler,
+)
 from ..constants import (
     DISPLACEMENT_CURRENT,
     MODE_APPEND,
@@ -391,18 +399,35 @@ class File:
         return ind.Get_position_shared(self._open("Get_position_shared"))
 
     # ------------------------------------------------------------------ errhandlers
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
+        """A user error handler: ``errhandler_fn(file, errorcode)`` runs on the errors of
+        the files it is set on (which then raise ``MPI.Exception``)."""
+        return create_errhandler("File", errhandler_fn)
+
     def Get_errhandler(self) -> Errhandler:
-        """The error handler (minimpi always raises ``MPI.Exception``)."""
-        return self._errhandler
+        """A new handle on this file's error handler (``ERRORS_RETURN`` unless set)."""
+        return Errhandler(self._errhandler)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        """Remember an error handler; on ``FILE_NULL`` it becomes the default of new files."""
-        self._errhandler = errhandler
+        """Handle this file's errors with ``errhandler``; on ``FILE_NULL`` it becomes the
+        handler of files opened later."""
+        self._errhandler = checked_errhandler(errhandler, "File", "File.Set_errhandler")
         if self._f is None:                  # FILE_NULL: the default of files opened later
-            _default_errhandler[0] = errhandler
+            _default_errhandler[0] = self._errhandler
 
     def Call_errhandler(self, errorcode: int) -> None:
-        raise FileError(f"File.Call_errhandler: error code {errorcode}", int(errorcode))
+        """Run this file's error handler for ``errorcode`` (``ERRORS_RETURN``: nothing)."""
+        call_errhandler(self, self._errhandler, errorcode, self._abort_on_error)
+
+    def _current_errhandler(self) -> Errhandler:
+        return self._errhandler
+
+    def _abort_on_error(self, code: int) -> None:
+        if self._f is not None:
+            self._f.comm.Abort(code)
+        else:   # FILE_NULL (a failed Open): the whole job, as MPI_Abort on COMM_WORLD
+            raise SystemExit(code)
 
     # ------------------------------------------------------------------ Python properties
     amode = property(lambda self: self.Get_amode(), doc="access mode")
@@ -524,4 +549,5 @@ for _name, (_impl, _offset, _doc) in _CALLS.items():
 del _name, _impl, _offset, _doc
 
 #: ``MPI.FILE_NULL``
+route_errors(File)   # a file's errors go to its error handler (minimpi.comm.errhandlers)
 FILE_NULL = File()

@@ -16,6 +16,11 @@ from typing import Optional, Sequence, Tuple
 from .engine import Engine
 from .request import RecvRequest, Request
 
+#: the bit that turns a communicator's point-to-point context into the context of its
+#: partitioned messages (Psend_init/Precv_init): they never match an ordinary receive, not
+#: even an ``ANY_TAG`` one (context ids stay far below 2**31)
+PARTITIONED_BIT = 1 << 31
+
 
 class Endpoint:
     """``rank`` of ``size`` in ``group`` (world ranks), on contexts ``context`` and ``context + 1``.
@@ -40,6 +45,19 @@ class Endpoint:
         self._coll_seq = 0
         engine.register_context(context, self.group)
         engine.register_context(self.coll_context, self.group)
+
+    @property
+    def partitioned_context(self) -> int:
+        """The context of this communicator's partitioned messages (registered on first use
+        by :meth:`use_partitioned_context`)."""
+        return self.context | PARTITIONED_BIT
+
+    def use_partitioned_context(self) -> int:
+        """Register the partitioned context with the engine (idempotent); returns it."""
+        context = self.partitioned_context
+        if self.engine.group_of(context) is None:
+            self.engine.register_context(context, self.group)
+        return context
 
     def isend(self, payload: Sequence[memoryview], nbytes: int, dest: int, tag: int,
               flags: int, call: str, context: Optional[int] = None) -> Request:
@@ -95,3 +113,4 @@ class Endpoint:
         """Stop routing messages to this endpoint's contexts (``Comm.Free``)."""
         self.engine.release_context(self.context)
         self.engine.release_context(self.coll_context)
+        self.engine.release_context(self.partitioned_context)

@@ -11,11 +11,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..comm.handles import ERRORS_ARE_FATAL, Info
+from ..comm.handles import ERRORS_RETURN, Info
 from ..constants import (
     PROC_NULL,
     WIN_FLAVOR_DYNAMIC,
 )
+from ..data.attributes import AttributeStore
 from ..data.buffers import get_address
 from ..errors import RankError
 from . import am, cma, shared
@@ -70,8 +71,8 @@ class _State:
         self.base = get_address(mem_obj) if mem_obj is not None else 0
         self.info = Info.Create(info) if isinstance(info, Info) else Info.Create()
         self.name = ""
-        self.errhandler = ERRORS_ARE_FATAL
-        self.attrs: Dict[int, Any] = {}
+        self.errhandler = ERRORS_RETURN    # what mpi4py sets on the windows it makes
+        self.attrs = AttributeStore()   # the user attributes (Set_attr)
         self.segment = segment
         # every rank's window size and disp_unit (origins check bounds before sending), and
         # where its memory is (process, address) for straight copies on one host

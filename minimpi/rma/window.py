@@ -14,13 +14,13 @@ How bytes move (chosen per target when the window is made):
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ..comm.errhandlers import call_errhandler, route_errors
 from ..comm.group import Group
-from ..comm.handles import Errhandler, Info
+from ..comm.handles import ERRORS_RETURN, Errhandler, Info, checked_errhandler, create_errhandler
 from ..constants import (
     BOTTOM,
     PROC_NULL,
@@ -35,6 +35,7 @@ from ..constants import (
     WIN_SIZE,
     WIN_UNIFIED,
 )
+from ..data.attributes import WIN_KEYVALS, Attributed, AttributeStore
 from ..data.buffers import get_address, parse_buffer
 from ..data.memory import alloc_mem, buffer
 from ..errors import ArgumentError, MinimpiError, RankError
@@ -44,10 +45,8 @@ from .operations import Operations
 from .state import _check_int, _State
 from .synchronisation import Synchronisation
 
-_KEYVALS = itertools.count(0x6600_1000)
 
-
-class Win(Operations, Synchronisation):
+class Win(Attributed, Operations, Synchronisation):
     """An RMA window (``MPI.Win``). Make one with :meth:`Create`, :meth:`Allocate`,
     :meth:`Allocate_shared` or :meth:`Create_dynamic` (collective over the communicator)."""
 
@@ -178,43 +177,32 @@ class Win(Operations, Synchronisation):
         """Free the window (collective): finish this rank's operations, wait for every rank,
         stop serving."""
         s = self._live("Free")
-        s.origin.complete_remote(s.origin.targets(), "Win.Free")
-        s.comm.Barrier()
-        s.server.close()
-        s.comm.Free()
-        if s.segment is not None:
-            s.segment.release()
-        s.freed = True
+        try:      # the attributes go first (their delete_fn see the window)
+            s.attrs.clear(self)
+        finally:  # a failing delete_fn is raised, but the window is freed on every rank
+            s.origin.complete_remote(s.origin.targets(), "Win.Free")
+            s.comm.Barrier()
+            s.server.close()
+            s.comm.Free()
+            if s.segment is not None:
+                s.segment.release()
+            s.freed = True
 
     # -- attributes, names, info, groups -------------------------------------------------------
-    def Get_attr(self, keyval: int) -> Any:
+    _keyvals = WIN_KEYVALS
+
+    def _attribute_store(self, call: str) -> AttributeStore:
+        return self._live(call).attrs
+
+    def _predefined_attr(self, keyval: int) -> Tuple[bool, Any]:
+        """``MPI.WIN_BASE``, ``WIN_SIZE``, ``WIN_DISP_UNIT``, ``WIN_CREATE_FLAVOR``,
+        ``WIN_MODEL``."""
+        if keyval not in (WIN_BASE, WIN_SIZE, WIN_DISP_UNIT, WIN_CREATE_FLAVOR, WIN_MODEL):
+            return False, None
         s = self._live("Get_attr")
-        if keyval == WIN_BASE:
-            return s.base
-        if keyval == WIN_SIZE:
-            return int(s.memory.size)
-        if keyval == WIN_DISP_UNIT:
-            return s.disp_unit
-        if keyval == WIN_CREATE_FLAVOR:
-            return s.flavor
-        if keyval == WIN_MODEL:
-            return WIN_UNIFIED
-        return s.attrs.get(keyval)
-
-    def Set_attr(self, keyval: int, attrval: Any) -> None:
-        self._live("Set_attr").attrs[keyval] = attrval
-
-    def Delete_attr(self, keyval: int) -> None:
-        self._live("Delete_attr").attrs.pop(keyval, None)
-
-    @staticmethod
-    def Create_keyval(copy_fn: Any = None, delete_fn: Any = None, nopython: bool = False) -> int:
-        """A new attribute key for :meth:`Set_attr`."""
-        return next(_KEYVALS)
-
-    @staticmethod
-    def Free_keyval(keyval: int) -> int:
-        return -1
+        return True, {WIN_BASE: s.base, WIN_SIZE: int(s.memory.size),
+                      WIN_DISP_UNIT: s.disp_unit, WIN_CREATE_FLAVOR: s.flavor,
+                      WIN_MODEL: WIN_UNIFIED}[keyval]
 
     @property
     def attrs(self) -> Tuple[int, int, int]:
@@ -268,16 +256,32 @@ class Win(Operations, Synchronisation):
 
     name = property(Get_name, Set_name)
 
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
+        """A user error handler: ``errhandler_fn(win, errorcode)`` runs on the errors of
+        the windows it is set on (which then raise ``MPI.Exception``)."""
+        return create_errhandler("Win", errhandler_fn)
+
     def Get_errhandler(self) -> Errhandler:
+        """A new handle on the window's error handler (``ERRORS_RETURN`` unless set)."""
         return Errhandler(self._live("Get_errhandler").errhandler)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        if not isinstance(errhandler, Errhandler):
-            raise TypeError("Win.Set_errhandler: expected an MPI.Errhandler")
-        self._live("Set_errhandler").errhandler = Errhandler(errhandler)
+        """Handle this window's errors with ``errhandler``."""
+        s = self._live("Set_errhandler")
+        s.errhandler = checked_errhandler(errhandler, "Win", f"rank {s.rank}: Win.Set_errhandler")
 
     def Call_errhandler(self, errorcode: int) -> None:
-        raise MinimpiError(f"Win.Call_errhandler({errorcode})", int(errorcode))
+        """Run the window's error handler for ``errorcode`` (``ERRORS_RETURN``: nothing)."""
+        call_errhandler(self, self._live("Call_errhandler").errhandler, errorcode,
+                        self._abort_on_error)
+
+    def _current_errhandler(self) -> Errhandler:
+        return self._s.errhandler if self._s is not None else ERRORS_RETURN
+
+    def _abort_on_error(self, code: int) -> None:
+        if self._s is not None:
+            self._s.comm.Abort(code)
 
     # -- memory ------------------------------------------------------------------------------
     def tomemory(self) -> buffer:
@@ -312,6 +316,7 @@ class Win(Operations, Synchronisation):
     toint = py2f
 
 
+route_errors(Win)   # a window's errors go to its error handler (minimpi.comm.errhandlers)
 WIN_NULL = Win()
 
 

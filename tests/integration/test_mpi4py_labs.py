@@ -193,7 +193,7 @@ def test_out_of_scope_features_refuse_clearly(write_script, job_marker):
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         calls = [lambda: MPI.Register_datarep("x", None, None, None),
-                 lambda: comm.Bcast_init(bytearray(1))]
+                 lambda: comm.Revoke()]
         for call in calls:
             try:
                 call()

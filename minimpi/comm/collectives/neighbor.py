@@ -15,7 +15,6 @@ import numpy as np
 from ...coll.blocks import Blocks, as_bytes, running_sum
 from ...data.buffers import parse_buffer, parse_vbuffer, parse_wbuffer
 from ...errors import CountError
-from ..handles import refusing
 from .common import collective, execute, nothing
 
 
@@ -194,15 +193,3 @@ class NeighborMethods:
                                            Blocks(items=items),
                                            Blocks(items=[None] * len(sources))),
                        algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)
-
-    # -- persistent forms (MPI-4): not yet --------------------------------------------------
-    Neighbor_allgather_init = refusing("persistent neighbourhood collectives",
-                                       "Topocomm.Neighbor_allgather_init")
-    Neighbor_allgatherv_init = refusing("persistent neighbourhood collectives",
-                                        "Topocomm.Neighbor_allgatherv_init")
-    Neighbor_alltoall_init = refusing("persistent neighbourhood collectives",
-                                      "Topocomm.Neighbor_alltoall_init")
-    Neighbor_alltoallv_init = refusing("persistent neighbourhood collectives",
-                                       "Topocomm.Neighbor_alltoallv_init")
-    Neighbor_alltoallw_init = refusing("persistent neighbourhood collectives",
-                                       "Topocomm.Neighbor_alltoallw_init")

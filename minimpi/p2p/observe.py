@@ -91,3 +91,38 @@ class MatchStats:
     def __repr__(self) -> str:
         return ("MatchStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__)
                 + ")")
+
+
+class Activities:
+    """What the layers above the engine are in the middle of, for "what am I blocked on"
+    reports: a one-sided window's synchronisation call (``Win.Fence`` on a window, its
+    epoch, the ranks it waits for) puts a plain dict here for as long as it runs, and the
+    deadlock reporter (:mod:`minimpi.runtime.diagnose`) reads :meth:`current` when a wait
+    lasts. A stack, since such calls may nest (a Fence's Barrier)."""
+
+    __slots__ = ("_stack",)
+
+    def __init__(self) -> None:
+        self._stack: List[dict] = []
+
+    def during(self, what: dict) -> "_During":
+        """A context manager: ``what`` is the current activity inside the ``with``."""
+        return _During(self._stack, what)
+
+    def current(self) -> Optional[dict]:
+        """The innermost activity under way (None when there is none)."""
+        return self._stack[-1] if self._stack else None
+
+
+class _During:
+    __slots__ = ("stack", "what")
+
+    def __init__(self, stack: List[dict], what: dict) -> None:
+        self.stack, self.what = stack, what
+
+    def __enter__(self) -> dict:
+        self.stack.append(self.what)
+        return self.what
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stack.pop()

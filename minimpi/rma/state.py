@@ -7,7 +7,7 @@ import atexit
 import operator
 import os
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,6 +59,8 @@ class _State:
 
     def __init__(self, comm: Any, flavor: int, memory: np.ndarray, mem_obj: Any,
                  disp_unit: int, info: Any, segment: Optional[shared.SharedSegment]) -> None:
+        #: the communicator the window was made on, named as diagnostics name it
+        self.comm_name = getattr(comm.endpoint, "name", None) or comm.Get_name()
         self.comm = comm.Dup()          # the window's own messages never meet anybody else's
         self.endpoint = self.comm.endpoint
         self.rank = self.comm.Get_rank()
@@ -96,6 +98,20 @@ class _State:
     @property
     def memory(self) -> np.ndarray:
         return self.exposed.memory
+
+    def epoch_call(self, call: str, epoch: str, peers: Optional[Sequence[int]] = None,
+                   collective: bool = False):
+        """A context manager naming this synchronisation call as the rank's current
+        activity (``Engine.activities``), so that a wait inside it that lasts is reported as
+        ``Win.Fence on window 'w0' (COMM_WORLD)`` with its epoch and the ranks it waits for.
+        ``peers``: window ranks it waits for (every other rank when ``collective``)."""
+        world = self.endpoint.engine.group_of(self.endpoint.context) or tuple(range(self.size))
+        if peers is None:
+            peers = [r for r in range(self.size) if r != self.rank] if collective else []
+        what = {"call": call, "win": self.name or self.label, "comm": self.comm_name,
+                "epoch": epoch, "collective": collective, "label": self.label,
+                "group": [int(w) for w in world], "peers": [int(world[r]) for r in peers]}
+        return self.endpoint.engine.activities.during(what)
 
     def direct_memory(self, target: int) -> Optional[np.ndarray]:
         """The target's window memory when this rank can reach it directly (itself, or a

@@ -178,8 +178,9 @@ class Win(Operations, Synchronisation):
         """Free the window (collective): finish this rank's operations, wait for every rank,
         stop serving."""
         s = self._live("Free")
-        s.origin.complete_remote(s.origin.targets(), "Win.Free")
-        s.comm.Barrier()
+        with s.epoch_call("Win.Free", "freeing the window", collective=True):
+            s.origin.complete_remote(s.origin.targets(), "Win.Free")
+            s.comm.Barrier()
         s.server.close()
         s.comm.Free()
         if s.segment is not None:

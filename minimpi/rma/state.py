@@ -145,6 +145,15 @@ class WinHandle:
         window): what tracing asks for the rank's observer."""
         return self._s.endpoint if self else None
 
+    @property
+    def label(self) -> str:
+        """How diagnostics and traces name the window: its name (``Set_name``) or
+        ``win#<context>``; ``WIN_NULL`` for a null window."""
+        s = self._s
+        if s is None:
+            return "WIN_NULL"
+        return s.name or s.label
+
     def _live(self, call: str) -> _State:
         s = self._s
         if s is None or s.freed:

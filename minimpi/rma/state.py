@@ -18,6 +18,7 @@ from ..constants import (
 )
 from ..data.buffers import get_address
 from ..errors import RankError
+from ..p2p.observe import Activity
 from . import am, cma, shared
 from .am import POST_TAG
 from .epochs import Epochs
@@ -100,18 +101,12 @@ class _State:
         return self.exposed.memory
 
     def epoch_call(self, call: str, epoch: str, peers: Optional[Sequence[int]] = None,
-                   collective: bool = False):
+                   collective: bool = False) -> "EpochCall":
         """A context manager naming this synchronisation call as the rank's current
         activity (``Engine.activities``), so that a wait inside it that lasts is reported as
         ``Win.Fence on window 'w0' (COMM_WORLD)`` with its epoch and the ranks it waits for.
         ``peers``: window ranks it waits for (every other rank when ``collective``)."""
-        world = self.endpoint.engine.group_of(self.endpoint.context) or tuple(range(self.size))
-        if peers is None:
-            peers = [r for r in range(self.size) if r != self.rank] if collective else []
-        what = {"call": call, "win": self.name or self.label, "comm": self.comm_name,
-                "epoch": epoch, "collective": collective, "label": self.label,
-                "group": [int(w) for w in world], "peers": [int(world[r]) for r in peers]}
-        return self.endpoint.engine.activities.during(what)
+        return EpochCall(self, call, epoch, peers, collective)
 
     def direct_memory(self, target: int) -> Optional[np.ndarray]:
         """The target's window memory when this rank can reach it directly (itself, or a
@@ -122,6 +117,35 @@ class _State:
         if target == self.rank and not self.exposed.dynamic:
             return self.exposed.memory
         return None
+
+
+class EpochCall(Activity):
+    """A window's synchronisation call under way (see :meth:`_State.epoch_call`); its
+    description is built only if a wait inside it lasts long enough to be reported."""
+
+    __slots__ = ("state", "call", "epoch", "peers", "collective")
+
+    def __init__(self, state: _State, call: str, epoch: str, peers: Optional[Sequence[int]],
+                 collective: bool) -> None:
+        self.state, self.call, self.epoch = state, call, epoch
+        self.peers, self.collective = peers, collective
+
+    def __enter__(self) -> "EpochCall":
+        self.state.endpoint.engine.activities.push(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.state.endpoint.engine.activities.pop()
+
+    def describe(self) -> dict:
+        s = self.state
+        world = s.endpoint.engine.group_of(s.endpoint.context) or tuple(range(s.size))
+        peers = self.peers
+        if peers is None:
+            peers = [r for r in range(s.size) if r != s.rank] if self.collective else []
+        return {"call": self.call, "win": s.name or s.label, "comm": s.comm_name,
+                "epoch": self.epoch, "collective": self.collective, "label": s.label,
+                "group": [int(w) for w in world], "peers": [int(world[r]) for r in peers]}
 
 
 def _check_int(value: Any, call: str, arg: str) -> int:

@@ -157,8 +157,8 @@ def blocked_state(engine, waiting_on: List[Any], frame=None) -> Dict[str, Any]:
     state["waiting"] = waiting_messages(engine, waiting_on)
     state["eager_limit"] = engine.eager_limit
     # a one-sided window's synchronisation call this wait is part of (rma: Win.epoch_call)
-    epoch = engine.activities.current()
-    state["epoch"] = dict(epoch) if epoch is not None else None
+    activity = engine.activities.current()
+    state["epoch"] = activity.describe() if activity is not None else None
     return state
 
 

@@ -85,6 +85,11 @@ def explain_io(p: int, total: int, pattern: str, block: int, write: bool = True,
     except ValueError as e:
         print(f"minimpi explain io: {e}", file=sys.stderr)
         return 2
+    for key in ("cb_nodes", "cb_buffer_size"):
+        if key in hints and not hints[key].lstrip("-").isdigit():
+            print(f"note: hint {key}={hints[key]!r} is not a whole number of "
+                  f"{'aggregators' if key == 'cb_nodes' else 'bytes'}: ignored, as a job "
+                  f"ignores it", file=out)
     plan, rank_runs, summaries = plan_for(views, hints, write)
     call = "Write_all" if write else "Read_all"
     what = f"{block} B blocks" if pattern == "strided" else pattern
@@ -118,7 +123,8 @@ def explain_io(p: int, total: int, pattern: str, block: int, write: bool = True,
               f"from {row.senders} rank{'s' if row.senders != 1 else ''}, joined into "
               f"{row.io_calls} {kind} call{'s' if row.io_calls != 1 else ''}", file=out)
     print(f"  in all: {sum(r.io_calls for r in rows)} {kind} calls, "
-          f"{3 * plan.rounds} exchanges", file=out)
+          f"{3 * plan.rounds} exchanges (besides the summaries' allgather before and the "
+          f"error agreement after, which every collective access has)", file=out)
     return 0
 
 

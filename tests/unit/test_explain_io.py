@@ -104,3 +104,9 @@ def test_bad_arguments(capsys):
         parse_info(["cb_nodes"])
     assert cli.main(["explain", "io", "-n", "4", "--bytes", "1KiB", "--block", "4096"]) == 2
     assert "holds no block of 4096 B per rank" in capsys.readouterr().err
+    # a hint a job would ignore is ignored here too, and said so
+    assert cli.main(["explain", "io", "-n", "3", "--bytes", "3MiB", "--block", "64",
+                     "--info", "cb_buffer_size=1MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "note: hint cb_buffer_size='1MiB' is not a whole number of bytes" in out
+    assert "in 1 round " in out or "1 round (" in out

@@ -64,3 +64,33 @@ def test_wait_for_an_origin_that_never_completes(write_script, job_marker):
     assert re.search(r"rank 0: blocked in Win\.Wait on window 'win#\d+' \(COMM_WORLD\), "
                      r"exposure \(post/start/complete/wait\) epoch, waiting for ranks 1, 2 at "
                      r"pscw\.py:8 \(win\.Wait\(\)\)", res.stderr), res.stderr
+
+
+def test_unlock_waiting_for_a_lock_another_rank_holds(write_script, job_marker):
+    script = write_script("lock.py", """
+        import numpy as np
+        from minimpi import MPI
+        comm = MPI.COMM_WORLD
+        win = MPI.Win.Create(np.zeros(4), comm=comm)
+        win.Set_name("counts")
+        if comm.rank == 1:
+            win.Lock(0, MPI.LOCK_EXCLUSIVE)
+            win.Put(np.ones(1), 0)
+            win.Flush(0)
+            comm.Barrier()
+            comm.recv(source=2, tag=3)
+        elif comm.rank == 2:
+            comm.Barrier()
+            win.Lock(0, MPI.LOCK_EXCLUSIVE)
+            win.Accumulate(np.ones(1), 0)
+            win.Unlock(0)
+        else:
+            comm.Barrier()
+            comm.recv(source=1, tag=3)
+    """)
+    res = run(3, script, job_marker)
+    assert res.returncode == EXIT_DEADLOCK, res.stderr
+    err = res.stderr
+    assert ("rank 2: blocked in Win.Unlock(0) on window 'counts' (COMM_WORLD), passive target "
+            "(lock) epoch, waiting for rank 0 at lock.py:17 (win.Unlock(0))") in err, err
+    assert "rank 1: blocked in recv(source=2, tag=3) on COMM_WORLD at lock.py:12" in err

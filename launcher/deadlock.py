@@ -27,7 +27,13 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from minimpi.runtime.diagnose import edge_text, format_state, wait_targets, waiting_text
+from minimpi.runtime.diagnose import (
+    edge_text,
+    format_state,
+    wait_targets,
+    waiting_text,
+    window_stragglers,
+)
 
 #: the launcher's exit code for a detected deadlock (see ``minimpi run --help``)
 EXIT_DEADLOCK = 3
@@ -125,9 +131,11 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
     summary = (f"minimpi: deadlock: every rank still running is blocked in minimpi and nothing "
                f"has moved for {timeout:g} s (--deadlock-timeout); what each rank is doing:")
     lines: List[str] = []
+    stragglers = window_stragglers(blocked)
     for st in ranks:
         if st.rank in blocked:
-            lines.append(f"  rank {st.rank}: {format_state(blocked[st.rank])}")
+            lines.append(f"  rank {st.rank}: "
+                         f"{format_state(blocked[st.rank], stragglers.get(st.rank))}")
         else:
             lines.append(f"  rank {st.rank}: {_gone_text(st)}")
 

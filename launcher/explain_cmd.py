@@ -5,6 +5,7 @@
     minimpi explain bcast --bytes 1MiB -n 4 --objects      # the lowercase, object call
     minimpi explain allreduce --bytes 64MiB --hosts 2x4     # 2 hosts of 4 ranks: flat or hierarchical
     minimpi explain --list                                  # every collective and algorithm
+    minimpi explain io -n 4 --bytes 64MiB --pattern strided --block 4096   # collective I/O
     minimpi explain --calibrate [--save [PATH]]             # measure alpha, beta, gamma here
     minimpi explain --calibrate --hosts a:2,b:2 [--run-args "..."]   # and both links, over hosts
 
@@ -379,10 +380,11 @@ def _measured(name: str, value: float, model, sources: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = __doc__.split("\n\n")[1]
-    p.add_argument("collective", nargs="?", help="e.g. allreduce, bcast (see --list)")
+    p.add_argument("collective", nargs="?",
+                   help="e.g. allreduce, bcast (see --list), or io for collective file access")
     p.add_argument("--bytes", "-b", type=byte_size, default=1 << 20, metavar="SIZE",
                    help="bytes of the call: 8, 64KiB, 4MiB, ... (default 1MiB)")
-    p.add_argument("-n", "--np", dest="nprocs", type=positive_int, default=None, metavar="P",
+    p.add_argument("-n", "--np", "--ranks", dest="nprocs", type=positive_int, default=None, metavar="P",
                    help="number of ranks (default 4, or every slot of --hosts)")
     p.add_argument("--hosts", metavar="HOSTS",
                    help="ranks on several hosts: NxM (N hosts of M ranks) or a:4,b:4; with "
@@ -397,6 +399,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "file or this host's): compare a laptop (2) with a cluster (-n P)")
     p.add_argument("--objects", action="store_true",
                    help="the lowercase call on Python objects (some algorithms take buffers only)")
+    p.add_argument("--pattern", choices=["strided", "subarray", "contiguous"],
+                   default="strided",
+                   help="with `io`: each rank's file view (see launcher/explain_io.py)")
+    p.add_argument("--block", type=byte_size, default=4096, metavar="SIZE",
+                   help="with `io --pattern strided`: bytes of each rank's block (default 4096)")
+    p.add_argument("--read", action="store_true",
+                   help="with `io`: explain Read_all (default: Write_all)")
+    p.add_argument("--info", action="append", default=[], metavar="KEY=VALUE",
+                   help="with `io`: a file hint (cb_nodes, cb_buffer_size, romio_cb_write, "
+                        "romio_cb_read); repeatable")
     p.add_argument("--list", action="store_true", help="list every collective and algorithm")
     p.add_argument("--calibrate", action="store_true",
                    help="measure alpha, beta and gamma on this machine (a 2-rank job over the "
@@ -421,6 +433,15 @@ def main(args: argparse.Namespace) -> int:
         return 2
     op = args.op
     name = args.collective.lower()
+    if name == "io":
+        from .explain_io import explain_io, parse_info
+        try:
+            hints = parse_info(args.info)
+        except ValueError as e:
+            print(f"minimpi explain io: {e}", file=sys.stderr)
+            return 2
+        return explain_io(args.nprocs or 4, args.bytes, args.pattern, args.block,
+                          write=not args.read, hints=hints)
     if op is None and ("reduce" in name or "scan" in name):
         from minimpi.data import ops
         op = ops.SUM

@@ -97,6 +97,52 @@ class Plan:
         return "\n".join(lines)
 
 
+def summarize(offs: np.ndarray, lens: np.ndarray) -> Summary:
+    """One rank's access summary from its file runs (sorted, as a view gives them)."""
+    if not len(offs):
+        return Summary(0, 0, 0, 0)
+    return Summary(int(offs[0]), int(offs[-1] + lens[-1]), int(lens.sum()), len(offs))
+
+
+@dataclass(frozen=True)
+class AggregatorRound:
+    """What one aggregator does in one round of a two-phase plan."""
+    aggregator: int                # its rank
+    round: int
+    domain: tuple                  # file bytes [lo, hi) of this part of its domain
+    pieces: int                    # pieces it receives (writes) or sends (reads)
+    nbytes: int
+    senders: int                   # ranks with at least one piece for it
+    io_calls: int                  # pwrite/preadv calls: its pieces joined where adjacent
+
+
+def schedule(p: Plan, rank_runs: Sequence[tuple]) -> list:
+    """The work of every aggregator in every round of plan ``p``, given each rank's file
+    runs ``(offsets, lengths)`` (pure: no communication). It cuts the runs with
+    :class:`Pieces` and joins them as the aggregators do, so it counts the I/O calls a
+    real call makes."""
+    if p.method != "two_phase":
+        return []
+    per_round = [[] for _ in range(p.rounds)]       # round -> per rank (meta, counts)
+    for offs, lens in rank_runs:
+        pieces = Pieces(p, np.asarray(offs, np.int64), np.asarray(lens, np.int64))
+        for k in range(p.rounds):
+            meta, piece_counts, meta_displs, _bc, _bd = pieces.for_round(k, len(rank_runs))
+            per_round[k].append((meta, piece_counts, meta_displs))
+    rows = []
+    R_ = p.rounds
+    for k in range(p.rounds):
+        for d, agg in enumerate(p.aggregators):
+            parts = [meta[int(displs[agg]):int(displs[agg] + counts[agg])]
+                     for meta, counts, displs in per_round[k]]
+            their = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+            order, _rp, _sp, _sl, (m_off, _m_len) = _sorted_layout(their[:, 0], their[:, 1])
+            rows.append(AggregatorRound(
+                agg, k, (p.bounds[d * R_ + k], p.bounds[d * R_ + k + 1]), len(their),
+                int(their[:, 1].sum()), sum(1 for part in parts if len(part)), len(m_off)))
+    return rows
+
+
 def _forced(hints: dict, write: bool) -> Optional[str]:
     env = os.environ.get("MINIMPI_IO_COLLECTIVE", "").strip().lower()
     if env in ("two_phase", "independent"):
@@ -241,9 +287,7 @@ def _exchange_summaries(f: OpenFile, offs, lens, err, call: str, write: bool) ->
     """The first exchange: everybody's access summary, or an argument error (then every
     rank raises)."""
     if err is None:
-        mine = (Summary(int(offs[0]) if len(offs) else 0,
-                        int(offs[-1] + lens[-1]) if len(offs) else 0,
-                        int(lens.sum()), len(offs)), None)
+        mine = (summarize(offs, lens), None)
     else:
         mine = (None, failure_of(err))
     everyone = f.comm.allgather(mine)

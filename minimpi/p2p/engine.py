@@ -43,7 +43,7 @@ from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
-from .observe import EngineObserver, MatchStats
+from .observe import Activities, EngineObserver, MatchStats
 from .progress import ProgressPolicy
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
@@ -128,6 +128,9 @@ class Engine(FrameSink):
         self._to_step: Tuple[EngineObserver, ...] = ()
         self._to_waits: Tuple[EngineObserver, ...] = ()     # wait_ended
         self._to_blocks: Tuple[EngineObserver, ...] = ()    # blocked, still_blocked, unblocked
+        #: what the layers above are in the middle of (a window's epoch call), for the
+        #: deadlock reporter (observe.Activities)
+        self.activities = Activities()
         #: after how many seconds a wait is reported to the observers as blocked
         self.block_report_after = 1.0
         # context -> what to tell about each message that matched no posted receive there

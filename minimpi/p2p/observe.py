@@ -91,3 +91,39 @@ class MatchStats:
     def __repr__(self) -> str:
         return ("MatchStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__)
                 + ")")
+
+
+class Activity:
+    """Something a layer above the engine is in the middle of (a window's ``Win.Fence``):
+    :meth:`describe` is called only when a wait inside it lasts, so an activity costs its
+    caller nothing more than creating it."""
+
+    __slots__ = ()
+
+    def describe(self) -> dict:
+        """A plain (msgpack-able) dict saying what this is, for the deadlock report."""
+        return {}
+
+
+class Activities:
+    """What the layers above the engine are in the middle of, for "what am I blocked on"
+    reports: a one-sided window's synchronisation call pushes an :class:`Activity` for as
+    long as it runs, and the deadlock reporter (:mod:`minimpi.runtime.diagnose`) reads
+    :meth:`current` when a wait lasts. A stack, since such calls may nest."""
+
+    __slots__ = ("_stack",)
+
+    def __init__(self) -> None:
+        self._stack: List[Activity] = []
+
+    def push(self, what: Activity) -> None:
+        """``what`` is under way (until the matching :meth:`pop`)."""
+        self._stack.append(what)
+
+    def pop(self) -> None:
+        """The innermost activity ended."""
+        self._stack.pop()
+
+    def current(self) -> Optional[Activity]:
+        """The innermost activity under way (None when there is none)."""
+        return self._stack[-1] if self._stack else None

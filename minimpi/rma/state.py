@@ -7,7 +7,7 @@ import atexit
 import operator
 import os
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from ..constants import (
 from ..data.attributes import AttributeStore
 from ..data.buffers import get_address
 from ..errors import RankError
+from ..p2p.observe import Activity
 from . import am, cma, shared
 from .am import POST_TAG
 from .epochs import Epochs
@@ -60,6 +61,8 @@ class _State:
 
     def __init__(self, comm: Any, flavor: int, memory: np.ndarray, mem_obj: Any,
                  disp_unit: int, info: Any, segment: Optional[shared.SharedSegment]) -> None:
+        #: the communicator the window was made on, named as diagnostics name it
+        self.comm_name = getattr(comm.endpoint, "name", None) or comm.Get_name()
         self.comm = comm.Dup()          # the window's own messages never meet anybody else's
         self.endpoint = self.comm.endpoint
         self.rank = self.comm.Get_rank()
@@ -98,6 +101,14 @@ class _State:
     def memory(self) -> np.ndarray:
         return self.exposed.memory
 
+    def epoch_call(self, call: str, epoch: str, peers: Optional[Sequence[int]] = None,
+                   collective: bool = False) -> "EpochCall":
+        """A context manager naming this synchronisation call as the rank's current
+        activity (``Engine.activities``), so that a wait inside it that lasts is reported as
+        ``Win.Fence on window 'w0' (COMM_WORLD)`` with its epoch and the ranks it waits for.
+        ``peers``: window ranks it waits for (every other rank when ``collective``)."""
+        return EpochCall(self, call, epoch, peers, collective)
+
     def direct_memory(self, target: int) -> Optional[np.ndarray]:
         """The target's window memory when this rank can reach it directly (itself, or a
         peer in the same shared segment), else None."""
@@ -107,6 +118,35 @@ class _State:
         if target == self.rank and not self.exposed.dynamic:
             return self.exposed.memory
         return None
+
+
+class EpochCall(Activity):
+    """A window's synchronisation call under way (see :meth:`_State.epoch_call`); its
+    description is built only if a wait inside it lasts long enough to be reported."""
+
+    __slots__ = ("state", "call", "epoch", "peers", "collective")
+
+    def __init__(self, state: _State, call: str, epoch: str, peers: Optional[Sequence[int]],
+                 collective: bool) -> None:
+        self.state, self.call, self.epoch = state, call, epoch
+        self.peers, self.collective = peers, collective
+
+    def __enter__(self) -> "EpochCall":
+        self.state.endpoint.engine.activities.push(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.state.endpoint.engine.activities.pop()
+
+    def describe(self) -> dict:
+        s = self.state
+        world = s.endpoint.engine.group_of(s.endpoint.context) or tuple(range(s.size))
+        peers = self.peers
+        if peers is None:
+            peers = [r for r in range(s.size) if r != s.rank] if self.collective else []
+        return {"call": self.call, "win": s.name or s.label, "comm": s.comm_name,
+                "epoch": self.epoch, "collective": self.collective, "label": s.label,
+                "group": [int(w) for w in world], "peers": [int(world[r]) for r in peers]}
 
 
 def _check_int(value: Any, call: str, arg: str) -> int:
@@ -129,6 +169,15 @@ class WinHandle:
         """The engine's view of the window's own communicator (None for a null or freed
         window): what tracing asks for the rank's observer."""
         return self._s.endpoint if self else None
+
+    @property
+    def label(self) -> str:
+        """How diagnostics and traces name the window: its name (``Set_name``) or
+        ``win#<context>``; ``WIN_NULL`` for a null window."""
+        s = self._s
+        if s is None:
+            return "WIN_NULL"
+        return s.name or s.label
 
     def _live(self, call: str) -> _State:
         s = self._s

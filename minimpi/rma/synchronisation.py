@@ -30,8 +30,9 @@ class Synchronisation(WinHandle):
         s = self._call("Fence")
         assertion = _check_int(assertion, "Fence", "assertion")
         s.epochs.check_fence()
-        s.origin.complete_remote(s.origin.targets(), "Win.Fence")
-        s.comm.Barrier()
+        with s.epoch_call("Win.Fence", "fence", collective=True):
+            s.origin.complete_remote(s.origin.targets(), "Win.Fence")
+            s.comm.Barrier()
         s.epochs.fence_open = not assertion & MODE_NOSUCCEED
 
     # -- active target: post/start/complete/wait -----------------------------------------------
@@ -64,7 +65,8 @@ class Synchronisation(WinHandle):
         if s.epochs.access is not None:
             raise s.epochs._error("Start", "an access epoch is already open (Complete first)")
         reqs = [s.endpoint.irecv(None, r, POST_TAG, "Win.Start") for r in ranks]
-        s.endpoint.engine.wait_all(reqs)
+        with s.epoch_call("Win.Start", "access (post/start/complete/wait)", ranks):
+            s.endpoint.engine.wait_all(reqs)
         s.epochs.access = ranks
 
     def Complete(self) -> None:
@@ -73,9 +75,10 @@ class Synchronisation(WinHandle):
         ranks = s.epochs.access
         if ranks is None:
             raise s.epochs._error("Complete", "no access epoch is open (Complete without Start)")
-        for r in ranks:
-            s.origin.send(r, (COMPLETE,), None, "Win.Complete")
-        s.origin.complete_local(ranks)
+        with s.epoch_call("Win.Complete", "access (post/start/complete/wait)", ranks):
+            for r in ranks:
+                s.origin.send(r, (COMPLETE,), None, "Win.Complete")
+            s.origin.complete_local(ranks)
         s.epochs.access = None
 
     def _exposure_done(self, s: _State) -> bool:
@@ -92,7 +95,9 @@ class Synchronisation(WinHandle):
             raise s.epochs._error("Wait", "no exposure epoch is open (Wait without Post)")
         if not self._exposure_done(s):
             waits = [_EpochWait("Win.Wait", r, s.label) for r in s.epochs.exposure]
-            s.endpoint.engine.wait_until(lambda: self._exposure_done(s), waits)
+            with s.epoch_call("Win.Wait", "exposure (post/start/complete/wait)",
+                              s.epochs.exposure):
+                s.endpoint.engine.wait_until(lambda: self._exposure_done(s), waits)
         self._end_exposure(s)
 
     def Test(self) -> bool:
@@ -118,9 +123,10 @@ class Synchronisation(WinHandle):
         s.epochs.check_lock(rank, lock_type, "Lock")
         nocheck = bool(_check_int(assertion, "Lock", "assertion") & MODE_NOCHECK)
         if not nocheck:
-            s.origin.lock(rank, lock_type, "Win.Lock")
-            if rank == s.rank:      # local loads and stores may follow: wait for it now
-                s.origin.granted(rank)
+            with s.epoch_call(f"Win.Lock({rank})", "passive target (lock)", [rank]):
+                s.origin.lock(rank, lock_type, "Win.Lock")
+                if rank == s.rank:      # local loads and stores may follow: wait for it now
+                    s.origin.granted(rank)
         s.epochs.locks[rank] = (lock_type, nocheck)
 
     def Unlock(self, rank: int) -> None:
@@ -131,7 +137,8 @@ class Synchronisation(WinHandle):
             return
         _, nocheck = s.epochs.check_unlock(rank, "Unlock")
         del s.epochs.locks[rank]
-        self._release(s, [rank], nocheck, "Win.Unlock")
+        with s.epoch_call(f"Win.Unlock({rank})", "passive target (lock)", [rank]):
+            self._release(s, [rank], nocheck, "Win.Unlock")
 
     def _release(self, s: _State, ranks: Sequence[int], nocheck: bool, call: str) -> None:
         if nocheck:
@@ -153,9 +160,11 @@ class Synchronisation(WinHandle):
             raise s.epochs._error("Lock_all", "this rank already holds locks on this window")
         nocheck = bool(_check_int(assertion, "Lock_all", "assertion") & MODE_NOCHECK)
         if not nocheck:
-            for r in range(s.size):
-                s.origin.lock(r, LOCK_SHARED, "Win.Lock_all")
-            s.origin.granted(s.rank)
+            with s.epoch_call("Win.Lock_all", "passive target (lock_all)",
+                              list(range(s.size))):
+                for r in range(s.size):
+                    s.origin.lock(r, LOCK_SHARED, "Win.Lock_all")
+                s.origin.granted(s.rank)
         s.epochs.lock_all = nocheck
 
     def Unlock_all(self) -> None:
@@ -164,7 +173,8 @@ class Synchronisation(WinHandle):
             raise s.epochs._error("Unlock_all", "this rank holds no Lock_all (Unlock_all "
                                                 "without Lock_all)")
         nocheck, s.epochs.lock_all = s.epochs.lock_all, None
-        self._release(s, range(s.size), nocheck, "Win.Unlock_all")
+        with s.epoch_call("Win.Unlock_all", "passive target (lock_all)", list(range(s.size))):
+            self._release(s, range(s.size), nocheck, "Win.Unlock_all")
 
     def Flush(self, rank: int) -> None:
         """Complete this rank's operations to ``rank``, at the target too."""
@@ -173,11 +183,14 @@ class Synchronisation(WinHandle):
         if rank == PROC_NULL:
             return
         s.epochs.check_flush(rank, "Flush")
-        s.origin.complete_remote([rank], "Win.Flush")
+        with s.epoch_call(f"Win.Flush({rank})", "passive target", [rank]):
+            s.origin.complete_remote([rank], "Win.Flush")
 
     def Flush_all(self) -> None:
         s = self._call("Flush_all")
-        s.origin.complete_remote(s.origin.targets(), "Win.Flush_all")
+        targets = list(s.origin.targets())
+        with s.epoch_call("Win.Flush_all", "passive target", targets):
+            s.origin.complete_remote(targets, "Win.Flush_all")
 
     def Flush_local(self, rank: int) -> None:
         """Complete this rank's operations to ``rank`` locally (buffers reusable)."""

@@ -180,8 +180,9 @@ class Win(Attributed, Operations, Synchronisation):
         try:      # the attributes go first (their delete_fn see the window)
             s.attrs.clear(self)
         finally:  # a failing delete_fn is raised, but the window is freed on every rank
-            s.origin.complete_remote(s.origin.targets(), "Win.Free")
-            s.comm.Barrier()
+            with s.epoch_call("Win.Free", "freeing the window", collective=True):
+                s.origin.complete_remote(s.origin.targets(), "Win.Free")
+                s.comm.Barrier()
             s.server.close()
             s.comm.Free()
             if s.segment is not None:

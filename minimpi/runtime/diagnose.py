@@ -156,6 +156,9 @@ def blocked_state(engine, waiting_on: List[Any], frame=None) -> Dict[str, Any]:
     state["items"] = [i for i in (_item(engine, r) for r in waiting_on) if i is not None]
     state["waiting"] = waiting_messages(engine, waiting_on)
     state["eager_limit"] = engine.eager_limit
+    # a one-sided window's synchronisation call this wait is part of (rma: Win.epoch_call)
+    activity = engine.activities.current()
+    state["epoch"] = activity.describe() if activity is not None else None
     return state
 
 
@@ -216,8 +219,26 @@ def _coll_text(coll: Dict[str, Any], items: List[Dict[str, Any]]) -> str:
     return text
 
 
-def format_state(state: Dict[str, Any]) -> str:
-    """One line: what a rank is doing, from its latest report."""
+def _ranks_text(ranks: List[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}"
+
+
+def epoch_text(epoch: Dict[str, Any], missing: Optional[List[int]] = None) -> str:
+    """``Win.Fence on window 'w0' (COMM_WORLD), fence epoch`` plus, for a collective window
+    call, the ranks of the window that have not reached it (``missing``, world ranks), or
+    for a targeted one the ranks it waits for."""
+    text = (f"{epoch.get('call')} on window {epoch.get('win')!r} ({epoch.get('comm')}), "
+            f"{epoch.get('epoch')} epoch")
+    if missing:
+        text += f", {_ranks_text(missing)} {'have' if len(missing) > 1 else 'has'} not reached it"
+    elif epoch.get("peers") and not epoch.get("collective"):
+        text += f", waiting for {_ranks_text(epoch['peers'])}"
+    return text
+
+
+def format_state(state: Dict[str, Any], missing: Optional[List[int]] = None) -> str:
+    """One line: what a rank is doing, from its latest report (``missing``: for a rank in a
+    collective window call, the window's ranks that are not in it, see :func:`epoch_text`)."""
     if state.get("error"):
         return f"failed with {state['error']}"
     if not state.get("blocked"):
@@ -225,7 +246,10 @@ def format_state(state: Dict[str, Any]) -> str:
     items = state.get("items") or []
     limit = state.get("eager_limit") or 65536
     coll = state.get("coll")
-    if coll:
+    epoch = state.get("epoch")
+    if epoch:
+        what = epoch_text(epoch, missing)
+    elif coll:
         what = _coll_text(coll, items)
     elif items:
         what = "; ".join(item_text(i, limit) for i in items)
@@ -241,7 +265,10 @@ def format_state(state: Dict[str, Any]) -> str:
 
 def edge_text(rank: int, state: Dict[str, Any], item: Dict[str, Any], target: int) -> str:
     """``rank 0 waits for rank 1 in recv(tag=7) at ring.py:12`` (world ranks)."""
-    if item.get("dir") == "coll" or state.get("coll"):
+    if state.get("epoch"):
+        epoch = state["epoch"]
+        what = f"{epoch.get('call')} on window {epoch.get('win')!r}"
+    elif item.get("dir") == "coll" or state.get("coll"):
         coll = item.get("coll") if item.get("dir") == "coll" else state.get("coll")
         what = f"{coll.get('call')} on {coll.get('comm')} (step {coll.get('step')})"
     elif item.get("proto") == "rndv":
@@ -287,6 +314,21 @@ def waiting_text(rank: int, state: Dict[str, Any]) -> List[str]:
             found.append(f"a message with tag {w.get('tag')} from {src} "
                          f"({format_size(int(w.get('nbytes') or 0))}) on {w.get('comm')}")
     return [f"{head}; waiting unreceived at rank {rank}: {'; '.join(found)}"]
+
+
+def window_stragglers(blocked: Dict[int, Dict[str, Any]]) -> Dict[int, List[int]]:
+    """For each blocked rank inside a collective window call (``Win.Fence``, ``Win.Free``):
+    the world ranks of that window that are not blocked in the same call on it."""
+    out: Dict[int, List[int]] = {}
+    for r, state in blocked.items():
+        epoch = state.get("epoch")
+        if not epoch or not epoch.get("collective"):
+            continue
+        there = {q for q, other in blocked.items()
+                 if (other.get("epoch") or {}).get("label") == epoch.get("label")
+                 and (other.get("epoch") or {}).get("call") == epoch.get("call")}
+        out[r] = [w for w in epoch.get("group") or [] if w not in there]
+    return out
 
 
 def wait_targets(item: Dict[str, Any]) -> List[int]:

@@ -55,8 +55,13 @@ _NOT_CALLS = ("Get_", "Set_", "Is_", "Create_keyval", "Free_keyval", "Delete_att
 _REQUEST_CALLS = ("wait", "Wait", "test", "Test", "waitall", "Waitall", "waitany", "Waitany",
                   "testall", "Testall", "testany", "Testany", "waitsome", "Waitsome",
                   "testsome", "Testsome")
-_ARG_NAMES = ("dest", "source", "tag", "sendtag", "recvtag", "root")
-_BUFFER_ARGS = ("buf", "sendbuf", "recvbuf")
+_ARG_NAMES = ("dest", "source", "tag", "sendtag", "recvtag", "root", "target_rank", "rank")
+_BUFFER_ARGS = ("buf", "sendbuf", "recvbuf", "origin")
+#: window calls that open or close an epoch (their slices carry ``epoch``: the window's
+#: synchronisation, as ``minimpi draw`` and the trace viewer show it)
+_EPOCH_CALLS = frozenset(("Fence", "Start", "Complete", "Post", "Wait", "Test", "Lock",
+                          "Unlock", "Lock_all", "Unlock_all", "Flush", "Flush_all",
+                          "Flush_local", "Flush_local_all", "Sync", "Free"))
 
 
 def _nbytes(value: Any) -> Optional[int]:
@@ -320,6 +325,7 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
         params = []
     arg_pos = [(i, p) for i, p in enumerate(params) if p in _ARG_NAMES]
     buf_pos = [(i, p) for i, p in enumerate(params) if p in _BUFFER_ARGS]
+    window = issubclass(cls, Win)
 
     def observer_of(first: Any, args: tuple) -> Optional[Observer]:
         if classmethod_:
@@ -359,6 +365,10 @@ def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
         comm_name = getattr(endpoint_of(first) or getattr(first, "endpoint", None), "name", None)
         if comm_name and not classmethod_:
             info["comm"] = comm_name
+        if window:
+            info["win"] = first.label
+            if name in _EPOCH_CALLS:
+                info["epoch"] = name
         obs.depth = 1
         obs.enter(name, info, nbytes)
         try:

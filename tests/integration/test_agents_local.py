@@ -177,10 +177,18 @@ def test_start_up_failure_on_a_host_names_it(write_script, job_marker, tmp_path)
 
 
 def test_without_hosts_no_agent_is_involved(write_script, job_marker):
-    """Without --hosts nothing changes: the launcher is every rank's parent."""
+    """Without --hosts no agent sits between the launcher and a rank: its parent is the
+    launcher, or the job's fork server, whose parent is the launcher."""
     script = write_script("who.py", """
         import os
-        print(os.environ["MINIMPI_LAUNCHER_PID"] == str(os.getppid()))
+        launcher, parent = os.environ["MINIMPI_LAUNCHER_PID"], os.getppid()
+        if str(parent) == launcher:
+            print(True)
+        else:
+            with open(f"/proc/{parent}/stat") as f:
+                grandparent = f.read().rsplit(")", 1)[1].split()[1]
+            with open(f"/proc/{parent}/cmdline", "rb") as f:
+                print(grandparent == launcher and b"forkserver" in f.read())
     """)
     res = run_minimpi("-n", 2, *marker_args(job_marker), script)
     assert res.returncode == 0, res.stderr

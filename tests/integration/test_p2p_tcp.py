@@ -253,7 +253,10 @@ def test_stranger_connecting_to_a_rank_is_refused_and_job_goes_on(write_script, 
     # a fake peer with a valid-looking hello but no secret
     import os as _os
     import struct
-    s2.sendall(struct.pack("<8sI16s", b"MINIMPI1", 0, _os.urandom(16)))
+
+    from minimpi.transports.tcp import MAGIC, UID_SHIFT
+    rank0 = (0 + 1) << UID_SHIFT | 0            # universe id of rank 0 of the launched job
+    s2.sendall(struct.pack("<8sI16s", MAGIC, rank0, _os.urandom(16)))
     s2.recv(48)
     s2.sendall(b"\0" * 32)
     time.sleep(0.3)

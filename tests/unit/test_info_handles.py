@@ -1,0 +1,56 @@
+"""MPI.Info as mpi4py's object model has it: handle equality, pickling of the predefined
+infos, the null info's mapping methods, Create_env."""
+import pickle
+import sys
+
+import pytest
+
+from minimpi import MPI
+
+
+def test_handles_on_one_info_share_keys_and_compare_equal():
+    info = MPI.Info.Create({"a": "1"})
+    other = MPI.Info(info)
+    other["b"] = "2"
+    assert info == other and info.items() == [("a", "1"), ("b", "2")]
+    assert info.Dup() != info
+    other.Free()
+    assert other == MPI.INFO_NULL and not other
+    assert info.Get("b") == "2"          # freeing one handle leaves the other's keys
+    info.Free()
+
+
+def test_predefined_infos_pickle_to_themselves():
+    assert pickle.loads(pickle.dumps(MPI.INFO_NULL)) is MPI.INFO_NULL
+    assert pickle.loads(pickle.dumps(MPI.INFO_ENV)) is MPI.INFO_ENV
+    null = pickle.loads(pickle.dumps(MPI.Info()))
+    assert null is not MPI.INFO_NULL and null == MPI.INFO_NULL
+    env = pickle.loads(pickle.dumps(MPI.Info(MPI.INFO_ENV)))
+    assert env is not MPI.INFO_ENV and env == MPI.INFO_ENV
+    info = MPI.Info.Create([("k", "v")])
+    copy = pickle.loads(pickle.dumps(info))
+    assert copy != info and copy.items() == [("k", "v")]
+
+
+def test_null_info_refuses_changes_with_keyerror():
+    null = MPI.INFO_NULL
+    with pytest.raises(KeyError):
+        null["k"] = "v"
+    with pytest.raises(KeyError):
+        null.update([])
+    with pytest.raises(KeyError):
+        null.popitem()
+    assert null.pop("k", None) is None and null.keys() == [] and null.copy() == null
+
+
+def test_create_bad_items_is_a_typeerror():
+    with pytest.raises(TypeError, match="items"):
+        MPI.Info.Create(items=123)
+
+
+def test_create_env_describes_the_command_line():
+    env = MPI.Info.Create_env([sys.executable, "-c", "pass"])
+    assert env.Get("command") == sys.executable and env.Get("argv") == "-c pass"
+    assert env.Get("wdir") and env.Get("host")
+    assert MPI.Info.Create_env("prog").Get("argv") == ""
+    env.Free()

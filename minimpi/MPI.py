@@ -299,9 +299,9 @@ ERR_PROC_ABORTED = 76
 ERR_VALUE_TOO_LARGE = 77
 ERR_ERRHANDLER = ERR_ABI = ERR_LASTCODE  # noqa: F405
 ERR_PROC_FAILED = ERR_PROC_FAILED_PENDING = ERR_REVOKED = ERR_UNKNOWN  # noqa: F405
-# Fortran status indices: minimpi has no Fortran binding, hence mpi4py's value for an MPI
-# without them.
-F_SOURCE = F_TAG = F_ERROR = F_STATUS_SIZE = UNDEFINED  # noqa: F405
+# Fortran status indices: where Status.py2f's list (source, tag, error, count, cancelled)
+# holds each field.
+F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = 0, 1, 2, 5
 MAX_PSET_NAME_LEN = 256
 MAX_STRINGTAG_LEN = 256
 

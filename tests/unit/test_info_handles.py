@@ -54,3 +54,34 @@ def test_create_env_describes_the_command_line():
     assert env.Get("wdir") and env.Get("host")
     assert MPI.Info.Create_env("prog").Get("argv") == ""
     env.Free()
+
+
+def test_window_and_file_integer_handles_find_the_same_object():
+    import os
+    win = MPI.Win.Create(MPI.BOTTOM, comm=MPI.COMM_SELF)
+    assert win.handle and MPI.Win.fromhandle(win.handle) == win
+    assert MPI.Win.f2py(win.py2f()) == win and MPI.Win.fromint(win.toint()) == win
+    win.Free()
+    assert win.handle == 0 and MPI.Win.fromhandle(0) == MPI.WIN_NULL
+    f = MPI.File.Open(MPI.COMM_SELF, os.devnull, MPI.MODE_RDONLY)
+    assert MPI.File.fromhandle(f.handle) == f and MPI.File.f2py(f.py2f()) == f
+    f.Close()
+    assert f.handle == 0 and MPI.File.fromint(0) == MPI.FILE_NULL
+    with pytest.raises(ValueError, match="no live"):
+        MPI.File.fromhandle(10**9)
+
+
+def test_comm_null_handle_is_zero_and_names_comm_null():
+    null = MPI.COMM_NULL
+    assert null.handle == null.toint() == null.py2f() == 0
+    assert type(null).fromhandle(0) is null and type(null).f2py(0) is null
+    with pytest.raises(ValueError):
+        type(null).fromhandle(5)
+
+
+def test_fortran_status_indices_match_py2f():
+    status = MPI.Status()
+    status.source, status.tag, status.error = 3, 7, MPI.ERR_OTHER
+    fields = status.py2f()
+    assert len(fields) == MPI.F_STATUS_SIZE
+    assert (fields[MPI.F_SOURCE], fields[MPI.F_TAG], fields[MPI.F_ERROR]) == (3, 7, MPI.ERR_OTHER)

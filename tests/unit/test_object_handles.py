@@ -1,5 +1,5 @@
-"""MPI.Info as mpi4py's object model has it: handle equality, pickling of the predefined
-infos, the null info's mapping methods, Create_env."""
+"""mpi4py's object model for handles: MPI.Info (handle equality, pickling of the predefined
+infos, the null info's mapping methods, Create_env), integer handles, Group pickling."""
 import pickle
 import sys
 
@@ -85,3 +85,18 @@ def test_fortran_status_indices_match_py2f():
     fields = status.py2f()
     assert len(fields) == MPI.F_STATUS_SIZE
     assert (fields[MPI.F_SOURCE], fields[MPI.F_TAG], fields[MPI.F_ERROR]) == (3, 7, MPI.ERR_OTHER)
+
+
+def test_predefined_groups_pickle_to_themselves_and_others_are_refused():
+    assert pickle.loads(pickle.dumps(MPI.GROUP_NULL)) is MPI.GROUP_NULL
+    assert pickle.loads(pickle.dumps(MPI.GROUP_EMPTY)) is MPI.GROUP_EMPTY
+    empty = pickle.loads(pickle.dumps(MPI.Group(MPI.GROUP_EMPTY)))
+    assert empty is not MPI.GROUP_EMPTY and empty == MPI.GROUP_EMPTY
+    with pytest.raises(ValueError, match="GROUP_EMPTY"):
+        pickle.dumps(MPI.COMM_SELF.Get_group())
+
+
+def test_translate_ranks_takes_mpi4py_keywords():
+    group = MPI.COMM_SELF.Get_group()
+    assert group.Translate_ranks(ranks=[0], group=group) == [0]
+    assert group.Translate_ranks([0], MPI.GROUP_EMPTY) == [MPI.UNDEFINED]

@@ -63,7 +63,7 @@ from .data.ops import *  # noqa: F401,F403
 from .data.ops import Op  # noqa: F401
 from .data.buffers import get_address as Get_address  # noqa: F401
 from .data.buffers import aint_add as Aint_add, aint_diff as Aint_diff  # noqa: F401
-from .data.memory import alloc_mem as _alloc_mem, buffer, memory  # noqa: F401
+from .data.memory import alloc_mem as _alloc_mem, attachable_buffer, buffer, memory  # noqa: F401
 from .data.serialization import Pickle  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
@@ -227,8 +227,9 @@ _attached: list = []
 
 def Attach_buffer(buf) -> None:
     """Attach a buffer (or ``MPI.BUFFER_AUTOMATIC``) for buffered sends. minimpi's buffered
-    sends copy their data themselves, so it is only kept, for ``Detach_buffer``."""
-    _attached[:] = [buf]
+    sends copy their data themselves, so it is only kept, for ``Detach_buffer`` (read-only
+    memory is a BufferError, as in mpi4py)."""
+    _attached[:] = [attachable_buffer(buf, "MPI.Attach_buffer")]
 
 
 def Detach_buffer():

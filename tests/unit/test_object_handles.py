@@ -100,3 +100,41 @@ def test_translate_ranks_takes_mpi4py_keywords():
     group = MPI.COMM_SELF.Get_group()
     assert group.Translate_ranks(ranks=[0], group=group) == [0]
     assert group.Translate_ranks([0], MPI.GROUP_EMPTY) == [MPI.UNDEFINED]
+
+
+def test_buffer_object_model():
+    empty = MPI.buffer()
+    assert empty.address == 0 and empty.obj is None and empty.nbytes == 0
+    for bad in (None, 0, 0.0, [], ()):
+        with pytest.raises(TypeError):
+            MPI.buffer(bad)
+    ro = MPI.buffer(b"abc")
+    assert ro.readonly
+    with pytest.raises(TypeError, match="read-only"):
+        ro[:] = 0
+    mem = MPI.buffer.allocate(4)
+    assert isinstance(mem.obj, bytearray) and memoryview(mem.obj).nbytes == 4
+    mem[1:3] = b"xy"
+    assert bytes(mem.obj) == b"\0xy\0"
+    with pytest.raises(IndexError):
+        mem[::2]
+    with pytest.raises(IndexError):
+        mem[4] = 0
+    with pytest.raises(TypeError):
+        mem[None]
+    with pytest.raises(NotImplementedError):
+        del mem[0]
+    mem.release()
+    assert (mem.address, mem.nbytes, mem.readonly) == (0, 0, False)
+
+
+def test_attach_buffer_needs_writable_memory():
+    with pytest.raises(BufferError):
+        MPI.Attach_buffer(MPI.buffer(b"abc"))
+    with pytest.raises(TypeError):
+        MPI.Attach_buffer(12)
+    buf = MPI.Alloc_mem(64)
+    MPI.Attach_buffer(buf)
+    assert MPI.Detach_buffer() is buf
+    MPI.Attach_buffer(MPI.BUFFER_AUTOMATIC)
+    assert MPI.Detach_buffer() is MPI.BUFFER_AUTOMATIC

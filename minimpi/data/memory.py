@@ -226,12 +226,15 @@ memory = buffer
 
 def attachable_buffer(buf: Any, call: str) -> Any:
     """``buf`` if it can be attached for buffered sends (``Attach_buffer``): None,
-    ``MPI.BUFFER_AUTOMATIC`` or writable memory. Memory that is read-only is a BufferError,
+    ``MPI.BUFFER_AUTOMATIC`` or writable memory (buffer protocol, DLPack or CUDA array
+    interface). Memory that is read-only is a BufferError,
     an object that is no memory at all a TypeError, as in mpi4py."""
     if buf is None or buf is BUFFER_AUTOMATIC:
         return buf
     if isinstance(buf, buffer):
         readonly = buf.readonly
+    elif _no_buffer_protocol(buf) and (is_dlpack(buf) or is_cai(buf)):
+        readonly = (from_dlpack if is_dlpack(buf) else from_cai)(buf, False, call).readonly
     else:
         try:
             readonly = memoryview(buf).readonly

@@ -138,3 +138,12 @@ def test_attach_buffer_needs_writable_memory():
     assert MPI.Detach_buffer() is buf
     MPI.Attach_buffer(MPI.BUFFER_AUTOMATIC)
     assert MPI.Detach_buffer() is MPI.BUFFER_AUTOMATIC
+
+
+def test_get_address_of_a_null_buffer_is_zero():
+    assert MPI.Get_address(MPI.buffer()) == 0
+    win = MPI.Win.Create_dynamic(comm=MPI.COMM_SELF)
+    assert MPI.Get_address(win.tomemory()) == 0
+    win.Free()
+    mem = MPI.buffer.allocate(8)
+    assert MPI.Get_address(mem) == mem.address != 0

@@ -63,7 +63,7 @@ from .data.ops import *  # noqa: F401,F403
 from .data.ops import Op  # noqa: F401
 from .data.buffers import get_address as Get_address  # noqa: F401
 from .data.buffers import aint_add as Aint_add, aint_diff as Aint_diff  # noqa: F401
-from .data.memory import alloc_mem as _alloc_mem, buffer, memory  # noqa: F401
+from .data.memory import alloc_mem as _alloc_mem, attachable_buffer, buffer, memory  # noqa: F401
 from .data.serialization import Pickle  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
@@ -227,8 +227,9 @@ _attached: list = []
 
 def Attach_buffer(buf) -> None:
     """Attach a buffer (or ``MPI.BUFFER_AUTOMATIC``) for buffered sends. minimpi's buffered
-    sends copy their data themselves, so it is only kept, for ``Detach_buffer``."""
-    _attached[:] = [buf]
+    sends copy their data themselves, so it is only kept, for ``Detach_buffer`` (read-only
+    memory is a BufferError, as in mpi4py)."""
+    _attached[:] = [attachable_buffer(buf, "MPI.Attach_buffer")]
 
 
 def Detach_buffer():
@@ -299,9 +300,9 @@ ERR_PROC_ABORTED = 76
 ERR_VALUE_TOO_LARGE = 77
 ERR_ERRHANDLER = ERR_ABI = ERR_LASTCODE  # noqa: F405
 ERR_PROC_FAILED = ERR_PROC_FAILED_PENDING = ERR_REVOKED = ERR_UNKNOWN  # noqa: F405
-# Fortran status indices: minimpi has no Fortran binding, hence mpi4py's value for an MPI
-# without them.
-F_SOURCE = F_TAG = F_ERROR = F_STATUS_SIZE = UNDEFINED  # noqa: F405
+# Fortran status indices: where Status.py2f's list (source, tag, error, count, cancelled)
+# holds each field.
+F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = 0, 1, 2, 5
 MAX_PSET_NAME_LEN = 256
 MAX_STRINGTAG_LEN = 256
 

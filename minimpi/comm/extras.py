@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
 from ..data.attributes import Attributed
+from ..data.memory import attachable_buffer
 from ..errors import CommError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
@@ -215,7 +216,7 @@ class CommExtras(PersistentCollectives, Attributed):
     def Attach_buffer(self, buf: Any) -> None:
         """Attach ``buf`` (a buffer, ``MPI.BUFFER_AUTOMATIC`` or None) for buffered sends."""
         self._alive("Attach_buffer")
-        self._attrs["__bsend_buffer__"] = buf
+        self._attrs["__bsend_buffer__"] = attachable_buffer(buf, "Comm.Attach_buffer")
 
     def Detach_buffer(self) -> Any:
         """Wait until the buffered sends of this communicator are delivered, then return

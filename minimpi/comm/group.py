@@ -79,6 +79,21 @@ class Group(IntHandles):
     def __bool__(self) -> bool:
         return not self._null
 
+    def __reduce__(self) -> Any:
+        # as mpi4py: the predefined groups pickle by name (to the very same object), another
+        # handle on them to a new equal handle; other groups name processes of this job
+        # only and are refused
+        if self is GROUP_NULL:
+            return "GROUP_NULL"
+        if self is GROUP_EMPTY:
+            return "GROUP_EMPTY"
+        if self._null:
+            return (Group, ())
+        if not self._members:
+            return (Group, (GROUP_EMPTY,))
+        raise ValueError(f"cannot pickle {self!r}: only MPI.GROUP_NULL and MPI.GROUP_EMPTY "
+                         f"can be pickled (a group names processes of this job only)")
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Group):
             return NotImplemented
@@ -169,30 +184,31 @@ class Group(IntHandles):
         return _with_me([w for w in self._members if w not in second], self, group)
 
     # -- relations -----------------------------------------------------------------------
-    def Translate_ranks(group1, ranks1: Optional[Sequence[int]] = None,
-                        group2: Optional["Group"] = None) -> List[int]:
-        """The rank in ``group2`` of each of ``ranks1`` of ``group1`` (``UNDEFINED`` if absent).
+    def Translate_ranks(group1, ranks: Optional[Sequence[int]] = None,
+                        group: Optional["Group"] = None) -> List[int]:
+        """The rank in ``group`` of each of ``ranks`` of this group (``UNDEFINED`` if absent).
 
-        ``group1.Translate_ranks(ranks1, group2)`` or ``MPI.Group.Translate_ranks(group1,
-        ranks1, group2)``; ``ranks1=None`` means every rank of ``group1``.
+        ``group1.Translate_ranks(ranks, group2)`` or ``MPI.Group.Translate_ranks(group1,
+        ranks, group2)`` (mpi4py's keyword names: ``ranks``, ``group``); ``ranks=None``
+        means every rank of ``group1``, ``group=None`` gives the ranks back unchanged.
         """
         group1._check("Translate_ranks")
-        if ranks1 is None:
-            ranks1 = range(len(group1._members))
+        if ranks is None:
+            ranks = range(len(group1._members))
         out = []
-        for r in ranks1:
-            r = _rank_arg(r, "Translate_ranks", "ranks1")
+        for r in ranks:
+            r = _rank_arg(r, "Translate_ranks", "ranks")
             if r == PROC_NULL:
                 out.append(PROC_NULL)
                 continue
             if not 0 <= r < len(group1._members):
                 raise RankError(f"Group.Translate_ranks: rank {r} is not in group1 of size "
                                 f"{len(group1._members)}")
-            if group2 is None:
+            if group is None:
                 out.append(r)
                 continue
             w = group1._members[r]
-            out.append(group2._members.index(w) if w in group2._members else UNDEFINED)
+            out.append(group._members.index(w) if w in group._members else UNDEFINED)
         return out
 
     def Compare(group1, group2: "Group") -> int:

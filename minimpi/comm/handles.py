@@ -216,26 +216,71 @@ _CONSTANT_ERRHANDLERS = (ERRHANDLER_NULL, ERRORS_RETURN, ERRORS_ARE_FATAL, ERROR
 
 
 class Info(IntHandles):
-    """``MPI.Info``: string key/value hints (kept, never interpreted by minimpi)."""
+    """``MPI.Info``: string key/value hints (kept, never interpreted by minimpi).
+
+    As in mpi4py, ``Info(info)`` is a second handle on the same info object (it sees the
+    same keys and compares equal); ``Dup``/``Create`` make new ones. Every null handle
+    compares equal to ``INFO_NULL``; a null info has no keys, and the Python mapping
+    methods that would change it raise ``KeyError``.
+    """
 
     def __init__(self, info: Optional["Info"] = None) -> None:
-        self._d: Dict[str, str] = dict(info._d) if info is not None else {}
-        self._null = info is None
+        if info is not None and not isinstance(info, Info):
+            raise TypeError(f"MPI.Info({info!r:.40}): expected an MPI.Info or nothing")
+        # the key/value store is shared by every handle on one info object
+        self._d: Dict[str, str] = info._d if info is not None else {}
+        self._null = info is None or info._null
 
     @classmethod
     def Create(cls, items: Any = None) -> "Info":
+        """A new info holding ``items`` (a mapping or key/value pairs)."""
         i = cls()
+        i._d = {}
         i._null = False
-        if items:
-            for k, v in dict(items).items():
+        if items is not None:
+            try:
+                pairs = dict(items)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"MPI.Info.Create(items={items!r:.40}): expected a mapping "
+                                f"or (key, value) pairs") from exc
+            for k, v in pairs.items():
                 i.Set(k, v)
         return i
 
+    @classmethod
+    def Create_env(cls, args: Any = None) -> "Info":
+        """A new info describing how this process was started (MPI-4
+        ``MPI_Info_create_env``): ``command`` and ``argv`` from ``args`` (a command line
+        as a string or sequence, ``sys.argv`` if None), plus ``wdir``, ``host`` and
+        ``arch``. Keys minimpi cannot tell here (``maxprocs``, ``soft``, ``file``,
+        ``thread_level``) are left out, as the standard allows."""
+        import os
+        import platform
+        import socket
+        import sys
+        if args is None:
+            words = list(sys.argv)
+        elif isinstance(args, str):
+            words = [args]
+        else:
+            words = [str(a) for a in args]
+        env = cls.Create()
+        if words:
+            env.Set("command", words[0])
+            env.Set("argv", " ".join(words[1:]))
+        env.Set("wdir", os.getcwd())
+        env.Set("host", socket.gethostname())
+        if platform.machine():
+            env.Set("arch", platform.machine())
+        return env
+
     def Dup(self) -> "Info":
+        """A new info with the same keys and values."""
         return Info.Create(self._d)
 
     def Free(self) -> None:
-        self._d.clear()
+        """This handle becomes a null info (other handles on the info keep its keys)."""
+        self._d = {}
         self._null = True
 
     def free(self) -> None:
@@ -243,13 +288,16 @@ class Info(IntHandles):
         if not self._null and self is not INFO_ENV:
             self.Free()
 
-    Create_env = classmethod(refusing("Info.Create_env (the MPI-4 start-up environment "
-                                      "info)", "MPI.Info.Create_env"))
+    def _writable(self, call: str) -> Dict[str, str]:
+        """The store to change, or KeyError for a null info (mpi4py's mapping methods)."""
+        if self._null:
+            raise KeyError(f"MPI.Info.{call}: MPI.INFO_NULL has no keys and takes none")
+        return self._d
 
     # -- the rest of the mapping protocol mpi4py's Info has --------------------------------
     def copy(self) -> "Info":
-        """A new info with the same keys and values (as ``Dup``)."""
-        return self.Dup()
+        """A new info with the same keys and values (as ``Dup``; a null info for a null)."""
+        return Info() if self._null else self.Dup()
 
     def clear(self) -> None:
         """Remove every key."""
@@ -257,13 +305,14 @@ class Info(IntHandles):
 
     def update(self, other: Any = (), **kwds: str) -> None:
         """Set the keys of ``other`` (a mapping or key/value pairs) and ``kwds``."""
+        self._writable("update")
         for key, value in dict(other, **kwds).items():
             self.Set(key, value)
 
     def pop(self, key: str, *default: Any) -> Any:
         """Remove ``key`` and return its value (``default`` if absent, else KeyError)."""
         if key in self._d:
-            return self._d.pop(key)
+            return self._writable("pop").pop(key)
         if default:
             return default[0]
         raise KeyError(key)
@@ -272,10 +321,10 @@ class Info(IntHandles):
         """Remove and return the last (key, value) pair (KeyError if empty)."""
         if not self._d:
             raise KeyError("popitem(): MPI.Info is empty")
-        return self._d.popitem()
+        return self._writable("popitem").popitem()
 
     def Set(self, key: str, value: str) -> None:
-        self._d[str(key)] = str(value)
+        self._writable("Set")[str(key)] = str(value)
 
     def Get(self, key: str) -> Optional[str]:
         return self._d.get(key)
@@ -294,13 +343,16 @@ class Info(IntHandles):
         return len(self._d)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._d)
+        return iter(list(self._d))
 
     def __getitem__(self, key: str) -> str:
         return self._d[key]
 
     def __setitem__(self, key: str, value: str) -> None:
-        self.Set(key, value)
+        self._writable("__setitem__")[str(key)] = str(value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._d[key]
 
     def __contains__(self, key: object) -> bool:
         return key in self._d
@@ -308,17 +360,41 @@ class Info(IntHandles):
     def get(self, key: str, default: Any = None) -> Any:
         return self._d.get(key, default)
 
-    def keys(self):
-        return self._d.keys()
+    def keys(self) -> list:
+        """The keys, as a list (as mpi4py)."""
+        return list(self._d.keys())
 
-    def values(self):
-        return self._d.values()
+    def values(self) -> list:
+        """The values, as a list (as mpi4py)."""
+        return list(self._d.values())
 
-    def items(self):
-        return self._d.items()
+    def items(self) -> list:
+        """The (key, value) pairs, as a list (as mpi4py)."""
+        return list(self._d.items())
 
     def __bool__(self) -> bool:
         return not self._null
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Info):
+            return NotImplemented
+        if self._null or other._null:
+            return self._null and other._null
+        return self._d is other._d          # handles on the same info object
+
+    def __hash__(self) -> int:
+        return 0 if self._null else id(self._d)
+
+    def __reduce__(self) -> Any:
+        if self is INFO_NULL:
+            return "INFO_NULL"              # the module's global: the same object back
+        if self is INFO_ENV:
+            return "INFO_ENV"
+        if self._null:
+            return (Info, ())
+        if self == INFO_ENV:
+            return (Info, (INFO_ENV,))      # another handle on the predefined info
+        return (Info.Create, (self.items(),))
 
     def __repr__(self) -> str:
         return "MPI.INFO_NULL" if self._null else f"<Info {self._d}>"

@@ -7,6 +7,7 @@ handle made from ``COMM_NULL``), which is falsy, as in mpi4py.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Tuple
 
 from ..constants import UNDEFINED
@@ -41,6 +42,29 @@ class NullComm:
 
     def __reduce__(self):   # pickles by name, to this very object
         return (_comm_null, ())
+
+    # mpi4py's integer handles: a null handle is 0, and 0 names COMM_NULL again
+    @property
+    def handle(self) -> int:
+        """0: the integer handle of a null communicator."""
+        return 0
+
+    def toint(self) -> int:
+        """0: the integer handle of a null communicator."""
+        return 0
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "NullComm":
+        """``COMM_NULL`` for the null handle 0 (the only handle a ``NullComm`` has)."""
+        if operator.index(handle) != 0:
+            raise ValueError(f"MPI.COMM_NULL's type has only the null handle 0, "
+                             f"not {handle!r}; use MPI.Comm.fromhandle")
+        return COMM_NULL
+
+    fromint = fromhandle
+    f2py = fromhandle
 
     def __getattr__(self, name: str) -> Any:
         raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "

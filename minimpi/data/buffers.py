@@ -345,6 +345,10 @@ def get_address(obj: Any) -> int:
     ``None``: 0)."""
     if obj is BOTTOM or obj is None:
         return 0
+    if getattr(type(obj), "_mpi_bytes", False):
+        # an MPI.buffer knows its address: 0 for buffer(), fromaddress(0, 0) (a dynamic
+        # window's memory) and a released buffer, where numpy has a pointer of its own
+        return int(obj.address)
     arr, _ = export(obj, writable=False, call="Get_address", arg="location")
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise BufferAccessError("Get_address: the buffer is not contiguous")

@@ -22,9 +22,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..constants import BUFFER_AUTOMATIC
 from ..errors import BufferAccessError
 from .buffers import export
 from .foreign import DEVICE_CPU, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
+
+_NOTHING = object()   # MPI.buffer()'s "no argument" (None is refused, as in mpi4py)
 
 
 class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
@@ -33,9 +36,11 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
     #: minimpi's buffer parser reads these as bytes (MPI.BYTE), as mpi4py does
     _mpi_bytes = True
 
-    def __new__(cls, obj: Any = None) -> "buffer":
-        if obj is None:
-            return cls._wrap(np.empty(0, np.uint8), None, DEVICE_CPU)
+    def __new__(cls, obj: Any = _NOTHING) -> "buffer":
+        if obj is _NOTHING:                   # MPI.buffer(): an empty one at address 0
+            view = cls._wrap(np.empty(0, np.uint8), None, DEVICE_CPU)
+            view._null_address = True
+            return view
         return cls.frombuffer(obj)
 
     @classmethod
@@ -55,15 +60,20 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
     # -- constructors ------------------------------------------------------------------
     @staticmethod
     def allocate(nbytes: int, clear: bool = False) -> "buffer":
-        """A new buffer of ``nbytes`` bytes (zeroed when ``clear``; always zeroed here)."""
+        """A new buffer of ``nbytes`` bytes (zeroed when ``clear``; always zeroed here). Its
+        ``obj`` is the ``bytearray`` that owns the memory, as in mpi4py."""
         n = operator.index(nbytes)
         if n < 0:
             raise ValueError(f"buffer.allocate: expected nbytes >= 0, got {n}")
-        return buffer._wrap(np.zeros(n, np.uint8), None, DEVICE_CPU)
+        owner = bytearray(n)
+        return buffer._wrap(np.frombuffer(owner, np.uint8), owner, DEVICE_CPU)
 
     @staticmethod
     def frombuffer(obj: Any, readonly: bool = False) -> "buffer":
         """A byte view of ``obj``'s memory (read-only if ``obj`` is, or if asked)."""
+        if obj is None or isinstance(obj, (int, float, list, tuple)):
+            raise TypeError(f"MPI.buffer: expected an object with the buffer protocol "
+                            f"(bytes, bytearray, numpy array...), got {type(obj).__name__}")
         if isinstance(obj, buffer):
             raw, device = obj.view(np.ndarray), obj._device
         elif not isinstance(obj, np.ndarray) and _no_buffer_protocol(obj) and \
@@ -103,10 +113,16 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
     # -- mpi4py's attributes -------------------------------------------------------------
     @property
     def address(self) -> int:
-        """The address of the first byte (0 for ``fromaddress(0, 0)``, as in mpi4py)."""
-        if getattr(self, "_null_address", False):
+        """The address of the first byte (0 for ``buffer()``, ``fromaddress(0, 0)`` and a
+        released buffer, as in mpi4py)."""
+        if getattr(self, "_null_address", False) or self._released:
             return 0
         return int(self.__array_interface__["data"][0] or 0)
+
+    @property
+    def nbytes(self) -> int:  # type: ignore[override]
+        """The size in bytes (0 once released)."""
+        return 0 if self._released else int(np.ndarray.nbytes.__get__(self))
 
     @property
     def obj(self) -> Any:
@@ -115,7 +131,8 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
 
     @property
     def readonly(self) -> bool:
-        return not self.flags.writeable
+        """Whether the memory is read-only (False once released, as in mpi4py)."""
+        return not self._released and not self.flags.writeable
 
     @property
     def format(self) -> str:
@@ -131,14 +148,21 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
 
     def __getitem__(self, item: Any) -> Any:
         self._host("__getitem__")
+        _check_index(item, len(self), "__getitem__")
         value = super().__getitem__(item)
         return int(value) if isinstance(value, np.integer) else value
 
     def __setitem__(self, item: Any, value: Any) -> None:
         self._host("__setitem__")
+        _check_index(item, len(self), "__setitem__")
+        if not self.flags.writeable:
+            raise TypeError("MPI.buffer.__setitem__: the buffer is read-only")
         if isinstance(value, (bytes, bytearray, memoryview)):
             value = np.frombuffer(value, np.uint8)
         super().__setitem__(item, value)
+
+    def __delitem__(self, item: Any) -> None:
+        raise NotImplementedError("MPI.buffer has a fixed size: its bytes cannot be deleted")
 
     def cast(self, format: str, shape: Optional[Sequence[int]] = None) -> memoryview:
         """A memoryview of the bytes as ``format`` items (``memoryview.cast``)."""
@@ -173,6 +197,22 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
                         "(buf.tobytes()) instead")
 
 
+def _check_index(item: Any, length: int, call: str) -> None:
+    """mpi4py's buffer indexing: an integer in range, or a slice with step 1 (a buffer is
+    contiguous bytes, so strided views are refused with IndexError)."""
+    if isinstance(item, slice):
+        if item.step not in (None, 1):
+            raise IndexError(f"MPI.buffer.{call}: slices must have step 1, got {item.step}")
+        return
+    try:
+        i = operator.index(item)
+    except TypeError:
+        raise TypeError(f"MPI.buffer.{call}: expected an integer or a slice, got "
+                        f"{type(item).__name__}") from None
+    if not -length <= i < length:
+        raise IndexError(f"MPI.buffer.{call}: index {i} out of range for {length} bytes")
+
+
 def _no_buffer_protocol(obj: Any) -> bool:
     try:
         memoryview(obj)
@@ -182,6 +222,30 @@ def _no_buffer_protocol(obj: Any) -> bool:
 
 
 memory = buffer
+
+
+def attachable_buffer(buf: Any, call: str) -> Any:
+    """``buf`` if it can be attached for buffered sends (``Attach_buffer``): None,
+    ``MPI.BUFFER_AUTOMATIC`` or writable memory (buffer protocol, DLPack or CUDA array
+    interface). Memory that is read-only is a BufferError,
+    an object that is no memory at all a TypeError, as in mpi4py."""
+    if buf is None or buf is BUFFER_AUTOMATIC:
+        return buf
+    if isinstance(buf, buffer):
+        readonly = buf.readonly
+    elif _no_buffer_protocol(buf) and (is_dlpack(buf) or is_cai(buf)):
+        readonly = (from_dlpack if is_dlpack(buf) else from_cai)(buf, False, call).readonly
+    else:
+        try:
+            readonly = memoryview(buf).readonly
+        except TypeError:
+            raise TypeError(f"{call}: expected writable memory (bytearray, numpy array, "
+                            f"MPI.buffer) or MPI.BUFFER_AUTOMATIC, got "
+                            f"{type(buf).__name__}") from None
+    if readonly:
+        raise BufferError(f"{call}: the buffer is read-only; buffered sends need writable "
+                          f"memory")
+    return buf
 
 
 def alloc_mem(size: int) -> buffer:

@@ -30,6 +30,7 @@ from ..comm.handles import (
     INFO_NULL,
     Errhandler,
     Info,
+    IntHandles,
     checked_errhandler,
     create_errhandler,
 )
@@ -117,8 +118,10 @@ def _shared_pointer(comm: Any, path: str, rank: int) -> Any:
     return LockFilePointer(what, create=False)
 
 
-class File:
-    """An MPI file handle (``MPI.File``); ``MPI.File()`` and ``MPI.FILE_NULL`` are null."""
+class File(IntHandles):
+    """An MPI file handle (``MPI.File``); ``MPI.File()`` and ``MPI.FILE_NULL`` are null.
+    ``handle``/``toint``/``py2f`` and ``fromhandle``/``fromint``/``f2py`` as in
+    :class:`~minimpi.comm.handles.IntHandles`."""
 
     def __init__(self, file: Optional["File"] = None) -> None:
         if file is not None and not isinstance(file, File):

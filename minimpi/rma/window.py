@@ -20,7 +20,14 @@ import numpy as np
 
 from ..comm.errhandlers import call_errhandler, route_errors
 from ..comm.group import Group
-from ..comm.handles import ERRORS_RETURN, Errhandler, Info, checked_errhandler, create_errhandler
+from ..comm.handles import (
+    ERRORS_RETURN,
+    Errhandler,
+    Info,
+    IntHandles,
+    checked_errhandler,
+    create_errhandler,
+)
 from ..constants import (
     BOTTOM,
     PROC_NULL,
@@ -46,11 +53,13 @@ from .state import _check_int, _State
 from .synchronisation import Synchronisation
 
 
-class Win(Attributed, Operations, Synchronisation):
+class Win(Attributed, Operations, Synchronisation, IntHandles):
     """An RMA window (``MPI.Win``). Make one with :meth:`Create`, :meth:`Allocate`,
-    :meth:`Allocate_shared` or :meth:`Create_dynamic` (collective over the communicator)."""
+    :meth:`Allocate_shared` or :meth:`Create_dynamic` (collective over the communicator).
+    Integer handles (``handle``, ``toint``, ``fromhandle``...) as
+    :class:`~minimpi.comm.handles.IntHandles`."""
 
-    __slots__ = ()
+    __slots__ = ("_int_handle",)
 
     def __init__(self, win: Any = None) -> None:
         if win is not None and not isinstance(win, Win):
@@ -310,12 +319,6 @@ class Win(Attributed, Operations, Synchronisation):
         if rank == s.rank and s.flavor != WIN_FLAVOR_DYNAMIC:
             return self.tomemory(), s.disp_unit
         return buffer.fromaddress(0, 0), s.units[rank]
-    # -- mpi4py's handle conversions -----------------------------------------------------------
-    def py2f(self) -> int:
-        return 0 if not self else id(self._s) & 0x7FFFFFFF
-
-    toint = py2f
-
 
 route_errors(Win)   # a window's errors go to its error handler (minimpi.comm.errhandlers)
 WIN_NULL = Win()

@@ -26,6 +26,7 @@ from ..comm.handles import (
     create_errhandler,
 )
 from ..constants import THREAD_SERIALIZED
+from ..data.memory import attachable_buffer
 from ..errors import ArgumentError, MinimpiError
 from ..p2p.request import Request
 from . import world
@@ -160,7 +161,7 @@ class Session(IntHandles):
     # -- buffered sends (a session's buffer: minimpi's buffered sends copy their data) ---
     def Attach_buffer(self, buf: Any) -> None:
         """Attach ``buf`` (a buffer or ``MPI.BUFFER_AUTOMATIC``) for buffered sends."""
-        self._live("Attach_buffer").buffer = buf
+        self._live("Attach_buffer").buffer = attachable_buffer(buf, "Session.Attach_buffer")
 
     def Detach_buffer(self) -> Any:
         """Wait for the process's buffered sends, then return the buffer attached."""

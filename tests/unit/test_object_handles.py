@@ -1,0 +1,149 @@
+"""mpi4py's object model for handles: MPI.Info (handle equality, pickling of the predefined
+infos, the null info's mapping methods, Create_env), integer handles, Group pickling."""
+import pickle
+import sys
+
+import pytest
+
+from minimpi import MPI
+
+
+def test_handles_on_one_info_share_keys_and_compare_equal():
+    info = MPI.Info.Create({"a": "1"})
+    other = MPI.Info(info)
+    other["b"] = "2"
+    assert info == other and info.items() == [("a", "1"), ("b", "2")]
+    assert info.Dup() != info
+    other.Free()
+    assert other == MPI.INFO_NULL and not other
+    assert info.Get("b") == "2"          # freeing one handle leaves the other's keys
+    info.Free()
+
+
+def test_predefined_infos_pickle_to_themselves():
+    assert pickle.loads(pickle.dumps(MPI.INFO_NULL)) is MPI.INFO_NULL
+    assert pickle.loads(pickle.dumps(MPI.INFO_ENV)) is MPI.INFO_ENV
+    null = pickle.loads(pickle.dumps(MPI.Info()))
+    assert null is not MPI.INFO_NULL and null == MPI.INFO_NULL
+    env = pickle.loads(pickle.dumps(MPI.Info(MPI.INFO_ENV)))
+    assert env is not MPI.INFO_ENV and env == MPI.INFO_ENV
+    info = MPI.Info.Create([("k", "v")])
+    copy = pickle.loads(pickle.dumps(info))
+    assert copy != info and copy.items() == [("k", "v")]
+
+
+def test_null_info_refuses_changes_with_keyerror():
+    null = MPI.INFO_NULL
+    with pytest.raises(KeyError):
+        null["k"] = "v"
+    with pytest.raises(KeyError):
+        null.update([])
+    with pytest.raises(KeyError):
+        null.popitem()
+    assert null.pop("k", None) is None and null.keys() == [] and null.copy() == null
+
+
+def test_create_bad_items_is_a_typeerror():
+    with pytest.raises(TypeError, match="items"):
+        MPI.Info.Create(items=123)
+
+
+def test_create_env_describes_the_command_line():
+    env = MPI.Info.Create_env([sys.executable, "-c", "pass"])
+    assert env.Get("command") == sys.executable and env.Get("argv") == "-c pass"
+    assert env.Get("wdir") and env.Get("host")
+    assert MPI.Info.Create_env("prog").Get("argv") == ""
+    env.Free()
+
+
+def test_window_and_file_integer_handles_find_the_same_object():
+    import os
+    win = MPI.Win.Create(MPI.BOTTOM, comm=MPI.COMM_SELF)
+    assert win.handle and MPI.Win.fromhandle(win.handle) == win
+    assert MPI.Win.f2py(win.py2f()) == win and MPI.Win.fromint(win.toint()) == win
+    win.Free()
+    assert win.handle == 0 and MPI.Win.fromhandle(0) == MPI.WIN_NULL
+    f = MPI.File.Open(MPI.COMM_SELF, os.devnull, MPI.MODE_RDONLY)
+    assert MPI.File.fromhandle(f.handle) == f and MPI.File.f2py(f.py2f()) == f
+    f.Close()
+    assert f.handle == 0 and MPI.File.fromint(0) == MPI.FILE_NULL
+    with pytest.raises(ValueError, match="no live"):
+        MPI.File.fromhandle(10**9)
+
+
+def test_comm_null_handle_is_zero_and_names_comm_null():
+    null = MPI.COMM_NULL
+    assert null.handle == null.toint() == null.py2f() == 0
+    assert type(null).fromhandle(0) is null and type(null).f2py(0) is null
+    with pytest.raises(ValueError):
+        type(null).fromhandle(5)
+
+
+def test_fortran_status_indices_match_py2f():
+    status = MPI.Status()
+    status.source, status.tag, status.error = 3, 7, MPI.ERR_OTHER
+    fields = status.py2f()
+    assert len(fields) == MPI.F_STATUS_SIZE
+    assert (fields[MPI.F_SOURCE], fields[MPI.F_TAG], fields[MPI.F_ERROR]) == (3, 7, MPI.ERR_OTHER)
+
+
+def test_predefined_groups_pickle_to_themselves_and_others_are_refused():
+    assert pickle.loads(pickle.dumps(MPI.GROUP_NULL)) is MPI.GROUP_NULL
+    assert pickle.loads(pickle.dumps(MPI.GROUP_EMPTY)) is MPI.GROUP_EMPTY
+    empty = pickle.loads(pickle.dumps(MPI.Group(MPI.GROUP_EMPTY)))
+    assert empty is not MPI.GROUP_EMPTY and empty == MPI.GROUP_EMPTY
+    with pytest.raises(ValueError, match="GROUP_EMPTY"):
+        pickle.dumps(MPI.COMM_SELF.Get_group())
+
+
+def test_translate_ranks_takes_mpi4py_keywords():
+    group = MPI.COMM_SELF.Get_group()
+    assert group.Translate_ranks(ranks=[0], group=group) == [0]
+    assert group.Translate_ranks([0], MPI.GROUP_EMPTY) == [MPI.UNDEFINED]
+
+
+def test_buffer_object_model():
+    empty = MPI.buffer()
+    assert empty.address == 0 and empty.obj is None and empty.nbytes == 0
+    for bad in (None, 0, 0.0, [], ()):
+        with pytest.raises(TypeError):
+            MPI.buffer(bad)
+    ro = MPI.buffer(b"abc")
+    assert ro.readonly
+    with pytest.raises(TypeError, match="read-only"):
+        ro[:] = 0
+    mem = MPI.buffer.allocate(4)
+    assert isinstance(mem.obj, bytearray) and memoryview(mem.obj).nbytes == 4
+    mem[1:3] = b"xy"
+    assert bytes(mem.obj) == b"\0xy\0"
+    with pytest.raises(IndexError):
+        mem[::2]
+    with pytest.raises(IndexError):
+        mem[4] = 0
+    with pytest.raises(TypeError):
+        mem[None]
+    with pytest.raises(NotImplementedError):
+        del mem[0]
+    mem.release()
+    assert (mem.address, mem.nbytes, mem.readonly) == (0, 0, False)
+
+
+def test_attach_buffer_needs_writable_memory():
+    with pytest.raises(BufferError):
+        MPI.Attach_buffer(MPI.buffer(b"abc"))
+    with pytest.raises(TypeError):
+        MPI.Attach_buffer(12)
+    buf = MPI.Alloc_mem(64)
+    MPI.Attach_buffer(buf)
+    assert MPI.Detach_buffer() is buf
+    MPI.Attach_buffer(MPI.BUFFER_AUTOMATIC)
+    assert MPI.Detach_buffer() is MPI.BUFFER_AUTOMATIC
+
+
+def test_get_address_of_a_null_buffer_is_zero():
+    assert MPI.Get_address(MPI.buffer()) == 0
+    win = MPI.Win.Create_dynamic(comm=MPI.COMM_SELF)
+    assert MPI.Get_address(win.tomemory()) == 0
+    win.Free()
+    mem = MPI.buffer.allocate(8)
+    assert MPI.Get_address(mem) == mem.address != 0

@@ -299,6 +299,11 @@ class Request:
         """``(done, object)`` after one round of progress, without blocking."""
         if self._orig is not None:
             return self._orig.test(status)
+        if self._inactive:
+            # already completed by a wait/test: REQUEST_NULL, whose test gives (True, None)
+            if status is not None:
+                status._assign(Status())
+            return True, None
         if not self.done and self._engine is not None:
             self._engine.poll()
         if not self.done:

@@ -107,6 +107,17 @@ class Comm(MPI.Comm):
     def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         return Request(super().issend(obj, dest, tag))
 
+    def recv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,
+             status: Any = None) -> Any:
+        """Receive an object; ``buf`` is ignored (pkl5 sizes its own buffers)."""
+        return super().recv(None, source, tag, status)
+
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
+                 status: Any = None) -> Any:
+        """Send and receive objects at once; ``recvbuf`` is ignored, as in ``recv``."""
+        return super().sendrecv(sendobj, dest, sendtag, None, source, recvtag, status)
+
     def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE,
               tag: int = MPI.ANY_TAG) -> Request:
         raise RuntimeError(f"pkl5 {type(self).__name__}.irecv (source={source}, tag={tag}): "

@@ -232,6 +232,9 @@ class Comm(CommExtras):
 
     # -- argument checks (each names rank, call, argument and what was expected) ---------
     def _alive(self, call: str) -> None:
+        if self.__dict__.get("_null"):
+            raise CommError(f"{call} on a null {type(self).__name__} (== MPI.COMM_NULL): "
+                            f"expected a live communicator")
         if self._freed:
             raise CommError(f"rank {self._ep.engine.rank}: {call} on {self.name}, which was freed "
                             f"(Comm.Free); use a live communicator")
@@ -755,6 +758,10 @@ class Comm(CommExtras):
 
     def Compare(self, other: "Comm") -> int:
         """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
+        for comm in (self, other):
+            if not isinstance(comm, Comm) or comm.__dict__.get("_null"):
+                raise CommError(f"Compare({self!r}, {other!r}): expected two communicators, "
+                                f"not MPI.COMM_NULL or a non-communicator")
         if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
             return IDENT
         if isinstance(other, Comm) and other.Is_inter() != self.Is_inter():

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Seque
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from ..data.datatypes import count_elements, elements_nbytes
-from ..errors import SUCCESS, MinimpiError, PeerLostError
+from ..errors import SUCCESS, MinimpiError, PeerLostError, RequestError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -334,6 +334,9 @@ class Request:
     def Cancel(self) -> None:
         """Cancel a receive that has not matched yet (``Status.Is_cancelled`` then tells);
         a send, or a receive that already matched, completes normally (MPI allows that)."""
+        if self._is_null():
+            raise RequestError("Request.Cancel on MPI.REQUEST_NULL (or a request already "
+                               "completed by a wait/test, or freed): nothing to cancel")
         if self._orig is not None:
             self._orig.Cancel()
             return
@@ -344,12 +347,18 @@ class Request:
 
     def Free(self) -> None:
         """Release the handle; the operation still completes in the background."""
+        if self._is_null():
+            raise RequestError("Request.Free on MPI.REQUEST_NULL (or a request already "
+                               "completed by a wait/test, or freed): nothing to free")
         if self._orig is not None:
             self._orig.Free()
             return
         self._inactive = True
 
-    free = Free
+    def free(self) -> None:
+        """``Free`` unless the request is already null (mpi4py 4 leaves those alone)."""
+        if not self._is_null():
+            self.Free()
 
     def _is_null(self) -> bool:
         return self._target()._inactive

@@ -135,14 +135,19 @@ class Comm(CommExtras):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Comm":
-        # mpi4py's subclassing idiom: ``def __new__(cls, comm): return super().__new__(cls,
-        # comm)`` - the arguments go to __init__, as for mpi4py's handle types
-        return super().__new__(cls)
+        # mpi4py's subclassing idiom: ``def __new__(cls, comm=None): comm = comm.Clone();
+        # return super().__new__(cls, comm)``. The handle is made from what reaches *here*:
+        # Python then calls __init__ with the caller's original argument, which is ignored.
+        self = super().__new__(cls)
+        if len(args) == 1 and not kwargs and not isinstance(args[0], Engine):
+            _share_handle(self, args[0])
+        return self
 
     def __init__(self, engine: Any = None, group: Sequence[int] = (), rank: int = 0,
                  context: int = 0, name: str = "", settings: Optional[Settings] = None) -> None:
         if engine is None or not isinstance(engine, Engine):
-            _share_handle(self, engine)
+            if not self.__dict__:           # (not already made by __new__)
+                _share_handle(self, engine)
             return
         #: who we are to the p2p engine (shared with the collective algorithms' channels)
         self._ep = Endpoint(engine, group, rank, context, name or f"comm#{context}")

@@ -120,6 +120,11 @@ def _shared_pointer(comm: Any, path: str, rank: int) -> Any:
 class File:
     """An MPI file handle (``MPI.File``); ``MPI.File()`` and ``MPI.FILE_NULL`` are null."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "File":
+        # mpi4py's subclassing idiom ``MPI.File.__new__(cls, file)``: the handle is made by
+        # __init__, from the same argument
+        return super().__new__(cls)
+
     def __init__(self, file: Optional["File"] = None) -> None:
         if file is not None and not isinstance(file, File):
             raise TypeError(f"MPI.File({file!r:.40}): expected a file or nothing")

@@ -52,6 +52,11 @@ class Win(Attributed, Operations, Synchronisation):
 
     __slots__ = ()
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Win":
+        # mpi4py's subclassing idiom ``MPI.Win.__new__(cls, win)``: the handle is made by
+        # __init__, from the same argument
+        return super().__new__(cls)
+
     def __init__(self, win: Any = None) -> None:
         if win is not None and not isinstance(win, Win):
             raise TypeError(f"MPI.Win({win!r:.40}): expected a window or nothing")

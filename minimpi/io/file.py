@@ -223,6 +223,11 @@ class File:
         except OSError as err:
             return -1, os_error(err, call="File.Open", path=path, rank=rank)
 
+    def free(self) -> None:
+        """``Close`` unless the file is already null or closed (mpi4py 4's safe free)."""
+        if self:
+            self.Close()
+
     def Close(self) -> None:
         """Close the file on every process (collective); with ``MODE_DELETE_ON_CLOSE``
         rank 0 then removes it."""

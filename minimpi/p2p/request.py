@@ -33,7 +33,7 @@ class Status:
     (minimpi itself builds filled ones as ``Status(source, tag, nbytes[, error])``.)
     """
 
-    __slots__ = ("source", "tag", "error", "nbytes", "cancelled")
+    __slots__ = ("source", "tag", "error", "nbytes", "cancelled", "__weakref__")
 
     def __init__(self, status: "Optional[Status | int]" = None, tag: Optional[int] = None,
                  nbytes: int = 0, error: int = SUCCESS) -> None:

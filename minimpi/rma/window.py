@@ -178,6 +178,11 @@ class Win(Attributed, Operations, Synchronisation):
                                  f"dynamic window")
         s.exposed.detach(get_address(memory))
 
+    def free(self) -> None:
+        """``Free`` unless the window is already null or freed (mpi4py 4's safe free)."""
+        if self:
+            self.Free()
+
     def Free(self) -> None:
         """Free the window (collective): finish this rank's operations, wait for every rank,
         stop serving."""

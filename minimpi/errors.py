@@ -112,8 +112,9 @@ class MinimpiError(RuntimeError):
 
     def __init__(self, message: str = "", error_class: int | None = None) -> None:
         if isinstance(message, int) and error_class is None:
-            # mpi4py style: MPI.Exception(MPI.ERR_TRUNCATE)
-            error_class, message = message, error_string(message)
+            # mpi4py style: MPI.Exception(MPI.ERR_TRUNCATE); a negative code is ERR_UNKNOWN
+            error_class = message if message >= SUCCESS else ERR_UNKNOWN
+            message = error_string(error_class)
         super().__init__(message)
         if error_class is not None:
             self.error_class = error_class
@@ -137,12 +138,46 @@ class MinimpiError(RuntimeError):
         """The error class's description (mpi4py's ``Exception.error_string``)."""
         return self.Get_error_string()
 
+    # mpi4py's MPI.Exception is also its error code: an int, compared and hashed as one
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, int):
-            return self.error_class == other
+        if isinstance(other, (int, MinimpiError)):
+            return self.error_class == int(other)
         return NotImplemented
 
-    __hash__ = Exception.__hash__
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, (int, MinimpiError)):
+            return self.error_class != int(other)
+        return NotImplemented
+
+    def __lt__(self, other: object) -> bool:
+        return self.error_class < int(other) if isinstance(other, (int, MinimpiError)) \
+            else NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        return self.error_class <= int(other) if isinstance(other, (int, MinimpiError)) \
+            else NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        return self.error_class > int(other) if isinstance(other, (int, MinimpiError)) \
+            else NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        return self.error_class >= int(other) if isinstance(other, (int, MinimpiError)) \
+            else NotImplemented
+
+    def __int__(self) -> int:
+        return self.error_class
+
+    def __bool__(self) -> bool:
+        return self.error_class != SUCCESS
+
+    def __hash__(self) -> int:
+        return hash(self.error_class)
+
+    def __repr__(self) -> str:
+        if str(self) == error_string(self.error_class):   # made from a code alone
+            return f"MPI.Exception({self.error_class})"
+        return f"{type(self).__name__}({str(self)!r})"
 
 
 class RankError(MinimpiError):

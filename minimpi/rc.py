@@ -28,14 +28,20 @@ class RC:
         "fast_reduce": True, "recv_mprobe": True, "irecv_bufsz": 32768, "errors": "exception",
     }
 
-    def __init__(self) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         self.__dict__.update(self._defaults)
+        self(**kwargs)
 
     def __call__(self, **kwargs: Any) -> None:
         for key, value in kwargs.items():
-            if key not in self._defaults:
-                raise TypeError(f"mpi4py.rc: unexpected argument {key!r}")
             setattr(self, key, value)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # A misspelt option would otherwise be silently ignored.
+        if key not in self._defaults:
+            raise TypeError(f"mpi4py.rc: unexpected option {key!r} "
+                            f"(expected one of {', '.join(self._defaults)})")
+        self.__dict__[key] = value
 
     def __repr__(self) -> str:
         return f"<mpi4py.rc: {self.__dict__}>"
@@ -56,7 +62,45 @@ def get_include() -> str:
 
 
 def profile(name: str = "", *, path: Any = None, logfile: Optional[str] = None) -> None:
-    """Accepted and ignored (mpi4py loads MPE/VampirTrace profiling libraries)."""
+    """Locate and load a C profiling library, as mpi4py does before ``MPI`` is imported.
+
+    ``name`` is a file name or a short name (``"m"`` finds ``libm.so``) searched for in
+    ``path`` (a directory or a list of them; the platform's library directories if omitted).
+    A library that cannot be found raises ValueError; one found but not loadable warns
+    (UserWarning). minimpi makes no C MPI calls, so a loaded library has nothing to intercept.
+    """
+    import ctypes
+    import warnings
+    if not name:
+        raise ValueError("mpi4py.profile: expected a library name")
+    found = _find_library(os.fsdecode(name), path)
+    if found is None:
+        raise ValueError(f"mpi4py.profile: library {name!r} not found"
+                         + (f" in {path!r}" if path is not None else ""))
+    try:
+        ctypes.CDLL(found, mode=getattr(ctypes, "RTLD_GLOBAL", 0))
+    except OSError as exc:
+        warnings.warn(f"mpi4py.profile: cannot load {found!r}: {exc}", UserWarning, stacklevel=2)
+    if logfile:
+        os.environ["MPE_LOGFILE_PREFIX"] = os.fsdecode(logfile)
+
+
+def _find_library(name: str, path: Any) -> Optional[str]:
+    if path is None:
+        import sysconfig
+        path = [sysconfig.get_config_var("LIBDIR") or "/usr/lib", "/lib", "/usr/lib",
+                "/usr/local/lib"]
+    elif isinstance(path, (str, bytes, os.PathLike)):
+        path = [path]
+    candidates = [name] if os.sep in name else [name, f"lib{name}.so", f"{name}.so"]
+    if os.sep in name and os.path.isfile(name):
+        return name
+    for directory in path:
+        for candidate in candidates:
+            full = os.path.join(os.fsdecode(directory), candidate)
+            if os.path.isfile(full):
+                return full
+    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:

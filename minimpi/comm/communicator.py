@@ -135,14 +135,19 @@ class Comm(CommExtras):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Comm":
-        # mpi4py's subclassing idiom: ``def __new__(cls, comm): return super().__new__(cls,
-        # comm)`` - the arguments go to __init__, as for mpi4py's handle types
-        return super().__new__(cls)
+        # mpi4py's subclassing idiom: ``def __new__(cls, comm=None): comm = comm.Clone();
+        # return super().__new__(cls, comm)``. The handle is made from what reaches *here*:
+        # Python then calls __init__ with the caller's original argument, which is ignored.
+        self = super().__new__(cls)
+        if len(args) == 1 and not kwargs and not isinstance(args[0], Engine):
+            _share_handle(self, args[0])
+        return self
 
     def __init__(self, engine: Any = None, group: Sequence[int] = (), rank: int = 0,
                  context: int = 0, name: str = "", settings: Optional[Settings] = None) -> None:
         if engine is None or not isinstance(engine, Engine):
-            _share_handle(self, engine)
+            if not self.__dict__:           # (not already made by __new__)
+                _share_handle(self, engine)
             return
         #: who we are to the p2p engine (shared with the collective algorithms' channels)
         self._ep = Endpoint(engine, group, rank, context, name or f"comm#{context}")
@@ -232,6 +237,9 @@ class Comm(CommExtras):
 
     # -- argument checks (each names rank, call, argument and what was expected) ---------
     def _alive(self, call: str) -> None:
+        if self.__dict__.get("_null"):
+            raise CommError(f"{call} on a null {type(self).__name__} (== MPI.COMM_NULL): "
+                            f"expected a live communicator")
         if self._freed:
             raise CommError(f"rank {self._ep.engine.rank}: {call} on {self.name}, which was freed "
                             f"(Comm.Free); use a live communicator")
@@ -755,6 +763,10 @@ class Comm(CommExtras):
 
     def Compare(self, other: "Comm") -> int:
         """``IDENT`` (same communicator), ``CONGRUENT`` (same ranks in the same order), ``SIMILAR`` (same ranks) or ``UNEQUAL``."""
+        for comm in (self, other):
+            if not isinstance(comm, Comm) or comm.__dict__.get("_null"):
+                raise CommError(f"Compare({self!r}, {other!r}): expected two communicators, "
+                                f"not MPI.COMM_NULL or a non-communicator")
         if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
             return IDENT
         if isinstance(other, Comm) and other.Is_inter() != self.Is_inter():

@@ -69,7 +69,10 @@ def _routed(method: Callable[..., Any]) -> Callable[..., Any]:
                     exc._minimpi_errhandled = True
                 except AttributeError:       # an exception type without a __dict__
                     pass
-                handler = self._current_errhandler()
+                current = getattr(self, "_current_errhandler", None)
+                if current is None:     # called on MPI.COMM_NULL (``Comm.Compare(COMM_NULL, c)``)
+                    raise
+                handler = current()
                 if handler._fn is not None or handler == ERRORS_ARE_FATAL \
                         or handler == ERRORS_ABORT:
                     invoke(self, handler, exc.error_class, str(exc), self._abort_on_error)

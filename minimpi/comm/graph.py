@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from ..constants import DIST_GRAPH, GRAPH, PROC_NULL, UNDEFINED
 from ..errors import ArgumentError, CountError, RankError
 from .null import COMM_NULL
-from .topology import DimsError, TopologyError
+from .topology import DimsError, TopologyError, keep_class
 
 #: ``MPI.UNWEIGHTED`` / ``MPI.WEIGHTS_EMPTY``: sentinels for the weights arguments
 UNWEIGHTED = -2
@@ -176,7 +176,7 @@ class GraphMixin:
 
     def Dup(self, info: Any = None) -> Any:
         """A new communicator with the same members and the same graph."""
-        return super().Dup()._as_graph(self._index, self._edges)
+        return keep_class(self, super().Dup()._as_graph(self._index, self._edges))
 
     Clone = Dup
 
@@ -213,8 +213,8 @@ class DistGraphMixin:
 
     def Dup(self, info: Any = None) -> Any:
         """A new communicator with the same members and the same graph."""
-        return super().Dup()._as_dist_graph(self._sources, self._destinations,
-                                            self._sourceweights, self._destweights)
+        return keep_class(self, super().Dup()._as_dist_graph(
+            self._sources, self._destinations, self._sourceweights, self._destweights))
 
     Clone = Dup
 

@@ -117,7 +117,7 @@ class Grequest(Request):
             assign_status(status, got)
         return self._result
 
-    def wait(self, status: Optional[Status] = None) -> Any:
+    def _wait(self, status: Optional[Status] = None) -> Any:
         return self._target()._collect(status)   # (naps until complete)
 
     def __repr__(self) -> str:

@@ -213,6 +213,8 @@ class Group(IntHandles):
 
     def Compare(group1, group2: "Group") -> int:
         """``IDENT`` (same members, same order), ``SIMILAR`` (same members) or ``UNEQUAL``."""
+        group1._check("Compare")
+        group2._check("Compare")
         if group1._members == group2._members:
             return IDENT
         if set(group1._members) == set(group2._members):

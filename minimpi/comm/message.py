@@ -150,6 +150,9 @@ class Message(IntHandles):
             return True
         if not self and not other:
             return True
+        if self._inc is not None:
+            # Two Message objects for the same matched message are the same handle.
+            return self._inc is other._inc
         return self._no_proc and other._no_proc
 
     __hash__ = object.__hash__

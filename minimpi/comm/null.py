@@ -67,8 +67,22 @@ class NullComm:
     f2py = fromhandle
 
     def __getattr__(self, name: str) -> Any:
-        raise CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "
-                        f"(Split with color=MPI.UNDEFINED returns COMM_NULL)")
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name[:1].isupper():
+            # An MPI call (``COMM_NULL.Free``): as in mpi4py, the error comes from the call,
+            # so ``f = COMM_NULL.Get_size`` is allowed and ``f()`` raises.
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise _not_a_member(name)
+            refuse.__name__ = name
+            return refuse
+        # a property (``rank``, ``size``) or a lowercase call: refused on access
+        raise _not_a_member(name)
+
+
+def _not_a_member(name: str) -> CommError:
+    return CommError(f"{name} on MPI.COMM_NULL: this rank is not a member of the communicator "
+                     f"(Split with color=MPI.UNDEFINED returns COMM_NULL)")
 
 
 class NullEndpoint:

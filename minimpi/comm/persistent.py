@@ -23,7 +23,7 @@ class Prequest(Request):
     def __init__(self, request: Optional[Request] = None) -> None:
         if request is self:                 # Prequest(p): p itself (Request.__new__)
             return
-        if request is not None:
+        if request is not None and not (isinstance(request, Request) and request._is_null()):
             raise TypeError(f"MPI.Prequest({request!r:.60}): expected a persistent request "
                             f"(from Send_init, Recv_init...) or nothing")
         self._init_persistent(None, None, "null persistent request")
@@ -114,12 +114,12 @@ class Prequest(Request):
             return None
         return op._collect(status)
 
-    def wait(self, status: Optional[Status] = None) -> Any:
+    def _wait(self, status: Optional[Status] = None) -> Any:
         if self._op is not None and not self._op.done:
             self._engine.wait_for(self._op)
         return self._collect(status)
 
-    def test(self, status: Optional[Status] = None):
+    def _test(self, status: Optional[Status] = None):
         if self._op is not None and not self._op.done:
             self._engine.poll()
             if not self._op.done:

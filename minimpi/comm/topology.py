@@ -184,12 +184,23 @@ class CartMixin:
 
     def Dup(self, info: Any = None) -> Any:
         """A new communicator with the same members and the same topology."""
-        return super().Dup()._as_cart(self._dims, self._periods)
+        return keep_class(self, super().Dup()._as_cart(self._dims, self._periods))
 
     Clone = Dup
 
     def Create_cart(self, *args: Any, **kwargs: Any) -> Any:  # allowed on a Cartcomm too
         return create_cart(self, *args, **kwargs)
+
+
+def keep_class(original: Any, copy: Any) -> Any:
+    """``copy`` as an object of ``original``'s class (a user subclass of ``Cartcomm``...),
+    as mpi4py's ``Dup``/``Clone`` keep the class of the communicator they copy."""
+    cls = type(original)
+    if type(copy) is cls or not isinstance(original, type(copy)):
+        return copy
+    same = object.__new__(cls)
+    same.__dict__ = copy.__dict__
+    return same
 
 
 def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bool]] = None,

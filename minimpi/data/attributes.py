@@ -197,7 +197,11 @@ class Attributed:
         known, value = self._predefined_attr(keyval)
         if known:
             return value
-        return self._attribute_store("Get_attr").get(keyval)
+        store = self._attribute_store("Get_attr")
+        if not self._keyvals.is_user_keyval(keyval) and not store.has(keyval):
+            # (KEYVAL_INVALID, a number never made by Create_keyval): MPI_ERR_KEYVAL
+            self._keyvals.lookup(keyval, "Get_attr")
+        return store.get(keyval)
 
     def Set_attr(self, keyval: int, attrval: Any) -> None:
         """Attach ``attrval`` under ``keyval`` (one from ``Create_keyval``)."""

@@ -316,7 +316,8 @@ class InterCollectiveMethods:
     def _one_per_remote(self, seq: Any, call: str, arg: str) -> list:
         q = self._ep.size
         try:
-            items = list(seq)
+            # As in mpi4py, None stands for a None to every remote rank.
+            items = [None] * q if seq is None else list(seq)
         except TypeError:
             items = None
         if items is None or len(items) != q:

@@ -123,6 +123,11 @@ class File(IntHandles):
     ``handle``/``toint``/``py2f`` and ``fromhandle``/``fromint``/``f2py`` as in
     :class:`~minimpi.comm.handles.IntHandles`."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "File":
+        # mpi4py's subclassing idiom ``MPI.File.__new__(cls, file)``: the handle is made by
+        # __init__, from the same argument
+        return super().__new__(cls)
+
     def __init__(self, file: Optional["File"] = None) -> None:
         if file is not None and not isinstance(file, File):
             raise TypeError(f"MPI.File({file!r:.40}): expected a file or nothing")
@@ -220,6 +225,11 @@ class File(IntHandles):
             return os.open(path, flags, 0o666), None
         except OSError as err:
             return -1, os_error(err, call="File.Open", path=path, rank=rank)
+
+    def free(self) -> None:
+        """``Close`` unless the file is already null or closed (mpi4py 4's safe free)."""
+        if self:
+            self.Close()
 
     def Close(self) -> None:
         """Close the file on every process (collective); with ``MODE_DELETE_ON_CLOSE``

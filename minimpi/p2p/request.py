@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Seque
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from ..data.datatypes import count_elements, elements_nbytes
-from ..errors import SUCCESS, MinimpiError, PeerLostError
+from ..errors import SUCCESS, MinimpiError, PeerLostError, RequestError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -33,7 +33,7 @@ class Status:
     (minimpi itself builds filled ones as ``Status(source, tag, nbytes[, error])``.)
     """
 
-    __slots__ = ("source", "tag", "error", "nbytes", "cancelled")
+    __slots__ = ("source", "tag", "error", "nbytes", "cancelled", "__weakref__")
 
     def __init__(self, status: "Optional[Status | int]" = None, tag: Optional[int] = None,
                  nbytes: int = 0, error: int = SUCCESS) -> None:
@@ -210,7 +210,9 @@ class Request:
         if request is self:                      # Request(req) of req's own type (__new__)
             return
         self._setup(None, "REQUEST_NULL")
-        if request is None:
+        if request is None or (isinstance(request, Request) and request._is_null()):
+            # a null request converts to a null handle of any request class (mpi4py:
+            # ``MPI.Grequest(MPI.REQUEST_NULL)``)
             self._make_null()
         elif isinstance(request, Request):
             target = request._target()
@@ -287,18 +289,32 @@ class Request:
         return self._result
 
     # -- mpi4py API ----------------------------------------------------------------------
+    # ``wait``/``test``/``Wait``/``Test`` all run ``_wait``/``_test`` (which the request
+    # kinds redefine), so a user subclass may redefine ``test()``/``wait()`` with other
+    # signatures on top of ``Test``/``Wait``, as mpi4py's test_subclass does.
     def wait(self, status: Optional[Status] = None) -> Any:
         """Block until complete; return the received object (None for sends and buffers)."""
+        return self._wait(status)
+
+    def test(self, status: Optional[Status] = None) -> Tuple[bool, Any]:
+        """``(done, object)`` after one round of progress, without blocking."""
+        return self._test(status)
+
+    def _wait(self, status: Optional[Status] = None) -> Any:
         if self._orig is not None:
-            return self._orig.wait(status)
+            return self._orig._wait(status)
         if not self.done:
             self._engine.wait_for(self)
         return self._collect(status)
 
-    def test(self, status: Optional[Status] = None) -> Tuple[bool, Any]:
-        """``(done, object)`` after one round of progress, without blocking."""
+    def _test(self, status: Optional[Status] = None) -> Tuple[bool, Any]:
         if self._orig is not None:
-            return self._orig.test(status)
+            return self._orig._test(status)
+        if self._inactive:
+            # already completed by a wait/test: REQUEST_NULL, whose test gives (True, None)
+            if status is not None:
+                status._assign(Status())
+            return True, None
         if not self.done and self._engine is not None:
             self._engine.poll()
         if not self.done:
@@ -307,12 +323,12 @@ class Request:
 
     def Wait(self, status: Optional[Status] = None) -> bool:
         """Block until complete (raising its error, if any); returns True."""
-        self.wait(status)
+        self._wait(status)
         return True
 
     def Test(self, status: Optional[Status] = None) -> bool:
         """Whether the request completed (one round of progress, no blocking)."""
-        return self.test(status)[0]
+        return self._test(status)[0]
 
     def Get_status(self, status: Optional[Status] = None) -> bool:
         """Whether the request is complete, filling ``status``; unlike ``Test`` it stays active."""
@@ -329,6 +345,9 @@ class Request:
     def Cancel(self) -> None:
         """Cancel a receive that has not matched yet (``Status.Is_cancelled`` then tells);
         a send, or a receive that already matched, completes normally (MPI allows that)."""
+        if self._is_null():
+            raise RequestError("Request.Cancel on MPI.REQUEST_NULL (or a request already "
+                               "completed by a wait/test, or freed): nothing to cancel")
         if self._orig is not None:
             self._orig.Cancel()
             return
@@ -339,12 +358,18 @@ class Request:
 
     def Free(self) -> None:
         """Release the handle; the operation still completes in the background."""
+        if self._is_null():
+            raise RequestError("Request.Free on MPI.REQUEST_NULL (or a request already "
+                               "completed by a wait/test, or freed): nothing to free")
         if self._orig is not None:
             self._orig.Free()
             return
         self._inactive = True
 
-    free = Free
+    def free(self) -> None:
+        """``Free`` unless the request is already null (mpi4py 4 leaves those alone)."""
+        if not self._is_null():
+            self.Free()
 
     def _is_null(self) -> bool:
         return self._target()._inactive

@@ -61,6 +61,11 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
 
     __slots__ = ("_int_handle",)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Win":
+        # mpi4py's subclassing idiom ``MPI.Win.__new__(cls, win)``: the handle is made by
+        # __init__, from the same argument
+        return super().__new__(cls)
+
     def __init__(self, win: Any = None) -> None:
         if win is not None and not isinstance(win, Win):
             raise TypeError(f"MPI.Win({win!r:.40}): expected a window or nothing")
@@ -181,6 +186,11 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
             raise RmaFlavorError(f"rank {s.rank}: Win.Detach on window {s.label}: not a "
                                  f"dynamic window")
         s.exposed.detach(get_address(memory))
+
+    def free(self) -> None:
+        """``Free`` unless the window is already null or freed (mpi4py 4's safe free)."""
+        if self:
+            self.Free()
 
     def Free(self) -> None:
         """Free the window (collective): finish this rank's operations, wait for every rank,

@@ -328,8 +328,9 @@ def test_the_private_name_check_sees_a_violation():
     private, methods, _ = _layer_names()
     assert layer_of("minimpi.p2p.engine") in _owners("_rndv_sends", private)
     assert layer_of("minimpi.runtime.trace") not in _owners("_rndv_sends", private)
-    assert layer_of("minimpi.p2p.engine") in _owners("isend", methods)
-    assert layer_of("minimpi.tools.draw") not in _owners("isend", methods)
+    # (an engine-only method: the mpi4py shim's pkl5 classes define isend of their own)
+    assert layer_of("minimpi.p2p.engine") in _owners("take_message", methods)
+    assert layer_of("minimpi.tools.draw") not in _owners("take_message", methods)
 
 
 def _layer_name(level: int) -> str:

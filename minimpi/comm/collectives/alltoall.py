@@ -130,7 +130,8 @@ class AlltoallMethods:
         """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""
         p = self.size
         try:
-            items = list(sendobj)
+            # As in mpi4py, None stands for a None to every rank.
+            items = [None] * p if sendobj is None else list(sendobj)
         except TypeError:
             items = None
         if items is None or len(items) != p:

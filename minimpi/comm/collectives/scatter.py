@@ -7,7 +7,7 @@ from ...coll.blocks import EqualBlocks, ListedBlocks, as_bytes
 from ...coll.cost import default_model
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
-from ...errors import ArgumentError
+from ...errors import CountError
 from .common import check_equal_blocks, check_root, collective, execute, in_place
 
 
@@ -70,13 +70,14 @@ class ScatterMethods:
         items = None
         if self.rank == root:
             try:
-                items = list(sendobj)
+                # As in mpi4py, None stands for a None to every rank.
+                items = [None] * self.size if sendobj is None else list(sendobj)
             except TypeError:
                 items = None
             if items is None or len(items) != self.size:
                 what = (f"{len(items)} items" if items is not None else
                         f"{type(sendobj).__name__}, not a sequence")
-                raise ArgumentError(
+                raise CountError(
                     f"rank {self.rank}: {call}(root={root}): sendobj must be a sequence of "
                     f"{self.size} objects (one per rank), got {what}")
         model = default_model()

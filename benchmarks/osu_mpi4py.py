@@ -147,6 +147,14 @@ def main(argv=None) -> None:
         iters = iterations(warm, args.target, args.max_iters)
         return [loop(iters) for _ in range(args.reps)], iters
 
+    def timed(once, iters):
+        """Seconds for ``iters`` calls of ``once`` in a row, from a common start (Barrier)."""
+        comm.Barrier()
+        t = time.perf_counter()
+        for _ in range(iters):
+            once()
+        return time.perf_counter() - t
+
     # ---- point to point (ranks 0 and 1; the others only take part in the barriers)
     def p2p(test, size):
         if test == "obj_latency":
@@ -185,11 +193,7 @@ def main(argv=None) -> None:
                     comm.Send(ack, dest=0, tag=4)
 
         def loop(iters):
-            comm.Barrier()
-            t = time.perf_counter()
-            for _ in range(iters):
-                once()
-            elapsed = time.perf_counter() - t
+            elapsed = timed(once, iters)
             if test == "bandwidth":
                 return size * window * iters / elapsed
             return elapsed / iters / 2
@@ -221,11 +225,7 @@ def main(argv=None) -> None:
             win.Flush(1)
 
         def loop(iters):
-            comm.Barrier()
-            t = time.perf_counter()
-            for _ in range(iters):
-                once()
-            elapsed = time.perf_counter() - t
+            elapsed = timed(once, iters)
             if test == "get_bandwidth":
                 return size * window * iters / elapsed
             return elapsed / iters

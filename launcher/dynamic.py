@@ -348,14 +348,9 @@ class DynamicProcesses:
 
     def _reap(self, sj: SpawnedJob, rank: int) -> None:
         rp = sj.processes[rank]
-        rc = rp.reap()
+        rc = rp.reap_exited()
         if rc is None:
-            try:
-                rc = rp.popen.wait(timeout=1.0)
-            except Exception:
-                return
-            rp.returncode = rc
-            rp.close_pidfd()
+            return
         st = sj.coord.ranks[rank]
         st.exit_status = describe_returncode(rc)
         if rp.killed_by_launcher:

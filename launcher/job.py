@@ -436,15 +436,9 @@ class Job:
 
     # -- events ----------------------------------------------------------------------------
     def _reap(self, rp: RankProcess) -> None:
-        rc = rp.reap()
+        rc = rp.reap_exited()     # its pidfd is readable: it exited
         if rc is None:
-            # pidfd readable means it exited; wait for the zombie briefly
-            try:
-                rc = rp.popen.wait(timeout=1.0)
-            except Exception:
-                return
-            rp.returncode = rc
-            rp.close_pidfd()
+            return
         how = describe_returncode(rc)
         self.coord.ranks[rp.rank].exit_status = how
         self.reap_order.append(rp.rank)

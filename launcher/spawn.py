@@ -75,6 +75,19 @@ class RankProcess:
                 self.close_pidfd()
         return self.returncode
 
+    def reap_exited(self, timeout: float = 1.0) -> Optional[int]:
+        """The return code of a process its pidfd says has ended: reaped now, or after up to
+        ``timeout`` s for the zombie to appear; None if it could not be reaped (yet)."""
+        rc = self.reap()
+        if rc is None:
+            try:
+                rc = self.popen.wait(timeout=timeout)
+            except Exception:
+                return None
+            self.returncode = rc
+            self.close_pidfd()
+        return rc
+
     def close_pidfd(self) -> None:
         if self.pidfd is not None:
             try:

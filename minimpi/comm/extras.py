@@ -328,8 +328,7 @@ class CommExtras(PersistentCollectives, Attributed):
         return self.Dup(info)
 
     # -- out of scope ------------------------------------------------------------------------
-    # Partitioned point-to-point, fault tolerance (ULFM),
-    # attribute keyvals and user error handlers: refused, naming the feature.
+    # Fault tolerance (ULFM): refused, naming the feature.
     _ULFM = "fault tolerance (ULFM: Revoke, Agree, Shrink, failed processes)"
     Revoke = refusing(_ULFM, "Comm.Revoke")
     Is_revoked = refusing(_ULFM, "Comm.Is_revoked")

@@ -17,9 +17,10 @@ import json
 import socket
 from typing import Any, Optional
 
+from ..comm.collectives.common import check_root
 from ..comm.communicator import Intracomm, claim_contexts, free_context
 from ..data.cint import as_int
-from ..errors import ArgumentError, PortError, RootError, ServiceNameError
+from ..errors import ArgumentError, PortError, ServiceNameError
 from .intercomm import CONTEXTS, Intercomm
 from .join import Bridge, join
 from .link import launcher_link, peer_of
@@ -78,14 +79,7 @@ def lookup_name(service_name: str, info: Any = None) -> str:
 
 def _check_root(comm: Intracomm, root: Any, call: str) -> int:
     comm._alive(call)
-    try:
-        root = as_int(root)
-    except (TypeError, ValueError, OverflowError):
-        raise RootError(f"rank {comm.rank}: {call}(root={root!r}): expected an int") from None
-    if not 0 <= root < comm.size:
-        raise RootError(f"rank {comm.rank}: {call}(root={root}) on {comm.name}: expected "
-                        f"0..{comm.size - 1}")
-    return root
+    return check_root(comm, root, call)
 
 
 def accept(comm: Intracomm, port_name: Any, info: Any, root: Any) -> Intercomm:

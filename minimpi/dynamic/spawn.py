@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional, Sequence
 
+from ..comm.collectives.common import check_root
 from ..comm.communicator import Intracomm
 from ..data.cint import as_int
-from ..errors import RootError, SpawnError, UnsupportedError
+from ..errors import SpawnError, UnsupportedError
 from .intercomm import Intercomm
 from .join import Bridge, join
 from .link import LauncherLink, launcher_link
@@ -88,13 +89,7 @@ def spawn(comm: Intracomm, apps_of_root: Any, root: Any, errcodes: Optional[list
     root's arguments, run at the root only)."""
     comm._alive(call)
     link = launcher_link(call)
-    try:
-        root = as_int(root)
-    except (TypeError, ValueError, OverflowError):
-        raise RootError(f"rank {comm.rank}: {call}(root={root!r}): expected an int") from None
-    if not 0 <= root < comm.size:
-        raise RootError(f"rank {comm.rank}: {call}(root={root}) on {comm.name}: expected "
-                        f"0..{comm.size - 1}")
+    root = check_root(comm, root, call)
 
     def swap(value: dict) -> dict:
         apps = apps_of_root()

@@ -247,6 +247,9 @@ class RemoteRank:
     def reap(self) -> Optional[int]:
         return self.returncode
 
+    def reap_exited(self, timeout: float = 1.0) -> Optional[int]:
+        return self.returncode   # its agent reported the exit: nothing to wait for here
+
     def close_pidfd(self) -> None:
         pass
 

@@ -279,6 +279,13 @@ class Engine(FrameSink):
         if q is not None and not q.posted and not q.unexpected:
             del self._queues[context]
 
+    def context_kind(self, context: int) -> str:
+        """What ``context`` carries: one of :data:`CONTEXT_KINDS` (``p2p`` unless registered
+        otherwise)."""
+        if context in self._collective_contexts:
+            return "collective"
+        return "control" if context in self._control_contexts else "p2p"
+
     def group_of(self, context: int) -> Optional[Tuple[int, ...]]:
         """The world ranks of the communicator of ``context`` (None: not registered)."""
         return self._groups.get(context)
@@ -699,7 +706,8 @@ class Engine(FrameSink):
         if context in self._revoked:
             return
         self._revoked[context] = why
-        self.fail_pending(context, RevokedError(f"rank {self.rank}: {why}"))
+        self._fail_each(context, lambda req: RevokedError(
+            f"rank {self.rank}: {describe(req)}: {why}"))
         self.drop_unexpected(context, lambda tag: True)
 
     def is_revoked(self, context: int) -> bool:
@@ -730,6 +738,19 @@ class Engine(FrameSink):
                 return self._pending_error(pending, describe(req))
         return None
 
+    def _fail_each(self, context: int, error_for: Callable[[Request], Exception]) -> None:
+        """Fail the receives posted on ``context`` and its rendezvous sends waiting for their
+        receiver, each with the error ``error_for(request)`` (which names the call)."""
+        q = self._queues.get(context)
+        if q is not None and q.posted:
+            posted, q.posted[:] = list(q.posted), []
+            for req in posted:
+                req._fail(error_for(req))
+        for key, value in list(self._rndv_sends.items()):
+            if value[2] == context:
+                del self._rndv_sends[key]
+                value[0]._fail(error_for(value[0]))
+
     def _unacknowledged(self, context: int, group: Sequence[int]) -> List[int]:
         acked = self._acknowledged.get(context, frozenset())
         return [w for w in group if w in self.lost_peers and w not in acked]
@@ -749,9 +770,8 @@ class Engine(FrameSink):
             if peer not in group or context in self._control_contexts:
                 continue
             if context in self._collective_contexts:
-                self.fail_pending(context, self._lost_error(
-                    peer, f"a collective call on the communicator of context {context}",
-                    collective=True))
+                self._fail_each(context, lambda req: self._lost_error(
+                    peer, describe(req), collective=True))
                 continue
             q = self._queues.get(context)
             if q is None or not q.posted:

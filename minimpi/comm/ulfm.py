@@ -421,11 +421,10 @@ def shrink(comm: Any, call: str = "Shrink") -> Any:
     """``Comm.Shrink``: a new communicator of the members not known to have failed, the same
     on every survivor (they agree on the failures and the new context first); works on a
     revoked communicator."""
-    from .communicator import claim_contexts, free_context
     comm._alive(call)
     state = _state(comm)
     engine = state.engine
-    agreement = Agreement(state, -1, free_context(engine), call)
+    agreement = Agreement(state, -1, comm._free_context(), call)
     if not agreement.advance():
         engine.wait_until(agreement.advance, agreement.waiting)
     decision = agreement.decision
@@ -439,8 +438,7 @@ def shrink(comm: Any, call: str = "Shrink") -> Any:
                 f"the intracommunicators it was made from")
         return comm.Dup()
     survivors = [w for w in state.members if w not in failed]
-    context = decision["context"]
-    claim_contexts(engine, context, 2)
+    context = comm._agree_context([decision["context"]])   # (free on every survivor)
     name = f"{comm.name}.shrink"
     return comm._derive(survivors, survivors.index(engine.rank), context, name)
 

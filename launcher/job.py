@@ -475,11 +475,12 @@ class Job:
         self.tolerated.append(rank)
         report = self.coord.ranks[rank].failure or {}
         why = how + (f": {report['error']}" if report.get("error") else "")
-        for rp in self.ranks:
-            if rp.alive and rp.rank != rank:
-                self.coord.send(rp.rank, {"t": "proc_failed", "rank": rank, "why": why})
-        self.log(f"minimpi: rank {rank} {why}; --fault-tolerant: the other ranks were told "
-                 f"(MPI.ERR_PROC_FAILED) and go on")
+        told = [rp.rank for rp in self.ranks if rp.alive and rp.rank != rank]
+        for other in told:
+            self.coord.send(other, {"t": "proc_failed", "rank": rank, "why": why})
+        self.log(f"minimpi: rank {rank} {why}; --fault-tolerant: " + (
+            f"rank(s) {_ranks(told)} were told (MPI.ERR_PROC_FAILED) and go on" if told
+            else "no other rank is still running"))
 
     # -- who is to blame -------------------------------------------------------------------
     def _failed_alone(self, rank: int) -> bool:

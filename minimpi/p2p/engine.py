@@ -135,7 +135,8 @@ class Engine(FrameSink):
         self._collective_contexts: set = set()
         self._control_contexts: set = set()
         self._acknowledged: Dict[int, frozenset] = {}   # p2p context -> failures acknowledged
-        self._revoked: Dict[int, str] = {}              # context -> why (Comm.Revoke)
+        #: context -> why, for the revoked contexts (:meth:`revoke_context`; read-only above)
+        self.revoked: Dict[int, str] = {}
         #: failures told by another thread (the launcher's notices), applied by this one
         self._failure_notices: collections.deque = collections.deque()
         # Operations that advance themselves as their messages complete (nonblocking
@@ -274,7 +275,7 @@ class Engine(FrameSink):
         self._collective_contexts.discard(context)
         self._control_contexts.discard(context)
         self._acknowledged.pop(context, None)
-        self._revoked.pop(context, None)
+        self.revoked.pop(context, None)
         q = self._queues.get(context)
         if q is not None and not q.posted and not q.unexpected:
             del self._queues[context]
@@ -381,7 +382,7 @@ class Engine(FrameSink):
         if self.aborted is not None:
             self._check_alive()
         req = SendRequest(self, description, dest)
-        if self.lost_peers or self._revoked:
+        if self.lost_peers or self.revoked:
             error = self._refusal(context, dest, req)
             if error is not None:
                 req._fail(error)
@@ -445,7 +446,7 @@ class Engine(FrameSink):
             for o in self._to_posted:
                 o.receive_posted(context, source, tag, target)
         req = RecvRequest(self, description, context, source, tag, target, is_object)
-        if self._revoked or (self.lost_peers and self.fault_tolerant):
+        if self.revoked or (self.lost_peers and self.fault_tolerant):
             error = self._refusal(context, None, req)
             if error is not None:
                 req._fail(error)
@@ -561,7 +562,7 @@ class Engine(FrameSink):
                            header.msg_id, header.length, False)
             inc.buffer = payload_buffer(header.length)
             self._current[peer] = inc
-            if self._revoked and header.context in self._revoked:
+            if self.revoked and header.context in self.revoked:
                 return memoryview(inc.buffer)   # (read into no queue: Comm.Revoke drops it)
             q.unexpected.append(inc)
             if self._unexpected_watchers:
@@ -588,7 +589,7 @@ class Engine(FrameSink):
                            header.msg_id, header.length, True)
             if req is not None:
                 self._bind(req, inc)
-            elif not (self._revoked and header.context in self._revoked):
+            elif not (self.revoked and header.context in self.revoked):
                 q.unexpected.append(inc)
                 if self._unexpected_watchers:
                     watcher = self._unexpected_watchers.get(inc.context)
@@ -703,24 +704,24 @@ class Engine(FrameSink):
     def revoke_context(self, context: int, why: str) -> None:
         """``Comm.Revoke``: every pending and later operation on ``context`` fails with
         ``RevokedError``; messages that arrive for it are dropped."""
-        if context in self._revoked:
+        if context in self.revoked:
             return
-        self._revoked[context] = why
+        self.revoked[context] = why
         self._fail_each(context, lambda req: RevokedError(
             f"rank {self.rank}: {describe(req)}: {why}"))
         self.drop_unexpected(context, lambda tag: True)
 
     def is_revoked(self, context: int) -> bool:
         """Whether :meth:`revoke_context` was called for ``context``."""
-        return context in self._revoked
+        return context in self.revoked
 
     def _refusal(self, context: int, dest: Optional[int], req: Request) -> Optional[Exception]:
         """Why an operation on ``context`` (a send to world rank ``dest``, or the receive
         ``req``) cannot even start: the context is revoked, its peer is gone, a wildcard
         receive meets an unacknowledged failure, or (fault tolerance) a collective context
         has a failed member. None: it can."""
-        if context in self._revoked:
-            return RevokedError(f"rank {self.rank}: {describe(req)}: {self._revoked[context]}")
+        if context in self.revoked:
+            return RevokedError(f"rank {self.rank}: {describe(req)}: {self.revoked[context]}")
         if dest is not None and dest in self.lost_peers:
             return self._lost_error(dest, describe(req))
         if not self.fault_tolerant or not self.lost_peers:

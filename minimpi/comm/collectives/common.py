@@ -148,7 +148,7 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     if comm._freed:
         comm._alive(call)
     ep = comm._ep
-    if ep.engine.is_revoked(ep.coll_context):   # (a call of one rank sends nothing)
+    if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
         check_not_revoked(comm, call)
     plan = comm._plan or comm._make_plan()
     key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))

@@ -66,7 +66,7 @@ from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .persistent_coll import PersistentNeighborCollectives, PersistentScans
 from .topology import CartMixin
-from .ulfm import check_not_revoked
+from .ulfm import check_not_revoked, check_probe
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
 FIRST_FREE_CONTEXT = 4
@@ -564,6 +564,8 @@ class Comm(CommExtras):
             st = probe_status(self, source, tag)
             if st is not None:
                 found.append(st)
+            else:
+                check_probe(self, source, tag, "Probe")   # (a revoke or failure ends it)
             return st is not None
 
         if not arrived():
@@ -583,6 +585,7 @@ class Comm(CommExtras):
         self._ep.engine.poll()
         st = probe_status(self, source, tag)
         if st is None:
+            check_probe(self, source, tag, "Iprobe")
             return False
         if status is not None:
             assign_status(status, st)

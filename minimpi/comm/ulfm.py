@@ -126,6 +126,17 @@ def check_not_revoked(comm: Any, call: str) -> None:
                            f"revoked (Comm.Revoke; MPI.ERR_REVOKED)")
 
 
+def check_probe(comm: Any, source: int, tag: int, call: str) -> None:
+    """Raise what a probe that found nothing must raise now: the communicator is revoked,
+    or (fault tolerance) its source failed, or a wildcard meets an unacknowledged failure."""
+    engine = comm.endpoint.engine
+    if engine.revoked or engine.lost_peers:
+        refusal = engine.probe_refusal(comm.endpoint.context, source,
+                                       f"{call}(source={source}, tag={tag}) on {comm.name}")
+        if refusal is not None:
+            raise refusal
+
+
 # -- failed processes --------------------------------------------------------------------
 def _members(comm: Any) -> Tuple[int, ...]:
     """Every process of the communicator (both groups of an intercommunicator), as world

@@ -715,6 +715,26 @@ class Engine(FrameSink):
         """Whether :meth:`revoke_context` was called for ``context``."""
         return context in self.revoked
 
+    def probe_refusal(self, context: int, source: int, what: str) -> Optional[Exception]:
+        """Why a probe (``what``: the call, for the message) for ``source`` (a rank of the
+        context's group, or ``ANY_SOURCE``) on ``context`` that found nothing can never
+        find anything: the context is revoked, or (fault tolerance) the source failed or a
+        wildcard meets an unacknowledged failure. None: it may still."""
+        if self._failure_notices:
+            self.apply_failure_notices()
+        if context in self.revoked:
+            return RevokedError(f"rank {self.rank}: {what}: {self.revoked[context]}")
+        if not self.fault_tolerant or not self.lost_peers:
+            return None
+        group = self._groups.get(context)
+        if group is None or context in self._control_contexts:
+            return None
+        if source == ANY_SOURCE:
+            pending = self._unacknowledged(context, group)
+            return self._pending_error(pending, what) if pending else None
+        lost = self._source_lost(source, group)
+        return self._lost_error(lost, what) if lost is not None else None
+
     def _refusal(self, context: int, dest: Optional[int], req: Request) -> Optional[Exception]:
         """Why an operation on ``context`` (a send to world rank ``dest``, or the receive
         ``req``) cannot even start: the context is revoked, its peer is gone, a wildcard

@@ -149,9 +149,13 @@ def test_wildcard_receive_is_pending_until_the_failure_is_acknowledged():
         with pytest.raises(MPI.Exception) as info:   # known only once the notice is applied
             comm.recv(source=3)
         before = error_class(lambda: comm.recv(source=MPI.ANY_SOURCE))
+        probes = [error_class(lambda: comm.Probe(source=3)),
+                  error_class(lambda: comm.Iprobe(source=MPI.ANY_SOURCE)),
+                  error_class(lambda: comm.mprobe(source=MPI.ANY_SOURCE))]
         failed = comm.Get_failed()
         members = failed.Translate_ranks(list(range(failed.Get_size())), comm.Get_group())
         acked = comm.Ack_failed()
+        comm.Shrink().Free()     # (every survivor is done probing before anyone sends)
         # after the acknowledgement a wildcard receive gets messages from the living
         survivors = [0, 1, 2, 4]
         i = survivors.index(comm.rank)
@@ -159,10 +163,12 @@ def test_wildcard_receive_is_pending_until_the_failure_is_acknowledged():
         req = comm.isend(comm.rank, dest=right)
         got = comm.recv(source=MPI.ANY_SOURCE)
         req.wait()
-        return info.value.Get_error_class(), before, members, acked, got, left
-    for rank, (cls, before, members, acked, got, left) in run_with_a_death(5, 3, body).items():
+        return info.value.Get_error_class(), before, probes, members, acked, got, left
+    results = run_with_a_death(5, 3, body)
+    for rank, (cls, before, probes, members, acked, got, left) in results.items():
         assert cls == MPI.ERR_PROC_FAILED
         assert before == MPI.ERR_PROC_FAILED_PENDING
+        assert probes == [MPI.ERR_PROC_FAILED] + [MPI.ERR_PROC_FAILED_PENDING] * 2
         assert members == [3] and acked == 1
         assert got == left
 

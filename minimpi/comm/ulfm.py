@@ -289,6 +289,9 @@ class Agreement:
                 while not recv.done and len(engine.failed_peers()) == before:
                     yield
                 continue
+            if recv.error is not None:   # (its sender failed mid-message: it counts as failed)
+                recv = None
+                continue
             message, source = serialization.loads(recv.buffer), recv.status.source
             recv = None
             stash[source] = message

@@ -207,3 +207,21 @@ def test_agreement_survives_its_leader_failing():
     results = run_with_a_death(4, 0, body)
     assert sorted(results) == [1, 2, 3]
     assert set(results.values()) == {(MPI.ERR_PROC_FAILED, 0b1, 3, 3)}
+
+
+def test_iagree_with_a_failed_member_reports_it_and_acknowledged_it_agrees():
+    def body(comm):
+        buf = MPI.buffer.allocate(struct.calcsize("i"))
+        flag = memoryview(buf).cast("i")
+        flag[0] = 0b111
+        with pytest.raises(MPI.Exception) as info:   # wait until the failure is known
+            comm.recv(source=1)
+        req = comm.Iagree(flag)
+        first = error_class(req.Wait)
+        comm.Ack_failed()
+        flag[0] = 0b110 if comm.rank == 0 else 0b011
+        comm.Iagree(flag).Wait()
+        return info.value.Get_error_class(), first, flag[0]
+    results = run_with_a_death(3, 1, body)
+    assert results == {0: (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED, 0b010),
+                       2: (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED, 0b010)}

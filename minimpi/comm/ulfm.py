@@ -130,7 +130,7 @@ def check_probe(comm: Any, source: int, tag: int, call: str) -> None:
     """Raise what a probe that found nothing must raise now: the communicator is revoked,
     or (fault tolerance) its source failed, or a wildcard meets an unacknowledged failure."""
     engine = comm.endpoint.engine
-    if engine.revoked or engine.lost_peers:
+    if engine.revoked or engine.lost_peers or engine.failed:
         refusal = engine.probe_refusal(comm.endpoint.context, source,
                                        f"{call}(source={source}, tag={tag}) on {comm.name}")
         if refusal is not None:
@@ -241,9 +241,14 @@ class Agreement:
             return True
 
     def _vote(self) -> Vote:
+        """This member's vote: its flag, the members it knows are gone (failed, or ended:
+        left out of a shrink either way), those that failed unacknowledged (an ``Agree``
+        reports them), its lowest free context id."""
         engine, state = self.state.engine, self.state
-        failed = frozenset(w for w in engine.failed_peers() if w in state.members)
-        return {"flag": self.flag, "failed": failed,
+        members = set(state.members)
+        failed = frozenset(w for w in engine.failed_peers() if w in members)
+        gone = frozenset(w for w in engine.gone_peers() if w in members)
+        return {"flag": self.flag, "failed": gone | failed,
                 "unacked": failed - frozenset(state.acked), "context": self.free_context}
 
     def _describe(self, what: str, peer: Any) -> Tuple[str, str, Any, int, str]:
@@ -264,8 +269,8 @@ class Agreement:
         sends: List[Request] = []
         decision: Optional[Vote] = None
         while decision is None:
-            failed = set(engine.failed_peers())
-            live = [i for i, w in enumerate(members) if w not in failed]
+            gone = set(engine.gone_peers())
+            live = [i for i, w in enumerate(members) if w not in gone]
             decision = _accepted(stash, voted_for)
             if decision is not None:
                 break
@@ -285,8 +290,8 @@ class Agreement:
                                     self._describe("source", ANY_SOURCE))
             if not recv.done:
                 self.waiting = [recv]
-                before = len(engine.failed_peers())
-                while not recv.done and len(engine.failed_peers()) == before:
+                before = len(engine.gone_peers())
+                while not recv.done and len(engine.gone_peers()) == before:
                     yield
                 continue
             if recv.error is not None:   # (its sender failed mid-message: it counts as failed)
@@ -301,9 +306,9 @@ class Agreement:
         # believes alive; otherwise (no process can fail and the job go on) the leader does
         maker = decision["maker"]
         if engine.fault_tolerant or maker == me:
-            failed = set(engine.failed_peers())
+            gone = set(engine.gone_peers())
             sends += [self._send(("decision", decision), i) for i, w in enumerate(members)
-                      if i != me and w not in failed and not _has(stash.get(i), decision)]
+                      if i != me and w not in gone and not _has(stash.get(i), decision)]
         self.decision = decision
         st.finished.add(self.tag)
         engine.drop_unexpected(st.context, lambda tag: tag == self.tag)

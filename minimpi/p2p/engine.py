@@ -124,9 +124,13 @@ class Engine(FrameSink):
         self._rndv_sends: Dict[Tuple[int, int], Tuple[SendRequest, Sequence[memoryview], int, int, int, int, int]] = {}
         self._rndv_recvs: Dict[Tuple[int, int], RecvRequest] = {}
         self._sync_sends: Dict[Tuple[int, int], SendRequest] = {}
-        #: peers gone, in the order they were found to be (-> why); under fault tolerance
-        #: these are the failed processes of the ULFM calls
+        #: peers gone (-> why), as a transport or a failure notice said: operations that
+        #: name one fail
         self.lost_peers: Dict[int, str] = {}
+        #: under fault tolerance, the failed processes (ULFM), in the order they were told
+        #: (:meth:`notify_failed`: the launcher's word, the processes that ended abnormally;
+        #: a peer that merely finished is gone but has not failed)
+        self.failed: Dict[int, str] = {}
         #: ``--fault-tolerant`` (ULFM): a lost peer is a failed process that the job survives;
         #: operations that need it raise ``ProcFailedError`` (MPI.ERR_PROC_FAILED), a wildcard
         #: receive raises ``ProcFailedPendingError`` until the failure is acknowledged, and a
@@ -642,9 +646,6 @@ class Engine(FrameSink):
                                        header.length)
 
     def peer_lost(self, peer: int, reason: str) -> None:
-        if self.fault_tolerant and peer not in self.lost_peers:
-            self.lost_peers[peer] = reason
-            self._fail_for_failure(peer)
         self.lost_peers.setdefault(peer, reason)
         for key in [k for k in self._rndv_sends if k[0] == peer]:
             req = self._rndv_sends.pop(key)[0]
@@ -686,11 +687,22 @@ class Engine(FrameSink):
         """Apply the failures :meth:`notify_failed` queued (this engine's thread only)."""
         while self._failure_notices:
             peer, reason = self._failure_notices.popleft()
-            if peer != self.rank:
-                self.peer_lost(peer, reason)
+            if peer == self.rank or peer in self.failed:
+                continue
+            self.failed[peer] = reason
+            self.peer_lost(peer, reason)
+            if self.fault_tolerant:
+                self._fail_for_failure(peer)
 
     def failed_peers(self) -> Tuple[int, ...]:
-        """The world ranks of the peers known to have failed, in the order they were found."""
+        """The world ranks of the processes known to have failed, in the order told."""
+        if self._failure_notices:
+            self.apply_failure_notices()
+        return tuple(self.failed)
+
+    def gone_peers(self) -> Tuple[int, ...]:
+        """The world ranks of every peer known to be gone: failed, or ended (a transport
+        saw it go)."""
         if self._failure_notices:
             self.apply_failure_notices()
         return tuple(self.lost_peers)
@@ -750,7 +762,7 @@ class Engine(FrameSink):
         if group is None:
             return None
         if context in self._collective_contexts:
-            failed = [w for w in group if w in self.lost_peers]
+            failed = [w for w in group if w in self.failed]
             if failed:
                 return self._lost_error(failed[0], describe(req), collective=True)
         elif dest is None and req.source == ANY_SOURCE and context not in self._control_contexts:
@@ -774,12 +786,12 @@ class Engine(FrameSink):
 
     def _unacknowledged(self, context: int, group: Sequence[int]) -> List[int]:
         acked = self._acknowledged.get(context, frozenset())
-        return [w for w in group if w in self.lost_peers and w not in acked]
+        return [w for w in group if w in self.failed and w not in acked]
 
     def _pending_error(self, peers: Sequence[int], what: str) -> ProcFailedPendingError:
         return ProcFailedPendingError(
             f"rank {self.rank}: {what}: world rank(s) {', '.join(map(str, peers))} of this "
-            f"communicator failed ({self.lost_peers[peers[0]]}) and the failure is not "
+            f"communicator failed ({self.failed[peers[0]]}) and the failure is not "
             f"acknowledged, so a wildcard receive cannot know its sender "
             f"(MPI.ERR_PROC_FAILED_PENDING; Comm.Ack_failed acknowledges)")
 
@@ -806,7 +818,7 @@ class Engine(FrameSink):
         job ends), or under fault tolerance ``ProcFailedError`` (MPI.ERR_PROC_FAILED)."""
         if not self.fault_tolerant:
             return PeerLostError(self._lost_text(peer, what))
-        reason = self.lost_peers.get(peer, "connection lost")
+        reason = self.failed.get(peer) or self.lost_peers.get(peer, "connection lost")
         how = ("a member of its communicator, " if collective else "") + f"world rank {peer}"
         return ProcFailedError(f"rank {self.rank}: {what} cannot complete: {how} failed "
                                f"({reason}) (MPI.ERR_PROC_FAILED)")

@@ -1,11 +1,13 @@
 """Fault tolerance as mpi4py exposes it (ULFM): ``Comm.Revoke``, ``Is_revoked``,
 ``Get_failed``, ``Ack_failed``, ``Agree``/``Iagree`` and ``Shrink``/``Ishrink``.
 
-A process *fails* when the engine learns that a peer is gone: its transport saw it go, or,
-under ``minimpi run --fault-tolerant``, the launcher told every survivor (the runtime hands
-that to :meth:`~minimpi.p2p.engine.Engine.notify_failed`). Without the flag a failure ends
-the whole job, so these calls only ever see healthy communicators there, where they still
-work (an agreement is then an allreduce-AND, a shrink a ``Dup``).
+A process has *failed* when, under ``minimpi run --fault-tolerant``, the launcher told every
+survivor that it ended abnormally (the runtime hands that to
+:meth:`~minimpi.p2p.engine.Engine.notify_failed`); a peer a transport saw go is only *gone*
+(it may have finished): operations that name it fail, and agreements do not wait for its
+vote. Without the flag a failure ends the whole job, so these calls only ever see healthy
+communicators there, where they still work (an agreement is then an allreduce-AND, a shrink
+a ``Dup``).
 
 **Revoke** marks the communicator's contexts revoked in this engine
 (:meth:`~minimpi.p2p.engine.Engine.revoke_context`: pending and later operations raise
@@ -26,7 +28,7 @@ returned has handed the decision to everyone, the next leader included, who adop
 rather than deciding anew. A member ignores a decision sent directly by an older leader
 once it has voted for a newer one (that leader may decide from its vote). Failures come
 only from the launcher or a transport that saw the process go, never from a timeout, so a
-member is never wrongly left out. The messages travel on the communicator's own control
+member is never wrongly left out (a gone one, that finished, cannot vote anyway). The messages travel on the communicator's own control
 context (``context | FT_BIT``), tagged with the agreement's number on that communicator.
 """
 from __future__ import annotations

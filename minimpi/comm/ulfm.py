@@ -28,8 +28,9 @@ returned has handed the decision to everyone, the next leader included, who adop
 rather than deciding anew. A member ignores a decision sent directly by an older leader
 once it has voted for a newer one (that leader may decide from its vote). Failures come
 only from the launcher or a transport that saw the process go, never from a timeout, so a
-member is never wrongly left out (a gone one, that finished, cannot vote anyway). The messages travel on the communicator's own control
-context (``context | FT_BIT``), tagged with the agreement's number on that communicator.
+member is never wrongly left out (a gone one, that finished, cannot vote anyway). The
+messages travel on the communicator's own control context (``context | FT_BIT``), tagged
+with the agreement's number on that communicator.
 """
 from __future__ import annotations
 

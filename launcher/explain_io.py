@@ -67,6 +67,13 @@ def plan_for(views, hints: dict, write: bool):
     return tp.plan(summaries, hints, write), rank_runs, summaries
 
 
+def _independent_calls(summaries, write: bool) -> int:
+    from minimpi.io import two_phase as tp
+    if write:
+        return sum(s.nruns for s in summaries)
+    return sum(tp.independent_read_calls(s) for s in summaries if s.nbytes)
+
+
 def _fmt_time(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3f} ms"
@@ -109,7 +116,7 @@ def explain_io(p: int, total: int, pattern: str, block: int, write: bool = True,
           file=out)
     print(f"  independent: {_fmt_time(plan.independent_cost)} "
           f"({'sum over the ranks: writes to one file take turns' if write else 'the slowest rank'}"
-          f"; {sum(s.nruns for s in summaries)} {kind} calls in all)", file=out)
+          f"; {_independent_calls(summaries, write)} {kind} calls in all)", file=out)
     print(f"  two-phase:   {_fmt_time(plan.two_phase_cost)}", file=out)
     print(f"\nchosen: {plan.method} - {plan.reason}", file=out)
     rows = tp.schedule(plan, rank_runs)

@@ -141,6 +141,9 @@ class Job:
         self._busy: dict[int, tuple[float, float]] = {}   # silent rank -> (CPU seconds, when)
         self.deadlock: Optional[DeadlockDetector] = None
         self.dynamic = DynamicProcesses(self)   # Spawn's jobs, ports, names (launcher/dynamic.py)
+        #: the job's template process while the job runs (spawned Python ranks fork from it
+        #: too); None with --no-fork-server
+        self.fork_server: Optional[ForkServer] = None
 
     # -- messages --------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -250,7 +253,7 @@ class Job:
         start = time.monotonic()
         fork_server = None
         try:
-            fork_server = self._start_fork_server(coord.address, lifeline_r)
+            fork_server = self.fork_server = self._start_fork_server(coord.address, lifeline_r)
             argv = rank_command(spec.program, spec.module, spec.args)
             try:
                 for r in range(spec.nprocs):

@@ -22,7 +22,8 @@ Each rank calls ``Write_all`` with its whole share, then ``Read_all`` reads it b
 (independent: one ``pwrite`` per file run per rank); ``auto`` is minimpi's own choice
 (``automatic``; another MPI may read the hint its own way).
 
-Timing: ``--rounds`` rounds, alternating the two methods; each measurement is barrier,
+Timing: ``--rounds`` rounds, alternating the methods in an order that goes through all six
+permutations (``--rounds 6`` gives each method each place and each predecessor); each measurement is barrier,
 ``Wtime``, the call, barrier, ``Wtime`` on rank 0 (the time until every rank is done).
 Medians are reported, in seconds and MiB/s of file data.
 
@@ -30,6 +31,7 @@ Medians are reported, in seconds and MiB/s of file data.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shlex
@@ -67,8 +69,12 @@ def worker(args: argparse.Namespace) -> None:
     back = np.empty_like(mine)
     methods = (("two_phase", "enable"), ("independent", "disable"), ("auto", "automatic"))
     results = {m: {"write": [], "read": []} for m, _hint in methods}
+    orders = list(itertools.permutations(methods))
     for rnd in range(args.rounds + 1):              # round 0 warms up
-        for method, hint in methods:
+        # the order changes from round to round through all six: what the method before
+        # left behind (pages being written back, a fragmented page cache) must not fall on
+        # one method (a rotation would keep who follows whom)
+        for method, hint in orders[rnd % len(orders)]:
             info = MPI.Info.Create({"romio_cb_write": hint, "romio_cb_read": hint})
             fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_RDWR, info)
             fh.Set_view(disp, etype, ftype, "native", info)

@@ -238,22 +238,33 @@ class DynamicProcesses:
         self._sockets[child.socket] = sj
         self.poller.register(child.socket, 1)   # zmq.POLLIN
         parent = {"peers": parents, "leader": int(msg.get("leader", 0))}
+        server = self.job.fork_server
+        started: list = []
         try:
             r = 0
             for appnum, ((argv, cwd), app) in enumerate(zip(starts, apps)):
+                # a Python program forks from the job's template, as the job's ranks did
+                via = server if server is not None and server.can_start(argv) else None
                 for _ in range(int(app.get("maxprocs", 1))):
                     env = self.job.rank_env(r, child.address, lifeline_r)
                     env.update({ENV_RANK: str(r), ENV_SIZE: str(total), ENV_JOBID: job_id,
                                 ENV_JOBNO: str(k), ENV_UNIVERSE_SIZE: str(self.universe_size),
                                 ENV_PARENT: json.dumps({**parent, "appnum": appnum})})
-                    rp = spawn_rank(r, argv, env, stdin_inherit=False, pass_fds=(lifeline_r,),
-                                    cwd=cwd)
-                    self._watch(sj, rp)
+                    started.append(spawn_rank(r, argv, env, stdin_inherit=False,
+                                              pass_fds=(lifeline_r,), cwd=cwd, fork_server=via,
+                                              request_id=f"{job_id}:{r}"))
                     r += 1
+            if server is not None:
+                server.wait_started()     # the forked ones get their pids and pidfds
         except OSError as exc:
+            for rp in started:
+                self._watch(sj, rp)
             self._refuse_started(sj, f"could not start process {len(sj.processes)}: {exc}")
+            return
         finally:
             os.close(lifeline_r)
+        for rp in started:
+            self._watch(sj, rp)
 
     def _watch(self, sj: SpawnedJob, rp: RankProcess) -> None:
         rank = len(sj.processes)

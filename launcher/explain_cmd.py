@@ -406,6 +406,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with `io --pattern strided`: bytes of each rank's block (default 4096)")
     p.add_argument("--read", action="store_true",
                    help="with `io`: explain Read_all (default: Write_all)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="with `io`: also draw the plan (file runs, aggregators' domains, bytes "
+                        "each rank sends each aggregator) as .svg or .png")
     p.add_argument("--info", action="append", default=[], metavar="KEY=VALUE",
                    help="with `io`: a file hint (cb_nodes, cb_buffer_size, romio_cb_write, "
                         "romio_cb_read); repeatable")
@@ -441,7 +444,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"minimpi explain io: {e}", file=sys.stderr)
             return 2
         return explain_io(args.nprocs or 4, args.bytes, args.pattern, args.block,
-                          write=not args.read, hints=hints)
+                          write=not args.read, hints=hints, picture=args.output)
     if op is None and ("reduce" in name or "scan" in name):
         from minimpi.data import ops
         op = ops.SUM

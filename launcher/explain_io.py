@@ -67,6 +67,13 @@ def plan_for(views, hints: dict, write: bool):
     return tp.plan(summaries, hints, write), rank_runs, summaries
 
 
+def _independent_calls(summaries, write: bool) -> int:
+    from minimpi.io import two_phase as tp
+    if write:
+        return sum(s.nruns for s in summaries)
+    return sum(tp.independent_read_calls(s) for s in summaries if s.nbytes)
+
+
 def _fmt_time(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3f} ms"
@@ -74,9 +81,11 @@ def _fmt_time(seconds: float) -> str:
 
 
 def explain_io(p: int, total: int, pattern: str, block: int, write: bool = True,
-               hints: Optional[dict] = None, out: Optional[TextIO] = None) -> int:
+               hints: Optional[dict] = None, out: Optional[TextIO] = None,
+               picture: Optional[str] = None) -> int:
     """Print the plan a collective write (or read) of this pattern gets, with the cost
-    model's figures and, for two-phase, every aggregator's rounds. Returns an exit code."""
+    model's figures and, for two-phase, every aggregator's rounds; with ``picture`` (a .svg
+    or .png path), draw it there too (launcher/draw_io.py). Returns an exit code."""
     out = out or sys.stdout
     from minimpi.io import two_phase as tp
     hints = dict(hints or {})
@@ -107,12 +116,14 @@ def explain_io(p: int, total: int, pattern: str, block: int, write: bool = True,
           file=out)
     print(f"  independent: {_fmt_time(plan.independent_cost)} "
           f"({'sum over the ranks: writes to one file take turns' if write else 'the slowest rank'}"
-          f"; {sum(s.nruns for s in summaries)} {kind} calls in all)", file=out)
+          f"; {_independent_calls(summaries, write)} {kind} calls in all)", file=out)
     print(f"  two-phase:   {_fmt_time(plan.two_phase_cost)}", file=out)
     print(f"\nchosen: {plan.method} - {plan.reason}", file=out)
-    if plan.method != "two_phase":
-        return 0
     rows = tp.schedule(plan, rank_runs)
+    title = (f"{call} on {p} rank{'s' if p != 1 else ''}, {pattern} view ({what}), "
+             f"{sum(s.nbytes for s in summaries)} B")
+    if plan.method != "two_phase":
+        return _draw(picture, title, plan, rank_runs, rows, out) if picture else 0
     print(f"  {len(plan.aggregators)} aggregators, {plan.rounds} round"
           f"{'s' if plan.rounds != 1 else ''} (cb_buffer_size bounds a round); per round "
           f"3 exchanges (piece counts Alltoall, piece list Alltoallv, data Alltoallv)",
@@ -125,6 +136,26 @@ def explain_io(p: int, total: int, pattern: str, block: int, write: bool = True,
     print(f"  in all: {sum(r.io_calls for r in rows)} {kind} calls, "
           f"{3 * plan.rounds} exchanges (besides the summaries' allgather before and the "
           f"error agreement after, which every collective access has)", file=out)
+    return _draw(picture, title, plan, rank_runs, rows, out) if picture else 0
+
+
+def _draw(path: str, title: str, plan, rank_runs, rows, out: TextIO) -> int:
+    from minimpi.tools.draw import DrawError, svg_to_png
+
+    from .draw_io import io_plan_svg
+    svg = io_plan_svg(title, plan, rank_runs, rows)
+    try:
+        if path.lower().endswith(".png"):
+            svg_to_png(svg, path)
+        elif path.lower().endswith(".svg"):
+            with open(path, "w") as f:
+                f.write(svg)
+        else:
+            raise DrawError(f"-o {path!r}: name a .svg or .png file")
+    except (DrawError, OSError) as e:
+        print(f"minimpi explain io: {e}", file=sys.stderr)
+        return 2
+    print(f"drawn: {path}", file=out)
     return 0
 
 

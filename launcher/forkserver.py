@@ -105,9 +105,16 @@ class ForkServer:
         self._pending: dict[int, RankProcess] = {}  # asked for, pid not known yet
 
     # -- starting ranks -------------------------------------------------------------------
+    @staticmethod
+    def can_start(argv: list[str]) -> bool:
+        """Whether ``argv`` is a command the server reproduces (a Python rank started
+        through the rank start script under this interpreter)."""
+        return argv[:2] == [sys.executable, RANK_SCRIPT] and len(argv) >= 3
+
     def start_rank(self, rank: int, argv: list[str], env: dict[str, str], *,
                    stdin_inherit: bool, pass_fds: tuple[int, ...] = (),
-                   cwd: Optional[str] = None) -> RankProcess:
+                   cwd: Optional[str] = None, request_id: Optional[str] = None
+                   ) -> RankProcess:
         """Ask for rank ``rank`` running ``argv`` (``python minimpi_rank.py ARGS...``, the
         only command the server reproduces) with ``env``, as :func:`spawn_rank` starts it.
 
@@ -120,7 +127,8 @@ class ForkServer:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            request = {"op": "fork", "id": rank, "args": argv[2:], "cwd": cwd,
+            rid = rank if request_id is None else request_id
+            request = {"op": "fork", "id": rid, "args": argv[2:], "cwd": cwd,
                        "env": {k: v for k, v in env.items() if self.env.get(k) != v},
                        "unset": [k for k in self.env if k not in env],
                        "fds": [0, 1, 2, *pass_fds]}
@@ -135,7 +143,7 @@ class ForkServer:
             os.close(err_w)
         proc = ForkedProcess(self, None, argv, open(out_r, "rb"), open(err_r, "rb"))
         rp = RankProcess(rank, proc)
-        self._pending[rank] = rp
+        self._pending[rid] = rp
         return rp
 
     def _send(self, data: bytes, fds: list[int]) -> None:
@@ -158,7 +166,7 @@ class ForkServer:
         pidfd. Raises :class:`ForkServerError` naming the first rank that could not be
         started (the others are started: the job ends them)."""
         failed = None
-        for rank, rp in sorted(self._pending.items()):
+        for rank, rp in list(self._pending.items()):      # in the order asked
             try:
                 reply = self._reply_for(rank)
             except ForkServerError as exc:

@@ -155,6 +155,9 @@ class Job:
         self.dynamic = DynamicProcesses(self)   # Spawn's jobs, ports, names (launcher/dynamic.py)
         #: --fault-tolerant: the ranks that failed and the job survived, in order
         self.tolerated: list[int] = []
+        #: the job's template process while the job runs (spawned Python ranks fork from it
+        #: too); None with --no-fork-server
+        self.fork_server: Optional[ForkServer] = None
 
     # -- messages --------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -266,7 +269,7 @@ class Job:
         start = time.monotonic()
         fork_server = None
         try:
-            fork_server = self._start_fork_server(coord.address, lifeline_r)
+            fork_server = self.fork_server = self._start_fork_server(coord.address, lifeline_r)
             argv = rank_command(spec.program, spec.module, spec.args)
             try:
                 for r in range(spec.nprocs):

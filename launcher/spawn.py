@@ -124,8 +124,8 @@ def rank_command(program: Optional[str], module: Optional[str], args: list[str])
 
 def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit: bool,
                pass_fds: tuple[int, ...] = (), cwd: Optional[str] = None,
-               stdin: Optional[int] = None, fork_server: "Optional[ForkServer]" = None
-               ) -> RankProcess:
+               stdin: Optional[int] = None, fork_server: "Optional[ForkServer]" = None,
+               request_id: Optional[str] = None) -> RankProcess:
     """Start one rank: the one way every launcher part starts a rank process on this host.
 
     ``stdin`` (e.g. ``subprocess.PIPE``, used by the multi-host agent) overrides
@@ -133,11 +133,12 @@ def spawn_rank(rank: int, argv: list[str], env: dict[str, str], *, stdin_inherit
     from that job's template process instead of started as a fresh interpreter (``argv``
     must then be ``[sys.executable, minimpi_rank.py, ...]``); the returned
     :class:`RankProcess` behaves the same once ``fork_server.wait_started()`` has given it
-    its pid (call it after asking for every rank: the requests go out back to back).
+    its pid (call it after asking for every rank: the requests go out back to back);
+    ``request_id`` names the request where the rank alone does not (spawned jobs).
     """
     if fork_server is not None and stdin is None:
         return fork_server.start_rank(rank, argv, env, stdin_inherit=stdin_inherit,
-                                      pass_fds=pass_fds, cwd=cwd)
+                                      pass_fds=pass_fds, cwd=cwd, request_id=request_id)
     popen = subprocess.Popen(
         argv,
         env=env,

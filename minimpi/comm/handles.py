@@ -44,24 +44,6 @@ def refusing(feature: str, call: str):
     return refuse
 
 
-class _Refused:
-    """A class placeholder (``MPI.Win``, ``MPI.File``...) whose use raises UnsupportedError."""
-
-    _feature = ""
-    _label = ""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise unsupported(self._feature, self._label)
-
-    @classmethod
-    def _make(cls, name: str, feature: str, methods: Tuple[str, ...] = ()) -> type:
-        ns: Dict[str, Any] = {"_feature": feature, "_label": f"MPI.{name}"}
-        for m in methods:
-            ns[m] = classmethod(lambda c, *a, _m=m, **k: (_ for _ in ()).throw(
-                unsupported(feature, f"MPI.{name}.{_m}")))
-        return type(name, (cls,), ns)
-
-
 #: the live objects that were asked for an integer handle, by handle (weak: a handle names
 #: an object only while it lives)
 _BY_HANDLE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()

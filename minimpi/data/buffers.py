@@ -664,7 +664,7 @@ def _is_integral(x: Any) -> bool:
     return True
 
 
-def _int_list(x: Any, what: str, size: int, call: str, arg: str) -> list[int]:
+def int_list(x: Any, what: str, size: int, call: str, arg: str) -> list[int]:
     """One integer per rank: a sequence of ``size`` of them, or one for every rank."""
     if _is_integral(x):
         return [operator.index(x)] * size
@@ -773,7 +773,7 @@ def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call:
     if counts is None:
         counts_l = _even_counts(n_items, comm_size)
     else:
-        counts_l = _int_list(counts, "counts", comm_size, call, arg)
+        counts_l = int_list(counts, "counts", comm_size, call, arg)
     if displs is None:
         displs_l = _running_sum(counts_l)
     elif _is_integral(displs):
@@ -782,7 +782,7 @@ def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call:
             raise CountError(f"{call}: {arg} displacement stride must be >= 0, got {stride}")
         displs_l = [i * stride for i in range(comm_size)]
     else:
-        displs_l = _int_list(displs, "displs", comm_size, call, arg)
+        displs_l = int_list(displs, "displs", comm_size, call, arg)
     return counts_l, displs_l
 
 
@@ -858,8 +858,8 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
     if counts is None and displs is None:
         counts_l, displs_l = [1] * comm_size, [0] * comm_size
     else:
-        counts_l = _int_list(counts, "counts", comm_size, call, arg)
-        displs_l = _int_list(displs, "displs", comm_size, call, arg)
+        counts_l = int_list(counts, "counts", comm_size, call, arg)
+        displs_l = int_list(displs, "displs", comm_size, call, arg)
     if isinstance(types, Datatype) or not _is_seq(types):
         raise TypeError(f"{call}: {arg} types must be a sequence of {comm_size} MPI "
                         f"datatypes (one per rank), got {type(types).__name__}")

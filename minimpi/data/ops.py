@@ -329,7 +329,7 @@ class Op:
         if not self._predefined and not self.is_null:
             self.Free()
 
-    def _check_usable(self, call: str) -> None:
+    def check_usable(self, call: str) -> None:
         # every reduction step asks: the fields directly (what _freed and is_null read)
         if (self if self._orig is None else self._orig)._freed_flag:
             raise OpError(f"{call}: operation {self._name} has been freed")
@@ -339,7 +339,7 @@ class Op:
     # ------------------------------------------------------------------ Python objects
     def __call__(self, x: Any, y: Any) -> Any:
         """``x (op) y`` on Python objects, ``x`` from the lower ranks."""
-        self._check_usable(self._name)
+        self.check_usable(self._name)
         if self._user is not None:
             if self._user_nargs == 2:
                 return self._user(x, y)
@@ -350,7 +350,7 @@ class Op:
     def check_datatype(self, datatype: Datatype, call: str = "Reduce") -> None:
         """Raise :class:`OpError` if this op cannot reduce ``datatype`` (call this before
         any communication so that every rank reports the same error)."""
-        self._check_usable(call)
+        self.check_usable(call)
         if self._user is not None:
             return
         if datatype.element_dtype is None and self._kind not in (_ANY,):
@@ -397,7 +397,7 @@ class Op:
         length or any bytes-like object holding exactly that many bytes (e.g. a payload
         fresh from the wire), which is viewed, not copied.
         """
-        self._check_usable(call)
+        self.check_usable(call)
         if not isinstance(inoutbuf, np.ndarray):
             raise OpError(f"{call}: inoutbuf must be a numpy array, got {type(inoutbuf).__name__}")
         a = _as_like(inbuf, inoutbuf, call)

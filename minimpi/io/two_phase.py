@@ -8,7 +8,8 @@ same :class:`Plan`, priced by a small cost model:
 * **independent**: each rank does its own ``pwrite``/``preadv`` per run. Cost: each rank's
   ``runs x CALL + bytes x IO_BYTE`` (``CALL``: ``WRITE_CALL`` or ``READ_CALL``), summed over
   the ranks for writes (the kernel takes writes to one file in turn), the slowest rank's
-  for reads.
+  for reads; reads of runs with small holes are sieved (posix.read_runs: one call per
+  ``SIEVE_BUFFER`` of extent, holes read too, the data copied out).
 * **two-phase** (the ROMIO idea): ``A`` aggregator ranks each own one contiguous file
   domain (the accessed range cut in ``A`` equal, block-aligned parts). Phase 1: every
   rank cuts its runs at the domain boundaries and sends each aggregator its pieces (file
@@ -47,7 +48,7 @@ from ..p2p.request import Status
 from . import runs as R
 from .independent import io_status
 from .memory import Incoming, Outgoing
-from .posix import read_runs, write_runs
+from .posix import SIEVE_BUFFER, SIEVE_MAX_HOLE, read_runs, write_runs
 from .state import OpenFile, agree, failure_of
 from .view import from_external32, to_external32
 
@@ -159,6 +160,24 @@ def _int_hint(hints: dict, key: str, default: int) -> int:
         return default
 
 
+def independent_read_calls(s: Summary) -> int:
+    """``preadv`` calls of one rank's independent read, as posix.read_runs sieves it when
+    the holes between its runs are small on average."""
+    holes = (s.hi - s.lo) - s.nbytes
+    if s.nruns > 1 and holes <= SIEVE_MAX_HOLE * (s.nruns - 1):
+        return min(s.nruns, -(-(s.hi - s.lo) // SIEVE_BUFFER))
+    return s.nruns
+
+
+def independent_read_cost(s: Summary) -> float:
+    """One rank's independent read: its calls, and the bytes they read (with sieving, the
+    holes too, and a copy of the data out of the sieve buffer)."""
+    calls = independent_read_calls(s)
+    if calls == s.nruns:
+        return calls * READ_CALL + s.nbytes * IO_BYTE
+    return calls * READ_CALL + (s.hi - s.lo) * IO_BYTE + s.nbytes * COPY_BYTE
+
+
 def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     """Choose independent or two-phase for these ranks' accesses (pure function)."""
     active = [s for s in summaries if s.nbytes]
@@ -172,7 +191,8 @@ def plan(summaries: Sequence[Summary], hints: dict, write: bool) -> Plan:
     # Writes to one file take turns in the kernel (one lock per inode on local file
     # systems): the ranks' write costs add up. Reads of one file run side by side.
     call = WRITE_CALL if write else READ_CALL
-    each = [s.nruns * call + s.nbytes * IO_BYTE for s in active]
+    each = [s.nruns * call + s.nbytes * IO_BYTE if write else independent_read_cost(s)
+            for s in active]
     independent = sum(each) if write else max(each)
     # interleaved: some rank's range overlaps the next one's (sorted by start)
     ranges = sorted((s.lo, s.hi) for s in active)

@@ -160,3 +160,46 @@ def test_interrupt_ends_forked_job(write_script, job_marker):
     res = finish(proc, timeout=20)
     assert res.returncode == 128 + signal.SIGINT, res.stderr
     assert "received SIGINT" in res.stderr
+
+
+SPAWNER = """
+    import json, os, sys
+    from mpi4py import MPI
+    here = os.path.dirname(os.path.abspath(__file__))
+    child = MPI.COMM_SELF.Spawn(sys.executable, [os.path.join(here, "child.py"), "x y"],
+                                maxprocs=2, info=MPI.Info.Create({"wdir": here}))
+    rows = [child.recv(source=r) for r in range(2)]
+    child.Disconnect()
+    for row in rows:
+        print(json.dumps(row), flush=True)
+"""
+CHILD = """
+    import json, os, random, sys
+    from mpi4py import MPI
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = f.read().split(b"\\0")
+    parent = MPI.Comm.Get_parent()
+    me = MPI.COMM_WORLD.Get_rank()
+    parent.send({"rank": me, "argv": sys.argv, "cwd": os.getcwd(), "name": __name__,
+                 "world": MPI.COMM_WORLD.Get_size(), "random": random.random(),
+                 "forked": any(part.endswith(b"forkserver.py") for part in cmdline)}, dest=0)
+    parent.Disconnect()
+"""
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-fork-server"]], ids=["fork-server", "fresh"])
+def test_spawned_python_ranks_fork_from_the_template_too(write_script, job_marker, flags):
+    script = write_script("spawner.py", SPAWNER)
+    child = write_script("child.py", CHILD)
+    res = run_minimpi("-n", 1, "--no-prefix", *flags, *marker_args(job_marker), script,
+                      timeout=90)
+    assert res.returncode == 0, res.stderr
+    rows = _records(res.stdout)
+    assert sorted(rows) == [0, 1]
+    for row in rows.values():
+        assert row["argv"] == [child, "x y"]
+        assert row["cwd"] == os.path.dirname(child)          # info 'wdir'
+        assert row["name"] == "__main__" and row["world"] == 2
+        assert row["forked"] is (not flags)
+    assert rows[0]["random"] != rows[1]["random"]
+    assert_no_leftovers(job_marker)

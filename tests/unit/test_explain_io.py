@@ -110,3 +110,50 @@ def test_bad_arguments(capsys):
     out = capsys.readouterr().out
     assert "note: hint cb_buffer_size='1MiB' is not a whole number of bytes" in out
     assert "in 1 round " in out or "1 round (" in out
+
+
+# -- the picture (-o plan.svg) -------------------------------------------------------------
+
+def test_pixel_spans_merge_fine_runs_and_clip_to_the_axis():
+    from minimpi.launcher.draw_io import covered_pixels
+    offs = np.arange(0, 1000, 10, dtype=np.int64)       # 100 runs of 5 B every 10 B
+    lens = np.full(100, 5, np.int64)
+    assert covered_pixels(offs, lens, 0, 1000, 10) == [(0, 10)]        # finer than a pixel
+    wide = covered_pixels(offs, lens, 0, 1000, 1000)
+    assert len(wide) == 100 and wide[0] == (0, 5) and wide[-1] == (990, 995)
+    # a zoomed axis shows only the runs on it, clipped to its ends
+    assert covered_pixels(offs, lens, 12, 32, 20) == [(0, 3), (8, 13), (18, 20)]
+    assert covered_pixels(offs, lens, 2000, 3000, 10) == []
+
+
+def test_the_drawn_table_counts_every_byte_once(tmp_path, capsys):
+    from minimpi.launcher.draw_io import bytes_in
+    path = tmp_path / "plan.svg"
+    assert cli.main(["explain", "io", "-n", "3", "--bytes", "3MiB", "--block", "256",
+                     "--info", "cb_buffer_size=524288", "-o", str(path)]) == 0
+    assert f"drawn: {path}" in capsys.readouterr().out
+    svg = path.read_text()
+    plan, runs, summaries = plan_for(rank_views("strided", 3, 3 << 20, 256),
+                                     {"cb_buffer_size": "524288"}, True)
+    assert plan.method == "two_phase" and plan.rounds > 1
+    R = plan.rounds
+    sent = [[bytes_in(np.asarray(o), np.asarray(n), plan.bounds[d * R + k],
+                      plan.bounds[d * R + k + 1])
+             for d in range(len(plan.aggregators)) for o, n in runs] for k in range(R)]
+    assert sum(map(sum, sent)) == 3 << 20
+    assert svg.count("aggregators' domains") == R
+    assert svg.count("zoom: file bytes") == 1          # 256 B runs are finer than a pixel
+    for rank in range(3):
+        assert f"rank {rank} (4096 runs)" in svg
+
+
+def test_independent_access_draws_too_and_a_bad_name_is_refused(tmp_path, capsys):
+    path = tmp_path / "plan.svg"
+    assert cli.main(["explain", "io", "-n", "4", "--bytes", "4MiB", "--pattern",
+                     "contiguous", "-o", str(path)]) == 0
+    svg = path.read_text()
+    assert "independent: each rank issues one call per run (4 calls in all)" in svg
+    assert "aggregators' domains" not in svg
+    assert cli.main(["explain", "io", "-n", "4", "--bytes", "4MiB", "-o",
+                     str(tmp_path / "plan.txt")]) == 2
+    assert "name a .svg or .png file" in capsys.readouterr().err

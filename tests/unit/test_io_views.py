@@ -111,11 +111,15 @@ def test_plan_chooses_by_pattern():
     assert small.rounds == 4 and len(small.bounds) == 4 * 4 + 1
     assert list(small.bounds) == sorted(small.bounds) and small.bounds[4] == p.bounds[1]
     assert "in 4 rounds" in small.explain()
-    # reads: a preadv is cheap, so 4 KiB runs read independently, 256 B ones in two phases
+    # reads: a preadv is cheap and runs close together are sieved (one call per 4 MiB of
+    # extent), so 4 KiB and 256 B runs of 4 ranks read independently; with 16 ranks each
+    # would read 16 times its data, and two phases win
     reads4k = [Summary(r * 4096, 2**24 - (3 - r) * 4096, 2**22, 1024) for r in range(4)]
     assert plan(reads4k, {}, write=False).method == "independent"
     reads256 = [Summary(r * 256, 2**24 - (3 - r) * 256, 2**22, 2**14) for r in range(4)]
-    assert plan(reads256, {}, write=False).method == "two_phase"
+    assert plan(reads256, {}, write=False).method == "independent"
+    reads256_16 = [Summary(r * 256, 2**24 - (15 - r) * 256, 2**20, 2**12) for r in range(16)]
+    assert plan(reads256_16, {}, write=False).method == "two_phase"
     # a 2-D block distribution over 2 x 2 ranks: rows of 11 KiB alternate between ranks;
     # written independently they take turns in the kernel, so two-phase wins for writes
     rows = [Summary(r * 11584, 2**26 - (3 - r) * 11584, 2**24, 1448) for r in range(4)]

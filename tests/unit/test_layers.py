@@ -174,15 +174,9 @@ def test_algorithms_never_see_the_communicator():
 # ----------------------------------------------------------------------------------------
 # private names stay inside their layer
 # ----------------------------------------------------------------------------------------
-#: (module, private name) uses that predate the check and belong to code another branch is
-#: changing this round; each must go, not grow
-KNOWN_PRIVATE_USES = {
-    # MPI.py's placeholders for File/Graphcomm/Distgraphcomm (the io work replaces File)
-    ("minimpi.MPI", "_Refused"), ("minimpi.MPI", "_make"),
-    # data/ (another branch): Op.check_usable and buffers.int_list should be public there
-    ("minimpi.comm.collectives.common", "_check_usable"),
-    ("minimpi.comm.collectives.reduce_scatter", "_int_list"),
-}
+#: (module, private name) uses allowed across layers: none (the last four went with the
+#: engine interface); keep it empty
+KNOWN_PRIVATE_USES: Set[Tuple[str, str]] = set()
 
 
 def _is_private(name: str) -> bool:

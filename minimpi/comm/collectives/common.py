@@ -269,5 +269,5 @@ def check_op(comm: Any, op: Any, call: str) -> Any:
     if not isinstance(op, Op):
         raise OpError(f"rank {comm.rank}: {call}: op must be an MPI.Op such as MPI.SUM "
                       f"(or MPI.Op.Create(fn)), got {type(op).__name__} {op!r:.40}")
-    op._check_usable(f"rank {comm.rank}: {call}")
+    op.check_usable(f"rank {comm.rank}: {call}")
     return op

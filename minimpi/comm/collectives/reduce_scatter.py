@@ -5,7 +5,7 @@ from typing import Any
 
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
-from ...data.buffers import _int_list, parse_buffer
+from ...data.buffers import int_list, parse_buffer
 from ...data.ops import SUM
 from ...errors import CountError, DatatypeError
 from .common import check_op, collective, execute, in_place, same_datatype
@@ -72,7 +72,7 @@ class ReduceScatterMethods:
                 raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
             counts = self.allgather(recv.count)
         else:
-            counts = _int_list(recvcounts, "recvcounts", p, call, "recvcounts")
+            counts = int_list(recvcounts, "recvcounts", p, call, "recvcounts")
         total = sum(counts)
         if inplace:
             if recv.count != total:

@@ -5,7 +5,7 @@ ROUTER socket, every rank's stdout/stderr pipe, a pidfd per rank (readable when 
 and the signal wake-up pipe. The poll timeout is the time to the next deadline (job
 timeout, startup timeout, SIGKILL after the grace period), so an idle launcher sleeps.
 
-Failure policy: the first of {a rank exits non-zero, a rank is killed by a signal, a rank
+Failure policy (``--fault-tolerant`` changes it: see below): the first of {a rank exits non-zero, a rank is killed by a signal, a rank
 calls abort, --timeout, startup timeout, a rank that stops sending heartbeats,
 SIGINT/SIGTERM to the launcher} ends the job: SIGTERM to every rank's process group,
 SIGKILL after ``grace`` seconds, pipes read to EOF, then one summary on stderr and the
@@ -18,6 +18,15 @@ a peer vanished is never blamed: every rank reports the error that ends it, ackn
 before it exits (``failed``: the error, the user's file:line, the peers it lost), and
 :meth:`Job._judge` follows those "lost" links to the rank that ended first, waiting (at most
 ``settle`` seconds) for that rank to be reaped so that its own exit code is the job's.
+
+Fault tolerance (``--fault-tolerant``, ULFM). A rank that ends abnormally (non-zero exit,
+signal) does not end the job: the launcher sends every other running rank a ``proc_failed``
+notice (its world rank and how it ended) through the coordinator, and their runtimes mark it
+failed (:mod:`minimpi.runtime.failures`), so their operations with it raise
+``MPI.ERR_PROC_FAILED`` instead of waiting. The job ends when every rank has ended; its exit
+code is the survivors' - 0 when some rank finished with 0 - else the first failed rank's, and
+the summary names every rank that failed, with its error and traceback. Everything else
+(``Abort``, ``--timeout``, deadlocks, signals to the launcher) ends the job as before.
 """
 from __future__ import annotations
 
@@ -35,6 +44,7 @@ import minimpi.errors  # its directory is the package (not the root: minimpi.lau
 from minimpi.runtime.bootstrap import (
     ENV_BIND,
     ENV_COORD,
+    ENV_FAULT_TOLERANT,
     ENV_HEARTBEAT_INTERVAL,
     ENV_JOBID,
     ENV_LAUNCHER_PID,
@@ -101,6 +111,8 @@ class JobSpec:
     #: how a Python program's rank starts (run.rank_start: program, module, args -> the start
     #: script's); Spawn starts Python programs the same way
     rank_start: Optional[Callable] = None
+    #: --fault-tolerant: a rank that fails is reported to the others, the job goes on (ULFM)
+    fault_tolerant: bool = False
 
 
 @dataclass
@@ -141,6 +153,8 @@ class Job:
         self._busy: dict[int, tuple[float, float]] = {}   # silent rank -> (CPU seconds, when)
         self.deadlock: Optional[DeadlockDetector] = None
         self.dynamic = DynamicProcesses(self)   # Spawn's jobs, ports, names (launcher/dynamic.py)
+        #: --fault-tolerant: the ranks that failed and the job survived, in order
+        self.tolerated: list[int] = []
         #: the job's template process while the job runs (spawned Python ranks fork from it
         #: too); None with --no-fork-server
         self.fork_server: Optional[ForkServer] = None
@@ -177,6 +191,8 @@ class Job:
             ENV_UNIVERSE_SIZE: str(self.dynamic.universe_size),
             "PYTHONUNBUFFERED": "1",
         })
+        if self.spec.fault_tolerant:
+            env[ENV_FAULT_TOLERANT] = "1"
         return env
 
     # -- signals ---------------------------------------------------------------------------
@@ -449,9 +465,25 @@ class Job:
             self.forward.release(rp.rank)   # a traceback it caught and printed: show it now
         if self.failure is not None or rp.killed_by_launcher:
             return
+        if self.spec.fault_tolerant and self.coord.table_sent:
+            if rc != 0:
+                self._tolerate(rp.rank, how)
+            return
         self._judge(time.monotonic())
         if self.failure is None:
             self._check_vanished()
+
+    def _tolerate(self, rank: int, how: str) -> None:
+        """--fault-tolerant: ``rank`` failed; tell every rank still running, and go on."""
+        self.tolerated.append(rank)
+        report = self.coord.ranks[rank].failure or {}
+        why = how + (f": {report['error']}" if report.get("error") else "")
+        told = [rp.rank for rp in self.ranks if rp.alive and rp.rank != rank]
+        for other in told:
+            self.coord.send(other, {"t": "proc_failed", "rank": rank, "why": why})
+        self.log(f"minimpi: rank {rank} {why}; --fault-tolerant: " + (
+            f"rank(s) {_ranks(told)} were told (MPI.ERR_PROC_FAILED) and go on" if told
+            else "no other rank is still running"))
 
     # -- who is to blame -------------------------------------------------------------------
     def _failed_alone(self, rank: int) -> bool:
@@ -685,6 +717,8 @@ class Job:
     # -- the end ---------------------------------------------------------------------------
     def _finish(self) -> int:
         f = self.failure
+        if f is None and self.tolerated:
+            return self._finish_tolerated()
         if f is not None:
             self.log(f.summary)
             for line in f.details:
@@ -698,9 +732,38 @@ class Job:
             self.forward.release()   # tracebacks the summary does not account for
         return 0 if f is None else f.exit_code
 
+    def _finish_tolerated(self) -> int:
+        """--fault-tolerant, and ranks failed: name each (its error, line and traceback),
+        then what the survivors did; the job's code is theirs (0 when one finished with 0),
+        else the first failed rank's."""
+        finished = [rp.rank for rp in self.ranks if rp.returncode == 0]
+        for rank in self.tolerated:
+            self.log(f"minimpi: rank {rank} failed ({self.coord.ranks[rank].exit_status}); "
+                     f"the job went on without it (--fault-tolerant)")
+            if self.forward is not None:
+                self._culprit_details(rank)
+        if finished:
+            code = 0
+            self.log(f"minimpi: {len(finished)} rank(s) finished with exit code 0 "
+                     f"({_ranks(finished)}) after rank(s) {_ranks(self.tolerated)} failed; the "
+                     f"job's exit code is theirs: 0")
+        else:
+            code = exit_code_for(self.ranks[self.tolerated[0]].returncode)
+            self.log(f"minimpi: no rank finished: every rank failed; exit code {code} (rank "
+                     f"{self.tolerated[0]}'s, the first to fail)")
+        if self.forward is not None:
+            self.forward.release()
+        return code
+
     def _culprit_report(self, culprit: int) -> None:
         """After the summary line: the culprit's own line and traceback, then one line for
         all the ranks that stopped because of it (their tracebacks are held back)."""
+        self._culprit_details(culprit)
+        self._others_report({culprit})
+
+    def _culprit_details(self, culprit: int) -> None:
+        """The line of the user's code where ``culprit`` failed, and its traceback (without
+        minimpi's frames) or the last lines it wrote to stderr."""
         coord, forward = self.coord, self.forward
         report = coord.ranks[culprit].failure or {}
         if report.get("where"):
@@ -720,7 +783,6 @@ class Job:
                 self.log(f"minimpi: last lines rank {culprit} wrote to stderr:")
                 for line in tail:
                     self.log(f"  | {line}")
-        self._others_report({culprit})
 
     def _others_report(self, culprits: set[int]) -> None:
         """One line for all the ranks that stopped because of ``culprits`` (a rank, or the

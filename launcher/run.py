@@ -77,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="end the job, naming the rank, when a rank sends no heartbeat for "
                         "SECONDS and is stopped or not running (hung holding the GIL); a rank "
                         "that computes in one long call is left alone (default 30; 0 disables)")
+    p.add_argument("--fault-tolerant", action="store_true",
+                   help="a rank that fails does not end the job: the others are told "
+                        "(MPI.ERR_PROC_FAILED) and may go on (Comm.Revoke, Shrink, Agree: "
+                        "ULFM); the exit code is the survivors'. Local jobs only")
     p.add_argument("--no-prefix", action="store_true",
                    help='do not prefix output lines with "[rank] "')
     p.add_argument("--output-dir", metavar="DIR",
@@ -314,12 +318,16 @@ def main(args: argparse.Namespace) -> int:
         and os.environ.get("MINIMPI_FORK_SERVER", "1") != "0",
         universe_size=getattr(args, "universe_size", None),
         rank_start=rank_start,
+        fault_tolerant=getattr(args, "fault_tolerant", False),
     )
     from . import multihost
     try:   # ranks on other hosts, or on Slurm nodes: through agents (launcher/multihost.py)
         plan = multihost.plan_from_args(args, args.nprocs)
     except ValueError as exc:
         return _usage_error(str(exc))
+    if plan is not None and spec.fault_tolerant:
+        return _usage_error("--fault-tolerant runs local jobs only (not with --hosts, "
+                            "--hostfile or Slurm yet)")
     def runner(spec: JobSpec) -> int:
         return run_job(spec) if plan is None else multihost.run_multihost(spec, plan)
     from . import observe

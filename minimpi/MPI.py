@@ -293,12 +293,12 @@ F_COMPLEX = F_FLOAT_COMPLEX = COMPLEX  # noqa: F405
 F_DOUBLE_COMPLEX = DOUBLE_COMPLEX  # noqa: F405
 BottomType, InPlaceType, BufferAutomaticType = type(BOTTOM), type(IN_PLACE), type(BUFFER_AUTOMATIC)
 # Error classes: MPICH's numbers where MPICH has the class, else the value mpi4py gives a
-# class the MPI library lacks (ERR_LASTCODE, or ERR_UNKNOWN for the fault-tolerance ones).
+# class the MPI library lacks (ERR_LASTCODE); the fault-tolerance classes (ERR_PROC_FAILED,
+# ERR_PROC_FAILED_PENDING, ERR_REVOKED) are MPICH's MPIX_ numbers, from minimpi.errors.
 ERR_SESSION = 75
 ERR_PROC_ABORTED = 76
 ERR_VALUE_TOO_LARGE = 77
 ERR_ERRHANDLER = ERR_ABI = ERR_LASTCODE  # noqa: F405
-ERR_PROC_FAILED = ERR_PROC_FAILED_PENDING = ERR_REVOKED = ERR_UNKNOWN  # noqa: F405
 # Fortran status indices: where Status.py2f's list (source, tag, error, count, cancelled)
 # holds each field.
 F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = 0, 1, 2, 5

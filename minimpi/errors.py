@@ -49,6 +49,10 @@ ERR_NO_SUCH_FILE = 37
 ERR_QUOTA = 39
 ERR_READ_ONLY = 40
 ERR_UNSUPPORTED_DATAREP = 43
+# fault tolerance (ULFM: minimpi/comm/ulfm.py), numbered as MPICH's MPIX_ classes
+ERR_PROC_FAILED = 101
+ERR_PROC_FAILED_PENDING = 102
+ERR_REVOKED = 103
 ERR_LASTCODE = 0x3FFFFFFF
 
 ERROR_STRINGS = {
@@ -91,6 +95,9 @@ ERROR_STRINGS = {
     ERR_QUOTA: "Quota exceeded",
     ERR_READ_ONLY: "Read-only file or file system",
     ERR_UNSUPPORTED_DATAREP: "Unsupported data representation",
+    ERR_PROC_FAILED: "Process failure",
+    ERR_PROC_FAILED_PENDING: "Process failure while a wildcard receive was pending",
+    ERR_REVOKED: "Communicator revoked",
 }
 
 
@@ -273,6 +280,24 @@ class JobAbortedError(MinimpiError):
 class PeerLostError(MinimpiError):
     """A peer rank's connection closed or failed while a message was in flight to or from it."""
     error_class = ERR_OTHER
+
+
+class ProcFailedError(PeerLostError):
+    """A process this operation needs has failed (``MPI.ERR_PROC_FAILED``; under
+    ``--fault-tolerant``, where the job goes on without it)."""
+    error_class = ERR_PROC_FAILED
+
+
+class ProcFailedPendingError(ProcFailedError):
+    """A wildcard (``ANY_SOURCE``) receive cannot tell whether its sender failed: some member
+    of the communicator failed and the failure is not acknowledged yet (``Comm.Ack_failed``;
+    ``MPI.ERR_PROC_FAILED_PENDING``)."""
+    error_class = ERR_PROC_FAILED_PENDING
+
+
+class RevokedError(MinimpiError):
+    """The communicator was revoked (``Comm.Revoke``, by any member; ``MPI.ERR_REVOKED``)."""
+    error_class = ERR_REVOKED
 
 
 class TransportError(MinimpiError):

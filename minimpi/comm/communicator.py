@@ -66,6 +66,7 @@ from .message import ProbeWait, finish_object, probe_status, recv_capacity
 from .null import COMM_NULL, NULL_ENDPOINT, NullComm
 from .persistent_coll import PersistentNeighborCollectives, PersistentScans
 from .topology import CartMixin
+from .ulfm import check_not_revoked, check_probe
 
 #: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
 FIRST_FREE_CONTEXT = 4
@@ -291,7 +292,10 @@ class Comm(CommExtras):
         self._alive(call)
         dest = self._check_dest(dest, call)
         tag = self._check_send_tag(tag, call)
-        return None if dest == PROC_NULL else (dest, tag)
+        if dest == PROC_NULL:   # (other peers: the engine refuses a revoked context)
+            check_not_revoked(self, call)
+            return None
+        return dest, tag
 
     def _recv_checks(self, source: Any, tag: Any, call: str) -> Optional[Tuple[int, int]]:
         """(source, tag) as ints, or None (nothing to receive) for PROC_NULL; raises for a
@@ -299,7 +303,10 @@ class Comm(CommExtras):
         self._alive(call)
         source = self._check_source(source, call)
         tag = self._check_recv_tag(tag, call)
-        return None if source == PROC_NULL else (source, tag)
+        if source == PROC_NULL:
+            check_not_revoked(self, call)
+            return None
+        return source, tag
 
     def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
                   buffered: bool = False) -> Request:
@@ -557,6 +564,8 @@ class Comm(CommExtras):
             st = probe_status(self, source, tag)
             if st is not None:
                 found.append(st)
+            else:
+                check_probe(self, source, tag, "Probe")   # (a revoke or failure ends it)
             return st is not None
 
         if not arrived():
@@ -576,6 +585,7 @@ class Comm(CommExtras):
         self._ep.engine.poll()
         st = probe_status(self, source, tag)
         if st is None:
+            check_probe(self, source, tag, "Iprobe")
             return False
         if status is not None:
             assign_status(status, st)

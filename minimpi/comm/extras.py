@@ -16,6 +16,7 @@ from ..data.memory import attachable_buffer
 from ..errors import CommError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
+from . import ulfm
 from .collectives.common import collective
 from .errhandlers import call_errhandler
 from .graph import (
@@ -327,17 +328,41 @@ class CommExtras(PersistentCollectives, Attributed):
         """``Dup`` whose new communicator keeps ``info`` as its hints."""
         return self.Dup(info)
 
-    # -- out of scope ------------------------------------------------------------------------
-    # Fault tolerance (ULFM): refused, naming the feature.
-    _ULFM = "fault tolerance (ULFM: Revoke, Agree, Shrink, failed processes)"
-    Revoke = refusing(_ULFM, "Comm.Revoke")
-    Is_revoked = refusing(_ULFM, "Comm.Is_revoked")
-    Get_failed = refusing(_ULFM, "Comm.Get_failed")
-    Ack_failed = refusing(_ULFM, "Comm.Ack_failed")
-    Agree = refusing(_ULFM, "Comm.Agree")
-    Iagree = refusing(_ULFM, "Comm.Iagree")
-    Shrink = refusing(_ULFM, "Comm.Shrink")
-    Ishrink = refusing(_ULFM, "Comm.Ishrink")
+    # -- fault tolerance (ULFM: minimpi/comm/ulfm.py) ---------------------------------------
+    def Revoke(self) -> None:
+        """Make this communicator unusable for communication on every member (pending and
+        later operations raise ``MPI.ERR_REVOKED``); ``Agree``/``Shrink`` still work."""
+        ulfm.revoke(self)
+
+    def Is_revoked(self) -> bool:
+        """Whether some member revoked this communicator."""
+        return ulfm.is_revoked(self)
+
+    def Get_failed(self) -> Any:
+        """The group of this communicator's processes known to have failed."""
+        return ulfm.get_failed(self)
+
+    def Ack_failed(self, num_to_ack: Optional[int] = None) -> int:
+        """Acknowledge the first ``num_to_ack`` failures (default: all); returns how many are
+        acknowledged. Wildcard receives then stop raising ``MPI.ERR_PROC_FAILED_PENDING``."""
+        return ulfm.ack_failed(self, num_to_ack)
+
+    def Agree(self, flag: int) -> int:
+        """Fault-tolerant agreement: the bitwise AND of the flags of the live members."""
+        return ulfm.agree(self, flag)
+
+    def Iagree(self, flag: Any) -> Request:
+        """Nonblocking ``Agree`` on a one-int buffer, which holds the result at completion."""
+        return ulfm.iagree(self, flag)
+
+    def Shrink(self) -> Any:
+        """A new communicator of the members that have not failed (agreed by all of them)."""
+        return ulfm.shrink(self)
+
+    def Ishrink(self) -> Any:
+        """``(newcomm, request)``: ``Shrink``, completed at the call (as ``Idup``)."""
+        return ulfm.ishrink(self)
+
     # -- dynamic processes (minimpi/dynamic installs them: set_dynamic_calls) ---------------
     def Spawn(self, command: Any, args: Any = None, maxprocs: int = 1, info: Any = None,
               root: int = 0, errcodes: Optional[list] = None) -> Any:

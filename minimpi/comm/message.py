@@ -33,6 +33,7 @@ from ..p2p.request import (
 from ..transports.frames import F_OBJECT
 from .handles import IntHandles
 from .hints import looks_pickled, not_an_object
+from .ulfm import check_probe
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -243,6 +244,8 @@ def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocki
         inc = engine.take_message(comm._ep.context, source, tag)
         if inc is not None:
             found.append(inc)
+        else:
+            check_probe(comm, source, tag, call)   # (a revoke or failure: it never comes)
         return inc is not None
 
     if blocking:

@@ -44,7 +44,7 @@ class Endpoint:
         self.name = name
         self._coll_seq = 0
         engine.register_context(context, self.group)
-        engine.register_context(self.coll_context, self.group)
+        engine.register_context(self.coll_context, self.group, "collective")
 
     @property
     def partitioned_context(self) -> int:

@@ -30,14 +30,25 @@ while, then sleep in the transport's poll (or sleep at once: ``block``).
 """
 from __future__ import annotations
 
+import collections
 import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..constants import ANY_SOURCE
 from ..data.units import parse_size
-from ..errors import JobAbortedError, MPITimeoutError, PeerLostError, ProtocolError, TruncationError
+from ..errors import (
+    JobAbortedError,
+    MPITimeoutError,
+    PeerLostError,
+    ProcFailedError,
+    ProcFailedPendingError,
+    ProtocolError,
+    RevokedError,
+    TruncationError,
+)
 from ..transports import frames
 from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
@@ -63,6 +74,11 @@ DEFAULT_EAGER_LIMIT = 64 * 1024
 
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
+
+#: what a context carries (:meth:`Engine.register_context`): a communicator's point-to-point
+#: messages, its collectives' messages, or a layer's own control traffic (fault tolerance's
+#: agreements), which process failures touch only when they name the failed peer
+CONTEXT_KINDS = ("p2p", "collective", "control")
 
 
 class HostTable(tuple):
@@ -108,7 +124,25 @@ class Engine(FrameSink):
         self._rndv_sends: Dict[Tuple[int, int], Tuple[SendRequest, Sequence[memoryview], int, int, int, int, int]] = {}
         self._rndv_recvs: Dict[Tuple[int, int], RecvRequest] = {}
         self._sync_sends: Dict[Tuple[int, int], SendRequest] = {}
+        #: peers gone (-> why), as a transport or a failure notice said: operations that
+        #: name one fail
         self.lost_peers: Dict[int, str] = {}
+        #: under fault tolerance, the failed processes (ULFM), in the order they were told
+        #: (:meth:`notify_failed`: the launcher's word, the processes that ended abnormally;
+        #: a peer that merely finished is gone but has not failed)
+        self.failed: Dict[int, str] = {}
+        #: ``--fault-tolerant`` (ULFM): a lost peer is a failed process that the job survives;
+        #: operations that need it raise ``ProcFailedError`` (MPI.ERR_PROC_FAILED), a wildcard
+        #: receive raises ``ProcFailedPendingError`` until the failure is acknowledged, and a
+        #: collective on a communicator with a failed member fails at once (set by the runtime)
+        self.fault_tolerant = False
+        self._collective_contexts: set = set()
+        self._control_contexts: set = set()
+        self._acknowledged: Dict[int, frozenset] = {}   # p2p context -> failures acknowledged
+        #: context -> why, for the revoked contexts (:meth:`revoke_context`; read-only above)
+        self.revoked: Dict[int, str] = {}
+        #: failures told by another thread (the launcher's notices), applied by this one
+        self._failure_notices: collections.deque = collections.deque()
         # Operations that advance themselves as their messages complete (nonblocking
         # collectives): each has ``advance() -> bool`` (True once finished); every round of
         # progress calls them before it may sleep.
@@ -225,18 +259,37 @@ class Engine(FrameSink):
         return dict(self._unexpected_watchers)
 
     # -- communicator contexts ----------------------------------------------------------
-    def register_context(self, context: int, group: Sequence[int]) -> None:
+    def register_context(self, context: int, group: Sequence[int], kind: str = "p2p") -> None:
+        """Route ``context``'s messages among ``group`` (world ranks); ``kind`` is one of
+        :data:`CONTEXT_KINDS` (it decides how a process failure touches the context)."""
         self._groups[context] = tuple(group)
         self._queues.setdefault(context, MatchQueues())
+        if kind == "collective":
+            self._collective_contexts.add(context)
+        elif kind == "control":
+            self._control_contexts.add(context)
+        elif kind != "p2p":
+            raise ValueError(f"register_context: kind {kind!r}: expected one of {CONTEXT_KINDS}")
 
     def release_context(self, context: int) -> None:
         """The communicator of ``context`` is freed: forget its group and watcher, and its
         queues once nothing waits in them (a message still arriving for it keeps them)."""
         self._groups.pop(context, None)
         self._unexpected_watchers.pop(context, None)
+        self._collective_contexts.discard(context)
+        self._control_contexts.discard(context)
+        self._acknowledged.pop(context, None)
+        self.revoked.pop(context, None)
         q = self._queues.get(context)
         if q is not None and not q.posted and not q.unexpected:
             del self._queues[context]
+
+    def context_kind(self, context: int) -> str:
+        """What ``context`` carries: one of :data:`CONTEXT_KINDS` (``p2p`` unless registered
+        otherwise)."""
+        if context in self._collective_contexts:
+            return "collective"
+        return "control" if context in self._control_contexts else "p2p"
 
     def group_of(self, context: int) -> Optional[Tuple[int, ...]]:
         """The world ranks of the communicator of ``context`` (None: not registered)."""
@@ -333,11 +386,13 @@ class Engine(FrameSink):
         if self.aborted is not None:
             self._check_alive()
         req = SendRequest(self, description, dest)
+        if self.lost_peers or self.revoked:
+            error = self._refusal(context, dest, req)
+            if error is not None:
+                req._fail(error)
+                return req
         if dest == self.rank:
             self._send_to_self(req, context, source, tag, payload, nbytes, flags)
-            return req
-        if dest in self.lost_peers:
-            req._fail(PeerLostError(self._lost_text(dest, describe(req))))
             return req
         msg_id = self._next_msg_id
         self._next_msg_id += 1
@@ -395,6 +450,11 @@ class Engine(FrameSink):
             for o in self._to_posted:
                 o.receive_posted(context, source, tag, target)
         req = RecvRequest(self, description, context, source, tag, target, is_object)
+        if self.revoked or (self.lost_peers and self.fault_tolerant):
+            error = self._refusal(context, None, req)
+            if error is not None:
+                req._fail(error)
+                return req
         q = self._queues.get(context) or self._queue(context)
         inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
         if inc is not None:
@@ -404,7 +464,7 @@ class Engine(FrameSink):
             if lost is None:
                 q.posted.append(req)
             else:  # the peer it names is gone: nothing can ever match
-                req._fail(PeerLostError(self._lost_text(lost, describe(req))))
+                req._fail(self._lost_error(lost, describe(req)))
         return req
 
     def _bind(self, req: RecvRequest, inc: Incoming) -> None:
@@ -414,7 +474,7 @@ class Engine(FrameSink):
         st = req.status
         st.source, st.tag, st.nbytes = inc.source, inc.tag, inc.length
         if not inc.arrived and inc.peer in self.lost_peers:  # (taken by Mprobe before the loss)
-            req._fail(PeerLostError(self._lost_text(inc.peer, describe(req))))
+            req._fail(self._lost_error(inc.peer, describe(req)))
             return
         if inc.rendezvous:
             self._rndv_recvs[(inc.peer, inc.msg_id)] = req
@@ -505,8 +565,10 @@ class Engine(FrameSink):
             inc = Incoming(peer, header.context, header.source, header.tag, header.flags,
                            header.msg_id, header.length, False)
             inc.buffer = payload_buffer(header.length)
-            q.unexpected.append(inc)
             self._current[peer] = inc
+            if self.revoked and header.context in self.revoked:
+                return memoryview(inc.buffer)   # (read into no queue: Comm.Revoke drops it)
+            q.unexpected.append(inc)
             if self._unexpected_watchers:
                 watcher = self._unexpected_watchers.get(inc.context)
                 if watcher is not None:
@@ -531,7 +593,7 @@ class Engine(FrameSink):
                            header.msg_id, header.length, True)
             if req is not None:
                 self._bind(req, inc)
-            else:
+            elif not (self.revoked and header.context in self.revoked):
                 q.unexpected.append(inc)
                 if self._unexpected_watchers:
                     watcher = self._unexpected_watchers.get(inc.context)
@@ -587,18 +649,18 @@ class Engine(FrameSink):
         self.lost_peers.setdefault(peer, reason)
         for key in [k for k in self._rndv_sends if k[0] == peer]:
             req = self._rndv_sends.pop(key)[0]
-            req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+            req._fail(self._lost_error(peer, describe(req)))
         for key in [k for k in self._sync_sends if k[0] == peer]:
             req = self._sync_sends.pop(key)
-            req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+            req._fail(self._lost_error(peer, describe(req)))
         for key in [k for k in self._rndv_recvs if k[0] == peer]:
             req = self._rndv_recvs.pop(key)
-            req._fail(PeerLostError(self._lost_text(peer, describe(req))))
+            req._fail(self._lost_error(peer, describe(req)))
         owner = self._current.pop(peer, None)
         if isinstance(owner, Incoming):   # an unexpected message cut off mid-payload
             owner = owner.waiting
         if owner is not None:
-            owner._fail(PeerLostError(self._lost_text(peer, describe(owner))))
+            owner._fail(self._lost_error(peer, describe(owner)))
         for context, q in self._queues.items():
             # Its messages that never fully arrived (cut off, or a request-to-send whose data
             # can no longer come) must not match a receive that would then wait forever.
@@ -613,7 +675,153 @@ class Engine(FrameSink):
                 lost = self._source_lost(req.source, group)
                 if lost is not None:
                     q.posted.remove(req)
-                    req._fail(PeerLostError(self._lost_text(lost, describe(req))))
+                    req._fail(self._lost_error(lost, describe(req)))
+
+    # -- fault tolerance (ULFM; minimpi.comm.ulfm) ------------------------------------------
+    def notify_failed(self, peer: int, reason: str) -> None:
+        """Process ``peer`` (a world rank) failed, as the launcher says; safe from any thread:
+        the engine's own thread applies it at its next progress (within ``POLL_INTERVAL``)."""
+        self._failure_notices.append((int(peer), str(reason)))
+
+    def apply_failure_notices(self) -> None:
+        """Apply the failures :meth:`notify_failed` queued (this engine's thread only)."""
+        while self._failure_notices:
+            peer, reason = self._failure_notices.popleft()
+            if peer == self.rank or peer in self.failed:
+                continue
+            self.failed[peer] = reason
+            self.peer_lost(peer, reason)
+            if self.fault_tolerant:
+                self._fail_for_failure(peer)
+
+    def failed_peers(self) -> Tuple[int, ...]:
+        """The world ranks of the processes known to have failed, in the order told."""
+        if self._failure_notices:
+            self.apply_failure_notices()
+        return tuple(self.failed)
+
+    def gone_peers(self) -> Tuple[int, ...]:
+        """The world ranks of every peer known to be gone: failed, or ended (a transport
+        saw it go)."""
+        if self._failure_notices:
+            self.apply_failure_notices()
+        return tuple(self.lost_peers)
+
+    def acknowledge_failures(self, contexts: Sequence[int], peers: Sequence[int]) -> None:
+        """``Comm.Ack_failed``: wildcard receives on ``contexts`` no longer raise
+        ``ProcFailedPendingError`` for the failures of ``peers`` (world ranks)."""
+        for context in contexts:
+            self._acknowledged[context] = frozenset(peers)
+
+    def revoke_context(self, context: int, why: str) -> None:
+        """``Comm.Revoke``: every pending and later operation on ``context`` fails with
+        ``RevokedError``; messages that arrive for it are dropped."""
+        if context in self.revoked:
+            return
+        self.revoked[context] = why
+        self._fail_each(context, lambda req: RevokedError(
+            f"rank {self.rank}: {describe(req)}: {why}"))
+        self.drop_unexpected(context, lambda tag: True)
+
+    def is_revoked(self, context: int) -> bool:
+        """Whether :meth:`revoke_context` was called for ``context``."""
+        return context in self.revoked
+
+    def probe_refusal(self, context: int, source: int, what: str) -> Optional[Exception]:
+        """Why a probe (``what``: the call, for the message) for ``source`` (a rank of the
+        context's group, or ``ANY_SOURCE``) on ``context`` that found nothing can never
+        find anything: the context is revoked, or (fault tolerance) the source failed or a
+        wildcard meets an unacknowledged failure. None: it may still."""
+        if self._failure_notices:
+            self.apply_failure_notices()
+        if context in self.revoked:
+            return RevokedError(f"rank {self.rank}: {what}: {self.revoked[context]}")
+        if not self.fault_tolerant or not self.lost_peers:
+            return None
+        group = self._groups.get(context)
+        if group is None or context in self._control_contexts:
+            return None
+        if source == ANY_SOURCE:
+            pending = self._unacknowledged(context, group)
+            return self._pending_error(pending, what) if pending else None
+        lost = self._source_lost(source, group)
+        return self._lost_error(lost, what) if lost is not None else None
+
+    def _refusal(self, context: int, dest: Optional[int], req: Request) -> Optional[Exception]:
+        """Why an operation on ``context`` (a send to world rank ``dest``, or the receive
+        ``req``) cannot even start: the context is revoked, its peer is gone, a wildcard
+        receive meets an unacknowledged failure, or (fault tolerance) a collective context
+        has a failed member. None: it can."""
+        if context in self.revoked:
+            return RevokedError(f"rank {self.rank}: {describe(req)}: {self.revoked[context]}")
+        if dest is not None and dest in self.lost_peers:
+            return self._lost_error(dest, describe(req))
+        if not self.fault_tolerant or not self.lost_peers:
+            return None
+        group = self._groups.get(context)
+        if group is None:
+            return None
+        if context in self._collective_contexts:
+            failed = [w for w in group if w in self.failed]
+            if failed:
+                return self._lost_error(failed[0], describe(req), collective=True)
+        elif dest is None and req.source == ANY_SOURCE and context not in self._control_contexts:
+            pending = self._unacknowledged(context, group)
+            if pending:
+                return self._pending_error(pending, describe(req))
+        return None
+
+    def _fail_each(self, context: int, error_for: Callable[[Request], Exception]) -> None:
+        """Fail the receives posted on ``context`` and its rendezvous sends waiting for their
+        receiver, each with the error ``error_for(request)`` (which names the call)."""
+        q = self._queues.get(context)
+        if q is not None and q.posted:
+            posted, q.posted[:] = list(q.posted), []
+            for req in posted:
+                req._fail(error_for(req))
+        for key, value in list(self._rndv_sends.items()):
+            if value[2] == context:
+                del self._rndv_sends[key]
+                value[0]._fail(error_for(value[0]))
+
+    def _unacknowledged(self, context: int, group: Sequence[int]) -> List[int]:
+        acked = self._acknowledged.get(context, frozenset())
+        return [w for w in group if w in self.failed and w not in acked]
+
+    def _pending_error(self, peers: Sequence[int], what: str) -> ProcFailedPendingError:
+        return ProcFailedPendingError(
+            f"rank {self.rank}: {what}: world rank(s) {', '.join(map(str, peers))} of this "
+            f"communicator failed ({self.failed[peers[0]]}) and the failure is not "
+            f"acknowledged, so a wildcard receive cannot know its sender "
+            f"(MPI.ERR_PROC_FAILED_PENDING; Comm.Ack_failed acknowledges)")
+
+    def _fail_for_failure(self, peer: int) -> None:
+        """Fault tolerance: what ``peer``'s failure ends beyond the operations that name it -
+        every pending operation of a collective context it belongs to, and wildcard receives
+        of point-to-point contexts it belongs to."""
+        for context, group in list(self._groups.items()):
+            if peer not in group or context in self._control_contexts:
+                continue
+            if context in self._collective_contexts:
+                self._fail_each(context, lambda req: self._lost_error(
+                    peer, describe(req), collective=True))
+                continue
+            q = self._queues.get(context)
+            if q is None or not q.posted:
+                continue
+            for req in [r for r in q.posted if r.source == ANY_SOURCE]:
+                q.posted.remove(req)
+                req._fail(self._pending_error([peer], describe(req)))
+
+    def _lost_error(self, peer: int, what: str, collective: bool = False) -> PeerLostError:
+        """The error of an operation that needs the lost ``peer``: ``PeerLostError`` (the
+        job ends), or under fault tolerance ``ProcFailedError`` (MPI.ERR_PROC_FAILED)."""
+        if not self.fault_tolerant:
+            return PeerLostError(self._lost_text(peer, what))
+        reason = self.failed.get(peer) or self.lost_peers.get(peer, "connection lost")
+        how = ("a member of its communicator, " if collective else "") + f"world rank {peer}"
+        return ProcFailedError(f"rank {self.rank}: {what} cannot complete: {how} failed "
+                               f"({reason}) (MPI.ERR_PROC_FAILED)")
 
     def _source_lost(self, source: int, group: Optional[Sequence[int]]) -> Optional[int]:
         """The world rank of communicator rank ``source`` if that peer is gone, else None."""
@@ -724,6 +932,8 @@ class Engine(FrameSink):
                     o.wait_ended(seconds)
 
     def _check_alive(self) -> None:
+        if self._failure_notices:
+            self.apply_failure_notices()
         if self.aborted is not None:
             raise JobAbortedError(f"rank {self.rank}: the job was aborted ({self.aborted}); "
                                   f"no further MPI calls are possible")

@@ -67,6 +67,7 @@ ENV_HEARTBEAT_INTERVAL = "MINIMPI_HEARTBEAT_INTERVAL"   # seconds; 0: no heartbe
 ENV_JOBNO = "MINIMPI_JOBNO"                     # 0: the job `minimpi run` started; k: Spawn's
 ENV_PARENT = "MINIMPI_PARENT"                   # JSON: the parents of a spawned process
 ENV_UNIVERSE_SIZE = "MINIMPI_UNIVERSE_SIZE"     # MPI.UNIVERSE_SIZE
+ENV_FAULT_TOLERANT = "MINIMPI_FAULT_TOLERANT"   # "1": --fault-tolerant (ULFM)
 
 #: keys of BootInfo.env that are never exposed there (the secret has its own field)
 _PRIVATE_KEYS = {ENV_SECRET}
@@ -413,6 +414,9 @@ class CoordinatorClient:
         self.dropped = 0   # replies dropped for a bad MAC
         self._request_lock = threading.Lock()   # one request (spawn, port, name) at a time
         self._requests = 0
+        #: message kind -> what to call with each such message (from the reading thread)
+        #: instead of keeping it for a reader (:meth:`on_message`)
+        self._handlers: dict = {}
 
     # -- plumbing ------------------------------------------------------------------------
     def _pack(self, message: dict) -> list[bytes]:
@@ -491,6 +495,10 @@ class CoordinatorClient:
                     print(f"minimpi: rank {self.rank}: dropped a coordinator message with a "
                           f"bad MAC", file=sys.stderr)
                 continue
+            handler = self._handlers.get(msg.get("t"))
+            if handler is not None:   # a notice (a failed process): no reader waits for it
+                handler(msg)
+                continue
             if msg.get("t") == "challenge" and isinstance(msg.get("c"), str) \
                     and self._challenge is not None:
                 # zmq reconnected (a new connection, so a new challenge); messages sent on
@@ -530,6 +538,37 @@ class CoordinatorClient:
             if msg is None or want is None or msg.get("t") == want:
                 return msg
             self._inbox.append(msg)
+
+    # -- notices -------------------------------------------------------------------------
+    @property
+    def closed_event(self) -> threading.Event:
+        """Set once the connection is closed (threads that use it end on it)."""
+        return self._stop
+
+    def on_message(self, kind: str, handler: Callable[[dict], None]) -> None:
+        """Call ``handler(message)`` for every coordinator message of ``kind`` as it is read
+        (by whichever thread reads), instead of keeping it for a reader."""
+        self._handlers[kind] = handler
+
+    def read_notices(self) -> None:
+        """Read what the coordinator sent, without waiting: notices go to their handlers,
+        replies are kept for their readers. Never blocks for long (skipped while another
+        thread talks to the coordinator, which reads them then)."""
+        if self._closed or not self._lock.acquire(timeout=0.01):
+            return
+        try:
+            if self._closed:
+                return
+            while True:
+                msg = self._read(0)
+                if msg is None:
+                    break
+                if msg.get("t") != "challenge":
+                    self._inbox.append(msg)
+        except Exception:   # reading notices must never take the rank down
+            pass
+        finally:
+            self._lock.release()
 
     # -- heartbeat -----------------------------------------------------------------------
     def _start_heartbeat(self) -> None:

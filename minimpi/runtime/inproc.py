@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
+from ..comm import ulfm
 from ..comm.communicator import Intracomm
 from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
 from ..errors import MPITimeoutError
@@ -80,7 +81,7 @@ class _BlockedNote(EngineObserver):
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
                 eager_limit: int = DEFAULT_EAGER_LIMIT, recorder: Optional[FrameRecorder] = None,
                 transport: str = "inproc", hosts: Optional[Sequence[Any]] = None,
-                **kwargs: Any) -> List[Any]:
+                fault_tolerant: bool = False, **kwargs: Any) -> List[Any]:
     """Call ``fn(comm, *args, **kwargs)`` on ``size`` ranks; return the results in rank order.
 
     ``transport``: ``"inproc"`` (default), ``"tcp"`` (loopback sockets between the threads),
@@ -88,8 +89,9 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     one host, TCP between hosts; hosts default to two, even and odd ranks) - one conformance
     suite runs over all. ``hosts``: a host label per rank, to pretend the ranks are spread
     over machines (topology-aware collectives, and the router's choice of wire; default: all
-    on one). The first exception (lowest rank) is re-raised as :class:`RankFailed` from the
-    original.
+    on one). ``fault_tolerant``: as ``minimpi run --fault-tolerant`` (ULFM: a rank whose
+    function raises is a failed process the others are told of, and the run goes on). The
+    first exception (lowest rank) is re-raised as :class:`RankFailed` from the original.
     """
     if hosts is not None and len(hosts) != size:
         raise ValueError(f"run_threads: hosts has {len(hosts)} labels for {size} ranks")
@@ -108,6 +110,8 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
 
     for engine in engines:
         engine.job_abort = abort_all
+        engine.fault_tolerant = fault_tolerant
+        ulfm.install(engine)
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
     blocked: List[str] = [""] * size
@@ -122,6 +126,10 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
             engine.flush(timeout)  # as at a process's exit: deliver what is still queued
         except BaseException as exc:  # report every failure, including assertion errors
             errors[rank] = exc
+            if fault_tolerant:   # as the launcher does: the survivors are told
+                for other in engines:
+                    if other is not engine:
+                        other.notify_failed(rank, f"rank {rank} raised {type(exc).__name__}")
         finally:
             if transport == "inproc":
                 transports[rank].close()

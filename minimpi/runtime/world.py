@@ -15,11 +15,13 @@ import threading
 from typing import Any, Optional
 
 from .. import transports
+from ..comm import ulfm
 from ..comm.communicator import Intracomm, set_predefined
 from ..dynamic import join_parent, set_launcher_link
 from ..errors import CollectiveMismatchError, JobAbortedError, MinimpiError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy
+from . import failures
 from .bootstrap import BootInfo, bootstrap, host_identity
 from .diagnose import install as install_diagnostics
 from .launcher_link import RuntimeLauncherLink
@@ -42,6 +44,10 @@ class _Runtime:
                                           info, host_identity())
         self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
         self.engine.job_abort = abort
+        # fault tolerance (--fault-tolerant): a failed rank is a failed process the job
+        # survives; every process hears revoke notices (minimpi.comm.ulfm)
+        self.engine.fault_tolerant = failures.fault_tolerant(info.env)
+        ulfm.install(self.engine)
         install_ledger(self.engine)   # where messages came from, for the check at finalize
         self.all_connected = False    # every pair connected at start-up (small jobs)
         if info.coordinator is not None:
@@ -53,6 +59,8 @@ class _Runtime:
                 if transport is not None:
                     transport.close()
                 raise
+        if self.engine.fault_tolerant and info.coordinator is not None:
+            failures.listen(self.engine, info.coordinator)
         self.world = Intracomm(self.engine, range(info.size), info.rank, 0, "COMM_WORLD")
         self.self_comm = Intracomm(self.engine, [info.rank], 0, 2, "COMM_SELF")
         set_predefined(self.world, self.self_comm)   # what pickles by name

@@ -81,7 +81,6 @@ def test_every_mpi4py_name_exists():
     (lambda: MPI.Add_error_class(), "user-defined error classes"),
     (lambda: MPI.Get_abi_version(), "ABI"),
     (lambda: MPI._commctx_intra(MPI.COMM_WORLD), "pkl5"),
-    (lambda: MPI.COMM_WORLD.Revoke(), "fault tolerance"),
 ])
 def test_missing_features_refuse_by_name(call, feature):
     with pytest.raises(NotImplementedError, match=feature):

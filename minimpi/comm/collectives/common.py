@@ -39,6 +39,7 @@ from ...errors import (
     PeerLostError,
     RootError,
 )
+from ..ulfm import check_not_revoked
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -147,6 +148,8 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     if comm._freed:
         comm._alive(call)
     ep = comm._ep
+    if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
+        check_not_revoked(comm, call)
     plan = comm._plan or comm._make_plan()
     key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))
     prep = plan.calls.get(key)

@@ -108,9 +108,12 @@ def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> An
     to, for sends) in the engine's ledger, if it has one; returns ``req``."""
     ledger: Optional[Ledger] = ep.engine.ledger
     if ledger is not None:
-        site = user_site()
-        if sending and 0 <= peer < len(ep.group):
-            ledger.sent(ep.group[peer], ep.context, tag, call, site)
-        if call[:1] in ("i", "I"):          # isend, Irecv, ...: the user must complete it
-            ledger.started(req, site)
+        record_send = sending and 0 <= peer < len(ep.group)
+        must_complete = call[:1] in ("i", "I")   # isend, Irecv, ...: the user completes it
+        if record_send or must_complete:         # a blocking receive has nothing to record
+            site = user_site()
+            if record_send:
+                ledger.sent(ep.group[peer], ep.context, tag, call, site)
+            if must_complete:
+                ledger.started(req, site)
     return req

@@ -38,7 +38,7 @@ from .dynamic import unpublish_name as Unpublish_name  # noqa: F401
 from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
                                 COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
 from .comm.extras import flush_buffered as _flush_buffered
-from .comm.null import COMM_NULL  # noqa: F401
+from .comm.communicator import COMM_NULL  # noqa: F401
 from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
                            ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info, _Refused,

@@ -10,6 +10,7 @@ with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
+import copyreg
 import itertools
 import operator
 import weakref
@@ -63,7 +64,7 @@ from .handles import refusing
 from .hints import recv_buf_error, recv_buffer_error
 from .ledger import note
 from .message import ProbeWait, finish_object, probe_status, recv_capacity
-from .null import COMM_NULL, NULL_ENDPOINT, NullComm
+from .null import null_state, set_comm_null
 from .persistent_coll import PersistentNeighborCollectives, PersistentScans
 from .topology import CartMixin
 
@@ -217,6 +218,7 @@ class Comm(CommExtras):
     # A plain ``MPI.Comm(intercomm)`` handle is an intercommunicator too (its shared state
     # names the class, see _share_handle); Intercomm overrides these.
     def Is_inter(self) -> bool:
+        self._alive("Is_inter")
         return "_intercomm_class" in self.__dict__
 
     def Is_intra(self) -> bool:
@@ -231,6 +233,8 @@ class Comm(CommExtras):
         return not self.Is_inter()
 
     def __repr__(self) -> str:
+        if self is COMM_NULL:
+            return "MPI.COMM_NULL"
         if self.__dict__.get("_null"):
             return f"<{type(self).__name__} null (== MPI.COMM_NULL)>"
         return f"<{type(self).__name__} {self.name} rank {self.rank} of {self.size}>"
@@ -804,6 +808,7 @@ class Comm(CommExtras):
 
     def _predefined_attr(self, keyval: int) -> Tuple[bool, Any]:
         """Predefined keyvals (``MPI.TAG_UB``, ``MPI.HOST``...) answered as MPICH does."""
+        self._alive("Get_attr")
         if keyval == KEYVAL_TAG_UB:
             return True, TAG_UB
         if keyval in _PREDEFINED_ATTRS:
@@ -813,8 +818,6 @@ class Comm(CommExtras):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Comm):
             return vars(self) is vars(other) or (not self and not other)
-        if isinstance(other, NullComm):
-            return not self
         return NotImplemented
 
     def __hash__(self) -> int:
@@ -824,9 +827,10 @@ class Comm(CommExtras):
         """mpi4py's rule: ``COMM_WORLD``/``COMM_SELF`` (and null handles) pickle by name and
         unpickle to this process's own; any other communicator is a ValueError - its state
         (contexts, connections) means nothing in another process."""
-        if not self:
-            if self.__dict__.get("_null"):
-                return (type(self), ())
+        if self is COMM_NULL:
+            return "COMM_NULL"              # this module's global: the same object back
+        if self.__dict__.get("_null"):
+            return (copyreg.__newobj__, (type(self), COMM_NULL))
         for name, comm in _PREDEFINED.items():
             if comm is self:
                 return (_predefined, (name,))
@@ -939,17 +943,24 @@ _PREDEFINED_ATTRS = {
 
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
-    if isinstance(source, Comm) and not (isinstance(target, Intercomm)
-                                         and not source.Is_inter() and source) \
-            and not (isinstance(target, Intracomm) and source.Is_inter()):
+    if isinstance(source, Comm) and source.__dict__.get("_null"):
+        target.__dict__ = null_state()      # a null handle of its own (nothing to share)
+    elif isinstance(source, Comm) and not (isinstance(target, Intercomm)
+                                         and not _is_inter(source) and source) \
+            and not (isinstance(target, Intracomm) and _is_inter(source)):
         if isinstance(source, Intercomm):   # what a plain Comm handle on it runs as
             source.__dict__.setdefault("_intercomm_class", type(source))
         target.__dict__ = source.__dict__
-    elif source is None or isinstance(source, NullComm):
-        target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
+    elif source is None:
+        target.__dict__ = null_state()
     else:
         raise TypeError(f"MPI.{type(target).__name__}({source!r:.60}): expected a "
                         f"communicator (e.g. MPI.COMM_WORLD) or nothing")
+
+
+def _is_inter(comm: "Comm") -> bool:
+    """Whether ``comm`` (live or freed) is an intercommunicator."""
+    return "_intercomm_class" in comm.__dict__
 
 
 #: handle number -> communicator, for ``Comm.fromhandle`` (filled when ``.handle`` is read)
@@ -980,6 +991,12 @@ def set_intercomm_builder(create: Any, cls: type) -> None:
     """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)`` and the
     intercommunicator class (``MPI.Intercomm``, whose null handle ``Get_parent`` returns)."""
     _INTERCOMM_BUILDER["create"], _INTERCOMM_BUILDER["class"] = create, cls
+
+
+#: ``MPI.COMM_NULL``: a null ``Comm`` (mpi4py's null handles are instances of their class);
+#: it pickles by name to this very object (see ``Comm.__reduce__``)
+COMM_NULL = Comm()
+set_comm_null(COMM_NULL)
 
 
 def set_predefined(world: "Comm", self_comm: "Comm") -> None:
@@ -1075,8 +1092,7 @@ class Topocomm(PersistentNeighborCollectives, NeighborMethods, TopoMixin, Intrac
             kind = CommExtras.Get_topology(self)
             wanted = self._required_topology
             if kind == UNDEFINED or (wanted is not None and kind != wanted):
-                self.__dict__ = {"_null": True, "_freed": True, "_attrs": {},
-                                 "_ep": NULL_ENDPOINT}
+                self.__dict__ = null_state()
                 raise TypeError(f"MPI.{type(self).__name__}({args[0].name}): that "
                                 f"communicator has {_TOPOLOGY_NAMES.get(kind, 'no')} topology")
 

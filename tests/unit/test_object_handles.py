@@ -1,5 +1,6 @@
 """mpi4py's object model for handles: MPI.Info (handle equality, pickling of the predefined
 infos, the null info's mapping methods, Create_env), integer handles, Group pickling."""
+import copy
 import pickle
 import sys
 
@@ -74,9 +75,40 @@ def test_window_and_file_integer_handles_find_the_same_object():
 def test_comm_null_handle_is_zero_and_names_comm_null():
     null = MPI.COMM_NULL
     assert null.handle == null.toint() == null.py2f() == 0
-    assert type(null).fromhandle(0) is null and type(null).f2py(0) is null
+    assert type(null).fromhandle(0) == null and type(null).f2py(0) == null
     with pytest.raises(ValueError):
-        type(null).fromhandle(5)
+        type(null).fromhandle(10**9)
+
+
+def test_comm_null_is_a_comm_as_in_mpi4py():
+    null = MPI.COMM_NULL
+    assert type(null) is MPI.Comm and isinstance(null, MPI.Comm) and not null
+    assert MPI.Comm() == null and MPI.Intracomm(null) == null and MPI.Comm(null) is not null
+    assert null != MPI.COMM_SELF and MPI.COMM_SELF != null
+    assert null.Get_name() == "MPI_COMM_NULL" and repr(null) == "MPI.COMM_NULL"
+    for call in ("Get_size", "Get_rank", "Is_inter", "Is_intra", "Get_group", "Get_topology",
+                 "Free"):
+        with pytest.raises(MPI.Exception) as info:
+            getattr(null, call)()
+        assert info.value.Get_error_class() == MPI.ERR_COMM, call
+    with pytest.raises(MPI.Exception, match="not a member"):
+        null.rank
+    with pytest.raises(MPI.Exception):
+        null.Get_attr(MPI.TAG_UB)
+    # a subclass handle on it pickles and copies to a null of that subclass
+    mine = type("MyComm", (MPI.Comm,), {})
+    sys.modules[__name__].MyComm = mine
+    mine.__module__ = __name__
+    try:
+        for copied in (pickle.loads(pickle.dumps(mine(null))), copy.copy(mine(null))):
+            assert type(copied) is mine and copied == null and copied is not null
+    finally:
+        del sys.modules[__name__].MyComm
+    assert copy.deepcopy(null) is null and pickle.loads(pickle.dumps(null)) is null
+
+
+def test_split_undefined_gives_comm_null():
+    assert MPI.COMM_SELF.Split(MPI.UNDEFINED) == MPI.COMM_NULL
 
 
 def test_fortran_status_indices_match_py2f():

@@ -38,7 +38,7 @@ from ..data import serialization
 from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
-from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
+from ..errors import USER_ERRORS, ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import (
@@ -937,7 +937,7 @@ _PREDEFINED_ATTRS = {
     KEYVAL_UNIVERSE_SIZE: lambda comm: getattr(comm._ep.engine, "universe_size",
                                                comm._ep.engine.size),
     KEYVAL_APPNUM: lambda comm: 0,
-    KEYVAL_LASTUSEDCODE: lambda comm: 0x3FFFFFFF,
+    KEYVAL_LASTUSEDCODE: lambda comm: USER_ERRORS.last_used,
 }
 
 

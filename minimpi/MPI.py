@@ -114,10 +114,6 @@ def Get_library_version() -> str:
 
 
 # -- error classes, numbered as in MPICH (those errors.py does not define) ----------------------
-ERR_INFO = 28
-ERR_INFO_KEY = 29
-ERR_INFO_VALUE = 30
-ERR_INFO_NOKEY = 31
 ERR_NAME = 33
 ERR_NO_MEM = 34
 ERR_NOT_SAME = 35

@@ -34,6 +34,11 @@ ERR_NAME = 33
 ERR_PORT = 38
 ERR_SERVICE = 41
 ERR_SPAWN = 42
+# info objects (MPI.Info)
+ERR_INFO = 28
+ERR_INFO_KEY = 29
+ERR_INFO_VALUE = 30
+ERR_INFO_NOKEY = 31
 # MPI-IO error classes (minimpi/io raises them as FileError)
 ERR_ACCESS = 20
 ERR_AMODE = 21
@@ -73,6 +78,10 @@ ERROR_STRINGS = {
     ERR_PENDING: "Pending request",
     ERR_REQUEST: "Invalid request",
     ERR_UNSUPPORTED_OPERATION: "Unsupported operation",
+    ERR_INFO: "Invalid MPI_Info",
+    ERR_INFO_KEY: "Invalid key for MPI_Info",
+    ERR_INFO_VALUE: "Invalid value for MPI_Info",
+    ERR_INFO_NOKEY: "MPI_Info key is not defined",
     ERR_NAME: "Invalid service name",
     ERR_PORT: "Invalid port",
     ERR_SERVICE: "Invalid service",

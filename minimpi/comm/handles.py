@@ -16,7 +16,14 @@ import operator
 import weakref
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from ..errors import ArgumentError, UnsupportedError
+from ..errors import (
+    ERR_ARG,
+    ERR_INFO,
+    ERR_INFO_NOKEY,
+    ArgumentError,
+    MinimpiError,
+    UnsupportedError,
+)
 
 _WHY = {
     "Win": "one-sided communication (MPI.Win, Put/Get/Accumulate)",
@@ -140,7 +147,11 @@ class Errhandler(IntHandles):
     def Free(self) -> None:
         """This handle becomes ``ERRHANDLER_NULL`` (objects using the handler keep it); the
         predefined constants themselves stay usable. Freeing the handle ``Create_errhandler``
-        returned gives its slot back (mpi4py allows 32 user handlers of each kind)."""
+        returned gives its slot back (mpi4py allows 32 user handlers of each kind). Freeing
+        a null handle is an error (MPI.Exception, MPI_ERR_ARG)."""
+        if not self:
+            raise ArgumentError("MPI.Errhandler.Free on MPI.ERRHANDLER_NULL: expected an error "
+                                "handler (from Get_errhandler or Create_errhandler)")
         if any(self is c for c in _CONSTANT_ERRHANDLERS):
             return
         slots = _USER_ERRHANDLERS.get(self._kind)
@@ -148,7 +159,10 @@ class Errhandler(IntHandles):
             slots[slots.index(self)] = None       # the handle Create_errhandler gave
         self._name, self._fn, self._kind = "ERRHANDLER_NULL", None, None
 
-    free = Free     # mpi4py 4's "Free unless null or predefined": Free already is that
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined error handler (mpi4py 4)."""
+        if self:
+            self.Free()
 
     def __bool__(self) -> bool:
         return self._name != "ERRHANDLER_NULL"
@@ -274,12 +288,21 @@ class Info(IntHandles):
             env.Set("arch", platform.machine())
         return env
 
+    def _live(self, call: str) -> Dict[str, str]:
+        """The key/value store, or MPI.Exception (MPI_ERR_INFO) for a null info: the MPI
+        calls on ``INFO_NULL`` are errors (its Python mapping methods raise KeyError)."""
+        if self._null:
+            raise MinimpiError(f"MPI.Info.{call} on MPI.INFO_NULL: expected an info object "
+                               f"(from MPI.Info.Create)", ERR_INFO)
+        return self._d
+
     def Dup(self) -> "Info":
         """A new info with the same keys and values."""
-        return Info.Create(self._d)
+        return Info.Create(self._live("Dup"))
 
     def Free(self) -> None:
         """This handle becomes a null info (other handles on the info keep its keys)."""
+        self._live("Free")
         self._d = {}
         self._null = True
 
@@ -300,8 +323,9 @@ class Info(IntHandles):
         return Info() if self._null else self.Dup()
 
     def clear(self) -> None:
-        """Remove every key."""
-        self._d.clear()
+        """Remove every key (nothing for a null info)."""
+        if not self._null:
+            self._d.clear()
 
     def update(self, other: Any = (), **kwds: str) -> None:
         """Set the keys of ``other`` (a mapping or key/value pairs) and ``kwds``."""
@@ -324,19 +348,31 @@ class Info(IntHandles):
         return self._writable("popitem").popitem()
 
     def Set(self, key: str, value: str) -> None:
-        self._writable("Set")[str(key)] = str(value)
+        self._live("Set")[str(key)] = str(value)
 
     def Get(self, key: str) -> Optional[str]:
-        return self._d.get(key)
+        """The value of ``key``, None if the info has no such key."""
+        return self._live("Get").get(key)
 
     def Delete(self, key: str) -> None:
-        del self._d[key]
+        """Remove ``key`` (MPI.Exception, MPI_ERR_INFO_NOKEY, if the info has no such key)."""
+        store = self._live("Delete")
+        if key not in store:
+            raise MinimpiError(f"MPI.Info.Delete({key!r}): the info has no such key "
+                               f"(it has {sorted(store)})", ERR_INFO_NOKEY)
+        del store[key]
 
     def Get_nkeys(self) -> int:
-        return len(self._d)
+        return len(self._live("Get_nkeys"))
 
     def Get_nthkey(self, n: int) -> str:
-        return list(self._d)[n]
+        """The ``n``-th key (0-based; MPI.Exception, MPI_ERR_ARG, past the last one)."""
+        keys = list(self._live("Get_nthkey"))
+        index = operator.index(n)
+        if not 0 <= index < len(keys):
+            raise MinimpiError(f"MPI.Info.Get_nthkey({n!r}): expected 0..{len(keys) - 1} "
+                               f"(the info has {len(keys)} keys)", ERR_ARG)
+        return keys[index]
 
     # dict-like, as mpi4py's Info
     def __len__(self) -> int:
@@ -352,7 +388,7 @@ class Info(IntHandles):
         self._writable("__setitem__")[str(key)] = str(value)
 
     def __delitem__(self, key: str) -> None:
-        del self._d[key]
+        del self._writable("__delitem__")[key]
 
     def __contains__(self, key: object) -> bool:
         return key in self._d

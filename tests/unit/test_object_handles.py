@@ -179,3 +179,38 @@ def test_get_address_of_a_null_buffer_is_zero():
     win.Free()
     mem = MPI.buffer.allocate(8)
     assert MPI.Get_address(mem) == mem.address != 0
+
+
+def test_info_calls_raise_mpi_errors_as_mpi4py():
+    info = MPI.Info.Create({"a": "1"})
+    with pytest.raises(MPI.Exception, match="no such key") as missing:
+        info.Delete("zz")
+    assert missing.value.Get_error_class() == MPI.ERR_INFO_NOKEY
+    with pytest.raises(MPI.Exception, match="expected 0..0") as past:
+        info.Get_nthkey(1)
+    assert past.value.Get_error_class() == MPI.ERR_ARG
+    assert info.Get_nthkey(0) == "a"
+    info.Delete("a")
+    assert len(info) == 0
+    info.Free()
+    for call, args in (("Free", ()), ("Dup", ()), ("Get", ("k",)), ("Set", ("k", "v")),
+                       ("Delete", ("k",)), ("Get_nkeys", ()), ("Get_nthkey", (0,))):
+        with pytest.raises(MPI.Exception, match="INFO_NULL") as null:
+            getattr(MPI.INFO_NULL, call)(*args)
+        assert null.value.Get_error_class() == MPI.ERR_INFO, call
+    # the Python mapping methods of a null info stay KeyError / empty, as in mpi4py
+    with pytest.raises(KeyError):
+        del MPI.INFO_NULL["k"]
+    assert len(MPI.INFO_NULL) == 0 and "k" not in MPI.INFO_NULL
+    MPI.INFO_NULL.clear()
+    MPI.INFO_NULL.free()
+
+
+def test_freeing_the_null_errhandler_is_an_error():
+    with pytest.raises(MPI.Exception) as null:
+        MPI.ERRHANDLER_NULL.Free()
+    assert null.value.Get_error_class() == MPI.ERR_ARG
+    MPI.ERRHANDLER_NULL.free()          # the safe form leaves null handles alone
+    handler = MPI.COMM_SELF.Get_errhandler()
+    handler.Free()
+    assert handler == MPI.ERRHANDLER_NULL

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import copyreg
 import itertools
 import operator
 import weakref
@@ -238,12 +239,21 @@ class Info(IntHandles):
     methods that would change it raise ``KeyError``.
     """
 
-    def __init__(self, info: Optional["Info"] = None) -> None:
+    def __new__(cls, info: Optional["Info"] = None) -> "Info":
+        # The handle is made here, from what reaches ``__new__``: mpi4py's subclassing idiom
+        # ``def __new__(cls, info=None): return MPI.Info.__new__(cls, info)`` works, and the
+        # ``__init__`` Python calls next with the caller's argument changes nothing.
         if info is not None and not isinstance(info, Info):
-            raise TypeError(f"MPI.Info({info!r:.40}): expected an MPI.Info or nothing")
+            raise TypeError(f"MPI.{cls.__name__}({info!r:.40}): expected an MPI.Info or "
+                            f"nothing")
+        self = super().__new__(cls)
         # the key/value store is shared by every handle on one info object
         self._d: Dict[str, str] = info._d if info is not None else {}
         self._null = info is None or info._null
+        return self
+
+    def __init__(self, info: Optional["Info"] = None) -> None:
+        """A null info (no argument) or another handle on ``info``: see ``__new__``."""
 
     @classmethod
     def Create(cls, items: Any = None) -> "Info":
@@ -298,7 +308,7 @@ class Info(IntHandles):
 
     def Dup(self) -> "Info":
         """A new info with the same keys and values."""
-        return Info.Create(self._live("Dup"))
+        return type(self).Create(self._live("Dup"))
 
     def Free(self) -> None:
         """This handle becomes a null info (other handles on the info keep its keys)."""
@@ -320,7 +330,7 @@ class Info(IntHandles):
     # -- the rest of the mapping protocol mpi4py's Info has --------------------------------
     def copy(self) -> "Info":
         """A new info with the same keys and values (as ``Dup``; a null info for a null)."""
-        return Info() if self._null else self.Dup()
+        return type(self)() if self._null else self.Dup()
 
     def clear(self) -> None:
         """Remove every key (nothing for a null info)."""
@@ -427,10 +437,10 @@ class Info(IntHandles):
         if self is INFO_ENV:
             return "INFO_ENV"
         if self._null:
-            return (Info, ())
-        if self == INFO_ENV:
-            return (Info, (INFO_ENV,))      # another handle on the predefined info
-        return (Info.Create, (self.items(),))
+            return (copyreg.__newobj__, (type(self), INFO_NULL))
+        if self == INFO_ENV:                # another handle on the predefined info
+            return (copyreg.__newobj__, (type(self), INFO_ENV))
+        return (type(self).Create, (self.items(),))
 
     def __repr__(self) -> str:
         return "MPI.INFO_NULL" if self._null else f"<Info {self._d}>"

@@ -26,7 +26,7 @@ class Prequest(Request):
         if isinstance(request, Prequest) and not request._is_null():
             # a handle of another class (a user subclass: MyPrequest(p)) on the same
             # persistent request: Start, Wait, Test, Cancel and Free act on that one
-            target = request._target()
+            target = request._request_named()
             self._init_persistent(None, None, target.description)
             self._orig = target
             return
@@ -34,6 +34,10 @@ class Prequest(Request):
             raise TypeError(f"MPI.{type(self).__name__}({request!r:.60}): expected a "
                             f"persistent request (from Send_init, Recv_init...) or nothing")
         self._init_persistent(None, None, "null persistent request")
+
+    def _request_named(self) -> "Prequest":
+        """The persistent request this handle names (itself, unless a second handle)."""
+        return self._target()
 
     @classmethod
     def _create(cls, starter: Callable[[], Request], engine: Any,

@@ -730,9 +730,15 @@ class Comm(CommExtras):
         return self._derive(group, ranks.index(self.rank), context, f"{self.name}.split({color})")
 
     def free(self) -> None:
-        """``Free`` unless this is a null or predefined communicator (mpi4py 4)."""
-        if self and self._ep.context >= FIRST_FREE_CONTEXT:
-            self.Free()
+        """``Free`` unless this is a null or predefined communicator (mpi4py 4): the
+        constants stay as they are; another handle on ``COMM_WORLD``/``COMM_SELF``
+        (``Intracomm(MPI.COMM_WORLD)``) becomes a null handle, the communicator stays."""
+        if not self or any(self is comm for comm in _PREDEFINED.values()):
+            return
+        if self._ep.context < FIRST_FREE_CONTEXT:
+            self.__dict__ = null_state()        # this handle only
+            return
+        self.Free()
 
     def Free(self) -> None:
         """Release the communicator; later use raises ``CommError``.

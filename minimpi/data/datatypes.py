@@ -139,32 +139,39 @@ class Datatype(Attributed):
     ``DATATYPE_NULL`` (falsy); ``Datatype(other)`` is another handle to ``other``'s type.
     """
 
-    __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_freed",
-                 "_committed", "_combiner", "_ints", "_addrs", "_types", "_attrs", "_handle",
-                 "_key", "__weakref__")
+    __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_combiner",
+                 "_ints", "_addrs", "_types", "_handle", "_key", "__weakref__")
 
-    def __init__(self, name: "str | Datatype | None" = "MPI_DATATYPE_NULL", dtype=None, *,
-                 predefined: bool = False, code: str = "") -> None:
-        if isinstance(name, Datatype):            # MPI.Datatype(other): another handle object
-            other = name                          # for the same MPI datatype (compares equal)
+    def __init__(self, datatype: "Datatype | None" = None) -> None:
+        if isinstance(datatype, Datatype):        # MPI.Datatype(other): another handle object
+            other = datatype                      # for the same MPI datatype (compares equal)
             for slot in Datatype.__slots__[:-1]:
                 object.__setattr__(self, slot, getattr(other, slot))
             return
-        if name is None:
-            name = "MPI_DATATYPE_NULL"
-        if not isinstance(name, str):
-            raise TypeError(f"MPI.Datatype() takes a Datatype, not {type(name).__name__}")
+        if datatype is not None:
+            raise TypeError(f"MPI.{type(self).__name__}({datatype!r:.40}): expected an "
+                            f"MPI.Datatype to make another handle of, or nothing")
+        self._setup("MPI_DATATYPE_NULL")
+
+    @classmethod
+    def _make(cls, name: str, dtype: Any = None, *, predefined: bool = False,
+              code: str = "") -> "Datatype":
+        """A new datatype called ``name`` (numpy ``dtype``: a predefined type's map)."""
+        new = cls.__new__(cls)
+        new._setup(name, dtype, predefined=predefined, code=code)
+        return new
+
+    def _setup(self, name: str, dtype: Any = None, *, predefined: bool = False,
+               code: str = "") -> None:
         self._name = name
-        self._handle = _HandleToken()             # what == compares: the MPI handle
+        # what == compares (the MPI handle), and the state every handle on the type shares
+        self._handle = _HandleToken(committed=predefined)
         self._key = name                          # predefined: the name it pickles by
         self._predefined = predefined
-        self._freed = False
-        self._committed = predefined
         self._combiner = COMBINER_NAMED
         self._ints: tuple = ()
         self._addrs: tuple = ()
         self._types: tuple = ()
-        self._attrs: Optional[AttributeStore] = None
         self._map: Optional[TypeMap] = None
         self._dtype: Optional[np.dtype] = None
         self._base_count = 1
@@ -182,7 +189,7 @@ class Datatype(Attributed):
     @classmethod
     def _derived(cls, name: str, tmap: TypeMap, combiner: int, ints: Sequence[int] = (),
                  addrs: Sequence[int] = (), types: Sequence["Datatype"] = ()) -> "Datatype":
-        new = cls(name)
+        new = cls._make(name)
         new._set_map(tmap)
         new._combiner = combiner
         # the old types are kept through handles of our own: freeing the user's handle
@@ -190,6 +197,32 @@ class Datatype(Attributed):
         new._ints, new._addrs = tuple(ints), tuple(addrs)
         new._types = tuple(t if t._predefined else Datatype(t) for t in types)
         return new
+
+    # What MPI keeps per datatype, not per handle: every handle object on the type
+    # (``Datatype(t)``, ``fromhandle``) sees one Commit, one Free, one set of attributes.
+    @property
+    def _freed(self) -> bool:
+        return self._handle.freed
+
+    @_freed.setter
+    def _freed(self, value: bool) -> None:
+        self._handle.freed = value
+
+    @property
+    def _committed(self) -> bool:
+        return self._handle.committed
+
+    @_committed.setter
+    def _committed(self, value: bool) -> None:
+        self._handle.committed = value
+
+    @property
+    def _attrs(self) -> Optional[AttributeStore]:
+        return self._handle.attrs
+
+    @_attrs.setter
+    def _attrs(self, value: Optional[AttributeStore]) -> None:
+        self._handle.attrs = value
 
     # ------------------------------------------------------------------ the seam
     @property
@@ -517,10 +550,15 @@ class Datatype(Attributed):
             self._freed = True
 
     def free(self) -> None:
-        """``Free`` unless null or predefined (mpi4py's convenience)."""
-        if self._map is not None and not self._freed and not self._predefined \
-                and self._combiner not in _PREDEFINED_COMBINERS:
-            self.Free()
+        """``Free`` unless null or predefined (mpi4py 4): the module's constants
+        (``MPI.INT``) stay as they are; another handle on a predefined type
+        (``Datatype(MPI.INT)``, an F90 type) becomes a null handle, the type stays."""
+        if self.is_null or PREDEFINED.get(self._key) is self:
+            return
+        if self._predefined or self._combiner in _PREDEFINED_COMBINERS:
+            Datatype.__init__(self)             # this handle only: now DATATYPE_NULL
+            return
+        self.Free()
 
     # ------------------------------------------------------------------ decoding
     def Get_envelope(self) -> tuple[int, int, int, int, int]:
@@ -928,10 +966,13 @@ class _HandleToken:
     """The identity of one MPI datatype, shared by every handle object on it (what ``==``
     compares), and the integer handle it gets the first time one is asked for."""
 
-    __slots__ = ("number", "__weakref__")
+    __slots__ = ("number", "freed", "committed", "attrs", "__weakref__")
 
-    def __init__(self) -> None:
+    def __init__(self, committed: bool = False) -> None:
         self.number = 0
+        self.freed = False
+        self.committed = committed
+        self.attrs: Optional[AttributeStore] = None
 
 
 #: the datatypes asked for an integer handle, by handle (weak: a handle names a live type)
@@ -1007,11 +1048,11 @@ PREDEFINED: dict[str, Datatype] = {}
 
 def _def(name: str, dtype, *aliases: str) -> Datatype:
     if dtype is None:        # a type this platform does not have: a null handle (as in mpi4py)
-        dt = Datatype(name, predefined=True)
+        dt = Datatype._make(name, predefined=True)
         dt._key = name
         PREDEFINED[name] = dt
         return dt
-    dt = Datatype(name, dtype, predefined=True)
+    dt = Datatype._make(name, dtype, predefined=True)
     CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
     for alias in aliases:

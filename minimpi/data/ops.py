@@ -325,9 +325,15 @@ class Op:
         self._live_user.discard(target)
 
     def free(self) -> None:
-        """``Free`` unless this is a null or predefined operation (mpi4py 4)."""
-        if not self._predefined and not self.is_null:
-            self.Free()
+        """``Free`` unless this is a null or predefined operation (mpi4py 4): the module's
+        constants (``MPI.SUM``) stay as they are; another handle on a predefined operation
+        (``Op(MPI.SUM)``) becomes a null handle."""
+        if self.is_null or self is PREDEFINED_OPS.get(self._name):
+            return
+        if self._predefined:
+            Op.__init__(self)                   # this handle only: now OP_NULL
+            return
+        self.Free()
 
     def _check_usable(self, call: str) -> None:
         # every reduction step asks: the fields directly (what _freed and is_null read)

@@ -214,3 +214,42 @@ def test_freeing_the_null_errhandler_is_an_error():
     handler = MPI.COMM_SELF.Get_errhandler()
     handler.Free()
     assert handler == MPI.ERRHANDLER_NULL
+
+
+def test_another_handle_shares_the_type_and_free_on_it_nulls_only_that_handle():
+    # Datatype(t) names the same type: one Commit, one Free, one set of attributes
+    vec = MPI.INT.Create_vector(2, 1, 2)
+    other = MPI.Datatype(vec)
+    other.Commit()
+    assert vec == other and vec.Get_envelope() == other.Get_envelope()
+    keyval = MPI.Datatype.Create_keyval()
+    other.Set_attr(keyval, "shared")
+    assert vec.Get_attr(keyval) == "shared"
+    vec.Delete_attr(keyval)
+    MPI.Datatype.Free_keyval(keyval)
+    other.free()                    # a user type: freed through any handle
+    assert not vec and not other
+    # another handle on a predefined object: free() nulls that handle, the constant stays
+    for constant in (MPI.INT, MPI.SUM, MPI.MESSAGE_NO_PROC, MPI.COMM_SELF, MPI.COMM_WORLD):
+        clone = type(constant)(constant)
+        assert clone == constant and clone
+        for _ in range(2):
+            clone.free()
+            assert not clone, constant
+        constant.free()
+        assert constant
+    world = MPI.Intracomm(MPI.COMM_WORLD)
+    world.free()
+    assert MPI.COMM_WORLD.Get_size() >= 1 and not world
+
+
+def test_constructors_take_only_a_handle_of_their_class():
+    for cls in (MPI.Datatype, MPI.Message, MPI.Op, MPI.Info, MPI.Group, MPI.Comm):
+        for bad in (1234, "abc", MPI.Status()):
+            with pytest.raises(TypeError):
+                cls(bad)
+    assert MPI.Message(MPI.MESSAGE_NO_PROC) == MPI.MESSAGE_NO_PROC
+    for constant in (MPI.MESSAGE_NULL, MPI.MESSAGE_NO_PROC):
+        assert pickle.loads(pickle.dumps(constant)) is constant
+        again = pickle.loads(pickle.dumps(MPI.Message(constant)))
+        assert again == constant and again is not constant

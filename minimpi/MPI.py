@@ -69,7 +69,7 @@ from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
 from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
 from .errors import USER_ERRORS as _USER_ERRORS, error_class_of as _error_class_of
-from .p2p.request import Request, Status  # noqa: F401
+from .p2p.request import REQUEST_NULL, Request, Status  # noqa: F401
 from .runtime import world as _runtime
 from .runtime.session import SESSION_NULL, Session  # noqa: F401,E402
 
@@ -161,8 +161,6 @@ ARGV_NULL = None
 ARGVS_NULL = None
 DISPLACEMENTS_MIXED = 0
 
-#: ``MPI.REQUEST_NULL``: the null request; every completed (non-persistent) request equals it.
-REQUEST_NULL = Request()
 
 
 # -- environment -----------------------------------------------------------------------------

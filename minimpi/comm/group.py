@@ -88,9 +88,9 @@ class Group(IntHandles):
         if self is GROUP_EMPTY:
             return "GROUP_EMPTY"
         if self._null:
-            return (Group, ())
+            return (type(self), (GROUP_NULL,))
         if not self._members:
-            return (Group, (GROUP_EMPTY,))
+            return (type(self), (GROUP_EMPTY,))
         raise ValueError(f"cannot pickle {self!r}: only MPI.GROUP_NULL and MPI.GROUP_EMPTY "
                          f"can be pickled (a group names processes of this job only)")
 

@@ -179,10 +179,10 @@ class Errhandler(IntHandles):
                 return constant._name       # the module's global: the same object back
         if self._fn is not None:
             raise ValueError(f"cannot pickle the user error handler {self._name}")
-        return (Errhandler, (), {"_name": self._name})
-
-    def __setstate__(self, state: Any) -> None:
-        self._name, self._fn, self._kind = state["_name"], None, None
+        for constant in _CONSTANT_ERRHANDLERS:
+            if self == constant:            # another handle on a predefined one
+                return (type(self), (constant,))
+        raise ValueError(f"cannot pickle {self!r}")
 
     def __repr__(self) -> str:
         return f"MPI.{self._name}" if self._fn is None else f"<MPI.Errhandler {self._name}>"

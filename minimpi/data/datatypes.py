@@ -139,8 +139,8 @@ class Datatype(Attributed):
     ``DATATYPE_NULL`` (falsy); ``Datatype(other)`` is another handle to ``other``'s type.
     """
 
-    __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_combiner",
-                 "_ints", "_addrs", "_types", "_handle", "_key", "__weakref__")
+    __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_freed",
+                 "_combiner", "_ints", "_addrs", "_types", "_handle", "_key", "__weakref__")
 
     def __init__(self, datatype: "Datatype | None" = None) -> None:
         if isinstance(datatype, Datatype):        # MPI.Datatype(other): another handle object
@@ -168,6 +168,9 @@ class Datatype(Attributed):
         self._handle = _HandleToken(committed=predefined)
         self._key = name                          # predefined: the name it pickles by
         self._predefined = predefined
+        # per handle, as mpi4py's: Free makes *this* handle null; the constructors keep
+        # handles of their own on their old types, which the user's Free leaves whole
+        self._freed = False
         self._combiner = COMBINER_NAMED
         self._ints: tuple = ()
         self._addrs: tuple = ()
@@ -199,15 +202,7 @@ class Datatype(Attributed):
         return new
 
     # What MPI keeps per datatype, not per handle: every handle object on the type
-    # (``Datatype(t)``, ``fromhandle``) sees one Commit, one Free, one set of attributes.
-    @property
-    def _freed(self) -> bool:
-        return self._handle.freed
-
-    @_freed.setter
-    def _freed(self, value: bool) -> None:
-        self._handle.freed = value
-
+    # (``Datatype(t)``, ``fromhandle``) sees one Commit and one set of attributes.
     @property
     def _committed(self) -> bool:
         return self._handle.committed
@@ -852,7 +847,7 @@ class Datatype(Attributed):
     def __reduce__(self):
         if self._predefined or self._map is None:
             if _predefined_by_name(self._key) is not self:    # MPI.Datatype(MPI.INT)
-                return (Datatype, (_predefined_by_name(self._key),))
+                return (type(self), (_predefined_by_name(self._key),))
             return (_predefined_by_name, (self._key,))
         return (_rebuild_derived, (self._name, self._combiner, self._ints, self._addrs,
                                    self._types))
@@ -966,11 +961,10 @@ class _HandleToken:
     """The identity of one MPI datatype, shared by every handle object on it (what ``==``
     compares), and the integer handle it gets the first time one is asked for."""
 
-    __slots__ = ("number", "freed", "committed", "attrs", "__weakref__")
+    __slots__ = ("number", "committed", "attrs", "__weakref__")
 
     def __init__(self, committed: bool = False) -> None:
         self.number = 0
-        self.freed = False
         self.committed = committed
         self.attrs: Optional[AttributeStore] = None
 

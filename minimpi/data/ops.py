@@ -259,7 +259,7 @@ class Op:
             if self._orig is None and PREDEFINED_OPS.get(self._name, OP_NULL) is self \
                     or self is OP_NULL:
                 return (_op_by_name, (self._name,))
-            return (_op_handle_by_name, (self._name,))
+            return (type(self), (_op_by_name(self._name),))
         if self._orig is not None:
             raise ValueError(f"cannot pickle {self!r}: it is a second handle (MPI.Op(op), "
                              f"Op.fromint...); pickle the operation Op.Create returned")
@@ -522,11 +522,6 @@ NO_OP = _def("NO_OP", lambda x, y: x, _noop_kernel, _ANY)
 
 def _op_by_name(name: str) -> Op:
     return OP_NULL if name == "OP_NULL" else PREDEFINED_OPS[name]
-
-
-def _op_handle_by_name(name: str) -> Op:
-    """A second handle on a predefined operation (what a pickled ``MPI.Op(MPI.SUM)`` is)."""
-    return Op(_op_by_name(name))
 
 
 def _rebuild_user(fn: Callable, commute: bool) -> Op:

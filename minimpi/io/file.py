@@ -155,7 +155,13 @@ class File(IntHandles):
         return "MPI.FILE_NULL" if self._f is None else f"<MPI.File {self._f.path!r}>"
 
     def __reduce__(self):
-        raise ValueError("cannot pickle MPI.File handles")
+        """mpi4py's rule: ``FILE_NULL`` pickles by name (to this process's own), another null
+        handle to one of its class; an open file belongs to this process."""
+        if self is FILE_NULL:
+            return "FILE_NULL"
+        if self._f is None:
+            return (type(self), (FILE_NULL,))
+        raise ValueError(f"cannot pickle {self!r}: an open file belongs to this process")
 
     def __enter__(self) -> "File":
         return self

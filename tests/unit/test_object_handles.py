@@ -217,7 +217,7 @@ def test_freeing_the_null_errhandler_is_an_error():
 
 
 def test_another_handle_shares_the_type_and_free_on_it_nulls_only_that_handle():
-    # Datatype(t) names the same type: one Commit, one Free, one set of attributes
+    # Datatype(t) names the same type: one Commit, one set of attributes
     vec = MPI.INT.Create_vector(2, 1, 2)
     other = MPI.Datatype(vec)
     other.Commit()
@@ -227,8 +227,8 @@ def test_another_handle_shares_the_type_and_free_on_it_nulls_only_that_handle():
     assert vec.Get_attr(keyval) == "shared"
     vec.Delete_attr(keyval)
     MPI.Datatype.Free_keyval(keyval)
-    other.free()                    # a user type: freed through any handle
-    assert not vec and not other
+    other.free()                    # a user type: Free through that handle (it is null now)
+    assert not other and vec.Get_size() == 2 * MPI.INT.Get_size()
     # another handle on a predefined object: free() nulls that handle, the constant stays
     for constant in (MPI.INT, MPI.SUM, MPI.MESSAGE_NO_PROC, MPI.COMM_SELF, MPI.COMM_WORLD):
         clone = type(constant)(constant)
@@ -253,3 +253,23 @@ def test_constructors_take_only_a_handle_of_their_class():
         assert pickle.loads(pickle.dumps(constant)) is constant
         again = pickle.loads(pickle.dumps(MPI.Message(constant)))
         assert again == constant and again is not constant
+
+
+def test_null_handles_pickle_and_copy_as_mpi4py():
+    nulls = [MPI.DATATYPE_NULL, MPI.REQUEST_NULL, MPI.INFO_NULL, MPI.ERRHANDLER_NULL,
+             MPI.SESSION_NULL, MPI.GROUP_NULL, MPI.OP_NULL, MPI.FILE_NULL, MPI.MESSAGE_NULL,
+             MPI.COMM_NULL, MPI.INT, MPI.SUM, MPI.ERRORS_RETURN, MPI.GROUP_EMPTY]
+    module = sys.modules[__name__]
+    for constant in nulls:
+        for copier in (lambda o: pickle.loads(pickle.dumps(o)), copy.copy, copy.deepcopy):
+            assert copier(constant) is constant, constant
+            mine = type(f"My{type(constant).__name__}", (type(constant),), {})
+            mine.__module__ = __name__
+            setattr(module, mine.__name__, mine)
+            try:
+                again = copier(mine(constant))
+            finally:
+                delattr(module, mine.__name__)
+            assert type(again) is mine and again == constant and again is not constant
+    with pytest.raises(ValueError, match="cannot serialize"):
+        pickle.dumps(MPI.COMM_SELF.Isend(b"", MPI.PROC_NULL))

@@ -965,8 +965,9 @@ def _share_handle(target: "Comm", source: Any) -> None:
 
 
 def _is_inter(comm: "Comm") -> bool:
-    """Whether ``comm`` (live or freed) is an intercommunicator."""
-    return "_intercomm_class" in comm.__dict__
+    """Whether ``comm`` (live or freed) is an intercommunicator (an ``Intercomm``, or a plain
+    ``Comm`` handle on one)."""
+    return isinstance(comm, Intercomm) or "_intercomm_class" in comm.__dict__
 
 
 #: handle number -> communicator, for ``Comm.fromhandle`` (filled when ``.handle`` is read)

@@ -194,7 +194,7 @@ class Message(IntHandles):
         no_proc = self._no_proc
         inc = self._take("Irecv")
         if no_proc:
-            self._no_proc = False
+            self._received_no_proc()
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         view, spec = byte_view(buf, True, "Message.Recv")
         comm = self._comm
@@ -211,7 +211,7 @@ class Message(IntHandles):
         no_proc = self._no_proc
         inc = self._take("irecv")
         if no_proc:
-            self._no_proc = False
+            self._received_no_proc()
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         comm = self._comm
         req = comm._ep.engine.irecv_message(inc, None, True,
@@ -222,6 +222,12 @@ class Message(IntHandles):
     def recv(self, status: Optional[Status] = None) -> Any:
         return self.irecv().wait(status)
 
+    def _received_no_proc(self) -> None:
+        """A handle on ``MESSAGE_NO_PROC`` was received from: it is ``MESSAGE_NULL`` now, as
+        any received message; the constant itself stays (mpi4py's constants never change)."""
+        if self is not MESSAGE_NO_PROC:
+            self._no_proc = False
+
     def free(self) -> None:
         """As in mpi4py: the constants stay; another handle on ``MESSAGE_NO_PROC`` becomes a
         null handle; a matched message is left to be received."""
@@ -231,8 +237,10 @@ class Message(IntHandles):
     def __reduce__(self) -> Any:
         """mpi4py's rule: the constants pickle by name (to this process's own), another
         handle on one to a handle of its class on it; a matched message cannot be."""
-        if self is MESSAGE_NULL or self is MESSAGE_NO_PROC:
-            return (_constant, (repr(self).removeprefix("MPI."),))
+        if self is MESSAGE_NULL:
+            return (_constant, ("MESSAGE_NULL",))
+        if self is MESSAGE_NO_PROC:
+            return (_constant, ("MESSAGE_NO_PROC",))
         if self._inc is None:
             return (type(self), (MESSAGE_NO_PROC if self._no_proc else MESSAGE_NULL,))
         raise ValueError(f"cannot serialize {self!r}: a matched message belongs to this "

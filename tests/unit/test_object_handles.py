@@ -273,3 +273,34 @@ def test_null_handles_pickle_and_copy_as_mpi4py():
             assert type(again) is mine and again == constant and again is not constant
     with pytest.raises(ValueError, match="cannot serialize"):
         pickle.dumps(MPI.COMM_SELF.Isend(b"", MPI.PROC_NULL))
+
+
+def test_receiving_from_message_no_proc_leaves_the_constant():
+    noproc = MPI.MESSAGE_NO_PROC
+    assert noproc.recv() is None and noproc
+    noproc.Irecv(None).Wait()
+    assert noproc and pickle.loads(pickle.dumps(noproc)) is noproc
+    handle = MPI.Message(noproc)
+    handle.Recv(None)
+    assert handle == MPI.MESSAGE_NULL and noproc
+
+
+def test_a_handle_of_a_subclass_on_an_intercommunicator():
+    from minimpi.runtime.inproc import run_threads
+
+    class MyIntercomm(MPI.Intercomm):
+        pass
+
+    def body(world):
+        local = world.Split(world.rank % 2, 0)
+        inter = local.Create_intercomm(0, world, 1 - world.rank % 2, 5)
+        local.Free()
+        mine = MyIntercomm(inter)
+        assert mine == inter and mine.Is_inter() and type(mine) is MyIntercomm
+        with pytest.raises(TypeError):
+            MPI.Intracomm(inter)
+        size = mine.Get_remote_size()
+        inter.Free()
+        return size
+
+    assert run_threads(3, body, timeout=20) == [1, 2, 1]

@@ -826,8 +826,7 @@ class Comm(CommExtras):
             return vars(self) is vars(other) or (not self and not other)
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash(id(vars(self)))
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __reduce__(self):
         """mpi4py's rule: ``COMM_WORLD``/``COMM_SELF`` (and null handles) pickle by name and

@@ -101,7 +101,7 @@ class Group(IntHandles):
             return self._null and other._null
         return self._members == other._members
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._null:

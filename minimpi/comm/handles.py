@@ -171,7 +171,7 @@ class Errhandler(IntHandles):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Errhandler) and other._name == self._name
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __reduce__(self) -> Any:
         for constant in _CONSTANT_ERRHANDLERS:
@@ -428,8 +428,7 @@ class Info(IntHandles):
             return self._null and other._null
         return self._d is other._d          # handles on the same info object
 
-    def __hash__(self) -> int:
-        return 0 if self._null else id(self._d)
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __reduce__(self) -> Any:
         if self is INFO_NULL:

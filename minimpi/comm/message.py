@@ -158,7 +158,7 @@ class Message(IntHandles):
             return self._inc is other._inc
         return self._no_proc and other._no_proc
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._no_proc:

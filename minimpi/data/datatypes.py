@@ -834,8 +834,7 @@ class Datatype(Attributed):
 
     f2py = fromint
 
-    def __hash__(self) -> int:
-        return 0 if self.is_null else id(self._handle)
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._predefined or self._map is None:

@@ -160,7 +160,8 @@ class Op:
 
     #: mpi4py keeps at most this many user-defined operations alive at once
     MAX_USER_OPS = 32
-    _live_user: "weakref.WeakSet[Op]" = weakref.WeakSet()
+    #: the live user-defined operations, by id (handles are unhashable, as in mpi4py)
+    _live_user: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary()
 
     def __init__(self, op: "Op | None" = None) -> None:
         if op is None:
@@ -244,8 +245,7 @@ class Op:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self) -> int:
-        return id(self._target())
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._predefined or self.is_null and not self._freed:
@@ -311,7 +311,7 @@ class Op:
         op = cls._define(getattr(function, "__name__", "user_op"), None, None,
                          commute=commute, kind=_ANY)
         op._user = function
-        live.add(op)
+        live[id(op)] = op
         op._user_nargs = _positional_arity(function)
         return op
 
@@ -322,7 +322,7 @@ class Op:
             raise OpError("Op.Free: the operation is MPI.OP_NULL or already freed")
         target = self._target()
         target._freed_flag = True
-        self._live_user.discard(target)
+        self._live_user.pop(id(target), None)
 
     def free(self) -> None:
         """``Free`` unless this is a null or predefined operation (mpi4py 4): the module's

@@ -148,8 +148,7 @@ class File(IntHandles):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self) -> int:
-        return id(self._f)
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         return "MPI.FILE_NULL" if self._f is None else f"<MPI.File {self._f.path!r}>"

@@ -401,7 +401,7 @@ class Request:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     # -- handles (mpi4py's handle / fromhandle / toint / fromint / py2f / f2py) ----------
     @property

@@ -304,3 +304,13 @@ def test_a_handle_of_a_subclass_on_an_intercommunicator():
         return size
 
     assert run_threads(3, body, timeout=20) == [1, 2, 1]
+
+
+def test_handles_are_unhashable_as_mpi4pys():
+    for handle in (MPI.COMM_WORLD, MPI.COMM_NULL, MPI.INT, MPI.DATATYPE_NULL, MPI.SUM,
+                   MPI.REQUEST_NULL, MPI.GROUP_EMPTY, MPI.INFO_ENV, MPI.ERRORS_RETURN,
+                   MPI.MESSAGE_NO_PROC, MPI.FILE_NULL, MPI.SESSION_NULL, MPI.Status()):
+        with pytest.raises(TypeError):
+            hash(handle)
+    op = MPI.Op.Create(lambda a, b, t: None)      # the live-op bookkeeping needs no hash
+    op.Free()

@@ -715,9 +715,9 @@ class Datatype(Attributed):
         """The predefined pair type of ``value`` and ``index`` (``index`` must be INT)."""
         value = resolve_datatype(value, call="Datatype.Get_value_index", arg="value")
         index = resolve_datatype(index, call="Datatype.Get_value_index", arg="index")
-        pairs = {FLOAT: FLOAT_INT, DOUBLE: DOUBLE_INT, LONG: LONG_INT, INT: TWOINT,
-                 SHORT: SHORT_INT, LONG_DOUBLE: LONG_DOUBLE_INT}
-        for v, pair in pairs.items():
+        pairs = ((FLOAT, FLOAT_INT), (DOUBLE, DOUBLE_INT), (LONG, LONG_INT), (INT, TWOINT),
+                 (SHORT, SHORT_INT), (LONG_DOUBLE, LONG_DOUBLE_INT))   # (handles: no hash)
+        for v, pair in pairs:
             if index == INT and value == v:
                 return pair
         return Datatype()

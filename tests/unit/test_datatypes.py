@@ -205,3 +205,9 @@ def test_every_required_name_is_exported():
     for name in required:
         assert name in D.PREDEFINED, name
         assert D.PREDEFINED[name].is_predefined
+
+
+def test_get_value_index_finds_the_pair_type_without_hashing_handles():
+    assert D.Datatype.Get_value_index(D.DOUBLE, D.INT) is D.DOUBLE_INT
+    assert D.Datatype.Get_value_index(D.INT, D.INT) is D.TWOINT
+    assert D.Datatype.Get_value_index(D.DOUBLE, D.DOUBLE) == D.DATATYPE_NULL

@@ -38,7 +38,7 @@ from .dynamic import unpublish_name as Unpublish_name  # noqa: F401
 from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
                                 COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
 from .comm.extras import flush_buffered as _flush_buffered
-from .comm.null import COMM_NULL  # noqa: F401
+from .comm.communicator import COMM_NULL  # noqa: F401
 from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
                            ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info, refusing)
@@ -67,7 +67,8 @@ from .data.serialization import Pickle  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import MinimpiError as Exception  # noqa: A001,F401  (mpi4py's name)
 from .errors import UnsupportedError, error_string as _error_string  # noqa: F401
-from .p2p.request import Request, Status  # noqa: F401
+from .errors import USER_ERRORS as _USER_ERRORS, error_class_of as _error_class_of
+from .p2p.request import REQUEST_NULL, Request, Status  # noqa: F401
 from .runtime import world as _runtime
 from .runtime.session import SESSION_NULL, Session  # noqa: F401,E402
 
@@ -112,10 +113,6 @@ def Get_library_version() -> str:
 
 
 # -- error classes, numbered as in MPICH (those errors.py does not define) ----------------------
-ERR_INFO = 28
-ERR_INFO_KEY = 29
-ERR_INFO_VALUE = 30
-ERR_INFO_NOKEY = 31
 ERR_NAME = 33
 ERR_NO_MEM = 34
 ERR_NOT_SAME = 35
@@ -137,7 +134,8 @@ ERR_RMA_FLAVOR = 58
 
 
 def Get_error_class(errorcode: int) -> int:
-    return int(errorcode)
+    """The error class of ``errorcode`` (a user code: the class it was added to)."""
+    return _error_class_of(int(errorcode))
 
 
 def Get_error_string(errorcode: int) -> str:
@@ -147,7 +145,7 @@ def Get_error_string(errorcode: int) -> str:
 # -- other constants -------------------------------------------------------------------------
 KEYVAL_INVALID = -1
 MAX_PROCESSOR_NAME = 256
-MAX_ERROR_STRING = 512
+from .errors import MAX_ERROR_STRING  # noqa: E402,F401
 MAX_PORT_NAME = 1024
 MAX_INFO_KEY = 255
 MAX_INFO_VAL = 1024
@@ -162,8 +160,6 @@ ARGV_NULL = None
 ARGVS_NULL = None
 DISPLACEMENTS_MIXED = 0
 
-#: ``MPI.REQUEST_NULL``: the null request; every completed (non-persistent) request equals it.
-REQUEST_NULL = Request()
 
 
 # -- environment -----------------------------------------------------------------------------
@@ -339,13 +335,37 @@ def _comm_lock(comm, key=None) -> _threading.Lock:
     return _comm_lock_table(comm).setdefault(key, _threading.Lock())
 
 
-_USER_ERRORS = "user-defined error classes, codes and strings"
-Add_error_class = refusing(_USER_ERRORS, "MPI.Add_error_class")
-Remove_error_class = refusing(_USER_ERRORS, "MPI.Remove_error_class")
-Add_error_code = refusing(_USER_ERRORS, "MPI.Add_error_code")
-Remove_error_code = refusing(_USER_ERRORS, "MPI.Remove_error_code")
-Add_error_string = refusing(_USER_ERRORS, "MPI.Add_error_string")
-Remove_error_string = refusing(_USER_ERRORS, "MPI.Remove_error_string")
+# -- user error classes, codes and strings (this process's; see errors.UserErrors) ----------
+def Add_error_class() -> int:
+    """A new error class, above every value used so far (``LASTUSEDCODE`` becomes it)."""
+    return _USER_ERRORS.add_class()
+
+
+def Add_error_code(errorclass: int) -> int:
+    """A new error code of ``errorclass`` (predefined or from ``Add_error_class``)."""
+    return _USER_ERRORS.add_code(errorclass)
+
+
+def Add_error_string(errorcode: int, string: str) -> None:
+    """Give a user error class or code its description (``Get_error_string``)."""
+    _USER_ERRORS.add_string(errorcode, string)
+
+
+def Remove_error_class(errorclass: int) -> None:
+    """Remove a user error class (MPI 4.1): its codes and its string must be removed first."""
+    _USER_ERRORS.remove_class(errorclass)
+
+
+def Remove_error_code(errorcode: int) -> None:
+    """Remove a user error code (MPI 4.1): its string must be removed first."""
+    _USER_ERRORS.remove_code(errorcode)
+
+
+def Remove_error_string(errorcode: int) -> None:
+    """Remove the description of a user error class or code (MPI 4.1)."""
+    _USER_ERRORS.remove_string(errorcode)
+
+
 _ABI = "the MPI 5 ABI queries (minimpi is no C library with an ABI)"
 Get_abi_version = refusing(_ABI, "MPI.Get_abi_version")
 Get_abi_info = refusing(_ABI, "MPI.Get_abi_info")

@@ -34,6 +34,11 @@ ERR_NAME = 33
 ERR_PORT = 38
 ERR_SERVICE = 41
 ERR_SPAWN = 42
+# info objects (MPI.Info)
+ERR_INFO = 28
+ERR_INFO_KEY = 29
+ERR_INFO_VALUE = 30
+ERR_INFO_NOKEY = 31
 # MPI-IO error classes (minimpi/io raises them as FileError)
 ERR_ACCESS = 20
 ERR_AMODE = 21
@@ -77,6 +82,10 @@ ERROR_STRINGS = {
     ERR_PENDING: "Pending request",
     ERR_REQUEST: "Invalid request",
     ERR_UNSUPPORTED_OPERATION: "Unsupported operation",
+    ERR_INFO: "Invalid MPI_Info",
+    ERR_INFO_KEY: "Invalid key for MPI_Info",
+    ERR_INFO_VALUE: "Invalid value for MPI_Info",
+    ERR_INFO_NOKEY: "MPI_Info key is not defined",
     ERR_NAME: "Invalid service name",
     ERR_PORT: "Invalid port",
     ERR_SERVICE: "Invalid service",
@@ -102,7 +111,104 @@ ERROR_STRINGS = {
 
 
 def error_string(code: int) -> str:
+    """The description of an error code or class (a user one: what ``Add_error_string``
+    gave it, else "")."""
+    if code in USER_ERRORS.class_of:
+        return USER_ERRORS.strings.get(code, "")
     return ERROR_STRINGS.get(code, f"MPI error code {code}")
+
+
+def error_class_of(code: int) -> int:
+    """The error class of ``code`` (``MPI.Get_error_class``): a predefined class is its own
+    class, a user code the class it was added to."""
+    return USER_ERRORS.class_of.get(code, code)
+
+
+class UserErrors:
+    """This process's user error classes and codes (``MPI.Add_error_class``,
+    ``Add_error_code``, ``Add_error_string`` and MPI 4.1's ``Remove_*``).
+
+    Classes and codes are numbered from one counter above ``ERR_LASTCODE``, so every value
+    is unique and the ``MPI.LASTUSEDCODE`` attribute (the largest handed out) only grows;
+    a removed value is never handed out again. As in MPI, they are local to the process.
+    """
+
+    def __init__(self) -> None:
+        #: every live user class and code -> its class (a class maps to itself)
+        self.class_of: dict = {}
+        #: user class or code -> the string Add_error_string gave it
+        self.strings: dict = {}
+        #: ``MPI.LASTUSEDCODE``: the largest error value handed out
+        self.last_used = ERR_LASTCODE
+
+    def _next(self) -> int:
+        self.last_used += 1
+        return self.last_used
+
+    def add_class(self) -> int:
+        errorclass = self._next()
+        self.class_of[errorclass] = errorclass
+        return errorclass
+
+    def add_code(self, errorclass: int) -> int:
+        errorclass = int(errorclass)
+        if not SUCCESS < errorclass < ERR_LASTCODE and self.class_of.get(errorclass) != errorclass:
+            raise ArgumentError(f"MPI.Add_error_code(errorclass={errorclass}): not an error "
+                                f"class (expected a predefined MPI.ERR_* class or one from "
+                                f"MPI.Add_error_class)")
+        code = self._next()
+        self.class_of[code] = errorclass
+        return code
+
+    def _user(self, value: int, call: str) -> int:
+        value = int(value)
+        if value not in self.class_of:
+            raise ArgumentError(f"MPI.{call}({value}): not a user error class or code (only "
+                                f"values from MPI.Add_error_class/Add_error_code qualify)")
+        return value
+
+    def add_string(self, value: int, string: str) -> None:
+        value = self._user(value, "Add_error_string")
+        if not isinstance(string, str):
+            raise TypeError(f"MPI.Add_error_string({value}, string): expected a str, got "
+                            f"{type(string).__name__}")
+        if len(string) >= MAX_ERROR_STRING:
+            raise ArgumentError(f"MPI.Add_error_string({value}, ...): the string has "
+                                f"{len(string)} characters; at most {MAX_ERROR_STRING - 1}")
+        self.strings[value] = string
+
+    def remove_string(self, value: int) -> None:
+        self.strings.pop(self._user(value, "Remove_error_string"), None)
+
+    def remove_code(self, code: int) -> None:
+        code = self._user(code, "Remove_error_code")
+        if self.class_of[code] == code:
+            raise ArgumentError(f"MPI.Remove_error_code({code}): {code} is an error class; "
+                                f"use MPI.Remove_error_class")
+        self._remove(code, "Remove_error_code")
+
+    def remove_class(self, errorclass: int) -> None:
+        errorclass = self._user(errorclass, "Remove_error_class")
+        if self.class_of[errorclass] != errorclass:
+            raise ArgumentError(f"MPI.Remove_error_class({errorclass}): {errorclass} is an "
+                                f"error code; use MPI.Remove_error_code")
+        codes = [c for c, k in self.class_of.items() if k == errorclass and c != errorclass]
+        if codes:
+            raise ArgumentError(f"MPI.Remove_error_class({errorclass}): the class still has "
+                                f"the codes {codes}; remove them first")
+        self._remove(errorclass, "Remove_error_class")
+
+    def _remove(self, value: int, call: str) -> None:
+        if value in self.strings:
+            raise ArgumentError(f"MPI.{call}({value}): it still has a string "
+                                f"({self.strings[value]!r}); MPI.Remove_error_string first")
+        del self.class_of[value]
+
+
+#: the longest error string (``MPI.MAX_ERROR_STRING``, the terminating NUL included)
+MAX_ERROR_STRING = 512
+#: this process's user error classes, codes and strings
+USER_ERRORS = UserErrors()
 
 
 class MinimpiError(RuntimeError):
@@ -118,27 +224,31 @@ class MinimpiError(RuntimeError):
     error_class: int = ERR_OTHER
 
     def __init__(self, message: str = "", error_class: int | None = None) -> None:
+        code = None
         if isinstance(message, int) and error_class is None:
             # mpi4py style: MPI.Exception(MPI.ERR_TRUNCATE); a negative code is ERR_UNKNOWN
-            error_class = message if message >= SUCCESS else ERR_UNKNOWN
-            message = error_string(error_class)
+            code = message if message >= SUCCESS else ERR_UNKNOWN
+            error_class = error_class_of(code)
+            message = error_string(code)
         super().__init__(message)
         if error_class is not None:
             self.error_class = error_class
+        if code is not None and code != error_class:
+            self._error_code = code         # a user error code (MPI.Add_error_code)
 
     # mpi4py's MPI.Exception interface
     def Get_error_code(self) -> int:
-        return self.error_class
+        return self.__dict__.get("_error_code", self.error_class)
 
     def Get_error_class(self) -> int:
         return self.error_class
 
     def Get_error_string(self) -> str:
-        return error_string(self.error_class)
+        return error_string(self.Get_error_code())
 
     @property
     def error_code(self) -> int:
-        return self.error_class
+        return self.Get_error_code()
 
     @property
     def error_string(self) -> str:
@@ -148,42 +258,42 @@ class MinimpiError(RuntimeError):
     # mpi4py's MPI.Exception is also its error code: an int, compared and hashed as one
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (int, MinimpiError)):
-            return self.error_class == int(other)
+            return self.Get_error_code() == int(other)
         return NotImplemented
 
     def __ne__(self, other: object) -> bool:
         if isinstance(other, (int, MinimpiError)):
-            return self.error_class != int(other)
+            return self.Get_error_code() != int(other)
         return NotImplemented
 
     def __lt__(self, other: object) -> bool:
-        return self.error_class < int(other) if isinstance(other, (int, MinimpiError)) \
+        return self.Get_error_code() < int(other) if isinstance(other, (int, MinimpiError)) \
             else NotImplemented
 
     def __le__(self, other: object) -> bool:
-        return self.error_class <= int(other) if isinstance(other, (int, MinimpiError)) \
+        return self.Get_error_code() <= int(other) if isinstance(other, (int, MinimpiError)) \
             else NotImplemented
 
     def __gt__(self, other: object) -> bool:
-        return self.error_class > int(other) if isinstance(other, (int, MinimpiError)) \
+        return self.Get_error_code() > int(other) if isinstance(other, (int, MinimpiError)) \
             else NotImplemented
 
     def __ge__(self, other: object) -> bool:
-        return self.error_class >= int(other) if isinstance(other, (int, MinimpiError)) \
+        return self.Get_error_code() >= int(other) if isinstance(other, (int, MinimpiError)) \
             else NotImplemented
 
     def __int__(self) -> int:
-        return self.error_class
+        return self.Get_error_code()
 
     def __bool__(self) -> bool:
-        return self.error_class != SUCCESS
+        return self.Get_error_code() != SUCCESS
 
     def __hash__(self) -> int:
-        return hash(self.error_class)
+        return hash(self.Get_error_code())
 
     def __repr__(self) -> str:
-        if str(self) == error_string(self.error_class):   # made from a code alone
-            return f"MPI.Exception({self.error_class})"
+        if str(self) == error_string(self.Get_error_code()):   # made from a code alone
+            return f"MPI.Exception({self.Get_error_code()})"
         return f"{type(self).__name__}({str(self)!r})"
 
 

@@ -10,6 +10,8 @@ import runpy
 import sys
 from typing import Any, Dict, List, Optional
 
+from .errors import UnsupportedError
+
 #: The mpi4py version whose API minimpi.MPI follows (what ``mpi4py.__version__`` reports).
 MPI4PY_VERSION = "4.0.0"
 
@@ -57,8 +59,16 @@ def get_config() -> Dict[str, str]:
 
 
 def get_include() -> str:
-    """mpi4py's C header directory; minimpi has none (the package directory is returned)."""
-    return os.path.dirname(os.path.abspath(__file__))
+    """mpi4py's C header directory (``mpi4py/mpi4py.h``, for C and Cython extensions that use
+    ``MPI_Comm`` and friends through mpi4py's C API).
+
+    minimpi is pure Python: there is no C MPI library, no ``MPI_Comm`` and no C API that
+    such a header could declare, so this is refused (``NotImplementedError`` naming the
+    feature) rather than answered with a directory a compiler would search in vain.
+    """
+    raise UnsupportedError("mpi4py.get_include: minimpi has no C API (no mpi4py.h header, "
+                           "no C MPI library to build extensions against); C/Cython "
+                           "extensions that use mpi4py's C API need a real MPI and mpi4py")
 
 
 def profile(name: str = "", *, path: Any = None, logfile: Optional[str] = None) -> None:

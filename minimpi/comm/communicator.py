@@ -10,6 +10,7 @@ with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
+import copyreg
 import itertools
 import operator
 import weakref
@@ -37,7 +38,7 @@ from ..data import serialization
 from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
-from ..errors import ArgumentError, BufferSpecError, CommError, RankError, TagError
+from ..errors import USER_ERRORS, ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import (
@@ -63,7 +64,7 @@ from .handles import refusing
 from .hints import recv_buf_error, recv_buffer_error
 from .ledger import note
 from .message import ProbeWait, finish_object, probe_status, recv_capacity
-from .null import COMM_NULL, NULL_ENDPOINT, NullComm
+from .null import null_state, set_comm_null
 from .persistent_coll import PersistentNeighborCollectives, PersistentScans
 from .topology import CartMixin
 from .ulfm import check_not_revoked, check_probe
@@ -218,6 +219,7 @@ class Comm(CommExtras):
     # A plain ``MPI.Comm(intercomm)`` handle is an intercommunicator too (its shared state
     # names the class, see _share_handle); Intercomm overrides these.
     def Is_inter(self) -> bool:
+        self._alive("Is_inter")
         return "_intercomm_class" in self.__dict__
 
     def Is_intra(self) -> bool:
@@ -232,6 +234,8 @@ class Comm(CommExtras):
         return not self.Is_inter()
 
     def __repr__(self) -> str:
+        if self is COMM_NULL:
+            return "MPI.COMM_NULL"
         if self.__dict__.get("_null"):
             return f"<{type(self).__name__} null (== MPI.COMM_NULL)>"
         return f"<{type(self).__name__} {self.name} rank {self.rank} of {self.size}>"
@@ -736,9 +740,15 @@ class Comm(CommExtras):
         return self._derive(group, ranks.index(self.rank), context, f"{self.name}.split({color})")
 
     def free(self) -> None:
-        """``Free`` unless this is a null or predefined communicator (mpi4py 4)."""
-        if self and self._ep.context >= FIRST_FREE_CONTEXT:
-            self.Free()
+        """``Free`` unless this is a null or predefined communicator (mpi4py 4): the
+        constants stay as they are; another handle on ``COMM_WORLD``/``COMM_SELF``
+        (``Intracomm(MPI.COMM_WORLD)``) becomes a null handle, the communicator stays."""
+        if not self or any(self is comm for comm in _PREDEFINED.values()):
+            return
+        if self._ep.context < FIRST_FREE_CONTEXT:
+            self.__dict__ = null_state()        # this handle only
+            return
+        self.Free()
 
     def Free(self) -> None:
         """Release the communicator; later use raises ``CommError``.
@@ -814,6 +824,7 @@ class Comm(CommExtras):
 
     def _predefined_attr(self, keyval: int) -> Tuple[bool, Any]:
         """Predefined keyvals (``MPI.TAG_UB``, ``MPI.HOST``...) answered as MPICH does."""
+        self._alive("Get_attr")
         if keyval == KEYVAL_TAG_UB:
             return True, TAG_UB
         if keyval in _PREDEFINED_ATTRS:
@@ -823,20 +834,18 @@ class Comm(CommExtras):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Comm):
             return vars(self) is vars(other) or (not self and not other)
-        if isinstance(other, NullComm):
-            return not self
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash(id(vars(self)))
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __reduce__(self):
         """mpi4py's rule: ``COMM_WORLD``/``COMM_SELF`` (and null handles) pickle by name and
         unpickle to this process's own; any other communicator is a ValueError - its state
         (contexts, connections) means nothing in another process."""
-        if not self:
-            if self.__dict__.get("_null"):
-                return (type(self), ())
+        if self is COMM_NULL:
+            return "COMM_NULL"              # this module's global: the same object back
+        if self.__dict__.get("_null"):
+            return (copyreg.__newobj__, (type(self), COMM_NULL))
         for name, comm in _PREDEFINED.items():
             if comm is self:
                 return (_predefined, (name,))
@@ -943,23 +952,31 @@ _PREDEFINED_ATTRS = {
     KEYVAL_UNIVERSE_SIZE: lambda comm: getattr(comm._ep.engine, "universe_size",
                                                comm._ep.engine.size),
     KEYVAL_APPNUM: lambda comm: 0,
-    KEYVAL_LASTUSEDCODE: lambda comm: 0x3FFFFFFF,
+    KEYVAL_LASTUSEDCODE: lambda comm: USER_ERRORS.last_used,
 }
 
 
 def _share_handle(target: "Comm", source: Any) -> None:
     """Make ``target`` another object for the communicator ``source`` (None: COMM_NULL)."""
-    if isinstance(source, Comm) and not (isinstance(target, Intercomm)
-                                         and not source.Is_inter() and source) \
-            and not (isinstance(target, Intracomm) and source.Is_inter()):
+    if isinstance(source, Comm) and source.__dict__.get("_null"):
+        target.__dict__ = null_state()      # a null handle of its own (nothing to share)
+    elif isinstance(source, Comm) and not (isinstance(target, Intercomm)
+                                         and not _is_inter(source) and source) \
+            and not (isinstance(target, Intracomm) and _is_inter(source)):
         if isinstance(source, Intercomm):   # what a plain Comm handle on it runs as
             source.__dict__.setdefault("_intercomm_class", type(source))
         target.__dict__ = source.__dict__
-    elif source is None or isinstance(source, NullComm):
-        target.__dict__ = {"_null": True, "_freed": True, "_attrs": {}, "_ep": NULL_ENDPOINT}
+    elif source is None:
+        target.__dict__ = null_state()
     else:
         raise TypeError(f"MPI.{type(target).__name__}({source!r:.60}): expected a "
                         f"communicator (e.g. MPI.COMM_WORLD) or nothing")
+
+
+def _is_inter(comm: "Comm") -> bool:
+    """Whether ``comm`` (live or freed) is an intercommunicator (an ``Intercomm``, or a plain
+    ``Comm`` handle on one)."""
+    return isinstance(comm, Intercomm) or "_intercomm_class" in comm.__dict__
 
 
 #: handle number -> communicator, for ``Comm.fromhandle`` (filled when ``.handle`` is read)
@@ -990,6 +1007,12 @@ def set_intercomm_builder(create: Any, cls: type) -> None:
     """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)`` and the
     intercommunicator class (``MPI.Intercomm``, whose null handle ``Get_parent`` returns)."""
     _INTERCOMM_BUILDER["create"], _INTERCOMM_BUILDER["class"] = create, cls
+
+
+#: ``MPI.COMM_NULL``: a null ``Comm`` (mpi4py's null handles are instances of their class);
+#: it pickles by name to this very object (see ``Comm.__reduce__``)
+COMM_NULL = Comm()
+set_comm_null(COMM_NULL)
 
 
 def set_predefined(world: "Comm", self_comm: "Comm") -> None:
@@ -1085,8 +1108,7 @@ class Topocomm(PersistentNeighborCollectives, NeighborMethods, TopoMixin, Intrac
             kind = CommExtras.Get_topology(self)
             wanted = self._required_topology
             if kind == UNDEFINED or (wanted is not None and kind != wanted):
-                self.__dict__ = {"_null": True, "_freed": True, "_attrs": {},
-                                 "_ep": NULL_ENDPOINT}
+                self.__dict__ = null_state()
                 raise TypeError(f"MPI.{type(self).__name__}({args[0].name}): that "
                                 f"communicator has {_TOPOLOGY_NAMES.get(kind, 'no')} topology")
 

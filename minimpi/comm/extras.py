@@ -106,6 +106,7 @@ class CommExtras(PersistentCollectives, Attributed):
 
     def Get_topology(self) -> int:
         """``MPI.CART``, ``MPI.GRAPH``, ``MPI.DIST_GRAPH``, or ``MPI.UNDEFINED`` (none)."""
+        self._alive("Get_topology")
         for attr, kind in (("_dims", CART), ("_index", GRAPH), ("_sources", DIST_GRAPH)):
             if attr in self.__dict__:     # any handle on a topology communicator
                 return kind

@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from ..constants import DIST_GRAPH, GRAPH, PROC_NULL, UNDEFINED
 from ..errors import ArgumentError, CountError, RankError
-from .null import COMM_NULL
+from .null import comm_null
 from .topology import DimsError, TopologyError, keep_class
 
 #: ``MPI.UNWEIGHTED`` / ``MPI.WEIGHTS_EMPTY``: sentinels for the weights arguments
@@ -260,7 +260,7 @@ def create_graph(comm: Any, index: Sequence[int], edges: Sequence[int],
     _check_ranks(edges, nnodes, call, "edges", rank)
     sub = comm.Split(0 if rank < nnodes else UNDEFINED, rank)
     if not sub:
-        return COMM_NULL
+        return comm_null()
     sub._ep.name = f"{comm.name}.graph"
     return sub._as_graph(index, edges)
 

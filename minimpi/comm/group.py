@@ -18,7 +18,7 @@ from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
 from .handles import IntHandles
-from .null import COMM_NULL
+from .null import comm_null
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -88,9 +88,9 @@ class Group(IntHandles):
         if self is GROUP_EMPTY:
             return "GROUP_EMPTY"
         if self._null:
-            return (Group, ())
+            return (type(self), (GROUP_NULL,))
         if not self._members:
-            return (Group, (GROUP_EMPTY,))
+            return (type(self), (GROUP_EMPTY,))
         raise ValueError(f"cannot pickle {self!r}: only MPI.GROUP_NULL and MPI.GROUP_EMPTY "
                          f"can be pickled (a group names processes of this job only)")
 
@@ -101,7 +101,7 @@ class Group(IntHandles):
             return self._null and other._null
         return self._members == other._members
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._null:
@@ -305,7 +305,7 @@ def create(comm: "Comm", group: Group) -> Any:
     _check_disjoint(comm, [e[0] for e in entries])
     context = comm._agree_context([e[1] for e in entries])
     if mine is None:
-        return COMM_NULL
+        return comm_null()
     return comm._derive(mine, mine.index(me), context, f"{comm.name}.create")
 
 
@@ -343,7 +343,7 @@ def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
     _check_subset(comm, group, "Create_group")
     me = comm._ep.group[comm.rank]
     if me not in group._members:
-        return COMM_NULL
+        return comm_null()
     try:   # as mpi4py's C int argument: numpy integers, floats truncated
         tag_value = as_int(tag)
     except (TypeError, ValueError, OverflowError):

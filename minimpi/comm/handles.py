@@ -11,12 +11,20 @@
 """
 from __future__ import annotations
 
+import copyreg
 import itertools
 import operator
 import weakref
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from ..errors import ArgumentError, UnsupportedError
+from ..errors import (
+    ERR_ARG,
+    ERR_INFO,
+    ERR_INFO_NOKEY,
+    ArgumentError,
+    MinimpiError,
+    UnsupportedError,
+)
 
 _WHY = {
     "Win": "one-sided communication (MPI.Win, Put/Get/Accumulate)",
@@ -122,7 +130,11 @@ class Errhandler(IntHandles):
     def Free(self) -> None:
         """This handle becomes ``ERRHANDLER_NULL`` (objects using the handler keep it); the
         predefined constants themselves stay usable. Freeing the handle ``Create_errhandler``
-        returned gives its slot back (mpi4py allows 32 user handlers of each kind)."""
+        returned gives its slot back (mpi4py allows 32 user handlers of each kind). Freeing
+        a null handle is an error (MPI.Exception, MPI_ERR_ARG)."""
+        if not self:
+            raise ArgumentError("MPI.Errhandler.Free on MPI.ERRHANDLER_NULL: expected an error "
+                                "handler (from Get_errhandler or Create_errhandler)")
         if any(self is c for c in _CONSTANT_ERRHANDLERS):
             return
         slots = _USER_ERRHANDLERS.get(self._kind)
@@ -130,7 +142,10 @@ class Errhandler(IntHandles):
             slots[slots.index(self)] = None       # the handle Create_errhandler gave
         self._name, self._fn, self._kind = "ERRHANDLER_NULL", None, None
 
-    free = Free     # mpi4py 4's "Free unless null or predefined": Free already is that
+    def free(self) -> None:
+        """``Free`` unless this is a null or predefined error handler (mpi4py 4)."""
+        if self:
+            self.Free()
 
     def __bool__(self) -> bool:
         return self._name != "ERRHANDLER_NULL"
@@ -138,7 +153,7 @@ class Errhandler(IntHandles):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Errhandler) and other._name == self._name
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __reduce__(self) -> Any:
         for constant in _CONSTANT_ERRHANDLERS:
@@ -146,10 +161,10 @@ class Errhandler(IntHandles):
                 return constant._name       # the module's global: the same object back
         if self._fn is not None:
             raise ValueError(f"cannot pickle the user error handler {self._name}")
-        return (Errhandler, (), {"_name": self._name})
-
-    def __setstate__(self, state: Any) -> None:
-        self._name, self._fn, self._kind = state["_name"], None, None
+        for constant in _CONSTANT_ERRHANDLERS:
+            if self == constant:            # another handle on a predefined one
+                return (type(self), (constant,))
+        raise ValueError(f"cannot pickle {self!r}")
 
     def __repr__(self) -> str:
         return f"MPI.{self._name}" if self._fn is None else f"<MPI.Errhandler {self._name}>"
@@ -206,12 +221,21 @@ class Info(IntHandles):
     methods that would change it raise ``KeyError``.
     """
 
-    def __init__(self, info: Optional["Info"] = None) -> None:
+    def __new__(cls, info: Optional["Info"] = None) -> "Info":
+        # The handle is made here, from what reaches ``__new__``: mpi4py's subclassing idiom
+        # ``def __new__(cls, info=None): return MPI.Info.__new__(cls, info)`` works, and the
+        # ``__init__`` Python calls next with the caller's argument changes nothing.
         if info is not None and not isinstance(info, Info):
-            raise TypeError(f"MPI.Info({info!r:.40}): expected an MPI.Info or nothing")
+            raise TypeError(f"MPI.{cls.__name__}({info!r:.40}): expected an MPI.Info or "
+                            f"nothing")
+        self = super().__new__(cls)
         # the key/value store is shared by every handle on one info object
         self._d: Dict[str, str] = info._d if info is not None else {}
         self._null = info is None or info._null
+        return self
+
+    def __init__(self, info: Optional["Info"] = None) -> None:
+        """A null info (no argument) or another handle on ``info``: see ``__new__``."""
 
     @classmethod
     def Create(cls, items: Any = None) -> "Info":
@@ -256,12 +280,21 @@ class Info(IntHandles):
             env.Set("arch", platform.machine())
         return env
 
+    def _live(self, call: str) -> Dict[str, str]:
+        """The key/value store, or MPI.Exception (MPI_ERR_INFO) for a null info: the MPI
+        calls on ``INFO_NULL`` are errors (its Python mapping methods raise KeyError)."""
+        if self._null:
+            raise MinimpiError(f"MPI.Info.{call} on MPI.INFO_NULL: expected an info object "
+                               f"(from MPI.Info.Create)", ERR_INFO)
+        return self._d
+
     def Dup(self) -> "Info":
         """A new info with the same keys and values."""
-        return Info.Create(self._d)
+        return type(self).Create(self._live("Dup"))
 
     def Free(self) -> None:
         """This handle becomes a null info (other handles on the info keep its keys)."""
+        self._live("Free")
         self._d = {}
         self._null = True
 
@@ -279,11 +312,12 @@ class Info(IntHandles):
     # -- the rest of the mapping protocol mpi4py's Info has --------------------------------
     def copy(self) -> "Info":
         """A new info with the same keys and values (as ``Dup``; a null info for a null)."""
-        return Info() if self._null else self.Dup()
+        return type(self)() if self._null else self.Dup()
 
     def clear(self) -> None:
-        """Remove every key."""
-        self._d.clear()
+        """Remove every key (nothing for a null info)."""
+        if not self._null:
+            self._d.clear()
 
     def update(self, other: Any = (), **kwds: str) -> None:
         """Set the keys of ``other`` (a mapping or key/value pairs) and ``kwds``."""
@@ -306,19 +340,31 @@ class Info(IntHandles):
         return self._writable("popitem").popitem()
 
     def Set(self, key: str, value: str) -> None:
-        self._writable("Set")[str(key)] = str(value)
+        self._live("Set")[str(key)] = str(value)
 
     def Get(self, key: str) -> Optional[str]:
-        return self._d.get(key)
+        """The value of ``key``, None if the info has no such key."""
+        return self._live("Get").get(key)
 
     def Delete(self, key: str) -> None:
-        del self._d[key]
+        """Remove ``key`` (MPI.Exception, MPI_ERR_INFO_NOKEY, if the info has no such key)."""
+        store = self._live("Delete")
+        if key not in store:
+            raise MinimpiError(f"MPI.Info.Delete({key!r}): the info has no such key "
+                               f"(it has {sorted(store)})", ERR_INFO_NOKEY)
+        del store[key]
 
     def Get_nkeys(self) -> int:
-        return len(self._d)
+        return len(self._live("Get_nkeys"))
 
     def Get_nthkey(self, n: int) -> str:
-        return list(self._d)[n]
+        """The ``n``-th key (0-based; MPI.Exception, MPI_ERR_ARG, past the last one)."""
+        keys = list(self._live("Get_nthkey"))
+        index = operator.index(n)
+        if not 0 <= index < len(keys):
+            raise MinimpiError(f"MPI.Info.Get_nthkey({n!r}): expected 0..{len(keys) - 1} "
+                               f"(the info has {len(keys)} keys)", ERR_ARG)
+        return keys[index]
 
     # dict-like, as mpi4py's Info
     def __len__(self) -> int:
@@ -334,7 +380,7 @@ class Info(IntHandles):
         self._writable("__setitem__")[str(key)] = str(value)
 
     def __delitem__(self, key: str) -> None:
-        del self._d[key]
+        del self._writable("__delitem__")[key]
 
     def __contains__(self, key: object) -> bool:
         return key in self._d
@@ -364,8 +410,7 @@ class Info(IntHandles):
             return self._null and other._null
         return self._d is other._d          # handles on the same info object
 
-    def __hash__(self) -> int:
-        return 0 if self._null else id(self._d)
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __reduce__(self) -> Any:
         if self is INFO_NULL:
@@ -373,10 +418,10 @@ class Info(IntHandles):
         if self is INFO_ENV:
             return "INFO_ENV"
         if self._null:
-            return (Info, ())
-        if self == INFO_ENV:
-            return (Info, (INFO_ENV,))      # another handle on the predefined info
-        return (Info.Create, (self.items(),))
+            return (copyreg.__newobj__, (type(self), INFO_NULL))
+        if self == INFO_ENV:                # another handle on the predefined info
+            return (copyreg.__newobj__, (type(self), INFO_ENV))
+        return (type(self).Create, (self.items(),))
 
     def __repr__(self) -> str:
         return "MPI.INFO_NULL" if self._null else f"<Info {self._d}>"

@@ -131,6 +131,9 @@ class Message(IntHandles):
     __slots__ = ("_comm", "_inc", "_no_proc", "_int_handle", "__weakref__")
 
     def __init__(self, message: Optional["Message"] = None) -> None:
+        if message is not None and not isinstance(message, Message):
+            raise TypeError(f"MPI.{type(self).__name__}({message!r:.40}): expected an "
+                            f"MPI.Message to make another handle of, or nothing")
         self._comm = message._comm if message is not None else None
         self._inc = message._inc if message is not None else None
         self._no_proc = message._no_proc if message is not None else False
@@ -156,7 +159,7 @@ class Message(IntHandles):
             return self._inc is other._inc
         return self._no_proc and other._no_proc
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._no_proc:
@@ -192,7 +195,7 @@ class Message(IntHandles):
         no_proc = self._no_proc
         inc = self._take("Irecv")
         if no_proc:
-            self._no_proc = False
+            self._received_no_proc()
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         view, spec = byte_view(buf, True, "Message.Recv")
         comm = self._comm
@@ -209,7 +212,7 @@ class Message(IntHandles):
         no_proc = self._no_proc
         inc = self._take("irecv")
         if no_proc:
-            self._no_proc = False
+            self._received_no_proc()
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         comm = self._comm
         req = comm._ep.engine.irecv_message(inc, None, True,
@@ -220,12 +223,38 @@ class Message(IntHandles):
     def recv(self, status: Optional[Status] = None) -> Any:
         return self.irecv().wait(status)
 
+    def _received_no_proc(self) -> None:
+        """A handle on ``MESSAGE_NO_PROC`` was received from: it is ``MESSAGE_NULL`` now, as
+        any received message; the constant itself stays (mpi4py's constants never change)."""
+        if self is not MESSAGE_NO_PROC:
+            self._no_proc = False
+
     def free(self) -> None:
-        """Do nothing (as in mpi4py)."""
+        """As in mpi4py: the constants stay; another handle on ``MESSAGE_NO_PROC`` becomes a
+        null handle; a matched message is left to be received."""
+        if self._no_proc and self is not MESSAGE_NO_PROC:
+            self._no_proc = False
+
+    def __reduce__(self) -> Any:
+        """mpi4py's rule: the constants pickle by name (to this process's own), another
+        handle on one to a handle of its class on it; a matched message cannot be."""
+        if self is MESSAGE_NULL:
+            return (_constant, ("MESSAGE_NULL",))
+        if self is MESSAGE_NO_PROC:
+            return (_constant, ("MESSAGE_NO_PROC",))
+        if self._inc is None:
+            return (type(self), (MESSAGE_NO_PROC if self._no_proc else MESSAGE_NULL,))
+        raise ValueError(f"cannot serialize {self!r}: a matched message belongs to this "
+                         f"process")
 
 
 MESSAGE_NULL = Message()
 MESSAGE_NO_PROC = Message._make(None, None, no_proc=True)
+
+
+def _constant(name: str) -> Message:
+    """``MESSAGE_NULL`` or ``MESSAGE_NO_PROC`` (what they unpickle to)."""
+    return {"MESSAGE_NULL": MESSAGE_NULL, "MESSAGE_NO_PROC": MESSAGE_NO_PROC}[name]
 
 
 def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocking: bool,

@@ -23,10 +23,21 @@ class Prequest(Request):
     def __init__(self, request: Optional[Request] = None) -> None:
         if request is self:                 # Prequest(p): p itself (Request.__new__)
             return
+        if isinstance(request, Prequest) and not request._is_null():
+            # a handle of another class (a user subclass: MyPrequest(p)) on the same
+            # persistent request: Start, Wait, Test, Cancel and Free act on that one
+            target = request._request_named()
+            self._init_persistent(None, None, target.description)
+            self._orig = target
+            return
         if request is not None and not (isinstance(request, Request) and request._is_null()):
-            raise TypeError(f"MPI.Prequest({request!r:.60}): expected a persistent request "
-                            f"(from Send_init, Recv_init...) or nothing")
+            raise TypeError(f"MPI.{type(self).__name__}({request!r:.60}): expected a "
+                            f"persistent request (from Send_init, Recv_init...) or nothing")
         self._init_persistent(None, None, "null persistent request")
+
+    def _request_named(self) -> "Prequest":
+        """The persistent request this handle names (itself, unless a second handle)."""
+        return self._target()
 
     @classmethod
     def _create(cls, starter: Callable[[], Request], engine: Any,
@@ -52,6 +63,8 @@ class Prequest(Request):
     # The state of the operation now running (or of none: an inactive request is complete).
     @property
     def done(self) -> bool:
+        if self._orig is not None:
+            return self._orig.done
         return self._op is None or self._op.done
 
     @done.setter
@@ -60,6 +73,8 @@ class Prequest(Request):
 
     @property
     def error(self) -> Optional[BaseException]:
+        if self._orig is not None:
+            return self._orig.error
         return None if self._op is None else self._op.error
 
     @error.setter
@@ -68,6 +83,8 @@ class Prequest(Request):
 
     @property
     def status(self) -> Status:
+        if self._orig is not None:
+            return self._orig.status
         return Status() if self._op is None else self._op.status
 
     @status.setter
@@ -76,18 +93,20 @@ class Prequest(Request):
 
     @property
     def _inactive(self) -> bool:
-        return self._op is None
+        return self._target()._op is None
 
     @_inactive.setter
     def _inactive(self, value: bool) -> None:
         pass
 
     def _is_null(self) -> bool:
-        return self._freed_p
+        return self._target()._freed_p
 
     # -- mpi4py API ------------------------------------------------------------------------
     def Start(self) -> None:
         """Begin the operation (again); complete it with Wait/Test before the next Start."""
+        if self._orig is not None:
+            return self._orig.Start()
         if self._freed_p:
             raise RequestError(f"Prequest.Start: {self.description} was freed (or is the "
                                f"null persistent request); create a new one with Send_init, "
@@ -107,6 +126,8 @@ class Prequest(Request):
     startall = Startall
 
     def _collect(self, status: Optional[Status]) -> Any:
+        if self._orig is not None:
+            return self._orig._collect(status)
         op, self._op = self._op, None
         if op is None:   # inactive: complete at once with an empty status
             if status is not None:
@@ -115,11 +136,15 @@ class Prequest(Request):
         return op._collect(status)
 
     def _wait(self, status: Optional[Status] = None) -> Any:
+        if self._orig is not None:
+            return self._orig._wait(status)
         if self._op is not None and not self._op.done:
             self._engine.wait_for(self._op)
         return self._collect(status)
 
     def _test(self, status: Optional[Status] = None):
+        if self._orig is not None:
+            return self._orig._test(status)
         if self._op is not None and not self._op.done:
             self._engine.poll()
             if not self._op.done:
@@ -127,6 +152,8 @@ class Prequest(Request):
         return True, self._collect(status)
 
     def Get_status(self, status: Optional[Status] = None) -> bool:
+        if self._orig is not None:
+            return self._orig.Get_status(status)
         if self._op is None:
             if status is not None:
                 assign_status(status, Status())
@@ -136,6 +163,8 @@ class Prequest(Request):
     get_status = Get_status
 
     def Cancel(self) -> None:
+        if self._orig is not None:
+            return self._orig.Cancel()
         if self._op is not None:
             self._op.Cancel()
 
@@ -144,11 +173,13 @@ class Prequest(Request):
     def Free(self) -> None:
         """Release the request: it becomes equal to ``MPI.REQUEST_NULL`` (falsy). An
         operation still running completes in the background."""
-        self._freed_p = True
+        self._target()._freed_p = True
 
     free = Free
 
     def __repr__(self) -> str:
+        if self._orig is not None:
+            return f"<{type(self).__name__} handle on {self._orig!r}>"
         state = "freed" if self._freed_p else ("active" if self._op is not None else "inactive")
         return f"<Prequest {self.description} ({state})>"
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from ..constants import CART, PROC_NULL, UNDEFINED
 from ..errors import ERR_DIMS, ERR_TOPOLOGY, CountError, MinimpiError, RankError
-from .null import COMM_NULL
+from .null import comm_null
 
 if TYPE_CHECKING:  # pragma: no cover
     from .communicator import Comm
@@ -223,6 +223,6 @@ def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bo
                         f"processes but {comm.name} has only {comm.size}")
     sub = comm.Split(0 if comm.rank < n else UNDEFINED, comm.rank)
     if not sub:
-        return COMM_NULL
+        return comm_null()
     sub._ep.name = f"{comm.name}.cart"
     return sub._as_cart(dims, periods)

@@ -140,31 +140,41 @@ class Datatype(Attributed):
     """
 
     __slots__ = ("_name", "_map", "_dtype", "_base_count", "_predefined", "_freed",
-                 "_committed", "_combiner", "_ints", "_addrs", "_types", "_attrs", "_handle",
-                 "_key", "__weakref__")
+                 "_combiner", "_ints", "_addrs", "_types", "_handle", "_key", "__weakref__")
 
-    def __init__(self, name: "str | Datatype | None" = "MPI_DATATYPE_NULL", dtype=None, *,
-                 predefined: bool = False, code: str = "") -> None:
-        if isinstance(name, Datatype):            # MPI.Datatype(other): another handle object
-            other = name                          # for the same MPI datatype (compares equal)
+    def __init__(self, datatype: "Datatype | None" = None) -> None:
+        if isinstance(datatype, Datatype):        # MPI.Datatype(other): another handle object
+            other = datatype                      # for the same MPI datatype (compares equal)
             for slot in Datatype.__slots__[:-1]:
                 object.__setattr__(self, slot, getattr(other, slot))
             return
-        if name is None:
-            name = "MPI_DATATYPE_NULL"
-        if not isinstance(name, str):
-            raise TypeError(f"MPI.Datatype() takes a Datatype, not {type(name).__name__}")
+        if datatype is not None:
+            raise TypeError(f"MPI.{type(self).__name__}({datatype!r:.40}): expected an "
+                            f"MPI.Datatype to make another handle of, or nothing")
+        self._setup("MPI_DATATYPE_NULL")
+
+    @classmethod
+    def _make(cls, name: str, dtype: Any = None, *, predefined: bool = False,
+              code: str = "") -> "Datatype":
+        """A new datatype called ``name`` (numpy ``dtype``: a predefined type's map)."""
+        new = cls.__new__(cls)
+        new._setup(name, dtype, predefined=predefined, code=code)
+        return new
+
+    def _setup(self, name: str, dtype: Any = None, *, predefined: bool = False,
+               code: str = "") -> None:
         self._name = name
-        self._handle = _HandleToken()             # what == compares: the MPI handle
+        # what == compares (the MPI handle), and the state every handle on the type shares
+        self._handle = _HandleToken(committed=predefined)
         self._key = name                          # predefined: the name it pickles by
         self._predefined = predefined
+        # per handle, as mpi4py's: Free makes *this* handle null; the constructors keep
+        # handles of their own on their old types, which the user's Free leaves whole
         self._freed = False
-        self._committed = predefined
         self._combiner = COMBINER_NAMED
         self._ints: tuple = ()
         self._addrs: tuple = ()
         self._types: tuple = ()
-        self._attrs: Optional[AttributeStore] = None
         self._map: Optional[TypeMap] = None
         self._dtype: Optional[np.dtype] = None
         self._base_count = 1
@@ -182,7 +192,7 @@ class Datatype(Attributed):
     @classmethod
     def _derived(cls, name: str, tmap: TypeMap, combiner: int, ints: Sequence[int] = (),
                  addrs: Sequence[int] = (), types: Sequence["Datatype"] = ()) -> "Datatype":
-        new = cls(name)
+        new = cls._make(name)
         new._set_map(tmap)
         new._combiner = combiner
         # the old types are kept through handles of our own: freeing the user's handle
@@ -190,6 +200,24 @@ class Datatype(Attributed):
         new._ints, new._addrs = tuple(ints), tuple(addrs)
         new._types = tuple(t if t._predefined else Datatype(t) for t in types)
         return new
+
+    # What MPI keeps per datatype, not per handle: every handle object on the type
+    # (``Datatype(t)``, ``fromhandle``) sees one Commit and one set of attributes.
+    @property
+    def _committed(self) -> bool:
+        return self._handle.committed
+
+    @_committed.setter
+    def _committed(self, value: bool) -> None:
+        self._handle.committed = value
+
+    @property
+    def _attrs(self) -> Optional[AttributeStore]:
+        return self._handle.attrs
+
+    @_attrs.setter
+    def _attrs(self, value: Optional[AttributeStore]) -> None:
+        self._handle.attrs = value
 
     # ------------------------------------------------------------------ the seam
     @property
@@ -517,10 +545,15 @@ class Datatype(Attributed):
             self._freed = True
 
     def free(self) -> None:
-        """``Free`` unless null or predefined (mpi4py's convenience)."""
-        if self._map is not None and not self._freed and not self._predefined \
-                and self._combiner not in _PREDEFINED_COMBINERS:
-            self.Free()
+        """``Free`` unless null or predefined (mpi4py 4): the module's constants
+        (``MPI.INT``) stay as they are; another handle on a predefined type
+        (``Datatype(MPI.INT)``, an F90 type) becomes a null handle, the type stays."""
+        if self.is_null or PREDEFINED.get(self._key) is self:
+            return
+        if self._predefined or self._combiner in _PREDEFINED_COMBINERS:
+            Datatype.__init__(self)             # this handle only: now DATATYPE_NULL
+            return
+        self.Free()
 
     # ------------------------------------------------------------------ decoding
     def Get_envelope(self) -> tuple[int, int, int, int, int]:
@@ -682,9 +715,9 @@ class Datatype(Attributed):
         """The predefined pair type of ``value`` and ``index`` (``index`` must be INT)."""
         value = resolve_datatype(value, call="Datatype.Get_value_index", arg="value")
         index = resolve_datatype(index, call="Datatype.Get_value_index", arg="index")
-        pairs = {FLOAT: FLOAT_INT, DOUBLE: DOUBLE_INT, LONG: LONG_INT, INT: TWOINT,
-                 SHORT: SHORT_INT, LONG_DOUBLE: LONG_DOUBLE_INT}
-        for v, pair in pairs.items():
+        pairs = ((FLOAT, FLOAT_INT), (DOUBLE, DOUBLE_INT), (LONG, LONG_INT), (INT, TWOINT),
+                 (SHORT, SHORT_INT), (LONG_DOUBLE, LONG_DOUBLE_INT))   # (handles: no hash)
+        for v, pair in pairs:
             if index == INT and value == v:
                 return pair
         return Datatype()
@@ -801,8 +834,7 @@ class Datatype(Attributed):
 
     f2py = fromint
 
-    def __hash__(self) -> int:
-        return 0 if self.is_null else id(self._handle)
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._predefined or self._map is None:
@@ -814,7 +846,7 @@ class Datatype(Attributed):
     def __reduce__(self):
         if self._predefined or self._map is None:
             if _predefined_by_name(self._key) is not self:    # MPI.Datatype(MPI.INT)
-                return (Datatype, (_predefined_by_name(self._key),))
+                return (type(self), (_predefined_by_name(self._key),))
             return (_predefined_by_name, (self._key,))
         return (_rebuild_derived, (self._name, self._combiner, self._ints, self._addrs,
                                    self._types))
@@ -928,10 +960,12 @@ class _HandleToken:
     """The identity of one MPI datatype, shared by every handle object on it (what ``==``
     compares), and the integer handle it gets the first time one is asked for."""
 
-    __slots__ = ("number", "__weakref__")
+    __slots__ = ("number", "committed", "attrs", "__weakref__")
 
-    def __init__(self) -> None:
+    def __init__(self, committed: bool = False) -> None:
         self.number = 0
+        self.committed = committed
+        self.attrs: Optional[AttributeStore] = None
 
 
 #: the datatypes asked for an integer handle, by handle (weak: a handle names a live type)
@@ -1007,11 +1041,11 @@ PREDEFINED: dict[str, Datatype] = {}
 
 def _def(name: str, dtype, *aliases: str) -> Datatype:
     if dtype is None:        # a type this platform does not have: a null handle (as in mpi4py)
-        dt = Datatype(name, predefined=True)
+        dt = Datatype._make(name, predefined=True)
         dt._key = name
         PREDEFINED[name] = dt
         return dt
-    dt = Datatype(name, dtype, predefined=True)
+    dt = Datatype._make(name, dtype, predefined=True)
     CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
     for alias in aliases:

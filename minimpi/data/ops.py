@@ -160,7 +160,8 @@ class Op:
 
     #: mpi4py keeps at most this many user-defined operations alive at once
     MAX_USER_OPS = 32
-    _live_user: "weakref.WeakSet[Op]" = weakref.WeakSet()
+    #: the live user-defined operations, by id (handles are unhashable, as in mpi4py)
+    _live_user: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary()
 
     def __init__(self, op: "Op | None" = None) -> None:
         if op is None:
@@ -244,8 +245,7 @@ class Op:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self) -> int:
-        return id(self._target())
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if self._predefined or self.is_null and not self._freed:
@@ -259,7 +259,7 @@ class Op:
             if self._orig is None and PREDEFINED_OPS.get(self._name, OP_NULL) is self \
                     or self is OP_NULL:
                 return (_op_by_name, (self._name,))
-            return (_op_handle_by_name, (self._name,))
+            return (type(self), (_op_by_name(self._name),))
         if self._orig is not None:
             raise ValueError(f"cannot pickle {self!r}: it is a second handle (MPI.Op(op), "
                              f"Op.fromint...); pickle the operation Op.Create returned")
@@ -311,7 +311,7 @@ class Op:
         op = cls._define(getattr(function, "__name__", "user_op"), None, None,
                          commute=commute, kind=_ANY)
         op._user = function
-        live.add(op)
+        live[id(op)] = op
         op._user_nargs = _positional_arity(function)
         return op
 
@@ -322,12 +322,18 @@ class Op:
             raise OpError("Op.Free: the operation is MPI.OP_NULL or already freed")
         target = self._target()
         target._freed_flag = True
-        self._live_user.discard(target)
+        self._live_user.pop(id(target), None)
 
     def free(self) -> None:
-        """``Free`` unless this is a null or predefined operation (mpi4py 4)."""
-        if not self._predefined and not self.is_null:
-            self.Free()
+        """``Free`` unless this is a null or predefined operation (mpi4py 4): the module's
+        constants (``MPI.SUM``) stay as they are; another handle on a predefined operation
+        (``Op(MPI.SUM)``) becomes a null handle."""
+        if self.is_null or self is PREDEFINED_OPS.get(self._name):
+            return
+        if self._predefined:
+            Op.__init__(self)                   # this handle only: now OP_NULL
+            return
+        self.Free()
 
     def check_usable(self, call: str) -> None:
         # every reduction step asks: the fields directly (what _freed and is_null read)
@@ -516,11 +522,6 @@ NO_OP = _def("NO_OP", lambda x, y: x, _noop_kernel, _ANY)
 
 def _op_by_name(name: str) -> Op:
     return OP_NULL if name == "OP_NULL" else PREDEFINED_OPS[name]
-
-
-def _op_handle_by_name(name: str) -> Op:
-    """A second handle on a predefined operation (what a pickled ``MPI.Op(MPI.SUM)`` is)."""
-    return Op(_op_by_name(name))
 
 
 def _rebuild_user(fn: Callable, commute: bool) -> Op:

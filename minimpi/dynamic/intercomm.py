@@ -25,11 +25,10 @@ from typing import Any, List, Sequence, Tuple
 
 from ..coll.intercomm import inter_exchange
 from ..coll.slots import create_group_tag
-from ..comm.communicator import Comm, Intracomm, claim_contexts, free_context
+from ..comm.communicator import COMM_NULL, Comm, Intracomm, claim_contexts, free_context
 from ..comm.communicator import Intercomm as _IntercommHandle
 from ..comm.errhandlers import route_errors
 from ..comm.group import Group, group_of
-from ..comm.null import COMM_NULL
 from ..constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ..data import serialization
 from ..data.cint import as_int

@@ -32,7 +32,7 @@ def _info_dict(info: Any, call: str) -> dict:
     if isinstance(info, dict):
         items = info
     elif hasattr(info, "Get"):
-        items = {k: info.Get(k) for k in ("wdir", "path", "host")}
+        items = {k: info.Get(k) for k in ("wdir", "path", "host")} if info else {}
     else:
         raise TypeError(f"{call}: info must be an MPI.Info (or INFO_NULL), got "
                         f"{type(info).__name__}")

@@ -148,14 +148,19 @@ class File(IntHandles):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self) -> int:
-        return id(self._f)
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         return "MPI.FILE_NULL" if self._f is None else f"<MPI.File {self._f.path!r}>"
 
     def __reduce__(self):
-        raise ValueError("cannot pickle MPI.File handles")
+        """mpi4py's rule: ``FILE_NULL`` pickles by name (to this process's own), another null
+        handle to one of its class; an open file belongs to this process."""
+        if self is FILE_NULL:
+            return "FILE_NULL"
+        if self._f is None:
+            return (type(self), (FILE_NULL,))
+        raise ValueError(f"cannot pickle {self!r}: an open file belongs to this process")
 
     def __enter__(self) -> "File":
         return self

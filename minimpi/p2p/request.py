@@ -202,7 +202,8 @@ class Request:
     def __new__(cls, *args: Any, **kwargs: Any) -> "Request":
         # mpi4py: Request(req) of the request's own type is another handle on the same
         # request; here that is the object itself (equal, same type, same state).
-        if len(args) == 1 and not kwargs and type(args[0]) is cls:
+        # A null one gives a new null handle (``Request(REQUEST_NULL) is not REQUEST_NULL``).
+        if len(args) == 1 and not kwargs and type(args[0]) is cls and not args[0]._is_null():
             return args[0]
         return super().__new__(cls)
 
@@ -377,6 +378,17 @@ class Request:
     def __bool__(self) -> bool:  # mpi4py: a request is truthy until it becomes REQUEST_NULL
         return not self._is_null()
 
+    def __reduce__(self) -> Any:
+        """mpi4py's rule: ``REQUEST_NULL`` pickles by name (to this process's own), a null
+        request of any request class to a null handle of that class; a live request
+        belongs to this process and cannot be pickled."""
+        if self is REQUEST_NULL:
+            return (_request_null, ())
+        if self._is_null():
+            return (type(self), (REQUEST_NULL,))
+        raise ValueError(f"cannot serialize {self!r}: a pending request belongs to this "
+                         f"process")
+
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
@@ -389,7 +401,7 @@ class Request:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     # -- handles (mpi4py's handle / fromhandle / toint / fromint / py2f / f2py) ----------
     @property
@@ -644,6 +656,14 @@ class Request:
         return idx
 
     get_status_some = Get_status_some
+
+
+#: ``MPI.REQUEST_NULL``: the null request; every completed (non-persistent) request equals it.
+REQUEST_NULL = Request()
+
+
+def _request_null() -> Request:
+    return REQUEST_NULL
 
 
 class CompletedRequest(Request):

@@ -87,6 +87,8 @@ class Session(IntHandles):
     def __reduce__(self) -> Any:
         if self is SESSION_NULL:
             return "SESSION_NULL"
+        if not self:                        # another null handle: one of its class
+            return (type(self), (SESSION_NULL,))
         raise ValueError(f"cannot pickle {self!r}: a session lives in one process")
 
     def __repr__(self) -> str:

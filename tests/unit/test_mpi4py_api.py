@@ -564,3 +564,10 @@ def test_float_ranks_roots_tags_and_ranges_are_taken_as_mpi4py_takes_them():
         assert res[r][5] == (list(range(n)) if r == 2 else None)
         assert res[r][6] == (float(n) if r == 0 else 0.0)
         assert res[r][7:] == [[2, 0], [0, 2, 4], n - 1]
+
+
+def test_get_include_refuses_by_name_there_is_no_c_api():
+    from minimpi.rc import get_config, get_include
+    with pytest.raises(NotImplementedError, match="get_include: minimpi has no C API"):
+        get_include()
+    assert get_config()["mpi_implementation"] == "minimpi"

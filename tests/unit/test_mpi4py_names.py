@@ -78,7 +78,6 @@ def test_every_mpi4py_name_exists():
 
 
 @pytest.mark.parametrize("call, feature", [
-    (lambda: MPI.Add_error_class(), "user-defined error classes"),
     (lambda: MPI.Get_abi_version(), "ABI"),
     (lambda: MPI._commctx_intra(MPI.COMM_WORLD), "pkl5"),
 ])

@@ -1,5 +1,6 @@
 """mpi4py's object model for handles: MPI.Info (handle equality, pickling of the predefined
 infos, the null info's mapping methods, Create_env), integer handles, Group pickling."""
+import copy
 import pickle
 import sys
 
@@ -74,9 +75,40 @@ def test_window_and_file_integer_handles_find_the_same_object():
 def test_comm_null_handle_is_zero_and_names_comm_null():
     null = MPI.COMM_NULL
     assert null.handle == null.toint() == null.py2f() == 0
-    assert type(null).fromhandle(0) is null and type(null).f2py(0) is null
+    assert type(null).fromhandle(0) == null and type(null).f2py(0) == null
     with pytest.raises(ValueError):
-        type(null).fromhandle(5)
+        type(null).fromhandle(10**9)
+
+
+def test_comm_null_is_a_comm_as_in_mpi4py():
+    null = MPI.COMM_NULL
+    assert type(null) is MPI.Comm and isinstance(null, MPI.Comm) and not null
+    assert MPI.Comm() == null and MPI.Intracomm(null) == null and MPI.Comm(null) is not null
+    assert null != MPI.COMM_SELF and MPI.COMM_SELF != null
+    assert null.Get_name() == "MPI_COMM_NULL" and repr(null) == "MPI.COMM_NULL"
+    for call in ("Get_size", "Get_rank", "Is_inter", "Is_intra", "Get_group", "Get_topology",
+                 "Free"):
+        with pytest.raises(MPI.Exception) as info:
+            getattr(null, call)()
+        assert info.value.Get_error_class() == MPI.ERR_COMM, call
+    with pytest.raises(MPI.Exception, match="not a member"):
+        null.rank
+    with pytest.raises(MPI.Exception):
+        null.Get_attr(MPI.TAG_UB)
+    # a subclass handle on it pickles and copies to a null of that subclass
+    mine = type("MyComm", (MPI.Comm,), {})
+    sys.modules[__name__].MyComm = mine
+    mine.__module__ = __name__
+    try:
+        for copied in (pickle.loads(pickle.dumps(mine(null))), copy.copy(mine(null))):
+            assert type(copied) is mine and copied == null and copied is not null
+    finally:
+        del sys.modules[__name__].MyComm
+    assert copy.deepcopy(null) is null and pickle.loads(pickle.dumps(null)) is null
+
+
+def test_split_undefined_gives_comm_null():
+    assert MPI.COMM_SELF.Split(MPI.UNDEFINED) == MPI.COMM_NULL
 
 
 def test_fortran_status_indices_match_py2f():
@@ -147,3 +179,138 @@ def test_get_address_of_a_null_buffer_is_zero():
     win.Free()
     mem = MPI.buffer.allocate(8)
     assert MPI.Get_address(mem) == mem.address != 0
+
+
+def test_info_calls_raise_mpi_errors_as_mpi4py():
+    info = MPI.Info.Create({"a": "1"})
+    with pytest.raises(MPI.Exception, match="no such key") as missing:
+        info.Delete("zz")
+    assert missing.value.Get_error_class() == MPI.ERR_INFO_NOKEY
+    with pytest.raises(MPI.Exception, match="expected 0..0") as past:
+        info.Get_nthkey(1)
+    assert past.value.Get_error_class() == MPI.ERR_ARG
+    assert info.Get_nthkey(0) == "a"
+    info.Delete("a")
+    assert len(info) == 0
+    info.Free()
+    for call, args in (("Free", ()), ("Dup", ()), ("Get", ("k",)), ("Set", ("k", "v")),
+                       ("Delete", ("k",)), ("Get_nkeys", ()), ("Get_nthkey", (0,))):
+        with pytest.raises(MPI.Exception, match="INFO_NULL") as null:
+            getattr(MPI.INFO_NULL, call)(*args)
+        assert null.value.Get_error_class() == MPI.ERR_INFO, call
+    # the Python mapping methods of a null info stay KeyError / empty, as in mpi4py
+    with pytest.raises(KeyError):
+        del MPI.INFO_NULL["k"]
+    assert len(MPI.INFO_NULL) == 0 and "k" not in MPI.INFO_NULL
+    MPI.INFO_NULL.clear()
+    MPI.INFO_NULL.free()
+
+
+def test_freeing_the_null_errhandler_is_an_error():
+    with pytest.raises(MPI.Exception) as null:
+        MPI.ERRHANDLER_NULL.Free()
+    assert null.value.Get_error_class() == MPI.ERR_ARG
+    MPI.ERRHANDLER_NULL.free()          # the safe form leaves null handles alone
+    handler = MPI.COMM_SELF.Get_errhandler()
+    handler.Free()
+    assert handler == MPI.ERRHANDLER_NULL
+
+
+def test_another_handle_shares_the_type_and_free_on_it_nulls_only_that_handle():
+    # Datatype(t) names the same type: one Commit, one set of attributes
+    vec = MPI.INT.Create_vector(2, 1, 2)
+    other = MPI.Datatype(vec)
+    other.Commit()
+    assert vec == other and vec.Get_envelope() == other.Get_envelope()
+    keyval = MPI.Datatype.Create_keyval()
+    other.Set_attr(keyval, "shared")
+    assert vec.Get_attr(keyval) == "shared"
+    vec.Delete_attr(keyval)
+    MPI.Datatype.Free_keyval(keyval)
+    other.free()                    # a user type: Free through that handle (it is null now)
+    assert not other and vec.Get_size() == 2 * MPI.INT.Get_size()
+    # another handle on a predefined object: free() nulls that handle, the constant stays
+    for constant in (MPI.INT, MPI.SUM, MPI.MESSAGE_NO_PROC, MPI.COMM_SELF, MPI.COMM_WORLD):
+        clone = type(constant)(constant)
+        assert clone == constant and clone
+        for _ in range(2):
+            clone.free()
+            assert not clone, constant
+        constant.free()
+        assert constant
+    world = MPI.Intracomm(MPI.COMM_WORLD)
+    world.free()
+    assert MPI.COMM_WORLD.Get_size() >= 1 and not world
+
+
+def test_constructors_take_only_a_handle_of_their_class():
+    for cls in (MPI.Datatype, MPI.Message, MPI.Op, MPI.Info, MPI.Group, MPI.Comm):
+        for bad in (1234, "abc", MPI.Status()):
+            with pytest.raises(TypeError):
+                cls(bad)
+    assert MPI.Message(MPI.MESSAGE_NO_PROC) == MPI.MESSAGE_NO_PROC
+    for constant in (MPI.MESSAGE_NULL, MPI.MESSAGE_NO_PROC):
+        assert pickle.loads(pickle.dumps(constant)) is constant
+        again = pickle.loads(pickle.dumps(MPI.Message(constant)))
+        assert again == constant and again is not constant
+
+
+def test_null_handles_pickle_and_copy_as_mpi4py():
+    nulls = [MPI.DATATYPE_NULL, MPI.REQUEST_NULL, MPI.INFO_NULL, MPI.ERRHANDLER_NULL,
+             MPI.SESSION_NULL, MPI.GROUP_NULL, MPI.OP_NULL, MPI.FILE_NULL, MPI.MESSAGE_NULL,
+             MPI.COMM_NULL, MPI.INT, MPI.SUM, MPI.ERRORS_RETURN, MPI.GROUP_EMPTY]
+    module = sys.modules[__name__]
+    for constant in nulls:
+        for copier in (lambda o: pickle.loads(pickle.dumps(o)), copy.copy, copy.deepcopy):
+            assert copier(constant) is constant, constant
+            mine = type(f"My{type(constant).__name__}", (type(constant),), {})
+            mine.__module__ = __name__
+            setattr(module, mine.__name__, mine)
+            try:
+                again = copier(mine(constant))
+            finally:
+                delattr(module, mine.__name__)
+            assert type(again) is mine and again == constant and again is not constant
+    with pytest.raises(ValueError, match="cannot serialize"):
+        pickle.dumps(MPI.COMM_SELF.Isend(b"", MPI.PROC_NULL))
+
+
+def test_receiving_from_message_no_proc_leaves_the_constant():
+    noproc = MPI.MESSAGE_NO_PROC
+    assert noproc.recv() is None and noproc
+    noproc.Irecv(None).Wait()
+    assert noproc and pickle.loads(pickle.dumps(noproc)) is noproc
+    handle = MPI.Message(noproc)
+    handle.Recv(None)
+    assert handle == MPI.MESSAGE_NULL and noproc
+
+
+def test_a_handle_of_a_subclass_on_an_intercommunicator():
+    from minimpi.runtime.inproc import run_threads
+
+    class MyIntercomm(MPI.Intercomm):
+        pass
+
+    def body(world):
+        local = world.Split(world.rank % 2, 0)
+        inter = local.Create_intercomm(0, world, 1 - world.rank % 2, 5)
+        local.Free()
+        mine = MyIntercomm(inter)
+        assert mine == inter and mine.Is_inter() and type(mine) is MyIntercomm
+        with pytest.raises(TypeError):
+            MPI.Intracomm(inter)
+        size = mine.Get_remote_size()
+        inter.Free()
+        return size
+
+    assert run_threads(3, body, timeout=20) == [1, 2, 1]
+
+
+def test_handles_are_unhashable_as_mpi4pys():
+    for handle in (MPI.COMM_WORLD, MPI.COMM_NULL, MPI.INT, MPI.DATATYPE_NULL, MPI.SUM,
+                   MPI.REQUEST_NULL, MPI.GROUP_EMPTY, MPI.INFO_ENV, MPI.ERRORS_RETURN,
+                   MPI.MESSAGE_NO_PROC, MPI.FILE_NULL, MPI.SESSION_NULL, MPI.Status()):
+        with pytest.raises(TypeError):
+            hash(handle)
+    op = MPI.Op.Create(lambda a, b, t: None)      # the live-op bookkeeping needs no hash
+    op.Free()

@@ -27,8 +27,7 @@ import fcntl
 import os
 import struct
 import threading
-from contextlib import contextmanager
-from typing import Dict, Iterator, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 #: ``struct flock`` on Linux (x86-64, aarch64): short type, short whence, off_t start,
 #: off_t len, pid_t pid (0 for open-file-description locks), padded to 32 bytes
@@ -59,30 +58,32 @@ class RangeLock:
                 self._mutex = _PROCESS_MUTEXES.setdefault((st.st_dev, st.st_ino),
                                                           threading.Lock())
 
-    @contextmanager
-    def hold(self, rank: int, low: int, high: int, write: bool = True) -> Iterator[None]:
+    def hold(self, rank: int, low: int, high: int, write: bool = True) -> "_Held":
         """Hold bytes ``[low, high)`` of rank ``rank``'s part (a write lock, or a read lock
-        that other readers share) for the ``with`` body."""
-        if high <= low:        # nothing touched; a zero length would mean "to end of file"
-            yield
-            return
-        start = self.offsets[rank] + low
-        length = high - low
+        that other readers share) for a ``with`` body."""
+        return _Held(self, self.offsets[rank] + low, high - low, write)
+
+    def _acquire(self, start: int, length: int, write: bool) -> None:
         if self.ofd:
             kind = fcntl.F_WRLCK if write else fcntl.F_RDLCK
             fcntl.fcntl(self.fd, _OFD_WAIT, _FLOCK.pack(kind, os.SEEK_SET, start, length, 0))
+        else:
+            self._mutex.acquire()
             try:
-                yield
-            finally:
-                fcntl.fcntl(self.fd, _OFD_SET,
-                            _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, start, length, 0))
-            return
-        with self._mutex:
-            fcntl.lockf(self.fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, length, start)
+                fcntl.lockf(self.fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, length, start)
+            except BaseException:
+                self._mutex.release()
+                raise
+
+    def _release(self, start: int, length: int) -> None:
+        if self.ofd:
+            fcntl.fcntl(self.fd, _OFD_SET,
+                        _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, start, length, 0))
+        else:
             try:
-                yield
-            finally:
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, length, start)
+            finally:
+                self._mutex.release()
 
     def close(self) -> None:
         """Close this rank's descriptor (``Win.Free``); its locks go with it."""
@@ -91,3 +92,21 @@ class RangeLock:
                 os.close(self.fd)
             finally:
                 self.fd = -1
+
+
+class _Held:
+    """One ``with lock.hold(...)``: a plain class, not a generator (this is on the path
+    of every accumulate, where a generator's frame costs more than the system calls)."""
+
+    __slots__ = ("lock", "start", "length", "write")
+
+    def __init__(self, lock: RangeLock, start: int, length: int, write: bool) -> None:
+        self.lock, self.start, self.length, self.write = lock, start, length, write
+
+    def __enter__(self) -> None:
+        if self.length > 0:    # nothing touched; a zero length would mean "to end of file"
+            self.lock._acquire(self.start, self.length, self.write)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.length > 0:
+            self.lock._release(self.start, self.length)

@@ -129,7 +129,7 @@ class Operations(WinHandle):
         self._same_bytes(spec, layout, call)
         memory = s.direct_memory(rank)
         if memory is not None:
-            store_into_origin(spec, gather(memory, layout).tobytes())
+            store_into_origin(spec, gather(memory, layout))    # one copy
             return CompletedRequest()
         if rank in s.reachable and layout.nbytes:
             landing = np.empty(layout.nbytes, np.uint8)

@@ -233,6 +233,8 @@ class System:
     def command(self, p: int, tests: Dict[str, List[int]], out: str):
         wargs = ["--out", out, "--target", str(self.args.target), "--reps", str(self.args.reps),
                  "--max-iters", str(self.args.max_iters)]
+        if self.key != "gloo":              # the MPIs' worker only
+            wargs += ["--win", self.args.rma_win]
         for t, sizes in tests.items():
             if self.key == "gloo" and (t == "obj_allreduce" or t in RMA):
                 continue                  # torch.distributed has no object reduction, no RMA
@@ -251,7 +253,11 @@ class System:
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             cmd = [self.launcher, "-n", str(p), "--oversubscribe"]
             if self.key == "openmpi-tcp":
-                cmd += ["--mca", "btl", "tcp,self", "--mca", "pml", "ob1"]
+                # osc rdma: the one-sided component that goes through the BTLs (osc sm would
+                # take a shared-memory path whatever the BTLs). Even so, Open MPI maps
+                # Win.Allocate windows of one node in shared memory: --rma-win create keeps
+                # its one-sided traffic on TCP.
+                cmd += ["--mca", "btl", "tcp,self", "--mca", "pml", "ob1", "--mca", "osc", "rdma"]
             return cmd + [self.python, WORKER] + wargs, env
         return [self.launcher, "-n", str(p), self.python, WORKER] + wargs, env   # mpich
 
@@ -675,6 +681,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rma-only", action="store_true",
                     help="only the one-sided tests (--rma), p = 2, no limits unless named in "
                          "--systems")
+    ap.add_argument("--rma-win", choices=("allocate", "create"), default="allocate",
+                    help="the one-sided tests' windows: Win.Allocate (default, OSU's) or "
+                         "Win.Create over user memory (off shared memory for Open MPI over TCP)")
     ap.add_argument("--sizes", help="comma-separated sizes for every test, e.g. 8,4K,1M,64M")
     ap.add_argument("--systems", help=f"comma-separated subset of: {', '.join(SYSTEM_CHOICES)}")
     ap.add_argument("--out", default=os.path.join(HERE, "compare-results"), metavar="DIR",
@@ -736,6 +745,7 @@ def main(argv=None) -> int:
     meta = {"started": started, "seconds": time.time() - started, "host": platform.node(),
             "cpus": os.cpu_count(), "python": sys.version.split()[0],
             "quick": q, "passes": args.passes, "reps": args.reps, "target": args.target,
+            "rma_win": args.rma_win,
             "load_start": load0, "loads": run["loads"], "other_cpu_share": others.share(),
             "other_cpu_share_per_pass": run["other_cpu_share_per_pass"],
             "spin_us": SPIN_US, "jobs": run["jobs"], "wanted_limits": list(wanted_limits),

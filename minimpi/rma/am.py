@@ -405,5 +405,10 @@ class Origin:
             reqs.extend(self.pending.pop(t, ()))
         self.wait(reqs)
 
+    def idle(self, target: int) -> bool:
+        """Nothing to complete towards ``target`` (no request pending, no write
+        unacknowledged): a flush of it has nothing to do."""
+        return target not in self.dirty and not self.pending.get(target)
+
     def targets(self) -> List[int]:
         return sorted(set(self.pending) | self.dirty)

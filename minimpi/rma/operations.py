@@ -132,9 +132,11 @@ class Operations(WinHandle):
             store_into_origin(spec, gather(memory, layout))    # one copy
             return CompletedRequest()
         if rank in s.reachable and layout.nbytes:
-            landing = np.empty(layout.nbytes, np.uint8)
+            # straight into the origin's bytes (a non-contiguous origin's are a temporary
+            # that finish() scatters); a refused transfer moved nothing
+            landing = np.frombuffer(spec.view, np.uint8, layout.nbytes)
             if self._cross(s, rank, layout, landing, False):
-                store_into_origin(spec, landing)
+                spec.finish()
                 return CompletedRequest()
         return s.origin.ask(rank, (GET, layout.wire()), None, f"Win.{call}",
                             lambda body: store_into_origin(spec, body))

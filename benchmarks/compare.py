@@ -19,13 +19,20 @@ Tests: one-way latency of Send/Recv (8 B .. 16 MiB), streaming bandwidth of a wi
 Isend (64 KiB .. 64 MiB), lowercase send/recv of a bytes object (8 B .. 1 MiB), at p = 2;
 Allreduce, Bcast, Allgather, Alltoall (8 B .. 64 MiB) and lowercase allreduce of a numpy
 array (8 B .. 1 MiB) at p = 2 and 4; minimpi's 8 B Allreduce at p = 32 as well. With ``--rma``, also
-one-sided Put + Flush latency, Get bandwidth and Accumulate + Flush latency at p = 2 (MPIs only).
+one-sided Put + Flush latency, Get bandwidth and Accumulate + Flush latency at p = 2 (MPIs only);
+``--rma-only`` runs just those (p = 2), e.g. the issue's RMA comparison in a few minutes:
+
+    python benchmarks/compare.py --rma-only --passes 5 \
+        --systems minimpi-shm,minimpi-tcp,openmpi,openmpi-tcp,mpich
 
 Drift on a shared machine: the run is ``--passes`` passes; each pass measures every system
 once (in an order rotated from pass to pass), the limits first; each size gets ``--reps``
 samples per pass, and the figure is the median of all samples. The share of CPU time that
 other processes took during each pass (from /proc/stat, less this run's own) is recorded
-and printed: above a few percent, the figures of that run are disturbed.
+and printed: above a few percent, the figures of that run are disturbed. Every job's own
+median is kept too (``per_pass`` in results.json), and the table's "spread" section gives, for
+the one-sided rows, each system's median with the lowest and highest of its per-pass medians,
+and the target ratios computed pass by pass (both figures from the same pass).
 
 Output (``--out DIR``, default benchmarks/compare-results): table.md (one row per measurement, one
 column per system, and "minimpi / best peer": minimpi's time over the fastest peer's, above
@@ -185,9 +192,9 @@ def plan(args) -> Dict[int, Dict[str, List[int]]]:
     for p in args.nprocs:
         tests = {}
         if p == 2:
-            for t in P2P + (RMA if args.rma else ()):
+            for t in (() if args.rma_only else P2P) + (RMA if args.rma else ()):
                 tests[t] = base[t]
-        for t in COLLS:
+        for t in () if args.rma_only else COLLS:
             tests[t] = base["obj_allreduce" if t == "obj_allreduce" else "coll"]
         out[p] = {t: s for t, s in tests.items() if s}
     return out
@@ -226,6 +233,8 @@ class System:
     def command(self, p: int, tests: Dict[str, List[int]], out: str):
         wargs = ["--out", out, "--target", str(self.args.target), "--reps", str(self.args.reps),
                  "--max-iters", str(self.args.max_iters)]
+        if self.key != "gloo":              # the MPIs' worker only
+            wargs += ["--win", self.args.rma_win]
         for t, sizes in tests.items():
             if self.key == "gloo" and (t == "obj_allreduce" or t in RMA):
                 continue                  # torch.distributed has no object reduction, no RMA
@@ -244,7 +253,11 @@ class System:
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             cmd = [self.launcher, "-n", str(p), "--oversubscribe"]
             if self.key == "openmpi-tcp":
-                cmd += ["--mca", "btl", "tcp,self", "--mca", "pml", "ob1"]
+                # osc rdma: the one-sided component that goes through the BTLs (osc sm would
+                # take a shared-memory path whatever the BTLs). Even so, Open MPI maps
+                # Win.Allocate windows of one node in shared memory: --rma-win create keeps
+                # its one-sided traffic on TCP.
+                cmd += ["--mca", "btl", "tcp,self", "--mca", "pml", "ob1", "--mca", "osc", "rdma"]
             return cmd + [self.python, WORKER] + wargs, env
         return [self.launcher, "-n", str(p), self.python, WORKER] + wargs, env   # mpich
 
@@ -331,13 +344,27 @@ class Store:
     def __init__(self):
         self.samples: Dict = {}
         self.slowest: Dict = {}
+        #: per_pass[system][p][test][size][pass] -> the median of that pass's job
+        self.per_pass: Dict = {}
 
-    def add(self, system: str, p: int, data: dict) -> None:
+    def add(self, system: str, p: int, data: dict, npass: Optional[int] = None) -> None:
         for kind, store in (("samples", self.samples), ("max", self.slowest)):
             for test, by_size in data.get(kind, {}).items():
                 for size, values in by_size.items():
                     (store.setdefault(system, {}).setdefault(str(p), {}).setdefault(test, {})
                      .setdefault(str(size), []).extend(values))
+        if npass is None:
+            return
+        for test, by_size in data.get("samples", {}).items():
+            for size, values in by_size.items():
+                if values:
+                    (self.per_pass.setdefault(system, {}).setdefault(str(p), {})
+                     .setdefault(test, {}).setdefault(str(size), {})
+                     [str(npass)]) = statistics.median(values)
+
+    def pass_medians(self, system: str, p: int, test: str, size: int) -> Dict[str, float]:
+        """{pass: that pass's median} for one measurement (empty when never measured)."""
+        return self.per_pass.get(system, {}).get(str(p), {}).get(test, {}).get(str(size), {})
 
     def median(self, system: str, p: int, test: str, size: int) -> Optional[float]:
         values = self.samples.get(system, {}).get(str(p), {}).get(test, {}).get(str(size))
@@ -382,7 +409,7 @@ def run_all(args, systems: Dict[str, System], wanted_limits, store: Store, log) 
                 loads.append(load())
                 data = s.run(p, tests)
                 if data:
-                    store.add(key, p, data)
+                    store.add(key, p, data, npass)
                 note = "" if data else f"  ({s.status if not s.runnable else 'no results'})"
                 print(f"[pass {npass + 1}/{args.passes}] p={p:<2} {s.label:<14} "
                       f"{time.perf_counter() - t:6.1f} s{note}", file=log, flush=True)
@@ -423,6 +450,62 @@ def best(store: Store, keys, test, p, size, bandwidth):
     if not vals:
         return None, None
     return (max if bandwidth else min)(vals)
+
+
+#: the issue's one-sided targets: (what, minimpi system, peer, test, size, allowed ratio);
+#: ratio = minimpi's time / the peer's (latency), the peer's GB/s / minimpi's (bandwidth)
+RMA_TARGETS = (("8 B Put + Flush, minimpi over shm no slower than Open MPI over TCP",
+                "minimpi-shm", "openmpi-tcp", "put_latency", 8, 1.0),
+               ("4 MiB Get bandwidth, minimpi within 1.5x of Open MPI's default",
+                "minimpi-shm", "openmpi", "get_bandwidth", 4 * MiB, 1.5))
+
+
+def _ratio(mine: float, peer: float, bandwidth: bool) -> float:
+    return peer / mine if bandwidth else mine / peer
+
+
+def _spread_cell(values, bandwidth: bool) -> str:
+    if not values:
+        return ""
+    mid = statistics.median(values)
+    return (f"{fmt_value(mid, bandwidth)} [{fmt_value(min(values), bandwidth)}, "
+            f"{fmt_value(max(values), bandwidth)}]")
+
+
+def spread(store: Store, systems: Dict[str, System], jobs) -> List[str]:
+    """The one-sided rows again, from each pass's own median: median [lowest, highest] over
+    the passes per system, and the targets' ratios computed within each pass."""
+    rma_rows = [(t, p, s) for t, p, s in rows(store, jobs) if t in RMA]
+    if not rma_rows or not store.per_pass:
+        return []
+    cols = [k for k in systems if systems[k].runnable]
+    lines = ["", "## One-sided: spread over the passes", "",
+             "Each pass runs every system once (a separate job); a cell is the median of the "
+             "per-pass medians [lowest, highest].", "",
+             "| measurement | unit | " + " | ".join(LABELS[k] for k in cols) + " | passes |",
+             "|---|---|" + "---:|" * len(cols) + "---:|"]
+    for test, p, size in rma_rows:
+        bw = test in BANDWIDTH
+        per = {k: store.pass_medians(k, p, test, size) for k in cols}
+        npasses = max((len(v) for v in per.values()), default=0)
+        cells = [_spread_cell(list(per[k].values()), bw) for k in cols]
+        lines.append(f"| {TEST_TITLES[test]}, p={p}, {fmt_size(size)} | "
+                     f"{'GB/s' if bw else 'us'} | " + " | ".join(cells) + f" | {npasses} |")
+    lines += ["", "Target ratios within each pass (minimpi / peer; bandwidth: peer / minimpi):", ""]
+    for what, mine_key, peer_key, test, size, allowed in RMA_TARGETS:
+        mine, peer = store.pass_medians(mine_key, 2, test, size), \
+            store.pass_medians(peer_key, 2, test, size)
+        both = sorted(set(mine) & set(peer), key=int)
+        ratios = [_ratio(mine[n], peer[n], test in BANDWIDTH) for n in both]
+        if ratios:
+            met = sum(r <= allowed for r in ratios)
+            lines.append(f"- {what}: median {statistics.median(ratios):.2f}x "
+                         f"[{min(ratios):.2f}, {max(ratios):.2f}] over {len(ratios)} passes "
+                         f"(allowed {allowed}x; met in {met} of {len(ratios)}): "
+                         + ", ".join(f"{r:.2f}" for r in ratios))
+        else:
+            lines.append(f"- {what}: not measured in the same pass")
+    return lines
 
 
 def table(store: Store, systems: Dict[str, System], wanted_limits, jobs) -> List[str]:
@@ -486,6 +569,10 @@ def targets(store: Store, systems: Dict[str, System]) -> List[str]:
         v, k = best(store, MINIMPI, test, p, size, bw)
         return v, (LABELS[k] if k else None)
 
+    measured = {t for by_p in store.samples.values() for by_t in by_p.values() for t in by_t}
+    if measured and measured <= set(RMA):         # --rma-only: the one-sided targets alone
+        rma_targets(store, line, why)
+        return out
     # 1. 8 B one-way Send/Recv at p = 2
     a, b = m("minimpi-tcp", "latency", 2, 8), m("sock-spin", "latency", 2, 8)
     t = "8 B Send/Recv one-way, p=2, minimpi over TCP <= 3x raw socket ping-pong that spins"
@@ -554,7 +641,25 @@ def targets(store: Store, systems: Dict[str, System]) -> List[str]:
         line(a <= 8 * b, f"{t}: {us(a)} vs {us(b)} = {a / b:.2f}x")
     else:
         line(None, f"{t}: {why(('minimpi-tcp', 'allreduce', P32, 8), ('minimpi-tcp', 'allreduce', 4, 8))}")
+    if measured & set(RMA):
+        rma_targets(store, line, why)
     return out
+
+
+def rma_targets(store: Store, line, why) -> None:
+    """The one-sided targets (issue 19) from the pooled medians (the spread section has
+    them pass by pass); ``line`` (which records a target) and ``why`` are
+    :func:`targets`' helpers."""
+    for what, mine_key, peer_key, test, size, allowed in RMA_TARGETS:
+        a, b = store.median(mine_key, 2, test, size), store.median(peer_key, 2, test, size)
+        bw = test in BANDWIDTH
+        if a and b:
+            r = _ratio(a, b, bw)
+            shown = (f"{a / 1e9:.2f} vs {b / 1e9:.2f} GB/s" if bw else
+                     f"{a * 1e6:.1f} us vs {b * 1e6:.1f} us")
+            line(r <= allowed, f"{what}: {shown} = {r:.2f}x")
+        else:
+            line(None, f"{what}: {why((mine_key, test, 2, size), (peer_key, test, 2, size))}")
 
 
 def plot(args, outdir: str, log) -> str:
@@ -584,6 +689,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rma", action="store_true",
                     help="also one-sided Put/Get/Accumulate at p = 2 (OSU's osu_put_latency, "
                          "osu_get_bw, osu_acc_latency shapes)")
+    ap.add_argument("--rma-only", action="store_true",
+                    help="only the one-sided tests (--rma), p = 2, no limits unless named in "
+                         "--systems")
+    ap.add_argument("--rma-win", choices=("allocate", "create"), default="allocate",
+                    help="the one-sided tests' windows: Win.Allocate (default, OSU's) or "
+                         "Win.Create over user memory (off shared memory for Open MPI over TCP)")
     ap.add_argument("--sizes", help="comma-separated sizes for every test, e.g. 8,4K,1M,64M")
     ap.add_argument("--systems", help=f"comma-separated subset of: {', '.join(SYSTEM_CHOICES)}")
     ap.add_argument("--out", default=os.path.join(HERE, "compare-results"), metavar="DIR",
@@ -616,10 +727,13 @@ def main(argv=None) -> int:
     args.reps = args.reps or (2 if q else 3)
     args.target = args.target or (0.02 if q else 0.05)
     args.job_timeout = args.job_timeout or (300.0 if q else 900.0)
+    if args.rma_only:
+        args.rma, args.nprocs, args.p32 = True, "2", False
     args.nprocs = [int(x) for x in args.nprocs.split(",")] if args.nprocs else ([2] if q else [2, 4])
     if args.p32 is None:
         args.p32 = not q and not args.nprocs == [2]
-    wanted = args.systems.split(",") if args.systems else list(SYSTEM_CHOICES)
+    wanted = args.systems.split(",") if args.systems else \
+        [k for k in SYSTEM_CHOICES if not (args.rma_only and k in ("gloo", "limits"))]
     for w in wanted:
         if w not in SYSTEM_CHOICES:
             ap.error(f"unknown system {w!r}; choose from {', '.join(SYSTEM_CHOICES)}")
@@ -642,6 +756,7 @@ def main(argv=None) -> int:
     meta = {"started": started, "seconds": time.time() - started, "host": platform.node(),
             "cpus": os.cpu_count(), "python": sys.version.split()[0],
             "quick": q, "passes": args.passes, "reps": args.reps, "target": args.target,
+            "rma_win": args.rma_win,
             "load_start": load0, "loads": run["loads"], "other_cpu_share": others.share(),
             "other_cpu_share_per_pass": run["other_cpu_share_per_pass"],
             "spin_us": SPIN_US, "jobs": run["jobs"], "wanted_limits": list(wanted_limits),
@@ -656,6 +771,7 @@ def reload(args) -> int:
         saved = json.load(f)
     store = Store()
     store.samples, store.slowest = saved["samples"], saved.get("slowest", {})
+    store.per_pass = saved.get("per_pass", {})
     systems = {}
     for key, info in saved["systems"].items():
         s = System(key, args)
@@ -703,8 +819,8 @@ def report(args, meta: dict, store: Store, systems: Dict[str, System]) -> None:
     if busy:
         busy_note = [f"Other processes took {busy_text(share)} of the CPU during this run: "
                      f"read these as indications, and rerun on a quiet machine to settle them.", ""]
-    text = header + table(store, systems, wanted_limits, jobs) + \
-        ["", "## Targets (issue 9), from the figures above", ""] + busy_note + target_lines + \
+    text = header + table(store, systems, wanted_limits, jobs) + spread(store, systems, jobs) + \
+        ["", "## Targets (issues 9, 19), from the figures above", ""] + busy_note + target_lines + \
         ["", "## Systems", ""] + notes
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write("\n".join(text) + "\n")
@@ -715,6 +831,7 @@ def report(args, meta: dict, store: Store, systems: Dict[str, System]) -> None:
                     for k, s in systems.items()},
         "labels": LABELS, "titles": TEST_TITLES,
         "samples": store.samples, "slowest": store.slowest, "medians": medians,
+        "per_pass": store.per_pass,
         "targets": target_lines,
     }
     path = os.path.join(args.out, "results.json")

@@ -25,7 +25,8 @@ Tests (``--test NAME:SIZE,SIZE,...``, repeatable; sizes in bytes):
   a Python object (pickled).
 * One-sided, between ranks 0 and 1 (OSU's ``osu_put_latency``, ``osu_get_bw``,
   ``osu_acc_latency`` with their default passive-target synchronisation): every rank
-  allocates a window (``Win.Allocate``, S bytes); rank 0 locks rank 1's window once
+  allocates a window (``Win.Allocate``, S bytes; ``--win create``: ``Win.Create`` over a
+  numpy array, which keeps Open MPI's one-sided path off shared memory); rank 0 locks rank 1's window once
   (``LOCK_SHARED``) for the whole measurement. ``put_latency``: ``Put`` of S bytes then
   ``Flush``, time per pair. ``acc_latency``: ``Accumulate`` (SUM) of S/4 float32 then
   ``Flush``. ``get_bandwidth``: a window of ``Get`` (64 of S bytes, fewer when they would
@@ -66,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--target", type=float, default=0.05, help="seconds per timed loop")
     ap.add_argument("--reps", type=int, default=3, help="timed loops (samples) per size")
     ap.add_argument("--max-iters", type=int, default=1000, help="most calls per timed loop")
+    ap.add_argument("--win", choices=("allocate", "create"), default="allocate",
+                    help="one-sided tests: the window flavor (OSU's -w): Win.Allocate "
+                         "(default) or Win.Create over a numpy array")
     args = ap.parse_args(argv)
     args.tests = []
     for spec in args.test:
@@ -204,7 +208,11 @@ def main(argv=None) -> None:
 
     # ---- one-sided (rank 0 origin, rank 1 target; the others only in the barriers)
     def rma(test, size):
-        win = MPI.Win.Allocate(size, 1, comm=comm)
+        if args.win == "create":
+            memory = np.zeros(size, np.uint8)
+            win = MPI.Win.Create(memory, 1, comm=comm)
+        else:
+            win = MPI.Win.Allocate(size, 1, comm=comm)
         window = window_for(size) if test == "get_bandwidth" else 1
         if test == "acc_latency":
             origin, dtype = np.ones(max(1, size // 4), np.float32), MPI.FLOAT

@@ -378,7 +378,7 @@ def _index(value: Any, what: str, call: str, arg: str) -> int:
 
 
 def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: str
-                ) -> tuple[np.ndarray, Datatype, Callable[[Optional[int]], None] | None, str, int]:
+                ) -> tuple[np.ndarray, Datatype, Callable[[Optional[int]], None] | None, Any, int]:
     """The whole buffer as a flat uint8 view, the datatype to use, the copy-back (for a
     non-contiguous receive buffer), a description, and the buffer's own length in bytes.
 
@@ -405,7 +405,7 @@ def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: st
             return owned, datatype, None, _Described(buf), arr.nbytes
     flat, finish = _flat_memory(arr, writable=writable)
     raw = _bytes_of(flat)
-    return raw, datatype, finish, _describe(buf), raw.size
+    return raw, datatype, finish, _Described(buf), raw.size
 
 
 def _is_type_spec(x: Any) -> bool:

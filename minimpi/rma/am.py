@@ -9,7 +9,9 @@ messages never meet anybody else's. On it:
   arrival order - so everything one origin sends one target happens in the order it was
   issued, and a ``FLUSH``/``UNLOCK`` request is answered only after the operations before
   it were applied (that answer is remote completion). One server applying one request at a
-  time is also what makes accumulates atomic per MPI.
+  time is also what makes accumulates atomic per MPI (in a window in shared memory, where
+  origins apply accumulates themselves, the server takes the segment's byte-range lock too:
+  :meth:`Exposed.atomic`).
 * **replies** (a tag per request, from ``FIRST_REPLY_TAG``): target -> origin, a status byte
   (0, or the MPI error class of what went wrong at the target) and the data (``Get``, the old
   values of ``Get_accumulate``/``Fetch_and_op``/``Compare_and_swap``) or the error's text.
@@ -209,24 +211,24 @@ class Server:
     def _accumulate(self, origin: int, header: tuple, payload: memoryview) -> None:
         _, wire, opname, dtype = header
         memory, layout = self.target.memory_for(Layout.from_wire(wire), origin, "Accumulate")
-        accumulate(memory, layout, opname, dtype, payload)
+        with self.target.atomic(memory, layout, opname != "NO_OP"):
+            accumulate(memory, layout, opname, dtype, payload)
 
     def _get_accumulate(self, origin: int, header: tuple, payload: memoryview) -> None:
         _, tag, wire, opname, dtype = header
         memory, layout = self.target.memory_for(Layout.from_wire(wire), origin,
                                                 "Get_accumulate")
-        old = gather(memory, layout).tobytes()
-        accumulate(memory, layout, opname, dtype, payload)
+        with self.target.atomic(memory, layout, opname != "NO_OP"):
+            old = gather(memory, layout).tobytes()
+            accumulate(memory, layout, opname, dtype, payload)
         self.reply(origin, tag, old)
 
     def _compare_and_swap(self, origin: int, header: tuple, payload: memoryview) -> None:
         _, tag, wire = header
         memory, layout = self.target.memory_for(Layout.from_wire(wire), origin,
                                                 "Compare_and_swap")
-        n = layout.nbytes
-        old = gather(memory, layout).tobytes()
-        if old == payload[n:2 * n].tobytes():
-            scatter(memory, layout, payload[:n])
+        with self.target.atomic(memory, layout, True):
+            old = compare_and_swap(memory, layout, payload)
         self.reply(origin, tag, old)
 
     def _unlock(self, origin: int, tag: int) -> None:
@@ -259,6 +261,17 @@ def accumulate(memory: np.ndarray, layout: Layout, opname: str, dtype: np.dtype,
         values = memory[index].view(dtype)
         op.reduce_into(src.view(dtype), values, call="Accumulate")
         memory[index] = values.view(np.uint8)
+
+
+def compare_and_swap(memory: np.ndarray, layout: Layout, payload: Any) -> bytes:
+    """Replace the layout's bytes with ``payload[:n]`` if they equal ``payload[n:2n]``;
+    the old bytes."""
+    n = layout.nbytes
+    payload = memoryview(payload).cast("B")
+    old = gather(memory, layout).tobytes()
+    if old == payload[n:2 * n].tobytes():
+        scatter(memory, layout, payload[:n])
+    return old
 
 
 # ----------------------------------------------------------------------------- origin side
@@ -391,6 +404,11 @@ class Origin:
         for t in targets:
             reqs.extend(self.pending.pop(t, ()))
         self.wait(reqs)
+
+    def idle(self, target: int) -> bool:
+        """Nothing to complete towards ``target`` (no request pending, no write
+        unacknowledged): a flush of it has nothing to do."""
+        return target not in self.dirty and not self.pending.get(target)
 
     def targets(self) -> List[int]:
         return sorted(set(self.pending) | self.dirty)

@@ -2,10 +2,12 @@
 its lock table and its post/start/complete/wait count - the target side the server uses."""
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from contextlib import nullcontext
+from typing import Any, ContextManager, Dict, Optional, Tuple
 
 import numpy as np
 
+from .atomics import RangeLock
 from .errors import RmaAttachError, RmaRangeError
 from .layout import Layout
 from .locks import LockTable
@@ -16,13 +18,17 @@ class Exposed:
 
     ``memory`` (uint8) is the window memory of a created/allocated/shared window; a dynamic
     window has none and exposes ``regions`` instead (attached buffers by absolute address).
+    ``range_lock``: the shared segment's accumulate lock when ``memory`` lies in one (other
+    ranks then apply accumulates to it straight, under that lock), else None.
     """
 
-    def __init__(self, rank: int, label: str, memory: np.ndarray, dynamic: bool) -> None:
+    def __init__(self, rank: int, label: str, memory: np.ndarray, dynamic: bool,
+                 range_lock: Optional[RangeLock] = None) -> None:
         self.rank = rank
         self.label = label
         self.memory = memory
         self.dynamic = dynamic
+        self.range_lock = range_lock
         self.regions: Dict[int, np.ndarray] = {}
         self.locks = LockTable()
         #: ``Complete`` notices received (``Win.Wait``/``Test`` consume them)
@@ -45,6 +51,15 @@ class Exposed:
                                  f"{', '.join(hex(a) for a in sorted(self.regions)) or 'none'})")
 
     # -- what the server asks ----------------------------------------------------------------
+    def atomic(self, memory: np.ndarray, layout: Layout, write: bool) -> ContextManager[Any]:
+        """Hold what makes an accumulate on ``layout`` (relative to ``memory``, as
+        :meth:`memory_for` returns them) atomic against the other ranks' accumulates: the
+        segment's byte-range lock for window memory in shared memory; nothing otherwise
+        (then this rank's server is the only writer, one request at a time)."""
+        if self.range_lock is None or memory is not self.memory or not layout.nbytes:
+            return _NOTHING
+        return self.range_lock.hold(self.rank, layout.low, layout.high, write)
+
     def memory_for(self, layout: Layout, origin: int, call: str) -> Tuple[np.ndarray, Layout]:
         """The memory a layout falls in and the layout relative to it; a clear
         :class:`RmaRangeError` when it falls outside."""
@@ -66,6 +81,9 @@ class Exposed:
             f"any attached memory (attached: "
             f"{', '.join(f'{a:#x}+{m.size}' for a, m in sorted(self.regions.items())) or 'none'}"
             f"); target displacements of a dynamic window are addresses (MPI.Get_address)")
+
+
+_NOTHING = nullcontext()
 
 
 def outside_text(origin: int, target: int, label: str, call: str, low: int, high: int,

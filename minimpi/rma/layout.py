@@ -64,6 +64,8 @@ class Layout:
 
     @classmethod
     def of(cls, start: int, datatype: Datatype, count: int) -> "Layout":
+        if getattr(datatype, "is_contiguous", False):     # one run: no arrays to build
+            return cls(start, count * datatype.size, _EMPTY, _EMPTY, True)
         offsets, lengths = datatype_blocks(datatype, count)
         nbytes = int(lengths.sum()) if lengths.size else 0
         if lengths.size <= 1:

@@ -1,6 +1,9 @@
 """``MPI.Win``'s data movement: Put, Get, the accumulates, Fetch_and_op, Compare_and_swap
 and their request forms. Each picks its path per target: straight into memory (itself, a
-shared segment, cross memory attach on one host) or a request to the target's server."""
+shared segment, cross memory attach on one host) or a request to the target's server.
+Accumulates applied straight into a shared segment hold its byte-range lock
+(:meth:`_State.atomic`); their order per origin is the program's, since each is complete
+before the call returns."""
 from __future__ import annotations
 
 import operator
@@ -126,12 +129,14 @@ class Operations(WinHandle):
         self._same_bytes(spec, layout, call)
         memory = s.direct_memory(rank)
         if memory is not None:
-            store_into_origin(spec, gather(memory, layout).tobytes())
+            store_into_origin(spec, gather(memory, layout))    # one copy
             return CompletedRequest()
         if rank in s.reachable and layout.nbytes:
-            landing = np.empty(layout.nbytes, np.uint8)
+            # straight into the origin's bytes (a non-contiguous origin's are a temporary
+            # that finish() scatters); a refused transfer moved nothing
+            landing = np.frombuffer(spec.view, np.uint8, layout.nbytes)
             if self._cross(s, rank, layout, landing, False):
-                store_into_origin(spec, landing)
+                spec.finish()
                 return CompletedRequest()
         return s.origin.ask(rank, (GET, layout.wire()), None, f"Win.{call}",
                             lambda body: store_into_origin(spec, body))
@@ -181,8 +186,10 @@ class Operations(WinHandle):
         dtype = self._check_op(op, datatype, call)
         self._same_bytes(spec, layout, call)
         data = origin_bytes(spec)
-        if rank == s.rank and not s.exposed.dynamic:
-            am.accumulate(s.memory, layout, op.name, dtype, data)
+        memory = s.direct_memory(rank)
+        if memory is not None:       # itself, or a shared segment: applied here, atomically
+            with s.atomic(rank, layout, op.name != "NO_OP"):
+                am.accumulate(memory, layout, op.name, dtype, data)
             return CompletedRequest()
         return s.origin.send(rank, (ACC, layout.wire(), op.name, dtype), data, f"Win.{call}")
 
@@ -203,9 +210,11 @@ class Operations(WinHandle):
         if not no_op:
             self._same_bytes(ospec, layout, call)
         data = origin_bytes(ospec) if not no_op else memoryview(b"")
-        if rank == s.rank and not s.exposed.dynamic:
-            old = gather(s.memory, layout).tobytes()
-            am.accumulate(s.memory, layout, op.name, dtype, data)
+        memory = s.direct_memory(rank)
+        if memory is not None:
+            with s.atomic(rank, layout, not no_op):
+                old = gather(memory, layout).tobytes()
+                am.accumulate(memory, layout, op.name, dtype, data)
             store_into_origin(rspec, old)
             return CompletedRequest()
         return s.origin.ask(rank, (GET_ACC, layout.wire(), op.name, dtype), data,
@@ -272,10 +281,10 @@ class Operations(WinHandle):
         s.epochs.check_access(rank, call)
         layout, _ = self._layout(s, rank, [target_disp, 1, ospec.datatype], ospec, call)
         payload = memoryview(origin_bytes(ospec).tobytes() + origin_bytes(cspec).tobytes())
-        if rank == s.rank and not s.exposed.dynamic:
-            old = gather(s.memory, layout).tobytes()
-            if old == payload[layout.nbytes:].tobytes():
-                scatter(s.memory, layout, payload[:layout.nbytes])
+        memory = s.direct_memory(rank)
+        if memory is not None:
+            with s.atomic(rank, layout, True):
+                old = am.compare_and_swap(memory, layout, payload)
             store_into_origin(rspec, old)
             return
         s.origin.ask(rank, (CAS, layout.wire()), payload, f"Win.{call}",

@@ -6,7 +6,9 @@ directory) of the summed sizes, every rank maps it, and once all have mapped it 
 the name, so nothing is left behind even if the job dies. Rank ``r``'s part starts at the
 sum of the sizes before it, each rounded up to 64 bytes (so parts never share a cache line
 and any element type is aligned). ``Put``/``Get`` to a rank of such a window copy straight
-from and to that memory: the target need not call MPI for them.
+from and to that memory, and the accumulates are applied there by the origin under the
+segment's byte-range lock (:mod:`minimpi.rma.atomics`; every rank keeps its descriptor of the
+file open for it): the target need not call MPI for any of them.
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import mmap
 import os
 import tempfile
 import uuid
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
+from .atomics import RangeLock
 from .errors import RmaSharedError
 
 _ALIGN = 64
@@ -36,15 +39,21 @@ def one_host(hosts: Sequence[int]) -> bool:
 class SharedSegment:
     """The mapped segment of one window: ``parts[r]`` is rank ``r``'s memory (uint8)."""
 
-    def __init__(self, mapping: Any, sizes: Sequence[int], offsets: Sequence[int]) -> None:
+    def __init__(self, mapping: Any, sizes: Sequence[int], offsets: Sequence[int],
+                 fd: int = -1) -> None:
         self.mapping = mapping
         whole = np.frombuffer(mapping, np.uint8) if mapping is not None else np.zeros(0, np.uint8)
         self.parts: List[np.ndarray] = [whole[o:o + n] for o, n in zip(offsets, sizes)]
+        #: the accumulates' cross-process lock (None for an empty segment: nothing to lock)
+        self.lock: Optional[RangeLock] = RangeLock(fd, offsets) if fd >= 0 else None
 
     def release(self) -> None:
-        """Drop this side's references (the mapping goes when its last view does)."""
+        """Drop this side's references (the mapping goes when its last view does) and
+        close its descriptor."""
         self.parts = []
         self.mapping = None
+        if self.lock is not None:
+            self.lock.close()
 
 
 def allocate(comm: Any, size: int, call: str) -> SharedSegment:
@@ -69,15 +78,15 @@ def allocate(comm: Any, size: int, call: str) -> SharedSegment:
         except OSError as exc:
             problem = f"{call}: rank 0 could not create shared memory {path} ({exc})"
     path, problem = comm.bcast((path, problem), root=0)
-    mapping = None
+    mapping, fd = None, -1
     if problem is None:
         try:
-            fd = os.open(path, os.O_RDWR)
-            try:
-                mapping = mmap.mmap(fd, total)
-            finally:
-                os.close(fd)
+            fd = os.open(path, os.O_RDWR)      # kept open: the accumulates lock ranges of it
+            mapping = mmap.mmap(fd, total)
         except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+                fd = -1
             problem = f"{call}: rank {comm.Get_rank()} could not map shared memory {path} ({exc})"
     problems = [p for p in comm.allgather(problem) if p]
     if comm.Get_rank() == 0 and path is not None:
@@ -86,5 +95,7 @@ def allocate(comm: Any, size: int, call: str) -> SharedSegment:
         except OSError:
             pass
     if problems:
+        if fd >= 0:
+            os.close(fd)
         raise RmaSharedError("; ".join(problems))
-    return SharedSegment(mapping, sizes, offsets)
+    return SharedSegment(mapping, sizes, offsets, fd)

@@ -7,7 +7,8 @@ import atexit
 import operator
 import os
 import weakref
-from typing import Any, Dict, Optional, Sequence, Tuple
+from contextlib import nullcontext
+from typing import Any, ContextManager, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -90,7 +91,8 @@ class _State:
             self.reachable = {t: (f[2], f[3]) for t, f in enumerate(facts)
                               if t != self.rank and hosts[t] == hosts[self.rank] and f[0]}
         self.exposed = Exposed(self.rank, self.label, memory,
-                               dynamic=flavor == WIN_FLAVOR_DYNAMIC)
+                               dynamic=flavor == WIN_FLAVOR_DYNAMIC,
+                               range_lock=segment.lock if segment is not None else None)
         self.epochs = Epochs(self.rank, self.label)
         self.origin = am.Origin(self.endpoint)
         self.server = am.Server(self.endpoint, self.exposed)
@@ -118,6 +120,21 @@ class _State:
         if target == self.rank and not self.exposed.dynamic:
             return self.exposed.memory
         return None
+
+
+    def atomic(self, target: int, layout: Any, write: bool) -> ContextManager[Any]:
+        """What an accumulate applied straight in ``target``'s memory (see
+        :meth:`direct_memory`) holds to be atomic against every other accumulate there: in a
+        shared segment, its byte-range lock (:mod:`.atomics`), which the target's server
+        takes too; for this rank's own private memory nothing (its server runs in this
+        thread, one request at a time)."""
+        lock = self.segment.lock if self.segment is not None else None
+        if lock is None or not layout.nbytes:
+            return _NOTHING
+        return lock.hold(target, layout.low, layout.high, write)
+
+
+_NOTHING = nullcontext()
 
 
 class EpochCall(Activity):

@@ -59,13 +59,13 @@ MODULES = ["test_p2p_obj", "test_p2p_buf", "test_cco_obj", "test_cco_buf", "test
 NS = [1, 2, 4]
 # --short: a quick subset for CI (about two minutes): the core, and one module or two for
 # each feature added since (windows, MPI-IO, intercommunicators, attributes, error handlers,
-# persistent collectives, the object model, pkl5, fault tolerance; derived datatypes have
-# their unit tests)
+# persistent collectives, the object model, pkl5, util.sync, fault tolerance; derived datatypes
+# have their unit tests)
 SHORT_MODULES = ["test_p2p_obj", "test_cco_obj", "test_comm", "test_status", "test_request",
                  "test_op", "test_environ", "test_msgzero", "test_win", "test_rma", "test_file",
                  "test_io", "test_comm_inter", "test_attributes", "test_errhandler",
                  "test_cco_pr_buf", "test_info", "test_group",
-                 "test_util_pkl5", "test_ulfm"]
+                 "test_util_pkl5", "test_util_sync", "test_ulfm"]
 SHORT_NS = [1, 2]
 
 MARKER_VAR = "MINIMPI_CONFORMANCE_MARKER"

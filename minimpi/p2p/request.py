@@ -25,6 +25,14 @@ def describe(req: "Request") -> str:
     return str(d)
 
 
+def _rebuild_status(cls: type, source: int, tag: int, nbytes: int, error: int,
+                    cancelled: bool) -> "Status":
+    st = cls.__new__(cls)
+    Status.__init__(st, source, tag, nbytes, error)
+    st.cancelled = cancelled
+    return st
+
+
 class Status:
     """What a completed receive or a probe found: source, tag, size (``MPI.Status``).
 
@@ -60,6 +68,12 @@ class Status:
             (other.source, other.tag, other.error, other.nbytes, other.cancelled)
 
     __hash__ = None  # type: ignore[assignment]   (mutable, as mpi4py's)
+
+    def __reduce__(self):
+        """A status pickles by value with every protocol (its class, subclasses included,
+        and its fields)."""
+        return (_rebuild_status, (type(self), self.source, self.tag, self.nbytes, self.error,
+                                  self.cancelled))
 
     @property
     def count(self) -> int:

@@ -92,8 +92,7 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self) -> int:
-        return id(self._s) if self else 0
+    __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
     def __repr__(self) -> str:
         if not self:
@@ -101,8 +100,12 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
         return f"<MPI.Win {self._s.label} rank {self._s.rank} of {self._s.size}>"
 
     def __reduce__(self):
+        """mpi4py's rule: ``WIN_NULL`` pickles by name (back to this process's own); another
+        null handle to a null handle of its own class; a live window is a ValueError."""
+        if self is WIN_NULL:
+            return "WIN_NULL"               # this module's global: the same object back
         if not self:
-            return (Win, ())
+            return (type(self), (WIN_NULL,))
         raise ValueError(f"cannot pickle a live window ({self._s.label}): windows are "
                          f"local handles")
 

@@ -38,29 +38,27 @@ def layer_of(filename: str, name: str) -> str:
     return "numpy" if "numpy" in filename else "other Python"
 
 
+def ping_pong(rank: int, send, recv):
+    """One round trip between ranks 0 and 1 (other ranks idle): two one-way trips."""
+    def call():
+        if rank == 0:
+            send(1)
+            recv(1)
+        elif rank == 1:
+            recv(0)
+            send(0)
+    return call
+
+
 def make_call(test: str, comm):
     rank = comm.Get_rank()
     buf, out = np.zeros(1, np.float64), np.zeros(1, np.float64)
     if test == "latency":
-        def call():
-            if rank == 0:
-                comm.Send(buf, 1, 1)
-                comm.Recv(buf, 1, 1)
-            elif rank == 1:
-                comm.Recv(buf, 0, 1)
-                comm.Send(buf, 0, 1)
-        return call, 2
+        return ping_pong(rank, lambda peer: comm.Send(buf, peer, 1),
+                         lambda peer: comm.Recv(buf, peer, 1)), 2
     if test == "obj_latency":
-        payload = b"12345678"
-
-        def call():
-            if rank == 0:
-                comm.send(payload, 1, 1)
-                comm.recv(None, 1, 1)
-            elif rank == 1:
-                comm.recv(None, 0, 1)
-                comm.send(payload, 0, 1)
-        return call, 2
+        return ping_pong(rank, lambda peer: comm.send(b"12345678", peer, 1),
+                         lambda peer: comm.recv(None, peer, 1)), 2
     if test == "allreduce":
         return (lambda: comm.Allreduce(buf, out, MPI.SUM)), 1
     if test == "bcast":

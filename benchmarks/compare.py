@@ -233,7 +233,7 @@ class System:
     def command(self, p: int, tests: Dict[str, List[int]], out: str):
         wargs = ["--out", out, "--target", str(self.args.target), "--reps", str(self.args.reps),
                  "--max-iters", str(self.args.max_iters)]
-        if self.key != "gloo":              # the MPIs' worker only
+        if self.key != "gloo" and any(t in RMA for t in tests):   # the MPIs' one-sided jobs
             wargs += ["--win", self.args.rma_win]
         for t, sizes in tests.items():
             if self.key == "gloo" and (t == "obj_allreduce" or t in RMA):

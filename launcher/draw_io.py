@@ -12,23 +12,12 @@ from typing import List, Sequence
 
 import numpy as np
 
+from minimpi.data.units import format_size
+from minimpi.tools.draw import PALETTE, svg_escape
+
 WIDTH = 1000
 LEFT = 150            # room for the row labels
 ROW = 22
-PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
-           "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#8c564b", "#17becf", "#bcbd22",
-           "#7f7f7f", "#d62728"]
-
-
-def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _size(n: int) -> str:
-    for unit, step in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= step:
-            return f"{n / step:.3g} {unit}"
-    return f"{n} B"
 
 
 def covered_pixels(offs: np.ndarray, lens: np.ndarray, lo: int, hi: int, width: int
@@ -74,7 +63,7 @@ def io_plan_svg(title: str, plan, rank_runs: Sequence[tuple], rows: Sequence) ->
 
     def text(x, yy, s, size=12, anchor="start", weight="normal"):
         out.append(f'<text x="{x}" y="{yy}" font-size="{size}" text-anchor="{anchor}" '
-                   f'font-weight="{weight}" font-family="sans-serif">{_esc(s)}</text>')
+                   f'font-weight="{weight}" font-family="sans-serif">{svg_escape(s)}</text>')
 
     def bar(yy, spans, color, height=ROW - 6):
         for a, b in spans:
@@ -93,6 +82,7 @@ def io_plan_svg(title: str, plan, rank_runs: Sequence[tuple], rows: Sequence) ->
     y += 8
     text(10, y + 12, "what each rank's view touches", 11, weight="bold")
     y += 18
+
     def rank_rows(a, b):
         nonlocal y
         for rank, (o, n) in enumerate(runs):
@@ -118,8 +108,10 @@ def io_plan_svg(title: str, plan, rank_runs: Sequence[tuple], rows: Sequence) ->
             y += 10
             text(10, y + 12, f"round {k}: aggregators' domains", 11, weight="bold")
             y += 18
-            for d, agg in enumerate(plan.aggregators):
-                dlo, dhi = plan.bounds[d * R + k], plan.bounds[d * R + k + 1]
+            # each aggregator's part of its domain in this round: [dlo, dhi)
+            parts = [(agg, plan.bounds[d * R + k], plan.bounds[d * R + k + 1])
+                     for d, agg in enumerate(plan.aggregators)]
+            for agg, dlo, dhi in parts:
                 a = int((dlo - lo) * axis / max(1, hi - lo))
                 b = max(a + 1, int((dhi - lo) * axis / max(1, hi - lo)))
                 row = next((r for r in rows if r.round == k and r.aggregator == agg), None)
@@ -141,9 +133,8 @@ def io_plan_svg(title: str, plan, rank_runs: Sequence[tuple], rows: Sequence) ->
             y += 14
             for rank, (o, n) in enumerate(runs):
                 text(10, y + 10, f"rank {rank}", 10)
-                for d, agg in enumerate(plan.aggregators):
-                    dlo, dhi = plan.bounds[d * R + k], plan.bounds[d * R + k + 1]
-                    text(LEFT + d * col, y + 10, _size(bytes_in(o, n, dlo, dhi)), 10)
+                for d, (_agg, dlo, dhi) in enumerate(parts):
+                    text(LEFT + d * col, y + 10, format_size(bytes_in(o, n, dlo, dhi)), 10)
                 y += 14
     else:
         y += 10

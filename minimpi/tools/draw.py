@@ -778,12 +778,13 @@ def _holdings_table(s: Schedule) -> List[str]:
 # ----------------------------------------------------------------------------------------
 # SVG (written by hand) and PNG
 # ----------------------------------------------------------------------------------------
-_PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
             "#ff9da7", "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#fabfd2", "#8cd17d",
             "#b6992d", "#499894"]
 
 
-def _esc(text: str) -> str:
+def svg_escape(text: str) -> str:
+    """``text`` for an SVG text node or attribute value."""
     return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;"))
 
@@ -795,7 +796,7 @@ def _cell_color(text: str, p: int) -> str:
     if who == "Σ":
         return "#c9a227"
     if len(who) == 1 and who in LETTERS:
-        return _PALETTE[LETTERS.index(who) % len(_PALETTE)]
+        return PALETTE[LETTERS.index(who) % len(PALETTE)]
     if who and all(ch in LETTERS for ch in who):
         return "#9aa5b1"   # a partial sum
     return "#dddddd"
@@ -946,11 +947,11 @@ def _svg(s: Schedule, gaps: List[float]) -> Tuple[str, List[int]]:
     for line in _wrap_px(s.summary, width - 20, FS_TITLE):
         y += FS_TITLE + 4
         head.append(f'<text x="10" y="{y:.1f}" font-size="{FS_TITLE}" font-weight="bold">'
-                    f'{_esc(line)}</text>')
+                    f'{svg_escape(line)}</text>')
     for text in [legend_text(s), buffers_note(s)]:
         for line in _wrap_px(text, width - 20, FS_CELL) if text else []:
             y += FS_CELL + 4
-            head.append(f'<text x="10" y="{y:.1f}" fill="#444">{_esc(line)}</text>')
+            head.append(f'<text x="10" y="{y:.1f}" fill="#444">{svg_escape(line)}</text>')
     y += 10
     crowded: List[int] = []
     body: List[str] = []
@@ -964,7 +965,7 @@ def _svg(s: Schedule, gaps: List[float]) -> Tuple[str, List[int]]:
     for line in _wrap_px(foot, width - 20, FS_SMALL):
         y += FS_SMALL + 4
         body.append(f'<text x="10" y="{y:.1f}" fill="#777" font-size="{FS_SMALL}">'
-                    f'{_esc(line)}</text>')
+                    f'{svg_escape(line)}</text>')
     height = int(y + 10)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans Mono, monospace" '
@@ -1002,7 +1003,7 @@ def _strip(s: Schedule, g: _Layout, gaps: List[float], a: int, b: int, top: floa
         fits = max(1, int((x1 - x0) / (CHAR * FS_SMALL)))
         text = name if len(name) <= fits else name[:fits - 1] + "…"
         out.append(f'<text x="{x0:.1f}" y="{y_phase - 1:.1f}" font-size="{FS_SMALL}" '
-                   f'fill="#7b4a73">{_esc(text)}</text>')
+                   f'fill="#7b4a73">{svg_escape(text)}</text>')
     for c in range(a, b + 1):
         x = state_x(c)
         title = "start" if c == 0 else f"after step {c}"
@@ -1028,7 +1029,7 @@ def _strip(s: Schedule, g: _Layout, gaps: List[float], a: int, b: int, top: floa
             temp = name not in s.user_buffers[r]
             style = ' font-style="italic" fill="#8a5a00"' if temp else ' fill="#333"'
             out.append(f'<text x="{g.left - 8:.1f}" y="{yy + 4:.1f}" text-anchor="end" '
-                       f'font-size="{FS_SMALL}"{style}>{_esc(name)}</text>')
+                       f'font-size="{FS_SMALL}"{style}>{svg_escape(name)}</text>')
             dash = ' stroke-dasharray="3,2"' if temp else ""
             for c in range(a, b + 1):
                 for k, text in enumerate(s.states[r][c].get(name) or []):
@@ -1039,7 +1040,7 @@ def _strip(s: Schedule, g: _Layout, gaps: List[float], a: int, b: int, top: floa
                                f'width="{g.cell_w:.1f}" height="{g.cell_h:.1f}" fill="{fill}" '
                                f'stroke="#444" stroke-width="0.8"{dash}/>')
                     out.append(f'<text x="{cx + g.cell_w / 2:.1f}" y="{yy + 4:.1f}" '
-                               f'text-anchor="middle" fill="{fg}">{_esc(text)}</text>')
+                               f'text-anchor="middle" fill="{fg}">{svg_escape(text)}</text>')
     boxes = _Boxes()
     labels: List[str] = []
     for c in range(a, b):
@@ -1076,7 +1077,7 @@ def _strip(s: Schedule, g: _Layout, gaps: List[float], a: int, b: int, top: floa
             labels.append(f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{h:.1f}" '
                           f'rx="3" fill="#fffbe6" stroke="#c8b56a" stroke-width="0.6"/>')
             labels.append(f'<text x="{(x0 + xe) / 2:.1f}" y="{ye - 4:.1f}" text-anchor="middle" '
-                          f'font-size="{FS_SMALL}">{_esc(text)}</text>')
+                          f'font-size="{FS_SMALL}">{svg_escape(text)}</text>')
     out.extend(labels)
     return out, bands - top + g.band_tops[-1]
 

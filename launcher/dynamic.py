@@ -257,14 +257,15 @@ class DynamicProcesses:
             if server is not None:
                 server.wait_started()     # the forked ones get their pids and pidfds
         except OSError as exc:
-            for rp in started:
-                self._watch(sj, rp)
-            self._refuse_started(sj, f"could not start process {len(sj.processes)}: {exc}")
-            return
+            failure = exc
+        else:
+            failure = None
         finally:
             os.close(lifeline_r)
         for rp in started:
             self._watch(sj, rp)
+        if failure is not None:
+            self._refuse_started(sj, f"could not start process {len(sj.processes)}: {failure}")
 
     def _watch(self, sj: SpawnedJob, rp: RankProcess) -> None:
         rank = len(sj.processes)

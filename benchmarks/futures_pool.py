@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
-        systems = list(commands(args, out))
+        cmds = commands(args, out)
+        systems = list(cmds)
         for run in range(args.runs):
             for name in systems[run % len(systems):] + systems[:run % len(systems)]:
                 env = dict(os.environ)
@@ -105,9 +106,8 @@ def main(argv=None) -> int:
                     env.pop("PYTHONPATH", None)          # the real mpi4py
                 if os.path.exists(out):
                     os.unlink(out)
-                cmd = commands(args, out)[name]
                 try:
-                    done = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                    done = subprocess.run(cmds[name], env=env, capture_output=True, text=True,
                                           timeout=args.timeout + 30, stdin=subprocess.DEVNULL)
                 except subprocess.TimeoutExpired:
                     print(f"{name}: run {run + 1} timed out", file=sys.stderr)

@@ -154,7 +154,7 @@ def read_runs(fd: int, offsets: np.ndarray, lengths: np.ndarray, out: memoryview
     groups = sieve_groups(offsets, lengths)
     if len(groups) == n:                      # nothing to sieve: one call per run
         return _read_each(fd, offsets, lengths, out, where, 0)
-    flat = np.frombuffer(out, np.uint8) if n else None
+    flat = np.frombuffer(out, np.uint8)
     positions = np.concatenate(([0], np.cumsum(lengths)))
     scratch = None
     for a, b in zip(groups.tolist(), groups[1:].tolist() + [n]):

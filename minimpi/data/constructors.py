@@ -27,6 +27,11 @@ DISTRIBUTE_NONE = 123
 DISTRIBUTE_DFLT_DARG = -49767
 
 
+#: below this many byte runs, plain Python lists beat numpy's cost per call (the usual struct
+#: of a few members, converted from a numpy dtype: thousands of them in a test loop)
+SMALL_RUNS = 64
+
+
 def _bounds(old: TypeMap, starts: np.ndarray, items: np.ndarray) -> tuple[int, int]:
     """(lb, ub) of pieces of ``items`` consecutive old items at byte offsets ``starts``:
     MPI's lb is the least item lb, ub the greatest item ub (pieces with 0 items count not)."""
@@ -40,10 +45,52 @@ def _bounds(old: TypeMap, starts: np.ndarray, items: np.ndarray) -> tuple[int, i
     return int(lo.min()), int(hi.max())
 
 
+def _small_pieces(old: TypeMap, starts: list[int], counts: list[int]
+                  ) -> "tuple[list[int], list[int], int, int] | None":
+    """Runs (touching ones merged) and (lb, ub) of the pieces, computed over Python ints;
+    None when there are too many runs for that to pay."""
+    runs = old.runs
+    if runs is None or len(runs[0]) * sum(counts) > SMALL_RUNS:
+        return None
+    extent = old.extent
+    offs: list[int] = []
+    lens: list[int] = []
+    lo = hi = None
+    for start, count in zip(starts, counts):
+        if count <= 0:
+            continue
+        last = start + (count - 1) * extent
+        first_lb, last_ub = min(start, last) + old.lb, max(start, last) + old.ub
+        lo = first_lb if lo is None else min(lo, first_lb)
+        hi = last_ub if hi is None else max(hi, last_ub)
+        for i in range(count):
+            base = start + i * extent
+            for off, length in zip(*runs):
+                if length <= 0:
+                    continue
+                off += base
+                if offs and offs[-1] + lens[-1] == off:
+                    lens[-1] += length
+                else:
+                    offs.append(off)
+                    lens.append(length)
+    return offs, lens, (lo or 0), (hi or 0)
+
+
 def _from_pieces(old: TypeMap, starts: Sequence[int], items: "int | Sequence[int]") -> TypeMap:
     """Pieces of consecutive ``old`` items at byte offsets ``starts`` (type-map order)."""
-    starts = np.asarray(starts, np.int64).ravel()
     uniform = np.ndim(items) == 0
+    if len(starts) <= SMALL_RUNS and old.runs is not None:
+        start_list = [int(x) for x in starts]
+        count_list = [int(items)] * len(start_list) if uniform else [int(x) for x in items]
+        small = _small_pieces(old, start_list, count_list)
+        if small is not None:
+            offs, lens, lb, ub = small
+            total = sum(count_list)
+            return TypeMap(offs, lens, old.size * total, lb, ub,
+                           repeat_signature(old.signature, total), old.element_dtype,
+                           explicit_bounds=old.explicit_bounds, alignment=old.alignment)
+    starts = np.asarray(starts, np.int64).ravel()
     counts = np.full(starts.shape, int(items), np.int64) if uniform \
         else np.asarray(items, np.int64).ravel()
     offs, lens = expand(old, starts, int(items) if uniform else counts)
@@ -83,8 +130,8 @@ def struct(blocklengths: Sequence[int], displs: Sequence[int], olds: Sequence[Ty
     for n, d, old in zip(blocklengths, displs, olds):
         n, d = int(n), int(d)
         part = _from_pieces(old, [d], n)
-        offs_parts.append(part.offsets)
-        lens_parts.append(part.lengths)
+        offs_parts.append(part.runs[0] if part.runs is not None else part.offsets)
+        lens_parts.append(part.runs[1] if part.runs is not None else part.lengths)
         sigs.append(part.signature)
         size += part.size
         if n > 0:
@@ -99,14 +146,34 @@ def struct(blocklengths: Sequence[int], displs: Sequence[int], olds: Sequence[Ty
                 elem = None
     if first:
         elem = olds[0].element_dtype if olds else None
-    offs, lens = merge_runs(np.concatenate(offs_parts) if offs_parts else np.empty(0, np.int64),
-                            np.concatenate(lens_parts) if lens_parts else np.empty(0, np.int64))
+    if sum(len(o) for o in offs_parts) <= SMALL_RUNS:
+        offs, lens = _merge_small(offs_parts, lens_parts)
+    else:
+        offs, lens = merge_runs(np.concatenate(offs_parts) if offs_parts else np.empty(0, np.int64),
+                                np.concatenate(lens_parts) if lens_parts else np.empty(0, np.int64))
     lb = min(lbs) if lbs else 0
     ub = max(ubs) if ubs else 0
     if not explicit and align > 1 and (ub - lb) % align:
         ub += align - (ub - lb) % align
     return TypeMap(offs, lens, size, lb, ub, concat_signatures(sigs), elem,
                    explicit_bounds=explicit, alignment=align)
+
+
+def _merge_small(offs_parts: list, lens_parts: list) -> tuple[list[int], list[int]]:
+    """The runs of all parts in order, each merged with the next when they touch."""
+    offs: list[int] = []
+    lens: list[int] = []
+    for part_offs, part_lens in zip(offs_parts, lens_parts):
+        for off, length in zip(part_offs, part_lens):
+            off, length = int(off), int(length)
+            if length <= 0:
+                continue
+            if offs and offs[-1] + lens[-1] == off:
+                lens[-1] += length
+            else:
+                offs.append(off)
+                lens.append(length)
+    return offs, lens
 
 
 def _index_grid(indices: Sequence[np.ndarray], sizes: Sequence[int], order: int) -> np.ndarray:

@@ -201,6 +201,21 @@ class Datatype(Attributed):
         new._types = tuple(t if t._predefined else Datatype(t) for t in types)
         return new
 
+    def _copy_construction(self) -> "Datatype":
+        """A new datatype made by the same constructor call as this one (same combiner,
+        contents, type map and name; not committed, no attributes): what calling that
+        constructor again would give, without working the type map out again."""
+        self._check_usable("_copy_construction")
+        if self._predefined or self._combiner == COMBINER_NAMED:
+            return self
+        return Datatype._derived(self._name, self._map, self._combiner, self._ints,
+                                 self._addrs, self._types)
+
+    def _identity(self) -> object:
+        """What every handle object on this MPI datatype shares (a weak-referenceable
+        key for facts about the type that never change, such as its numpy dtype)."""
+        return self._handle
+
     # What MPI keeps per datatype, not per handle: every handle object on the type
     # (``Datatype(t)``, ``fromhandle``) sees one Commit and one set of attributes.
     @property

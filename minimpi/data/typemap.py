@@ -80,7 +80,7 @@ class TypeMap:
 
     __slots__ = ("offsets", "lengths", "size", "lb", "ub", "signature", "element_dtype",
                  "explicit_bounds", "alignment", "true_lb", "true_ub", "is_contiguous",
-                 "pattern", "width", "_first", "_one_item")
+                 "pattern", "width", "_first", "_one_item", "runs")
 
     def __init__(self, offsets: np.ndarray, lengths: np.ndarray, size: int, lb: int, ub: int,
                  signature: Signature, element_dtype: Optional[np.dtype], *,
@@ -101,6 +101,9 @@ class TypeMap:
         small = offs.size <= 16
         o = offs.tolist() if small else offs
         n = lens.tolist() if small else lens
+        #: (offsets, lengths) as tuples of Python ints when there are few runs (constructors
+        #: of small types work on them without numpy's cost per call), else None
+        self.runs = (tuple(o), tuple(n)) if small else None
         count = len(o)
         if count == 0:
             self.true_lb = self.true_ub = 0

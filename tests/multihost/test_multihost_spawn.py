@@ -296,3 +296,29 @@ def test_spawn_under_slurm(cluster, marker, tmp_path):
     [refused] = [ln for ln in lines if ln.startswith("[0] refused:")]
     assert "worker.py too-many" in refused, refused
     assert {f"[job1:{r}] worker {r} of 2 on {node[0]}" for r in range(2)} <= set(lines)
+
+
+def test_a_silent_spawned_process_on_another_host_is_reported(hosts2, marker, tmp_path):
+    write(tmp_path, "stops.py", """
+        import os, signal
+        from mpi4py import MPI
+        MPI.Comm.Get_parent()
+        os.kill(os.getpid(), signal.SIGSTOP)
+    """)
+    prog = write(tmp_path, "parent.py", """
+        import os, sys
+        from mpi4py import MPI
+        info = MPI.Info.Create()
+        info.Set("host", "h2")
+        child = MPI.COMM_SELF.Spawn(sys.executable, [os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "stops.py")], info=info)
+        child.recv(source=0)      # never comes
+    """)
+    t0 = time.monotonic()
+    res = minimpi(hosts2, marker, "-n", 1, "--hosts", "h1:1,h2:1", "--heartbeat-timeout", 2,
+                  "--timeout", 60, prog)
+    assert res.returncode == 124, res.stderr
+    assert "minimpi: spawned job 1, rank 0 (`" in res.stderr, res.stderr
+    assert "stops.py`) sent no heartbeat for" in res.stderr, res.stderr
+    assert time.monotonic() - t0 < 30
+    assert not any(wait_no_extra(hosts2).values()), netns_extra(hosts2)

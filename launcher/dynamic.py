@@ -148,6 +148,7 @@ class DynamicProcesses:
         self.names: dict[str, str] = {}     # published service name -> port name
         self.ports: dict[str, dict] = {}    # open port -> its pending accept/connect
         self._next_port = 0
+        self._fingerprint: tuple = ()         # the spawned processes' states (quiet)
         #: set by use_agents: spawned processes are placed on hosts and started by agents
         self.agents: Optional[AgentStarter] = None
         self.slots = 0                      # the hosts' slots (0: one host, no slot count)
@@ -320,6 +321,20 @@ class DynamicProcesses:
 
     def live_count(self) -> int:
         return sum(rp.alive for sj in self.jobs.values() for rp in sj.processes)
+
+    def quiet(self, now: float) -> bool:
+        """For the deadlock check: whether every running spawned process reports being
+        blocked, with nothing moved among them since the last look; when something moved (a
+        state report, an exit), the job's deadlock clock starts again from ``now``, so work
+        that only spawned processes do is never taken for a deadlock of the job's ranks."""
+        fp = tuple((st.state_time, st.finalized, sj.processes[st.rank].alive)
+                   for sj in self.jobs.values() for st in sj.coord.ranks
+                   if st.rank < len(sj.processes))
+        if fp != self._fingerprint:
+            self._fingerprint = fp
+            if self.job.deadlock is not None:
+                self.job.deadlock.restart(now)
+        return self.all_blocked()
 
     def all_blocked(self) -> bool:
         """Whether every running spawned process reports being blocked in minimpi (the

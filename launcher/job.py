@@ -390,7 +390,7 @@ class Job:
                 self._on_job_timeout()
             if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
-            if self.failure is None and self.dynamic.all_blocked() and deadlock.check(now):
+            if self.failure is None and self.dynamic.quiet(now) and deadlock.check(now):
                 self._on_deadlock()
             spawn_due = self.dynamic.check(now)
             if self._suspect_until is not None and now >= self._suspect_until:
@@ -689,6 +689,7 @@ class Job:
     def _on_deadlock(self) -> None:
         summary, lines = build_report(self.coord, lambda r: self.ranks[r].alive,
                                       self.spec.deadlock_timeout)
+        lines += self.dynamic.describe()
         self.fail(Failure("deadlock", EXIT_DEADLOCK, summary, details=lines))
 
     def _on_startup_timeout(self) -> None:

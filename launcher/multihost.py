@@ -782,7 +782,7 @@ class MultiHostJob(Job):
             if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
             self._check_agent_start(now)
-            if self.failure is None and self.dynamic.all_blocked() and deadlock.check(now):
+            if self.failure is None and self.dynamic.quiet(now) and deadlock.check(now):
                 self._on_deadlock()
             spawn_due = self.dynamic.check(now)
             if self._suspect_until is not None and now >= self._suspect_until:

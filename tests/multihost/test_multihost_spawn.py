@@ -322,3 +322,33 @@ def test_a_silent_spawned_process_on_another_host_is_reported(hosts2, marker, tm
     assert "stops.py`) sent no heartbeat for" in res.stderr, res.stderr
     assert time.monotonic() - t0 < 30
     assert not any(wait_no_extra(hosts2).values()), netns_extra(hosts2)
+
+
+def test_deadlock_and_timeout_reports_cover_spawned_processes(hosts2, marker, tmp_path):
+    write(tmp_path, "waits.py", """
+        from mpi4py import MPI
+        parent = MPI.Comm.Get_parent()
+        parent.recv(source=0)          # the parent waits for us too: a cycle across hosts
+    """)
+    prog = write(tmp_path, "parent.py", """
+        import os, sys
+        from mpi4py import MPI
+        info = MPI.Info.Create()
+        info.Set("host", "h2")
+        child = MPI.COMM_SELF.Spawn(sys.executable, [os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "waits.py")], info=info)
+        child.recv(source=0)
+    """)
+    res = minimpi(hosts2, marker, "-n", 1, "--hosts", "h1:1,h2:1", "--deadlock-timeout", 2,
+                  "--timeout", 60, prog)
+    assert res.returncode == 3, res.stderr
+    assert "minimpi: deadlock:" in res.stderr, res.stderr
+    assert "  rank 0: blocked in recv(source=0" in res.stderr, res.stderr
+    assert "  spawned job 1, rank 0: blocked in recv(source=0, tag=ANY_TAG) on parent at " \
+        "waits.py:4" in res.stderr, res.stderr
+    res = minimpi(hosts2, marker, "-n", 1, "--hosts", "h1:1,h2:1", "--deadlock-timeout", 0,
+                  "--timeout", 12, prog)
+    assert res.returncode == 124, res.stderr
+    assert "job timed out after 12 s" in res.stderr, res.stderr
+    assert "  spawned job 1, rank 0: " in res.stderr and "recv" in res.stderr, res.stderr
+    assert not any(wait_no_extra(hosts2).values()), netns_extra(hosts2)

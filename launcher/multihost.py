@@ -348,6 +348,7 @@ class AgentSpawns(AgentStarter):
                 if rp.alive:
                     used[rp.agent.host] = used.get(rp.agent.host, 0) + 1
         free = {h: slots[h] - used.get(h, 0) for h in slots}
+        before = dict(free)
         beyond = dyn.universe_size > sum(slots.values())    # --universe-size above the slots
         chosen: list[list[str]] = [[] for _ in apps]
         for i, app in enumerate(apps):
@@ -374,7 +375,8 @@ class AgentSpawns(AgentStarter):
                     n = int(app.get("maxprocs", 1))
                     cmd = " ".join([str(app.get("cmd", "?")),
                                     *map(str, app.get("args") or [])])
-                    state = ", ".join(f"{x}: {max(free[x], 0)} of {slots[x]}" for x in slots)
+                    state = ", ".join(f"{x}: {max(before[x], 0)} of {slots[x]}"
+                                      for x in slots)
                     raise SpawnRefused(f"cannot start {n} process(es) of `{cmd}`: not enough "
                                        f"free slots on the job's hosts ({state} free; "
                                        f"--universe-size allows more)")

@@ -79,10 +79,18 @@ _PYTHON = re.compile(r"python[\d.]*")
 
 #: a silent spawned process that is running (its CPU time grows) is looked at again this often
 BUSY_PROBE = 1.0
+#: a spawn that finds no room while spawned processes still run waits up to this long for
+#: some of them to end (those a ``Disconnect`` just let go are on their way out) before it is
+#: refused
+ROOM_WAIT_S = 3.0
 
 
 class SpawnRefused(Exception):
     """A spawn request that cannot be carried out; the text goes back to the rank."""
+
+
+class NoRoom(SpawnRefused):
+    """Not enough room now (universe, or the hosts' slots): maybe once others have ended."""
 
 
 class AgentStarter:
@@ -149,6 +157,9 @@ class DynamicProcesses:
         self.ports: dict[str, dict] = {}    # open port -> its pending accept/connect
         self._next_port = 0
         self._fingerprint: tuple = ()         # the spawned processes' states (quiet)
+        #: spawns that wait for room: [deadline, coordinator, rank, request id, request]
+        self._waiting: list = []
+        self._running = 0                    # processes running at the last look (_retry)
         #: set by use_agents: spawned processes are placed on hosts and started by agents
         self.agents: Optional[AgentStarter] = None
         self.slots = 0                      # the hosts' slots (0: one host, no slot count)
@@ -196,9 +207,31 @@ class DynamicProcesses:
             self.poller.unregister(fd)
             self._reap(sj, rank)
 
+    def _retry(self, now: float) -> Optional[float]:
+        """Spawns that wait for room: tried again when a process has ended since the last
+        look, refused at their deadline; returns the next deadline."""
+        running = self.running()
+        freed, self._running = running < self._running, running
+        waiting, self._waiting = self._waiting, []
+        for item in waiting:
+            deadline, coord, rank, number, msg = item
+            if not freed and now < deadline:
+                self._waiting.append(item)
+                continue
+            try:
+                self._spawn(coord, rank, number, msg, room_until=deadline)
+            except SpawnRefused as exc:
+                self.reply(coord, rank, number, ok=False, error=str(exc))
+        return min((item[0] for item in self._waiting), default=None)
+
+    def running(self) -> int:
+        """Processes of the job and of its spawned jobs that run now."""
+        return len([rp for rp in self.job.ranks if rp is not None and rp.alive]) + \
+            self.live_count()
+
     def check(self, now: float) -> Optional[float]:
         """Spawns whose processes did not all join in time fail; returns the next deadline."""
-        due = None
+        due = self._retry(now) if self._waiting else None
         for sj in self.jobs.values():
             if sj.answered:
                 continue
@@ -386,7 +419,10 @@ class DynamicProcesses:
         coord.send(rank, {"t": "reply", "n": number, "ok": ok, **fields})
 
     # -- spawn ---------------------------------------------------------------------------
-    def _spawn(self, coord: Coordinator, rank: int, number: Any, msg: dict) -> None:
+    def _spawn(self, coord: Coordinator, rank: int, number: Any, msg: dict,
+               room_until: Optional[float] = None) -> None:
+        """Start the processes a spawn request asks for (``room_until``: a request that
+        waited for room, until then)."""
         if self.poller is None:
             return self.reply(coord, rank, number, ok=False, kind="unsupported",
                               error="this launcher starts no processes for Spawn (its job "
@@ -398,14 +434,22 @@ class DynamicProcesses:
         starts = [self._resolve(app) for app in apps]
         total = sum(int(app.get("maxprocs", 1)) for app in apps)
         shown = " ".join([apps[0].get("cmd", "?"), *map(str, apps[0].get("args") or [])])
-        running = len([rp for rp in self.job.ranks if rp is not None and rp.alive]) + \
-            self.live_count()
-        if self.universe_limited and running + total > self.universe_size:
-            where = ("the hosts' slots" if self.agents is not None and
-                     self.universe_size == self.slots else "--universe-size")
-            raise SpawnRefused(f"cannot start {total} process(es) of `{shown}`: {running} of "
-                               f"the universe's {self.universe_size} ({where}) are running")
-        hosts = self.agents.place(apps, shown) if self.agents is not None else None
+        running = self.running()
+        try:
+            if self.universe_limited and running + total > self.universe_size:
+                where = ("the hosts' slots" if self.agents is not None and
+                         self.universe_size == self.slots else "--universe-size")
+                raise NoRoom(f"cannot start {total} process(es) of `{shown}`: {running} of "
+                             f"the universe's {self.universe_size} ({where}) are running")
+            hosts = self.agents.place(apps, shown) if self.agents is not None else None
+        except NoRoom:
+            now = time.monotonic()
+            until = now + ROOM_WAIT_S if room_until is None else room_until
+            if self.live_count() == 0 or now >= until:
+                raise
+            self._running = running
+            self._waiting.append([until, coord, rank, number, msg])
+            return
         k = max(self.jobs, default=0) + 1
         spec = self.job.spec
         job_id = f"{self.job.job_id}s{k}"
@@ -454,7 +498,8 @@ class DynamicProcesses:
                 ENV_JOBNO: str(sj.number), ENV_UNIVERSE_SIZE: str(self.universe_size),
                 ENV_PARENT: json.dumps({**parent, "appnum": appnum})}
 
-    def _spawn_through_agents(self, coord: Coordinator, rank: int, number: Any, starts: list, apps: list, hosts: list[str], child: Coordinator,
+    def _spawn_through_agents(self, coord: Coordinator, rank: int, number: Any,
+                              starts: list, apps: list, hosts: list[str], child: Coordinator,
                               parent: dict, shown: str) -> None:
         """The processes of a spawn placed on ``hosts``, started by those hosts' agents."""
         spec = self.job.spec

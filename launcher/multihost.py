@@ -60,7 +60,7 @@ from minimpi.transports.shm import cleanup_job
 
 from .agent import MAGIC, RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode
 from .coordinator import Coordinator
-from .dynamic import AgentStarter, SpawnedJob, SpawnRefused
+from .dynamic import AgentStarter, NoRoom, SpawnedJob, SpawnRefused
 from .hosts import (
     HostListError,
     HostSlots,
@@ -359,9 +359,9 @@ class AgentSpawns(AgentStarter):
             cmd = " ".join([str(app.get("cmd", "?")), *map(str, app.get("args") or [])])
             h = self._host_named(str(host), slots, cmd)
             if free[h] < n and not beyond:
-                raise SpawnRefused(f"cannot start {n} process(es) of `{cmd}` on host {h} (info "
-                                   f"'host'): {max(free[h], 0)} of its {slots[h]} slot(s) "
-                                   f"free (--universe-size allows more)")
+                raise NoRoom(f"cannot start {n} process(es) of `{cmd}` on host {h} (info "
+                             f"'host'): {max(free[h], 0)} of its {slots[h]} slot(s) free "
+                             f"(--universe-size allows more)")
             free[h] -= n
             chosen[i] = [h] * n
         for i, app in enumerate(apps):
@@ -377,9 +377,9 @@ class AgentSpawns(AgentStarter):
                                     *map(str, app.get("args") or [])])
                     state = ", ".join(f"{x}: {max(before[x], 0)} of {slots[x]}"
                                       for x in slots)
-                    raise SpawnRefused(f"cannot start {n} process(es) of `{cmd}`: not enough "
-                                       f"free slots on the job's hosts ({state} free; "
-                                       f"--universe-size allows more)")
+                    raise NoRoom(f"cannot start {n} process(es) of `{cmd}`: not enough "
+                                 f"free slots on the job's hosts ({state} free; "
+                                 f"--universe-size allows more)")
                 free[h] -= 1
                 chosen[i].append(h)
         hosts = [h for each in chosen for h in each]

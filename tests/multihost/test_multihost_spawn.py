@@ -352,3 +352,75 @@ def test_deadlock_and_timeout_reports_cover_spawned_processes(hosts2, marker, tm
     assert "job timed out after 12 s" in res.stderr, res.stderr
     assert "  spawned job 1, rank 0: " in res.stderr and "recv" in res.stderr, res.stderr
     assert not any(wait_no_extra(hosts2).values()), netns_extra(hosts2)
+
+
+def test_spawn_multiple_and_a_futures_pool_across_hosts(hosts2, marker, tmp_path):
+    write(tmp_path, "who.py", """
+        import socket, sys
+        from mpi4py import MPI
+        parent = MPI.Comm.Get_parent()
+        parent.gather((sys.argv[1], MPI.COMM_WORLD.rank, socket.gethostname()), root=0)
+        parent.Disconnect()
+    """)
+    prog = write(tmp_path, "app.py", """
+        import os, socket, sys
+        from mpi4py import MPI
+        from mpi4py.futures import MPIPoolExecutor
+
+        def where(x):
+            return x * x, socket.gethostname()
+
+        if __name__ == "__main__":
+            who = os.path.join(os.path.dirname(os.path.abspath(__file__)), "who.py")
+            on_h1 = MPI.Info.Create()
+            on_h1.Set("host", "h1")
+            child = MPI.COMM_SELF.Spawn_multiple([sys.executable] * 2, [[who, "x"], [who, "y"]],
+                                                 [1, 2], [on_h1, MPI.INFO_NULL])
+            print("multiple", sorted(child.gather(None, root=MPI.ROOT)), flush=True)
+            child.Disconnect()
+            with MPIPoolExecutor(max_workers=2) as pool:
+                got = list(pool.map(where, range(6)))
+            print("squares", [v for v, _ in got], flush=True)
+            print("pool on", sorted({h for _, h in got}), flush=True)
+    """)
+    res = minimpi(hosts2, marker, "-n", 1, "--hosts", "h1:2,h2:2", "--timeout", 80, prog)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    # x (info host h1) on h1's free slot; both of y on h2's free slots
+    assert "[0] multiple [('x', 0, 'h1'), ('y', 1, 'h2'), ('y', 2, 'h2')]" in lines, res.stdout
+    assert "[0] squares [0, 1, 4, 9, 16, 25]" in lines, res.stdout
+    assert "[0] pool on ['h1', 'h2']" in lines, res.stdout
+    assert not any(wait_no_extra(hosts2).values()), netns_extra(hosts2)
+
+
+def test_killing_the_launcher_ends_spawned_processes_on_every_host(hosts2, marker, tmp_path):
+    write(tmp_path, "sleeps.py", """
+        import os, pathlib, sys, time
+        from mpi4py import MPI
+        MPI.Comm.Get_parent()
+        pathlib.Path(sys.argv[1], "ready." + os.environ["MINIMPI_RANK"]).touch()
+        time.sleep(120)
+    """)
+    prog = write(tmp_path, "parent.py", """
+        import os, sys
+        from mpi4py import MPI
+        here = os.path.dirname(os.path.abspath(__file__))
+        MPI.COMM_SELF.Spawn(sys.executable, [os.path.join(here, "sleeps.py"), here], maxprocs=3)
+        import time; time.sleep(120)
+    """)
+    argv = [PY, "-m", "minimpi", "run", "--rsh", " ".join(hosts2.rsh), "-x",
+            f"{MARKER}={marker}", "-n", "1", "--hosts", "h1:2,h2:2", prog]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 40
+        while not all((tmp_path / f"ready.{r}").exists() for r in range(3)):
+            assert time.monotonic() < deadline, "the spawned processes did not start"
+            time.sleep(0.1)
+        assert all(netns_extra(hosts2).values())     # something runs on both hosts
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not any(wait_no_extra(hosts2, timeout=15).values()), netns_extra(hosts2)

@@ -117,6 +117,11 @@ class AgentStarter:
         """Forward the output that the agent will send for process ``rank`` of ``job``."""
         raise NotImplementedError
 
+    def host_silent(self, process: Any, now: float) -> Optional[float]:
+        """For a silent spawned process: when to look again if its host's agent is silent
+        too (the host's loss is then what the job reports), else None."""
+        raise NotImplementedError
+
 
 @dataclass
 class SpawnedJob:
@@ -280,6 +285,10 @@ class DynamicProcesses:
         (nothing to look at here): the job ends, naming it; running: look again later."""
         limit = self.job.spec.heartbeat_timeout
         rp = sj.processes[rank]
+        if rp.popen is None and self.agents is not None:
+            later = self.agents.host_silent(rp, now)
+            if later is not None:
+                return later
         state, cpu = process_state(getattr(rp, "pid", None))
         head = (f"minimpi: {sj.name(rank)} (`{sj.command}`) sent no heartbeat for "
                 f"{silent:.0f} s (--heartbeat-timeout {limit:g})")
@@ -457,7 +466,7 @@ class DynamicProcesses:
         child = Coordinator(total, self.job.secret, job_id, host=bind, log=self.job.log)
         parent = {"peers": parents, "leader": int(msg.get("leader", 0))}
         if hosts is not None:
-            return self._spawn_through_agents(coord, rank, number, starts, apps, hosts,
+            return self._spawn_through_agents(k, coord, rank, number, starts, apps, hosts,
                                               child, parent, shown)
         lifeline_r, lifeline_w = os.pipe()
         sj = SpawnedJob(k, job_id, shown, child, (coord, rank, number),
@@ -498,12 +507,12 @@ class DynamicProcesses:
                 ENV_JOBNO: str(sj.number), ENV_UNIVERSE_SIZE: str(self.universe_size),
                 ENV_PARENT: json.dumps({**parent, "appnum": appnum})}
 
-    def _spawn_through_agents(self, coord: Coordinator, rank: int, number: Any,
+    def _spawn_through_agents(self, k: int, coord: Coordinator, rank: int, number: Any,
                               starts: list, apps: list, hosts: list[str], child: Coordinator,
                               parent: dict, shown: str) -> None:
-        """The processes of a spawn placed on ``hosts``, started by those hosts' agents."""
+        """The processes of spawned job ``k``, placed on ``hosts``, started by those hosts'
+        agents."""
         spec = self.job.spec
-        k = int(child.job_id.rsplit("s", 1)[1])
         sj = SpawnedJob(k, child.job_id, shown, child, (coord, rank, number),
                         time.monotonic() + spec.startup_timeout, None)
         self.jobs[k] = sj

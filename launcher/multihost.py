@@ -411,6 +411,15 @@ class AgentSpawns(AgentStarter):
         self.job.forward.add_remote(rank, "stdout", job, label)
         self.job.forward.add_remote(rank, "stderr", job, label)
 
+    def host_silent(self, process: RemoteSpawned, now: float) -> Optional[float]:
+        job = self.job
+        if job.keepalive <= 0:
+            return None
+        quiet = job._agent_silence(process.agent, now)
+        if quiet > job.keepalive + 0.2:      # its keepalive is late too: the host's check
+            return now + max(0.1, 2 * job.keepalive + 0.5 - quiet) + 0.01
+        return None
+
 
 @dataclass
 class AgentProc:

@@ -63,6 +63,7 @@ from minimpi.runtime.bootstrap import (
 from minimpi.transports.shm import cleanup_job
 
 from .coordinator import CoordEvent, Coordinator
+from .deadlock import EXIT_DEADLOCK
 from .spawn import (
     EXIT_UNRESPONSIVE,
     RankProcess,
@@ -162,6 +163,7 @@ class DynamicProcesses:
         self.ports: dict[str, dict] = {}    # open port -> its pending accept/connect
         self._next_port = 0
         self._fingerprint: tuple = ()         # the spawned processes' states (quiet)
+        self._moved_at = time.monotonic()    # when they last changed
         #: spawns that wait for room: [deadline, coordinator, rank, request id, request]
         self._waiting: list = []
         self._running = 0                    # processes running at the last look (_retry)
@@ -247,10 +249,30 @@ class DynamicProcesses:
                                          f"s (--startup-timeout)")
             else:
                 due = sj.deadline if due is None else min(due, sj.deadline)
-        beat = self._check_heartbeats(now)
-        if beat is not None:
-            due = beat if due is None else min(due, beat)
+        for when in (self._check_heartbeats(now), self._check_deadlock(now)):
+            if when is not None:
+                due = when if due is None else min(due, when)
         return due
+
+    def _check_deadlock(self, now: float) -> Optional[float]:
+        """Spawned processes that deadlock among themselves once every rank of the job has
+        ended (the job's own deadlock check needs a running rank): every running spawned
+        process blocked and nothing moved for --deadlock-timeout ends the job, with what each
+        one waits for. Returns when to look again."""
+        job, timeout = self.job, self.job.spec.deadlock_timeout
+        if timeout <= 0 or job.failure is not None or not self.live_count() or \
+                any(rp is not None and rp.alive for rp in job.ranks):
+            return None
+        if not self.all_blocked():
+            return None
+        if now - self._moved_at < timeout:
+            return self._moved_at + timeout
+        job.fail_with("deadlock", EXIT_DEADLOCK,
+                      f"minimpi: deadlock: every spawned process still running is blocked in "
+                      f"minimpi and nothing has moved for {timeout:g} s (--deadlock-timeout; "
+                      f"the job's ranks have ended); what each one is doing:",
+                      [line for line in self.describe() if "blocked" in line])
+        return None
 
     def _check_heartbeats(self, now: float) -> Optional[float]:
         """Fail the job when a running spawned process sent no heartbeat for
@@ -374,6 +396,7 @@ class DynamicProcesses:
                    if st.rank < len(sj.processes))
         if fp != self._fingerprint:
             self._fingerprint = fp
+            self._moved_at = now
             if self.job.deadlock is not None:
                 self.job.deadlock.restart(now)
         return self.all_blocked()
@@ -383,7 +406,8 @@ class DynamicProcesses:
         deadlock check then also needs the main job's ranks blocked)."""
         for sj in self.jobs.values():
             for st in sj.coord.ranks:
-                if sj.processes[st.rank].alive and not st.finalized and \
+                if st.rank < len(sj.processes) and sj.processes[st.rank].alive and \
+                        not st.finalized and \
                         not (isinstance(st.state, dict) and st.state.get("blocked")):
                     return False
         return True

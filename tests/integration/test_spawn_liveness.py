@@ -106,3 +106,30 @@ def test_spawned_processes_at_work_are_no_deadlock(write_script, job_marker):
                       *marker_args(job_marker), script, timeout=90)
     assert res.returncode == 0, res.stderr
     assert "[0] result done" in res.stdout
+
+
+def test_spawned_processes_deadlocked_after_the_parents_ended_are_reported(write_script,
+                                                                           job_marker):
+    script = write_script("parent.py", """
+        import os, sys
+        from mpi4py import MPI
+        child = MPI.COMM_SELF.Spawn(sys.executable, [os.path.join(os.path.dirname(__file__),
+                                    "pair.py")], maxprocs=2)
+        child.Disconnect()
+        print("parent done", flush=True)
+    """)
+    write_script("pair.py", """
+        from mpi4py import MPI
+        MPI.Comm.Get_parent().Disconnect()
+        world = MPI.COMM_WORLD
+        world.recv(source=1 - world.rank)      # each waits for the other
+    """)
+    t0 = time.monotonic()
+    res = run_minimpi("-n", 1, "--deadlock-timeout", 2, "--timeout", 60,
+                      *marker_args(job_marker), script, timeout=90)
+    assert res.returncode == 3, res.stderr
+    assert "[0] parent done" in res.stdout
+    assert "every spawned process still running is blocked" in res.stderr, res.stderr
+    for r in (0, 1):
+        assert f"  spawned job 1, rank {r}: blocked in recv(source={1 - r}" in res.stderr
+    assert time.monotonic() - t0 < 30

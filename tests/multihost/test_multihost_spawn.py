@@ -363,14 +363,21 @@ def test_spawn_multiple_and_a_futures_pool_across_hosts(hosts2, marker, tmp_path
         parent.Disconnect()
     """)
     prog = write(tmp_path, "app.py", """
-        import os, socket, sys
+        import os, socket, sys, time
         from mpi4py import MPI
         from mpi4py.futures import MPIPoolExecutor
 
         def where(x):
+            time.sleep(0.05)          # every worker gets some of the tasks
             return x * x, socket.gethostname()
 
         if __name__ == "__main__":
+            # the pool's 2 workers: the free slots, one on each host
+            with MPIPoolExecutor(max_workers=2) as pool:
+                got = list(pool.map(where, range(6)))
+            print("squares", [v for v, _ in got], flush=True)
+            print("pool on", sorted({h for _, h in got}), flush=True)
+            # (waits for the workers to end: their slots are needed)
             who = os.path.join(os.path.dirname(os.path.abspath(__file__)), "who.py")
             on_h1 = MPI.Info.Create()
             on_h1.Set("host", "h1")
@@ -378,15 +385,12 @@ def test_spawn_multiple_and_a_futures_pool_across_hosts(hosts2, marker, tmp_path
                                                  [1, 2], [on_h1, MPI.INFO_NULL])
             print("multiple", sorted(child.gather(None, root=MPI.ROOT)), flush=True)
             child.Disconnect()
-            with MPIPoolExecutor(max_workers=2) as pool:
-                got = list(pool.map(where, range(6)))
-            print("squares", [v for v, _ in got], flush=True)
-            print("pool on", sorted({h for _, h in got}), flush=True)
     """)
     res = minimpi(hosts2, marker, "-n", 1, "--hosts", "h1:2,h2:2", "--timeout", 80, prog)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
-    # x (info host h1) on h1's free slot; both of y on h2's free slots
+    # x (info host h1) on h1's free slot; both of y on h2's free slots (job 2: the pool's
+    # workers were job 1)
     assert "[0] multiple [('x', 0, 'h1'), ('y', 1, 'h2'), ('y', 2, 'h2')]" in lines, res.stdout
     assert "[0] squares [0, 1, 4, 9, 16, 25]" in lines, res.stdout
     assert "[0] pool on ['h1', 'h2']" in lines, res.stdout

@@ -16,8 +16,11 @@ results of ``minimpi.launch`` and their exit statuses to the launcher on stdout.
   pipe, as under a local launcher).
 * the launcher ends a job by sending ``signal`` frames; the agent passes the signal to every
   rank's process group, including what finished ranks left behind.
-* once every rank has exited and its pipes are drained, the agent says ``bye`` and exits 0.
-  An agent (or ssh connection) that ends without ``bye`` is a lost host to the launcher.
+* once every rank has exited and its pipes are drained, the agent says ``bye`` and exits 0
+  (with ``"spawns": true`` in the start frame it first waits for the launcher's ``end``, as
+  the launcher may still ask it to start processes of a ``Spawn``; an agent may also start
+  with no ranks at all, for spawned processes only). An agent (or ssh connection) that ends
+  without ``bye`` is a lost host to the launcher.
 
 Wire format, both ways: frames of a 4-byte big-endian length and a msgpack map; the agent
 first writes MAGIC, so that whatever a login script prints to stdout before it is skipped.
@@ -28,7 +31,15 @@ launcher -> agent
      "cwd": DIR, "env": {...}, "coord_port": P, "coord_hosts": [...], "multihost": BOOL,
      "iface": SPEC|None, "bind": ADDR|None, "stdin_rank": R|None, "rank_stdin": BYTES|None,
      "result_fd": BOOL, "grace": S, "shim_dir": DIR|None, "keepalive": S, "silence": S}
-    {"t": "signal", "sig": N}
+    {"t": "signal", "sig": N}      (every process of this host; with "j": K only spawned
+                                    job K's, with "r": R too only its rank R)
+    {"t": "spawn", "j": K, "job": ID, "coord_port": P, "local": [R...],
+     "procs": [{"r": R, "argv": [...], "python": BOOL, "cwd": DIR|None, "env": {...}}]}
+                                   (start processes of spawned job K here: launcher/dynamic.py;
+                                    "python": argv runs under this host's Python and start
+                                    script; "local": job K's ranks on this host)
+    {"t": "end"}                   (with "spawns" in the start frame: nothing more will be
+                                    started here; exit once every process has ended)
     {"t": "ping"}                  (every ``keepalive`` s; 0: never)
     {"t": "stdin", "d": BYTES} / {"t": "stdin_eof"}      (for stdin_rank)
     {"t": "output", "on": BOOL}    (flow control: off while the launcher's own stdout or
@@ -38,6 +49,8 @@ agent -> launcher
     {"t": "hello", "host": IDENTITY, "hostname": NAME, "pid": PID, "coord": URL, "bind": ADDR}
     {"t": "out", "r": R, "s": 1|2|3, "d": BYTES}   (stdout, stderr, launch() result)
     {"t": "exit", "r": R, "rc": RC}
+        (both with "j": K for a process of spawned job K)
+    {"t": "spawn_failed", "j": K, "r": R, "msg": TEXT}   (that process could not start)
     {"t": "stdin_ack", "n": BYTES}                  (flow control of forwarded stdin)
     {"t": "error", "msg": TEXT}                     (the agent cannot go on; it exits)
     {"t": "ping"}                                   (every ``keepalive`` s)
@@ -200,8 +213,8 @@ class Agent:
                  reader: Optional[FrameReader] = None, early: Sequence[dict] = ()) -> None:
         self.start = start
         self.in_fd, self.out_fd = in_fd, out_fd
-        self.ranks: list[RankProcess] = []
-        self.pipes: dict[int, tuple[int, int]] = {}    # fd -> (rank, stream)
+        self.ranks: list[RankProcess] = []          # the job's ranks, then spawned processes
+        self.pipes: dict[int, tuple[RankProcess, int]] = {}    # fd -> (process, stream)
         self.pidfds: dict[int, RankProcess] = {}
         self.feeds: dict[int, _Feed] = {}              # rank -> its stdin feed
         self.reader = reader or FrameReader()
@@ -215,6 +228,15 @@ class Agent:
         self.silence = float(start.get("silence", 0) or 0)
         self.last_heard = time.monotonic()     # the launcher's last frame (or the start)
         self.next_ping = self.last_heard + self.keepalive
+        #: the launcher may send ``spawn`` frames until it sends ``end``
+        self.wait_for_end = bool(start.get("spawns"))
+        self.ended = False
+        self.coord_host: Optional[str] = None    # the coordinators' address as reached from here
+        self.bind: Optional[str] = None          # this host's data-plane address
+        self.spawned_jobs: set[str] = set()      # job ids of spawned jobs with processes here
+        self.lifelines: list[int] = []           # write ends: the processes' lifeline pipes
+        self.poller = None                       # the loop's poll object, once it runs
+        self.need_reap_poll = False              # some process has no pidfd
 
     def launcher_silent_for(self, now: float) -> Optional[float]:
         """How long the launcher has been silent, when that is longer than allowed."""
@@ -264,9 +286,13 @@ class Agent:
         host, errors = probe(candidates, int(start["coord_port"]))
         return host, "tried " + "; ".join(errors)
 
-    def rank_env(self, rank: int, coord: str, bind: str, lifeline: int) -> dict[str, str]:
+    def rank_env(self, rank: int, coord: str, bind: str, lifeline: int,
+                 extra: Optional[dict] = None, local: Optional[list] = None) -> dict[str, str]:
+        """A process's environment: the agent's, the launcher's settings, ``extra`` (a
+        spawned process's own: its job, size, parents), and what only this host knows."""
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in self.start.get("env", {}).items()})
+        env.update({str(k): str(v) for k, v in (extra or {}).items()})
         shim = self.start.get("shim_dir")
         if shim and "PYTHONPATH" in env:
             # the launcher's mpi4py shim directory -> this host's (another install may live
@@ -282,7 +308,8 @@ class Agent:
             ENV_BIND: bind,
             ENV_LIFELINE: str(lifeline),
             ENV_LAUNCHER_PID: str(os.getpid()),
-            ENV_LOCAL_RANKS: format_ranks(self.start["ranks"]),   # this host's (shm.py)
+            # this host's ranks of the process's job (shm.py)
+            ENV_LOCAL_RANKS: format_ranks(self.start["ranks"] if local is None else local),
         })
         return env
 
@@ -300,9 +327,11 @@ class Agent:
             bind = data_plane_address(host, start.get("iface"), start.get("bind"))
         except AddressError as exc:
             return f"on {socket.gethostname()}: {exc}"
+        self.coord_host, self.bind = host, bind
         coord = f"tcp://{host}:{int(start['coord_port'])}"
         argv = [sys.executable, *local_start_script(start["argv"])]
-        lifeline_r, self.lifeline_w = os.pipe()
+        lifeline_r, lifeline_w = os.pipe()
+        self.lifelines.append(lifeline_w)
         payload = start.get("rank_stdin")
         try:
             for rank in start["ranks"]:
@@ -322,15 +351,10 @@ class Agent:
                 finally:
                     if result_w is not None:
                         os.close(result_w)
-                self.ranks.append(rp)
-                for stream, pipe in ((STDOUT, rp.popen.stdout), (STDERR, rp.popen.stderr)):
-                    os.set_blocking(pipe.fileno(), False)
-                    self.pipes[pipe.fileno()] = (rank, stream)
+                self.watch(rp)
                 if result_r is not None:
                     os.set_blocking(result_r, False)
-                    self.pipes[result_r] = (rank, RESULT)
-                if rp.pidfd is not None:
-                    self.pidfds[rp.pidfd] = rp
+                    self.pipes[result_r] = (rp, RESULT)
                 if wants_stdin:
                     fd = rp.popen.stdin.fileno()
                     os.set_blocking(fd, False)
@@ -344,10 +368,61 @@ class Agent:
                    "pid": os.getpid(), "coord": coord, "bind": bind})
         return None
 
+    def watch(self, rp: RankProcess) -> None:
+        """Forward the output and the exit of a process started here."""
+        self.ranks.append(rp)
+        for stream, pipe in ((STDOUT, rp.popen.stdout), (STDERR, rp.popen.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            self.pipes[pipe.fileno()] = (rp, stream)
+        if rp.pidfd is not None:
+            self.pidfds[rp.pidfd] = rp
+            if self.poller is not None:
+                self.poller.register(rp.pidfd, select.POLLIN)
+        else:
+            self.need_reap_poll = True
+
+    def spawn_more(self, msg: dict) -> None:
+        """A ``spawn`` frame: start processes of a spawned job here (launcher/dynamic.py),
+        as this host's ranks were started; one that cannot start is reported
+        (``spawn_failed``) and the launcher ends the rest of that spawn."""
+        job_no, job_id = int(msg["j"]), str(msg["job"])
+        coord = f"tcp://{self.coord_host}:{int(msg['coord_port'])}"
+        local = [int(r) for r in msg.get("local", [])]
+        self.spawned_jobs.add(job_id)
+        lifeline_r, lifeline_w = os.pipe()
+        self.lifelines.append(lifeline_w)
+        try:
+            for proc in msg.get("procs", []):
+                rank = int(proc["r"])
+                argv = [str(a) for a in proc["argv"]]
+                if proc.get("python"):
+                    argv = [sys.executable, *local_start_script(argv)]
+                env = self.rank_env(rank, coord, self.bind or "", lifeline_r,
+                                    proc.get("env"), local)
+                cwd = proc.get("cwd") or None
+                try:
+                    if cwd and not os.path.isdir(cwd):
+                        raise OSError(f"its working directory {cwd} does not exist here")
+                    rp = spawn_rank(rank, argv, env, stdin_inherit=False,
+                                    pass_fds=(lifeline_r,), cwd=cwd)
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+                    if exc.filename:
+                        why += f": {exc.filename}"
+                    self.send({"t": "spawn_failed", "j": job_no, "r": rank,
+                               "msg": f"on {socket.gethostname()}: {why}"})
+                    continue
+                rp.job = job_no
+                self.watch(rp)
+        finally:
+            os.close(lifeline_r)
+
     # -- teardown -------------------------------------------------------------------------
-    def signal_all(self, sig: int) -> None:
+    def signal_all(self, sig: int, job: Optional[int] = None, rank: Optional[int] = None) -> None:
+        """Signal every process (or spawned job ``job``'s, or its rank ``rank``'s)."""
         for rp in self.ranks:
-            rp.signal_group(sig)    # also reaches leftovers of ranks that already exited
+            if (job is None or rp.job == job) and (rank is None or rp.rank == rank):
+                rp.signal_group(sig)    # also reaches leftovers of ranks that already exited
 
     def on_launcher_gone(self) -> None:
         if self.launcher_gone:
@@ -361,7 +436,14 @@ class Agent:
         kind = msg.get("t")
         if kind == "signal":
             sig = int(msg.get("sig", signal.SIGTERM))
-            self.signal_all(sig)
+            job, rank = msg.get("j"), msg.get("r")
+            self.signal_all(sig, None if job is None else int(job),
+                            None if rank is None else int(rank))
+        elif kind == "spawn":
+            if not self.launcher_gone and not self.ended:
+                self.spawn_more(msg)
+        elif kind == "end":
+            self.ended = True
         elif kind == "stdin":
             feed = self.feeds.get(self.start.get("stdin_rank"))
             if feed is not None and not feed.eof:
@@ -417,7 +499,12 @@ class Agent:
                 return
             rp.returncode = rc
             rp.close_pidfd()
-        self.send({"t": "exit", "r": rp.rank, "rc": rc})
+        self.send({"t": "exit", **ident(rp), "rc": rc})
+
+    def finished(self) -> bool:
+        """Every process has ended, and nothing more will be started here."""
+        return all(not rp.alive for rp in self.ranks) and \
+            (not self.wait_for_end or self.ended or self.launcher_gone)
 
     def run(self) -> int:
         error = self.spawn()
@@ -426,12 +513,11 @@ class Agent:
             for rp in self.ranks:
                 rp.popen.wait()
             return self.fail(error)
-        poller = select.poll()
+        poller = self.poller = select.poll()
         poller.register(self.in_fd, select.POLLIN)
         for fd in self.pidfds:
             poller.register(fd, select.POLLIN)
         polled: set[int] = set()     # the ranks' pipes being read (sync_output)
-        need_reap_poll = any(rp.pidfd is None for rp in self.ranks)
         for msg in self.early:
             self.on_frame(msg)
         all_done_at: Optional[float] = None
@@ -451,7 +537,7 @@ class Agent:
                     self.send({"t": "ping"})
             if self.sync_output(poller, polled) and all_done_at is not None:
                 all_done_at = now   # output held back for the launcher: not drained yet
-            if all(not rp.alive for rp in self.ranks):
+            if self.finished():
                 if all_done_at is None:
                     all_done_at = now
                     self.signal_all(signal.SIGKILL)   # leftovers may hold the pipes open
@@ -467,7 +553,7 @@ class Agent:
             if not self.launcher_gone and self.silence > 0:
                 waits.append(self.last_heard + self.silence + 0.01)
             timeout = max(0.0, min(waits) - now) if waits else 60.0
-            if need_reap_poll:
+            if self.need_reap_poll:
                 timeout = min(timeout, 0.1)
             try:
                 events = poller.poll(int(timeout * 1000) + 1)
@@ -496,7 +582,7 @@ class Agent:
                         poller.unregister(fd)
                         self.on_launcher_gone()
                 elif fd in self.pipes:
-                    rank, stream = self.pipes[fd]
+                    rp, stream = self.pipes[fd]
                     try:
                         data = os.read(fd, READ_SIZE)
                     except BlockingIOError:
@@ -504,7 +590,7 @@ class Agent:
                     except OSError:
                         data = b""
                     if data:
-                        self.send({"t": "out", "r": rank, "s": stream, "d": data})
+                        self.send({"t": "out", **ident(rp), "s": stream, "d": data})
                     else:
                         poller.unregister(fd)
                         polled.discard(fd)
@@ -517,10 +603,10 @@ class Agent:
                 elif fd in feed_fds:
                     poller.unregister(fd)
             self.write_feeds()
-            if need_reap_poll:
+            if self.need_reap_poll:
                 for rp in self.ranks:
                     if rp.pidfd is None and rp.alive and rp.reap() is not None:
-                        self.send({"t": "exit", "r": rp.rank, "rc": rp.returncode})
+                        self.send({"t": "exit", **ident(rp), "rc": rp.returncode})
         for fd in list(self.pipes):
             os.close(fd)
         for feed in self.feeds.values():
@@ -530,6 +616,11 @@ class Agent:
                 pass
         self.send({"t": "bye"})
         return 0 if not self.launcher_gone else 1
+
+
+def ident(rp: RankProcess) -> dict:
+    """How the frames name a process: its rank, and its spawned job's number if it has one."""
+    return {"r": rp.rank, "j": rp.job} if rp.job else {"r": rp.rank}
 
 
 def read_start(fd: int, timeout: float = START_WAIT_S) -> tuple[dict, FrameReader, list[dict]]:
@@ -592,6 +683,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         # shared-memory segments of this host's ranks that died before unlinking their own
         cleanup_job(str(start.get("job", "")))
+        for job_id in agent.spawned_jobs:
+            cleanup_job(job_id)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,18 @@ other: its output is forwarded with the prefix ``[job k:r]``, its failure ends t
 Given explicitly, it is also a limit: a spawn that would make more than U processes run at
 once is refused.
 
+**On several hosts** (``--hosts``, ``--hostfile``, Slurm: ``launcher/multihost.py``) the job
+hands this class an :class:`AgentStarter` (:meth:`DynamicProcesses.use_agents`): the universe
+is then the hosts' slots (or ``--universe-size``), the processes are placed on the host of
+the ``host`` info key, else on the hosts' free slots in order, and each host's agent starts
+its share (a ``spawn`` frame, ``launcher/agent.py``) with the spawned job's coordinator bound
+where the job's own is (the other hosts reach it); their output and exits come back in the
+agent's frames, as the job's ranks' do.
+
+**Liveness.** A spawned process that stops sending heartbeats for ``--heartbeat-timeout``
+(stopped, or hung with no CPU time used, or on a host that no longer answers) ends the job,
+named, as a rank of the job would (:meth:`DynamicProcesses.check`).
+
 **Ports and names** (``Open_port``/``Accept``/``Connect``, ``Publish_name``/
 ``Lookup_name``): the launcher is the name service and the meeting point of a port's
 ``Accept`` and ``Connect`` (see :meth:`DynamicProcesses._on_port`).
@@ -51,14 +63,65 @@ from minimpi.runtime.bootstrap import (
 from minimpi.transports.shm import cleanup_job
 
 from .coordinator import CoordEvent, Coordinator
-from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
+from .deadlock import EXIT_DEADLOCK
+from .spawn import (
+    EXIT_UNRESPONSIVE,
+    RankProcess,
+    describe_returncode,
+    exit_code_for,
+    process_state,
+    rank_command,
+    spawn_rank,
+)
 
 #: interpreters accepted as a spawn's command (the processes run under the launcher's Python)
 _PYTHON = re.compile(r"python[\d.]*")
 
 
+#: a silent spawned process that is running (its CPU time grows) is looked at again this often
+BUSY_PROBE = 1.0
+#: a spawn that finds no room while spawned processes still run waits up to this long for
+#: some of them to end (those a ``Disconnect`` just let go are on their way out) before it is
+#: refused
+ROOM_WAIT_S = 3.0
+
+
 class SpawnRefused(Exception):
     """A spawn request that cannot be carried out; the text goes back to the rank."""
+
+
+class NoRoom(SpawnRefused):
+    """Not enough room now (universe, or the hosts' slots): maybe once others have ended."""
+
+
+class AgentStarter:
+    """How a job whose processes run through agents places and starts spawned processes
+    (``launcher/multihost.py`` implements it)."""
+
+    def coordinator_host(self) -> str:
+        """The address a spawned job's coordinator binds to (reachable from every host)."""
+        raise NotImplementedError
+
+    def place(self, apps: list[dict], shown: str) -> list[str]:
+        """The host of each new process, in rank order (``apps``: the request's
+        applications, with ``maxprocs`` and ``info``); raises :class:`SpawnRefused` when they
+        do not fit."""
+        raise NotImplementedError
+
+    def start(self, sj: "SpawnedJob", procs: list[dict]) -> list[Any]:
+        """Ask the agents to start ``procs`` (``{"r", "host", "argv", "python", "cwd",
+        "env"}``, in rank order) as spawned job ``sj``; returns one process handle each
+        (``alive``, ``returncode``, ``killed_by_launcher``, ``signal_group``...)."""
+        raise NotImplementedError
+
+    def add_output(self, job: int, rank: int, label: str) -> None:
+        """Forward the output that the agent will send for process ``rank`` of ``job``."""
+        raise NotImplementedError
+
+    def host_silent(self, process: Any, now: float) -> Optional[float]:
+        """For a silent spawned process: when to look again if its host's agent is silent
+        too (the host's loss is then what the job reports), else None."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -71,9 +134,11 @@ class SpawnedJob:
     coord: Coordinator
     requester: tuple                   # (coordinator, rank, request id) to answer
     deadline: float                    # when the processes must all have registered
-    lifeline_w: int                    # closed when the launcher ends: the processes end too
+    lifeline_w: Optional[int]          # closed when the launcher ends: the processes end too
     processes: list = field(default_factory=list)   # RankProcess, index = its world rank
     answered: bool = False
+    #: silent process -> (CPU seconds, when seen) while it is judged (heartbeats)
+    busy: dict = field(default_factory=dict)
 
     def label(self, rank: int) -> str:
         return f"job{self.number}:{rank}"
@@ -97,6 +162,24 @@ class DynamicProcesses:
         self.names: dict[str, str] = {}     # published service name -> port name
         self.ports: dict[str, dict] = {}    # open port -> its pending accept/connect
         self._next_port = 0
+        self._fingerprint: tuple = ()         # the spawned processes' states (quiet)
+        self._moved_at = time.monotonic()    # when they last changed
+        #: spawns that wait for room: [deadline, coordinator, rank, request id, request]
+        self._waiting: list = []
+        self._running = 0                    # processes running at the last look (_retry)
+        #: set by use_agents: spawned processes are placed on hosts and started by agents
+        self.agents: Optional[AgentStarter] = None
+        self.slots = 0                      # the hosts' slots (0: one host, no slot count)
+
+    def use_agents(self, starter: AgentStarter, slots: int) -> None:
+        """A job whose processes agents start (several hosts, Slurm): spawned processes go
+        through ``starter``; the universe is ``slots`` unless --universe-size said, and it
+        limits the processes that run at once either way."""
+        self.agents = starter
+        self.slots = slots
+        if not self.universe_limited:
+            self.universe_size = slots
+        self.universe_limited = True
 
     # -- the loop's hooks ----------------------------------------------------------------
     def attach(self, poller: Any) -> None:
@@ -131,9 +214,31 @@ class DynamicProcesses:
             self.poller.unregister(fd)
             self._reap(sj, rank)
 
+    def _retry(self, now: float) -> Optional[float]:
+        """Spawns that wait for room: tried again when a process has ended since the last
+        look, refused at their deadline; returns the next deadline."""
+        running = self.running()
+        freed, self._running = running < self._running, running
+        waiting, self._waiting = self._waiting, []
+        for item in waiting:
+            deadline, coord, rank, number, msg = item
+            if not freed and now < deadline:
+                self._waiting.append(item)
+                continue
+            try:
+                self._spawn(coord, rank, number, msg, room_until=deadline)
+            except SpawnRefused as exc:
+                self.reply(coord, rank, number, ok=False, error=str(exc))
+        return min((item[0] for item in self._waiting), default=None)
+
+    def running(self) -> int:
+        """Processes of the job and of its spawned jobs that run now."""
+        return len([rp for rp in self.job.ranks if rp is not None and rp.alive]) + \
+            self.live_count()
+
     def check(self, now: float) -> Optional[float]:
         """Spawns whose processes did not all join in time fail; returns the next deadline."""
-        due = None
+        due = self._retry(now) if self._waiting else None
         for sj in self.jobs.values():
             if sj.answered:
                 continue
@@ -144,7 +249,129 @@ class DynamicProcesses:
                                          f"s (--startup-timeout)")
             else:
                 due = sj.deadline if due is None else min(due, sj.deadline)
+        for when in (self._check_heartbeats(now), self._check_deadlock(now)):
+            if when is not None:
+                due = when if due is None else min(due, when)
         return due
+
+    def _check_deadlock(self, now: float) -> Optional[float]:
+        """Spawned processes that deadlock among themselves once every rank of the job has
+        ended (the job's own deadlock check needs a running rank): every running spawned
+        process blocked and nothing moved for --deadlock-timeout ends the job, with what each
+        one waits for. Returns when to look again."""
+        job, timeout = self.job, self.job.spec.deadlock_timeout
+        if timeout <= 0 or job.failure is not None or not self.live_count() or \
+                any(rp is not None and rp.alive for rp in job.ranks):
+            return None
+        if not self.all_blocked():
+            return None
+        if now - self._moved_at < timeout:
+            return self._moved_at + timeout
+        job.fail_with("deadlock", EXIT_DEADLOCK,
+                      f"minimpi: deadlock: every spawned process still running is blocked in "
+                      f"minimpi and nothing has moved for {timeout:g} s (--deadlock-timeout; "
+                      f"the job's ranks have ended); what each one is doing:",
+                      [line for line in self.describe() if "blocked" in line])
+        return None
+
+    def _check_heartbeats(self, now: float) -> Optional[float]:
+        """Fail the job when a running spawned process sent no heartbeat for
+        --heartbeat-timeout (as ``Job._check_heartbeats`` does for the job's ranks); returns
+        when to look again. Cost: one pass over the spawned processes."""
+        job = self.job
+        limit = job.spec.heartbeat_timeout
+        if limit <= 0 or job.failure is not None:
+            return None
+        epoch = getattr(job, "_heartbeat_epoch", float("-inf"))   # the launcher was stopped
+        due = None
+        for sj in self.jobs.values():
+            if not sj.answered:
+                continue
+            for st in sj.coord.ranks:
+                rp = sj.processes[st.rank] if st.rank < len(sj.processes) else None
+                if rp is None or st.last_seen is None or st.finalized or not rp.alive:
+                    continue
+                seen = max(st.last_seen, epoch)
+                if now - seen <= limit:
+                    sj.busy.pop(st.rank, None)
+                    when = seen + limit
+                else:
+                    when = self._silent(sj, st.rank, now, now - st.last_seen)
+                    if when is None:
+                        return None
+                due = when if due is None else min(due, when)
+        return due
+
+    def _silent(self, sj: SpawnedJob, rank: int, now: float, silent: float) -> Optional[float]:
+        """A spawned process is silent: stopped, or using no CPU time, or on another host
+        (nothing to look at here): the job ends, naming it; running: look again later."""
+        limit = self.job.spec.heartbeat_timeout
+        rp = sj.processes[rank]
+        if rp.popen is None and self.agents is not None:
+            later = self.agents.host_silent(rp, now)
+            if later is not None:
+                return later
+        state, cpu = process_state(getattr(rp, "pid", None))
+        head = (f"minimpi: {sj.name(rank)} (`{sj.command}`) sent no heartbeat for "
+                f"{silent:.0f} s (--heartbeat-timeout {limit:g})")
+        if state == "stopped":
+            self.job.fail_with("unresponsive", EXIT_UNRESPONSIVE,
+                               f"{head} - its process is stopped (SIGSTOP, Ctrl-Z or a "
+                               f"debugger); ending the job")
+            return None
+        window = max(BUSY_PROBE, limit / 4)
+        if cpu is not None:
+            last = sj.busy.get(rank)
+            if last is None or cpu > last[0]:
+                sj.busy[rank] = (cpu, now)
+                return now + window
+            if now - last[1] < window:
+                return last[1] + window
+        how = (f" and its process used no CPU time for {now - sj.busy[rank][1]:.0f} s"
+               if cpu is not None else " (its host may be unreachable, or it is stuck in a "
+               "call that holds Python's GIL)")
+        self.job.fail_with("unresponsive", EXIT_UNRESPONSIVE,
+                           f"{head}{how}; ending the job (if it was working, raise "
+                           f"--heartbeat-timeout, or 0 turns the check off)")
+        return None
+
+    def on_agent_exit(self, number: int, rank: int, rc: int) -> None:
+        """An agent says process ``rank`` of spawned job ``number`` ended with ``rc``."""
+        sj = self.jobs.get(number)
+        if sj is None or not 0 <= rank < len(sj.processes) or not sj.processes[rank].alive:
+            return
+        sj.processes[rank].returncode = rc
+        self._reap(sj, rank)
+
+    def on_agent_start_failed(self, number: int, rank: int, why: str) -> None:
+        """An agent could not start process ``rank`` of spawned job ``number``."""
+        sj = self.jobs.get(number)
+        if sj is None or not 0 <= rank < len(sj.processes):
+            return
+        rp = sj.processes[rank]
+        if rp.alive:
+            rp.killed_by_launcher = True
+            rp.returncode = 127
+            sj.coord.ranks[rank].exit_status = "could not start"
+        if not sj.answered:
+            self._refuse_started(sj, f"could not start process {rank} {why}")
+
+    def on_agent_lost(self, is_on: Any, why: str) -> list[str]:
+        """The agent of a host is gone: its spawned processes are too (``is_on(process)``
+        says which). A spawn still waiting for them fails with ``why``; returns the names of
+        those that ran there after their spawn completed (the host's loss then ends the job)."""
+        lost = []
+        for sj in self.jobs.values():
+            here = [r for r, rp in enumerate(sj.processes) if rp.alive and is_on(rp)]
+            for r in here:
+                sj.processes[r].returncode = -signal.SIGKILL
+                sj.processes[r].killed_by_launcher = True
+                sj.coord.ranks[r].exit_status = "lost with its host"
+            if here and not sj.answered:
+                self._refuse_started(sj, why)
+            elif here:
+                lost += [sj.name(r) for r in here]
+        return lost
 
     def alive(self, label: str) -> bool:
         for sj in self.jobs.values():
@@ -159,12 +386,28 @@ class DynamicProcesses:
     def live_count(self) -> int:
         return sum(rp.alive for sj in self.jobs.values() for rp in sj.processes)
 
+    def quiet(self, now: float) -> bool:
+        """For the deadlock check: whether every running spawned process reports being
+        blocked, with nothing moved among them since the last look; when something moved (a
+        state report, an exit), the job's deadlock clock starts again from ``now``, so work
+        that only spawned processes do is never taken for a deadlock of the job's ranks."""
+        fp = tuple((st.state_time, st.finalized, sj.processes[st.rank].alive)
+                   for sj in self.jobs.values() for st in sj.coord.ranks
+                   if st.rank < len(sj.processes))
+        if fp != self._fingerprint:
+            self._fingerprint = fp
+            self._moved_at = now
+            if self.job.deadlock is not None:
+                self.job.deadlock.restart(now)
+        return self.all_blocked()
+
     def all_blocked(self) -> bool:
         """Whether every running spawned process reports being blocked in minimpi (the
         deadlock check then also needs the main job's ranks blocked)."""
         for sj in self.jobs.values():
             for st in sj.coord.ranks:
-                if sj.processes[st.rank].alive and not st.finalized and \
+                if st.rank < len(sj.processes) and sj.processes[st.rank].alive and \
+                        not st.finalized and \
                         not (isinstance(st.state, dict) and st.state.get("blocked")):
                     return False
         return True
@@ -189,16 +432,17 @@ class DynamicProcesses:
         self.signal_all(signal.SIGKILL)
         for sj in self.jobs.values():
             for rp in sj.processes:
-                if rp.alive:
+                if rp.alive and rp.popen is not None:
                     try:
                         rp.popen.wait(timeout=5)
                     except Exception:
                         pass
                 rp.close_pidfd()
-            try:
-                os.close(sj.lifeline_w)
-            except OSError:
-                pass
+            if sj.lifeline_w is not None:
+                try:
+                    os.close(sj.lifeline_w)
+                except OSError:
+                    pass
             sj.coord.close()
             cleanup_job(sj.job_id)
 
@@ -208,12 +452,14 @@ class DynamicProcesses:
         coord.send(rank, {"t": "reply", "n": number, "ok": ok, **fields})
 
     # -- spawn ---------------------------------------------------------------------------
-    def _spawn(self, coord: Coordinator, rank: int, number: Any, msg: dict) -> None:
+    def _spawn(self, coord: Coordinator, rank: int, number: Any, msg: dict,
+               room_until: Optional[float] = None) -> None:
+        """Start the processes a spawn request asks for (``room_until``: a request that
+        waited for room, until then)."""
         if self.poller is None:
             return self.reply(coord, rank, number, ok=False, kind="unsupported",
-                              error="Spawn is not implemented for jobs on several hosts "
-                                    "(--hosts, --hostfile, Slurm) yet: it works in a job on "
-                                    "this host")
+                              error="this launcher starts no processes for Spawn (its job "
+                                    "loop does not run)")
         apps, parents = msg.get("apps"), msg.get("parents")
         if not isinstance(apps, list) or not apps or not isinstance(parents, list) or \
                 not all(isinstance(a, dict) for a in apps):
@@ -221,23 +467,37 @@ class DynamicProcesses:
         starts = [self._resolve(app) for app in apps]
         total = sum(int(app.get("maxprocs", 1)) for app in apps)
         shown = " ".join([apps[0].get("cmd", "?"), *map(str, apps[0].get("args") or [])])
-        running = len([rp for rp in self.job.ranks if rp.alive]) + self.live_count()
-        if self.universe_limited and running + total > self.universe_size:
-            raise SpawnRefused(f"cannot start {total} process(es) of `{shown}`: {running} of "
-                               f"the universe's {self.universe_size} (--universe-size) are "
-                               f"running")
+        running = self.running()
+        try:
+            if self.universe_limited and running + total > self.universe_size:
+                where = ("the hosts' slots" if self.agents is not None and
+                         self.universe_size == self.slots else "--universe-size")
+                raise NoRoom(f"cannot start {total} process(es) of `{shown}`: {running} of "
+                             f"the universe's {self.universe_size} ({where}) are running")
+            hosts = self.agents.place(apps, shown) if self.agents is not None else None
+        except NoRoom:
+            now = time.monotonic()
+            until = now + ROOM_WAIT_S if room_until is None else room_until
+            if self.live_count() == 0 or now >= until:
+                raise
+            self._running = running
+            self._waiting.append([until, coord, rank, number, msg])
+            return
         k = max(self.jobs, default=0) + 1
         spec = self.job.spec
         job_id = f"{self.job.job_id}s{k}"
-        child = Coordinator(total, self.job.secret, job_id, host=spec.coord_host,
-                            log=self.job.log)
+        bind = self.agents.coordinator_host() if self.agents is not None else spec.coord_host
+        child = Coordinator(total, self.job.secret, job_id, host=bind, log=self.job.log)
+        parent = {"peers": parents, "leader": int(msg.get("leader", 0))}
+        if hosts is not None:
+            return self._spawn_through_agents(k, coord, rank, number, starts, apps, hosts,
+                                              child, parent, shown)
         lifeline_r, lifeline_w = os.pipe()
         sj = SpawnedJob(k, job_id, shown, child, (coord, rank, number),
                         time.monotonic() + spec.startup_timeout, lifeline_w)
         self.jobs[k] = sj
         self._sockets[child.socket] = sj
         self.poller.register(child.socket, 1)   # zmq.POLLIN
-        parent = {"peers": parents, "leader": int(msg.get("leader", 0))}
         server = self.job.fork_server
         started: list = []
         try:
@@ -247,9 +507,7 @@ class DynamicProcesses:
                 via = server if server is not None and server.can_start(argv) else None
                 for _ in range(int(app.get("maxprocs", 1))):
                     env = self.job.rank_env(r, child.address, lifeline_r)
-                    env.update({ENV_RANK: str(r), ENV_SIZE: str(total), ENV_JOBID: job_id,
-                                ENV_JOBNO: str(k), ENV_UNIVERSE_SIZE: str(self.universe_size),
-                                ENV_PARENT: json.dumps({**parent, "appnum": appnum})})
+                    env.update(self._env(sj, r, total, parent, appnum))
                     started.append(spawn_rank(r, argv, env, stdin_inherit=False,
                                               pass_fds=(lifeline_r,), cwd=cwd, fork_server=via,
                                               request_id=f"{job_id}:{r}"))
@@ -267,9 +525,41 @@ class DynamicProcesses:
         if failure is not None:
             self._refuse_started(sj, f"could not start process {len(sj.processes)}: {failure}")
 
+    def _env(self, sj: SpawnedJob, r: int, total: int, parent: dict, appnum: int) -> dict:
+        """What a spawned process's environment says of its job and its parents."""
+        return {ENV_RANK: str(r), ENV_SIZE: str(total), ENV_JOBID: sj.job_id,
+                ENV_JOBNO: str(sj.number), ENV_UNIVERSE_SIZE: str(self.universe_size),
+                ENV_PARENT: json.dumps({**parent, "appnum": appnum})}
+
+    def _spawn_through_agents(self, k: int, coord: Coordinator, rank: int, number: Any,
+                              starts: list, apps: list, hosts: list[str], child: Coordinator,
+                              parent: dict, shown: str) -> None:
+        """The processes of spawned job ``k``, placed on ``hosts``, started by those hosts'
+        agents."""
+        spec = self.job.spec
+        sj = SpawnedJob(k, child.job_id, shown, child, (coord, rank, number),
+                        time.monotonic() + spec.startup_timeout, None)
+        self.jobs[k] = sj
+        self._sockets[child.socket] = sj
+        self.poller.register(child.socket, 1)   # zmq.POLLIN
+        total = len(hosts)
+        procs, r = [], 0
+        for appnum, ((argv, cwd), app) in enumerate(zip(starts, apps)):
+            python = argv[0] == sys.executable
+            for _ in range(int(app.get("maxprocs", 1))):
+                procs.append({"r": r, "host": hosts[r], "argv": argv[1:] if python else argv,
+                              "python": python, "cwd": cwd or spec.cwd or os.getcwd(),
+                              "env": self._env(sj, r, total, parent, appnum)})
+                r += 1
+        for rp in self.agents.start(sj, procs):
+            self._watch(sj, rp)
+
     def _watch(self, sj: SpawnedJob, rp: RankProcess) -> None:
         rank = len(sj.processes)
         sj.processes.append(rp)
+        if rp.popen is None:     # on another host: its agent forwards its output
+            self.agents.add_output(sj.number, rank, sj.label(rank))
+            return
         forward = self.job.forward
         forward.add(sj.label(rank), "stdout", rp.popen.stdout)
         forward.add(sj.label(rank), "stderr", rp.popen.stderr)
@@ -294,7 +584,7 @@ class DynamicProcesses:
         if wdir is not None and not os.path.isdir(wdir):
             raise SpawnRefused(f"cannot start `{shown}`: its working directory (info 'wdir') "
                                f"{wdir!r} is not a directory")
-        if info.get("host") not in (None, "", "localhost") and \
+        if self.agents is None and info.get("host") not in (None, "", "localhost") and \
                 info["host"].split(".")[0] != os.uname().nodename.split(".")[0]:
             raise SpawnRefused(f"cannot start `{shown}` on host {info['host']!r} (info "
                                f"'host'): this job runs on this host only")

@@ -63,12 +63,19 @@ from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
 from .dynamic import DynamicProcesses
 from .forkserver import ForkServer
 from .output import OutputForwarder
-from .spawn import RankProcess, describe_returncode, exit_code_for, rank_command, spawn_rank
+from .spawn import (
+    EXIT_UNRESPONSIVE,
+    RankProcess,
+    describe_returncode,
+    exit_code_for,
+    rank_command,
+    spawn_rank,
+)
+from .spawn import process_state as _process_state
 
 EXIT_TIMEOUT = 124
 EXIT_STARTUP = 124
 EXIT_VANISHED = 1
-EXIT_UNRESPONSIVE = 124
 #: our stdout's reader went away (``| head``): the shell's code for death by SIGPIPE
 EXIT_STDOUT_CLOSED = 128 + signal.SIGPIPE
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0
@@ -383,7 +390,7 @@ class Job:
                 self._on_job_timeout()
             if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
-            if self.failure is None and self.dynamic.all_blocked() and deadlock.check(now):
+            if self.failure is None and self.dynamic.quiet(now) and deadlock.check(now):
                 self._on_deadlock()
             spawn_due = self.dynamic.check(now)
             if self._suspect_until is not None and now >= self._suspect_until:
@@ -682,6 +689,7 @@ class Job:
     def _on_deadlock(self) -> None:
         summary, lines = build_report(self.coord, lambda r: self.ranks[r].alive,
                                       self.spec.deadlock_timeout)
+        lines += self.dynamic.describe()
         self.fail(Failure("deadlock", EXIT_DEADLOCK, summary, details=lines))
 
     def _on_startup_timeout(self) -> None:
@@ -841,25 +849,6 @@ def user_traceback(lines: list[str]) -> list[str]:
 def heartbeat_interval(timeout: float) -> float:
     """How often ranks send a heartbeat for a given --heartbeat-timeout (0: never)."""
     return 0.0 if timeout <= 0 else max(0.2, min(2.0, timeout / 5))
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _process_state(pid: Optional[int]) -> tuple[str, Optional[float]]:
-    """A local process's state letter from /proc ("stopped" for T and t: the usual reason
-    for silence) and the CPU seconds it used; ("", None) when there is nothing to read (a
-    rank on another host, or gone)."""
-    if pid is None:
-        return "", None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        state = fields[0].decode()
-        cpu = (int(fields[11]) + int(fields[12])) / _TICKS   # utime + stime
-    except (OSError, IndexError, ValueError):
-        return "", None
-    return ("stopped" if state in ("T", "t") else state), cpu
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -25,6 +25,11 @@ signal pipe. What differs:
   period); an agent that does not finish soon after gets EOF on its stdin (it then kills its
   ranks itself), and its local process (ssh, srun) is killed at last. Nothing is left
   running on any host.
+* ``Spawn`` (``launcher/dynamic.py``): :class:`AgentSpawns` places the new processes on the
+  hosts' free slots (or the ``host`` info key's host) and sends each host's agent a ``spawn``
+  frame; a host that runs no rank yet gets its agent then. Agents stay until the launcher's
+  ``end`` frame (sent once every rank and spawned process has ended), since a spawn may
+  still come while their own ranks are done.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ from minimpi.runtime.bootstrap import (
     ENV_JOBID,
     ENV_SIZE,
     ENV_STARTUP_TIMEOUT,
+    ENV_UNIVERSE_SIZE,
 )
 from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.runtime.netaddr import AddressError, interface_addresses, is_loopback, route_source
@@ -54,6 +60,7 @@ from minimpi.transports.shm import cleanup_job
 
 from .agent import MAGIC, RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode
 from .coordinator import Coordinator
+from .dynamic import AgentStarter, NoRoom, SpawnedJob, SpawnRefused
 from .hosts import (
     HostListError,
     HostSlots,
@@ -63,6 +70,7 @@ from .hosts import (
     parse_hostfile,
     parse_hosts,
     place,
+    total_slots,
 )
 from .job import Failure, Job, JobSpec, _ranks, heartbeat_interval
 from .output import OutputForwarder, _Stream
@@ -83,6 +91,19 @@ class HostPlan:
     python: str = sys.executable       # the agents' (and so the ranks') Python
     iface: Optional[str] = None        # --iface, resolved on each host by its agent
     bind: Optional[str] = None         # --bind, for a job on one host only
+    #: every host of the list with its slots (Spawn places processes on their free slots);
+    #: None: the hosts of the placement, one slot per rank
+    hosts: Optional[list[HostSlots]] = None
+
+    @property
+    def slots(self) -> dict[str, int]:
+        """Slots per host, in the order of the host list (a host named twice: the sum)."""
+        if self.hosts is None:
+            return {h: len(r) for h, r in self.by_host.items()}
+        out: dict[str, int] = {}
+        for h in self.hosts:
+            out[h.host] = out.get(h.host, 0) + h.slots
+        return out
 
     @property
     def by_host(self) -> dict[str, list[int]]:
@@ -186,7 +207,7 @@ def plan_from_args(args: argparse.Namespace, nprocs: int,
         raise HostListError("--bind names one address, but the ranks run on several hosts; "
                             "use --iface NAME|CIDR")
     return HostPlan(placement, spawner, python, getattr(args, "iface", None),
-                    getattr(args, "bind", None))
+                    getattr(args, "bind", None), list(hosts))
 
 
 def _slurm_cpus(environ: Mapping[str, str]) -> dict[str, int]:
@@ -203,19 +224,21 @@ def _slurm_cpus(environ: Mapping[str, str]) -> dict[str, int]:
 class FrameOutput(OutputForwarder):
     """The OutputForwarder fed with chunks from agents instead of pipes it reads itself."""
 
-    def add_remote(self, rank: int, name: str) -> int:
-        key = -1 - (rank * 2 + (name == "stderr"))     # never a real fd
-        prefix = f"[{rank}] ".encode() if self.use_prefix else b""
+    def add_remote(self, rank: int, name: str, job: int = 0, label: object = None) -> int:
+        """A stream of rank ``rank`` (of spawned job ``job``, shown as ``label``)."""
+        label = rank if label is None else label
+        key = self.key(rank, STDERR if name == "stderr" else STDOUT, job)   # never a real fd
+        prefix = f"[{label}] ".encode() if self.use_prefix else b""
         copy = None
         if self.output_dir:
-            copy = open(os.path.join(self.output_dir, f"rank.{rank}.{name}"), "wb")
+            copy = open(os.path.join(self.output_dir, f"rank.{label}.{name}"), "wb")
         sink = self.stdout if name == "stdout" else self.stderr
-        self.streams[key] = _Stream(rank, name, key, sink, prefix, copy)
+        self.streams[key] = _Stream(label, name, key, sink, prefix, copy)
         return key
 
     @staticmethod
-    def key(rank: int, stream: int) -> int:
-        return -1 - (rank * 2 + (stream == STDERR))
+    def key(rank: int, stream: int, job: int = 0) -> int:
+        return -1 - ((job << 24 | rank) * 2 + (stream == STDERR))
 
     def feed(self, key: int, data: bytes) -> None:
         s = self.streams.get(key)
@@ -257,6 +280,147 @@ class RemoteRank:
         pass   # the agent signals its ranks (MultiHostJob.terminate_all)
 
 
+class RemoteSpawned:
+    """A process of a spawned job run by an agent (launcher/dynamic.py's handle on it)."""
+
+    def __init__(self, rank: int, job: int, agent: "AgentProc", owner: "MultiHostJob") -> None:
+        self.rank = rank
+        self.job = job
+        self.agent = agent
+        self.owner = owner
+        self.returncode: Optional[int] = None
+        self.killed_by_launcher = False
+        self.popen = None
+        self.pid = None      # on another host
+        self.pidfd = None
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    def reap(self) -> Optional[int]:
+        return self.returncode
+
+    def reap_exited(self, timeout: float = 1.0) -> Optional[int]:
+        return self.returncode
+
+    def close_pidfd(self) -> None:
+        pass
+
+    def signal_group(self, sig: int) -> None:
+        """Its agent signals its process group (also what it left behind)."""
+        self.owner.send(self.agent, {"t": "signal", "sig": int(sig), "j": self.job,
+                                     "r": self.rank})
+
+
+class AgentSpawns(AgentStarter):
+    """``Spawn`` in a job run through agents: placement on the hosts' slots, a ``spawn``
+    frame to each host's agent (started now where the host runs no rank yet)."""
+
+    def __init__(self, job: "MultiHostJob") -> None:
+        self.job = job
+
+    def coordinator_host(self) -> str:
+        return self.job.coord_bind
+
+    def _host_named(self, name: str, slots: dict[str, int], shown: str) -> str:
+        if name in slots:
+            return name
+        short = [h for h in slots if h.split(".")[0] == name.split(".")[0]]
+        if len(short) == 1:
+            return short[0]
+        raise SpawnRefused(f"cannot start `{shown}` on host {name!r} (info 'host'): not one of "
+                           f"this job's hosts ({', '.join(slots)})")
+
+    def place(self, apps: list[dict], shown: str) -> list[str]:
+        """Hosts in rank order: an application with the ``host`` info key goes there, the
+        others fill the free slots in the order of the host list. More than the free slots
+        only where --universe-size is larger than the slots (then each on the host with the
+        fewest processes per slot). Cost: O(processes x hosts)."""
+        job, dyn = self.job, self.job.dynamic
+        slots = job.plan.slots
+        used = dict.fromkeys(slots, 0)
+        for rr in job.ranks:
+            if rr is not None and rr.alive:
+                used[rr.agent.host] = used.get(rr.agent.host, 0) + 1
+        for sj in dyn.jobs.values():
+            for rp in sj.processes:
+                if rp.alive:
+                    used[rp.agent.host] = used.get(rp.agent.host, 0) + 1
+        free = {h: slots[h] - used.get(h, 0) for h in slots}
+        before = dict(free)
+        beyond = dyn.universe_size > sum(slots.values())    # --universe-size above the slots
+        chosen: list[list[str]] = [[] for _ in apps]
+        for i, app in enumerate(apps):
+            host = (app.get("info") or {}).get("host")
+            if not host:
+                continue
+            n = int(app.get("maxprocs", 1))
+            cmd = " ".join([str(app.get("cmd", "?")), *map(str, app.get("args") or [])])
+            h = self._host_named(str(host), slots, cmd)
+            if free[h] < n and not beyond:
+                raise NoRoom(f"cannot start {n} process(es) of `{cmd}` on host {h} (info "
+                             f"'host'): {max(free[h], 0)} of its {slots[h]} slot(s) free "
+                             f"(--universe-size allows more)")
+            free[h] -= n
+            chosen[i] = [h] * n
+        for i, app in enumerate(apps):
+            if (app.get("info") or {}).get("host"):
+                continue
+            for _ in range(int(app.get("maxprocs", 1))):
+                h = next((h for h in slots if free[h] > 0), None)
+                if h is None and beyond:
+                    h = min(slots, key=lambda x: (slots[x] - free[x]) / slots[x])
+                if h is None:
+                    n = int(app.get("maxprocs", 1))
+                    cmd = " ".join([str(app.get("cmd", "?")),
+                                    *map(str, app.get("args") or [])])
+                    state = ", ".join(f"{x}: {max(before[x], 0)} of {slots[x]}"
+                                      for x in slots)
+                    raise NoRoom(f"cannot start {n} process(es) of `{cmd}`: not enough "
+                                 f"free slots on the job's hosts ({state} free; "
+                                 f"--universe-size allows more)")
+                free[h] -= 1
+                chosen[i].append(h)
+        hosts = [h for each in chosen for h in each]
+        for h in dict.fromkeys(hosts):
+            try:
+                job.agent_for(h)
+            except HostListError as exc:
+                raise SpawnRefused(f"cannot start `{shown}` on {h}: {exc}") from None
+        return hosts
+
+    def start(self, sj: SpawnedJob, procs: list[dict]) -> list[RemoteSpawned]:
+        job = self.job
+        port = int(sj.coord.address.rsplit(":", 1)[1])
+        handles: list[RemoteSpawned] = []
+        for host in dict.fromkeys(p["host"] for p in procs):
+            agent = job.agent_for(host)
+            mine = [p for p in procs if p["host"] == host]
+            job.send(agent, {"t": "spawn", "j": sj.number, "job": sj.job_id,
+                             "coord_port": port, "local": [p["r"] for p in mine],
+                             "procs": [{k: p[k] for k in ("r", "argv", "python", "cwd", "env")}
+                                       for p in mine]})
+            for p in mine:
+                handles.append(RemoteSpawned(p["r"], sj.number, agent, job))
+                agent.spawned.append((sj.number, p["r"]))
+        handles.sort(key=lambda h: h.rank)
+        return handles
+
+    def add_output(self, job: int, rank: int, label: str) -> None:
+        self.job.forward.add_remote(rank, "stdout", job, label)
+        self.job.forward.add_remote(rank, "stderr", job, label)
+
+    def host_silent(self, process: RemoteSpawned, now: float) -> Optional[float]:
+        job = self.job
+        if job.keepalive <= 0:
+            return None
+        quiet = job._agent_silence(process.agent, now)
+        if quiet > job.keepalive + 0.2:      # its keepalive is late too: the host's check
+            return now + max(0.1, 2 * job.keepalive + 0.5 - quiet) + 0.01
+        return None
+
+
 @dataclass
 class AgentProc:
     host: str
@@ -277,6 +441,8 @@ class AgentProc:
     started_at: float = 0.0
     judged: bool = False
     synced: bool = False                  # the agent's MAGIC seen: frames from here on
+    spawned: list = field(default_factory=list)   # (job, rank) of spawned processes here
+    failed: bool = False                  # lost or could not start: never used again
     last_heard: float = 0.0               # when its stdout last brought anything
     preamble: bytes = b""                 # what came before it (a chatty login script)
 
@@ -304,6 +470,14 @@ class MultiHostJob(Job):
         #: keepalives both ways (see launcher/agent.py); 0 with --heartbeat-timeout 0
         self.keepalive = heartbeat_interval(spec.heartbeat_timeout)
         self._next_ping = 0.0
+        #: Spawn: placed on the hosts' slots, started by their agents (launcher/dynamic.py)
+        self.dynamic.use_agents(AgentSpawns(self), total_slots(
+            [HostSlots(h, n) for h, n in plan.slots.items()]))
+        self.coord_bind = "127.0.0.1"     # where the coordinators listen (set by run)
+        self._argv: list[str] = []        # the ranks' command (agents started later need it)
+        self._poller: Optional[zmq.Poller] = None
+        self._by_fd: dict[int, tuple[AgentProc, str]] = {}
+        self._ended = False               # "end" sent to the agents
 
     # -- start ----------------------------------------------------------------------------
     def coordinator_candidates(self, host: str) -> list[str]:
@@ -337,54 +511,99 @@ class MultiHostJob(Job):
             ENV_STARTUP_TIMEOUT: str(self.spec.startup_timeout),
             ENV_DEADLOCK_TIMEOUT: str(self.spec.deadlock_timeout),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval(self.spec.heartbeat_timeout)),
+            ENV_UNIVERSE_SIZE: str(self.dynamic.universe_size),
             "PYTHONUNBUFFERED": "1",
         })
         return env
 
     def start_agents(self, argv: list[str]) -> None:
+        self._argv = argv
+        for host, ranks in self.plan.by_host.items():
+            self.start_agent(host, ranks)
+
+    def agent_for(self, host: str) -> AgentProc:
+        """The agent of ``host``, started now (with no ranks) if it has none that works;
+        raises HostListError when it cannot be started."""
+        for agent in self.agents:
+            if agent.host == host and not agent.failed and not agent.finished \
+                    and not agent.stdin_closed:
+                return agent
+        agent = self.start_agent(host, [])
+        if self._poller is not None:
+            self._watch_agent(agent)
+        return agent
+
+    def start_agent(self, host: str, ranks: list[int]) -> AgentProc:
+        """Start the agent of ``host`` for ``ranks`` (none: for spawned processes only); its
+        start frame waits in its queue. Raises HostListError when it cannot be started."""
         from minimpi import _shim
         shim_dir = os.path.dirname(os.path.abspath(_shim.__file__))   # as run.SHIM_DIR
         plan, spec = self.plan, self.spec
         port = int(self.coord.address.rsplit(":", 1)[1])
         env = self.common_env()
         cwd = spec.cwd or os.getcwd()
-        for host, ranks in plan.by_host.items():
-            cmd = plan.spawner.argv(host, plan.python)
-            start = {
-                "t": "start", "secret": self.secret.hex(), "job": self.job_id, "ranks": ranks,
-                "size": spec.nprocs, "argv": argv, "cwd": cwd, "env": env,
-                "coord_port": port, "coord_hosts": self.coordinator_candidates(host),
-                "ssh_client_first": getattr(plan.spawner, "ssh_client_first", False),
-                "multihost": plan.multihost and not isinstance(plan.spawner, LocalSpawner),
-                "iface": plan.iface,
-                "bind": plan.bind,
-                "stdin_rank": 0 if self.forward_stdin and 0 in ranks else None,
-                "rank_stdin": self.rank_stdin, "result_fd": self.collect_results,
-                "grace": spec.grace, "shim_dir": shim_dir,
-                "keepalive": self.keepalive, "silence": 2 * max(0.0, spec.heartbeat_timeout),
-            }
+        argv = self._argv
+        cmd = plan.spawner.argv(host, plan.python)
+        start = {
+            "t": "start", "secret": self.secret.hex(), "job": self.job_id, "ranks": ranks,
+            "size": spec.nprocs, "argv": argv, "cwd": cwd, "env": env,
+            "coord_port": port, "coord_hosts": self.coordinator_candidates(host),
+            "ssh_client_first": getattr(plan.spawner, "ssh_client_first", False),
+            # ranks of other hosts (or processes they spawn) must reach this host's
+            "multihost": len(plan.slots) > 1 and not isinstance(plan.spawner, LocalSpawner),
+            "iface": plan.iface,
+            "bind": plan.bind,
+            "stdin_rank": 0 if self.forward_stdin and 0 in ranks else None,
+            "rank_stdin": self.rank_stdin, "result_fd": self.collect_results,
+            "grace": spec.grace, "shim_dir": shim_dir,
+            "keepalive": self.keepalive, "silence": 2 * max(0.0, spec.heartbeat_timeout),
+            "spawns": True,
+        }
+        try:
+            popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True,
+                                     preexec_fn=_make_preexec(os.getpid(), signal.SIGTERM),
+                                     close_fds=True)
+        except OSError as exc:
+            raise HostListError(f"cannot start {plan.spawner.describe(host)} "
+                                f"({cmd[0]}): {exc.strerror}") from None
+        agent = AgentProc(host, ranks, popen, plan.spawner.describe(host),
+                          started_at=time.monotonic(), last_heard=time.monotonic())
+        for fd in (popen.stdin.fileno(), popen.stdout.fileno(), popen.stderr.fileno()):
+            os.set_blocking(fd, False)
+        if hasattr(os, "pidfd_open"):
             try:
-                popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, start_new_session=True,
-                                         preexec_fn=_make_preexec(os.getpid(), signal.SIGTERM),
-                                         close_fds=True)
-            except OSError as exc:
-                raise HostListError(f"cannot start {plan.spawner.describe(host)} "
-                                    f"({cmd[0]}): {exc.strerror}") from None
-            agent = AgentProc(host, ranks, popen, plan.spawner.describe(host),
-                              started_at=time.monotonic(), last_heard=time.monotonic())
-            for fd in (popen.stdin.fileno(), popen.stdout.fileno(), popen.stderr.fileno()):
-                os.set_blocking(fd, False)
-            if hasattr(os, "pidfd_open"):
-                try:
-                    agent.pidfd = os.pidfd_open(popen.pid)
-                except OSError:
-                    agent.pidfd = None
-            agent.outbuf += encode(start)
-            self.agents.append(agent)
-            for r in ranks:
-                self.ranks[r] = RemoteRank(r, agent)
-            self.flush_agent(agent)
+                agent.pidfd = os.pidfd_open(popen.pid)
+            except OSError:
+                agent.pidfd = None
+        agent.outbuf += encode(start)
+        self.agents.append(agent)
+        for r in ranks:
+            self.ranks[r] = RemoteRank(r, agent)
+        self.flush_agent(agent)
+        return agent
+
+    def _watch_agent(self, agent: AgentProc) -> None:
+        """Poll an agent's pipes and exit in the job's loop."""
+        for name, pipe in (("stdout", agent.popen.stdout), ("stderr", agent.popen.stderr)):
+            self._by_fd[pipe.fileno()] = (agent, name)
+            self._poller.register(pipe.fileno(), zmq.POLLIN)
+        if agent.pidfd is not None:
+            self._by_fd[agent.pidfd] = (agent, "exit")
+            self._poller.register(agent.pidfd, zmq.POLLIN)
+
+    def terminate_all(self, sig: int) -> None:
+        for rr in self.ranks:
+            if rr is not None and rr.alive:
+                rr.killed_by_launcher = True
+        for sj in self.dynamic.jobs.values():
+            for rp in sj.processes:
+                if rp.alive:
+                    rp.killed_by_launcher = True
+        for agent in self.agents:
+            self.send(agent, {"t": "signal", "sig": int(sig)})
+        if sig == signal.SIGKILL and self.abandon_at is None:
+            self.abandon_at = time.monotonic() + ABANDON_S
 
     def flush_agent(self, agent: AgentProc) -> None:
         if not agent.outbuf or agent.stdin_closed:
@@ -413,14 +632,6 @@ class MultiHostJob(Job):
                 pass
 
     # -- teardown -------------------------------------------------------------------------
-    def terminate_all(self, sig: int) -> None:
-        for rr in self.ranks:
-            if rr is not None and rr.alive:
-                rr.killed_by_launcher = True
-        for agent in self.agents:
-            self.send(agent, {"t": "signal", "sig": int(sig)})
-        if sig == signal.SIGKILL and self.abandon_at is None:
-            self.abandon_at = time.monotonic() + ABANDON_S
 
     def abandon(self) -> None:
         """Agents that did not finish after SIGKILL: EOF on their stdin (they kill their ranks
@@ -489,6 +700,7 @@ class MultiHostJob(Job):
     def run(self) -> int:
         spec, plan = self.spec, self.plan
         host = "127.0.0.1" if isinstance(plan.spawner, LocalSpawner) else "0.0.0.0"
+        self.coord_bind = host
         coord = Coordinator(spec.nprocs, self.secret, self.job_id, host=host, log=self.log)
         self.coord = coord
         forward = FrameOutput(self.stdout, self.stderr, prefix=spec.prefix,
@@ -515,6 +727,7 @@ class MultiHostJob(Job):
             return self._loop(start)
         finally:
             self._teardown()
+            self.dynamic.close()    # the spawned jobs' coordinators (their agents are gone)
             forward.close_all(give_up=lambda: self._signal_received is not None)
             coord.close()
             # segments on this host that its agent could not remove (an agent killed here)
@@ -556,16 +769,11 @@ class MultiHostJob(Job):
     def _loop(self, start: float) -> int:
         from .deadlock import DeadlockDetector
         spec, coord = self.spec, self.coord
-        poller = zmq.Poller()
+        poller = self._poller = zmq.Poller()
         poller.register(coord.socket, zmq.POLLIN)
-        by_fd: dict[int, tuple[AgentProc, str]] = {}
+        by_fd = self._by_fd
         for agent in self.agents:
-            for name, pipe in (("stdout", agent.popen.stdout), ("stderr", agent.popen.stderr)):
-                by_fd[pipe.fileno()] = (agent, name)
-                poller.register(pipe.fileno(), zmq.POLLIN)
-            if agent.pidfd is not None:
-                by_fd[agent.pidfd] = (agent, "exit")
-                poller.register(agent.pidfd, zmq.POLLIN)
+            self._watch_agent(agent)
         if self._wake_r is not None:
             poller.register(self._wake_r, zmq.POLLIN)
         poller.register(self.forward.writers.wake_fd, zmq.POLLIN)
@@ -573,6 +781,7 @@ class MultiHostJob(Job):
         job_deadline = start + spec.timeout if spec.timeout else None
         deadlock = DeadlockDetector(coord, lambda r: self.ranks[r].alive, spec.deadlock_timeout)
         self.deadlock = deadlock
+        self.dynamic.attach(poller)
         writing: set[int] = set()
 
         while True:
@@ -584,21 +793,28 @@ class MultiHostJob(Job):
             if startup_deadline is not None and now >= startup_deadline:
                 self._on_startup_timeout()
             self._check_agent_start(now)
-            if self.failure is None and deadlock.check(now):
+            if self.failure is None and self.dynamic.quiet(now) and deadlock.check(now):
                 self._on_deadlock()
+            spawn_due = self.dynamic.check(now)
             if self._suspect_until is not None and now >= self._suspect_until:
                 self._judge(now, give_up=True)
             heartbeat_due = self._check_heartbeats(now)
             agents_due = self._check_agents(now)
-            held_due = self.forward.release_stale(now, lambda r: self.ranks[r].alive)
+            held_due = self.forward.release_stale(now, self._alive)
             if self.kill_at is not None and now >= self.kill_at:
                 self.terminate_all(signal.SIGKILL)
                 self.kill_at = None
             if self.abandon_at is not None and now >= self.abandon_at:
                 self.abandon()
-            if all(rr.alive is False for rr in self.ranks) and self.abandon_at is None:
-                # every rank reported: the agents are draining; bound how long that may take
-                self.abandon_at = now + ABANDON_S
+            if all(rr.alive is False for rr in self.ranks) and self.dynamic.all_reaped():
+                if not self._ended:
+                    # nothing runs and nothing more will be spawned: the agents may go
+                    self._ended = True
+                    for agent in self.agents:
+                        self.send(agent, {"t": "end"})
+                if self.abandon_at is None:
+                    # every rank reported: the agents are draining; bound how long that takes
+                    self.abandon_at = now + ABANDON_S
             # ---- done? ----
             if all(a.finished for a in self.agents):
                 # every host has been judged: nothing more to learn about the ranks
@@ -609,7 +825,7 @@ class MultiHostJob(Job):
             # ---- wait ----
             waits = [d for d in (job_deadline, self.kill_at, self.startup_deadline(),
                                  self.abandon_at, self._suspect_until, heartbeat_due, held_due,
-                                 agents_due)
+                                 agents_due, spawn_due)
                      if d is not None]
             waits += [a.started_at + spec.startup_timeout for a in self.agents if a.hello is None
                       and not a.finished]
@@ -631,6 +847,7 @@ class MultiHostJob(Job):
             self._output_flow()
             ready = self._poll(poller, timeout)
             self._wakeups_signals_and_coordinator(ready)
+            self.dynamic.on_ready(ready)
             if self._stdin_r is not None and self._stdin_r in ready:
                 self._pump_stdin(poller)
             for fd in list(ready):
@@ -716,6 +933,8 @@ class MultiHostJob(Job):
 
     def _on_agent_message(self, agent: AgentProc, msg: dict) -> None:
         kind = msg.get("t")
+        if msg.get("j") and kind in ("out", "exit", "spawn_failed"):
+            return self._on_spawned_message(agent, msg)
         if kind == "out":
             rank, stream, data = msg.get("r"), msg.get("s"), msg.get("d", b"")
             if rank not in agent.ranks:
@@ -737,6 +956,20 @@ class MultiHostJob(Job):
         elif kind == "bye":
             agent.bye = True
 
+    def _on_spawned_message(self, agent: AgentProc, msg: dict) -> None:
+        """A frame about a process of a spawned job (launcher/dynamic.py)."""
+        kind, key = msg.get("t"), (msg.get("j"), msg.get("r"))
+        if key not in agent.spawned:
+            return
+        job, rank = key
+        if kind == "out":
+            if msg.get("s") in (STDOUT, STDERR):
+                self.forward.feed(FrameOutput.key(rank, msg["s"], job), msg.get("d", b""))
+        elif kind == "exit" and isinstance(msg.get("rc"), int):
+            self.dynamic.on_agent_exit(job, rank, msg["rc"])
+        elif kind == "spawn_failed":
+            self.dynamic.on_agent_start_failed(job, rank, str(msg.get("msg", "")))
+
     def _read_agent_stderr(self, agent: AgentProc) -> bool:
         try:
             data = os.read(agent.popen.stderr.fileno(), 65536)
@@ -757,9 +990,9 @@ class MultiHostJob(Job):
         return bool(data)
 
     def _streams_done(self, agent: AgentProc) -> None:
-        for r in agent.ranks:
-            self.forward.finish(FrameOutput.key(r, STDOUT))
-            self.forward.finish(FrameOutput.key(r, STDERR))
+        for job, r in [(0, r) for r in agent.ranks] + agent.spawned:
+            self.forward.finish(FrameOutput.key(r, STDOUT, job))
+            self.forward.finish(FrameOutput.key(r, STDERR, job))
 
     def _agent_exited(self, agent: AgentProc) -> None:
         try:
@@ -795,6 +1028,19 @@ class MultiHostJob(Job):
     def _host_lost(self, agent: AgentProc, why: str, failed_agent: bool = False,
                    silent: bool = False) -> None:
         alive = [r for r in agent.ranks if self.ranks[r].alive]
+        agent.failed = True
+        spawned = self.dynamic.on_agent_lost(lambda rp: getattr(rp, "agent", None) is agent,
+                                             f"on {agent.host}: {why}")
+        if not agent.ranks and (agent.hello is None or not spawned):
+            # an agent started for a spawn only: that spawn failed (it was told); the job
+            # goes on without this host
+            self.log(f"minimpi: the agent for spawned processes on {agent.host}: {why}")
+            self.close_agent_stdin(agent)
+            try:
+                os.killpg(agent.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
         if self.failure is not None:
             return
         if agent.hello is None:   # never got as far as starting ranks
@@ -807,6 +1053,8 @@ class MultiHostJob(Job):
             summary = f"minimpi: lost host {agent.host}: {why}"
             if alive:
                 summary += f" (rank(s) {_ranks(alive)} ran there)"
+        if spawned:
+            summary += f"; {', '.join(spawned)} ran there too"
         # the agent's stderr was shown as it came; the summary repeats only its last line.
         # The ranks of other hosts that lost a peer there are summed up after it (Job._finish)
         self.fail(Failure("host", EXIT_HOST_LOST, summary, lost_ranks=list(agent.ranks)))
@@ -878,8 +1126,12 @@ class MultiHostJob(Job):
         if self.failure is not None:
             return
         for agent in self.agents:
-            if agent.hello is None and not agent.finished and \
+            if agent.hello is None and not agent.finished and not agent.failed and \
                     now >= agent.started_at + self.spec.startup_timeout:
+                if not agent.ranks:    # started for a spawn: that spawn fails, not the job
+                    self._host_lost(agent, f"{agent.describe} did not start the agent within "
+                                           f"{self.spec.startup_timeout:g} s")
+                    continue
                 tail = "; ".join(agent.stderr_tail)
                 self.fail(Failure("host", EXIT_HOST_LOST,
                                   f"minimpi: {agent.describe} did not start the agent within "

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from .forkserver import ForkServer
 
 PR_SET_PDEATHSIG = 1
+#: the launcher's exit code for a process that stopped sending heartbeats
+EXIT_UNRESPONSIVE = 124
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 _libc = None
 if sys.platform.startswith("linux"):
@@ -57,6 +60,7 @@ class RankProcess:
     pidfd: Optional[int] = None          # becomes readable when the process exits
     returncode: Optional[int] = None     # set once reaped
     killed_by_launcher: bool = False
+    job: int = 0                         # the spawned job it belongs to (0: the job's own)
 
     @property
     def pid(self) -> int:
@@ -175,3 +179,19 @@ def describe_returncode(rc: int) -> str:
 def exit_code_for(rc: int) -> int:
     """Shell convention: 128+signal for a process killed by a signal."""
     return 128 - rc if rc < 0 else rc
+
+
+def process_state(pid: Optional[int]) -> tuple[str, Optional[float]]:
+    """A local process's state letter from /proc ("stopped" for T and t: the usual reason
+    for silence) and the CPU seconds it used; ("", None) when there is nothing to read (a
+    process on another host, or gone). Cost: one read of /proc/PID/stat."""
+    if pid is None:
+        return "", None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        state = fields[0].decode()
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS   # utime + stime
+    except (OSError, IndexError, ValueError):
+        return "", None
+    return ("stopped" if state in ("T", "t") else state), cpu

@@ -125,8 +125,8 @@ def test_spawn_refused_beyond_an_explicit_universe_and_without_a_local_loop():
     coord = _Coord()
     request = {"n": 4, "apps": [{"cmd": "true", "args": [], "maxprocs": 2, "info": {}}],
                "parents": [], "leader": 0}
-    dyn.on_request(coord, CoordEvent("spawn", 0, data=request))     # no loop: multihost
-    assert "several hosts" in coord.sent[-1][1]["error"]
+    dyn.on_request(coord, CoordEvent("spawn", 0, data=request))     # no loop yet
+    assert "starts no processes" in coord.sent[-1][1]["error"]
     assert coord.sent[-1][1]["kind"] == "unsupported"      # NotImplementedError at the rank
     dyn.attach(object())
     dyn.job.ranks = []                        # (no rank processes in this test)

@@ -20,7 +20,7 @@ from ..data.datatypes import Datatype, resolve_datatype
 from ..data.ops import SUM, Op
 from ..errors import CountError, DatatypeError, OpError
 from ..p2p.request import CompletedRequest, Request
-from . import am, cma
+from . import am, cma, direct
 from .am import ACC, CAS, GET, GET_ACC, PUT
 from .errors import RmaRangeError
 from .exposed import outside_text
@@ -161,12 +161,14 @@ class Operations(WinHandle):
         """Write ``origin`` into ``target_rank``'s window at ``target`` (a displacement in
         the target's disp_unit, or ``[disp, count, datatype]``); complete at the next
         Fence/Flush/Unlock/Complete."""
-        self._put(origin, target_rank, target, "Put")
+        if not direct.put(self._s, origin, target_rank, target):
+            self._put(origin, target_rank, target, "Put")
 
     def Get(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Read ``target_rank``'s window into ``origin``; the data is there after the next
         Fence/Flush/Unlock/Complete."""
-        self._get(origin, target_rank, target, "Get")
+        if not direct.get(self._s, origin, target_rank, target):
+            self._get(origin, target_rank, target, "Get")
 
     def Rput(self, origin: Any, target_rank: int, target: Any = None) -> Request:
         """``Put`` with a request (complete once ``origin`` may be reused)."""

@@ -21,7 +21,7 @@ from ..data.attributes import AttributeStore
 from ..data.buffers import get_address
 from ..errors import RankError
 from ..p2p.observe import Activity
-from . import am, cma, shared
+from . import am, cma, direct, shared
 from .am import POST_TAG
 from .epochs import Epochs
 from .errors import WinError
@@ -97,6 +97,11 @@ class _State:
         self.origin = am.Origin(self.endpoint)
         self.server = am.Server(self.endpoint, self.exposed)
         self.freed = False
+        #: target -> byte view of its memory, for the targets reached directly (the fast
+        #: path of Put/Get: :mod:`.direct`); emptied by Free
+        self.direct_views: Dict[int, memoryview] = direct.views_of(self)
+        #: fast-path calls since the last round of progress (:func:`.direct.put`)
+        self.unpolled = 0
         _remember(self)
 
     @property

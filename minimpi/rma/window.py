@@ -207,6 +207,7 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
                 s.comm.Barrier()
             s.server.close()
             s.comm.Free()
+            s.direct_views = {}             # the views hold the segment's mapping
             if s.segment is not None:
                 s.segment.release()
             s.freed = True

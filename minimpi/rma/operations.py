@@ -119,6 +119,10 @@ class Operations(WinHandle):
         if rank in s.reachable and layout.nbytes and \
                 self._cross(s, rank, layout, np.frombuffer(data, np.uint8), True):
             return CompletedRequest()
+        if rank in s.rdma.targets and layout.single and layout.nbytes:
+            req = s.rdma.post(s, rank, layout.start, memoryview(data).cast("B"), True, call)
+            if req is not None:
+                return req
         return s.origin.send(rank, (PUT, layout.wire()), data, f"Win.{call}")
 
     def _get(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
@@ -138,6 +142,11 @@ class Operations(WinHandle):
             if self._cross(s, rank, layout, landing, False):
                 spec.finish()
                 return CompletedRequest()
+        if rank in s.rdma.targets and layout.single and layout.nbytes:
+            landing = memoryview(np.frombuffer(spec.view, np.uint8, layout.nbytes))
+            req = s.rdma.post(s, rank, layout.start, landing, False, call, spec.finish)
+            if req is not None:
+                return req
         return s.origin.ask(rank, (GET, layout.wire()), None, f"Win.{call}",
                             lambda body: store_into_origin(spec, body))
 

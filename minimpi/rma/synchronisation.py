@@ -77,6 +77,8 @@ class Synchronisation(WinHandle):
         if ranks is None:
             raise s.epochs._error("Complete", "no access epoch is open (Complete without Start)")
         with s.epoch_call("Win.Complete", "access (post/start/complete/wait)", ranks):
+            if s.rdma.targets:      # RDMA writes land before the target hears COMPLETE
+                s.origin.complete_local(ranks)
             for r in ranks:
                 s.origin.send(r, (COMPLETE,), None, "Win.Complete")
             s.origin.complete_local(ranks)

@@ -32,12 +32,10 @@ Remote = Optional[Tuple[int, int]]
 def transport_of(endpoint: Any) -> Optional[Any]:
     """The verbs transport under ``endpoint`` (alone, or a member of a router), or None."""
     transport = endpoint.engine.transport
-    if transport is None:
-        return None
-    if getattr(transport, "name", None) == "verbs":
-        return transport
     member = getattr(transport, "member", None)
-    return member("verbs") if member is not None else None
+    if member is not None:          # a router (even one of verbs alone, also named "verbs")
+        return member("verbs")
+    return transport if getattr(transport, "name", None) == "verbs" else None
 
 
 class RdmaRequest(Request):

@@ -274,3 +274,28 @@ def test_out_of_window_is_caught_at_the_origin_before_any_rdma(fabric):
     cls, text = run(2, body)[0]
     assert cls == MPI.ERR_RMA_RANGE and "12 bytes at offset 12" in text and "20 bytes" in text
     assert rdma_ops(fabric) == []
+
+
+def test_windows_find_the_verbs_member_of_a_router():
+    """A router of verbs alone is also named "verbs": the window must take its member."""
+    from types import SimpleNamespace
+
+    from minimpi.rma.rdma import transport_of
+    from minimpi.transports.router import RouterTransport
+    from minimpi.transports.tcp import TcpTransport
+
+    fabric, (a, b), _ = pair()
+    router = RouterTransport(0, 2, [a], "h0")
+    assert router.name == "verbs"
+    assert transport_of(SimpleNamespace(engine=SimpleNamespace(transport=router))) is a
+    assert transport_of(SimpleNamespace(engine=SimpleNamespace(transport=a))) is a
+    tcp = TcpTransport(0, 2, b"secret")
+    try:
+        assert transport_of(SimpleNamespace(engine=SimpleNamespace(transport=tcp))) is None
+        assert transport_of(SimpleNamespace(engine=SimpleNamespace(
+            transport=RouterTransport(0, 2, [tcp], "h0")))) is None
+    finally:
+        tcp.close()
+    assert transport_of(SimpleNamespace(engine=SimpleNamespace(transport=None))) is None
+    for t in (a, b):
+        t.close()

@@ -299,3 +299,27 @@ def test_windows_find_the_verbs_member_of_a_router():
     assert transport_of(SimpleNamespace(engine=SimpleNamespace(transport=None))) is None
     for t in (a, b):
         t.close()
+
+
+def test_rput_and_rget_return_requests_completed_by_the_device(fabric):
+    def body(comm):
+        mem = np.zeros(4, "d")
+        win = MPI.Win.Create(mem, 8, None, comm)
+        peer = 1 - comm.rank
+        win.Lock_all()
+        req = win.Rput(np.array([comm.rank + 0.5, 2.5]), peer, 1)
+        done_early = req.Test()           # posted; complete once its completion is polled
+        req.Wait()
+        win.Flush(peer)
+        comm.Barrier()
+        out = np.zeros(2, "d")
+        win.Rget(out, peer, 1).Wait()
+        win.Unlock_all()
+        comm.Barrier()
+        win.Free()
+        return mem.tolist(), out.tolist(), isinstance(done_early, bool)
+
+    (m0, o0, ok0), (m1, o1, ok1) = run(2, body)
+    assert m0 == [0, 1.5, 2.5, 0] and m1 == [0, 0.5, 2.5, 0]
+    assert o0 == [0.5, 2.5] and o1 == [1.5, 2.5] and ok0 and ok1
+    assert sorted(op for op, _ in rdma_ops(fabric)) == [OP_WRITE, OP_WRITE, OP_READ, OP_READ]

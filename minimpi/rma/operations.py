@@ -20,7 +20,7 @@ from ..data.datatypes import Datatype, resolve_datatype
 from ..data.ops import SUM, Op
 from ..errors import CountError, DatatypeError, OpError
 from ..p2p.request import CompletedRequest, Request
-from . import am, cma
+from . import am, cma, direct
 from .am import ACC, CAS, GET, GET_ACC, PUT
 from .errors import RmaRangeError
 from .exposed import outside_text
@@ -119,6 +119,10 @@ class Operations(WinHandle):
         if rank in s.reachable and layout.nbytes and \
                 self._cross(s, rank, layout, np.frombuffer(data, np.uint8), True):
             return CompletedRequest()
+        if rank in s.rdma.targets and layout.single and layout.nbytes:
+            req = s.rdma.post(s, rank, layout.start, memoryview(data).cast("B"), True, call)
+            if req is not None:
+                return req
         return s.origin.send(rank, (PUT, layout.wire()), data, f"Win.{call}")
 
     def _get(self, origin: Any, target_rank: Any, target: Any, call: str) -> Request:
@@ -138,6 +142,11 @@ class Operations(WinHandle):
             if self._cross(s, rank, layout, landing, False):
                 spec.finish()
                 return CompletedRequest()
+        if rank in s.rdma.targets and layout.single and layout.nbytes:
+            landing = memoryview(np.frombuffer(spec.view, np.uint8, layout.nbytes))
+            req = s.rdma.post(s, rank, layout.start, landing, False, call, spec.finish)
+            if req is not None:
+                return req
         return s.origin.ask(rank, (GET, layout.wire()), None, f"Win.{call}",
                             lambda body: store_into_origin(spec, body))
 
@@ -161,12 +170,14 @@ class Operations(WinHandle):
         """Write ``origin`` into ``target_rank``'s window at ``target`` (a displacement in
         the target's disp_unit, or ``[disp, count, datatype]``); complete at the next
         Fence/Flush/Unlock/Complete."""
-        self._put(origin, target_rank, target, "Put")
+        if not direct.put(self._s, origin, target_rank, target):
+            self._put(origin, target_rank, target, "Put")
 
     def Get(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Read ``target_rank``'s window into ``origin``; the data is there after the next
         Fence/Flush/Unlock/Complete."""
-        self._get(origin, target_rank, target, "Get")
+        if not direct.get(self._s, origin, target_rank, target):
+            self._get(origin, target_rank, target, "Get")
 
     def Rput(self, origin: Any, target_rank: int, target: Any = None) -> Request:
         """``Put`` with a request (complete once ``origin`` may be reused)."""

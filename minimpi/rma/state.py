@@ -21,7 +21,7 @@ from ..data.attributes import AttributeStore
 from ..data.buffers import get_address
 from ..errors import RankError
 from ..p2p.observe import Activity
-from . import am, cma, shared
+from . import am, cma, direct, rdma, shared
 from .am import POST_TAG
 from .epochs import Epochs
 from .errors import WinError
@@ -81,15 +81,23 @@ class _State:
         # every rank's window size and disp_unit (origins check bounds before sending), and
         # where its memory is (process, address) for straight copies on one host
         address = int(memory.ctypes.data) if memory.size else 0
-        facts = self.comm.allgather((int(memory.size), self.disp_unit, os.getpid(), address))
+        #: RDMA into the peers' registered windows (verbs; not for shared or dynamic ones)
+        self.rdma = rdma.Windows.expose(self.endpoint, memory,
+                                        flavor != WIN_FLAVOR_DYNAMIC and segment is None)
+        facts = self.comm.allgather((int(memory.size), self.disp_unit, os.getpid(), address,
+                                     self.rdma.remote))
         self.sizes = [f[0] for f in facts]
         self.units = [f[1] for f in facts]
         hosts = self.endpoint.hosts
+        # peers reached over verbs take RDMA, even on this host (a job that chose verbs for
+        # them); cross memory attach reaches the other peers of this host
+        self.rdma.connect(self.endpoint, [f[4] for f in facts])
         #: target -> (pid, address) of the peers whose memory cross memory attach may reach
         self.reachable: Dict[int, Tuple[int, int]] = {}
         if cma.available() and flavor != WIN_FLAVOR_DYNAMIC and segment is None:
             self.reachable = {t: (f[2], f[3]) for t, f in enumerate(facts)
-                              if t != self.rank and hosts[t] == hosts[self.rank] and f[0]}
+                              if t != self.rank and hosts[t] == hosts[self.rank] and f[0]
+                              and t not in self.rdma.targets}
         self.exposed = Exposed(self.rank, self.label, memory,
                                dynamic=flavor == WIN_FLAVOR_DYNAMIC,
                                range_lock=segment.lock if segment is not None else None)
@@ -97,6 +105,11 @@ class _State:
         self.origin = am.Origin(self.endpoint)
         self.server = am.Server(self.endpoint, self.exposed)
         self.freed = False
+        #: target -> byte view of its memory, for the targets reached directly (the fast
+        #: path of Put/Get: :mod:`.direct`); emptied by Free
+        self.direct_views: Dict[int, memoryview] = direct.views_of(self)
+        #: fast-path calls since the last round of progress (:func:`.direct.put`)
+        self.unpolled = 0
         _remember(self)
 
     @property

@@ -13,6 +13,7 @@ from ..constants import (
     PROC_NULL,
 )
 from ..errors import ArgumentError, MinimpiError
+from . import direct
 from .am import COMPLETE, POST_TAG, UNLOCK
 from .errors import ERR_LOCKTYPE
 from .state import WinHandle, _check_int, _EpochWait, _State
@@ -76,6 +77,8 @@ class Synchronisation(WinHandle):
         if ranks is None:
             raise s.epochs._error("Complete", "no access epoch is open (Complete without Start)")
         with s.epoch_call("Win.Complete", "access (post/start/complete/wait)", ranks):
+            if s.rdma.targets:      # RDMA writes land before the target hears COMPLETE
+                s.origin.complete_local(ranks)
             for r in ranks:
                 s.origin.send(r, (COMPLETE,), None, "Win.Complete")
             s.origin.complete_local(ranks)
@@ -178,6 +181,8 @@ class Synchronisation(WinHandle):
 
     def Flush(self, rank: int) -> None:
         """Complete this rank's operations to ``rank``, at the target too."""
+        if direct.flush(self._s, rank):     # nothing outstanding: the epoch check only
+            return
         s = self._call("Flush")
         rank = self._target_rank(s, rank, "Flush")
         if rank == PROC_NULL:

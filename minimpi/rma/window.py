@@ -206,7 +206,9 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
                 s.origin.complete_remote(s.origin.targets(), "Win.Free")
                 s.comm.Barrier()
             s.server.close()
+            s.rdma.close()                  # every rank is past the barrier: no RDMA left
             s.comm.Free()
+            s.direct_views = {}             # the views hold the segment's mapping
             if s.segment is not None:
                 s.segment.release()
             s.freed = True

@@ -72,17 +72,20 @@ from .frames import HAS_PAYLOAD, HEADER_SIZE, Header, unpack
 #: access flags of a registration (mapped to IBV_ACCESS_* by the real device)
 ACCESS_LOCAL_WRITE = 1
 ACCESS_REMOTE_WRITE = 2
+ACCESS_REMOTE_READ = 4
 
 #: send opcodes
 OP_SEND = 1
 OP_WRITE = 2
 OP_WRITE_IMM = 3
+OP_READ = 4
 
 #: completion opcodes
 WC_SEND = 1
 WC_WRITE = 2
 WC_RECV = 3
 WC_RECV_WRITE_IMM = 4
+WC_READ = 5
 
 #: ibv_wc_status values (their order is libibverbs' ABI) with what each means for a user
 WC_STATUS = (
@@ -307,7 +310,7 @@ _MSG_NAMES = {M_FRAME: "FRAME", M_FRAG_HEAD: "FRAG_HEAD", M_FRAG: "FRAG", M_RTS:
 RESERVED = 2
 
 # wr_id = kind << 56 | peer << 32 | index
-K_RECV, K_SEND, K_WRITE = 1, 2, 3
+K_RECV, K_SEND, K_WRITE, K_RDMA = 1, 2, 3, 4
 
 
 def _wr_id(kind: int, peer: int, index: int) -> int:
@@ -418,6 +421,28 @@ MAX_WRITE = 1 << 30
 WRITE_DEPTH = 16
 #: most scatter/gather entries per write (device limit permitting)
 MAX_SGE = 16
+#: send-queue entries per peer for one-sided RDMA writes and reads (:meth:`VerbsTransport.rdma`)
+RDMA_DEPTH = 16
+
+
+class Exposure(NamedTuple):
+    """Memory exposed to the peers' one-sided RDMA (a window): what they need to reach it."""
+    addr: int
+    rkey: int
+    length: int
+    handle: object
+
+
+class _RdmaOp:
+    """One one-sided RDMA write or read on its way to a peer's exposed memory."""
+    __slots__ = ("write", "local", "remote_addr", "rkey", "on_done", "entry")
+
+    def __init__(self, write: bool, local: memoryview, remote_addr: int, rkey: int,
+                 on_done: OnSent) -> None:
+        self.write, self.local = write, local
+        self.remote_addr, self.rkey = remote_addr, rkey
+        self.on_done = on_done
+        self.entry: Optional[_CacheEntry] = None
 
 
 class _Out:
@@ -474,6 +499,9 @@ class _Peer:
         self.hello_in = False
         self.hello_slot = -1
         self.hello_acked = False
+        self.rdma_queue: Deque[_RdmaOp] = collections.deque()   # not posted yet
+        self.rdma_posted: Dict[int, _RdmaOp] = {}                # posted, by op number
+        self.next_rdma = 1
 
 
 class VerbsTransport(Transport):
@@ -505,7 +533,8 @@ class VerbsTransport(Transport):
         self._frag_room = cfg.slot_size - _MSG.size
         self._threshold = max(cfg.rndv_threshold, self._frame_room)
         self._return_at = max(2, cfg.slots // 4)
-        self._send_depth = cfg.slots + WRITE_DEPTH
+        self._send_depth = cfg.slots + WRITE_DEPTH + RDMA_DEPTH
+        self._exposed: Dict[int, Registration] = {}
         self._max_write = max(1, min(info.max_msg, MAX_WRITE))
         self._max_sge = max(1, min(info.max_sge, MAX_SGE))
 
@@ -804,6 +833,82 @@ class VerbsTransport(Transport):
         if out.on_sent is not None:
             out.on_sent(reason)
 
+    # -- one-sided RDMA (windows) -------------------------------------------------------------
+    def reaches(self, peer: int) -> bool:
+        """Whether ``peer`` (a world rank) is connected to this rank over verbs now."""
+        p = self._peers[peer] if 0 <= peer < self.size else None
+        return p is not None and p.state == _READY
+
+    def expose(self, view: memoryview) -> Optional[Exposure]:
+        """Register ``view`` (contiguous, writable) for the peers' RDMA writes and reads: a
+        window's memory. None when there is nothing to expose (empty) or the device refuses
+        (locked-memory limit...): the window then serves its peers by messages. The caller
+        keeps the memory alive until :meth:`unexpose`."""
+        if not self._listening or self._closed or not view.nbytes or view.readonly:
+            return None
+        try:
+            reg = self.ops.register(address_of(view), view.nbytes,
+                                    ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ)
+        except VerbsError:
+            self.stats["expose_refused"] += 1
+            return None
+        self._exposed[id(reg)] = reg
+        return Exposure(reg.addr, reg.rkey, reg.length, id(reg))
+
+    def unexpose(self, exposure: Exposure) -> None:
+        """Undo :meth:`expose` (the peers must be done with it: a window's Free)."""
+        reg = self._exposed.pop(exposure.handle, None)
+        if reg is not None and not self._closed:
+            self.ops.deregister(reg)
+
+    def rdma(self, peer: int, write: bool, local: memoryview, remote_addr: int, rkey: int,
+             on_done: OnSent) -> bool:
+        """Post an RDMA write of ``local`` to ``remote_addr`` of ``peer`` (``write``), or a
+        read from there into ``local``; ``on_done(None)`` once it completed - for a write,
+        the bytes are in the peer's memory - or ``on_done(reason)`` if it failed (the queue
+        pair then breaks, as any failed work request breaks it). False, with nothing posted,
+        when ``peer`` is not reached over verbs or ``local`` cannot be registered: the caller
+        takes another path. ``local`` must stay unchanged (write) or untouched (read) until
+        ``on_done``. Waits for room in the send queue inside progress, never here."""
+        p = self._peers[peer] if 0 <= peer < self.size else None
+        if p is None or p.state != _READY or self._closing:
+            return False
+        local = _as_bytes(local)
+        if (local.readonly and not write) or not local.contiguous:
+            return False
+        if not local.nbytes or local.nbytes > self._max_write:
+            return False
+        # writable memory registered writable even for a write (see _register_sources)
+        access = 0 if local.readonly else ACCESS_LOCAL_WRITE
+        try:
+            entry = self.cache.acquire(local, access)
+        except VerbsError:
+            self.stats["rdma_register_refused"] += 1
+            return False
+        op = _RdmaOp(write, local, remote_addr, rkey, on_done)
+        op.entry = entry
+        p.rdma_queue.append(op)
+        self.stats["rdma_writes" if write else "rdma_reads"] += 1
+        self._pump_rdma(p)
+        return True
+
+    def _pump_rdma(self, p: _Peer) -> None:
+        while p.rdma_queue and len(p.rdma_posted) < RDMA_DEPTH and p.sq_free > 0:
+            op = p.rdma_queue.popleft()
+            n = p.next_rdma
+            p.next_rdma = n + 1 if n < 0xFFFFFFFF else 1
+            sge = [(address_of(op.local), op.local.nbytes, op.entry.reg.lkey)]
+            try:
+                self.ops.post_send(p.qpn, _wr_id(K_RDMA, p.rank, n),
+                                   OP_WRITE if op.write else OP_READ, sge, 0,
+                                   op.remote_addr, op.rkey)
+            except VerbsError as exc:
+                p.rdma_queue.appendleft(op)
+                self._lose(p, f"posting a one-sided RDMA operation failed: {exc}")
+                return
+            p.sq_free -= 1
+            p.rdma_posted[n] = op
+
     # -- receiving -------------------------------------------------------------------------
     def _post_recv(self, p: _Peer, slot: int) -> None:
         cfg = self.cfg
@@ -842,6 +947,17 @@ class VerbsTransport(Transport):
                 return self._wc_failed(p, c, "send")
             if index == p.hello_slot:
                 p.hello_acked, p.hello_slot = True, -1
+        elif kind == K_RDMA:
+            op = p.rdma_posted.pop(index, None)
+            if op is None:
+                return
+            self.cache.release(op.entry)
+            op.entry = None
+            if c.status:
+                what = "one-sided RDMA " + ("write" if op.write else "read")
+                op.on_done(f"verbs {what} to rank {p.rank} failed: {status_text(c.status)}")
+                return self._wc_failed(p, c, what)
+            op.on_done(None)
         elif kind == K_WRITE:
             if c.status:
                 return self._wc_failed(p, c, "RDMA write")
@@ -983,9 +1099,17 @@ class VerbsTransport(Transport):
         p.queue.clear()
         p.out_xfers.clear()
         p.ctrl.clear()
+        ops = [*p.rdma_posted.values(), *p.rdma_queue]
+        p.rdma_posted.clear()
+        p.rdma_queue.clear()
         why = f"connection to rank {p.rank}: {reason}"
         for out in outs:
             self._finish(out, why)
+        for op in ops:
+            if op.entry is not None:
+                self.cache.release(op.entry)
+                op.entry = None
+            op.on_done(why)
         if not self._closing and self._sink is not None:
             self._sink.peer_lost(p.rank, reason)
 
@@ -1022,6 +1146,8 @@ class VerbsTransport(Transport):
                 continue
             if p.queue or p.ctrl:
                 self._pump(p)
+            if p.rdma_queue:
+                self._pump_rdma(p)
             # Return credits explicitly only when no outgoing message carried them.
             if p.to_return >= self._return_at and not self._closing:
                 self._post(p, M_CREDIT, 0, (), control=True)
@@ -1068,7 +1194,7 @@ class VerbsTransport(Transport):
         """Work requests posted to live peers and not completed yet. Those to a peer that is
         gone do not count: on soft-RoCE a send to a destroyed queue pair never completes (no
         retry timeout fires), and waiting for it would only delay this rank's exit."""
-        return sum(self._send_depth - p.sq_free for p in self._peers
+        return sum(self._send_depth - p.sq_free + len(p.rdma_queue) for p in self._peers
                    if p is not None and p.state == _READY)
 
     def close(self) -> None:
@@ -1102,6 +1228,9 @@ class VerbsTransport(Transport):
         finally:
             self._poller = select.poll()
             self.cache.clear()
+            for reg in self._exposed.values():
+                self.ops.deregister(reg)
+            self._exposed.clear()
             self.ops.close()
 
 
@@ -1111,6 +1240,9 @@ class VerbsTransport(Transport):
 #: pair is gone is reported after about 2 s, and the first message of a freshly connected pair
 #: survives the peer reaching RTR a little later than us.
 ACK_TIMEOUT = 16
+#: what a queue pair lets its peer do: write into slots and grants, write into and read from
+#: exposed windows (each registration then says which of those it allows)
+QP_ACCESS = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ
 RETRY_COUNT = 7
 MIN_RNR_TIMER = 12
 
@@ -1224,10 +1356,13 @@ class PyverbsOps(VerbsOps):
         fcntl.fcntl(self._fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
         c = pv.const
         self._access = {ACCESS_LOCAL_WRITE: c("IBV_ACCESS_LOCAL_WRITE"),
-                        ACCESS_REMOTE_WRITE: c("IBV_ACCESS_REMOTE_WRITE")}
+                        ACCESS_REMOTE_WRITE: c("IBV_ACCESS_REMOTE_WRITE"),
+                        ACCESS_REMOTE_READ: c("IBV_ACCESS_REMOTE_READ")}
         self._opcodes = {OP_SEND: c("IBV_WR_SEND"), OP_WRITE: c("IBV_WR_RDMA_WRITE"),
+                         OP_READ: c("IBV_WR_RDMA_READ"),
                          OP_WRITE_IMM: c("IBV_WR_RDMA_WRITE_WITH_IMM")}
         self._wc_opcodes = {c("IBV_WC_SEND"): WC_SEND, c("IBV_WC_RDMA_WRITE"): WC_WRITE,
+                            c("IBV_WC_RDMA_READ"): WC_READ,
                             c("IBV_WC_RECV"): WC_RECV,
                             c("IBV_WC_RECV_RDMA_WITH_IMM"): WC_RECV_WRITE_IMM}
         self._with_imm = c("IBV_WC_WITH_IMM")
@@ -1250,7 +1385,7 @@ class PyverbsOps(VerbsOps):
         init = m.qp.QPInitAttr(qp_type=c("IBV_QPT_RC"), scq=self._cq, rcq=self._cq, cap=cap,
                                sq_sig_all=1)
         attr = m.qp.QPAttr(port_num=self.info.port)
-        attr.qp_access_flags = self._flags(ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE)
+        attr.qp_access_flags = self._flags(QP_ACCESS)
         attr.pkey_index = 0
         try:
             qp = m.qp.QP(self._pd, init, attr)      # comes back in INIT: receives may be posted
@@ -1263,7 +1398,7 @@ class PyverbsOps(VerbsOps):
         m = self.pv.m
         info = self.info
         attr = m.qp.QPAttr(port_num=info.port)
-        attr.qp_access_flags = self._flags(ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE)
+        attr.qp_access_flags = self._flags(QP_ACCESS)
         attr.path_mtu = min(info.mtu, remote.mtu)
         attr.dest_qp_num = remote_qpn
         attr.rq_psn = remote.psn

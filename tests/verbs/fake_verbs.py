@@ -10,8 +10,9 @@ enforces what a real RC device enforces, so protocol bugs fail here instead of o
 - a message longer than the receive it lands in: ``LOC_LEN_ERR`` at the receiver and
   ``REM_INV_REQ_ERR`` at the sender;
 - local keys must name a registration of the same protection domain that covers the bytes
-  (``LOC_PROT_ERR``); remote keys must belong to the peer, allow remote write and cover the
-  target range (``REM_ACCESS_ERR``);
+  (``LOC_PROT_ERR``; an RDMA read's landing needs local write); remote keys must belong to the
+  peer, allow remote write (writes) or remote read (RDMA_READ) and cover the whole target
+  range (``REM_ACCESS_ERR``, which also breaks the peer's queue pair);
 - queue depths (send, receive, completion queue) are limits: exceeding one raises, as
   ``ibv_post_*`` returns ENOMEM;
 - a failed work request puts its queue pair in the error state: everything still posted on it,
@@ -35,10 +36,13 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from minimpi.transports.verbs import (
     ACCESS_LOCAL_WRITE,
+    ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
+    OP_READ,
     OP_SEND,
     OP_WRITE,
     OP_WRITE_IMM,
+    WC_READ,
     WC_RECV,
     WC_RECV_WRITE_IMM,
     WC_SEND,
@@ -107,9 +111,11 @@ class FakeFabric:
 
     def _execute(self, qp: _QP, wr: tuple) -> None:
         wr_id, opcode, sges, imm, remote_addr, rkey = wr
-        done_opcode = WC_SEND if opcode == OP_SEND else WC_WRITE
+        done_opcode = _done_opcode(opcode)
         if qp.state == _QP.ERROR:
             return self._complete(qp, wr_id, WR_FLUSH_ERR, done_opcode)
+        if opcode == OP_READ:
+            return self._read(qp, wr_id, sges, remote_addr, rkey)
         data = bytearray()
         for addr, length, lkey in sges:
             mr = self.mrs.get(lkey)
@@ -149,6 +155,34 @@ class FakeFabric:
         self.log.append((qp.qpn, peer.qpn, opcode, len(data)))
         self._complete(qp, wr_id, SUCCESS, done_opcode)
 
+    def _read(self, qp: _QP, wr_id: int, sges, remote_addr: int, rkey: int) -> None:
+        """RDMA_READ: the peer's registered bytes into the local scatter list."""
+        for addr, length, lkey in sges:
+            mr = self.mrs.get(lkey)
+            if (mr is None or mr.pd != qp.ops.pd or not mr.access & ACCESS_LOCAL_WRITE
+                    or not mr.covers(addr, length)):
+                return self._fail(qp, wr_id, LOC_PROT_ERR, WC_READ)
+        peer = self.qps.get(qp.remote_qpn)
+        if (peer is None or peer.state != _QP.RTS or peer.remote_qpn != qp.qpn
+                or peer.rq_psn != qp.sq_psn or qp.remote_gid != peer.ops.info.gid):
+            return self._fail(qp, wr_id, RETRY_EXC_ERR, WC_READ)
+        total = sum(length for _, length, _ in sges)
+        mr = self.mrs.get(rkey)
+        if (mr is None or mr.pd != peer.ops.pd or not mr.access & ACCESS_REMOTE_READ
+                or not mr.covers(remote_addr, total)):
+            peer.state = _QP.ERROR
+            self._flush(peer)
+            return self._fail(qp, wr_id, REM_ACCESS_ERR, WC_READ)
+        data = bytearray(total)
+        if total:
+            ctypes.memmove((ctypes.c_char * total).from_buffer(data), remote_addr, total)
+        pos = 0
+        for addr, length, _ in sges:
+            self._copy_in(addr, data[pos:pos + length])
+            pos += length
+        self.log.append((qp.qpn, peer.qpn, OP_READ, total))
+        self._complete(qp, wr_id, SUCCESS, WC_READ)
+
     @staticmethod
     def _copy_in(addr: int, data: bytearray) -> None:
         if data:
@@ -168,7 +202,11 @@ class FakeFabric:
             qp.ops._push(Completion(qp.rq.popleft()[0], WR_FLUSH_ERR, WC_RECV, 0, 0))
         while qp.sq:
             wr = qp.sq.popleft()
-            self._complete(qp, wr[0], WR_FLUSH_ERR, WC_SEND if wr[1] == OP_SEND else WC_WRITE)
+            self._complete(qp, wr[0], WR_FLUSH_ERR, _done_opcode(wr[1]))
+
+
+def _done_opcode(opcode: int) -> int:
+    return {OP_SEND: WC_SEND, OP_READ: WC_READ}.get(opcode, WC_WRITE)
 
 
 class FakeOps(VerbsOps):

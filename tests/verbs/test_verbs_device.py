@@ -58,7 +58,8 @@ def _collectives_program() -> str:
         "\nfrom minimpi.runtime import world\n"
         "t = world.world_state().engine.transport\n"
         "t = t.member('verbs') or t\n"
-        "print(f'rank {rank}: transport {t.name} zero-copy frames {t.stats[\"zero_copy_frames\"]}')\n")
+        "print(f'rank {rank}: transport {t.name} zero-copy frames {t.stats[\"zero_copy_frames\"]}')\n"
+    ) + ONE_SIDED
 
 
 VERBS = ["-x", "MINIMPI_TRANSPORT=verbs"]
@@ -85,6 +86,10 @@ def test_every_collective_and_algorithm_over_verbs(size, settings, write_script,
     assert len(used) == size, r.stdout
     if settings:
         assert any(int(l.rsplit(" ", 1)[1]) > 0 for l in used), r.stdout
+    # the one-sided part: contiguous Put/Get were RDMA writes and reads (2 of each per rank)
+    rma = [l for l in r.stdout.splitlines() if "one-sided over" in l]
+    assert len(rma) == size and all("over verbs: rdma writes 2 reads 2" in l for l in rma), \
+        r.stdout
 
 
 # a few of the examples as they are (every example runs over TCP and shared memory in
@@ -107,6 +112,53 @@ def test_a_device_that_does_not_exist_fails_the_job_naming_it(write_script, job_
                     *marker_args(job_marker), script, timeout=120)
     assert r.returncode != 0
     assert "MINIMPI_VERBS_DEVICE='nonexistent0' not found (devices: " in r.stderr, r.stderr
+
+
+#: appended to the collectives job (one job fewer: every emulated job costs about a minute):
+#: Put/Get under Fence and Lock/Flush to the ring neighbours of a Win.Create window, values
+#: checked in the ranks, and the verbs transport's counts of RDMA writes and reads printed
+ONE_SIDED = """
+
+def one_sided_over_rdma():
+    import numpy as np
+    from minimpi import MPI
+    from minimpi.runtime import world
+    comm = MPI.COMM_WORLD
+    r, size = comm.rank, comm.size
+    right, left = (r + 1) % size, (r - 1) % size
+    mem = np.full(16, -1, "i")
+    win = MPI.Win.Create(mem, 4, None, comm)
+    win.Fence()                                         # fence: Put, then Get what was put
+    win.Put(np.array([r, 10 * r], "i"), right, 1)
+    win.Fence()
+    got = np.zeros(2, "i")
+    win.Get(got, right, 1)
+    win.Fence()
+    assert mem[1:3].tolist() == [left, 10 * left] and got.tolist() == [r, 10 * r], (mem, got)
+    block = np.arange(4, dtype="i") + 100 * r           # passive target: Lock, Put, Flush, Get
+    win.Lock(right, MPI.LOCK_EXCLUSIVE)
+    win.Put(block, right, 4)
+    win.Flush(right)
+    back = np.zeros(4, "i")
+    win.Get(back, right, 4)
+    win.Unlock(right)
+    assert back.tolist() == block.tolist(), back
+    comm.Barrier()
+    assert mem[4:8].tolist() == (np.arange(4) + 100 * left).tolist(), mem
+    win.Lock_all()                                      # an accumulate stays target-served
+    win.Accumulate(np.array([1], "i"), right, 9, MPI.SUM)
+    win.Unlock_all()
+    comm.Barrier()
+    assert mem[9] == 0, mem
+    win.Free()
+    t = world.world_state().engine.transport
+    t = t.member("verbs") or t
+    print(f"rank {r}: one-sided over {t.name}: rdma writes {t.stats['rdma_writes']} "
+          f"reads {t.stats['rdma_reads']}")
+
+
+one_sided_over_rdma()
+"""
 
 
 # -- what only a device shows ------------------------------------------------------------------------
@@ -219,3 +271,23 @@ def test_the_installed_pyverbs_is_reached_through_the_compat_layer():
               f"via {'CompChannel.fd' if 'fd' in dir(pv.m.cq.CompChannel) else '/proc scan'}")
     finally:
         ops.close()
+
+
+def test_rdma_write_and_read_into_exposed_memory_and_a_wrong_key_fails(pair):
+    (a, b), sinks = pair
+    window = np.zeros(4096, np.uint8)
+    exp = b.expose(memoryview(window))
+    src = np.arange(256, dtype=np.uint8)
+    done = []
+    assert a.rdma(1, True, memoryview(src), exp.addr + 1000, exp.rkey, done.append)
+    progress_until([a, b], lambda: done)
+    assert done == [None] and window[1000:1256].tolist() == src.tolist()
+    back = np.zeros(256, np.uint8)
+    assert a.rdma(1, False, memoryview(back), exp.addr + 1000, exp.rkey, done.append)
+    progress_until([a, b], lambda: len(done) == 2)
+    assert done[1] is None and back.tolist() == src.tolist()
+    # a key the device never issued: the device rejects it (remote access error)
+    assert a.rdma(1, True, memoryview(src), exp.addr, exp.rkey ^ 0x5A5A, done.append)
+    progress_until([a, b], lambda: len(done) == 3, timeout=30)
+    assert "REM_ACCESS_ERR" in done[2] and not window[:256].any()
+    b.unexpose(exp)

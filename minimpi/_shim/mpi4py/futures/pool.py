@@ -87,7 +87,7 @@ class _Manager:
         self.broken: Optional[str] = None
         self.workers: Optional[_Workers] = None
         self.started = threading.Event()     # the workers are set up (or the pool broke)
-        self.ids = itertools.count()
+        self.dead: list = []                 # workers known to have failed
         self.thread = threading.Thread(target=self._main, name="mpi4py.futures manager",
                                        daemon=True)
         self.thread.start()
@@ -143,54 +143,202 @@ class _Manager:
             self._release(w)
             return
         self.started.set()
-        idle = list(w.ranks)
-        running: dict = {}
+        flight = Flight(w.ranks)
+        sends: list = []          # TASK messages on their way
         status = MPI.Status()
-        pending = None            # the receive of the next result, while tasks run
+        pending = None            # the receive of the next results, while calls run
         while True:
             with self.cond:
-                while not self.queue and not running and not self.stopping:
+                while not self.queue and not flight.running and not self.stopping:
                     self.cond.wait()
-                work = []
-                while idle and self.queue:
-                    future, fn, args, kwargs = self.queue.popleft()
-                    if future.set_running_or_notify_cancel():
-                        work.append((idle.pop(0), future, fn, args, kwargs))
-                if self.stopping and not self.queue and not running and not work:
+                batches = flight.assign(self.queue)
+                if self.stopping and not self.queue and not flight.running and not batches:
                     break
-            for rank, future, fn, args, kwargs in work:
-                task = next(self.ids)
-                try:
-                    comm.send((task, fn, args, kwargs), dest=rank, tag=P.TASK)
-                except Exception as exc:   # the call does not pickle: its future fails
-                    future.set_exception(exc)
-                    idle.append(rank)
-                    continue
-                running[task] = future
-            if not running:
+            for rank, calls in batches.items():
+                self._send(comm, rank, flight, calls, sends)
+            if sends:
+                sends = [req for req in sends if not req.Test()]
+            if not flight.running:
                 continue
             if pending is None:
                 pending = comm.irecv(source=MPI.ANY_SOURCE, tag=P.RESULT)
-            engine = engine_of(pending)
-            if engine is not None and not pending.done:
-                # asleep in the transport until a result comes, or new work for an idle worker
-                engine.wait_until(lambda: pending.done or bool(idle and self.queue), [pending])
-            if not pending.done:
-                continue
-            task, ok, value = pending.wait(status)
+            try:
+                engine = engine_of(pending)
+                if engine is not None and not pending.done:
+                    hungry = flight.hungry()
+                    # asleep in the transport until results come, or new work for a worker
+                    # with room
+                    engine.wait_until(lambda: pending.done or (hungry and bool(self.queue)),
+                                      [pending, *sends])
+                if not pending.done:
+                    continue
+                seconds, replies = pending.wait(status)
+            except Exception as exc:      # a worker is gone (--fault-tolerant) or MPI failed
+                self._lost(comm, flight, exc)
+                break
             pending = None
-            idle.append(status.Get_source())
-            future = running.pop(task)
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            for future, ok, value in flight.finished(status.Get_source(), seconds, replies):
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
         self._release(w)
+
+    def _send(self, comm: Any, rank: int, flight: "Flight", calls: list, sends: list) -> None:
+        """One TASK message of ``calls`` (task id, future, fn, args, kwargs) to ``rank``, not
+        waiting for it to go (a worker busy with a call takes a large message only when it
+        is done; meanwhile the other workers' results keep coming); its request goes to
+        ``sends``. If the message does not pickle, each call alone, and a call that does
+        not pickle fails."""
+        message = (flight.flush_after(), [(t, fn, args, kwargs)
+                                           for t, _, fn, args, kwargs in calls])
+        try:
+            sends.append(comm.isend(message, dest=rank, tag=P.TASK))
+        except Exception as exc:
+            if len(calls) > 1:
+                for call in calls:
+                    self._send(comm, rank, flight, [call], sends)
+                return
+            task, future = calls[0][:2]
+            flight.withdraw(rank, task)
+            future.set_exception(exc)
+
+    def _lost(self, comm: Any, flight: "Flight", exc: BaseException) -> None:
+        """The pool's MPI failed while calls ran (a worker died, under ``--fault-tolerant``):
+        the calls in flight on the failed workers fail naming them, and the pool is broken
+        (every other call fails with ``BrokenExecutor``), as ``ProcessPoolExecutor`` does
+        when a worker dies."""
+        gone = _failed_workers(comm)
+        who = ", ".join(f"worker {r}" for r in gone) if gone else "a worker"
+        why = f"{who} of the pool failed ({type(exc).__name__}: {exc})"
+        self.broken = why
+        for rank, future in flight.drain():
+            if not gone or rank in gone:
+                future.set_exception(cf.BrokenExecutor(
+                    f"the call was running on worker {rank}, which failed: {why}"))
+            else:
+                future.set_exception(cf.BrokenExecutor(why))
+        self._break(why)
+        self.dead = gone
 
     def _release(self, w: _Workers) -> None:
         for r in w.ranks:
-            w.comm.send(None, dest=r, tag=P.STOP)
+            if r in self.dead:
+                continue
+            try:
+                w.comm.send(None, dest=r, tag=P.STOP)
+            except Exception:
+                if not self.dead:
+                    raise
         w.release()
+
+
+def _failed_workers(comm: Any) -> list:
+    """The ranks of ``comm``'s workers known to have failed (``Get_failed``, translated to
+    ``comm``'s ranks or, on an intercommunicator, its remote group's)."""
+    try:
+        failed = comm.Get_failed()
+        if failed.Get_size() == 0:
+            return []
+        group = comm.Get_remote_group() if comm.Is_inter() else comm.Get_group()
+        ranks = MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())), group)
+        return sorted(r for r in ranks if r is not None and r >= 0)
+    except Exception:
+        return []
+
+
+class Flight:
+    """Which calls each worker holds, and how many to send it: the pipelining policy.
+
+    A worker is given up to ``depth`` calls at a time; it gets more once it holds no more
+    than half of them, in one message, so that it never waits for the client's round trip
+    while the client sends and receives one message per several calls. ``depth`` follows
+    the calls' measured run time (an average over the results, weighted to the latest):
+    :data:`AHEAD_S` of work per worker, at least 2 (one running, one waiting), at most
+    :data:`MAX_DEPTH`; 1 (no call sent ahead) while nothing is measured yet and for calls
+    longer than :data:`LONG_S`, where the round trip is negligible and a call sent ahead
+    could wait behind a long one while another worker is idle. A call sent ahead counts as
+    running (it cannot be cancelled), as in ``ProcessPoolExecutor``, whose call queue holds
+    one call beyond its workers. Pure bookkeeping (no MPI): O(1) per call."""
+
+    #: how much work (s) to keep queued at each worker
+    AHEAD_S = 0.005
+    #: the most calls one worker holds at once
+    MAX_DEPTH = 64
+    #: calls at least this long (s) on average are not sent ahead
+    LONG_S = 0.05
+
+    def __init__(self, ranks: list) -> None:
+        self.ranks = list(ranks)
+        self.held: dict = {r: 0 for r in self.ranks}       # worker -> calls it holds
+        self.running: dict = {}                            # task id -> (future, worker)
+        self.ids = itertools.count()
+        self.mean: Optional[float] = None                  # seconds per call, measured
+        self.depth = 1
+
+    def hungry(self) -> bool:
+        """Whether some worker would take more calls now."""
+        low = self.depth // 2
+        return any(n <= low for n in self.held.values())
+
+    def flush_after(self) -> int:
+        """How many results a worker collects before it sends them (a refill's size)."""
+        return self.depth - self.depth // 2
+
+    def assign(self, queue: collections.deque) -> dict:
+        """Take calls from ``queue`` ((future, fn, args, kwargs); cancelled ones dropped)
+        for the workers with room, one to each in turn: worker -> [(task id, future, fn,
+        args, kwargs)]. The futures are marked running."""
+        low, depth = self.depth // 2, self.depth
+        room = [r for r in self.ranks if self.held[r] <= low]
+        batches: dict = {}
+        while queue and room:
+            for r in list(room):
+                future = None
+                while queue:
+                    future, fn, args, kwargs = queue.popleft()
+                    if future.set_running_or_notify_cancel():
+                        break
+                    future = None
+                if future is None:
+                    break
+                task = next(self.ids)
+                self.running[task] = (future, r)
+                batches.setdefault(r, []).append((task, future, fn, args, kwargs))
+                self.held[r] += 1
+                if self.held[r] >= depth:
+                    room.remove(r)
+        return batches
+
+    def withdraw(self, rank: int, task: int) -> None:
+        """A call that was never sent (it did not pickle)."""
+        del self.running[task]
+        self.held[rank] -= 1
+
+    def finished(self, rank: int, seconds: float, replies: list) -> list:
+        """``rank`` sent ``replies`` ((task id, ok, value), calls that ran ``seconds`` in
+        all): [(future, ok, value)], and the depth updated."""
+        n = len(replies)
+        self.held[rank] -= n
+        mean = seconds / n if n else 0.0
+        self.mean = mean if self.mean is None else 0.5 * self.mean + 0.5 * mean
+        if self.mean >= self.LONG_S:
+            self.depth = 1
+        else:
+            self.depth = max(2, min(self.MAX_DEPTH, int(self.AHEAD_S / max(self.mean, 1e-9))))
+        out = []
+        for task, ok, value in replies:
+            future, _ = self.running.pop(task)
+            out.append((future, ok, value))
+        return out
+
+    def drain(self) -> list:
+        """Every call in flight, as (worker, future); none is left."""
+        out = [(r, future) for future, r in self.running.values()]
+        self.running.clear()
+        for r in self.held:
+            self.held[r] = 0
+        return out
 
 
 class MPIPoolExecutor(cf.Executor):

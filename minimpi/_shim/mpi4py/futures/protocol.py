@@ -7,23 +7,38 @@ static pool of ``python -m mpi4py.futures`` and ``MPICommExecutor``).
 
 client -> worker
     SETUP  {"path": sys.path, "main": file of __main__ or None, "init": (fn, args) or None}
-    TASK   (task id, fn, args, kwargs)
+    TASK   (flush, [(task id, fn, args, kwargs), ...]): one or more calls, run in order
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
-    RESULT (task id, True, value) or (task id, False, exception)
+    RESULT (seconds, [(task id, True, value) or (task id, False, exception), ...])
+
+**Pipelining.** The client keeps several calls in flight per worker (see ``pool.py``), so
+that a worker that finishes a call finds the next one already here instead of waiting for
+the client's round trip, and sends several calls in one TASK message. The worker runs its
+calls in order and sends their results back together: once it holds ``flush`` unsent
+results, when it has nothing left to run, or once its oldest unsent result is
+:data:`FLUSH_AFTER` old (so a slow call's result is never held back behind the next one);
+``seconds`` is the time the calls of the message took to run, from which the client sizes
+the next batches. Each message costs both sides one pickle and one send or receive, so
+batches cut the client's per-call cost (its share of a tiny call is most of the pool's).
 """
 from __future__ import annotations
 
+import collections
 import os
 import runpy
 import sys
+import time
 import types
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from minimpi import MPI
 
 SETUP, READY, TASK, RESULT, STOP = 101, 102, 103, 104, 105
+
+#: a worker sends its unsent results once the oldest is this old (s), even mid-batch
+FLUSH_AFTER = 0.002
 
 
 def setup_message(initializer: Any, initargs: tuple, path: Optional[list] = None,
@@ -56,8 +71,28 @@ def apply_chunk(fn: Any, chunk: list) -> list:
     return [fn(*args) for args in chunk]
 
 
+def send_results(comm: Any, client: int, seconds: float, replies: List[tuple]) -> None:
+    """One RESULT message with ``replies``; if it does not pickle, each reply alone, and a
+    result that does not pickle becomes its task's exception."""
+    try:
+        comm.send((seconds, replies), dest=client, tag=RESULT)
+        return
+    except Exception:
+        pass
+    share = seconds / len(replies)
+    for reply in replies:
+        try:
+            comm.send((share, [reply]), dest=client, tag=RESULT)
+        except Exception as exc:   # a result that does not pickle
+            comm.send((share, [(reply[0], False, exc)]), dest=client, tag=RESULT)
+
+
 def serve(comm: Any, client: int) -> None:
-    """The worker loop: set up, then run tasks from rank ``client`` of ``comm`` until STOP."""
+    """The worker loop: set up, then run tasks from rank ``client`` of ``comm`` until STOP.
+
+    Calls arrive in batches (TASK) and run in order; results go back in batches (see the
+    module docstring). Cost per call: the call, two clock reads and its share of one
+    pickled message each way."""
     status = MPI.Status()
     setup = comm.recv(source=client, tag=SETUP)
     problem = None
@@ -76,16 +111,29 @@ def serve(comm: Any, client: int) -> None:
     if problem is not None:
         comm.recv(source=client, tag=STOP)
         return
+    calls: collections.deque = collections.deque()
+    replies: List[tuple] = []
+    flush, busy, oldest = 1, 0.0, 0.0
+    clock = time.perf_counter
     while True:
-        message = comm.recv(source=client, tag=MPI.ANY_TAG, status=status)
-        if status.Get_tag() == STOP:
-            return
-        task_id, fn, args, kwargs = message
+        if not calls:
+            message = comm.recv(source=client, tag=MPI.ANY_TAG, status=status)
+            if status.Get_tag() == STOP:
+                return
+            flush, batch = message
+            calls.extend(batch)
+            continue
+        task_id, fn, args, kwargs = calls.popleft()
+        start = clock()
         try:
             reply = (task_id, True, fn(*args, **kwargs))
         except BaseException as exc:
             reply = (task_id, False, exc)
-        try:
-            comm.send(reply, dest=client, tag=RESULT)
-        except Exception as exc:   # a result that does not pickle
-            comm.send((task_id, False, exc), dest=client, tag=RESULT)
+        end = clock()
+        if not replies:
+            oldest = start
+        replies.append(reply)
+        busy += end - start
+        if len(replies) >= flush or not calls or end - oldest >= FLUSH_AFTER:
+            send_results(comm, client, busy, replies)
+            replies, busy = [], 0.0

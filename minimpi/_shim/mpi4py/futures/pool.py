@@ -204,22 +204,39 @@ class _Manager:
             future.set_exception(exc)
 
     def _lost(self, comm: Any, flight: "Flight", exc: BaseException) -> None:
-        """The pool's MPI failed while calls ran (a worker died, under ``--fault-tolerant``):
-        the calls in flight on the failed workers fail naming them, and the pool is broken
-        (every other call fails with ``BrokenExecutor``), as ``ProcessPoolExecutor`` does
-        when a worker dies."""
+        """The pool's MPI failed while calls ran (a worker died, under ``--fault-tolerant``).
+        The pool is broken, as ``ProcessPoolExecutor`` is when a worker dies: the calls the
+        failed workers held fail naming the worker, queued and later calls fail with
+        ``BrokenExecutor``; the calls the other workers hold finish (their results are
+        received from each worker by name: a wildcard receive would keep failing)."""
         gone = _failed_workers(comm)
-        who = ", ".join(f"worker {r}" for r in gone) if gone else "a worker"
-        why = f"{who} of the pool failed ({type(exc).__name__}: {exc})"
-        self.broken = why
-        for rank, future in flight.drain():
-            if not gone or rank in gone:
-                future.set_exception(cf.BrokenExecutor(
-                    f"the call was running on worker {rank}, which failed: {why}"))
-            else:
-                future.set_exception(cf.BrokenExecutor(why))
+        detail = f"{type(exc).__name__}: {exc}"
+        if gone:
+            who = ", ".join(f"worker {r}" for r in gone)
+            why = f"the pool is broken: {who} failed ({detail})"
+        else:
+            why = f"the pool is broken: its MPI communication failed ({detail})"
         self._break(why)
-        self.dead = gone
+        self.dead = gone or list(flight.ranks)
+        for rank, future in flight.drain(self.dead):
+            future.set_exception(cf.BrokenExecutor(
+                f"worker {rank} failed while it held this call ({detail})" if gone else why))
+        for rank in flight.ranks:
+            while flight.held[rank] > 0:
+                try:
+                    seconds, replies = comm.recv(source=rank, tag=P.RESULT)
+                except Exception as again:
+                    self.dead.append(rank)
+                    for _, future in flight.drain([rank]):
+                        future.set_exception(cf.BrokenExecutor(
+                            f"worker {rank} failed while it held this call "
+                            f"({type(again).__name__}: {again})"))
+                    break
+                for future, ok, value in flight.finished(rank, seconds, replies):
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
 
     def _release(self, w: _Workers) -> None:
         for r in w.ranks:
@@ -332,11 +349,12 @@ class Flight:
             out.append((future, ok, value))
         return out
 
-    def drain(self) -> list:
-        """Every call in flight, as (worker, future); none is left."""
-        out = [(r, future) for future, r in self.running.values()]
-        self.running.clear()
-        for r in self.held:
+    def drain(self, ranks: list) -> list:
+        """The calls in flight on ``ranks``, as (worker, future); they are no longer."""
+        ranks = set(ranks)
+        out = [(r, future) for future, r in self.running.values() if r in ranks]
+        self.running = {t: fr for t, fr in self.running.items() if fr[1] not in ranks}
+        for r in ranks:
             self.held[r] = 0
         return out
 
@@ -477,9 +495,11 @@ def serve_static(comm: Any, root: int) -> None:
 
 
 def release_static(comm: Any, root: int) -> None:
-    """Tell a static pool's workers that no more executors come."""
+    """Tell a static pool's workers that no more executors come (not those known to have
+    failed, under ``--fault-tolerant``)."""
+    gone = _failed_workers(comm)
     for r in range(comm.Get_size()):
-        if r != root:
+        if r != root and r not in gone:
             comm.send(None, dest=r, tag=P.STOP)
 
 

@@ -63,6 +63,14 @@ def test_flight_refills_a_worker_at_half_depth_and_spreads_calls():
     assert ids == list(range(16))
 
 
+def test_flight_gives_single_calls_to_the_least_busy_worker():
+    flight = Flight([1, 2, 3])
+    flight.depth = 8
+    for _ in range(6):
+        flight.assign(queued(1))
+    assert flight.held == {1: 2, 2: 2, 3: 2}
+
+
 def test_flight_drops_cancelled_calls_and_drains_by_worker():
     flight = Flight([1, 2])
     queue = queued(4)

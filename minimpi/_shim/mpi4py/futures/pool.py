@@ -304,10 +304,10 @@ class Flight:
 
     def assign(self, queue: collections.deque) -> dict:
         """Take calls from ``queue`` ((future, fn, args, kwargs); cancelled ones dropped)
-        for the workers with room, one to each in turn: worker -> [(task id, future, fn,
-        args, kwargs)]. The futures are marked running."""
+        for the workers with room, one to each in turn, the least busy first: worker ->
+        [(task id, future, fn, args, kwargs)]. The futures are marked running."""
         low, depth = self.depth // 2, self.depth
-        room = [r for r in self.ranks if self.held[r] <= low]
+        room = sorted((r for r in self.ranks if self.held[r] <= low), key=self.held.__getitem__)
         batches: dict = {}
         while queue and room:
             for r in list(room):

@@ -89,3 +89,36 @@ def test_spawned_worker_death_ends_the_job_naming_it(write_script, job_marker):
     res = run_minimpi("-n", 1, "--timeout", 90, *marker_args(job_marker), script, timeout=120)
     assert res.returncode == 3, res.stderr
     assert "spawned job 1, rank 1" in res.stderr and "exited with code 3" in res.stderr
+
+
+WAKE = r'''
+import statistics, time
+from mpi4py.futures import MPIPoolExecutor
+
+def nap(x):
+    time.sleep(x)
+    return x
+
+if __name__ == "__main__":
+    with MPIPoolExecutor(max_workers=2) as pool:
+        pool.submit(nap, 0).result()
+        waits = []
+        for _ in range(5):
+            long = pool.submit(nap, 0.4)
+            time.sleep(0.02)                    # the manager is asleep, waiting on `long`
+            t = time.perf_counter()
+            pool.submit(nap, 0).result()        # the idle worker takes it at once
+            waits.append(time.perf_counter() - t)
+            long.result()
+        print("median wait", statistics.median(waits), flush=True)
+'''
+
+
+def test_a_call_submitted_while_another_runs_starts_at_once(write_script, job_marker):
+    """The manager asleep in the transport is woken by a submit (before: up to the
+    transport's 0.25 s timeout)."""
+    script = write_script("wake.py", WAKE)
+    res = run_minimpi("-n", 1, "--timeout", 90, *marker_args(job_marker), script, timeout=120)
+    assert res.returncode == 0, res.stderr
+    wait = float(res.stdout.split("median wait")[1].split()[0])
+    assert wait < 0.12, res.stdout

@@ -17,6 +17,7 @@ import concurrent.futures as cf
 import functools
 import itertools
 import os
+import select
 import sys
 import threading
 import time
@@ -88,6 +89,7 @@ class _Manager:
         self.workers: Optional[_Workers] = None
         self.started = threading.Event()     # the workers are set up (or the pool broke)
         self.dead: list = []                 # workers known to have failed
+        self.bell = Bell()                   # wakes the manager asleep in the transport
         self.thread = threading.Thread(target=self._main, name="mpi4py.futures manager",
                                        daemon=True)
         self.thread.start()
@@ -99,6 +101,7 @@ class _Manager:
                 raise cf.BrokenExecutor(self.broken)
             self.queue.append((future, fn, args, kwargs))
             self.cond.notify()
+            self.bell.ring()
 
     def stop(self, cancel: bool) -> None:
         with self.cond:
@@ -115,6 +118,7 @@ class _Manager:
         except BaseException as exc:   # no workers: every call fails as mpi4py's would
             self._break(f"cannot start the pool's workers: {type(exc).__name__}: {exc}")
             self.started.set()
+            self.bell.close()
             return
         try:
             self._serve(self.workers)
@@ -122,6 +126,7 @@ class _Manager:
             self._break(f"the pool's manager failed: {type(exc).__name__}: {exc}")
         finally:
             self.started.set()
+            self.bell.close()
 
     def _break(self, why: str) -> None:
         with self.cond:
@@ -165,11 +170,9 @@ class _Manager:
             try:
                 engine = engine_of(pending)
                 if engine is not None and not pending.done:
-                    hungry = flight.hungry()
                     # asleep in the transport until results come, or new work for a worker
-                    # with room
-                    engine.wait_until(lambda: pending.done or (hungry and bool(self.queue)),
-                                      [pending, *sends])
+                    # with room (then a submit rings the bell)
+                    self._doze(engine, pending, sends, flight.hungry())
                 if not pending.done:
                     continue
                 seconds, replies = pending.wait(status)
@@ -183,6 +186,47 @@ class _Manager:
                 else:
                     future.set_exception(value)
         self._release(w)
+
+    def _doze(self, engine: Any, pending: Any, sends: list, hungry: bool) -> None:
+        """Wait until ``pending`` (the receive of results) completes or, if ``hungry`` (a
+        worker has room), a call is queued: asleep in ``poll`` on the transport's file
+        descriptors (``Transport.wait_fds``, armed with ``prepare_sleep`` as the router
+        does) and on the bell that ``push`` rings, so a call submitted while others run
+        starts at once instead of at the transport's next timeout (``POLL_INTERVAL``,
+        0.25 s). Never spins: one ``progress(0)`` round per wake-up. Transports that cannot
+        share a poll (the in-process one of ``run_threads``) wait in ``Engine.wait_until``
+        (woken by results only)."""
+        def ready() -> bool:
+            return pending.done or (hungry and bool(self.queue))
+
+        transport = engine.transport
+        try:
+            fds = tuple(transport.wait_fds())
+        except (NotImplementedError, AttributeError):
+            engine.wait_until(ready, [pending, *sends])
+            return
+        if not hungry:
+            engine.wait_until(ready, [pending, *sends])
+            return
+        poller = self.bell.poller(fds)
+        self.bell.arm()
+        try:
+            while True:
+                engine.poll()
+                if ready():
+                    return
+                if not transport.prepare_sleep():
+                    continue
+                try:
+                    poller.poll(int(DOZE_S * 1000))
+                finally:
+                    transport.end_sleep()
+                self.bell.clear()
+                fds_now = tuple(transport.wait_fds())
+                if fds_now != fds:
+                    fds, poller = fds_now, self.bell.poller(fds_now)
+        finally:
+            self.bell.disarm()
 
     def _send(self, comm: Any, rank: int, flight: "Flight", calls: list, sends: list) -> None:
         """One TASK message of ``calls`` (task id, future, fn, args, kwargs) to ``rank``, not
@@ -248,6 +292,67 @@ class _Manager:
                 if not self.dead:
                     raise
         w.release()
+
+
+#: the longest the manager sleeps in one poll (s) when it may be woken by its bell: a
+#: failure that no file descriptor shows is noticed within this
+DOZE_S = 0.25
+
+
+class Bell:
+    """A pipe that wakes the manager asleep in ``poll`` when a call is submitted: ``ring``
+    writes one byte, only while the manager is armed and not yet rung (so a burst of
+    submits costs one ``write``); thread-safe."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+        self.lock = threading.Lock()
+        self.armed = self.rung = False
+
+    def poller(self, fds: tuple) -> Any:
+        """A ``select.poll`` on ``fds`` and the bell."""
+        poller = select.poll()
+        for fd in (*fds, self.read_fd):
+            poller.register(fd, select.POLLIN)
+        return poller
+
+    def arm(self) -> None:
+        with self.lock:
+            self.armed, self.rung = True, False
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.armed = False
+        self.clear()
+
+    def ring(self) -> None:
+        with self.lock:
+            if not self.armed or self.rung:
+                return
+            self.rung = True
+        try:
+            os.write(self.write_fd, b"!")
+        except (BlockingIOError, OSError):
+            pass
+
+    def clear(self) -> None:
+        """Empty the pipe (after a wake-up), so the next ring wakes the next sleep."""
+        try:
+            while os.read(self.read_fd, 64):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        with self.lock:
+            self.rung = False
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _failed_workers(comm: Any) -> list:

@@ -29,46 +29,70 @@ def test_flight_sends_one_call_per_worker_until_calls_are_measured():
     assert {r: len(b) for r, b in batches.items()} == {1: 1, 2: 1}
     assert len(queue) == 3 and len(flight.running) == 2
     assert all(call[1].running() for b in batches.values() for call in b)
-    assert not flight.hungry() and flight.assign(queue) == {}
+    assert not flight.hungry(queue) and flight.assign(queue) == {}
 
 
-def test_flight_depth_follows_measured_call_time():
+def test_flight_depth_follows_each_functions_measured_call_time():
     flight = Flight([1])
     for seconds, depth in ((1e-6, Flight.MAX_DEPTH), (0.01, 2), (1.0, 1)):
         for _ in range(30):       # the average settles on the new duration
-            flight.running[-1] = (cf.Future(), 1)
+            flight.running[-1] = (cf.Future(), 1, abs)
             flight.held[1] += 1
-            flight.finished(1, seconds, [(-1, True, None)])
-        assert flight.depth == depth, seconds
-        assert flight.flush_after() == depth - depth // 2
+            flight.finished(1, [(-1, True, None, seconds)])
+        assert flight.depth_for(abs) == depth, seconds
+    assert flight.depth_for(pow) == 1                   # not measured: nothing sent ahead
+    assert Flight.key(P.apply_chunk, (pow, [(2, 3)])) is pow     # a map's chunks: its fn
 
 
 def test_flight_refills_a_worker_at_half_depth_and_spreads_calls():
     flight = Flight([1, 2])
-    flight.depth = 8
+    tick = Flight.AHEAD_S / 8                           # calls of abs: depth 8
+    flight.means[abs] = tick
     queue = queued(20)
     batches = flight.assign(queue)
-    assert [len(batches[1]), len(batches[2])] == [8, 8]
+    assert [len(batches[1]), len(batches[2])] == [8, 8] and flight.flush_after() == 4
     order = [call[0] for call in batches[1]]
     assert order == sorted(order)                       # one worker's calls in order
     ids = sorted(call[0] for b in batches.values() for call in b)
-    replies = [(t, True, 0) for t, *_ in batches[1][:3]]
-    flight.finished(1, 0.0, replies)                    # 5 left at worker 1: above half
-    flight.depth = 8
-    assert flight.assign(queue) == {}
-    flight.finished(1, 0.0, [(batches[1][3][0], True, 0)])   # 4 left: half
-    flight.depth = 8
+    flight.finished(1, [(t, True, 0, tick) for t, *_ in batches[1][:3]])
+    assert flight.assign(queue) == {}                   # 5 left at worker 1: above half
+    flight.finished(1, [(batches[1][3][0], True, 0, tick)])     # 4 left: half
     again = flight.assign(queue)
     assert list(again) == [1] and len(again[1]) == 4 and len(queue) == 0
     assert ids == list(range(16))
 
 
+def test_flight_is_hungry_exactly_when_assign_would_take_the_next_call():
+    """A manager woken for a call no worker takes would spin: the two must agree, also
+    once a function's measured time (so its depth) changed."""
+    flight = Flight([1, 2])
+    flight.means[abs] = 1e-6                           # deep: 64 each
+    queue = queued(200)
+    flight.assign(queue)
+    assert len(queue) == 200 - 2 * Flight.MAX_DEPTH and not flight.hungry(queue)
+    flight.means[abs] = Flight.AHEAD_S / 4             # now slower: depth 4
+    t = next(iter(flight.running))
+    flight.finished(flight.running[t][1], [(t, True, 0, Flight.AHEAD_S / 4)])
+    assert not flight.hungry(queue) and flight.assign(queue) == {}
+    assert flight.hungry(collections.deque()) is False
+
+
 def test_flight_gives_single_calls_to_the_least_busy_worker():
     flight = Flight([1, 2, 3])
-    flight.depth = 8
+    flight.means[abs] = Flight.AHEAD_S / 8
     for _ in range(6):
         flight.assign(queued(1))
     assert flight.held == {1: 2, 2: 2, 3: 2}
+
+
+def test_flight_sends_a_new_function_one_call_at_a_time():
+    flight = Flight([1, 2])
+    flight.means[abs] = 1e-6                            # abs: deep
+    queue = queued(3)
+    queue.extend((cf.Future(), pow, (2, i), {}) for i in range(4))   # pow: not measured
+    batches = flight.assign(queue)
+    assert sorted(len(b) for b in batches.values()) == [1, 2]
+    assert len(queue) == 4                              # pow waits for an idle worker
 
 
 def test_flight_drops_cancelled_calls_and_drains_by_worker():
@@ -100,9 +124,9 @@ def worker_batches(comm, messages):
         comm.send((flush, calls), dest=1, tag=P.TASK)
         left = len(calls)
         while left:
-            seconds, replies = comm.recv(source=1, tag=P.RESULT)
-            assert seconds >= 0
-            got.append([(t, ok) for t, ok, _ in replies])
+            replies = comm.recv(source=1, tag=P.RESULT)
+            assert all(seconds >= 0 for *_, seconds in replies)
+            got.append([(t, ok) for t, ok, _, _ in replies])
             left -= len(replies)
     comm.send(None, dest=1, tag=P.STOP)
     return got
@@ -139,7 +163,7 @@ def nap(x, seconds=0.0):
 
 def test_map_results_in_order_with_uneven_calls_and_an_exception():
     def client(ex):
-        list(ex.map(abs, range(200)))                     # calls measured: deep pipelines
+        list(ex.map(nap, range(200)))                     # nap measured: deep pipelines
         got = list(ex.map(nap, range(60), [0.002 * (i % 3) for i in range(60)]))
         assert got == list(range(60))
         it = ex.map(nap, [1, 2, "boom", 4])
@@ -166,7 +190,9 @@ def test_calls_sent_ahead_run_and_queued_ones_cancel():
     ran.clear()
 
     def client(ex):
-        list(ex.map(abs, range(200)))          # tiny calls measured: depth grows
+        list(ex.map(record, range(50), [0.001] * 50))   # record measured: depth grows
+        with lock:
+            ran.clear()
         futures = [ex.submit(record, i, 0.001) for i in range(200)]
         time.sleep(0.02)
         cancelled = [f for f in futures if f.cancel()]
@@ -182,7 +208,7 @@ def test_calls_sent_ahead_run_and_queued_ones_cancel():
 
 def test_shutdown_cancel_futures_keeps_calls_sent_ahead():
     def client(ex):
-        list(ex.map(abs, range(100)))
+        list(ex.map(nap, range(100)))
         futures = [ex.submit(nap, i, 0.002) for i in range(300)]
         time.sleep(0.01)
         ex.shutdown(wait=True, cancel_futures=True)
@@ -226,12 +252,12 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
         held = 0
         while True:
             _, calls = comm.recv(source=0, tag=P.TASK)
-            held += sum(fn is nap for _, fn, _, _ in calls)
+            held += sum(a[1:] == (0.05,) for _, _, a, _ in calls)
             if held >= 2:
                 raise RuntimeError("worker 1 dies")
             if not held:
-                P.send_results(comm, 0, 1e-6 * len(calls), [(t, True, fn(*a, **k))
-                                                            for t, fn, a, k in calls])
+                P.send_results(comm, 0, [(t, True, fn(*a, **k), 0.01)
+                                         for t, fn, a, k in calls])
 
     def body(comm):
         if comm.Get_rank() == 1:
@@ -239,7 +265,7 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
         with MPICommExecutor(comm, root=0) as ex:
             if ex is None:
                 return None
-            list(ex.map(abs, range(40)))           # depth grows
+            list(ex.map(nap, range(40)))           # nap measured: depth grows
             futures = [ex.submit(nap, i, 0.05) for i in range(8)]
             outcome["errors"] = [str(f.exception(timeout=20)) if f.exception(timeout=20)
                                  else None for f in futures]

@@ -157,6 +157,7 @@ class _Manager:
                 while not self.queue and not flight.running and not self.stopping:
                     self.cond.wait()
                 batches = flight.assign(self.queue)
+                hungry = flight.hungry(self.queue)
                 if self.stopping and not self.queue and not flight.running and not batches:
                     break
             for rank, calls in batches.items():
@@ -172,15 +173,15 @@ class _Manager:
                 if engine is not None and not pending.done:
                     # asleep in the transport until results come, or new work for a worker
                     # with room (then a submit rings the bell)
-                    self._doze(engine, pending, sends, flight.hungry())
+                    self._doze(engine, pending, sends, hungry)
                 if not pending.done:
                     continue
-                seconds, replies = pending.wait(status)
+                replies = pending.wait(status)
             except Exception as exc:      # a worker is gone (--fault-tolerant) or MPI failed
                 self._lost(comm, flight, exc)
                 break
             pending = None
-            for future, ok, value in flight.finished(status.Get_source(), seconds, replies):
+            for future, ok, value in flight.finished(status.Get_source(), replies):
                 if ok:
                     future.set_result(value)
                 else:
@@ -268,7 +269,7 @@ class _Manager:
         for rank in flight.ranks:
             while flight.held[rank] > 0:
                 try:
-                    seconds, replies = comm.recv(source=rank, tag=P.RESULT)
+                    replies = comm.recv(source=rank, tag=P.RESULT)
                 except Exception as again:
                     self.dead.append(rank)
                     for _, future in flight.drain([rank]):
@@ -276,7 +277,7 @@ class _Manager:
                             f"worker {rank} failed while it held this call "
                             f"({type(again).__name__}: {again})"))
                     break
-                for future, ok, value in flight.finished(rank, seconds, replies):
+                for future, ok, value in flight.finished(rank, replies):
                     if ok:
                         future.set_result(value)
                     else:
@@ -375,13 +376,15 @@ class Flight:
     A worker is given up to ``depth`` calls at a time; it gets more once it holds no more
     than half of them, in one message, so that it never waits for the client's round trip
     while the client sends and receives one message per several calls. ``depth`` follows
-    the calls' measured run time (an average over the results, weighted to the latest):
+    the measured run time of the calls of the same function (an average over its results,
+    weighted to the latest; a ``map``'s function, not its chunks' wrapper):
     :data:`AHEAD_S` of work per worker, at least 2 (one running, one waiting), at most
-    :data:`MAX_DEPTH`; 1 (no call sent ahead) while nothing is measured yet and for calls
-    longer than :data:`LONG_S`, where the round trip is negligible and a call sent ahead
-    could wait behind a long one while another worker is idle. A call sent ahead counts as
-    running (it cannot be cancelled), as in ``ProcessPoolExecutor``, whose call queue holds
-    one call beyond its workers. Pure bookkeeping (no MPI): O(1) per call."""
+    :data:`MAX_DEPTH`; 1 (nothing sent ahead) for a function not measured yet and for
+    calls longer than :data:`LONG_S`, where the round trip is negligible and a call sent
+    ahead could wait behind a long one while another worker is idle. A call sent ahead
+    counts as running (it cannot be cancelled), as in ``ProcessPoolExecutor``, whose call
+    queue holds one call beyond its workers. Pure bookkeeping (no MPI): O(workers) per
+    call assigned, O(1) per result."""
 
     #: how much work (s) to keep queued at each worker
     AHEAD_S = 0.005
@@ -393,14 +396,39 @@ class Flight:
     def __init__(self, ranks: list) -> None:
         self.ranks = list(ranks)
         self.held: dict = {r: 0 for r in self.ranks}       # worker -> calls it holds
-        self.running: dict = {}                            # task id -> (future, worker)
+        self.running: dict = {}                     # task id -> (future, worker, key)
         self.ids = itertools.count()
-        self.mean: Optional[float] = None                  # seconds per call, measured
-        self.depth = 1
+        self.means: dict = {}                       # key -> seconds per call, measured
+        self.depth = 1                              # the last calls' depth
 
-    def hungry(self) -> bool:
-        """Whether some worker would take more calls now."""
-        low = self.depth // 2
+    @staticmethod
+    def key(fn: Any, args: tuple) -> Any:
+        """What calls are timed by: the function (a ``map`` chunk's function)."""
+        if fn is P.apply_chunk and args:
+            fn = args[0]
+        try:
+            hash(fn)
+        except TypeError:
+            return type(fn)
+        return fn
+
+    def depth_for(self, key: Any) -> int:
+        """How many calls of ``key`` one worker may hold."""
+        mean = self.means.get(key)
+        if mean is None or mean >= self.LONG_S:
+            return 1
+        return max(2, min(self.MAX_DEPTH, int(self.AHEAD_S / max(mean, 1e-9))))
+
+    def hungry(self, queue: collections.deque) -> bool:
+        """Whether some worker would take the first call of ``queue`` now - as ``assign``
+        decides, so that a manager woken for it does not find nothing to do and spin -
+        or, with ``queue`` empty, a call like the last ones."""
+        if queue:
+            future, fn, args, kwargs = queue[0]
+            depth = self.depth_for(self.key(fn, args))
+        else:
+            depth = self.depth
+        low = depth // 2
         return any(n <= low for n in self.held.values())
 
     def flush_after(self) -> int:
@@ -409,27 +437,31 @@ class Flight:
 
     def assign(self, queue: collections.deque) -> dict:
         """Take calls from ``queue`` ((future, fn, args, kwargs); cancelled ones dropped)
-        for the workers with room, one to each in turn, the least busy first: worker ->
-        [(task id, future, fn, args, kwargs)]. The futures are marked running."""
-        low, depth = self.depth // 2, self.depth
-        room = sorted((r for r in self.ranks if self.held[r] <= low), key=self.held.__getitem__)
+        for the workers with room, each to the least busy: worker -> [(task id, future,
+        fn, args, kwargs)]. The futures are marked running."""
         batches: dict = {}
-        while queue and room:
-            for r in list(room):
-                future = None
-                while queue:
-                    future, fn, args, kwargs = queue.popleft()
-                    if future.set_running_or_notify_cancel():
-                        break
-                    future = None
-                if future is None:
-                    break
-                task = next(self.ids)
-                self.running[task] = (future, r)
-                batches.setdefault(r, []).append((task, future, fn, args, kwargs))
-                self.held[r] += 1
-                if self.held[r] >= depth:
-                    room.remove(r)
+        held = self.held
+        while queue:
+            future, fn, args, kwargs = queue[0]
+            key = self.key(fn, args)
+            depth = self.depth_for(key)
+            low = depth // 2
+            best = None
+            for r in self.ranks:
+                n = held[r]
+                if (n <= low or (r in batches and n < depth)) and (best is None
+                                                                   or n < held[best]):
+                    best = r
+            if best is None:
+                break
+            queue.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            task = next(self.ids)
+            self.running[task] = (future, best, key)
+            batches.setdefault(best, []).append((task, future, fn, args, kwargs))
+            held[best] += 1
+            self.depth = depth
         return batches
 
     def withdraw(self, rank: int, task: int) -> None:
@@ -437,27 +469,23 @@ class Flight:
         del self.running[task]
         self.held[rank] -= 1
 
-    def finished(self, rank: int, seconds: float, replies: list) -> list:
-        """``rank`` sent ``replies`` ((task id, ok, value), calls that ran ``seconds`` in
-        all): [(future, ok, value)], and the depth updated."""
-        n = len(replies)
-        self.held[rank] -= n
-        mean = seconds / n if n else 0.0
-        self.mean = mean if self.mean is None else 0.5 * self.mean + 0.5 * mean
-        if self.mean >= self.LONG_S:
-            self.depth = 1
-        else:
-            self.depth = max(2, min(self.MAX_DEPTH, int(self.AHEAD_S / max(self.mean, 1e-9))))
+    def finished(self, rank: int, replies: list) -> list:
+        """``rank`` sent ``replies`` ((task id, ok, value, seconds it ran)):
+        [(future, ok, value)]; the calls' functions' average times updated."""
+        self.held[rank] -= len(replies)
+        means = self.means
         out = []
-        for task, ok, value in replies:
-            future, _ = self.running.pop(task)
+        for task, ok, value, seconds in replies:
+            future, _, key = self.running.pop(task)
+            mean = means.get(key)
+            means[key] = seconds if mean is None else 0.5 * mean + 0.5 * seconds
             out.append((future, ok, value))
         return out
 
     def drain(self, ranks: list) -> list:
         """The calls in flight on ``ranks``, as (worker, future); they are no longer."""
         ranks = set(ranks)
-        out = [(r, future) for future, r in self.running.values() if r in ranks]
+        out = [(r, future) for future, r, _ in self.running.values() if r in ranks]
         self.running = {t: fr for t, fr in self.running.items() if fr[1] not in ranks}
         for r in ranks:
             self.held[r] = 0

@@ -11,7 +11,7 @@ client -> worker
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
-    RESULT (seconds, [(task id, True, value) or (task id, False, exception), ...])
+    RESULT [(task id, True, value, seconds) or (task id, False, exception, seconds), ...]
 
 **Pipelining.** The client keeps several calls in flight per worker (see ``pool.py``), so
 that a worker that finishes a call finds the next one already here instead of waiting for
@@ -19,8 +19,8 @@ the client's round trip, and sends several calls in one TASK message. The worker
 calls in order and sends their results back together: once it holds ``flush`` unsent
 results, when it has nothing left to run, or once its oldest unsent result is
 :data:`FLUSH_AFTER` old (so a slow call's result is never held back behind the next one);
-``seconds`` is the time the calls of the message took to run, from which the client sizes
-the next batches. Each message costs both sides one pickle and one send or receive, so
+``seconds`` is the time the call took to run, from which the client sizes the batches of
+the calls of that function. Each message costs both sides one pickle and one send or receive, so
 batches cut the client's per-call cost (its share of a tiny call is most of the pool's).
 """
 from __future__ import annotations
@@ -71,20 +71,19 @@ def apply_chunk(fn: Any, chunk: list) -> list:
     return [fn(*args) for args in chunk]
 
 
-def send_results(comm: Any, client: int, seconds: float, replies: List[tuple]) -> None:
+def send_results(comm: Any, client: int, replies: List[tuple]) -> None:
     """One RESULT message with ``replies``; if it does not pickle, each reply alone, and a
     result that does not pickle becomes its task's exception."""
     try:
-        comm.send((seconds, replies), dest=client, tag=RESULT)
+        comm.send(replies, dest=client, tag=RESULT)
         return
     except Exception:
         pass
-    share = seconds / len(replies)
     for reply in replies:
         try:
-            comm.send((share, [reply]), dest=client, tag=RESULT)
+            comm.send([reply], dest=client, tag=RESULT)
         except Exception as exc:   # a result that does not pickle
-            comm.send((share, [(reply[0], False, exc)]), dest=client, tag=RESULT)
+            comm.send([(reply[0], False, exc, reply[3])], dest=client, tag=RESULT)
 
 
 def serve(comm: Any, client: int) -> None:
@@ -113,7 +112,7 @@ def serve(comm: Any, client: int) -> None:
         return
     calls: collections.deque = collections.deque()
     replies: List[tuple] = []
-    flush, busy, oldest = 1, 0.0, 0.0
+    flush, oldest = 1, 0.0
     clock = time.perf_counter
     while True:
         if not calls:
@@ -126,14 +125,13 @@ def serve(comm: Any, client: int) -> None:
         task_id, fn, args, kwargs = calls.popleft()
         start = clock()
         try:
-            reply = (task_id, True, fn(*args, **kwargs))
+            value, ok = fn(*args, **kwargs), True
         except BaseException as exc:
-            reply = (task_id, False, exc)
+            value, ok = exc, False
         end = clock()
         if not replies:
             oldest = start
-        replies.append(reply)
-        busy += end - start
+        replies.append((task_id, ok, value, end - start))
         if len(replies) >= flush or not calls or end - oldest >= FLUSH_AFTER:
-            send_results(comm, client, busy, replies)
-            replies, busy = [], 0.0
+            send_results(comm, client, replies)
+            replies = []

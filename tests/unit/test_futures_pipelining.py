@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import functools
 import threading
 import time
 
@@ -42,6 +43,17 @@ def test_flight_depth_follows_each_functions_measured_call_time():
         assert flight.depth_for(abs) == depth, seconds
     assert flight.depth_for(pow) == 1                   # not measured: nothing sent ahead
     assert Flight.key(P.apply_chunk, (pow, [(2, 3)])) is pow     # a map's chunks: its fn
+    assert Flight.key(functools.partial(functools.partial(pow, 2), 3), ()) is pow
+
+
+def test_flight_forgets_times_beyond_max_keys():
+    flight = Flight([1])
+    for i in range(Flight.MAX_KEYS + 10):
+        key = ("fn", i)
+        flight.running[i] = (cf.Future(), 1, key)
+        flight.held[1] += 1
+        flight.finished(1, [(i, True, None, 1e-6)])
+    assert 0 < len(flight.means) <= Flight.MAX_KEYS
 
 
 def test_flight_refills_a_worker_at_half_depth_and_spreads_calls():

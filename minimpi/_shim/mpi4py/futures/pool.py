@@ -392,6 +392,8 @@ class Flight:
     MAX_DEPTH = 64
     #: calls at least this long (s) on average are not sent ahead
     LONG_S = 0.05
+    #: the most functions whose times are kept
+    MAX_KEYS = 256
 
     def __init__(self, ranks: list) -> None:
         self.ranks = list(ranks)
@@ -403,9 +405,12 @@ class Flight:
 
     @staticmethod
     def key(fn: Any, args: tuple) -> Any:
-        """What calls are timed by: the function (a ``map`` chunk's function)."""
+        """What calls are timed by: the function (a ``map`` chunk's function, a
+        ``functools.partial``'s function)."""
         if fn is P.apply_chunk and args:
             fn = args[0]
+        while isinstance(fn, functools.partial):
+            fn = fn.func
         try:
             hash(fn)
         except TypeError:
@@ -478,6 +483,8 @@ class Flight:
         for task, ok, value, seconds in replies:
             future, _, key = self.running.pop(task)
             mean = means.get(key)
+            if mean is None and len(means) >= self.MAX_KEYS:
+                means.clear()      # many distinct callables: forget (they are re-timed)
             means[key] = seconds if mean is None else 0.5 * mean + 0.5 * seconds
             out.append((future, ok, value))
         return out

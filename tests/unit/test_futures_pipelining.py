@@ -42,6 +42,9 @@ def test_flight_depth_follows_each_functions_measured_call_time():
             flight.finished(1, [(-1, True, None, seconds)])
         assert flight.depth_for(abs) == depth, seconds
     assert flight.depth_for(pow) == 1                   # not measured: nothing sent ahead
+    assert not flight.is_short(pow) and not flight.is_short(abs)      # abs: 1 s by now
+    flight.means[abs] = Flight.SHORT_S / 2
+    assert flight.is_short(abs)
     assert Flight.key(P.apply_chunk, (pow, [(2, 3)])) is pow     # a map's chunks: its fn
     assert Flight.key(functools.partial(functools.partial(pow, 2), 3), ()) is pow
 
@@ -105,6 +108,8 @@ def test_flight_sends_a_new_function_one_call_at_a_time():
     batches = flight.assign(queue)
     assert sorted(len(b) for b in batches.values()) == [1, 2]
     assert len(queue) == 4                              # pow waits for an idle worker
+    shorts = {r: [call[5] for call in b] for r, b in batches.items()}
+    assert sorted(shorts.values()) == [[False], [False, True]]   # a worker's first: not short
 
 
 def test_flight_drops_cancelled_calls_and_drains_by_worker():
@@ -145,16 +150,23 @@ def worker_batches(comm, messages):
 
 
 def test_worker_sends_results_in_batches_of_flush():
-    calls = [(t, abs, (-t,), {}) for t in range(5)]
+    calls = [(t, abs, (-t,), {}, True) for t in range(5)]
     got = run_threads(2, worker_batches, [(3, calls)], timeout=20)[0]
     assert got == [[(0, True), (1, True), (2, True)], [(3, True), (4, True)]]
 
 
 def test_worker_does_not_hold_a_slow_result_back():
-    calls = [(0, time.sleep, (2 * P.FLUSH_AFTER,), {}), (1, abs, (1,), {}),
-             (2, int, ("x",), {})]
+    calls = [(0, time.sleep, (2 * P.FLUSH_AFTER,), {}, False), (1, abs, (1,), {}, True),
+             (2, int, ("x",), {}, True)]
     got = run_threads(2, worker_batches, [(10, calls)], timeout=20)[0]
     assert got == [[(0, True)], [(1, True), (2, False)]]
+
+
+def test_worker_sends_its_results_before_a_call_not_marked_short():
+    calls = [(0, abs, (1,), {}, True), (1, time.sleep, (0.001,), {}, False),
+             (2, abs, (2,), {}, True), (3, abs, (3,), {}, True)]
+    got = run_threads(2, worker_batches, [(10, calls)], timeout=20)[0]
+    assert got == [[(0, True)], [(1, True), (2, True), (3, True)]]
 
 
 # -- the pool on threads --------------------------------------------------------------------
@@ -264,12 +276,12 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
         held = 0
         while True:
             _, calls = comm.recv(source=0, tag=P.TASK)
-            held += sum(a[1:] == (0.05,) for _, _, a, _ in calls)
+            held += sum(a[1:] == (0.05,) for _, _, a, _, _ in calls)
             if held >= 2:
                 raise RuntimeError("worker 1 dies")
             if not held:
                 P.send_results(comm, 0, [(t, True, fn(*a, **k), 0.01)
-                                         for t, fn, a, k in calls])
+                                         for t, fn, a, k, _ in calls])
 
     def body(comm):
         if comm.Get_rank() == 1:

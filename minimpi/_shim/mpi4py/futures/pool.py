@@ -230,13 +230,13 @@ class _Manager:
             self.bell.disarm()
 
     def _send(self, comm: Any, rank: int, flight: "Flight", calls: list, sends: list) -> None:
-        """One TASK message of ``calls`` (task id, future, fn, args, kwargs) to ``rank``, not
+        """One TASK message of ``calls`` (task id, future, fn, args, kwargs, short) to ``rank``, not
         waiting for it to go (a worker busy with a call takes a large message only when it
         is done; meanwhile the other workers' results keep coming); its request goes to
         ``sends``. If the message does not pickle, each call alone, and a call that does
         not pickle fails."""
-        message = (flight.flush_after(), [(t, fn, args, kwargs)
-                                           for t, _, fn, args, kwargs in calls])
+        message = (flight.flush_after(), [(t, fn, args, kwargs, short)
+                                           for t, _, fn, args, kwargs, short in calls])
         try:
             sends.append(comm.isend(message, dest=rank, tag=P.TASK))
         except Exception as exc:
@@ -394,6 +394,8 @@ class Flight:
     LONG_S = 0.05
     #: the most functions whose times are kept
     MAX_KEYS = 256
+    #: calls shorter than this (s) on average do not make a worker send its results first
+    SHORT_S = P.FLUSH_AFTER / 4
 
     def __init__(self, ranks: list) -> None:
         self.ranks = list(ranks)
@@ -402,6 +404,7 @@ class Flight:
         self.ids = itertools.count()
         self.means: dict = {}                       # key -> seconds per call, measured
         self.depth = 1                              # the last calls' depth
+        self.last: dict = {}                        # worker -> key of its last call sent
 
     @staticmethod
     def key(fn: Any, args: tuple) -> Any:
@@ -424,6 +427,15 @@ class Flight:
             return 1
         return max(2, min(self.MAX_DEPTH, int(self.AHEAD_S / max(mean, 1e-9))))
 
+    def is_short(self, key: Any) -> bool:
+        """Whether calls of ``key`` are measured as so short (under :data:`SHORT_S`) that a
+        worker may keep the results of earlier calls of ``key`` back while it runs one
+        (see protocol.py); a call of another function never waits for them. (A function
+        whose calls vary - ``time.sleep`` - can still hold its own earlier results back
+        for one long call.)"""
+        mean = self.means.get(key)
+        return mean is not None and mean < self.SHORT_S
+
     def hungry(self, queue: collections.deque) -> bool:
         """Whether some worker would take the first call of ``queue`` now - as ``assign``
         decides, so that a manager woken for it does not find nothing to do and spin -
@@ -443,7 +455,7 @@ class Flight:
     def assign(self, queue: collections.deque) -> dict:
         """Take calls from ``queue`` ((future, fn, args, kwargs); cancelled ones dropped)
         for the workers with room, each to the least busy: worker -> [(task id, future,
-        fn, args, kwargs)]. The futures are marked running."""
+        fn, args, kwargs, short)]. The futures are marked running."""
         batches: dict = {}
         held = self.held
         while queue:
@@ -464,7 +476,11 @@ class Flight:
                 continue
             task = next(self.ids)
             self.running[task] = (future, best, key)
-            batches.setdefault(best, []).append((task, future, fn, args, kwargs))
+            # short: the worker may hold earlier results back while it runs this call -
+            # only between calls of one function measured as very short
+            short = self.last.get(best) == key and self.is_short(key)
+            self.last[best] = key
+            batches.setdefault(best, []).append((task, future, fn, args, kwargs, short))
             held[best] += 1
             self.depth = depth
         return batches

@@ -7,7 +7,7 @@ static pool of ``python -m mpi4py.futures`` and ``MPICommExecutor``).
 
 client -> worker
     SETUP  {"path": sys.path, "main": file of __main__ or None, "init": (fn, args) or None}
-    TASK   (flush, [(task id, fn, args, kwargs), ...]): one or more calls, run in order
+    TASK   (flush, [(task id, fn, args, kwargs, short), ...]): calls, run in order
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
@@ -17,8 +17,10 @@ worker -> client
 that a worker that finishes a call finds the next one already here instead of waiting for
 the client's round trip, and sends several calls in one TASK message. The worker runs its
 calls in order and sends their results back together: once it holds ``flush`` unsent
-results, when it has nothing left to run, or once its oldest unsent result is
-:data:`FLUSH_AFTER` old (so a slow call's result is never held back behind the next one);
+results, when it has nothing left to run, once its oldest unsent result is
+:data:`FLUSH_AFTER` old, and before it starts a call not marked ``short`` (the client marks
+the calls of functions it measured as much shorter than that), so that no result waits
+behind a long call;
 ``seconds`` is the time the call took to run, from which the client sizes the batches of
 the calls of that function. Each message costs both sides one pickle and one send or receive, so
 batches cut the client's per-call cost (its share of a tiny call is most of the pool's).
@@ -122,7 +124,10 @@ def serve(comm: Any, client: int) -> None:
             flush, batch = message
             calls.extend(batch)
             continue
-        task_id, fn, args, kwargs = calls.popleft()
+        task_id, fn, args, kwargs, short = calls.popleft()
+        if replies and not short:
+            send_results(comm, client, replies)
+            replies = []
         start = clock()
         try:
             value, ok = fn(*args, **kwargs), True

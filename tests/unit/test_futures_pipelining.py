@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import functools
+import pickle
 import threading
 import time
 
@@ -129,8 +130,8 @@ def test_flight_drops_cancelled_calls_and_drains_by_worker():
 
 # -- the worker loop ------------------------------------------------------------------------
 def worker_batches(comm, messages):
-    """Rank 0 plays the client by hand: SETUP, then each (flush, calls) message; the RESULT
-    messages' reply lists."""
+    """Rank 0 plays the client by hand: SETUP, then each (flush, calls) message (calls
+    pickled here); the RESULT messages' reply lists."""
     if comm.Get_rank() == 1:
         P.serve(comm, 0)
         return None
@@ -138,6 +139,7 @@ def worker_batches(comm, messages):
     assert comm.recv(source=1, tag=P.READY) is None
     got = []
     for flush, calls in messages:
+        calls = [(t, pickle.dumps((fn, a, k)), short) for t, fn, a, k, short in calls]
         comm.send((flush, calls), dest=1, tag=P.TASK)
         left = len(calls)
         while left:
@@ -248,21 +250,33 @@ class Unpicklable:
         raise TypeError("no pickling this")
 
 
+def refuse_to_load():
+    raise ZeroDivisionError("no unpickling this")
+
+
+class Unloadable:
+    def __reduce__(self):
+        return refuse_to_load, ()
+
+
 def make_unpicklable(x):
     return Unpicklable() if x == 3 else x
 
 
-def test_a_call_or_result_that_does_not_pickle_fails_alone():
+def test_a_call_or_result_that_does_not_pickle_or_unpickle_fails_alone():
     def client(ex):
         list(ex.map(abs, range(100)))
         futures = [ex.submit(abs, Unpicklable() if i == 5 else -i) for i in range(10)]
         errors = [type(f.exception(timeout=10)).__name__ if f.exception(timeout=10) else None
                   for f in futures]
+        loads = [ex.submit(abs, Unloadable() if i == 2 else i) for i in range(5)]
+        assert isinstance(loads[2].exception(timeout=10), ZeroDivisionError)
+        assert [f.result() for i, f in enumerate(loads) if i != 2] == [0, 1, 3, 4]
         results = [ex.submit(make_unpicklable, i) for i in range(6)]
         failed = [i for i, f in enumerate(results) if f.exception(timeout=10) is not None]
         return errors, failed, [f.result() for i, f in enumerate(results) if i != 3]
     errors, failed, rest = on_pool(3, client)
-    assert errors[5] is not None and errors[:5] + errors[6:] == [None] * 9
+    assert errors[5] == "TypeError" and errors[:5] + errors[6:] == [None] * 9
     assert failed == [3] and rest == [0, 1, 2, 4, 5]
 
 
@@ -276,12 +290,13 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
         held = 0
         while True:
             _, calls = comm.recv(source=0, tag=P.TASK)
-            held += sum(a[1:] == (0.05,) for _, _, a, _, _ in calls)
+            calls = [(t, *pickle.loads(blob)) for t, blob, _ in calls]
+            held += sum(a[1:] == (0.05,) for _, _, a, _ in calls)
             if held >= 2:
                 raise RuntimeError("worker 1 dies")
             if not held:
                 P.send_results(comm, 0, [(t, True, fn(*a, **k), 0.01)
-                                         for t, fn, a, k, _ in calls])
+                                         for t, fn, a, k in calls])
 
     def body(comm):
         if comm.Get_rank() == 1:

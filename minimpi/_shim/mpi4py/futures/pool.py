@@ -230,23 +230,23 @@ class _Manager:
             self.bell.disarm()
 
     def _send(self, comm: Any, rank: int, flight: "Flight", calls: list, sends: list) -> None:
-        """One TASK message of ``calls`` (task id, future, fn, args, kwargs, short) to ``rank``, not
-        waiting for it to go (a worker busy with a call takes a large message only when it
-        is done; meanwhile the other workers' results keep coming); its request goes to
-        ``sends``. If the message does not pickle, each call alone, and a call that does
-        not pickle fails."""
-        message = (flight.flush_after(), [(t, fn, args, kwargs, short)
-                                           for t, _, fn, args, kwargs, short in calls])
-        try:
-            sends.append(comm.isend(message, dest=rank, tag=P.TASK))
-        except Exception as exc:
-            if len(calls) > 1:
-                for call in calls:
-                    self._send(comm, rank, flight, [call], sends)
-                return
-            task, future = calls[0][:2]
-            flight.withdraw(rank, task)
-            future.set_exception(exc)
+        """One TASK message of ``calls`` (task id, future, fn, args, kwargs, short) to
+        ``rank``, not waiting for it to go (a worker busy with a call takes a large message
+        only when it is done; meanwhile the other workers' results keep coming); its
+        request goes to ``sends``. Each call is pickled on its own (``MPI.pickle``), so a
+        call that does not pickle fails alone with the pickler's exception, and one that
+        does not unpickle fails alone in the worker. Cost: one ``dumps`` per call, one
+        message per batch."""
+        dumps = MPI.pickle.dumps
+        items = []
+        for task, future, fn, args, kwargs, short in calls:
+            try:
+                items.append((task, dumps((fn, args, kwargs)), short))
+            except BaseException as exc:   # the call does not pickle: its future fails
+                flight.withdraw(rank, task)
+                future.set_exception(exc)
+        if items:
+            sends.append(comm.isend((flight.flush_after(), items), dest=rank, tag=P.TASK))
 
     def _lost(self, comm: Any, flight: "Flight", exc: BaseException) -> None:
         """The pool's MPI failed while calls ran (a worker died, under ``--fault-tolerant``).

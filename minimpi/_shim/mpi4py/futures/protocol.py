@@ -7,7 +7,7 @@ static pool of ``python -m mpi4py.futures`` and ``MPICommExecutor``).
 
 client -> worker
     SETUP  {"path": sys.path, "main": file of __main__ or None, "init": (fn, args) or None}
-    TASK   (flush, [(task id, fn, args, kwargs, short), ...]): calls, run in order
+    TASK   (flush, [(task id, pickled (fn, args, kwargs), short), ...]): calls, run in order
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
@@ -75,7 +75,8 @@ def apply_chunk(fn: Any, chunk: list) -> list:
 
 def send_results(comm: Any, client: int, replies: List[tuple]) -> None:
     """One RESULT message with ``replies``; if it does not pickle, each reply alone, and a
-    result that does not pickle becomes its task's exception."""
+    result that does not pickle becomes its task's exception (the pickler's own, as
+    mpi4py's, else minimpi's ``SerializationError``)."""
     try:
         comm.send(replies, dest=client, tag=RESULT)
         return
@@ -84,8 +85,12 @@ def send_results(comm: Any, client: int, replies: List[tuple]) -> None:
     for reply in replies:
         try:
             comm.send([reply], dest=client, tag=RESULT)
-        except Exception as exc:   # a result that does not pickle
-            comm.send([(reply[0], False, exc, reply[3])], dest=client, tag=RESULT)
+        except Exception as exc:   # a result that does not pickle: the pickler's exception
+            try:
+                comm.send([(reply[0], False, exc.__cause__ or exc, reply[3])], dest=client,
+                          tag=RESULT)
+            except Exception:
+                comm.send([(reply[0], False, exc, reply[3])], dest=client, tag=RESULT)
 
 
 def serve(comm: Any, client: int) -> None:
@@ -116,6 +121,7 @@ def serve(comm: Any, client: int) -> None:
     replies: List[tuple] = []
     flush, oldest = 1, 0.0
     clock = time.perf_counter
+    loads = MPI.pickle.loads
     while True:
         if not calls:
             message = comm.recv(source=client, tag=MPI.ANY_TAG, status=status)
@@ -124,14 +130,15 @@ def serve(comm: Any, client: int) -> None:
             flush, batch = message
             calls.extend(batch)
             continue
-        task_id, fn, args, kwargs, short = calls.popleft()
+        task_id, call, short = calls.popleft()
         if replies and not short:
             send_results(comm, client, replies)
             replies = []
         start = clock()
         try:
+            fn, args, kwargs = loads(call)
             value, ok = fn(*args, **kwargs), True
-        except BaseException as exc:
+        except BaseException as exc:   # the call raised, or did not unpickle
             value, ok = exc, False
         end = clock()
         if not replies:

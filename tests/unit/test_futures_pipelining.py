@@ -43,9 +43,6 @@ def test_flight_depth_follows_each_functions_measured_call_time():
             flight.finished(1, [(-1, True, None, seconds)])
         assert flight.depth_for(abs) == depth, seconds
     assert flight.depth_for(pow) == 1                   # not measured: nothing sent ahead
-    assert not flight.is_short(pow) and not flight.is_short(abs)      # abs: 1 s by now
-    flight.means[abs] = Flight.SHORT_S / 2
-    assert flight.is_short(abs)
     assert Flight.key(P.apply_chunk, (pow, [(2, 3)])) is pow     # a map's chunks: its fn
     assert Flight.key(functools.partial(functools.partial(pow, 2), 3), ()) is pow
 
@@ -66,7 +63,7 @@ def test_flight_refills_a_worker_at_half_depth_and_spreads_calls():
     flight.means[abs] = tick
     queue = queued(20)
     batches = flight.assign(queue)
-    assert [len(batches[1]), len(batches[2])] == [8, 8] and flight.flush_after() == 4
+    assert [len(batches[1]), len(batches[2])] == [8, 8]
     order = [call[0] for call in batches[1]]
     assert order == sorted(order)                       # one worker's calls in order
     ids = sorted(call[0] for b in batches.values() for call in b)
@@ -109,8 +106,6 @@ def test_flight_sends_a_new_function_one_call_at_a_time():
     batches = flight.assign(queue)
     assert sorted(len(b) for b in batches.values()) == [1, 2]
     assert len(queue) == 4                              # pow waits for an idle worker
-    shorts = {r: [call[5] for call in b] for r, b in batches.items()}
-    assert sorted(shorts.values()) == [[False], [False, True]]   # a worker's first: not short
 
 
 def test_flight_drops_cancelled_calls_and_drains_by_worker():
@@ -129,46 +124,32 @@ def test_flight_drops_cancelled_calls_and_drains_by_worker():
 
 
 # -- the worker loop ------------------------------------------------------------------------
-def worker_batches(comm, messages):
-    """Rank 0 plays the client by hand: SETUP, then each (flush, calls) message (calls
-    pickled here); the RESULT messages' reply lists."""
+def worker_replies(comm, batches):
+    """Rank 0 plays the client by hand: SETUP, then each batch of (task id, fn, args) in one
+    TASK message; [(RESULT message's replies as (task id, ok), seconds since the batch
+    was sent)]."""
     if comm.Get_rank() == 1:
         P.serve(comm, 0)
         return None
     comm.send(P.setup_message(None, (), main=""), dest=1, tag=P.SETUP)
     assert comm.recv(source=1, tag=P.READY) is None
     got = []
-    for flush, calls in messages:
-        calls = [(t, pickle.dumps((fn, a, k)), short) for t, fn, a, k, short in calls]
-        comm.send((flush, calls), dest=1, tag=P.TASK)
-        left = len(calls)
-        while left:
+    for batch in batches:
+        comm.send([(t, pickle.dumps((fn, a, {}))) for t, fn, a in batch], dest=1, tag=P.TASK)
+        sent = time.monotonic()
+        for _ in batch:
             replies = comm.recv(source=1, tag=P.RESULT)
             assert all(seconds >= 0 for *_, seconds in replies)
-            got.append([(t, ok) for t, ok, _, _ in replies])
-            left -= len(replies)
+            got.append(([(t, ok) for t, ok, _, _ in replies], time.monotonic() - sent))
     comm.send(None, dest=1, tag=P.STOP)
     return got
 
 
-def test_worker_sends_results_in_batches_of_flush():
-    calls = [(t, abs, (-t,), {}, True) for t in range(5)]
-    got = run_threads(2, worker_batches, [(3, calls)], timeout=20)[0]
-    assert got == [[(0, True), (1, True), (2, True)], [(3, True), (4, True)]]
-
-
-def test_worker_does_not_hold_a_slow_result_back():
-    calls = [(0, time.sleep, (2 * P.FLUSH_AFTER,), {}, False), (1, abs, (1,), {}, True),
-             (2, int, ("x",), {}, True)]
-    got = run_threads(2, worker_batches, [(10, calls)], timeout=20)[0]
-    assert got == [[(0, True)], [(1, True), (2, False)]]
-
-
-def test_worker_sends_its_results_before_a_call_not_marked_short():
-    calls = [(0, abs, (1,), {}, True), (1, time.sleep, (0.001,), {}, False),
-             (2, abs, (2,), {}, True), (3, abs, (3,), {}, True)]
-    got = run_threads(2, worker_batches, [(10, calls)], timeout=20)[0]
-    assert got == [[(0, True)], [(1, True), (2, True), (3, True)]]
+def test_worker_runs_a_batch_in_order_and_answers_each_call_at_once():
+    batch = [(0, abs, (-1,)), (1, time.sleep, (0.5,)), (2, int, ("x",)), (3, abs, (3,))]
+    got = run_threads(2, worker_replies, [batch], timeout=20)[0]
+    assert [r for r, _ in got] == [[(0, True)], [(1, True)], [(2, False)], [(3, True)]]
+    assert got[0][1] < 0.4 <= got[1][1]          # the first result did not wait for sleep
 
 
 # -- the pool on threads --------------------------------------------------------------------
@@ -289,8 +270,8 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
         comm.send(None, dest=0, tag=P.READY)
         held = 0
         while True:
-            _, calls = comm.recv(source=0, tag=P.TASK)
-            calls = [(t, *pickle.loads(blob)) for t, blob, _ in calls]
+            calls = comm.recv(source=0, tag=P.TASK)
+            calls = [(t, *pickle.loads(blob)) for t, blob in calls]
             held += sum(a[1:] == (0.05,) for _, _, a, _ in calls)
             if held >= 2:
                 raise RuntimeError("worker 1 dies")

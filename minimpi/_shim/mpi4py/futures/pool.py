@@ -174,18 +174,21 @@ class _Manager:
                     # asleep in the transport until results come, or new work for a worker
                     # with room (then a submit rings the bell)
                     self._doze(engine, pending, sends, hungry)
-                if not pending.done:
-                    continue
-                replies = pending.wait(status)
+                # every result already here (a receive of one that arrived completes as it
+                # is posted), then back to handing out calls
+                while pending is not None and pending.done:
+                    replies = pending.wait(status)
+                    pending = None
+                    for future, ok, value in flight.finished(status.Get_source(), replies):
+                        if ok:
+                            future.set_result(value)
+                        else:
+                            future.set_exception(value)
+                    if flight.running:
+                        pending = comm.irecv(source=MPI.ANY_SOURCE, tag=P.RESULT)
             except Exception as exc:      # a worker is gone (--fault-tolerant) or MPI failed
                 self._lost(comm, flight, exc)
                 break
-            pending = None
-            for future, ok, value in flight.finished(status.Get_source(), replies):
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
         self._release(w)
 
     def _doze(self, engine: Any, pending: Any, sends: list, hungry: bool) -> None:
@@ -230,7 +233,7 @@ class _Manager:
             self.bell.disarm()
 
     def _send(self, comm: Any, rank: int, flight: "Flight", calls: list, sends: list) -> None:
-        """One TASK message of ``calls`` (task id, future, fn, args, kwargs, short) to
+        """One TASK message of ``calls`` (task id, future, fn, args, kwargs) to
         ``rank``, not waiting for it to go (a worker busy with a call takes a large message
         only when it is done; meanwhile the other workers' results keep coming); its
         request goes to ``sends``. Each call is pickled on its own (``MPI.pickle``), so a
@@ -239,14 +242,14 @@ class _Manager:
         message per batch."""
         dumps = MPI.pickle.dumps
         items = []
-        for task, future, fn, args, kwargs, short in calls:
+        for task, future, fn, args, kwargs in calls:
             try:
-                items.append((task, dumps((fn, args, kwargs)), short))
+                items.append((task, dumps((fn, args, kwargs))))
             except BaseException as exc:   # the call does not pickle: its future fails
                 flight.withdraw(rank, task)
                 future.set_exception(exc)
         if items:
-            sends.append(comm.isend((flight.flush_after(), items), dest=rank, tag=P.TASK))
+            sends.append(comm.isend(items, dest=rank, tag=P.TASK))
 
     def _lost(self, comm: Any, flight: "Flight", exc: BaseException) -> None:
         """The pool's MPI failed while calls ran (a worker died, under ``--fault-tolerant``).
@@ -375,7 +378,8 @@ class Flight:
 
     A worker is given up to ``depth`` calls at a time; it gets more once it holds no more
     than half of them, in one message, so that it never waits for the client's round trip
-    while the client sends and receives one message per several calls. ``depth`` follows
+    and the client sends one message per several calls (results come back one per call,
+    as soon as each returns). ``depth`` follows
     the measured run time of the calls of the same function (an average over its results,
     weighted to the latest; a ``map``'s function, not its chunks' wrapper):
     :data:`AHEAD_S` of work per worker, at least 2 (one running, one waiting), at most
@@ -394,8 +398,6 @@ class Flight:
     LONG_S = 0.05
     #: the most functions whose times are kept
     MAX_KEYS = 256
-    #: calls shorter than this (s) on average do not make a worker send its results first
-    SHORT_S = P.FLUSH_AFTER / 4
 
     def __init__(self, ranks: list) -> None:
         self.ranks = list(ranks)
@@ -404,7 +406,6 @@ class Flight:
         self.ids = itertools.count()
         self.means: dict = {}                       # key -> seconds per call, measured
         self.depth = 1                              # the last calls' depth
-        self.last: dict = {}                        # worker -> key of its last call sent
 
     @staticmethod
     def key(fn: Any, args: tuple) -> Any:
@@ -427,15 +428,6 @@ class Flight:
             return 1
         return max(2, min(self.MAX_DEPTH, int(self.AHEAD_S / max(mean, 1e-9))))
 
-    def is_short(self, key: Any) -> bool:
-        """Whether calls of ``key`` are measured as so short (under :data:`SHORT_S`) that a
-        worker may keep the results of earlier calls of ``key`` back while it runs one
-        (see protocol.py); a call of another function never waits for them. (A function
-        whose calls vary - ``time.sleep`` - can still hold its own earlier results back
-        for one long call.)"""
-        mean = self.means.get(key)
-        return mean is not None and mean < self.SHORT_S
-
     def hungry(self, queue: collections.deque) -> bool:
         """Whether some worker would take the first call of ``queue`` now - as ``assign``
         decides, so that a manager woken for it does not find nothing to do and spin -
@@ -448,14 +440,10 @@ class Flight:
         low = depth // 2
         return any(n <= low for n in self.held.values())
 
-    def flush_after(self) -> int:
-        """How many results a worker collects before it sends them (a refill's size)."""
-        return self.depth - self.depth // 2
-
     def assign(self, queue: collections.deque) -> dict:
         """Take calls from ``queue`` ((future, fn, args, kwargs); cancelled ones dropped)
         for the workers with room, each to the least busy: worker -> [(task id, future,
-        fn, args, kwargs, short)]. The futures are marked running."""
+        fn, args, kwargs)]. The futures are marked running."""
         batches: dict = {}
         held = self.held
         while queue:
@@ -476,11 +464,7 @@ class Flight:
                 continue
             task = next(self.ids)
             self.running[task] = (future, best, key)
-            # short: the worker may hold earlier results back while it runs this call -
-            # only between calls of one function measured as very short
-            short = self.last.get(best) == key and self.is_short(key)
-            self.last[best] = key
-            batches.setdefault(best, []).append((task, future, fn, args, kwargs, short))
+            batches.setdefault(best, []).append((task, future, fn, args, kwargs))
             held[best] += 1
             self.depth = depth
         return batches

@@ -7,23 +7,20 @@ static pool of ``python -m mpi4py.futures`` and ``MPICommExecutor``).
 
 client -> worker
     SETUP  {"path": sys.path, "main": file of __main__ or None, "init": (fn, args) or None}
-    TASK   (flush, [(task id, pickled (fn, args, kwargs), short), ...]): calls, run in order
+    TASK   [(task id, pickled (fn, args, kwargs)), ...]: one or more calls, run in order
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
-    RESULT [(task id, True, value, seconds) or (task id, False, exception, seconds), ...]
+    RESULT [(task id, True, value, seconds) or (task id, False, exception, seconds)]
 
 **Pipelining.** The client keeps several calls in flight per worker (see ``pool.py``), so
 that a worker that finishes a call finds the next one already here instead of waiting for
-the client's round trip, and sends several calls in one TASK message. The worker runs its
-calls in order and sends their results back together: once it holds ``flush`` unsent
-results, when it has nothing left to run, once its oldest unsent result is
-:data:`FLUSH_AFTER` old, and before it starts a call not marked ``short`` (the client marks
-the calls of functions it measured as much shorter than that), so that no result waits
-behind a long call;
-``seconds`` is the time the call took to run, from which the client sizes the batches of
-the calls of that function. Each message costs both sides one pickle and one send or receive, so
-batches cut the client's per-call cost (its share of a tiny call is most of the pool's).
+the client's round trip, and sends several calls in one TASK message (each call pickled on
+its own, so that one that does not unpickle fails alone). The worker runs them in order and
+sends each result as soon as its call returns (a result held back to share a message
+would wait behind the next call, however long: ``wait``/``as_completed``/``map`` timeouts
+would see it late); ``seconds`` is the time the call ran, from which the client sizes the
+batches of the calls of that function.
 """
 from __future__ import annotations
 
@@ -38,9 +35,6 @@ from typing import Any, List, Optional
 from minimpi import MPI
 
 SETUP, READY, TASK, RESULT, STOP = 101, 102, 103, 104, 105
-
-#: a worker sends its unsent results once the oldest is this old (s), even mid-batch
-FLUSH_AFTER = 0.002
 
 
 def setup_message(initializer: Any, initargs: tuple, path: Optional[list] = None,
@@ -96,9 +90,9 @@ def send_results(comm: Any, client: int, replies: List[tuple]) -> None:
 def serve(comm: Any, client: int) -> None:
     """The worker loop: set up, then run tasks from rank ``client`` of ``comm`` until STOP.
 
-    Calls arrive in batches (TASK) and run in order; results go back in batches (see the
-    module docstring). Cost per call: the call, two clock reads and its share of one
-    pickled message each way."""
+    Calls arrive in batches (TASK) and run in order; each result goes back as soon as its
+    call returns (see the module docstring). Cost per call: the call, its unpickling, two
+    clock reads, one pickled RESULT message and a share of one TASK message."""
     status = MPI.Status()
     setup = comm.recv(source=client, tag=SETUP)
     problem = None
@@ -118,8 +112,6 @@ def serve(comm: Any, client: int) -> None:
         comm.recv(source=client, tag=STOP)
         return
     calls: collections.deque = collections.deque()
-    replies: List[tuple] = []
-    flush, oldest = 1, 0.0
     clock = time.perf_counter
     loads = MPI.pickle.loads
     while True:
@@ -127,23 +119,13 @@ def serve(comm: Any, client: int) -> None:
             message = comm.recv(source=client, tag=MPI.ANY_TAG, status=status)
             if status.Get_tag() == STOP:
                 return
-            flush, batch = message
-            calls.extend(batch)
+            calls.extend(message)
             continue
-        task_id, call, short = calls.popleft()
-        if replies and not short:
-            send_results(comm, client, replies)
-            replies = []
+        task_id, call = calls.popleft()
         start = clock()
         try:
             fn, args, kwargs = loads(call)
             value, ok = fn(*args, **kwargs), True
         except BaseException as exc:   # the call raised, or did not unpickle
             value, ok = exc, False
-        end = clock()
-        if not replies:
-            oldest = start
-        replies.append((task_id, ok, value, end - start))
-        if len(replies) >= flush or not calls or end - oldest >= FLUSH_AFTER:
-            send_results(comm, client, replies)
-            replies = []
+        send_results(comm, client, [(task_id, ok, value, clock() - start)])

@@ -253,6 +253,9 @@ def test_a_call_or_result_that_does_not_pickle_or_unpickle_fails_alone():
         loads = [ex.submit(abs, Unloadable() if i == 2 else i) for i in range(5)]
         assert isinstance(loads[2].exception(timeout=10), ZeroDivisionError)
         assert [f.result() for i, f in enumerate(loads) if i != 2] == [0, 1, 3, 4]
+        back = [ex.submit(Unloadable), ex.submit(abs, 2), ex.submit(abs, 3)]
+        assert isinstance(back[0].exception(timeout=10), ZeroDivisionError)   # result
+        assert [f.result() for f in back[1:]] == [2, 3]
         results = [ex.submit(make_unpicklable, i) for i in range(6)]
         failed = [i for i, f in enumerate(results) if f.exception(timeout=10) is not None]
         return errors, failed, [f.result() for i, f in enumerate(results) if i != 3]
@@ -276,8 +279,8 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
             if held >= 2:
                 raise RuntimeError("worker 1 dies")
             if not held:
-                P.send_results(comm, 0, [(t, True, fn(*a, **k), 0.01)
-                                         for t, fn, a, k in calls])
+                comm.send([P.reply(t, True, fn(*a, **k), 0.01) for t, fn, a, k in calls],
+                          dest=0, tag=P.RESULT)
 
     def body(comm):
         if comm.Get_rank() == 1:

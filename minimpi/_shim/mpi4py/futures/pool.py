@@ -179,11 +179,7 @@ class _Manager:
                 while pending is not None and pending.done:
                     replies = pending.wait(status)
                     pending = None
-                    for future, ok, value in flight.finished(status.Get_source(), replies):
-                        if ok:
-                            future.set_result(value)
-                        else:
-                            future.set_exception(value)
+                    _complete(flight.finished(status.Get_source(), replies))
                     if flight.running:
                         pending = comm.irecv(source=MPI.ANY_SOURCE, tag=P.RESULT)
             except Exception as exc:      # a worker is gone (--fault-tolerant) or MPI failed
@@ -280,11 +276,7 @@ class _Manager:
                             f"worker {rank} failed while it held this call "
                             f"({type(again).__name__}: {again})"))
                     break
-                for future, ok, value in flight.finished(rank, replies):
-                    if ok:
-                        future.set_result(value)
-                    else:
-                        future.set_exception(value)
+                _complete(flight.finished(rank, replies))
 
     def _release(self, w: _Workers) -> None:
         for r in w.ranks:
@@ -357,6 +349,21 @@ class Bell:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _complete(done: list) -> None:
+    """Set each future of ``done`` ((future, ok, pickled value)) to its result or exception;
+    a value that does not unpickle is its call's exception."""
+    loads = MPI.pickle.loads
+    for future, ok, blob in done:
+        try:
+            value = loads(blob)
+        except BaseException as exc:
+            ok, value = False, exc
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 def _failed_workers(comm: Any) -> list:

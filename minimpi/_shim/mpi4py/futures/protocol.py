@@ -11,12 +11,13 @@ client -> worker
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
-    RESULT [(task id, True, value, seconds) or (task id, False, exception, seconds)]
+    RESULT [(task id, True, pickled value, seconds) or (task id, False, pickled exception,
+           seconds)]
 
 **Pipelining.** The client keeps several calls in flight per worker (see ``pool.py``), so
 that a worker that finishes a call finds the next one already here instead of waiting for
-the client's round trip, and sends several calls in one TASK message (each call pickled on
-its own, so that one that does not unpickle fails alone). The worker runs them in order and
+the client's round trip, and sends several calls in one TASK message (each call, and each
+result, pickled on its own, so that one that does not unpickle fails alone). The worker runs them in order and
 sends each result as soon as its call returns (a result held back to share a message
 would wait behind the next call, however long: ``wait``/``as_completed``/``map`` timeouts
 would see it late); ``seconds`` is the time the call ran, from which the client sizes the
@@ -30,7 +31,7 @@ import runpy
 import sys
 import time
 import types
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from minimpi import MPI
 
@@ -67,24 +68,20 @@ def apply_chunk(fn: Any, chunk: list) -> list:
     return [fn(*args) for args in chunk]
 
 
-def send_results(comm: Any, client: int, replies: List[tuple]) -> None:
-    """One RESULT message with ``replies``; if it does not pickle, each reply alone, and a
-    result that does not pickle becomes its task's exception (the pickler's own, as
-    mpi4py's, else minimpi's ``SerializationError``)."""
+def reply(task_id: int, ok: bool, value: Any, seconds: float) -> tuple:
+    """A RESULT entry, its value pickled on its own (``MPI.pickle``): a value that does not
+    pickle becomes the pickler's exception, and one that does not unpickle at the client
+    fails its call alone there."""
+    dumps = MPI.pickle.dumps
     try:
-        comm.send(replies, dest=client, tag=RESULT)
-        return
-    except Exception:
-        pass
-    for reply in replies:
+        return (task_id, ok, dumps(value), seconds)
+    except BaseException as exc:
         try:
-            comm.send([reply], dest=client, tag=RESULT)
-        except Exception as exc:   # a result that does not pickle: the pickler's exception
-            try:
-                comm.send([(reply[0], False, exc.__cause__ or exc, reply[3])], dest=client,
-                          tag=RESULT)
-            except Exception:
-                comm.send([(reply[0], False, exc, reply[3])], dest=client, tag=RESULT)
+            return (task_id, False, dumps(exc), seconds)
+        except BaseException:
+            return (task_id, False, dumps(RuntimeError(
+                f"the result of the call does not pickle: {type(exc).__name__}: {exc}")),
+                seconds)
 
 
 def serve(comm: Any, client: int) -> None:
@@ -128,4 +125,4 @@ def serve(comm: Any, client: int) -> None:
             value, ok = fn(*args, **kwargs), True
         except BaseException as exc:   # the call raised, or did not unpickle
             value, ok = exc, False
-        send_results(comm, client, [(task_id, ok, value, clock() - start)])
+        comm.send([reply(task_id, ok, value, clock() - start)], dest=client, tag=RESULT)

@@ -122,3 +122,26 @@ def test_a_call_submitted_while_another_runs_starts_at_once(write_script, job_ma
     assert res.returncode == 0, res.stderr
     wait = float(res.stdout.split("median wait")[1].split()[0])
     assert wait < 0.12, res.stdout
+
+
+SEVERAL = r'''
+from concurrent.futures import wait
+from mpi4py.futures import MPIPoolExecutor
+
+if __name__ == "__main__":
+    pools = [MPIPoolExecutor(1).bootup(wait=True) for _ in range(3)]
+    fs = [[pool.submit(abs, -i - 1000 * k) for i in range(300)] for k, pool in enumerate(pools)]
+    wait([f for group in fs for f in group], timeout=60)
+    ok = all(f.result() == i + 1000 * k for k, group in enumerate(fs) for i, f in enumerate(group))
+    for pool in pools:
+        pool.shutdown()
+    print("several pools", ok, flush=True)
+'''
+
+
+def test_several_pools_in_one_process_take_turns(write_script, job_marker):
+    """Three managers share one engine (THREAD_SERIALIZED): they take turns on one lock."""
+    script = write_script("several.py", SEVERAL)
+    res = run_minimpi("-n", 1, "--timeout", 90, *marker_args(job_marker), script, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "[0] several pools True" in res.stdout

@@ -304,3 +304,24 @@ def test_a_worker_that_dies_fails_the_calls_it_held_naming_it():
     assert len(died) >= 2 and all("worker 1 failed" in e for e in died)
     assert len(died) + len(outcome["results"]) == 8        # worker 2's calls finished
     assert outcome["results"] == sorted(outcome["results"]) and outcome["results"]
+
+
+def test_map_buffersize_reads_the_iterable_as_results_are_consumed():
+    def client(ex):
+        read = []
+
+        def items():
+            for i in range(20):
+                read.append(i)
+                yield i
+        it = ex.map(abs, items(), chunksize=2, buffersize=3)
+        first = next(it)
+        seen = len(read)
+        rest = list(it)
+        with pytest.raises(ValueError):
+            ex.map(abs, [1], buffersize=0)
+        with pytest.raises(ValueError):
+            ex.map(abs, [1], buffersize=2, unordered=True)
+        return first, seen, rest
+    first, seen, rest = on_pool(3, client)
+    assert first == 0 and seen <= 8 and rest == list(range(1, 20))

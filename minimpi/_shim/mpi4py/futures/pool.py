@@ -113,19 +113,26 @@ class _Manager:
 
     # -- the manager thread ----------------------------------------------------------------
     def _main(self) -> None:
+        _MPI_LOCK.acquire()          # released only while this manager sleeps or idles
         try:
-            self.workers = self.connect()
-        except BaseException as exc:   # no workers: every call fails as mpi4py's would
-            self._break(f"cannot start the pool's workers: {type(exc).__name__}: {exc}")
-            self.started.set()
-            self.bell.close()
-            return
-        try:
-            self._serve(self.workers)
-        except BaseException as exc:
-            self._break(f"the pool's manager failed: {type(exc).__name__}: {exc}")
+            try:
+                self.workers = self.connect()
+            except BaseException as exc:   # no workers: every call fails as mpi4py's would
+                self._break(f"cannot start the pool's workers: {type(exc).__name__}: {exc}")
+                self.started.set()
+                return
+            _SERVING.add(self)
+            for other in list(_SERVING):   # a sleeping manager now shares the engine
+                other.bell.ring()
+            try:
+                self._serve(self.workers)
+            except BaseException as exc:
+                self._break(f"the pool's manager failed: {type(exc).__name__}: {exc}")
+            finally:
+                _SERVING.discard(self)
+                self.started.set()
         finally:
-            self.started.set()
+            _MPI_LOCK.release()
             self.bell.close()
 
     def _break(self, why: str) -> None:
@@ -154,8 +161,15 @@ class _Manager:
         pending = None            # the receive of the next results, while calls run
         while True:
             with self.cond:
-                while not self.queue and not flight.running and not self.stopping:
-                    self.cond.wait()
+                if not self.queue and not flight.running and not self.stopping:
+                    _MPI_LOCK.release()      # idle: other pools' managers may work
+                    try:
+                        while not self.queue and not flight.running and not self.stopping:
+                            self.cond.wait()
+                    finally:
+                        self.cond.release()  # lock order: the MPI lock, then cond
+                        _MPI_LOCK.acquire()
+                        self.cond.acquire()
                 batches = flight.assign(self.queue)
                 hungry = flight.hungry(self.queue)
                 if self.stopping and not self.queue and not flight.running and not batches:
@@ -189,37 +203,46 @@ class _Manager:
 
     def _doze(self, engine: Any, pending: Any, sends: list, hungry: bool) -> None:
         """Wait until ``pending`` (the receive of results) completes or, if ``hungry`` (a
-        worker has room), a call is queued: asleep in ``poll`` on the transport's file
+        worker has room), a call is queued, without the MPI lock (other pools' managers
+        work meanwhile). Alone in the process, asleep in ``poll`` on the transport's file
         descriptors (``Transport.wait_fds``, armed with ``prepare_sleep`` as the router
         does) and on the bell that ``push`` rings, so a call submitted while others run
-        starts at once instead of at the transport's next timeout (``POLL_INTERVAL``,
-        0.25 s). Never spins: one ``progress(0)`` round per wake-up. Transports that cannot
-        share a poll (the in-process one of ``run_threads``) wait in ``Engine.wait_until``
-        (woken by results only)."""
+        starts at once instead of at the transport's next timeout: one ``progress(0)``
+        round per wake-up, no spinning. With other pools' managers on the same engine
+        (whose progress may complete this one's receive without waking its ``poll``), or
+        a transport that cannot share a poll (the in-process one of ``run_threads``):
+        ``progress(0)`` then sleeps backing off from 0.1 to 10 ms, as mpi4py's manager."""
         def ready() -> bool:
             return pending.done or (hungry and bool(self.queue))
 
         transport = engine.transport
         try:
-            fds = tuple(transport.wait_fds())
+            fds: Optional[tuple] = tuple(transport.wait_fds())
         except (NotImplementedError, AttributeError):
-            engine.wait_until(ready, [pending, *sends])
-            return
-        if not hungry:
-            engine.wait_until(ready, [pending, *sends])
-            return
-        poller = self.bell.poller(fds)
+            fds = None
+        poller = None if fds is None else self.bell.poller(fds)
+        delay = 1e-4
         self.bell.arm()
         try:
             while True:
                 engine.poll()
                 if ready():
                     return
+                if poller is None or len(_SERVING) > 1:
+                    _MPI_LOCK.release()
+                    try:
+                        time.sleep(delay)
+                    finally:
+                        _MPI_LOCK.acquire()
+                    delay = min(2 * delay, 0.01)
+                    continue
                 if not transport.prepare_sleep():
                     continue
+                _MPI_LOCK.release()
                 try:
                     poller.poll(int(DOZE_S * 1000))
                 finally:
+                    _MPI_LOCK.acquire()
                     transport.end_sleep()
                 self.bell.clear()
                 fds_now = tuple(transport.wait_fds())
@@ -290,9 +313,15 @@ class _Manager:
         w.release()
 
 
-#: the longest the manager sleeps in one poll (s) when it may be woken by its bell: a
-#: failure that no file descriptor shows is noticed within this
+#: the longest the manager sleeps in one poll (s): a failure that no file descriptor shows
+#: is noticed within this
 DOZE_S = 0.25
+#: held by a pool's manager thread while it makes MPI calls (minimpi's engine is
+#: THREAD_SERIALIZED); released while it sleeps or has nothing to do, so that the managers
+#: of several pools in one process take turns
+_MPI_LOCK = threading.Lock()
+#: the managers serving now
+_SERVING: "weakref.WeakSet[_Manager]" = weakref.WeakSet()
 
 
 class Bell:
@@ -581,25 +610,36 @@ class MPIPoolExecutor(cf.Executor):
         return future
 
     def map(self, fn: Callable, *iterables: Iterable, timeout: Optional[float] = None,
-            chunksize: int = 1, unordered: bool = False) -> Iterator:
+            chunksize: int = 1, buffersize: Optional[int] = None,
+            unordered: bool = False) -> Iterator:
         """``fn`` over the iterables' items in chunks of ``chunksize``; results in order
-        (``unordered``: as they complete); ``timeout`` bounds the whole iteration."""
+        (``unordered``: as they complete); ``timeout`` bounds the whole iteration;
+        ``buffersize``: at most that many chunks submitted and not yet yielded (the
+        iterables are read as the results are consumed)."""
         return self.starmap(fn, zip(*iterables), timeout=timeout, chunksize=chunksize,
-                            unordered=unordered)
+                            buffersize=buffersize, unordered=unordered)
 
     def starmap(self, fn: Callable, iterable: Iterable, timeout: Optional[float] = None,
-                chunksize: int = 1, unordered: bool = False) -> Iterator:
+                chunksize: int = 1, buffersize: Optional[int] = None,
+                unordered: bool = False) -> Iterator:
         """As ``map``, with each item the argument tuple of one call."""
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        if buffersize is not None:
+            if not isinstance(buffersize, int):
+                raise TypeError("buffersize must be an integer or None")
+            if buffersize < 1:
+                raise ValueError("buffersize must be None or > 0")
+            if unordered:
+                raise ValueError("buffersize must be None if unordered")
         deadline = None if timeout is None else time.monotonic() + timeout
         it = iter(iterable)
-        futures = []
-        while True:
-            chunk = list(itertools.islice(it, chunksize))
-            if not chunk:
-                break
-            futures.append(self.submit(P.apply_chunk, fn, chunk))
+        chunks = iter(lambda: list(itertools.islice(it, chunksize)), [])
+        if buffersize is not None:
+            window = collections.deque(self.submit(P.apply_chunk, fn, chunk)
+                                       for chunk in itertools.islice(chunks, buffersize))
+            return _buffered_results(self, fn, chunks, window, deadline)
+        futures = [self.submit(P.apply_chunk, fn, chunk) for chunk in chunks]
         return _results(futures, deadline, unordered)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -627,6 +667,24 @@ def _results(futures: list, deadline: Optional[float], unordered: bool) -> Itera
                 yield from future.result(timeout=remaining)
     finally:
         for future in futures:
+            future.cancel()
+
+
+def _buffered_results(executor: cf.Executor, fn: Callable, chunks: Iterator,
+                      window: collections.deque, deadline: Optional[float]) -> Iterator:
+    """``map`` with ``buffersize``: the chunks' results in order, each yielded chunk
+    replaced in ``window`` by the next one submitted; what is left is cancelled if the
+    caller stops."""
+    try:
+        while window:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values = window.popleft().result(timeout=remaining)
+            chunk = next(chunks, None)
+            if chunk is not None:
+                window.append(executor.submit(P.apply_chunk, fn, chunk))
+            yield from values
+    finally:
+        for future in window:
             future.cancel()
 
 

@@ -3,11 +3,13 @@
 
 One *manager* thread per executor does all of the pool's MPI (minimpi provides
 ``THREAD_SERIALIZED``: the program's own thread must not make MPI calls of its own while the
-pool works). ``submit`` only queues the call; the manager hands queued calls to idle workers,
-waits for results (asleep in the transport's poll, woken by a result or by new work for an
-idle worker) and completes the futures. Workers come from ``Spawn`` (``MPIPoolExecutor``) or
-are the other ranks of a communicator (``MPICommExecutor``, ``python -m mpi4py.futures``).
-The messages are in :mod:`.protocol`.
+pool works; the managers of several pools take turns on :data:`_MPI_LOCK`). ``submit`` only
+queues the call; the manager hands queued calls to the workers several at a time, keeping
+each a few milliseconds of work ahead (:class:`Flight`), completes the futures as the
+results come back one by one, and sleeps in ``poll`` meanwhile (woken by a result, or by
+a ``submit`` ringing its :class:`Bell` when a worker has room). Workers come from ``Spawn``
+(``MPIPoolExecutor``) or are the other ranks of a communicator (``MPICommExecutor``,
+``python -m mpi4py.futures``). The messages are in :mod:`.protocol`.
 """
 from __future__ import annotations
 

@@ -16,7 +16,10 @@ rotated from run to run:
 The worker makes a cold pool of 4 workers and measures: the time from creating the pool to
 the first result of one ``submit`` (start-up), then ``map`` over 20,000 tiny tasks (identity,
 default chunksize) and ``map`` over 200 tasks that sleep 10 ms, as tasks per second. Figures
-are medians over the runs, with min and max.
+are medians over the runs, with min and max. Under the table: the load average before and
+after, and the share of the machine's CPU time that other processes took during the runs
+(``compare.OtherLoad``: /proc/stat less this run's own); when that is more than a few
+percent, the figures are those of a busy machine.
 """
 from __future__ import annotations
 
@@ -94,7 +97,10 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args.worker, args.out)
         return 0
+    sys.path.insert(0, HERE)
+    import compare  # benchmarks/compare.py: load, OtherLoad (not in the workers)
     results: dict = {}
+    load_before, others = compare.load(), compare.OtherLoad()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
         cmds = commands(args, out)
@@ -133,6 +139,9 @@ def main(argv=None) -> int:
             cells.append(f"{fmt.format(statistics.median(v))} "
                          f"[{fmt.format(min(v))}, {fmt.format(max(v))}]")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    print(f"\nload average {load_before:.2f} before, {compare.load():.2f} after; other "
+          f"processes took {compare.busy_text(others.share())} of the machine's CPU time "
+          f"during the runs")
     return 0
 
 

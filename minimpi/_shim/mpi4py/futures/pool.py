@@ -3,11 +3,13 @@
 
 One *manager* thread per executor does all of the pool's MPI (minimpi provides
 ``THREAD_SERIALIZED``: the program's own thread must not make MPI calls of its own while the
-pool works). ``submit`` only queues the call; the manager hands queued calls to idle workers,
-waits for results (asleep in the transport's poll, woken by a result or by new work for an
-idle worker) and completes the futures. Workers come from ``Spawn`` (``MPIPoolExecutor``) or
-are the other ranks of a communicator (``MPICommExecutor``, ``python -m mpi4py.futures``).
-The messages are in :mod:`.protocol`.
+pool works; the managers of several pools take turns on :data:`_MPI_LOCK`). ``submit`` only
+queues the call; the manager hands queued calls to the workers several at a time, keeping
+each a few milliseconds of work ahead (:class:`Flight`), completes the futures as the
+results come back one by one, and sleeps in ``poll`` meanwhile (woken by a result, or by
+a ``submit`` ringing its :class:`Bell` when a worker has room). Workers come from ``Spawn``
+(``MPIPoolExecutor``) or are the other ranks of a communicator (``MPICommExecutor``,
+``python -m mpi4py.futures``). The messages are in :mod:`.protocol`.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import concurrent.futures as cf
 import functools
 import itertools
 import os
+import select
 import sys
 import threading
 import time
@@ -87,7 +90,8 @@ class _Manager:
         self.broken: Optional[str] = None
         self.workers: Optional[_Workers] = None
         self.started = threading.Event()     # the workers are set up (or the pool broke)
-        self.ids = itertools.count()
+        self.dead: list = []                 # workers known to have failed
+        self.bell = Bell()                   # wakes the manager asleep in the transport
         self.thread = threading.Thread(target=self._main, name="mpi4py.futures manager",
                                        daemon=True)
         self.thread.start()
@@ -99,6 +103,7 @@ class _Manager:
                 raise cf.BrokenExecutor(self.broken)
             self.queue.append((future, fn, args, kwargs))
             self.cond.notify()
+            self.bell.ring()
 
     def stop(self, cancel: bool) -> None:
         with self.cond:
@@ -110,18 +115,27 @@ class _Manager:
 
     # -- the manager thread ----------------------------------------------------------------
     def _main(self) -> None:
+        _MPI_LOCK.acquire()          # released only while this manager sleeps or idles
         try:
-            self.workers = self.connect()
-        except BaseException as exc:   # no workers: every call fails as mpi4py's would
-            self._break(f"cannot start the pool's workers: {type(exc).__name__}: {exc}")
-            self.started.set()
-            return
-        try:
-            self._serve(self.workers)
-        except BaseException as exc:
-            self._break(f"the pool's manager failed: {type(exc).__name__}: {exc}")
+            try:
+                self.workers = self.connect()
+            except BaseException as exc:   # no workers: every call fails as mpi4py's would
+                self._break(f"cannot start the pool's workers: {type(exc).__name__}: {exc}")
+                self.started.set()
+                return
+            _SERVING.add(self)
+            for other in list(_SERVING):   # a sleeping manager now shares the engine
+                other.bell.ring()
+            try:
+                self._serve(self.workers)
+            except BaseException as exc:
+                self._break(f"the pool's manager failed: {type(exc).__name__}: {exc}")
+            finally:
+                _SERVING.discard(self)
+                self.started.set()
         finally:
-            self.started.set()
+            _MPI_LOCK.release()
+            self.bell.close()
 
     def _break(self, why: str) -> None:
         with self.cond:
@@ -143,54 +157,384 @@ class _Manager:
             self._release(w)
             return
         self.started.set()
-        idle = list(w.ranks)
-        running: dict = {}
+        flight = Flight(w.ranks)
+        sends: list = []          # TASK messages on their way
         status = MPI.Status()
-        pending = None            # the receive of the next result, while tasks run
+        pending = None            # the receive of the next results, while calls run
         while True:
             with self.cond:
-                while not self.queue and not running and not self.stopping:
-                    self.cond.wait()
-                work = []
-                while idle and self.queue:
-                    future, fn, args, kwargs = self.queue.popleft()
-                    if future.set_running_or_notify_cancel():
-                        work.append((idle.pop(0), future, fn, args, kwargs))
-                if self.stopping and not self.queue and not running and not work:
+                if not self.queue and not flight.running and not self.stopping:
+                    _MPI_LOCK.release()      # idle: other pools' managers may work
+                    try:
+                        while not self.queue and not flight.running and not self.stopping:
+                            self.cond.wait()
+                    finally:
+                        self.cond.release()  # lock order: the MPI lock, then cond
+                        _MPI_LOCK.acquire()
+                        self.cond.acquire()
+                batches = flight.assign(self.queue)
+                hungry = flight.hungry(self.queue)
+                if self.stopping and not self.queue and not flight.running and not batches:
                     break
-            for rank, future, fn, args, kwargs in work:
-                task = next(self.ids)
-                try:
-                    comm.send((task, fn, args, kwargs), dest=rank, tag=P.TASK)
-                except Exception as exc:   # the call does not pickle: its future fails
-                    future.set_exception(exc)
-                    idle.append(rank)
-                    continue
-                running[task] = future
-            if not running:
+            for rank, calls in batches.items():
+                self._send(comm, rank, flight, calls, sends)
+            if sends:
+                sends = [req for req in sends if not req.Test()]
+            if not flight.running:
                 continue
             if pending is None:
                 pending = comm.irecv(source=MPI.ANY_SOURCE, tag=P.RESULT)
-            engine = engine_of(pending)
-            if engine is not None and not pending.done:
-                # asleep in the transport until a result comes, or new work for an idle worker
-                engine.wait_until(lambda: pending.done or bool(idle and self.queue), [pending])
-            if not pending.done:
-                continue
-            task, ok, value = pending.wait(status)
-            pending = None
-            idle.append(status.Get_source())
-            future = running.pop(task)
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            try:
+                engine = engine_of(pending)
+                if engine is not None and not pending.done:
+                    # asleep in the transport until results come, or new work for a worker
+                    # with room (then a submit rings the bell)
+                    self._doze(engine, pending, sends, hungry)
+                # every result already here (a receive of one that arrived completes as it
+                # is posted), then back to handing out calls
+                while pending is not None and pending.done:
+                    replies = pending.wait(status)
+                    pending = None
+                    _complete(flight.finished(status.Get_source(), replies))
+                    if flight.running:
+                        pending = comm.irecv(source=MPI.ANY_SOURCE, tag=P.RESULT)
+            except Exception as exc:      # a worker is gone (--fault-tolerant) or MPI failed
+                self._lost(comm, flight, exc)
+                break
         self._release(w)
+
+    def _doze(self, engine: Any, pending: Any, sends: list, hungry: bool) -> None:
+        """Wait until ``pending`` (the receive of results) completes or, if ``hungry`` (a
+        worker has room), a call is queued, without the MPI lock (other pools' managers
+        work meanwhile). Alone in the process, asleep in ``poll`` on the transport's file
+        descriptors (``Transport.wait_fds``, armed with ``prepare_sleep`` as the router
+        does) and on the bell that ``push`` rings, so a call submitted while others run
+        starts at once instead of at the transport's next timeout: one ``progress(0)``
+        round per wake-up, no spinning. With other pools' managers on the same engine
+        (whose progress may complete this one's receive without waking its ``poll``), or
+        a transport that cannot share a poll (the in-process one of ``run_threads``):
+        ``progress(0)`` then sleeps backing off from 0.1 to 10 ms, as mpi4py's manager."""
+        def ready() -> bool:
+            return pending.done or (hungry and bool(self.queue))
+
+        transport = engine.transport
+        try:
+            fds: Optional[tuple] = tuple(transport.wait_fds())
+        except (NotImplementedError, AttributeError):
+            fds = None
+        poller = None if fds is None else self.bell.poller(fds)
+        delay = 1e-4
+        self.bell.arm()
+        try:
+            while True:
+                engine.poll()
+                if ready():
+                    return
+                if poller is None or len(_SERVING) > 1:
+                    _MPI_LOCK.release()
+                    try:
+                        time.sleep(delay)
+                    finally:
+                        _MPI_LOCK.acquire()
+                    delay = min(2 * delay, 0.01)
+                    continue
+                if not transport.prepare_sleep():
+                    continue
+                _MPI_LOCK.release()
+                try:
+                    poller.poll(int(DOZE_S * 1000))
+                finally:
+                    _MPI_LOCK.acquire()
+                    transport.end_sleep()
+                self.bell.clear()
+                fds_now = tuple(transport.wait_fds())
+                if fds_now != fds:
+                    fds, poller = fds_now, self.bell.poller(fds_now)
+        finally:
+            self.bell.disarm()
+
+    def _send(self, comm: Any, rank: int, flight: "Flight", calls: list, sends: list) -> None:
+        """One TASK message of ``calls`` (task id, future, fn, args, kwargs) to
+        ``rank``, not waiting for it to go (a worker busy with a call takes a large message
+        only when it is done; meanwhile the other workers' results keep coming); its
+        request goes to ``sends``. Each call is pickled on its own (``MPI.pickle``), so a
+        call that does not pickle fails alone with the pickler's exception, and one that
+        does not unpickle fails alone in the worker. Cost: one ``dumps`` per call, one
+        message per batch."""
+        dumps = MPI.pickle.dumps
+        items = []
+        for task, future, fn, args, kwargs in calls:
+            try:
+                items.append((task, dumps((fn, args, kwargs))))
+            except BaseException as exc:   # the call does not pickle: its future fails
+                flight.withdraw(rank, task)
+                future.set_exception(exc)
+        if items:
+            sends.append(comm.isend(items, dest=rank, tag=P.TASK))
+
+    def _lost(self, comm: Any, flight: "Flight", exc: BaseException) -> None:
+        """The pool's MPI failed while calls ran (a worker died, under ``--fault-tolerant``).
+        The pool is broken, as ``ProcessPoolExecutor`` is when a worker dies: the calls the
+        failed workers held fail naming the worker, queued and later calls fail with
+        ``BrokenExecutor``; the calls the other workers hold finish (their results are
+        received from each worker by name: a wildcard receive would keep failing)."""
+        gone = _failed_workers(comm)
+        detail = f"{type(exc).__name__}: {exc}"
+        if gone:
+            who = ", ".join(f"worker {r}" for r in gone)
+            why = f"the pool is broken: {who} failed ({detail})"
+        else:
+            why = f"the pool is broken: its MPI communication failed ({detail})"
+        self._break(why)
+        self.dead = gone or list(flight.ranks)
+        for rank, future in flight.drain(self.dead):
+            future.set_exception(cf.BrokenExecutor(
+                f"worker {rank} failed while it held this call ({detail})" if gone else why))
+        for rank in flight.ranks:
+            while flight.held[rank] > 0:
+                try:
+                    replies = comm.recv(source=rank, tag=P.RESULT)
+                except Exception as again:
+                    self.dead.append(rank)
+                    for _, future in flight.drain([rank]):
+                        future.set_exception(cf.BrokenExecutor(
+                            f"worker {rank} failed while it held this call "
+                            f"({type(again).__name__}: {again})"))
+                    break
+                _complete(flight.finished(rank, replies))
 
     def _release(self, w: _Workers) -> None:
         for r in w.ranks:
-            w.comm.send(None, dest=r, tag=P.STOP)
+            if r in self.dead:
+                continue
+            try:
+                w.comm.send(None, dest=r, tag=P.STOP)
+            except Exception:
+                if not self.dead:
+                    raise
         w.release()
+
+
+#: the longest the manager sleeps in one poll (s): a failure that no file descriptor shows
+#: is noticed within this
+DOZE_S = 0.25
+#: held by a pool's manager thread while it makes MPI calls (minimpi's engine is
+#: THREAD_SERIALIZED); released while it sleeps or has nothing to do, so that the managers
+#: of several pools in one process take turns
+_MPI_LOCK = threading.Lock()
+#: the managers serving now
+_SERVING: "weakref.WeakSet[_Manager]" = weakref.WeakSet()
+
+
+class Bell:
+    """A pipe that wakes the manager asleep in ``poll`` when a call is submitted: ``ring``
+    writes one byte, only while the manager is armed and not yet rung (so a burst of
+    submits costs one ``write``); thread-safe."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+        self.lock = threading.Lock()
+        self.armed = self.rung = False
+
+    def poller(self, fds: tuple) -> Any:
+        """A ``select.poll`` on ``fds`` and the bell."""
+        poller = select.poll()
+        for fd in (*fds, self.read_fd):
+            poller.register(fd, select.POLLIN)
+        return poller
+
+    def arm(self) -> None:
+        with self.lock:
+            self.armed, self.rung = True, False
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.armed = False
+        self.clear()
+
+    def ring(self) -> None:
+        with self.lock:
+            if not self.armed or self.rung:
+                return
+            self.rung = True
+        try:
+            os.write(self.write_fd, b"!")
+        except (BlockingIOError, OSError):
+            pass
+
+    def clear(self) -> None:
+        """Empty the pipe (after a wake-up), so the next ring wakes the next sleep."""
+        try:
+            while os.read(self.read_fd, 64):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        with self.lock:
+            self.rung = False
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _complete(done: list) -> None:
+    """Set each future of ``done`` ((future, ok, pickled value)) to its result or exception;
+    a value that does not unpickle is its call's exception."""
+    loads = MPI.pickle.loads
+    for future, ok, blob in done:
+        try:
+            value = loads(blob)
+        except BaseException as exc:
+            ok, value = False, exc
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+def _failed_workers(comm: Any) -> list:
+    """The ranks of ``comm``'s workers known to have failed (``Get_failed``, translated to
+    ``comm``'s ranks or, on an intercommunicator, its remote group's)."""
+    try:
+        failed = comm.Get_failed()
+        if failed.Get_size() == 0:
+            return []
+        group = comm.Get_remote_group() if comm.Is_inter() else comm.Get_group()
+        ranks = MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())), group)
+        return sorted(r for r in ranks if r is not None and r >= 0)
+    except Exception:
+        return []
+
+
+class Flight:
+    """Which calls each worker holds, and how many to send it: the pipelining policy.
+
+    A worker is given up to ``depth`` calls at a time; it gets more once it holds no more
+    than half of them, in one message, so that it never waits for the client's round trip
+    and the client sends one message per several calls (results come back one per call,
+    as soon as each returns). ``depth`` follows
+    the measured run time of the calls of the same function (an average over its results,
+    weighted to the latest; a ``map``'s function, not its chunks' wrapper):
+    :data:`AHEAD_S` of work per worker, at least 2 (one running, one waiting), at most
+    :data:`MAX_DEPTH`; 1 (nothing sent ahead) for a function not measured yet and for
+    calls longer than :data:`LONG_S`, where the round trip is negligible and a call sent
+    ahead could wait behind a long one while another worker is idle. A call sent ahead
+    counts as running (it cannot be cancelled), as in ``ProcessPoolExecutor``, whose call
+    queue holds one call beyond its workers. Pure bookkeeping (no MPI): O(workers) per
+    call assigned, O(1) per result."""
+
+    #: how much work (s) to keep queued at each worker
+    AHEAD_S = 0.005
+    #: the most calls one worker holds at once
+    MAX_DEPTH = 64
+    #: calls at least this long (s) on average are not sent ahead
+    LONG_S = 0.05
+    #: the most functions whose times are kept
+    MAX_KEYS = 256
+
+    def __init__(self, ranks: list) -> None:
+        self.ranks = list(ranks)
+        self.held: dict = {r: 0 for r in self.ranks}       # worker -> calls it holds
+        self.running: dict = {}                     # task id -> (future, worker, key)
+        self.ids = itertools.count()
+        self.means: dict = {}                       # key -> seconds per call, measured
+        self.depth = 1                              # the last calls' depth
+
+    @staticmethod
+    def key(fn: Any, args: tuple) -> Any:
+        """What calls are timed by: the function (a ``map`` chunk's function, a
+        ``functools.partial``'s function)."""
+        if fn is P.apply_chunk and args:
+            fn = args[0]
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        try:
+            hash(fn)
+        except TypeError:
+            return type(fn)
+        return fn
+
+    def depth_for(self, key: Any) -> int:
+        """How many calls of ``key`` one worker may hold."""
+        mean = self.means.get(key)
+        if mean is None or mean >= self.LONG_S:
+            return 1
+        return max(2, min(self.MAX_DEPTH, int(self.AHEAD_S / max(mean, 1e-9))))
+
+    def hungry(self, queue: collections.deque) -> bool:
+        """Whether some worker would take the first call of ``queue`` now - as ``assign``
+        decides, so that a manager woken for it does not find nothing to do and spin -
+        or, with ``queue`` empty, a call like the last ones."""
+        if queue:
+            future, fn, args, kwargs = queue[0]
+            depth = self.depth_for(self.key(fn, args))
+        else:
+            depth = self.depth
+        low = depth // 2
+        return any(n <= low for n in self.held.values())
+
+    def assign(self, queue: collections.deque) -> dict:
+        """Take calls from ``queue`` ((future, fn, args, kwargs); cancelled ones dropped)
+        for the workers with room, each to the least busy: worker -> [(task id, future,
+        fn, args, kwargs)]. The futures are marked running."""
+        batches: dict = {}
+        held = self.held
+        while queue:
+            future, fn, args, kwargs = queue[0]
+            key = self.key(fn, args)
+            depth = self.depth_for(key)
+            low = depth // 2
+            best = None
+            for r in self.ranks:
+                n = held[r]
+                if (n <= low or (r in batches and n < depth)) and (best is None
+                                                                   or n < held[best]):
+                    best = r
+            if best is None:
+                break
+            queue.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            task = next(self.ids)
+            self.running[task] = (future, best, key)
+            batches.setdefault(best, []).append((task, future, fn, args, kwargs))
+            held[best] += 1
+            self.depth = depth
+        return batches
+
+    def withdraw(self, rank: int, task: int) -> None:
+        """A call that was never sent (it did not pickle)."""
+        del self.running[task]
+        self.held[rank] -= 1
+
+    def finished(self, rank: int, replies: list) -> list:
+        """``rank`` sent ``replies`` ((task id, ok, value, seconds it ran)):
+        [(future, ok, value)]; the calls' functions' average times updated."""
+        self.held[rank] -= len(replies)
+        means = self.means
+        out = []
+        for task, ok, value, seconds in replies:
+            future, _, key = self.running.pop(task)
+            mean = means.get(key)
+            if mean is None and len(means) >= self.MAX_KEYS:
+                means.clear()      # many distinct callables: forget (they are re-timed)
+            means[key] = seconds if mean is None else 0.5 * mean + 0.5 * seconds
+            out.append((future, ok, value))
+        return out
+
+    def drain(self, ranks: list) -> list:
+        """The calls in flight on ``ranks``, as (worker, future); they are no longer."""
+        ranks = set(ranks)
+        out = [(r, future) for future, r, _ in self.running.values() if r in ranks]
+        self.running = {t: fr for t, fr in self.running.items() if fr[1] not in ranks}
+        for r in ranks:
+            self.held[r] = 0
+        return out
 
 
 class MPIPoolExecutor(cf.Executor):
@@ -268,25 +612,36 @@ class MPIPoolExecutor(cf.Executor):
         return future
 
     def map(self, fn: Callable, *iterables: Iterable, timeout: Optional[float] = None,
-            chunksize: int = 1, unordered: bool = False) -> Iterator:
+            chunksize: int = 1, buffersize: Optional[int] = None,
+            unordered: bool = False) -> Iterator:
         """``fn`` over the iterables' items in chunks of ``chunksize``; results in order
-        (``unordered``: as they complete); ``timeout`` bounds the whole iteration."""
+        (``unordered``: as they complete); ``timeout`` bounds the whole iteration;
+        ``buffersize``: at most that many chunks submitted and not yet yielded (the
+        iterables are read as the results are consumed)."""
         return self.starmap(fn, zip(*iterables), timeout=timeout, chunksize=chunksize,
-                            unordered=unordered)
+                            buffersize=buffersize, unordered=unordered)
 
     def starmap(self, fn: Callable, iterable: Iterable, timeout: Optional[float] = None,
-                chunksize: int = 1, unordered: bool = False) -> Iterator:
+                chunksize: int = 1, buffersize: Optional[int] = None,
+                unordered: bool = False) -> Iterator:
         """As ``map``, with each item the argument tuple of one call."""
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        if buffersize is not None:
+            if not isinstance(buffersize, int):
+                raise TypeError("buffersize must be an integer or None")
+            if buffersize < 1:
+                raise ValueError("buffersize must be None or > 0")
+            if unordered:
+                raise ValueError("buffersize must be None if unordered")
         deadline = None if timeout is None else time.monotonic() + timeout
         it = iter(iterable)
-        futures = []
-        while True:
-            chunk = list(itertools.islice(it, chunksize))
-            if not chunk:
-                break
-            futures.append(self.submit(P.apply_chunk, fn, chunk))
+        chunks = iter(lambda: list(itertools.islice(it, chunksize)), [])
+        if buffersize is not None:
+            window = collections.deque(self.submit(P.apply_chunk, fn, chunk)
+                                       for chunk in itertools.islice(chunks, buffersize))
+            return _buffered_results(self, fn, chunks, window, deadline)
+        futures = [self.submit(P.apply_chunk, fn, chunk) for chunk in chunks]
         return _results(futures, deadline, unordered)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -317,6 +672,24 @@ def _results(futures: list, deadline: Optional[float], unordered: bool) -> Itera
             future.cancel()
 
 
+def _buffered_results(executor: cf.Executor, fn: Callable, chunks: Iterator,
+                      window: collections.deque, deadline: Optional[float]) -> Iterator:
+    """``map`` with ``buffersize``: the chunks' results in order, each yielded chunk
+    replaced in ``window`` by the next one submitted; what is left is cancelled if the
+    caller stops."""
+    try:
+        while window:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values = window.popleft().result(timeout=remaining)
+            chunk = next(chunks, None)
+            if chunk is not None:
+                window.append(executor.submit(P.apply_chunk, fn, chunk))
+            yield from values
+    finally:
+        for future in window:
+            future.cancel()
+
+
 def serve_static(comm: Any, root: int) -> None:
     """A worker of a static pool: serve each executor of ``root`` until it says EXIT."""
     status = MPI.Status()
@@ -329,9 +702,11 @@ def serve_static(comm: Any, root: int) -> None:
 
 
 def release_static(comm: Any, root: int) -> None:
-    """Tell a static pool's workers that no more executors come."""
+    """Tell a static pool's workers that no more executors come (not those known to have
+    failed, under ``--fault-tolerant``)."""
+    gone = _failed_workers(comm)
     for r in range(comm.Get_size()):
-        if r != root:
+        if r != root and r not in gone:
             comm.send(None, dest=r, tag=P.STOP)
 
 

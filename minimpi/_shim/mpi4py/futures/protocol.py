@@ -7,17 +7,29 @@ static pool of ``python -m mpi4py.futures`` and ``MPICommExecutor``).
 
 client -> worker
     SETUP  {"path": sys.path, "main": file of __main__ or None, "init": (fn, args) or None}
-    TASK   (task id, fn, args, kwargs)
+    TASK   [(task id, pickled (fn, args, kwargs)), ...]: one or more calls, run in order
     STOP   None
 worker -> client
     READY  None, or the exception the initializer raised
-    RESULT (task id, True, value) or (task id, False, exception)
+    RESULT [(task id, True, pickled value, seconds) or (task id, False, pickled exception,
+           seconds)]
+
+**Pipelining.** The client keeps several calls in flight per worker (see ``pool.py``), so
+that a worker that finishes a call finds the next one already here instead of waiting for
+the client's round trip, and sends several calls in one TASK message (each call, and each
+result, pickled on its own, so that one that does not unpickle fails alone). The worker runs them in order and
+sends each result as soon as its call returns (a result held back to share a message
+would wait behind the next call, however long: ``wait``/``as_completed``/``map`` timeouts
+would see it late); ``seconds`` is the time the call ran, from which the client sizes the
+batches of the calls of that function.
 """
 from __future__ import annotations
 
+import collections
 import os
 import runpy
 import sys
+import time
 import types
 from typing import Any, Optional
 
@@ -56,8 +68,28 @@ def apply_chunk(fn: Any, chunk: list) -> list:
     return [fn(*args) for args in chunk]
 
 
+def reply(task_id: int, ok: bool, value: Any, seconds: float) -> tuple:
+    """A RESULT entry, its value pickled on its own (``MPI.pickle``): a value that does not
+    pickle becomes the pickler's exception, and one that does not unpickle at the client
+    fails its call alone there."""
+    dumps = MPI.pickle.dumps
+    try:
+        return (task_id, ok, dumps(value), seconds)
+    except BaseException as exc:
+        try:
+            return (task_id, False, dumps(exc), seconds)
+        except BaseException:
+            return (task_id, False, dumps(RuntimeError(
+                f"the result of the call does not pickle: {type(exc).__name__}: {exc}")),
+                seconds)
+
+
 def serve(comm: Any, client: int) -> None:
-    """The worker loop: set up, then run tasks from rank ``client`` of ``comm`` until STOP."""
+    """The worker loop: set up, then run tasks from rank ``client`` of ``comm`` until STOP.
+
+    Calls arrive in batches (TASK) and run in order; each result goes back as soon as its
+    call returns (see the module docstring). Cost per call: the call, its unpickling, two
+    clock reads, one pickled RESULT message and a share of one TASK message."""
     status = MPI.Status()
     setup = comm.recv(source=client, tag=SETUP)
     problem = None
@@ -76,16 +108,21 @@ def serve(comm: Any, client: int) -> None:
     if problem is not None:
         comm.recv(source=client, tag=STOP)
         return
+    calls: collections.deque = collections.deque()
+    clock = time.perf_counter
+    loads = MPI.pickle.loads
     while True:
-        message = comm.recv(source=client, tag=MPI.ANY_TAG, status=status)
-        if status.Get_tag() == STOP:
-            return
-        task_id, fn, args, kwargs = message
+        if not calls:
+            message = comm.recv(source=client, tag=MPI.ANY_TAG, status=status)
+            if status.Get_tag() == STOP:
+                return
+            calls.extend(message)
+            continue
+        task_id, call = calls.popleft()
+        start = clock()
         try:
-            reply = (task_id, True, fn(*args, **kwargs))
-        except BaseException as exc:
-            reply = (task_id, False, exc)
-        try:
-            comm.send(reply, dest=client, tag=RESULT)
-        except Exception as exc:   # a result that does not pickle
-            comm.send((task_id, False, exc), dest=client, tag=RESULT)
+            fn, args, kwargs = loads(call)
+            value, ok = fn(*args, **kwargs), True
+        except BaseException as exc:   # the call raised, or did not unpickle
+            value, ok = exc, False
+        comm.send([reply(task_id, ok, value, clock() - start)], dest=client, tag=RESULT)

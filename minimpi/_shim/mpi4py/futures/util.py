@@ -7,32 +7,48 @@ from typing import Any, Callable, Iterable, Optional
 
 
 def collect(fs: Iterable[cf.Future]) -> cf.Future:
-    """A future of the list of the results of ``fs`` (in order); it fails with the first
-    failure, and cancelling it cancels them."""
+    """A future (of the first item's class) of the list of the results of ``fs``, in
+    order (an item may appear several times). It fails with the first item that fails and
+    is cancelled when an item is; once it is done (or cancelled), the items still pending
+    are cancelled. Cost: one callback per distinct item."""
     fs = list(fs)
-    out: cf.Future = cf.Future()
-    lock = threading.Lock()
-    left = [len(fs)]
-
-    def done(_: cf.Future) -> None:
-        with lock:
-            left[0] -= 1
-            if out.done():
-                return
-            failed = next((f for f in fs if f.done() and not f.cancelled() and f.exception()),
-                          None)
-            if failed is not None:
-                _settle(out, exception=failed.exception())
-            elif any(f.cancelled() for f in fs):
-                out.cancel()
-            elif left[0] == 0:
-                _settle(out, result=[f.result() for f in fs])
-
-    out.add_done_callback(lambda o: [f.cancel() for f in fs] if o.cancelled() else None)
     if not fs:
-        _settle(out, result=[])
-    for f in fs:
-        f.add_done_callback(done)
+        empty: cf.Future = cf.Future()
+        empty.set_result([])
+        return empty
+    out: cf.Future = type(fs[0])()
+    where: dict = {}
+    for i, f in enumerate(fs):
+        where.setdefault(f, []).append(i)
+    results: list = [None] * len(fs)
+    lock = threading.RLock()     # cancelling an item from out's callback calls item_done
+
+    def item_done(item: cf.Future) -> None:
+        with lock:
+            if out.done() or item not in where:
+                return
+            if item.cancelled():
+                out.cancel()
+            elif item.exception() is not None:
+                _settle(out, exception=item.exception())
+            else:
+                for i in where.pop(item):
+                    results[i] = item.result()
+                if not where:
+                    _settle(out, result=results)
+
+    def out_done(o: cf.Future) -> None:
+        with lock:
+            pending = list(where)
+            where.clear()
+        for item in pending:
+            item.cancel()
+        if o.cancelled():
+            o.set_running_or_notify_cancel()      # wake wait()/as_completed on it
+
+    out.add_done_callback(out_done)
+    for item in list(where):
+        item.add_done_callback(item_done)
     return out
 
 
@@ -40,7 +56,7 @@ def compose(future: cf.Future, resulthook: Optional[Callable[[Any], Any]] = None
             excepthook: Optional[Callable[[BaseException], Any]] = None) -> cf.Future:
     """A future of ``resulthook(result)`` (or of ``excepthook(exception)``'s value, or its
     exception if it returns one) once ``future`` completes."""
-    out: cf.Future = cf.Future()
+    out: cf.Future = type(future)()
 
     def done(f: cf.Future) -> None:
         if f.cancelled():
@@ -61,7 +77,12 @@ def compose(future: cf.Future, resulthook: Optional[Callable[[Any], Any]] = None
         except BaseException as error:   # a hook that raised
             _settle(out, exception=error)
 
-    out.add_done_callback(lambda o: future.cancel() if o.cancelled() else None)
+    def out_done(o: cf.Future) -> None:
+        if o.cancelled():
+            o.set_running_or_notify_cancel()      # wake wait()/as_completed on it
+            future.cancel()
+
+    out.add_done_callback(out_done)
     future.add_done_callback(done)
     return out
 
@@ -69,7 +90,7 @@ def compose(future: cf.Future, resulthook: Optional[Callable[[Any], Any]] = None
 def _settle(out: cf.Future, result: Any = None, exception: Optional[BaseException] = None
             ) -> None:
     """Complete ``out`` (once: the callers hold a lock or call it once)."""
-    if not out.set_running_or_notify_cancel():
+    if out.cancelled() or not out.set_running_or_notify_cancel():
         return   # cancelled meanwhile
     if exception is not None:
         out.set_exception(exception)

@@ -34,8 +34,18 @@ from ..data.ops import SUM
 from ..rma.window import Win
 from ..runtime import trace
 from ..runtime.inproc import run_threads
-from .draw import (CHAR, FS_CELL, FS_SMALL, FS_TITLE, LETTERS, MAX_RANKS, PALETTE, DrawError,
-                   _wrap_px, svg_escape)
+from .draw import (
+    CHAR,
+    FS_CELL,
+    FS_SMALL,
+    FS_TITLE,
+    LETTERS,
+    MAX_RANKS,
+    PALETTE,
+    DrawError,
+    _wrap_px,
+    svg_escape,
+)
 
 #: calls that open an epoch -> its kind; calls that close one -> the kind they close
 OPENS = {"Fence": "fence", "Lock": "lock", "Lock_all": "lock_all", "Post": "exposure",

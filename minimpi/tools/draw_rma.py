@@ -7,7 +7,8 @@ trace observer to each rank's engine and wraps every public ``Win`` method, so e
 (``Fence``, ``Lock``, ``Put`` ...) becomes a slice naming its window, its target rank and
 its origin buffer's size. Nothing here re-implements the program's effect: the epochs are
 read off the recorded sequence of calls, and the window contents shown are the real window
-memory of every rank after the run.
+memory of every rank after the run. (As with ``--trace``, the wrappers stay installed in
+the process afterwards; a call on an engine without a trace observer goes straight through.)
 
 Patterns (each rank ``r`` contributes the value ``10 * (r + 1)``):
 
@@ -50,8 +51,9 @@ from .draw import (
 #: calls that open an epoch -> its kind; calls that close one -> the kind they close
 OPENS = {"Fence": "fence", "Lock": "lock", "Lock_all": "lock_all", "Post": "exposure",
          "Start": "pscw access"}
+#: (``Win.Test`` is left out: the trace does not say whether it returned True)
 CLOSES = {"Fence": "fence", "Unlock": "lock", "Unlock_all": "lock_all", "Wait": "exposure",
-          "Test": "exposure", "Complete": "pscw access"}
+          "Complete": "pscw access"}
 #: one-sided operations: name -> whether the data flows from the target to the origin
 OPERATIONS = {"Put": False, "Rput": False, "Get": True, "Rget": True, "Accumulate": False,
               "Raccumulate": False, "Get_accumulate": True, "Rget_accumulate": True,
@@ -175,10 +177,12 @@ class RmaRecord:
     expect: str = ""
     #: operations on a passive target (no epoch of the target's own): target -> ops
     passive: Dict[int, List[Operation]] = field(default_factory=dict)
+    #: the drawing's column of each call (by its order): see :func:`columns`
+    column: Dict[int, int] = field(default_factory=dict)
 
     @property
-    def ncalls(self) -> int:
-        return max([o for row in self.calls for o, _ in row] + [-1]) + 1
+    def ncolumns(self) -> int:
+        return max(list(self.column.values()) + [-1]) + 1
 
 
 _NAME = re.compile(r"^(\w+)(?: (.*))?$")
@@ -273,10 +277,56 @@ def record(pattern: str, p: int, timeout: float = 30.0) -> RmaRecord:
                 target[k].incoming.append(op)
                 continue
         passive.setdefault(op.target, []).append(op)
-    return RmaRecord(pattern, p, epochs, ops, [w for _, w, _ in results],
-                     [loc for _, _, loc in results], calls,
-                     summary=f"rma {pattern} on {p} ranks: {pat.summary}", expect=pat.expect,
-                     passive=passive)
+    rec = RmaRecord(pattern, p, epochs, ops, [w for _, w, _ in results],
+                    [loc for _, _, loc in results], calls,
+                    summary=f"rma {pattern} on {p} ranks: {pat.summary}", expect=pat.expect,
+                    passive=passive)
+    rec.column = columns(rec)
+    return rec
+
+
+def columns(rec: RmaRecord) -> Dict[int, int]:
+    """A column for each call, the smallest meeting: a rank's calls in increasing columns;
+    the k-th ``Fence`` of every rank in one column; a PSCW access epoch starts no earlier
+    than the exposure it targets and that exposure's ``Wait`` comes after its ``Complete``;
+    an operation under an exclusive lock comes after the ``Unlock`` of the epoch that held
+    the lock before it (the order the run granted them). Cost: O(calls * rounds)."""
+    col = {o: 0 for row in rec.calls for o, _ in row}
+    after: List[Tuple[int, int]] = []          # (a, b): col[b] >= col[a] + 1
+    same: List[List[int]] = []
+    fences = [[o for o, t in row if t == "Fence"] for row in rec.calls]
+    for k in range(max(len(f) for f in fences) if fences else 0):
+        same.append([f[k] for f in fences if k < len(f)])
+    for r in range(rec.p):
+        for e in rec.epochs[r]:
+            for op in e.incoming:
+                ep = rec.epochs[op.origin][op.epoch]
+                if e.kind == "exposure":
+                    after.append((e.start, ep.start))
+                    after.append((ep.end, e.end))
+    for target, inc in rec.passive.items():
+        eps = sorted({id(rec.epochs[o.origin][o.epoch]): rec.epochs[o.origin][o.epoch]
+                      for o in inc}.values(), key=lambda e: e.end)
+        for prev, nxt in zip(eps, eps[1:]):
+            first = nxt.ops[0].order if nxt.ops else nxt.end
+            after.append((prev.end, first))
+    for _ in range(4 * len(col) + 4):
+        changed = False
+        for row in rec.calls:
+            for (a, _), (b, _) in zip(row, row[1:]):
+                if col[b] < col[a] + 1:
+                    col[b], changed = col[a] + 1, True
+        for a, b in after:
+            if col[b] < col[a] + 1:
+                col[b], changed = col[a] + 1, True
+        for group in same:
+            top = max((col[o] for o in group), default=0)
+            for o in group:
+                if col[o] != top:
+                    col[o], changed = top, True
+        if not changed:
+            break
+    return col
 
 
 def _covering(mine: List[Epoch], target: int) -> Optional[Epoch]:
@@ -340,7 +390,7 @@ KIND_COLOR = {"fence": PALETTE[0], "lock": PALETTE[1], "lock_all": PALETTE[1],
 def to_svg(rec: RmaRecord) -> str:
     """The record as a standalone SVG document."""
     col_w, lane_h, left = 78.0, 64.0, 110.0
-    n = max(rec.ncalls, 1)
+    n = max(rec.ncolumns, 1)
     width = int(left + n * col_w + 20 + 0.999)
     width = max(width, 640)
     head: List[str] = []
@@ -360,7 +410,7 @@ def to_svg(rec: RmaRecord) -> str:
     top = y + 16
 
     def cx(order: int) -> float:
-        return left + order * col_w + col_w / 2
+        return left + rec.column[order] * col_w + col_w / 2
 
     def lane_y(r: int) -> float:
         return top + r * lane_h + lane_h / 2
@@ -375,7 +425,9 @@ def to_svg(rec: RmaRecord) -> str:
                     f'y2="{ly:.1f}" stroke="#bbb"/>')
         for e in rec.epochs[r]:
             color = KIND_COLOR.get(e.kind, "#999")
-            x0, x1 = cx(e.start) - col_w / 2 + 4, cx(e.end) + col_w / 2 - 4
+            # a Fence ends one epoch and begins the next: the bands meet at its middle
+            x0 = cx(e.start) + (4 if e.kind == "fence" else -col_w / 2 + 4)
+            x1 = cx(e.end) + (-4 if e.kind == "fence" and e.closed_by else col_w / 2 - 4)
             body.append(f'<rect class="epoch" x="{x0:.1f}" y="{ly - 16:.1f}" '
                         f'width="{x1 - x0:.1f}" height="32" rx="4" fill="{color}" '
                         f'fill-opacity="0.18" stroke="{color}"><title>'

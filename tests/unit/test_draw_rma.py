@@ -120,3 +120,21 @@ def test_cli_text_and_errors(tmp_path):
     xml.dom.minidom.parse(str(svg))
     listed = _cli("--list")
     assert all(name in listed.stdout for name in draw_rma.PATTERNS)
+
+
+@pytest.mark.parametrize("p", SIZES)
+def test_columns_follow_the_synchronisation(p):
+    fence = draw_rma.record("fence", p)
+    for k in range(3):
+        cols = {fence.column[[o for o, t in row if t == "Fence"][k]] for row in fence.calls}
+        assert len(cols) == 1, f"fence {k} drawn in columns {cols}"
+    pscw = draw_rma.record("pscw", p)
+    exposure = pscw.epochs[0][0]
+    for r in range(1, p):
+        access = pscw.epochs[r][0]
+        assert pscw.column[access.start] > pscw.column[exposure.start]
+        assert pscw.column[access.end] < pscw.column[exposure.end]
+    lock = draw_rma.record("lock", p)
+    held = sorted((lock.epochs[r][0] for r in range(p)), key=lambda e: e.end)
+    for prev, nxt in zip(held, held[1:]):   # exclusive: one holder at a time
+        assert lock.column[nxt.ops[0].order] > lock.column[prev.end]

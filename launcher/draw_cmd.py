@@ -5,8 +5,10 @@
     minimpi draw allreduce --algorithm ring -n 4 -o ring.svg
     minimpi draw bcast --algorithm ring -n 4 --bytes 1MiB -o pipeline.png
     minimpi draw allreduce --algorithm hierarchical --hosts 2x4     # 2 hosts of 4 ranks
+    minimpi draw rma --pattern fence -n 4 -o fence.svg    # one-sided: epochs and operations
 
-See :mod:`minimpi.tools.draw` for how the schedule is recorded.
+See :mod:`minimpi.tools.draw` for how the schedule is recorded, :mod:`minimpi.tools.draw_rma`
+for the one-sided patterns.
 """
 from __future__ import annotations
 
@@ -23,20 +25,34 @@ blocks a message carries, and after every step each rank shows everything it hol
 caller's buffers and the algorithm's temporaries. Sums of blocks read AB2 (block 2 of ranks
 0 and 1) or Σ2 (all ranks); the legend says what the labels mean for the collective.
 
+`minimpi draw rma --pattern fence|lock|pscw` runs a small one-sided program instead (each
+rank's value is 10*(r+1)): fence - Put into the right neighbour's window, Fence, Get from the
+left; lock - Lock/Accumulate(SUM)/Unlock on rank 0's counter; pscw - rank 0 Posts/Waits, the
+others Start/Put/Complete. Its window calls are recorded as `minimpi run --trace` records
+them; it shows each rank's epochs (fence, lock, exposure, pscw access: the calls opening and
+closing them), the Puts/Gets/Accumulates inside (origin -> target, bytes) and every rank's
+window after the run.
+
 examples:
   minimpi draw --list
   minimpi draw bcast --algorithm binomial -n 8
   minimpi draw scatter --algorithm binomial -n 4 --root 2 -o scatter.svg
   minimpi draw bcast --algorithm ring -n 4 --bytes 1MiB      # pipelined in segments
   minimpi draw bcast --algorithm hierarchical -n 8 --hosts 2x4   # ranks 0-3, 4-7 per host
+  minimpi draw rma --pattern pscw -n 4                       # epochs of one-sided calls
+  minimpi draw rma --pattern fence -n 3 -o fence.svg
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = ("minimpi draw COLLECTIVE --algorithm ALG -n P [--root R] [--bytes N] "
+               "[-o out.svg|out.png]\n       minimpi draw rma --pattern fence|lock|pscw -n P "
                "[-o out.svg|out.png]\n       minimpi draw --list")
     p.epilog = EPILOG
-    p.add_argument("collective", nargs="?", help="e.g. bcast, allreduce, alltoall")
+    p.add_argument("collective", nargs="?",
+                   help="e.g. bcast, allreduce, alltoall; or rma (one-sided, with --pattern)")
+    p.add_argument("--pattern", metavar="PAT",
+                   help="with rma: the one-sided program, fence, lock or pscw (see --list)")
     p.add_argument("--algorithm", "-a", metavar="ALG", help="algorithm name (see --list)")
     p.add_argument("-n", "-np", dest="nprocs", type=int, default=None, metavar="P",
                    help="number of ranks (default 4, or every slot of --hosts)")
@@ -48,17 +64,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="size of each rank's data (default: one float64 per block)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write an SVG (.svg) or PNG (.png); without it print text")
-    p.add_argument("--list", action="store_true", help="list collectives and algorithms")
+    p.add_argument("--list", action="store_true",
+                   help="list collectives and algorithms, and the rma patterns")
 
 
 def main(args: argparse.Namespace) -> int:
     from minimpi.tools import draw
     if args.list:
+        from minimpi.tools import draw_rma
         print(draw.list_text())
+        print(draw_rma.list_text())
         return 0
     if not args.collective:
         print("minimpi draw: name a collective (or --list)", file=sys.stderr)
         return 2
+    if args.collective.lower() == "rma":
+        return _main_rma(args)
     if not args.algorithm:
         from minimpi.coll.registry import algorithms
         try:
@@ -98,4 +119,33 @@ def main(args: argparse.Namespace) -> int:
         print(f"minimpi draw: {exc}", file=sys.stderr)
         return 2
     print(f"{sched.summary}\nwritten to {out}")
+    return 0
+
+
+def _main_rma(args: argparse.Namespace) -> int:
+    """``minimpi draw rma --pattern PAT``: the epochs and operations of a one-sided program."""
+    from minimpi.tools import draw, draw_rma
+    names = ", ".join(draw_rma.PATTERNS)
+    if not args.pattern:
+        print(f"minimpi draw rma: choose --pattern: {names}", file=sys.stderr)
+        return 2
+    out = args.output
+    if out and not out.lower().endswith((".svg", ".png")):
+        print(f"minimpi draw: -o {out}: the file name must end in .svg or .png", file=sys.stderr)
+        return 2
+    try:
+        rec = draw_rma.record(args.pattern, args.nprocs or 4)
+        if not out:
+            print(draw_rma.to_text(rec))
+            return 0
+        svg = draw_rma.to_svg(rec)
+        if out.lower().endswith(".png"):
+            draw.svg_to_png(svg, out)
+        else:
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(svg)
+    except draw.DrawError as exc:
+        print(f"minimpi draw: {exc}", file=sys.stderr)
+        return 2
+    print(f"{rec.summary}\nwritten to {out}")
     return 0

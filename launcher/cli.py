@@ -18,7 +18,7 @@ from typing import Optional
 #: (name, module path, one-line help). Modules are imported lazily.
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("run", "minimpi.launcher.run", "start N ranks of a Python program (like mpirun)"),
-    ("draw", "minimpi.launcher.draw_cmd", "draw a collective algorithm's schedule (text, SVG, PNG)"),
+    ("draw", "minimpi.launcher.draw_cmd", "draw a collective algorithm's schedule or one-sided epochs (text, SVG, PNG)"),
     ("explain", "minimpi.launcher.explain_cmd", "which collective algorithm auto picks, and why"),
     ("keygen", "minimpi.launcher.keygen", "write ~/.minimpi/secret, the key of jobs started by srun"),
     ("clean", "minimpi.launcher.clean",

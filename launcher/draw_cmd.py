@@ -103,13 +103,20 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"minimpi draw: {exc}", file=sys.stderr)
         return 2
+    return _show(lambda: draw.record(args.collective, args.algorithm, p, args.root,
+                                     args.bytes, hosts=hosts),
+                 draw.to_text, draw.to_svg, out)
+
+
+def _show(record, to_text, to_svg, out: "str | None") -> int:
+    """Record a drawing and print it as text, or write it as SVG/PNG to ``out``."""
+    from minimpi.tools import draw
     try:
-        sched = draw.record(args.collective, args.algorithm, p, args.root, args.bytes,
-                            hosts=hosts)
+        recorded = record()
         if not out:
-            print(draw.to_text(sched))
+            print(to_text(recorded))
             return 0
-        svg = draw.to_svg(sched)
+        svg = to_svg(recorded)
         if out.lower().endswith(".png"):
             draw.svg_to_png(svg, out)
         else:
@@ -118,13 +125,13 @@ def main(args: argparse.Namespace) -> int:
     except draw.DrawError as exc:
         print(f"minimpi draw: {exc}", file=sys.stderr)
         return 2
-    print(f"{sched.summary}\nwritten to {out}")
+    print(f"{recorded.summary}\nwritten to {out}")
     return 0
 
 
 def _main_rma(args: argparse.Namespace) -> int:
     """``minimpi draw rma --pattern PAT``: the epochs and operations of a one-sided program."""
-    from minimpi.tools import draw, draw_rma
+    from minimpi.tools import draw_rma
     names = ", ".join(draw_rma.PATTERNS)
     if not args.pattern:
         print(f"minimpi draw rma: choose --pattern: {names}", file=sys.stderr)
@@ -133,19 +140,5 @@ def _main_rma(args: argparse.Namespace) -> int:
     if out and not out.lower().endswith((".svg", ".png")):
         print(f"minimpi draw: -o {out}: the file name must end in .svg or .png", file=sys.stderr)
         return 2
-    try:
-        rec = draw_rma.record(args.pattern, args.nprocs or 4)
-        if not out:
-            print(draw_rma.to_text(rec))
-            return 0
-        svg = draw_rma.to_svg(rec)
-        if out.lower().endswith(".png"):
-            draw.svg_to_png(svg, out)
-        else:
-            with open(out, "w", encoding="utf-8") as f:
-                f.write(svg)
-    except draw.DrawError as exc:
-        print(f"minimpi draw: {exc}", file=sys.stderr)
-        return 2
-    print(f"{rec.summary}\nwritten to {out}")
-    return 0
+    return _show(lambda: draw_rma.record(args.pattern, args.nprocs or 4),
+                 draw_rma.to_text, draw_rma.to_svg, out)

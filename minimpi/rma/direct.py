@@ -96,53 +96,52 @@ def _tick(s: Any) -> None:
         s.endpoint.engine.poll()
 
 
-def put(s: Any, origin: Any, target_rank: Any, target: Any) -> bool:
-    """``Win.Put`` into directly reachable memory; False: not this path's case (nothing
-    was done, nothing checked that the general path would not check again)."""
+def _reach(s: Any, origin: Any, target_rank: Any, target: Any, call: str,
+           lands: bool) -> "tuple[memoryview, memoryview, int] | None":
+    """(window memory, origin memory, start byte) of a Put (``lands`` False) or Get into
+    directly reachable memory, after the epoch and range checks and the lock's grant; None
+    when it is not this path's case (nothing was done, nothing checked that the general path
+    would not check again)."""
     views = s.direct_views if s is not None else None
     if not views or type(target_rank) is not int:
-        return False
+        return None
     window = views.get(target_rank)
     if window is None:
-        return False
-    data = origin_view(origin, False)
+        return None
+    data = origin_view(origin, lands)
     if data is None:
-        return False
+        return None
     start = _displacement(s, target_rank, target)
     if start is None:
-        return False
-    s.epochs.check_access(target_rank, "Put")
-    n = len(data)
-    if n:
-        _check_range(s, target_rank, start, n, len(window), "Put")
+        return None
+    s.epochs.check_access(target_rank, call)
+    if len(data):
+        _check_range(s, target_rank, start, len(data), len(window), call)
         if s.origin.grants:
             s.origin.granted(target_rank)     # a lock asked of it must be ours first
-        window[start:start + n] = data
+    return window, data, start
+
+
+def put(s: Any, origin: Any, target_rank: Any, target: Any) -> bool:
+    """``Win.Put`` into directly reachable memory; False: not this path's case."""
+    reached = _reach(s, origin, target_rank, target, "Put", False)
+    if reached is None:
+        return False
+    window, data, start = reached
+    if len(data):
+        window[start:start + len(data)] = data
     _tick(s)
     return True
 
 
 def get(s: Any, origin: Any, target_rank: Any, target: Any) -> bool:
-    """``Win.Get`` from directly reachable memory; False as :func:`put`."""
-    views = s.direct_views if s is not None else None
-    if not views or type(target_rank) is not int:
+    """``Win.Get`` from directly reachable memory; False: not this path's case."""
+    reached = _reach(s, origin, target_rank, target, "Get", True)
+    if reached is None:
         return False
-    window = views.get(target_rank)
-    if window is None:
-        return False
-    landing = origin_view(origin, True)
-    if landing is None:
-        return False
-    start = _displacement(s, target_rank, target)
-    if start is None:
-        return False
-    s.epochs.check_access(target_rank, "Get")
-    n = len(landing)
-    if n:
-        _check_range(s, target_rank, start, n, len(window), "Get")
-        if s.origin.grants:
-            s.origin.granted(target_rank)
-        landing[:] = window[start:start + n]
+    window, landing, start = reached
+    if len(landing):
+        landing[:] = window[start:start + len(landing)]
     _tick(s)
     return True
 

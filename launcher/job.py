@@ -263,6 +263,20 @@ class Job:
             self.log(f"minimpi: no fork server ({exc}); starting each rank on its own")
             return None
 
+    def _start_ranks(self, coord_address: str, lifeline_r: int,
+                     fork_server: Optional[ForkServer]) -> None:
+        """Start the job's ranks into ``self.ranks`` (a singleton's launcher attaches its
+        rank 0 instead: launcher/singleton.py); raises OSError when one cannot start."""
+        spec = self.spec
+        argv = rank_command(spec.program, spec.module, spec.args)
+        for r in range(spec.nprocs):
+            rp = spawn_rank(r, argv, self.rank_env(r, coord_address, lifeline_r),
+                            stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
+                            fork_server=fork_server)
+            self.ranks.append(rp)
+        if fork_server is not None:
+            fork_server.wait_started()   # the requests went out back to back
+
     def run(self) -> int:
         spec = self.spec
         coord = Coordinator(spec.nprocs, self.secret, self.job_id, host=spec.coord_host,
@@ -277,15 +291,8 @@ class Job:
         fork_server = None
         try:
             fork_server = self.fork_server = self._start_fork_server(coord.address, lifeline_r)
-            argv = rank_command(spec.program, spec.module, spec.args)
             try:
-                for r in range(spec.nprocs):
-                    rp = spawn_rank(r, argv, self.rank_env(r, coord.address, lifeline_r),
-                                    stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
-                                    fork_server=fork_server)
-                    self.ranks.append(rp)
-                if fork_server is not None:
-                    fork_server.wait_started()   # the requests went out back to back
+                self._start_ranks(coord.address, lifeline_r, fork_server)
             except OSError as e:
                 self.log(f"minimpi: could not start rank {len(self.ranks)}: {e}")
                 self.terminate_all(signal.SIGKILL)
@@ -366,8 +373,9 @@ class Job:
         poller.register(coord.socket, zmq.POLLIN)
         pidfds: dict[int, RankProcess] = {}
         for rp in self.ranks:
-            forward.add(rp.rank, "stdout", rp.popen.stdout)
-            forward.add(rp.rank, "stderr", rp.popen.stderr)
+            if rp.popen.stdout is not None:   # (None: a rank attached, not started by us)
+                forward.add(rp.rank, "stdout", rp.popen.stdout)
+                forward.add(rp.rank, "stderr", rp.popen.stderr)
             if rp.pidfd is not None:
                 pidfds[rp.pidfd] = rp
                 poller.register(rp.pidfd, zmq.POLLIN)

@@ -1,0 +1,211 @@
+"""The launcher of a singleton: what lets a program started with plain ``python`` spawn.
+
+A program started without ``minimpi run`` is a world of one process (MPI's "singleton
+init") with no launcher. At its first request for other processes (``Spawn``, ports, names)
+its runtime (``minimpi/runtime/launcher_link.py``) starts this module on demand, as MPICH's
+singleton starts a process manager::
+
+    python -m minimpi.launcher.singleton PID REPLY_FD
+
+It runs a :class:`~minimpi.launcher.job.Job` of size 1 whose rank 0 is the singleton
+process ``PID`` itself (attached, not started: :class:`AttachedProcess`), so spawned
+processes are started, watched, forwarded and torn down by the same code as under
+``minimpi run -n 1`` (``launcher/dynamic.py`` in the job's loop). The job's fresh secret,
+its coordinator's address and job id go to the singleton over the pipe ``REPLY_FD`` (never
+argv or an environment); the singleton then registers with the coordinator as rank 0 (the
+same authentication every rank makes) and sends its requests there.
+
+Lifetime. This process is in a session of its own (Ctrl-C in the terminal reaches the
+program only) and watches the singleton through a pidfd (readable when it ends, whichever
+thread started this process). When the singleton ends without finalizing MPI (killed,
+``os._exit``), the job fails at once: its spawned processes get SIGTERM, SIGKILL a second
+later, and this process exits. When it finalized, the spawned processes still running get
+:data:`LINGER` seconds to end by themselves (those it disconnected are on their way out),
+then they are ended the same way. Nothing it started outlives it: spawned processes die
+with it (parent-death signal and lifeline pipe, as every rank does).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Optional
+
+from .forkserver import ForkServer
+from .job import Failure, Job, JobSpec, heartbeat_interval
+from .run import extra_env, rank_start
+
+#: seconds the spawned processes still running may take to end by themselves once the
+#: singleton finalized MPI and ended
+LINGER = 5.0
+#: the singleton's exit code is unknown here (it is not our child): what the job records
+EXIT_ATTACHED_ENDED = 0
+
+
+class _AttachedPopen:
+    """The part of ``subprocess.Popen`` the job's code reads, for a process it did not start
+    (no pipes: its output goes where it always went)."""
+
+    stdout = None
+    stderr = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> Optional[int]:
+        return None if _running(self.pid) else EXIT_ATTACHED_ENDED
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        return self.poll()
+
+
+class AttachedProcess:
+    """Rank 0 of a singleton's job: the running program, watched through a pidfd; the
+    launcher never signals it (it is not the launcher's to end)."""
+
+    def __init__(self, pid: int) -> None:
+        self.rank = 0
+        self.popen = _AttachedPopen(pid)
+        self.pidfd: Optional[int] = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self.pidfd = os.pidfd_open(pid)
+            except OSError:
+                self.pidfd = None
+        self.returncode: Optional[int] = None
+        self.killed_by_launcher = False
+        self.job = 0
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    def reap(self) -> Optional[int]:
+        if self.returncode is None and not _running(self.pid):
+            self.returncode = EXIT_ATTACHED_ENDED
+            self.close_pidfd()
+        return self.returncode
+
+    def reap_exited(self, timeout: float = 1.0) -> Optional[int]:
+        self.returncode = EXIT_ATTACHED_ENDED
+        self.close_pidfd()
+        return self.returncode
+
+    def close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
+            self.pidfd = None
+
+    def signal_group(self, sig: int) -> None:
+        """Not ours to end: the singleton's own program decides when it exits."""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+class SingletonJob(Job):
+    """A job of size 1 whose rank 0 is the already running singleton ``parent``; the start
+    details go to it over ``reply_fd`` once the coordinator listens."""
+
+    def __init__(self, spec: JobSpec, parent: int, reply_fd: int) -> None:
+        super().__init__(spec)
+        self.parent = parent
+        self.reply_fd = reply_fd
+        self.attached: Optional[AttachedProcess] = None
+        self._ended_at: Optional[float] = None
+
+    def _start_ranks(self, coord_address: str, lifeline_r: int,
+                     fork_server: Optional[ForkServer]) -> None:
+        rp = AttachedProcess(self.parent)
+        self.attached = rp
+        self.ranks.append(rp)
+        if os.getppid() != self.parent or not _running(self.parent):
+            raise OSError(f"the singleton process {self.parent} is gone")
+        reply = {"coord": coord_address, "secret": self.secret.hex(), "job_id": self.job_id,
+                 "heartbeat": heartbeat_interval(self.spec.heartbeat_timeout),
+                 "startup_timeout": self.spec.startup_timeout, "pid": os.getpid()}
+        try:
+            os.write(self.reply_fd, json.dumps(reply).encode() + b"\n")
+        finally:
+            os.close(self.reply_fd)
+
+    def _reap(self, rp) -> None:
+        if rp is not self.attached:
+            return super()._reap(rp)
+        if rp.reap_exited() is None:
+            return
+        st = self.coord.ranks[0]
+        st.exit_status = "ended" + (" after MPI finalize" if st.finalized else "")
+        if self.failure is not None:
+            return
+        if not st.finalized:
+            self.fail(Failure("vanished", 1, f"minimpi: the singleton process {self.parent} "
+                                             f"ended without finalizing MPI; ending the "
+                                             f"processes it spawned"))
+        else:
+            self._ended_at = time.monotonic()
+
+    def _check_heartbeats(self, now: float) -> Optional[float]:
+        """The job's heartbeat check, and the end of the processes that still run
+        :data:`LINGER` seconds after the singleton finalized and ended."""
+        due = super()._check_heartbeats(now)
+        if self._ended_at is None or self.failure is not None:
+            return due
+        until = self._ended_at + LINGER
+        if now < until:
+            return until if due is None else min(due, until)
+        still = [f"  {sj.name(r)} (`{sj.command}`)" for sj in self.dynamic.jobs.values()
+                 for r, process in enumerate(sj.processes) if process.alive]
+        self.fail(Failure("vanished", 0, f"minimpi: the singleton process {self.parent} ended; "
+                                         f"ending the spawned processes still running after "
+                                         f"{LINGER:g} s", details=still))
+        return due
+
+
+def spec_from_environment(environ=os.environ) -> JobSpec:
+    """The job of a singleton's launcher: one rank, the settings ``minimpi run`` would use
+    by default (``MINIMPI_STARTUP_TIMEOUT``, ``MINIMPI_FORK_SERVER`` read from the
+    singleton's environment), spawned output prefixed ``[jobK:R]``."""
+    try:
+        startup = float(environ.get("MINIMPI_STARTUP_TIMEOUT") or 60.0)
+    except ValueError:
+        startup = 60.0
+    options = argparse.Namespace(nprocs=1, eager_limit=None, transport=None, progress=None,
+                                 coll=[], env=[], mpi4py_shim=True)
+    return JobSpec(nprocs=1, env=extra_env(options), startup_timeout=startup,
+                   rank_start=rank_start, deadlock_timeout=0.0,
+                   fork_server=environ.get("MINIMPI_FORK_SERVER", "1") != "0")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minimpi.launcher.singleton",
+                                description="the launcher a singleton starts to spawn")
+    p.add_argument("parent", type=int, help="pid of the singleton process (rank 0)")
+    p.add_argument("reply_fd", type=int, help="pipe for the job's secret and coordinator")
+    args = p.parse_args(argv)
+    return SingletonJob(spec_from_environment(), args.parent, args.reply_fd).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,10 @@ It knows what ``minimpi.dynamic`` cannot reach from its layer: the coordinator c
 processes as peers), and what the launcher said in the environment: the job number
 (``MINIMPI_JOBNO``), the universe size (``MINIMPI_UNIVERSE_SIZE``) and, in a process that
 ``Spawn`` started, its parents (``MINIMPI_PARENT``, JSON).
+
+A singleton (plain ``python``: no coordinator) starts its own launcher at its first request
+(:meth:`RuntimeLauncherLink.attach_launcher`, ``launcher/singleton.py``) and registers with
+it as rank 0; from then on it is a rank like those under ``minimpi run -n 1``.
 """
 from __future__ import annotations
 
@@ -90,6 +94,10 @@ class RuntimeLauncherLink(LauncherLink):
         client = self.info.coordinator
         if client is None:
             client = self.attach_launcher(kind)
+        elif self.launcher is not None and self.launcher.poll() is not None:
+            raise MinimpiError(f"rank {self.info.rank}: {kind}: the launcher this singleton "
+                               f"started (pid {self.launcher.pid}) has ended (code "
+                               f"{self.launcher.returncode}); no processes can be started")
         if timeout is None:
             timeout = client.startup_timeout + REPLY_MARGIN
         reply = client.request(message, timeout)

@@ -34,7 +34,7 @@ import time
 from typing import Optional
 
 from .forkserver import ForkServer
-from .job import Failure, Job, JobSpec, heartbeat_interval
+from .job import Failure, Job, JobSpec
 from .run import extra_env, rank_start
 
 #: seconds the spawned processes still running may take to end by themselves once the
@@ -143,7 +143,7 @@ class SingletonJob(Job):
         if os.getppid() != self.parent or not _running(self.parent):
             raise OSError(f"the singleton process {self.parent} is gone")
         reply = {"coord": coord_address, "secret": self.secret.hex(), "job_id": self.job_id,
-                 "heartbeat": heartbeat_interval(self.spec.heartbeat_timeout),
+                 "heartbeat": 0.0,   # none: see _check_heartbeats
                  "startup_timeout": self.spec.startup_timeout, "pid": os.getpid()}
         try:
             os.write(self.reply_fd, json.dumps(reply).encode() + b"\n")
@@ -167,20 +167,61 @@ class SingletonJob(Job):
             self._ended_at = time.monotonic()
 
     def _check_heartbeats(self, now: float) -> Optional[float]:
-        """The job's heartbeat check, and the end of the processes that still run
+        """In place of the job's heartbeat check (the singleton sends none: stopping it with
+        Ctrl-Z or a debugger is its own business; the spawned processes' heartbeats are
+        checked by launcher/dynamic.py): the end of the processes that still run
         :data:`LINGER` seconds after the singleton finalized and ended."""
-        due = super()._check_heartbeats(now)
+        due = None
         if self._ended_at is None or self.failure is not None:
             return due
         until = self._ended_at + LINGER
         if now < until:
-            return until if due is None else min(due, until)
+            return until
         still = [f"  {sj.name(r)} (`{sj.command}`)" for sj in self.dynamic.jobs.values()
                  for r, process in enumerate(sj.processes) if process.alive]
         self.fail(Failure("vanished", 0, f"minimpi: the singleton process {self.parent} ended; "
                                          f"ending the spawned processes still running after "
                                          f"{LINGER:g} s", details=still))
         return due
+
+
+    def fail(self, failure: Failure) -> None:
+        """End what was spawned, and say why at once (the singleton may run on for long;
+        under ``minimpi run`` the summary comes at the job's end)."""
+        first = self.failure is None
+        super().fail(failure)
+        if not first:
+            return
+        self.log(failure.summary)
+        for line in failure.details:
+            self.log(line)
+        # spawns not answered yet: their processes are being ended, so say so (under
+        # `minimpi run` the rank that waits for the answer would be ended too)
+        why = failure.summary.removeprefix("minimpi: ")
+        for sj in self.dynamic.jobs.values():
+            if not sj.answered:
+                sj.answered = True
+                coord, rank, number = sj.requester
+                self.dynamic.reply(coord, rank, number, ok=False,
+                                   error=f"spawned job {sj.number} (`{sj.command}`) was ended "
+                                         f"by the launcher of this singleton after: {why}")
+
+    def _finish(self) -> int:
+        """The summary was said when the failure happened (:meth:`fail`)."""
+        if self.forward is not None:
+            self.forward.release()
+        return 0 if self.failure is None else self.failure.exit_code
+
+    def _on_coord_event(self, ev) -> None:
+        """The singleton's requests; once a failure ended what it spawned, they are refused
+        with that failure (under ``minimpi run`` the job, rank 0 too, would be over)."""
+        if ev.data is not None and self.failure is not None:
+            why = self.failure.summary.removeprefix("minimpi: ")
+            self.dynamic.reply(self.coord, ev.rank, (ev.data or {}).get("n"), ok=False,
+                               error=f"the launcher of this singleton starts nothing more "
+                                     f"after: {why}")
+            return
+        super()._on_coord_event(ev)
 
 
 def spec_from_environment(environ=os.environ) -> JobSpec:

@@ -169,3 +169,33 @@ def test_killing_the_singleton_ends_what_it_spawned(write_script, job_marker, tm
     assert _gone(spawned, wait=10) == []
     assert _gone(marked, wait=10) == []
     assert "ended without finalizing MPI" in res.stderr, res.stderr
+
+
+def test_a_failing_spawned_process_is_named_and_later_spawns_say_why(write_script,
+                                                                     job_marker, tmp_path):
+    script = write_script("manager.py", """
+        import sys
+        from minimpi import MPI
+        comm = MPI.COMM_SELF.Spawn(sys.executable, args=["fails.py"], maxprocs=1)
+        try:
+            comm.recv(source=0)
+        except MPI.Exception as exc:
+            print("recv:", type(exc).__name__, flush=True)
+        try:
+            MPI.COMM_SELF.Spawn(sys.executable, args=["fails.py"], maxprocs=1)
+        except MPI.Exception as exc:
+            print("refused:", exc, flush=True)
+    """)
+    write_script("fails.py", """
+        from minimpi import MPI
+        MPI.Comm.Get_parent()
+        raise SystemExit(5)
+    """)
+    res = finish(_start(script, job_marker, str(tmp_path)), timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "recv: PeerLostError" in res.stdout, res.stdout + res.stderr
+    assert "minimpi: spawned job 1, rank 0 (`" in res.stderr, res.stderr
+    assert "fails.py`) exited with code 5" in res.stderr, res.stderr
+    refused = [line for line in res.stdout.splitlines() if line.startswith("refused:")]
+    assert refused and "exited with code 5" in refused[0], res.stdout
+    assert _gone(leftover_processes(job_marker)) == []

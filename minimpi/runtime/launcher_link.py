@@ -144,13 +144,20 @@ class RuntimeLauncherLink(LauncherLink):
                                       f"did not answer within {SINGLETON_START_TIMEOUT:g} s")
                     + f" (`{sys.executable} -m {SINGLETON_LAUNCHER}`); or run the program "
                     f"as `minimpi run -n 1 python ...`")
-            self.launcher = launcher
-            self.info.secret = bytes.fromhex(reply["secret"])
-            client = CoordinatorClient(str(reply["coord"]), bytes.fromhex(reply["secret"]),
-                                       self.info.rank, self.info.size, str(reply["job_id"]))
+            secret = bytes.fromhex(reply["secret"])
+            client = CoordinatorClient(str(reply["coord"]), secret, self.info.rank,
+                                       self.info.size, str(reply["job_id"]))
             client.heartbeat_interval = float(reply.get("heartbeat") or 0.0)
             client.startup_timeout = float(reply.get("startup_timeout") or 60.0)
-            client.exchange_addresses("none")   # registers; the table is this one rank
+            try:
+                client.exchange_addresses("none")   # registers; the table is this one rank
+            except BaseException:
+                client.close()
+                launcher.kill()     # a next request starts afresh
+                launcher.wait()
+                raise
+            self.launcher = launcher
+            self.info.secret = secret   # what the data plane proves to spawned processes
             self.info.coordinator = client
             return client
 

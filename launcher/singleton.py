@@ -40,6 +40,8 @@ from .run import extra_env, rank_start
 #: seconds the spawned processes still running may take to end by themselves once the
 #: singleton finalized MPI and ended
 LINGER = 5.0
+#: how long the singleton's finalize message may trail the end of its process
+FINALIZE_WAIT = 0.5
 #: the singleton's exit code is unknown here (it is not our child): what the job records
 EXIT_ATTACHED_ENDED = 0
 
@@ -156,6 +158,12 @@ class SingletonJob(Job):
         if rp.reap_exited() is None:
             return
         st = self.coord.ranks[0]
+        # its last message (finalize) may still be on its way when its end is seen
+        deadline = time.monotonic() + FINALIZE_WAIT
+        while not st.finalized and self.coord.socket.poll(
+                max(0, int((deadline - time.monotonic()) * 1000))):
+            for ev in self.coord.receive():
+                self._on_coord_event(ev)
         st.exit_status = "ended" + (" after MPI finalize" if st.finalized else "")
         if self.failure is not None:
             return

@@ -102,6 +102,7 @@ def test_a_singleton_spawns_workers(write_script, job_marker, tmp_path):
     # the spawned processes' output is forwarded as under `minimpi run -n 1`
     assert "[job1:0] worker 0 of 2 done" in res.stdout, res.stdout
     assert "[job1:1] worker 1 of 2 done" in res.stdout, res.stdout
+    assert "minimpi:" not in res.stderr, res.stderr     # it finalized: nothing to report
     # nothing it spawned, and not its launcher, outlives it
     assert _gone(out["pids"]) == []
     assert _gone(leftover_processes(job_marker)) == []

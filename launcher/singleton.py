@@ -21,7 +21,9 @@ thread started this process). When the singleton ends without finalizing MPI (ki
 ``os._exit``), the job fails at once: its spawned processes get SIGTERM, SIGKILL a second
 later, and this process exits. When it finalized, the spawned processes still running get
 :data:`LINGER` seconds to end by themselves (those it disconnected are on their way out),
-then they are ended the same way. Nothing it started outlives it: spawned processes die
+then they are ended the same way. A spawned process that fails is named at once and what
+was spawned is ended, as under ``minimpi run``; the singleton goes on, and its later
+requests are refused naming that failure. Nothing it started outlives it: spawned processes die
 with it (parent-death signal and lifeline pipe, as every rank does).
 """
 from __future__ import annotations

@@ -164,10 +164,10 @@ def _fallback_encode(obj):
 class BootInfo:
     rank: int
     size: int
-    secret: bytes                                 # b"" for a singleton
-    job_id: str
-    bind_host: str                                # where the data plane should listen
-    coordinator: "CoordinatorClient | None"       # None for a singleton
+    secret: bytes                                 # b"" for a singleton (until it
+    job_id: str                                   # starts its launcher to spawn:
+    bind_host: str                                # runtime/launcher_link.py)
+    coordinator: "CoordinatorClient | None"       # None for a singleton (idem)
     env: dict = field(default_factory=dict)       # MINIMPI_* settings (str values), no secret
     source: str = "singleton"                     # which bootstrap source produced this
 

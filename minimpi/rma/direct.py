@@ -23,7 +23,7 @@ Cost: O(1) Python work plus one copy of the bytes (memcpy speed).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -37,20 +37,26 @@ POLL_EVERY = 16
 #: numpy type codes whose memoryview casts to bytes (struct's native single characters)
 _CASTABLE = frozenset("?bBhHiIlLqQnNefd")
 
-#: id of a named contiguous datatype -> its size (named types live as long as the process,
-#: so their ids are never reused)
-_NAMED_SIZE: Dict[int, int] = {}
+#: id of a named contiguous datatype handle -> (that handle, its size). The entry holds the
+#: handle so that its id cannot be reused while the entry lives: besides the module's
+#: constants, other handle objects on a named type (``MPI.Datatype(MPI.INT)``) come and go,
+#: and a later one of another size may get a freed one's id.
+_NAMED_SIZE: Dict[int, Tuple[Datatype, int]] = {}
+_NAMED_SIZE_LIMIT = 256
 
 
 def named_size(datatype: Any) -> Optional[int]:
     """The size of ``datatype`` if it is a named (predefined) contiguous type, else None."""
-    size = _NAMED_SIZE.get(id(datatype))
-    if size is not None:
-        return size
+    known = _NAMED_SIZE.get(id(datatype))
+    if known is not None and known[0] is datatype:
+        return known[1]
     if type(datatype) is not Datatype or datatype.is_null or not datatype.is_named \
             or not datatype.is_contiguous:
         return None
-    _NAMED_SIZE[id(datatype)] = size = datatype.size
+    if len(_NAMED_SIZE) >= _NAMED_SIZE_LIMIT:
+        _NAMED_SIZE.clear()
+    size = datatype.size
+    _NAMED_SIZE[id(datatype)] = (datatype, size)
     return size
 
 

@@ -38,6 +38,19 @@ def test_origin_view_takes_contiguous_named_origins_only():
     assert direct.origin_view(np.zeros(2, "O"), False) is None
 
 
+def test_a_handle_of_another_size_with_a_freed_handles_id_gets_its_own_size():
+    """Handle objects on named types come and go; one made where a freed one of another
+    size lived must not be taken for it (8 of 16 bytes were sent before)."""
+    a = np.zeros(4, np.float64)
+    for _ in range(50):          # CPython hands a freed object's memory to the next one
+        small = MPI.Datatype(MPI.INT)
+        assert len(direct.origin_view([a, 2, small], False)) == 8
+        del small
+        big = MPI.Datatype(MPI.DOUBLE)
+        assert len(direct.origin_view([a, 2, big], False)) == 16
+        del big
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_put_get_flush_values_through_the_fast_path(n, monkeypatch):
     taken = []

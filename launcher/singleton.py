@@ -38,6 +38,7 @@ from typing import Optional
 from .forkserver import ForkServer
 from .job import Failure, Job, JobSpec
 from .run import extra_env, rank_start
+from .spawn import RankProcess
 
 #: seconds the spawned processes still running may take to end by themselves once the
 #: singleton finalized MPI and ended
@@ -65,49 +66,26 @@ class _AttachedPopen:
         return self.poll()
 
 
-class AttachedProcess:
-    """Rank 0 of a singleton's job: the running program, watched through a pidfd; the
-    launcher never signals it (it is not the launcher's to end)."""
+class AttachedProcess(RankProcess):
+    """Rank 0 of a singleton's job: the running program, watched through a pidfd, its end
+    seen through :class:`_AttachedPopen`; the launcher never signals it (it is not the
+    launcher's to end)."""
 
-    def __init__(self, pid: int) -> None:
-        self.rank = 0
-        self.popen = _AttachedPopen(pid)
-        self.pidfd: Optional[int] = None
+    @classmethod
+    def attach(cls, pid: int) -> "AttachedProcess":
+        pidfd: Optional[int] = None
         if hasattr(os, "pidfd_open"):
             try:
-                self.pidfd = os.pidfd_open(pid)
+                pidfd = os.pidfd_open(pid)
             except OSError:
-                self.pidfd = None
-        self.returncode: Optional[int] = None
-        self.killed_by_launcher = False
-        self.job = 0
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.returncode is None
-
-    def reap(self) -> Optional[int]:
-        if self.returncode is None and not _running(self.pid):
-            self.returncode = EXIT_ATTACHED_ENDED
-            self.close_pidfd()
-        return self.returncode
+                pidfd = None
+        return cls(rank=0, popen=_AttachedPopen(pid), pidfd=pidfd)
 
     def reap_exited(self, timeout: float = 1.0) -> Optional[int]:
+        """Its pidfd says it ended: it has (not our child, there is no zombie to wait for)."""
         self.returncode = EXIT_ATTACHED_ENDED
         self.close_pidfd()
         return self.returncode
-
-    def close_pidfd(self) -> None:
-        if self.pidfd is not None:
-            try:
-                os.close(self.pidfd)
-            except OSError:
-                pass
-            self.pidfd = None
 
     def signal_group(self, sig: int) -> None:
         """Not ours to end: the singleton's own program decides when it exits."""
@@ -141,7 +119,7 @@ class SingletonJob(Job):
 
     def _start_ranks(self, coord_address: str, lifeline_r: int,
                      fork_server: Optional[ForkServer]) -> None:
-        rp = AttachedProcess(self.parent)
+        rp = AttachedProcess.attach(self.parent)
         self.attached = rp
         self.ranks.append(rp)
         if os.getppid() != self.parent or not _running(self.parent):

@@ -280,32 +280,14 @@ class RemoteRank:
         pass   # the agent signals its ranks (MultiHostJob.terminate_all)
 
 
-class RemoteSpawned:
+class RemoteSpawned(RemoteRank):
     """A process of a spawned job run by an agent (launcher/dynamic.py's handle on it)."""
 
     def __init__(self, rank: int, job: int, agent: "AgentProc", owner: "MultiHostJob") -> None:
-        self.rank = rank
+        super().__init__(rank, agent)
         self.job = job
-        self.agent = agent
         self.owner = owner
-        self.returncode: Optional[int] = None
-        self.killed_by_launcher = False
-        self.popen = None
-        self.pid = None      # on another host
         self.pidfd = None
-
-    @property
-    def alive(self) -> bool:
-        return self.returncode is None
-
-    def reap(self) -> Optional[int]:
-        return self.returncode
-
-    def reap_exited(self, timeout: float = 1.0) -> Optional[int]:
-        return self.returncode
-
-    def close_pidfd(self) -> None:
-        pass
 
     def signal_group(self, sig: int) -> None:
         """Its agent signals its process group (also what it left behind)."""

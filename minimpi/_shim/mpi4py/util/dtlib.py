@@ -24,4 +24,4 @@ def from_numpy_dtype(dtype: Any):
 
 def to_numpy_dtype(datatype) -> Any:
     """The numpy dtype of one item of an MPI datatype (without numpy: its specification)."""
-    return numpy_from_datatype(datatype, numpy.dtype if _np_dtype is not None else None)
+    return numpy_from_datatype(datatype, _np_dtype)

@@ -783,6 +783,24 @@ PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
             "#b6992d", "#499894"]
 
 
+def svg_document(width: int, y: float, foot: str, head: List[str], body: List[str]) -> str:
+    """The whole SVG: ``head`` and ``body`` (appended to), then ``foot`` wrapped in grey lines
+    from ``y`` down, on a white page with the arrow marker every drawing uses."""
+    for line in _wrap_px(foot, width - 20, FS_SMALL):
+        y += FS_SMALL + 4
+        body.append(f'<text x="10" y="{y:.1f}" fill="#777" font-size="{FS_SMALL}">'
+                    f'{svg_escape(line)}</text>')
+    height = int(y + 10)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans Mono, monospace" '
+           f'font-size="{FS_CELL}">',
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+           'markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
+           'fill="#333"/></marker></defs>',
+           f'<rect width="{width}" height="{height}" fill="white"/>']
+    return "\n".join(out + head + body + ["</svg>"]) + "\n"
+
+
 def svg_escape(text: str) -> str:
     """``text`` for an SVG text node or attribute value."""
     return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -962,19 +980,7 @@ def _svg(s: Schedule, gaps: List[float]) -> Tuple[str, List[int]]:
     foot = ("recorded from the real minimpi.coll code over the in-process transport; an arrow "
             "runs from the buffer its blocks leave to the buffer they land in; dashed arrows: "
             "rendezvous (large) messages; dashed cells: the algorithm's temporaries")
-    for line in _wrap_px(foot, width - 20, FS_SMALL):
-        y += FS_SMALL + 4
-        body.append(f'<text x="10" y="{y:.1f}" fill="#777" font-size="{FS_SMALL}">'
-                    f'{svg_escape(line)}</text>')
-    height = int(y + 10)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans Mono, monospace" '
-           f'font-size="{FS_CELL}">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-           'markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
-           'fill="#333"/></marker></defs>',
-           f'<rect width="{width}" height="{height}" fill="white"/>']
-    return "\n".join(out + head + body + ["</svg>"]) + "\n", crowded
+    return svg_document(width, y, foot, head, body), crowded
 
 
 def _strip(s: Schedule, g: _Layout, gaps: List[float], a: int, b: int, top: float,

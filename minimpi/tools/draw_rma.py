@@ -45,6 +45,7 @@ from .draw import (
     PALETTE,
     DrawError,
     _wrap_px,
+    svg_document,
     svg_escape,
 )
 
@@ -460,16 +461,4 @@ def to_svg(rec: RmaRecord) -> str:
     y = top + rec.p * lane_h + 8
     foot = (f"recorded from the real minimpi.rma code over the in-process transport "
             f"(the calls as minimpi run --trace records them); expected: {rec.expect}")
-    for line in _wrap_px(foot, width - 20, FS_SMALL):
-        y += FS_SMALL + 4
-        body.append(f'<text x="10" y="{y:.1f}" fill="#777" font-size="{FS_SMALL}">'
-                    f'{svg_escape(line)}</text>')
-    height = int(y + 10)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans Mono, monospace" '
-           f'font-size="{FS_CELL}">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-           'markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
-           'fill="#333"/></marker></defs>',
-           f'<rect width="{width}" height="{height}" fill="white"/>']
-    return "\n".join(out + head + body + ["</svg>"]) + "\n"
+    return svg_document(width, y, foot, head, body)

@@ -175,13 +175,16 @@ def test_killing_the_singleton_ends_what_it_spawned(write_script, job_marker, tm
 def test_a_failing_spawned_process_is_named_and_later_spawns_say_why(write_script,
                                                                      job_marker, tmp_path):
     script = write_script("manager.py", """
-        import sys
+        import sys, time
         from minimpi import MPI
         comm = MPI.COMM_SELF.Spawn(sys.executable, args=["fails.py"], maxprocs=1)
         try:
             comm.recv(source=0)
         except MPI.Exception as exc:
             print("recv:", type(exc).__name__, flush=True)
+        # the peer's loss shows here as soon as its sockets close; the launcher learns of
+        # the end when it reaps the process: what is refused is a spawn it gets after that
+        time.sleep(1.0)
         try:
             MPI.COMM_SELF.Spawn(sys.executable, args=["fails.py"], maxprocs=1)
         except MPI.Exception as exc:

@@ -1107,18 +1107,24 @@ class ShmTransport(Transport):
         """Notice peers that exited (pidfd readable) or closed their transport."""
         gone = self._departed
         self._departed = []
+        ended: list[int] = []           # their processes are over (not just closed)
         if self._pidfds:
-            gone += [self._pidfds[fd] for fd, _ in self._pid_poller.poll(timeout)]
+            ended = [self._pidfds[fd] for fd, _ in self._pid_poller.poll(timeout)]
+            gone += ended
         watched = set(self._pidfds.values())
         for peer in self._peers:
             if peer in gone:
                 continue
             seg = self._segments.get(peer)
-            if seg is not None and seg.ctl[C_CLOSED] or peer not in watched and \
-                    not _alive(self._pids[peer]):
+            if seg is not None and seg.ctl[C_CLOSED]:
                 gone.append(peer)
+            elif peer not in watched and not _alive(self._pids[peer]):
+                gone.append(peer)
+                ended.append(peer)
         for peer in gone:
             self._peer_gone(peer, "exited")
+        for peer in ended:
+            self._remove_remains(peer)
         return bool(gone)
 
     def _peer_gone(self, peer: int, reason: str) -> None:
@@ -1156,6 +1162,27 @@ class ShmTransport(Transport):
         if peer in self._peers:
             self._peers.remove(peer)
         self._sink.peer_lost(peer, reason)
+
+    def _remove_remains(self, peer: int) -> None:
+        """A local peer's process ended (``os._exit``, a signal) maybe before it removed its
+        inbox's name and wake-up socket: remove them, and the job's wake-up directory once
+        empty, so that a job without a launcher to clean up leaves nothing. Names only: the
+        memory stays mapped wherever it is. A peer that closed its transport removed them
+        itself (nothing is then found)."""
+        seg = self._segments.get(peer)
+        paths = [seg.path] if seg is not None else []
+        wake = self._wake_name(peer)
+        if not wake.startswith(b"\0"):
+            paths.append(wake.decode())
+        for path in paths:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        try:
+            os.rmdir(self._wake_dir)
+        except OSError:              # others still bound there, or gone already
+            pass
 
     def pending_sends(self) -> int:
         return self._pending

@@ -17,8 +17,8 @@ and use the engine's public operations for the rest - peek a context's queues
 (:meth:`Engine.unexpected_messages`, :meth:`Engine.peek_message`, :meth:`Engine.posted_receives`),
 fail or drop part of a context's pending traffic (:meth:`Engine.fail_pending`,
 :meth:`Engine.drop_unexpected`: how a collective slot fails), count what is held
-(:meth:`Engine.match_stats`), and watch it: observers (:mod:`minimpi.p2p.observe`) see
-messages, collective steps and waits; a per-context watcher (:meth:`Engine.watch_unexpected`)
+(:meth:`Engine.match_stats`), and watch it: subscribers of the world's bus
+(:mod:`minimpi.bus`, ``engine.bus``) see messages, collective steps and waits; a per-context watcher (:meth:`Engine.watch_unexpected`)
 sees each message that matched no posted receive. Nothing above reads the engine's private
 fields or replaces its methods.
 
@@ -37,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..bus import Bus
 from ..constants import ANY_SOURCE
 from ..data.units import parse_size
 from ..errors import (
@@ -54,7 +55,7 @@ from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
-from .observe import Activities, EngineObserver, MatchStats
+from .observe import Activities, MatchStats
 from .progress import ProgressPolicy
 from .request import RecvRequest, Request, SendRequest, Status, describe
 
@@ -106,7 +107,7 @@ class Engine(FrameSink):
     """Matching and protocols for one rank over one transport."""
 
     def __init__(self, rank: int, size: int, transport: Optional[Transport],
-                 eager_limit: int = DEFAULT_EAGER_LIMIT) -> None:
+                 eager_limit: int = DEFAULT_EAGER_LIMIT, bus: Optional[Bus] = None) -> None:
         self.rank = rank
         self.size = size
         self.transport = transport
@@ -152,16 +153,9 @@ class Engine(FrameSink):
         #: from the next wait or poll of this rank (never from inside the transport, whose
         #: stream must stay in step)
         self.faults: List[ProtocolError] = []
-        #: who watches this engine (:meth:`subscribe`)
-        self.observers: Tuple[EngineObserver, ...] = ()
-        # ... and, per event, those that override it (decided at subscribe time): an event
-        # nobody listens to - the usual case - costs one test of an empty tuple
-        self._to_sent: Tuple[EngineObserver, ...] = ()
-        self._to_posted: Tuple[EngineObserver, ...] = ()
-        self._to_received: Tuple[EngineObserver, ...] = ()
-        self._to_step: Tuple[EngineObserver, ...] = ()
-        self._to_waits: Tuple[EngineObserver, ...] = ()     # wait_ended
-        self._to_blocks: Tuple[EngineObserver, ...] = ()    # blocked, still_blocked, unblocked
+        #: the world's instrumentation bus (:mod:`minimpi.bus`): who watches this engine's
+        #: messages, steps and waits
+        self.bus = bus if bus is not None else Bus()
         #: what the layers above are in the middle of (a window's epoch call), for the
         #: deadlock reporter (observe.Activities)
         self.activities = Activities()
@@ -204,40 +198,10 @@ class Engine(FrameSink):
         transport.attach(self)
         self.transport = transport
 
-    # -- observers ------------------------------------------------------------------------
-    def subscribe(self, observer: EngineObserver) -> None:
-        """Tell ``observer`` about this engine's events from now on (:mod:`.observe`)."""
-        if observer not in self.observers:
-            self.observers = self.observers + (observer,)
-            self._route()
-
-    def unsubscribe(self, observer: EngineObserver) -> None:
-        """Stop telling ``observer`` (no error if it was not subscribed)."""
-        self.observers = tuple(o for o in self.observers if o is not observer)
-        self._route()
-
-    def _route(self) -> None:
-        def listeners(*events: str) -> Tuple[EngineObserver, ...]:
-            return tuple(o for o in self.observers
-                         if any(getattr(type(o), e) is not getattr(EngineObserver, e)
-                                for e in events))
-        self._to_sent = listeners("message_sent")
-        self._to_posted = listeners("receive_posted")
-        self._to_received = listeners("message_received")
-        self._to_step = listeners("step_started")
-        self._to_waits = listeners("wait_ended")
-        self._to_blocks = listeners("blocked", "still_blocked", "unblocked")
-
-    def step_started(self, channel: object, index: int) -> None:
-        """A collective algorithm starts step ``index``: the collective framework calls this
-        (only while someone observes steps: see :meth:`step_reporter`)."""
-        for o in self._to_step:
-            o.step_started(channel, index)
-
     def step_reporter(self) -> Optional[Callable[[object, int], None]]:
         """What a collective call should call at each step start: None while nobody
-        observes steps (decided once per call, so an unobserved call pays nothing)."""
-        return self.step_started if self._to_step else None
+        observes steps (the bus's :meth:`~minimpi.bus.Bus.step_reporter`)."""
+        return self.bus.step_reporter()
 
     def watch_unexpected(self, context: int, watcher: Optional[Callable[[Incoming], None]]
                          ) -> None:
@@ -397,8 +361,8 @@ class Engine(FrameSink):
         msg_id = self._next_msg_id
         self._next_msg_id += 1
         req.msg_id = msg_id
-        if self._to_sent:
-            for o in self._to_sent:
+        if self.bus.sent:
+            for o in self.bus.sent:
                 o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
         if nbytes <= self.eager_limit:
             if flags & F_SYNC:
@@ -418,8 +382,8 @@ class Engine(FrameSink):
         msg_id = self._next_msg_id
         self._next_msg_id += 1
         req.msg_id = msg_id
-        if self._to_sent:
-            for o in self._to_sent:
+        if self.bus.sent:
+            for o in self.bus.sent:
                 o.message_sent(context, self.rank, source, tag, payload, nbytes, msg_id)
         if flags & F_SYNC:
             req._pending = 2
@@ -446,8 +410,8 @@ class Engine(FrameSink):
         """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
         if self.aborted is not None:
             self._check_alive()
-        if self._to_posted:
-            for o in self._to_posted:
+        if self.bus.posted:
+            for o in self.bus.posted:
                 o.receive_posted(context, source, tag, target)
         req = RecvRequest(self, description, context, source, tag, target, is_object)
         if self.revoked or (self.lost_peers and self.fault_tolerant):
@@ -484,8 +448,8 @@ class Engine(FrameSink):
             self._send_control(inc.peer, SYNC_ACK, inc.msg_id)
         if inc.arrived:
             self._deliver(req, inc.buffer)
-            if self._to_received:
-                for o in self._to_received:
+            if self.bus.received:
+                for o in self.bus.received:
                     o.message_received(inc.peer, inc.context, inc.tag, inc.msg_id, inc.length)
         else:
             inc.waiting = req
@@ -632,16 +596,16 @@ class Engine(FrameSink):
         owner = self._current.pop(peer)
         if isinstance(owner, RecvRequest):
             owner._complete()
-            if self._to_received:
-                for o in self._to_received:
+            if self.bus.received:
+                for o in self.bus.received:
                     o.message_received(peer, header.context, header.tag, header.msg_id,
                                        header.length)
             return
         owner.arrived = True
         if owner.waiting is not None:
             self._deliver(owner.waiting, owner.buffer)
-            if self._to_received:
-                for o in self._to_received:
+            if self.bus.received:
+                for o in self.bus.received:
                     o.message_received(peer, header.context, header.tag, header.msg_id,
                                        header.length)
 
@@ -893,8 +857,8 @@ class Engine(FrameSink):
             return
         start = time.monotonic()
         reported = False
-        blocks = self._to_blocks
-        waits = self._to_waits
+        blocks = self.bus.blocks
+        waits = self.bus.waits
         if waits:
             t0 = time.perf_counter()
         try:

@@ -1,70 +1,12 @@
-"""What the engine tells those who watch it: the observer interface of :class:`~minimpi.p2p.engine.Engine`.
+"""What the engine holds and what the layers above are in the middle of: match statistics
+(:meth:`Engine.match_stats <minimpi.p2p.engine.Engine.match_stats>`) and activities (a
+window's synchronisation call, for the deadlock report).
 
-Tracing (``minimpi run --trace/--stats``), ``minimpi draw`` and the deadlock reporter see a
-rank's messages and waits through this interface, never by replacing engine methods or
-reading its fields. An observer subclasses :class:`EngineObserver`, overrides the events it
-needs (the others do nothing) and calls ``engine.subscribe(observer)``.
-
-**Cost.** At :meth:`subscribe <minimpi.p2p.engine.Engine.subscribe>` the engine notes which
-events each observer overrides, and keeps one tuple of listeners per event; it tests that
-tuple before building the event. So an event nobody listens to costs one test of an empty
-tuple - the deadlock reporter that every real job subscribes listens only to long waits,
-and sends, receives and steps stay as cheap as with no observer at all. Events are called synchronously, inside the engine (often
-inside the transport's progress): an observer records and returns; it must not send,
-receive or wait, and must not raise (diagnostics never break communication).
-
-Events, in the order a message meets them:
-
-* :meth:`message_sent` - a send starts, before any of its data goes (so an observer may look
-  at the state of the sender's buffers first);
-* :meth:`receive_posted` - a receive is posted, before it is matched;
-* :meth:`message_received` - a receive got all its data (a flow from ``peer`` completes);
-* :meth:`step_started` - a collective algorithm starts a step (the collective framework
-  reports it through :meth:`Engine.step_started <minimpi.p2p.engine.Engine.step_started>`);
-* :meth:`wait_ended` - a blocking wait returned (or raised), after ``seconds``;
-* :meth:`blocked` / :meth:`still_blocked` / :meth:`unblocked` - a wait that lasts
-  ``engine.block_report_after`` seconds, its progress while it lasts, and its end.
-
-Messages that match no posted receive are reported per context, not here: see
-:meth:`Engine.watch_unexpected <minimpi.p2p.engine.Engine.watch_unexpected>`.
+Watching the engine's events (messages, steps, waits) is the bus's job: :mod:`minimpi.bus`.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
-
-
-class EngineObserver:
-    """Base of every engine observer: each event does nothing until overridden."""
-
-    def message_sent(self, context: int, dest: int, source: int, tag: int,
-                     payload: Sequence[memoryview], nbytes: int, msg_id: int) -> None:
-        """A send to world rank ``dest`` starts (``source``: the sender's communicator rank,
-        ``msg_id``: the number the receiver will see for this message)."""
-
-    def receive_posted(self, context: int, source: int, tag: int,
-                       target: Optional[memoryview]) -> None:
-        """A receive from communicator rank ``source`` (or ``ANY_SOURCE``) is being posted;
-        ``target`` is where its data will land (None for an object)."""
-
-    def message_received(self, peer: int, context: int, tag: int, msg_id: int,
-                         nbytes: int) -> None:
-        """A receive got all ``nbytes`` of message ``msg_id`` from world rank ``peer``."""
-
-    def step_started(self, channel: Any, index: int) -> None:
-        """Step ``index`` (from 0) of the collective call behind ``channel`` starts."""
-
-    def wait_ended(self, seconds: float) -> None:
-        """A blocking wait of the engine ended after ``seconds``."""
-
-    def blocked(self, waiting_on: List[Any]) -> None:
-        """A wait on the requests ``waiting_on`` has lasted ``block_report_after`` seconds."""
-
-    def still_blocked(self, waiting_on: List[Any]) -> None:
-        """That wait is still going, and a round of progress moved something (frames,
-        bytes, connections): "a long transfer in flight" rather than "stuck"."""
-
-    def unblocked(self) -> None:
-        """The wait reported by :meth:`blocked` ended."""
+from typing import List, Optional
 
 
 class MatchStats:

@@ -1,6 +1,6 @@
 """Deadlock diagnosis, rank side: "what am I blocked on", told to the launcher.
 
-:class:`BlockReporter` observes the engine (:mod:`minimpi.p2p.observe`) and acts on three
+:class:`BlockReporter` subscribes to the bus (:mod:`minimpi.bus`) and acts on three
 events, which come only for waits that last: nothing here runs for a wait shorter than
 ``engine.block_report_after``.
 
@@ -38,11 +38,11 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from ..bus import Subscriber
 from ..coll.mismatch import call_of
 from ..coll.schedule import CollectiveRequest
 from ..data.units import format_size
 from ..errors import JobAbortedError, PeerLostError
-from ..p2p.observe import EngineObserver
 from ..p2p.request import RecvRequest, SendRequest
 from .leftovers import waiting_messages
 
@@ -348,7 +348,7 @@ def wait_targets(item: Dict[str, Any]) -> List[int]:
 # ---------------------------------------------------------------------------------------
 # The reporter installed in a real job
 # ---------------------------------------------------------------------------------------
-class BlockReporter(EngineObserver):
+class BlockReporter(Subscriber):
     """An engine observer that sends this rank's blocked state to the coordinator."""
 
     def __init__(self, engine, send: Callable[[Dict[str, Any]], Any],
@@ -362,7 +362,7 @@ class BlockReporter(EngineObserver):
         self.last = 0.0
 
     def install(self) -> "BlockReporter":
-        self.engine.subscribe(self)
+        self.engine.bus.subscribe(self)
         return self
 
     def _report(self, waiting_on: List[Any]) -> None:

@@ -16,12 +16,12 @@ import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
+from ..bus import Bus, Subscriber
 from ..comm import ulfm
 from ..comm.communicator import Intracomm
 from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
 from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
-from ..p2p.observe import EngineObserver
 from ..p2p.request import describe
 from ..transports.inproc import FrameRecorder, InprocFabric
 from ..transports.router import RouterTransport
@@ -63,7 +63,7 @@ def _transports(kind: str, size: int, recorder: Optional[FrameRecorder],
     return ts
 
 
-class _BlockedNote(EngineObserver):
+class _BlockedNote(Subscriber):
     """Keeps ``notes[rank]`` saying what the rank's current long wait waits for (for the
     message of a run that timed out)."""
 
@@ -99,7 +99,7 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
         hosts = [f"host{r % 2}" for r in range(size)]
     labels = [str(h) for h in hosts] if hosts is not None else ["host"] * size
     transports = _transports(transport, size, recorder, labels)
-    engines = [Engine(r, size, transports[r], eager_limit) for r in range(size)]
+    engines = [Engine(r, size, transports[r], eager_limit, bus=Bus()) for r in range(size)]
     if hosts is not None:   # the collectives see the hosts the router routes by
         for engine in engines:
             engine.set_hosts(labels)
@@ -119,7 +119,7 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     def body(rank: int) -> None:
         engine = engines[rank]
         engine.block_report_after = 0.5
-        engine.subscribe(_BlockedNote(blocked, rank))
+        engine.bus.subscribe(_BlockedNote(blocked, rank))
         comm = Intracomm(engine, range(size), rank, 0, "COMM_WORLD")
         try:
             results[rank] = fn(comm, *args, **kwargs)

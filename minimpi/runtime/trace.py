@@ -4,11 +4,9 @@ Nothing here runs unless it is switched on: with ``MINIMPI_TRACE`` or ``MINIMPI_
 (``minimpi run --trace FILE`` / ``--stats`` set them), :func:`attach` is called once when the
 runtime starts. It
 
-* wraps the public methods of ``Intracomm`` and ``Request`` (class attributes, once per
-  process) so that every outermost MPI call becomes a slice. A wrapper first asks the
-  communicator's engine for its observer, so engines without one (other in-process ranks)
-  pay one tuple test - and a run without tracing has no wrappers at all;
-* subscribes an :class:`Observer` to this rank's engine (:mod:`minimpi.p2p.observe`): its
+* has the API's calls published on the bus (:func:`~minimpi.runtime.call_events.publish_calls`)
+  and records every outermost MPI call as a slice (its ``call_entered``/``call_left``);
+* subscribes an :class:`Observer` to this rank's bus (:mod:`minimpi.bus`): its
   ``step_started`` events (the collective framework reports the start of every algorithm
   step) name collective slices with their algorithm (``Allreduce[ring] 4.0 MiB``) and give
   them one nested slice per step; ``message_sent`` / ``message_received`` show each message
@@ -30,15 +28,14 @@ from __future__ import annotations
 import json
 import os
 import struct
-import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..comm.communicator import Comm, endpoint_of
+from ..bus import Subscriber
+from ..comm.communicator import endpoint_of
 from ..data.units import format_size
-from ..p2p.observe import EngineObserver
-from ..p2p.request import Request, engine_of
 from ..rma.window import Win
+from .call_events import publish_calls
 from .leftovers import FINAL_CONTEXT
 
 ENV_TRACE = "MINIMPI_TRACE"
@@ -49,12 +46,6 @@ ENV_DIR = "MINIMPI_OBSERVE_DIR"
 CLOCK_CONTEXT = 0x7FFFFFF0
 CLOCK_ROUNDS = 8
 
-#: methods that are not communication (never wrapped)
-_NOT_CALLS = ("Get_", "Set_", "Is_", "Create_keyval", "Free_keyval", "Delete_attr", "Compare",
-              "f2py", "py2f")
-_REQUEST_CALLS = ("wait", "Wait", "test", "Test", "waitall", "Waitall", "waitany", "Waitany",
-                  "testall", "Testall", "testany", "Testany", "waitsome", "Waitsome",
-                  "testsome", "Testsome")
 _ARG_NAMES = ("dest", "source", "tag", "sendtag", "recvtag", "root", "target_rank", "rank")
 _BUFFER_ARGS = ("buf", "sendbuf", "recvbuf", "origin")
 #: window calls that open or close an epoch (their slices carry ``epoch``: the window's
@@ -96,7 +87,7 @@ class _Slice:
         self.counts = [0, 0, 0, 0]   # messages and bytes sent, received during the call
 
 
-class Observer(EngineObserver):
+class Observer(Subscriber):
     """Records one rank's calls, steps and messages; writes them at finalize."""
 
     def __init__(self, engine: Any, rank: int, size: int, trace: bool, stats: bool,
@@ -110,7 +101,6 @@ class Observer(EngineObserver):
         self.offset = 0.0          # seconds to add to perf_counter to get rank 0's clock
         self.rtt = 0.0
         self.events: List[dict] = []
-        self.depth = 0
         self.current: Optional[_Slice] = None
         self.first_post: Optional[float] = None   # first send since the last step hook
         self.start = time.perf_counter()
@@ -150,7 +140,29 @@ class Observer(EngineObserver):
             row[2 + index] += 1
             row[3 + index] += nbytes
 
-    # -- MPI calls -----------------------------------------------------------------------
+    # -- MPI calls (the bus's call events) ------------------------------------------------
+    def call_entered(self, call: str, target: Any, args: Dict[str, Any]) -> None:
+        name = call.rpartition(".")[2]
+        info = {p: args[p] for p in _ARG_NAMES if args.get(p) is not None}
+        nbytes = None
+        for p in _BUFFER_ARGS:
+            if p in args:
+                nbytes = _nbytes(args[p])
+                break
+        if not isinstance(target, type):
+            comm_name = getattr(endpoint_of(target) or getattr(target, "endpoint", None),
+                                "name", None)
+            if comm_name:
+                info["comm"] = comm_name
+            if isinstance(target, Win):
+                info["win"] = target.label
+                if name in _EPOCH_CALLS:
+                    info["epoch"] = name
+        self.enter(name, info, nbytes)
+
+    def call_left(self, call: str, error: Optional[BaseException]) -> None:
+        self.leave()
+
     def enter(self, name: str, args: dict, nbytes: Optional[int]) -> None:
         self.current = _Slice(name, time.perf_counter(), args, nbytes)
         self.first_post = None
@@ -173,7 +185,7 @@ class Observer(EngineObserver):
         for i, n in enumerate(cur.counts):
             row[2 + i] += n
 
-    # -- engine events (minimpi.p2p.observe) --------------------------------------------
+    # -- engine events (minimpi.bus) ---------------------------------------------------
     def step_started(self, ch: Any, index: int) -> None:
         now = time.perf_counter()
         cur = self.current
@@ -310,119 +322,9 @@ def _flow(ph: str, rank: int, sender: int, msg_id: int, tag: int, nbytes: int, c
             "args": {"bytes": nbytes, "tag": tag, "context": context, "peer": peer}}
 
 
-# ----------------------------------------------------------------------------------------
-# installing the hooks
-# ----------------------------------------------------------------------------------------
-_install_lock = threading.Lock()
-_wrapped = False
-
-
-def _wrap_method(cls: type, name: str, fn: Any, classmethod_: bool) -> None:
-    import inspect
-    try:
-        params = list(inspect.signature(fn).parameters)[1:]
-    except (TypeError, ValueError):
-        params = []
-    arg_pos = [(i, p) for i, p in enumerate(params) if p in _ARG_NAMES]
-    buf_pos = [(i, p) for i, p in enumerate(params) if p in _BUFFER_ARGS]
-    window = issubclass(cls, Win)
-
-    def observer_of(first: Any, args: tuple) -> Optional[Observer]:
-        if classmethod_:
-            reqs = args[0] if args else ()
-            for r in reqs or ():
-                engine = engine_of(r) if isinstance(r, Request) else None
-                if engine is not None:
-                    return observer_of_engine(engine)
-            return None
-        # a communicator or a window (its own communicator's endpoint); else a request
-        ep = endpoint_of(first) or getattr(first, "endpoint", None)
-        engine = ep.engine if ep is not None else (
-            engine_of(first) if isinstance(first, Request) else None)
-        return observer_of_engine(engine) if engine is not None else None
-
-    def traced(first, *args, **kwargs):
-        obs = observer_of(first, args)
-        if obs is None or obs.depth:
-            if obs is None:
-                return fn(first, *args, **kwargs)
-            obs.depth += 1
-            try:
-                return fn(first, *args, **kwargs)
-            finally:
-                obs.depth -= 1
-        info = {}
-        for i, p in arg_pos:
-            v = args[i] if i < len(args) else kwargs.get(p)
-            if v is not None:
-                info[p] = v
-        nbytes = None
-        for i, p in buf_pos:
-            v = args[i] if i < len(args) else kwargs.get(p)
-            nbytes = _nbytes(v)
-            if nbytes is not None:
-                break
-        comm_name = getattr(endpoint_of(first) or getattr(first, "endpoint", None), "name", None)
-        if comm_name and not classmethod_:
-            info["comm"] = comm_name
-        if window:
-            info["win"] = first.label
-            if name in _EPOCH_CALLS:
-                info["epoch"] = name
-        obs.depth = 1
-        obs.enter(name, info, nbytes)
-        try:
-            return fn(first, *args, **kwargs)
-        finally:
-            obs.depth = 0
-            obs.leave()
-
-    traced.__name__ = name
-    traced.__qualname__ = f"{cls.__name__}.{name}"
-    traced.__doc__ = fn.__doc__
-    traced.__wrapped__ = fn
-    traced._minimpi_traced = True
-    setattr(cls, name, classmethod(traced) if classmethod_ else traced)
-
-
-def _install_api_wrappers() -> None:
-    """Wrap every public communication method of Intracomm, Win and Request (once per
-    process): one-sided operations and epochs (``Win.Put``, ``Win.Fence``...) are slices too."""
-    global _wrapped
-    with _install_lock:
-        if _wrapped:
-            return
-        _wrapped = True
-        classes, todo = [], [Comm, Win]
-        while todo:
-            klass = todo.pop()
-            if klass not in classes:
-                classes.append(klass)
-                todo.extend(klass.__subclasses__())
-        for klass in classes:
-            for name in dir(klass):
-                if name.startswith("_") or name.startswith(_NOT_CALLS):
-                    continue
-                attr = None
-                for base in klass.__mro__:
-                    if name in base.__dict__:
-                        attr = base.__dict__[name]
-                        break
-                if (not callable(attr) or isinstance(attr, (staticmethod, classmethod, type))
-                        or getattr(attr, "_minimpi_traced", False)):
-                    continue
-                _wrap_method(klass, name, attr, False)
-        for name in _REQUEST_CALLS:
-            attr = Request.__dict__.get(name)
-            if isinstance(attr, classmethod):
-                _wrap_method(Request, name, attr.__func__, True)
-            elif callable(attr):
-                _wrap_method(Request, name, attr, False)
-
-
 def observer_of_engine(engine: Any) -> Optional[Observer]:
     """The trace/statistics observer subscribed to ``engine``, if any."""
-    for o in engine.observers:
+    for o in engine.bus.subscribers:
         if isinstance(o, Observer):
             return o
     return None
@@ -468,8 +370,8 @@ def attach(engine: Any, rank: int, size: int, env: Dict[str, str], *, sync: bool
     obs = Observer(engine, rank, size, trace, stats, env.get(ENV_DIR))
     if sync:
         obs.offset, obs.rtt = sync_clock(engine, rank, size)
-    _install_api_wrappers()
-    engine.subscribe(obs)   # its step events also name the per-collective statistics
+    publish_calls()
+    engine.bus.subscribe(obs)   # its step events also name the per-collective statistics
     if trace:
         obs.events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank,
                            "args": {"name": f"rank {rank}"}})

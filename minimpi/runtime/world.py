@@ -15,6 +15,7 @@ import threading
 from typing import Any, Optional
 
 from .. import transports
+from ..bus import Bus
 from ..comm import ulfm
 from ..comm.communicator import Intracomm, set_predefined
 from ..dynamic import join_parent, set_launcher_link
@@ -42,7 +43,10 @@ class _Runtime:
             # "this host" is the identity the rendezvous gives the collectives too
             transport = transports.create(info.env.get("MINIMPI_TRANSPORT", transports.DEFAULT),
                                           info, host_identity())
-        self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env))
+        #: the world's instrumentation bus: tracing, diagnosis and the dashboard subscribe
+        self.bus = Bus()
+        self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env),
+                             bus=self.bus)
         self.engine.job_abort = abort
         # fault tolerance (--fault-tolerant): a failed rank is a failed process the job
         # survives; every process hears revoke notices (minimpi.comm.ulfm)

@@ -5,7 +5,7 @@ code every job runs - on ``p`` threads over the in-process transport
 (:func:`minimpi.runtime.inproc.run_threads`) and watches it:
 
 * the fabric's ``recorder`` sees every frame on the wire (eager or rendezvous),
-* an observer of each rank's engine (:mod:`minimpi.p2p.observe`): its ``step_started``
+* a subscriber of each rank's bus (:mod:`minimpi.bus`): its ``step_started``
   events (the collective framework reports the start of each step) mark step boundaries,
   and its ``message_sent`` / ``receive_posted`` events note in which step each message is
   posted, what it carries and which buffer it leaves from or lands in,
@@ -45,12 +45,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..bus import Subscriber
 from ..coll.registry import REGISTRY, algorithms, load_all
 from ..coll.scratch import watching
 from ..comm.communicator import endpoint_of
 from ..data.ops import SUM
 from ..errors import AlgorithmError
-from ..p2p.observe import EngineObserver
 from ..runtime.inproc import run_threads
 from ..transports.frames import EAGER, RTS
 
@@ -565,7 +565,7 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
 
         holdings = _Holdings(bufs, on_phase)
 
-        class Recorder(EngineObserver):
+        class Recorder(Subscriber):
             def step_started(self, ch: Any, index: int) -> None:
                 settle()
                 log.phases.append(now["phase"])
@@ -589,7 +589,7 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
                 log.recvs.append((log.hooks, world, context, tag, where))
 
         recorder_ = Recorder()
-        engine.subscribe(recorder_)
+        engine.bus.subscribe(recorder_)
         try:
             with watching(holdings):
                 driver.call(comm, bufs, root, algorithm)
@@ -597,7 +597,7 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
             settle()
             close_phase()
         finally:
-            engine.unsubscribe(recorder_)
+            engine.bus.unsubscribe(recorder_)
 
     run_threads(p, body, timeout=timeout, recorder=recorder, hosts=hosts)
     sched = _assemble(collective, algorithm, p, root, nbytes, per_block, logs, protocols,

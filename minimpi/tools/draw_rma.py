@@ -213,7 +213,7 @@ def record(pattern: str, p: int, timeout: float = 30.0) -> RmaRecord:
             window = [int(v) for v in mem]
             win.Free()
         finally:
-            engine.unsubscribe(obs)
+            engine.bus.unsubscribe(obs)
         slices = [e for e in obs.events
                   if e.get("ph") == "X" and "win" in e.get("args", {})]
         return slices, window, {k: [int(v) for v in a] for k, a in mine.items()}

@@ -1,4 +1,4 @@
-"""The engine's public interface (minimpi.p2p.engine / minimpi.p2p.observe), on threads:
+"""The engine's public interface (minimpi.p2p.engine / minimpi.bus), on threads:
 observers see every message and step, operations on a context's queues, what Free releases,
 and a peer's protocol violation as a clear error."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from minimpi.bus import Subscriber
 from minimpi.constants import ANY_TAG
 from minimpi.errors import ProtocolError
-from minimpi.p2p.observe import EngineObserver
 from minimpi.runtime.inproc import RankFailed, run_threads
 from minimpi.transports import frames
 
@@ -21,7 +21,7 @@ def engine_of(comm):
     return endpoint_of(comm).engine
 
 
-class Log(EngineObserver):
+class Log(Subscriber):
     def __init__(self):
         self.events = []
 
@@ -46,7 +46,7 @@ def test_an_observer_sees_each_message_leave_and_arrive_once(nbytes):
     def body(comm):
         engine = engine_of(comm)
         log = Log()
-        engine.subscribe(log)
+        engine.bus.subscribe(log)
         n = nbytes // 8
         if comm.rank == 0:
             reqs = [comm.Isend(np.ones(n), dest=1, tag=5), comm.Isend(np.ones(n), dest=2, tag=6)]
@@ -59,7 +59,7 @@ def test_an_observer_sees_each_message_leave_and_arrive_once(nbytes):
         else:
             comm.Recv(np.zeros(n), source=0, tag=6)
             comm.Barrier()
-        engine.unsubscribe(log)
+        engine.bus.unsubscribe(log)
         comm.Barrier()           # not seen any more
         return [e for e in log.events if e[0] != "step" and e[0] != "waited" and e[2] in (5, 6)], \
             [e for e in log.events if e[0] == "step"]
@@ -74,13 +74,13 @@ def test_an_observer_sees_each_message_leave_and_arrive_once(nbytes):
 def test_an_engine_nobody_observes_reports_no_steps():
     from minimpi.p2p.engine import Engine
     engine = Engine(0, 1, None)
-    assert engine.observers == () and engine.step_reporter() is None
+    assert engine.bus.subscribers == () and engine.step_reporter() is None
     log = Log()
-    engine.subscribe(log)
-    engine.subscribe(log)               # once only
-    assert engine.observers == (log,) and engine.step_reporter() is not None
-    engine.unsubscribe(log)
-    assert engine.observers == () and engine.step_reporter() is None
+    engine.bus.subscribe(log)
+    engine.bus.subscribe(log)               # once only
+    assert engine.bus.subscribers == (log,) and engine.step_reporter() is not None
+    engine.bus.unsubscribe(log)
+    assert engine.bus.subscribers == () and engine.step_reporter() is None
 
 
 def test_queues_can_be_peeked_dropped_and_failed_through_the_interface():

@@ -18,7 +18,7 @@ Imports guarded by ``if TYPE_CHECKING:`` are type hints, not dependencies, and a
 Layers also talk only through public names: no module reads or writes a private attribute
 (``x._name``, ``x`` not ``self``/``cls``) that only another layer defines, imports another
 layer's private name, or replaces another layer's methods on an object
-(``engine.isend = wrapper``); the engine's observers (minimpi.p2p.observe) exist for that.
+(``engine.isend = wrapper``); the bus (minimpi.bus) exists for that.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ LAYERS = [
     ("minimpi.p2p", 3),
     ("minimpi.transports", 2),
     ("minimpi.data", 1),
-    ("minimpi.errors", 0), ("minimpi.constants", 0),
+    ("minimpi.errors", 0), ("minimpi.constants", 0), ("minimpi.bus", 0),
 ]
 
 
@@ -314,7 +314,7 @@ def test_no_layer_replaces_another_layers_methods():
                     if owners and mine not in owners:
                         found.append(f"{module}:{node.lineno} replaces {ast.unparse(target)}")
     assert not found, ("no layer replaces another layer's methods at run time (subscribe "
-                       "an observer, minimpi.p2p.observe):\n" + "\n".join(found))
+                       "a bus subscriber, minimpi.bus):\n" + "\n".join(found))
 
 
 def test_the_private_name_check_sees_a_violation():

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 
 from minimpi import MPI
-from minimpi.p2p.observe import EngineObserver
+from minimpi.bus import Subscriber
 from minimpi.runtime.diagnose import (
     blocked_state,
     edge_text,
@@ -20,7 +20,7 @@ from minimpi.runtime.diagnose import (
 from minimpi.runtime.inproc import run_threads
 
 
-class Capture(EngineObserver):
+class Capture(Subscriber):
     """Keeps the state of the first wait that lasts, and says so."""
 
     def __init__(self, engine, seen: threading.Event) -> None:
@@ -44,7 +44,7 @@ def test_a_fence_some_ranks_reach_late_is_reported_with_its_window():
         if comm.rank < 2:
             capture = Capture(engine, seen[comm.rank])
             engine.block_report_after = 0.05
-            engine.subscribe(capture)
+            engine.bus.subscribe(capture)
         else:
             assert all(e.wait(20) for e in seen), "ranks 0 and 1 never reported their wait"
         win.Fence()
@@ -84,7 +84,7 @@ def test_a_wait_for_an_origin_that_never_completes_names_it():
         if comm.rank == 0:
             capture = Capture(engine, seen)
             engine.block_report_after = 0.05
-            engine.subscribe(capture)
+            engine.bus.subscribe(capture)
             win.Post(comm.Get_group().Incl([1, 2]))
             win.Wait()
             state = capture.state

@@ -105,6 +105,10 @@ class Bus:
 
     __slots__ = ("subscribers", "depth") + tuple(attr for attr, _ in _ROUTES)
 
+    #: subscribers listening to call events, over every bus of the process: the API front
+    #: tests this one number before it looks for an object's bus (:mod:`minimpi.front`)
+    call_listeners = 0
+
     def __init__(self) -> None:
         self.subscribers: Tuple[Subscriber, ...] = ()
         #: how deep the API calls under way are (the front publishes only outermost calls:
@@ -128,10 +132,12 @@ class Bus:
         self._route()
 
     def _route(self) -> None:
+        before = len(getattr(self, "calls", ()))
         for attr, events in _ROUTES:
             setattr(self, attr, tuple(
                 s for s in self.subscribers
                 if any(getattr(type(s), e) is not getattr(Subscriber, e) for e in events)))
+        Bus.call_listeners += len(self.calls) - before
 
     def step_reporter(self) -> Optional[Any]:
         """What a collective call should call at each step start (``fn(channel, index)``),

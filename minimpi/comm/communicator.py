@@ -39,6 +39,7 @@ from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
 from ..errors import USER_ERRORS, ArgumentError, BufferSpecError, CommError, RankError, TagError
+from ..front import Fronted
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import (
@@ -56,7 +57,6 @@ from ..transports.frames import F_OBJECT, F_SYNC
 from .collectives import CollectiveMethods
 from .collectives.common import collective, note_slot
 from .collectives.neighbor import NeighborMethods
-from .errhandlers import route_errors
 from .extras import CommExtras, dynamic_call
 from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
 from .group import GroupError, create_group
@@ -128,7 +128,43 @@ def _settle(req: Request) -> None:
             pass
 
 
-class Comm(CommExtras):
+#: The collectives mpi4py's ``Comm`` class itself has: ``Intracomm`` and ``Intercomm`` define
+#: them, and a plain ``MPI.Comm`` handle (``MPI.Comm(MPI.COMM_WORLD)``) runs them as the kind
+#: of communicator it is a handle of.
+_COMM_COLLECTIVES = (
+    "Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
+    "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
+    "Reduce_scatter", "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv",
+    "Iallgather", "Iallgatherv", "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce",
+    "Iallreduce", "Ireduce_scatter_block", "Ireduce_scatter", "barrier", "bcast", "gather",
+    "scatter", "allgather", "alltoall", "reduce", "allreduce")
+
+
+def _as_kind(comm: "Comm", call: str) -> "Comm":
+    """A handle on ``comm`` of the class that defines its collectives."""
+    kind = comm.__dict__.get("_intercomm_class") or Intracomm
+    if isinstance(comm, kind):      # that class lacks the call itself
+        return refusing(call, f"{type(comm).__name__}.{call}")()
+    return kind(comm)
+
+
+def _run_as_kind(name: str) -> Callable[..., Any]:
+    def collective_of_kind(self: "Comm", *args: Any, **kwargs: Any) -> Any:
+        return getattr(_as_kind(self, name), name)(*args, **kwargs)
+    collective_of_kind.__name__ = collective_of_kind.__qualname__ = name
+    collective_of_kind.__doc__ = (f"``{name}`` on this communicator, as the ``Intracomm`` or "
+                                  f"``Intercomm`` it is.")
+    return collective_of_kind
+
+
+#: a base of ``Comm`` holding those collectives, each run as the kind of the communicator
+#: (made before ``Comm``: nothing is added to a class after it exists)
+RunAsKind: type = type("RunAsKind", (), {
+    "__doc__": "The collectives of a plain ``MPI.Comm`` handle, run as its kind.",
+    "__slots__": (), **{name: _run_as_kind(name) for name in _COMM_COLLECTIVES}})
+
+
+class Comm(RunAsKind, CommExtras, metaclass=Fronted):
     """A communicator (``MPI.Comm``): point-to-point communication and management.
 
     ``Comm(comm)`` / ``MPI.Intracomm(comm)`` / ``MySubclass(comm)`` make another Python object
@@ -209,6 +245,11 @@ class Comm(CommExtras):
     def world_ranks(self) -> Tuple[int, ...]:
         """The world rank of each member, in communicator rank order."""
         return self._ep.group
+
+    def _front_bus(self) -> Any:
+        """The bus of this communicator's world (None for a null communicator)."""
+        ep = self.__dict__.get("_ep")
+        return ep.engine.bus if ep is not None else None
 
     @property
     def endpoint(self) -> Endpoint:
@@ -1144,46 +1185,9 @@ def _topology_handle(cls: type, comm: "Comm") -> Any:
     handle.__dict__ = comm.__dict__
     return handle
 
-#: The collectives mpi4py's ``Comm`` class itself has: ``Intracomm`` and ``Intercomm`` define
-#: them, and a plain ``MPI.Comm`` handle (``MPI.Comm(MPI.COMM_WORLD)``) runs them as the kind
-#: of communicator it is a handle of.
-_COMM_COLLECTIVES = (
-    "Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
-    "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
-    "Reduce_scatter", "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv",
-    "Iallgather", "Iallgatherv", "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce",
-    "Iallreduce", "Ireduce_scatter_block", "Ireduce_scatter", "barrier", "bcast", "gather",
-    "scatter", "allgather", "alltoall", "reduce", "allreduce")
-
-
-def _as_kind(comm: Comm, call: str) -> Comm:
-    """A handle on ``comm`` of the class that defines its collectives."""
-    kind = comm.__dict__.get("_intercomm_class") or Intracomm
-    if isinstance(comm, kind):      # that class lacks the call itself
-        return refusing(call, f"{type(comm).__name__}.{call}")()
-    return kind(comm)
-
-
-def _run_as_kind(name: str) -> Callable[..., Any]:
-    def collective_of_kind(self: Comm, *args: Any, **kwargs: Any) -> Any:
-        return getattr(_as_kind(self, name), name)(*args, **kwargs)
-    collective_of_kind.__name__ = collective_of_kind.__qualname__ = name
-    collective_of_kind.__doc__ = (f"``{name}`` on this communicator, as the ``Intracomm`` or "
-                                  f"``Intercomm`` it is.")
-    return collective_of_kind
-
-
-for _name in _COMM_COLLECTIVES:
-    setattr(Comm, _name, _run_as_kind(_name))
-
-
 def endpoint_of(obj: Any) -> Optional[Endpoint]:
     """The endpoint of communicator ``obj`` (None for anything else): how the layers above
     reach a communicator's engine without the mpi4py API exposing it."""
     return obj._ep if isinstance(obj, Comm) else None
 
 
-# Every public method of the communicator classes hands its MPI.Exception to the
-# communicator's error handler (minimpi.comm.errhandlers), decided once, here.
-for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
-    route_errors(_cls)

@@ -10,25 +10,20 @@ In mpi4py an MPI error becomes a Python exception (``MPI.Exception``) because mp
 * ``ERRORS_ARE_FATAL`` / ``ERRORS_ABORT``: the error is printed and the job ends with the
   error class as exit code (minimpi's abort ends every process of the job).
 
-:func:`route_errors` puts this on every public method of a class. An error is handled
-once, by the innermost routed call it leaves (the exception is marked then), so a method
-that calls another of the same object does not run the handler twice.
+:func:`handle_error` is what the API front (:mod:`minimpi.front`) runs for an error leaving
+any public method of a communicator, window, file or session. An error is handled once, by
+the innermost public call it leaves (the exception is marked then), so a method that calls
+another of the same object does not run the handler twice.
 ``Call_errhandler(code)`` runs the handler for ``code`` without an error.
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
 import traceback
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from ..errors import SUCCESS, MinimpiError, error_string
 from .handles import ERRORS_ABORT, ERRORS_ARE_FATAL, Errhandler
-
-#: methods never routed: the error handler calls themselves
-_NOT_ROUTED = frozenset({"Get_errhandler", "Set_errhandler", "Call_errhandler",
-                         "Create_errhandler", "Abort", "errhandler"})
 
 
 def invoke(obj: Any, handler: Errhandler, errorcode: int, message: str,
@@ -58,38 +53,15 @@ def call_errhandler(obj: Any, handler: Errhandler, errorcode: int,
         invoke(obj, handler, code, f"Call_errhandler({code}): {error_string(code)}", abort)
 
 
-def _routed(method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def with_errhandler(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except MinimpiError as exc:
-            if not getattr(exc, "_minimpi_errhandled", False):
-                try:
-                    exc._minimpi_errhandled = True
-                except AttributeError:       # an exception type without a __dict__
-                    pass
-                current = getattr(self, "_current_errhandler", None)
-                if current is None:     # called on MPI.COMM_NULL (``Comm.Compare(COMM_NULL, c)``)
-                    raise
-                handler = current()
-                if handler._fn is not None or handler == ERRORS_ARE_FATAL \
-                        or handler == ERRORS_ABORT:
-                    invoke(self, handler, exc.error_class, str(exc), self._abort_on_error)
-            raise
-    with_errhandler._minimpi_routed = True   # type: ignore[attr-defined]
-    return with_errhandler
-
-
-def route_errors(cls: type, skip: Iterable[str] = ()) -> type:
-    """Make every public method of ``cls`` (and of its bases) hand its ``MPI.Exception`` to
-    the object's error handler (``cls`` defines ``_current_errhandler()`` and
-    ``_abort_on_error(code)``). Methods already routed are left as they are."""
-    skipped = _NOT_ROUTED | set(skip)
-    for name in dir(cls):
-        if name.startswith("_") or name in skipped:
-            continue
-        raw = inspect.getattr_static(cls, name)
-        if inspect.isfunction(raw) and not getattr(raw, "_minimpi_routed", False):
-            setattr(cls, name, _routed(raw))
-    return cls
+def handle_error(obj: Any, exc: MinimpiError) -> None:
+    """What an error leaving a public method of ``obj`` does before it is raised (the API
+    front calls it as ``obj._handle_error(exc)``, :mod:`minimpi.front`): ``obj``'s handler
+    (``obj._current_errhandler()``) runs - a user function is called, ``ERRORS_ARE_FATAL``/
+    ``ERRORS_ABORT`` end the job through ``obj._abort_on_error(code)`` - and nothing happens
+    for ``ERRORS_RETURN``."""
+    try:
+        handler = obj._current_errhandler()
+    except AttributeError:      # a null object: no handler to run
+        return
+    if handler._fn is not None or handler == ERRORS_ARE_FATAL or handler == ERRORS_ABORT:
+        invoke(obj, handler, exc.error_class, str(exc), obj._abort_on_error)

@@ -18,7 +18,7 @@ from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
 from ..transports.frames import F_SYNC
 from . import ulfm
 from .collectives.common import collective
-from .errhandlers import call_errhandler
+from .errhandlers import call_errhandler, handle_error
 from .graph import (
     cart_map,
     create_dist_graph,
@@ -293,6 +293,8 @@ class CommExtras(PersistentCollectives, Attributed):
 
     def _current_errhandler(self) -> Errhandler:
         return self._attrs.get("__errhandler__", ERRORS_RETURN)
+
+    _handle_error = handle_error     # what the API front does with an error (minimpi.front)
 
     def _abort_on_error(self, code: int) -> None:
         self._ep.engine.abort_job(code, f"rank {self.rank}: an error on {self.name} with "

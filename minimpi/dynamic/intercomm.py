@@ -27,7 +27,6 @@ from ..coll.intercomm import inter_exchange
 from ..coll.slots import create_group_tag
 from ..comm.communicator import COMM_NULL, Comm, Intracomm, claim_contexts, free_context
 from ..comm.communicator import Intercomm as _IntercommHandle
-from ..comm.errhandlers import route_errors
 from ..comm.group import Group, group_of
 from ..constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ..data import serialization
@@ -294,7 +293,6 @@ class Intercomm(InterCollectiveMethods, _IntercommHandle):
         return comm
 
 
-route_errors(Intercomm)   # its errors go to its error handler, as every communicator's
 
 
 class _PeerSwap:

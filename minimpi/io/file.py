@@ -24,7 +24,7 @@ import os
 import tempfile
 from typing import Any, Optional
 
-from ..comm.errhandlers import call_errhandler, route_errors
+from ..comm.errhandlers import call_errhandler, handle_error
 from ..comm.handles import (
     ERRORS_RETURN,
     INFO_NULL,
@@ -48,6 +48,7 @@ from ..constants import (
 )
 from ..data.datatypes import BYTE, Datatype, resolve_datatype
 from ..errors import ERR_ACCESS, ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
+from ..front import Fronted
 from ..p2p.request import CompletedRequest, Request, Status, assign_status
 from . import independent as ind
 from . import two_phase
@@ -118,7 +119,7 @@ def _shared_pointer(comm: Any, path: str, rank: int) -> Any:
     return LockFilePointer(what, create=False)
 
 
-class File(IntHandles):
+class File(IntHandles, metaclass=Fronted):
     """An MPI file handle (``MPI.File``); ``MPI.File()`` and ``MPI.FILE_NULL`` are null.
     ``handle``/``toint``/``py2f`` and ``fromhandle``/``fromint``/``f2py`` as in
     :class:`~minimpi.comm.handles.IntHandles`."""
@@ -441,6 +442,8 @@ class File(IntHandles):
     def _current_errhandler(self) -> Errhandler:
         return self._errhandler
 
+    _handle_error = handle_error     # what the API front does with an error (minimpi.front)
+
     def _abort_on_error(self, code: int) -> None:
         if self._f is not None:
             self._f.comm.Abort(code)
@@ -567,5 +570,4 @@ for _name, (_impl, _offset, _doc) in _CALLS.items():
 del _name, _impl, _offset, _doc
 
 #: ``MPI.FILE_NULL``
-route_errors(File)   # a file's errors go to its error handler (minimpi.comm.errhandlers)
 FILE_NULL = File()

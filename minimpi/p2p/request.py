@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Seque
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from ..data.datatypes import count_elements, elements_nbytes
 from ..errors import SUCCESS, MinimpiError, PeerLostError, RequestError
+from ..front import REQUEST_CALLS, Fronted
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -198,7 +199,7 @@ _next_handle = itertools.count(1)
 _NO_MESSAGE = Status()
 
 
-class Request:
+class Request(metaclass=Fronted):
     """A pending operation; complete it with ``wait``/``Wait`` or poll it with ``test``/``Test``.
 
     Lowercase methods return the received Python object (mpi4py's ``req.wait()``),
@@ -212,6 +213,16 @@ class Request:
 
     __slots__ = ("_engine", "done", "error", "status", "_finish", "_result", "description",
                  "_pending", "_inactive", "_orig", "_handle", "__weakref__")
+
+    # The API front (minimpi.front): waits and tests are published as calls; a request has
+    # no error handler of its own, so its errors are only raised.
+    _front_calls = REQUEST_CALLS
+    _front_routed = False
+
+    def _front_bus(self) -> Any:
+        """The bus of the world this request's engine belongs to (None: a null request)."""
+        engine = self._target()._engine
+        return engine.bus if engine is not None else None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Request":
         # mpi4py: Request(req) of the request's own type is another handle on the same

@@ -18,7 +18,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ..comm.errhandlers import call_errhandler, route_errors
+from ..comm.errhandlers import call_errhandler, handle_error
 from ..comm.group import Group
 from ..comm.handles import (
     ERRORS_RETURN,
@@ -46,6 +46,7 @@ from ..data.attributes import WIN_KEYVALS, Attributed, AttributeStore
 from ..data.buffers import get_address, parse_buffer
 from ..data.memory import alloc_mem, buffer
 from ..errors import ArgumentError, MinimpiError, RankError
+from ..front import Fronted
 from . import shared
 from .errors import ERR_SIZE, RmaFlavorError
 from .operations import Operations
@@ -53,7 +54,7 @@ from .state import _check_int, _State
 from .synchronisation import Synchronisation
 
 
-class Win(Attributed, Operations, Synchronisation, IntHandles):
+class Win(Attributed, Operations, Synchronisation, IntHandles, metaclass=Fronted):
     """An RMA window (``MPI.Win``). Make one with :meth:`Create`, :meth:`Allocate`,
     :meth:`Allocate_shared` or :meth:`Create_dynamic` (collective over the communicator).
     Integer handles (``handle``, ``toint``, ``fromhandle``...) as
@@ -304,6 +305,12 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
     def _current_errhandler(self) -> Errhandler:
         return self._s.errhandler if self._s is not None else ERRORS_RETURN
 
+    _handle_error = handle_error     # what the API front does with an error (minimpi.front)
+
+    def _front_bus(self) -> Any:
+        """The bus of this window's world (None for a freed or null window)."""
+        return self._s.comm.endpoint.engine.bus if self._s is not None else None
+
     def _abort_on_error(self, code: int) -> None:
         if self._s is not None:
             self._s.comm.Abort(code)
@@ -335,7 +342,6 @@ class Win(Attributed, Operations, Synchronisation, IntHandles):
             return self.tomemory(), s.disp_unit
         return buffer.fromaddress(0, 0), s.units[rank]
 
-route_errors(Win)   # a window's errors go to its error handler (minimpi.comm.errhandlers)
 WIN_NULL = Win()
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..comm.errhandlers import call_errhandler, route_errors
+from ..comm.errhandlers import call_errhandler, handle_error
 from ..comm.extras import flush_buffered
 from ..comm.handles import (
     ERRORS_RETURN,
@@ -28,6 +28,7 @@ from ..comm.handles import (
 from ..constants import THREAD_SERIALIZED
 from ..data.memory import attachable_buffer
 from ..errors import ArgumentError, MinimpiError
+from ..front import Fronted
 from ..p2p.request import Request
 from . import world
 
@@ -58,7 +59,7 @@ class _State:
         self.live = True
 
 
-class Session(IntHandles):
+class Session(IntHandles, metaclass=Fronted):
     """An MPI-4 session (``MPI.Session``); ``MPI.Session()`` is ``SESSION_NULL``."""
 
     __slots__ = ("_s", "_int_handle", "__weakref__")
@@ -204,11 +205,12 @@ class Session(IntHandles):
     def _current_errhandler(self) -> Errhandler:
         return self._s.errhandler if self._s is not None else ERRORS_RETURN
 
+    _handle_error = handle_error     # what the API front does with an error (minimpi.front)
+
     def _abort_on_error(self, code: int) -> None:
         world.comm_world().Abort(code)
 
 
-route_errors(Session)    # a session's errors go to its error handler
 SESSION_NULL = Session()
 
 __all__ = ["Session", "SESSION_NULL", "SessionError", "PSETS", "ERR_SESSION"]

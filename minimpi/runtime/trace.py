@@ -4,8 +4,9 @@ Nothing here runs unless it is switched on: with ``MINIMPI_TRACE`` or ``MINIMPI_
 (``minimpi run --trace FILE`` / ``--stats`` set them), :func:`attach` is called once when the
 runtime starts. It
 
-* has the API's calls published on the bus (:func:`~minimpi.runtime.call_events.publish_calls`)
-  and records every outermost MPI call as a slice (its ``call_entered``/``call_left``);
+* records every outermost MPI call as a slice: the API front publishes calls on the bus
+  (:mod:`minimpi.front`) as soon as someone listens to them, and this observer does
+  (``call_entered``/``call_left``);
 * subscribes an :class:`Observer` to this rank's bus (:mod:`minimpi.bus`): its
   ``step_started`` events (the collective framework reports the start of every algorithm
   step) name collective slices with their algorithm (``Allreduce[ring] 4.0 MiB``) and give
@@ -35,7 +36,6 @@ from ..bus import Subscriber
 from ..comm.communicator import endpoint_of
 from ..data.units import format_size
 from ..rma.window import Win
-from .call_events import publish_calls
 from .leftovers import FINAL_CONTEXT
 
 ENV_TRACE = "MINIMPI_TRACE"
@@ -370,7 +370,6 @@ def attach(engine: Any, rank: int, size: int, env: Dict[str, str], *, sync: bool
     obs = Observer(engine, rank, size, trace, stats, env.get(ENV_DIR))
     if sync:
         obs.offset, obs.rtt = sync_clock(engine, rank, size)
-    publish_calls()
     engine.bus.subscribe(obs)   # its step events also name the per-collective statistics
     if trace:
         obs.events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank,

@@ -7,7 +7,6 @@ import pytest
 from minimpi.bus import Bus, Subscriber
 from minimpi.data import ops
 from minimpi.errors import MinimpiError
-from minimpi.runtime.call_events import publish_calls
 from minimpi.runtime.inproc import run_threads
 
 
@@ -47,8 +46,6 @@ def test_subscribing_something_else_is_a_clear_error():
 
 
 def test_outermost_calls_are_published_with_their_arguments_and_errors():
-    publish_calls()
-
     def body(comm):
         calls = Calls()
         comm.endpoint.engine.bus.subscribe(calls)
@@ -62,7 +59,7 @@ def test_outermost_calls_are_published_with_their_arguments_and_errors():
         return calls.log
 
     for log in run_threads(3, body, timeout=60):
-        assert log[0] == ("enter", "Intracomm.Allreduce", ["op", "recvbuf", "sendbuf"])
+        assert log[0] == ("enter", "Intracomm.Allreduce", ["algorithm", "op", "recvbuf", "sendbuf"])
         assert log[1] == ("leave", "Intracomm.Allreduce", None)
         # Sendrecv posts an Irecv and an Isend inside: one call on the bus
         assert log[2][:2] == ("enter", "Intracomm.Sendrecv") and log[3][:2] == (

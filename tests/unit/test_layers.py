@@ -39,7 +39,7 @@ LAYERS = [
     ("minimpi.p2p", 3),
     ("minimpi.transports", 2),
     ("minimpi.data", 1),
-    ("minimpi.errors", 0), ("minimpi.constants", 0), ("minimpi.bus", 0),
+    ("minimpi.errors", 0), ("minimpi.constants", 0), ("minimpi.bus", 0), ("minimpi.front", 0),
 ]
 
 

@@ -9,7 +9,7 @@ one): :func:`~minimpi.dynamic.intercomm.create_intercomm` as the builder behind
 from __future__ import annotations
 
 from ..comm.communicator import set_intercomm_builder
-from ..comm.extras import set_dynamic_calls
+from ..comm.management import set_dynamic_calls
 from .intercomm import Intercomm, create_intercomm
 from .link import LauncherLink, set_launcher_link
 from .ports import (

@@ -7,35 +7,37 @@ from ...data.buffers import parse_buffer
 from .common import check_root, collective, execute
 
 
-class BcastMethods:
-    """``Bcast``/``bcast``/``Ibcast`` of ``Intracomm``."""
+def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
+    """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
+    _ibcast(comm, buf, root, algorithm, "Bcast", False)
 
-    def Bcast(self, buf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
-        self._ibcast(buf, root, algorithm, "Bcast", False)
 
-    def Ibcast(self, buf: Any, root: int = 0, algorithm: str = None):
-        return self._ibcast(buf, root, algorithm, "Ibcast", True)
+def Ibcast(comm, buf: Any, root: int = 0, algorithm: str = None):
+    return _ibcast(comm, buf, root, algorithm, "Ibcast", True)
 
-    @collective
-    def _ibcast(self, buf, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
-        return execute(self, "bcast", call, spec.nbytes,
-                       lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: spec.finish(),
-                       datatype=spec.datatype)
 
-    def bcast(self, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
-        """Broadcast a Python object from ``root``; every rank returns it."""
-        return self._bcast_obj(obj, root, algorithm, "bcast", False)
+@collective
+def _ibcast(comm, buf, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    spec = parse_buffer(buf, writable=comm.rank != root, call=call, arg="buf")
+    return execute(comm, "bcast", call, spec.nbytes,
+                   lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
+                   nonblocking=nonblocking, finalize=lambda _: spec.finish(),
+                   datatype=spec.datatype)
 
-    def ibcast(self, obj: Any = None, root: int = 0, algorithm: str = None):
-        return self._bcast_obj(obj, root, algorithm, "ibcast", True)
 
-    @collective
-    def _bcast_obj(self, obj, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        return execute(self, "bcast", call, 0,
-                       lambda alg, ch: alg(ch, obj if self.rank == root else None, root),
-                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+def bcast(comm, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
+    """Broadcast a Python object from ``root``; every rank returns it."""
+    return _bcast_obj(comm, obj, root, algorithm, "bcast", False)
+
+
+def ibcast(comm, obj: Any = None, root: int = 0, algorithm: str = None):
+    return _bcast_obj(comm, obj, root, algorithm, "ibcast", True)
+
+
+@collective
+def _bcast_obj(comm, obj, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    return execute(comm, "bcast", call, 0,
+                   lambda alg, ch: alg(ch, obj if comm.rank == root else None, root),
+                   root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

@@ -32,9 +32,10 @@ import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from ..coll.intercomm import inter_exchange
 from ..coll.mismatch import check_marker, watch_of
 from ..coll.plan import Plan, Settings
-from ..coll.slots import SEQ_MASK
+from ..coll.slots import SEQ_MASK, create_group_tag
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
@@ -54,11 +55,11 @@ from ..data.attributes import COMM_KEYVALS, Attributed, AttributeStore
 from ..data.cint import as_int
 from ..errors import USER_ERRORS, CommError, RankError, TagError
 from ..front import Fronted
-from ..p2p.endpoint import FIRST_FREE_CONTEXT, Endpoint
-from ..p2p.engine import Engine
+from ..p2p.endpoint import Endpoint
+from ..p2p.engine import FIRST_FREE_CONTEXT, Engine
 from ..p2p.request import Request
 from ..transports.frames import F_OBJECT
-from . import graph, management, persistent_coll, pt2pt, ulfm
+from . import graph, intercomm, management, persistent_coll, pt2pt, ulfm
 from . import topology as cartesian
 from .collectives import allgather as allgather_calls
 from .collectives import allreduce as allreduce_calls
@@ -66,6 +67,7 @@ from .collectives import alltoall as alltoall_calls
 from .collectives import barrier as barrier_calls
 from .collectives import bcast as bcast_calls
 from .collectives import gather as gather_calls
+from .collectives import inter as inter_calls
 from .collectives import neighbor as neighbor_calls
 from .collectives import reduce as reduce_calls
 from .collectives import reduce_scatter as reduce_scatter_calls
@@ -74,7 +76,7 @@ from .collectives import scatter as scatter_calls
 from .collectives.common import note_slot
 from .errhandlers import handle_error
 from .graph import cart_neighbours
-from .group import GroupError, create_group
+from .group import Group, GroupError, create_group, group_of
 from .handles import ERRORS_RETURN, Errhandler, Info, refusing
 from .management import dynamic_call
 from .null import null_state, set_comm_null
@@ -309,12 +311,12 @@ class Comm(Attributed, metaclass=Fronted):
 
     def _free_context(self) -> int:
         """The lowest context id this process has not used yet."""
-        return getattr(self._ep.engine, "next_context", FIRST_FREE_CONTEXT)
+        return self._ep.engine.free_context()
 
     def _agree_context(self, proposals: Sequence[int]) -> int:
         """Take the largest of the members' free context ids (so it is free on all of them)."""
         context = max(proposals)
-        self._ep.engine.next_context = context + 2
+        self._ep.engine.claim_contexts(context, 2)
         return context
 
     def _exchange(self, value: Any, what: str, members: Optional[Sequence[int]] = None,
@@ -353,6 +355,12 @@ class Comm(Attributed, metaclass=Fronted):
         if "__errhandler__" in self._attrs:   # MPI: a new communicator inherits the handler
             new._attrs["__errhandler__"] = self._attrs["__errhandler__"]
         return new
+
+    def _derive_inter(self, local: Sequence[int], remote: Sequence[int], rank: int,
+                      context: int, name: str) -> "Intercomm":
+        """A new intercommunicator between the world ranks ``local`` (ours; ``rank`` is this
+        process's rank in it) and ``remote``, on contexts ``context .. context + 3``."""
+        return Intercomm._build(self._ep.engine, local, remote, rank, context, name)
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""
@@ -434,7 +442,7 @@ class Comm(Attributed, metaclass=Fronted):
         get_parent = dynamic_call("get_parent")
         if get_parent is not None:
             return get_parent()
-        return (_INTERCOMM_BUILDER["class"] or Intercomm)()
+        return Intercomm()
 
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
@@ -688,28 +696,6 @@ _next_handle = itertools.count(1)
 _PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}
 
 
-def free_context(engine: Engine) -> int:
-    """The lowest context id this process has not used yet (what it proposes when a new
-    communicator's members, or an intercommunicator's two groups, agree on one)."""
-    return getattr(engine, "next_context", FIRST_FREE_CONTEXT)
-
-
-def claim_contexts(engine: Engine, first: int, count: int) -> None:
-    """Mark the context ids ``first .. first + count - 1`` as used in this process."""
-    engine.next_context = max(free_context(engine), first + count)
-
-
-#: who builds intercommunicators (``Intracomm.Create_intercomm``): minimpi.dynamic installs
-#: itself with :func:`set_intercomm_builder` (this layer cannot import the one above it)
-_INTERCOMM_BUILDER: dict = {"create": None, "class": None}
-
-
-def set_intercomm_builder(create: Any, cls: type) -> None:
-    """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)`` and the
-    intercommunicator class (``MPI.Intercomm``, whose null handle ``Get_parent`` returns)."""
-    _INTERCOMM_BUILDER["create"], _INTERCOMM_BUILDER["class"] = create, cls
-
-
 #: ``MPI.COMM_NULL``: a null ``Comm`` (mpi4py's null handles are instances of their class);
 #: it pickles by name to this very object (see ``Comm.__reduce__``)
 COMM_NULL = Comm()
@@ -761,15 +747,7 @@ class Intracomm(Comm):
     Exscan, Iexscan, exscan, iexscan = scan_calls.Exscan, scan_calls.Iexscan, scan_calls.exscan, scan_calls.iexscan
     Scan_init, Exscan_init = persistent_coll.Scan_init, persistent_coll.Exscan_init
 
-    def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
-                         tag: int = 0) -> "Intercomm":
-        """An intercommunicator between this communicator's group and another, disjoint one
-        (collective over this communicator; the leaders meet over ``peer_comm`` with
-        ``tag``). Built by :mod:`minimpi.dynamic`."""
-        create = _INTERCOMM_BUILDER["create"]
-        if create is None:
-            return refusing("Intercomm", "Intracomm.Create_intercomm")()
-        return create(self, local_leader, peer_comm, remote_leader, tag)
+    Create_intercomm = intercomm.create_intercomm
 
     @classmethod
     def Create_from_group(cls, group: Any, stringtag: str = "org.mpi4py", info: Any = None,
@@ -799,27 +777,175 @@ class Intracomm(Comm):
 
 
 class Intercomm(Comm):
-    """The base of ``MPI.Intercomm`` (:class:`minimpi.dynamic.intercomm.Intercomm`, which
-    adds the remote group, creation, Merge and the collectives); here it only answers
-    ``Is_inter`` and is what handle checks (``_share_handle``) recognize."""
+    """``MPI.Intercomm``: point-to-point and collectives between two disjoint groups.
 
-    Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
-    Create_from_groups = staticmethod(refusing("Intercomm", "Intercomm.Create_from_groups"))
-    Merge = refusing("Intercomm", "Intercomm.Merge")
+    ``Get_rank``/``Get_size``/``Get_group`` describe the local group, ``Get_remote_size``/
+    ``Get_remote_group`` the other one; ranks given to ``Send``/``Recv`` (and collective
+    roots) are ranks of the remote group. ``MPI.Intercomm()`` is a null handle.
+    """
+
+    @classmethod
+    def _build(cls, engine: Any, local: Sequence[int], remote: Sequence[int], rank: int,
+               context: int, name: str) -> "Intercomm":
+        comm = cls(engine, remote, rank, context, name)
+        comm._local_endpoint = Endpoint(engine, local, rank, context + 2, f"{name}(local group)")
+        return comm
+
+    # -- the two groups -----------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.Get_size()
+
+    def Get_size(self) -> int:
+        """The size of the local group (0 for a null handle)."""
+        return self.__dict__.get("_local_endpoint", self._ep).size
+
+    @property
+    def remote_size(self) -> int:
+        return self._ep.size
+
+    def Get_remote_size(self) -> int:
+        """The size of the remote group."""
+        self._alive("Get_remote_size")
+        return self._ep.size
+
+    def Get_group(self) -> Group:
+        """The local group."""
+        self._alive("Get_group")
+        return group_of(self._local_endpoint.group, self._local_endpoint.group[self.rank], self._ep.engine)
+
+    def Get_remote_group(self) -> Group:
+        """The remote group (this process is not a member)."""
+        self._alive("Get_remote_group")
+        return group_of(self._ep.group, None, self._ep.engine)
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
+
+    @property
+    def remote_group(self) -> Group:
+        return self.Get_remote_group()
+
+    def __repr__(self) -> str:
+        if self.__dict__.get("_null"):
+            return "<Intercomm null (== MPI.COMM_NULL)>"
+        return (f"<Intercomm {self.name} rank {self.rank} of {self.size}, remote group of "
+                f"{self.remote_size}>")
+
+    def Compare(self, other: Comm) -> int:
+        """``IDENT`` (same communicator), ``CONGRUENT`` (both groups equal, in order),
+        ``SIMILAR`` (both groups hold the same processes) or ``UNEQUAL`` (an
+        intracommunicator is always UNEQUAL)."""
+        if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
+            return IDENT
+        if not isinstance(other, Intercomm) or not other or not self:
+            return UNEQUAL
+        mine, theirs = (self._local_endpoint.group, self._ep.group), (other._local_endpoint.group, other._ep.group)
+        if mine == theirs:
+            return CONGRUENT
+        if all(sorted(a) == sorted(b) for a, b in zip(mine, theirs)):
+            return SIMILAR
+        return UNEQUAL
+
+    # -- agreement over the intercommunicator ----------------------------------------------
+    def _agree(self, value: Any, what: str) -> Tuple[List[Any], List[Any]]:
+        """Every member's ``value``, of both groups (a collective of both groups)."""
+        return inter_calls._inter_collective(self, 
+            "exchange", what, lambda: lambda remote, local: inter_exchange(remote, local, value),
+            objects=True)
+
+    def _derived(self, local: Sequence[int], remote: Sequence[int], rank: int, context: int,
+                 name: str) -> "Intercomm":
+        comm = Intercomm._build(self._ep.engine, local, remote, rank, context, name)
+        cls = type(self)
+        if cls is not Intercomm:     # a user subclass keeps its type (as Intracomm.Dup)
+            same = object.__new__(cls)
+            same.__dict__ = comm.__dict__
+            comm = same
+        return comm
+
+    @classmethod
+    def Create_from_groups(cls, local_group: Group, local_leader: int, remote_group: Group,
+                           remote_leader: int, stringtag: str = "org.mpi4py", info: Any = None,
+                           errhandler: Any = None) -> "Intercomm":
+        """An intercommunicator from two disjoint groups, without a parent communicator
+        (MPI 4): collective over both groups' members, who pass the same ``stringtag``."""
+        if not isinstance(stringtag, str):
+            raise TypeError(f"Intercomm.Create_from_groups: stringtag must be a str, got "
+                            f"{type(stringtag).__name__}")
+        local_comm = Intracomm.Create_from_group(local_group, stringtag)
+        engine = local_comm._ep.engine
+        remote = list(remote_group.world_ranks)
+        local_leader, remote_leader = as_int(local_leader), as_int(remote_leader)
+        if not 0 <= local_leader < local_comm.size:
+            raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
+                            f"local_leader={local_leader}): expected 0..{local_comm.size - 1}")
+        if not 0 <= remote_leader < len(remote):
+            raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
+                            f"remote_leader={remote_leader}): expected 0..{len(remote) - 1}")
+        # The leaders meet on COMM_WORLD's collective context with a tag of their own (never
+        # a collective call's, never a user's message).
+        world = Intracomm(engine, range(engine.size), engine.rank, 0, "COMM_WORLD")
+        tag = create_group_tag((zlib.crc32(stringtag.encode()) + 1) & 0x3FFFFFFF)
+        swap = intercomm.WorldSwap(world._ep, remote[remote_leader], tag)
+        comm = intercomm.build_intercomm(local_comm, local_leader, swap, "Intercomm.Create_from_groups")
+        local_comm.Free()
+        if info:
+            comm.Set_info(info)
+        if cls is not Intercomm:
+            same = object.__new__(cls)
+            same.__dict__ = comm.__dict__
+            comm = same
+        return comm
+
+    # -- operations (intercomm.py) ---------------------------------------------------------
+    Dup, Clone, Idup = intercomm.Dup, intercomm.Dup, intercomm.Idup
+    Split, Split_type, Create = intercomm.Split, intercomm.Split_type, intercomm.Create
+    Create_group, Create_intercomm = intercomm.Create_group, intercomm.Create_intercomm
+    Create_cart, Merge = intercomm.Create_cart, intercomm.Merge
+    Free, Disconnect = intercomm.Free, intercomm.Disconnect
 
     def Is_inter(self) -> bool:
+        self._alive("Is_inter")
         return True
 
     def Is_intra(self) -> bool:
-        return False
+        return not self.Is_inter()
 
     @property
     def is_inter(self) -> bool:
-        return True
+        return self.Is_inter()
 
     @property
     def is_intra(self) -> bool:
-        return False
+        return not self.Is_inter()
+
+    # -- the collectives between the two groups (collectives/inter.py) -----------------
+    Barrier, Ibarrier = inter_calls.Barrier, inter_calls.Ibarrier
+    barrier, ibarrier = inter_calls.barrier, inter_calls.ibarrier
+    Bcast, Ibcast = inter_calls.Bcast, inter_calls.Ibcast
+    bcast, ibcast = inter_calls.bcast, inter_calls.ibcast
+    Gather, Igather = inter_calls.Gather, inter_calls.Igather
+    Gatherv, Igatherv = inter_calls.Gatherv, inter_calls.Igatherv
+    gather, igather = inter_calls.gather, inter_calls.igather
+    Scatter, Iscatter = inter_calls.Scatter, inter_calls.Iscatter
+    Scatterv, Iscatterv = inter_calls.Scatterv, inter_calls.Iscatterv
+    scatter, iscatter = inter_calls.scatter, inter_calls.iscatter
+    Allgather, Iallgather = inter_calls.Allgather, inter_calls.Iallgather
+    Allgatherv, Iallgatherv = inter_calls.Allgatherv, inter_calls.Iallgatherv
+    allgather, iallgather = inter_calls.allgather, inter_calls.iallgather
+    Alltoall, Ialltoall = inter_calls.Alltoall, inter_calls.Ialltoall
+    Alltoallv, Ialltoallv = inter_calls.Alltoallv, inter_calls.Ialltoallv
+    Alltoallw, Ialltoallw = inter_calls.Alltoallw, inter_calls.Ialltoallw
+    alltoall, ialltoall = inter_calls.alltoall, inter_calls.ialltoall
+    Reduce, Ireduce = inter_calls.Reduce, inter_calls.Ireduce
+    reduce, ireduce = inter_calls.reduce, inter_calls.ireduce
+    Allreduce, Iallreduce = inter_calls.Allreduce, inter_calls.Iallreduce
+    allreduce, iallreduce = inter_calls.allreduce, inter_calls.iallreduce
+    Reduce_scatter, Ireduce_scatter = inter_calls.Reduce_scatter, inter_calls.Ireduce_scatter
+    Reduce_scatter_block = inter_calls.Reduce_scatter_block
+    Ireduce_scatter_block = inter_calls.Ireduce_scatter_block
 
 
 class Topocomm(Intracomm):

@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple
 from ..constants import CART, DIST_GRAPH, GRAPH, UNDEFINED
 from ..data.cint import INT_MAX, INT_MIN, as_int
 from ..errors import ArgumentError, CommError
-from ..p2p.endpoint import FIRST_FREE_CONTEXT
+from ..p2p.engine import FIRST_FREE_CONTEXT
 from ..p2p.request import CompletedRequest, Request
 from .collectives.common import collective
 from .errhandlers import call_errhandler

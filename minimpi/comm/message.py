@@ -12,7 +12,7 @@ bytes, which equals mpi4py's count whenever the object holds no large buffers.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -34,9 +34,6 @@ from ..transports.frames import F_OBJECT
 from .handles import IntHandles
 from .hints import looks_pickled, not_an_object
 from .ulfm import check_probe
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .communicator import Comm
 
 
 def object_count(total: int, payload: Any = None) -> int:
@@ -61,7 +58,7 @@ def incoming_status(inc: Any) -> Status:
     return Status(inc.source, inc.tag, n)
 
 
-def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
+def probe_status(comm: Any, source: int, tag: int) -> Optional[Status]:
     """Status of the message a receive on ``comm`` would match now, or None."""
     inc = comm._ep.engine.peek_message(comm._ep.context, source, tag)
     return None if inc is None else incoming_status(inc)
@@ -121,7 +118,7 @@ class ProbeWait:
 
     done = False
 
-    def __init__(self, comm: "Comm", call: str, source: int, tag: int) -> None:
+    def __init__(self, comm: Any, call: str, source: int, tag: int) -> None:
         self.description = (call, "source", source, tag, comm.name)
 
 
@@ -139,7 +136,7 @@ class Message(IntHandles):
         self._no_proc = message._no_proc if message is not None else False
 
     @classmethod
-    def _make(cls, comm: Optional["Comm"], inc: Any, no_proc: bool = False) -> "Message":
+    def _make(cls, comm: Optional[Any], inc: Any, no_proc: bool = False) -> "Message":
         m = cls.__new__(cls)
         m._comm, m._inc, m._no_proc = comm, inc, no_proc
         return m
@@ -170,12 +167,12 @@ class Message(IntHandles):
 
     # -- probing (classmethods, as in mpi4py) --------------------------------------------
     @classmethod
-    def Probe(cls, comm: "Comm", source: int = ANY_SOURCE, tag: int = ANY_TAG,
+    def Probe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
               status: Optional[Status] = None) -> "Message":
         return comm.Mprobe(source, tag, status)
 
     @classmethod
-    def Iprobe(cls, comm: "Comm", source: int = ANY_SOURCE, tag: int = ANY_TAG,
+    def Iprobe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Optional[Status] = None) -> Optional["Message"]:
         return comm.Improbe(source, tag, status)
 
@@ -257,7 +254,7 @@ def _constant(name: str) -> Message:
     return {"MESSAGE_NULL": MESSAGE_NULL, "MESSAGE_NO_PROC": MESSAGE_NO_PROC}[name]
 
 
-def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocking: bool,
+def mprobe(comm: Any, source: int, tag: int, status: Optional[Status], blocking: bool,
            call: str) -> Optional[Message]:
     """``Comm.Mprobe`` (blocking) and ``Comm.Improbe`` over the engine's unexpected queue."""
     comm._alive(call)

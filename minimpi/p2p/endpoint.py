@@ -16,9 +16,6 @@ from typing import Optional, Sequence, Tuple
 from .engine import Engine
 from .request import RecvRequest, Request
 
-#: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
-FIRST_FREE_CONTEXT = 4
-
 #: the bit that turns a communicator's point-to-point context into the context of its
 #: partitioned messages (Psend_init/Precv_init): they never match an ordinary receive, not
 #: even an ``ANY_TAG`` one (context ids stay far below 2**31)

@@ -73,6 +73,10 @@ def payload_buffer(n: int) -> Union[bytearray, np.ndarray]:
 
 DEFAULT_EAGER_LIMIT = 64 * 1024
 
+#: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next
+#: free ones (:meth:`Engine.free_context`)
+FIRST_FREE_CONTEXT = 4
+
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
 
@@ -170,6 +174,7 @@ class Engine(FrameSink):
         # Where point-to-point messages and nonblocking requests came from, for the check at
         # finalize (minimpi.comm.ledger.Ledger); the runtime of a real job installs one.
         self.ledger = None
+        self._next_context = FIRST_FREE_CONTEXT
         #: host index of every world rank (ranks with equal indices share a machine); one
         #: host until the rendezvous says otherwise (:meth:`set_hosts`)
         self.hosts: Tuple[int, ...] = (0,) * size
@@ -223,6 +228,18 @@ class Engine(FrameSink):
         return dict(self._unexpected_watchers)
 
     # -- communicator contexts ----------------------------------------------------------
+    # -- contexts -------------------------------------------------------------------------
+    def free_context(self) -> int:
+        """The lowest context id this process has not used yet: what it proposes when the
+        members of a new communicator (or the two groups of an intercommunicator) agree on
+        one (each takes the largest proposal, free in every one of them)."""
+        return self._next_context
+
+    def claim_contexts(self, first: int, count: int) -> None:
+        """The context ids ``first .. first + count - 1`` are used in this process from now
+        on (the agreed ids of a new communicator)."""
+        self._next_context = max(self._next_context, first + count)
+
     def register_context(self, context: int, group: Sequence[int], kind: str = "p2p") -> None:
         """Route ``context``'s messages among ``group`` (world ranks); ``kind`` is one of
         :data:`CONTEXT_KINDS` (it decides how a process failure touches the context)."""

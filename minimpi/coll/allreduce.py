@@ -34,7 +34,6 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
-from .scratch import scratch
 
 
 def _pof2(p: int) -> int:
@@ -140,7 +139,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
     data = yield from fold_in(ch, red, data)          # fold (whole vectors)
     ch.phase("reduce-scatter (recursive halving)")
     if newrank >= 0:
-        tmp = scratch((n_items - n_items // 2) * unit, data.dtype, "tmp")
+        tmp = ch.scratch((n_items - n_items // 2) * unit, data.dtype, "tmp")
         lo, hi = 0, n_items                           # window, in items
         windows = []
         mask = 1
@@ -243,7 +242,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
 
     if contribution is None:
         slot_size = even_bounds(largest // unit, nseg, unit)[1]
-        slots = (scratch(slot_size, data.dtype, "slot"), scratch(slot_size, data.dtype, "slot"))
+        slots = (ch.scratch(slot_size, data.dtype, "slot"), ch.scratch(slot_size, data.dtype, "slot"))
     # Reduce-scatter: unit t = (step k, segment j) sends segment j of block rank-k-1 (at
     # k = 0 our own contribution), receives segment j of block rank-k-2.
     work = [((rank - k - 1) % p, (rank - k - 2) % p, j) for k in range(p - 1) for j in range(nseg)]

@@ -17,7 +17,6 @@ from .blocks import Blocks
 from .cost import ceil_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
-from .scratch import scratch
 
 
 def _ring_cost(m, p, n):
@@ -122,7 +121,7 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
         work = Blocks(items=[send.get((rank + i) % p) for i in range(p)])
     else:
         b = send.counts[0]
-        work = Blocks.uniform(scratch(b * p, send.array.dtype, "work"), p)
+        work = Blocks.uniform(ch.scratch(b * p, send.array.dtype, "work"), p)
         for i in range(p):
             work.put(i, send.get((rank + i) % p))
     ch.phase("exchange")

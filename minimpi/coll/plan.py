@@ -128,7 +128,7 @@ class Plan:
     """
 
     __slots__ = ("size", "rank", "settings", "model", "layout", "groups", "leaders",
-                 "intra_wire", "_decisions", "calls")
+                 "intra_wire", "_decisions", "calls", "kept_bytes")
 
     def __init__(self, size: int, rank: int, hosts: Sequence[int], settings: Settings,
                  intra_wire: Optional[str] = None) -> None:
@@ -143,8 +143,11 @@ class Plan:
         self.leaders: List[int] = host_leaders(self.groups)
         self.model: CostModel = priced_for(settings, intra_wire)
         self._decisions: Dict[tuple, Algorithm] = {}
-        #: call signature -> what the API layer prepared for it (:meth:`prepare`)
+        #: call signature -> what the API layer prepared for it (:meth:`prepare`): its
+        #: compiled call (:mod:`.compiled`)
         self.calls: Dict[tuple, Any] = {}
+        #: the working-buffer bytes the compiled calls keep between calls
+        self.kept_bytes = 0
 
     def algorithm(self, collective: str, nbytes: int, op: Any = None,
                   requested: Optional[str] = None, objects: bool = False,
@@ -189,6 +192,7 @@ class Plan:
         by identity must keep them alive."""
         if len(self.calls) >= TABLE_SIZE:
             self.calls.clear()
+            self.kept_bytes = 0
         self.calls[key] = value
         return value
 
@@ -202,7 +206,7 @@ class Plan:
         plan.layout, plan.groups, plan.leaders = self.layout, self.groups, self.leaders
         plan.intra_wire = self.intra_wire
         plan.model = priced_for(settings, self.intra_wire)
-        plan._decisions, plan.calls = {}, {}
+        plan._decisions, plan.calls, plan.kept_bytes = {}, {}, 0
         return plan
 
     def describe(self) -> str:

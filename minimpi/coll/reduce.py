@@ -36,7 +36,6 @@ from .peers import (
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
-from .scratch import scratch, scratch_copy, scratch_like
 
 
 @algorithm("reduce", "binomial",
@@ -93,12 +92,12 @@ def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sched
     Chunks are combined in ring order, not rank order: commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else scratch_copy(data, "acc")
+    acc = data if r == root else ch.scratch_copy(data, "acc")
     if p == 1:
         return acc
     bounds = even_bounds(acc.size, p)                   # chunk c = [bounds[c], bounds[c+1])
     chunk = lambda c: acc[bounds[c]:bounds[c + 1]]
-    tmp = scratch(bounds[1], acc.dtype, "tmp")
+    tmp = ch.scratch(bounds[1], acc.dtype, "tmp")
     left, right = ring_neighbours(r, p)
     ch.phase("reduce-scatter")
     for s in range(p - 1):                              # reduce-scatter round the ring
@@ -157,12 +156,12 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     Commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else scratch_copy(data, "acc")
+    acc = data if r == root else ch.scratch_copy(data, "acc")
     if p == 1:
         return acc
     q, rem, new = fold_power_of_two(r, p)
     acc = yield from fold_in(ch, red, acc)              # fold (whole vectors)
-    tmp = scratch_like(acc, "tmp")
+    tmp = ch.scratch_like(acc, "tmp")
     real = lambda v: unfold_rank(v, rem)                # new rank -> rank
     bounds = even_bounds(acc.size, q)
     span = lambda lo, hi: (bounds[lo], bounds[hi])

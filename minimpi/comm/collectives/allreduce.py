@@ -37,7 +37,7 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, call, nonblocking):
 
 
     def invoke(alg, ch):
-        red = Operand(op, False, recv.datatype, ch.call)
+        red = Operand(op, False, recv.datatype, ch.call).on(ch)
         if mine is None:
             return alg(ch, red, recv.array)
         if alg.reads_sendbuf:                     # no copy of the input into recvbuf
@@ -57,6 +57,6 @@ def allreduce(comm, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
     """Reduce every rank's Python object with ``op`` (default SUM); every rank returns it."""
     op = check_op(comm, op, "allreduce")
     return execute(comm, "allreduce", "allreduce", 0,
-                   lambda alg, ch: alg(ch, Operand(op, True, None, ch.call), sendobj), op=op,
+                   lambda alg, ch: alg(ch, Operand(op, True, None, ch.call).on(ch), sendobj), op=op,
                    algorithm=algorithm, objects=True)
 

@@ -498,7 +498,7 @@ def _reduce_buf(comm, sendbuf, recvbuf, op, root, call, nonblocking):
         send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
         op.check_datatype(send.datatype, call)
         return lambda remote, local: inter_reduce(
-            remote, local, Operand(op, False, send.datatype, remote.call), send.array,
+            remote, local, Operand(op, False, send.datatype, remote.call).on(remote), send.array,
             None, r)
     return _inter_collective(comm, "reduce", call, prepare, op=_signed(op),
                                   nonblocking=nonblocking)
@@ -518,7 +518,7 @@ def _reduce_obj(comm, sendobj, op, root, call, nonblocking):
         r = _check_root(comm, root, call)
         checked = check_op(comm, op, call)
         return lambda remote, local: inter_reduce(
-            remote, local, Operand(checked, True, None, remote.call), sendobj, None, r)
+            remote, local, Operand(checked, True, None, remote.call).on(remote), sendobj, None, r)
     return _inter_collective(comm, "reduce", call, prepare, objects=True, op=_signed(op),
                                   nonblocking=nonblocking)
 
@@ -542,7 +542,7 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, call, nonblocking):
         _same_shape(comm, call, send, recv)
         op.check_datatype(recv.datatype, call)
         return (lambda remote, local: inter_allreduce(
-                    remote, local, Operand(op, False, recv.datatype, remote.call),
+                    remote, local, Operand(op, False, recv.datatype, remote.call).on(remote),
                     send.array, recv.array),
                 lambda _: recv.finish())
     return _inter_collective(comm, "allreduce", call, prepare, op=_signed(op),
@@ -562,7 +562,7 @@ def _allreduce_obj(comm, sendobj, op, call, nonblocking):
     def prepare():
         checked = check_op(comm, op, call)
         return lambda remote, local: inter_allreduce(
-            remote, local, Operand(checked, True, None, remote.call), sendobj, None)
+            remote, local, Operand(checked, True, None, remote.call).on(remote), sendobj, None)
     return _inter_collective(comm, "allreduce", call, prepare, objects=True,
                                   op=_signed(op), nonblocking=nonblocking)
 
@@ -639,7 +639,7 @@ def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call, block, nonbloc
         elems = [c * k for c in counts]
         out = recv.array[:elems[rank]]
         return (lambda remote, local: inter_reduce_scatter(
-                    remote, local, Operand(op, False, recv.datatype, remote.call),
+                    remote, local, Operand(op, False, recv.datatype, remote.call).on(remote),
                     send.array, out, elems),
                 lambda _: recv.finish())
     return _inter_collective(comm, 

@@ -32,7 +32,7 @@ def _reduce_buf(comm, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
     red = Operand(op, False, datatype, call)
     acc = red.mine(acc, readonly=not at_root)
     return execute(comm, "reduce", call, acc.nbytes,
-                   lambda alg, ch: alg(ch, red, acc, root), op=op, root=root, algorithm=algorithm,
+                   lambda alg, ch: alg(ch, red.on(ch), acc, root), op=op, root=root, algorithm=algorithm,
                    nonblocking=nonblocking, finalize=lambda _: finish(), datatype=datatype)
 
 
@@ -50,7 +50,7 @@ def _reduce_obj(comm, sendobj, op, root, algorithm, call, nonblocking):
     root = check_root(comm, root, call)
     op = check_op(comm, op, call)
     red = Operand(op, True, None, call)
-    return execute(comm, "reduce", call, 0, lambda alg, ch: alg(ch, red, sendobj, root),
+    return execute(comm, "reduce", call, 0, lambda alg, ch: alg(ch, red.on(ch), sendobj, root),
                    op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
 
 

@@ -103,7 +103,7 @@ def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, algorithm, call, non
         vector = send.array
     out = recv.array[:elems[rank]]
     return execute(comm, "reduce_scatter", call, total * recv.datatype.size,
-                   lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call), vector,
+                   lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call).on(ch), vector,
                                      out, elems),
                    datatype=recv.datatype, op=op, algorithm=algorithm, nonblocking=nonblocking,
                    finalize=lambda _: recv.finish())

@@ -44,7 +44,7 @@ def _scan_buf(comm, sendbuf, recvbuf, op, algorithm, collective, call, nonblocki
     red = Operand(op, False, recv.datatype, call)
     segment = default_model().segment
     return execute(comm, collective, call, recv.nbytes,
-                   lambda alg, ch: alg(ch, red, data, recv.array, segment), op=op,
+                   lambda alg, ch: alg(ch, red.on(ch), data, recv.array, segment), op=op,
                    algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
                    finalize=lambda _: recv.finish())
 
@@ -73,5 +73,5 @@ def _scan_obj(comm, sendobj, op, algorithm, collective, call, nonblocking):
     red = Operand(op, True, None, call)
     segment = default_model().segment
     return execute(comm, collective, call, 0,
-                   lambda alg, ch: alg(ch, red, sendobj, None, segment), op=op,
+                   lambda alg, ch: alg(ch, red.on(ch), sendobj, None, segment), op=op,
                    algorithm=algorithm, objects=True, nonblocking=nonblocking)

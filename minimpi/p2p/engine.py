@@ -393,6 +393,69 @@ class Engine(FrameSink):
             self.transport.send(dest, header, (), None)
         return req
 
+    # -- the express lane ---------------------------------------------------------------------
+    # A blocking Send of a small contiguous buffer (or a pickle) to a peer whose transport can
+    # take the frame at once, and a blocking Recv whose message is already here (or arrives
+    # within the wait's spin), need no request, no queue and no callback: the frame goes
+    # straight into the peer's ring, the message straight out of the unexpected queue. The
+    # general path serves everything else (observers, wildcards behind posted receives,
+    # rendezvous, synchronous sends, failures, revokes) with the same semantics; these two
+    # only decline (False / None) and the caller takes it.
+    def send_now(self, context: int, dest: int, source: int, tag: int,
+                 payload: Sequence[memoryview], nbytes: int, flags: int = 0) -> bool:
+        """Send ``payload`` (``nbytes`` in all) to world rank ``dest`` eagerly and at once,
+        without a request: True if it is on its way (the send is complete), False if the
+        general path must send it (:meth:`isend`)."""
+        if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
+                or self.aborted is not None or self.lost_peers or self.revoked
+                or self.bus.sent or self.transport is None):
+            return False
+        msg_id = self._next_msg_id
+        if self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag, msg_id,
+                                               nbytes), payload, nbytes):
+            self._next_msg_id = msg_id + 1
+            return True
+        return False
+
+    def take_now(self, context: int, source: int, tag: int,
+                 capacity: Optional[int]) -> Optional[Incoming]:
+        """The eager message a blocking receive for (``source``, ``tag``) on ``context``
+        would get, taken out of the unexpected queue - at once, or after polling the
+        transport for the progress policy's spin - if it holds at most ``capacity`` bytes
+        (None: any size, an object). None: no such message now, or the general path must
+        receive (a receive is posted before this one, the message is a rendezvous or
+        synchronous one, an observer listens, a peer is gone...)."""
+        if (self.aborted is not None or self.lost_peers or self.revoked or self.faults
+                or self._failure_notices or self.bus.posted or self.bus.received):
+            return None
+        q = self._queues.get(context)
+        if q is None or q.posted:
+            return None
+        inc = q.find_unexpected(source, tag, False) if q.unexpected else None
+        if inc is None:
+            policy = self.progress_policy
+            transport = self.transport
+            if transport is None or not policy.spin:
+                return None
+            clock = time.perf_counter
+            deadline = clock() + policy.spin
+            progress = transport.progress
+            while True:
+                progress(0)
+                if q.unexpected:
+                    inc = q.find_unexpected(source, tag, False)
+                    if inc is not None:
+                        break
+                if q.posted or self.lost_peers or self.faults or clock() >= deadline:
+                    return None
+                if policy.yield_:
+                    os.sched_yield()
+        if (not inc.arrived or inc.rendezvous or inc.flags & F_SYNC or inc.waiting is not None
+                or capacity is not None and inc.length > capacity):
+            return None
+        q.unexpected.remove(inc)
+        return inc
+
     def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
                       payload: Sequence[memoryview], nbytes: int, flags: int) -> None:
         """Loopback: deliver through the same matching path, always eagerly (copied)."""

@@ -73,6 +73,14 @@ class Transport(ABC):
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
         """Queue one frame for ``peer``; may write some or all of it at once."""
 
+    def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
+                 nbytes: int) -> bool:
+        """Hand one small frame (``header`` and ``payload``, ``nbytes`` in all) to ``peer`` now,
+        whole, with nothing queued: True if done (the frame is on its way, nothing to wait
+        for), False if it cannot (queued frames, no room, no such fast path) - then the caller
+        uses :meth:`send`. The express lane of the engine (:meth:`Engine.send_now`)."""
+        return False
+
     @abstractmethod
     def progress(self, timeout: Optional[float]) -> bool:
         """Move data; block at most ``timeout`` s if nothing is ready. True if anything happened."""

@@ -154,6 +154,7 @@ class RouterTransport(Transport):
             # One wire for every peer (a single host, or --transport): the engine's calls go
             # straight to it - a small message is a few microseconds, a call level is not free.
             self.send = self.members[0].send
+            self.send_now = self.members[0].send_now
             self.progress = self.members[0].progress
 
     def _say_what_was_left_out(self, parsed: Sequence[Tuple[str, Dict[str, str]]]) -> None:
@@ -191,6 +192,7 @@ class RouterTransport(Transport):
                 # several members now: go through the router again (set_peers may have
                 # bound send/progress straight to the only member)
                 self.__dict__.pop("send", None)
+                self.__dict__.pop("send_now", None)
                 self.__dict__.pop("progress", None)
             self._foreign = member
         return self._foreign.address
@@ -208,6 +210,11 @@ class RouterTransport(Transport):
         if t is None:
             raise TransportError(f"rank {self.rank}: no route to rank {peer} (rendezvous not done)")
         t.send(peer, header, payload, on_sent)
+
+    def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
+                 nbytes: int) -> bool:
+        t = self._route[peer] if peer < self.size else self._foreign
+        return t is not None and t.send_now(peer, header, payload, nbytes)
 
     def progress(self, timeout: Optional[float]) -> bool:
         members = self.members

@@ -90,7 +90,7 @@ PRELOAD = (
     "minimpi.comm.communicator", "minimpi.dynamic", "minimpi.io", "minimpi.rma",
     "minimpi.transports.shm", "minimpi.transports.tcp", "minimpi.transports.router",
     "minimpi.transports.verbs", "minimpi.transports.verbs_compat",
-    "minimpi.coll.registry",
+    "minimpi.coll.registry", "minimpi._start.binding",
 )
 #: largest request or reply (a rank's environment differs from the server's in a few names)
 MAX_DATAGRAM = 1 << 20

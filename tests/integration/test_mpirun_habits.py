@@ -109,6 +109,28 @@ def test_programs_separated_by_colons_have_their_appnum(write_script, job_marker
     assert all(row["size"] == 5 for row in ranks.values())
 
 
+FORKED = """
+import json
+from mpi4py import MPI
+with open("/proc/self/cmdline", "rb") as f:
+    forked = any(p.endswith(b"forkserver.py") for p in f.read().split(b"\\0"))
+print(json.dumps({"rank": MPI.COMM_WORLD.rank, "appnum": MPI.COMM_WORLD.Get_attr(MPI.APPNUM),
+                  "forked": forked}), flush=True)
+"""
+
+
+def test_forked_ranks_of_each_program_know_their_appnum(write_script, job_marker):
+    """Programs with the same interpreter options fork from the one template, which
+    imported minimpi before any rank knew its program: APPNUM is each rank's own."""
+    first, second = write_script("first.py", FORKED), write_script("second.py", FORKED)
+    res = run_minimpi("-n", 2, "--no-prefix", *marker_args(job_marker), first, ":", "-n", 2,
+                      second, timeout=60)
+    assert res.returncode == 0, res.stderr
+    ranks = records(res.stdout)
+    assert [ranks[r]["appnum"] for r in range(4)] == [0, 0, 1, 1]
+    assert all(row["forked"] for row in ranks.values())
+
+
 def expected_cores() -> list[set[int]]:
     """This process's allowed CPUs grouped by core, ordered by their lowest CPU."""
     groups: dict = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from minimpi._start.binding import BindingError, parse_bind, parse_map
 from minimpi.data.units import parse_size
 
 
@@ -58,3 +59,20 @@ def _number_of_seconds(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+
+
+def bind_level(text: str) -> str:
+    """``--bind-to``: none, core, hwthread, socket (package), numa, optionally ``:N``."""
+    try:
+        level, count = parse_bind(text)
+    except BindingError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+    return level if count == 1 else f"{level}:{count}"
+
+
+def map_level(text: str) -> str:
+    """``--map-by``: slot, core, hwthread, socket (package), numa, node."""
+    try:
+        return parse_map(text)
+    except BindingError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None

@@ -7,15 +7,32 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
-import re
 import sys
+from dataclasses import dataclass, field
 from typing import Optional
 
 from minimpi import _shim
+from minimpi._start import ENV_TEMPLATE_FLAGS, ENV_VERBOSE
+from minimpi._start.binding import (
+    ENV_BIND,
+    ENV_MAP,
+    ENV_REPORT,
+    default_bind_for_map,
+)
 
-from .argtypes import byte_size, key_value, positive_int, seconds, seconds_or_off
+from .argtypes import (
+    bind_level,
+    byte_size,
+    key_value,
+    map_level,
+    positive_int,
+    seconds,
+    seconds_or_off,
+)
 from .job import JobSpec, run_job
+from .pycmd import PythonArgsError, PythonCommand, needs_fresh_interpreter, split_program
 
 EPILOG = """\
 examples:
@@ -25,6 +42,28 @@ examples:
   minimpi run -n 8 --hosts node1:4,node2:4 app.py   (one agent per host over ssh)
   minimpi run -n 4 python -m mpi4py lab.py   (a leading `python` is accepted, as with mpiexec;
                                             ranks run under the Python that runs minimpi)
+  minimpi run -n 3 python -O -X dev -c "from mpi4py import MPI; print(MPI.COMM_WORLD.rank)"
+  minimpi run -n 1 manager.py : -n 4 worker.py   (MPMD: ranks 0 and 1-4, MPI.APPNUM 0 and 1)
+  minimpi run -n 4 --bind-to core --report-bindings app.py
+
+python:
+  `python [OPTIONS] (script | -m MODULE | -c CODE) ARGS` runs as `python` would run it, in
+  each rank: sys.argv, sys.path[0], __main__, and the interpreter options (-O, -OO, -B, -b,
+  -d, -s, -v, -P, -W ARG, -X OPT, --check-hash-based-pycs; -u changes nothing, every rank
+  is unbuffered). -i, -E, -I, -S, -x and reading the program from stdin are refused.
+
+several programs (MPMD):
+  PROGRAM1 ARGS : -n N2 [-x KEY=VALUE]... [--wdir DIR] PROGRAM2 ARGS : ...  Ranks are
+  numbered in order (the first program's -n is run's own); each program's ranks have
+  MPI.APPNUM 0, 1, ...; -x and --wdir after a ':' apply to that program only. A ':' word is
+  always a separator.
+
+binding:
+  --bind-to core pins each rank to one core (round-robin over the CPUs minimpi run may use,
+  wrapping when ranks outnumber cores), hwthread to one hardware thread, socket/package or
+  numa to one of those; core:2 gives each rank two. --map-by socket spreads consecutive
+  ranks over the sockets (default: core after core); --map-by alone binds to what it maps
+  by. Each rank pins itself before it starts any thread; Spawn's processes are not bound.
 
 output:
   Every line a rank prints is forwarded with a "[rank] " prefix (stderr to stderr).
@@ -57,7 +96,10 @@ deadlocks:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = ("minimpi run -n N [options] program.py [args...]\n"
-               "       minimpi run -n N [options] -m module [args...]")
+               "       minimpi run -n N [options] -m module [args...]\n"
+               "       minimpi run -n N [options] python [options] (program.py | -m module | "
+               "-c code) [args...]\n"
+               "       minimpi run -n N [options] program1 [args] : -n N2 program2 [args] ...")
     p.epilog = EPILOG
     p.add_argument("-n", "-np", dest="nprocs", type=positive_int, required=True, metavar="N",
                    help="number of ranks")
@@ -125,6 +167,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-mpi4py-shim", dest="mpi4py_shim", action="store_false",
                    help="do not make `import mpi4py` resolve to minimpi in the ranks (by default "
                         "it does, even where the real mpi4py is installed)")
+    p.add_argument("--wdir", metavar="DIR",
+                   help="run the ranks in DIR (the program's path is then relative to DIR, as "
+                        "with mpiexec -wdir; other paths given to run stay relative to here)")
+    p.add_argument("--bind-to", type=bind_level, metavar="LEVEL[:N]",
+                   help="pin each rank to a core, hwthread, socket (package) or numa node, "
+                        "round-robin over the CPUs this command may use (core:2: two cores "
+                        "each); none (default) pins nothing")
+    p.add_argument("--map-by", type=map_level, metavar="LEVEL",
+                   help="how consecutive ranks of a host are spread: slot/core/node (core "
+                        "after core, the default), hwthread, socket (package), numa; given "
+                        "alone it also binds to that level")
+    p.add_argument("--report-bindings", action="store_true",
+                   help="each rank says on its stderr which CPUs it is bound to")
+    p.add_argument("--verbose", action="store_true",
+                   help="say how the ranks start: forked from one template process, or as "
+                        "fresh interpreters and why")
 
 
 def extra_env(args: argparse.Namespace) -> dict[str, str]:
@@ -145,6 +203,12 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
         ring = ring_for_space(args.nprocs) if getattr(args, "nprocs", None) else None
         if ring is not None:
             env["MINIMPI_SHM_RING"] = str(ring)
+    env.update(binding_env(args))
+    if getattr(args, "verbose", False):
+        env[ENV_VERBOSE] = "1"
+    flags = getattr(args, "template_flags", ())
+    if flags:
+        env[ENV_TEMPLATE_FLAGS] = json.dumps(list(flags))
     for key, value in args.env:   # explicit -x wins
         env[key] = value
     env.update(cost_model_env(env))
@@ -153,6 +217,22 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
         # (after the script's own directory), ahead of any installed mpi4py.
         rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env["PYTHONPATH"] = SHIM_DIR + (os.pathsep + rest if rest else "")
+    return env
+
+
+def binding_env(args: argparse.Namespace) -> dict[str, str]:
+    """``--bind-to``, ``--map-by``, ``--report-bindings`` as the variables each rank reads
+    (minimpi/_start/binding.py)."""
+    env: dict[str, str] = {}
+    bind, mapping = getattr(args, "bind_to", None), getattr(args, "map_by", None)
+    if mapping and not bind:
+        bind = default_bind_for_map(mapping)
+    if bind:
+        env[ENV_BIND] = bind
+    if mapping:
+        env[ENV_MAP] = mapping
+    if getattr(args, "report_bindings", False):
+        env[ENV_REPORT] = "1"
     return env
 
 
@@ -247,8 +327,9 @@ def _usage_error(msg: str) -> int:
     return 2
 
 
-def _module_exists(name: str, shim: bool = False) -> bool:
-    extra = [os.getcwd()] + ([SHIM_DIR] if shim and name.split(".")[0] == "mpi4py" else [])
+def _module_exists(name: str, shim: bool = False, cwd: Optional[str] = None) -> bool:
+    extra = [cwd or os.getcwd()] + ([SHIM_DIR] if shim and name.split(".")[0] == "mpi4py"
+                                    else [])
     sys.path[:0] = extra
     try:
         return importlib.util.find_spec(name) is not None
@@ -258,54 +339,163 @@ def _module_exists(name: str, shim: bool = False) -> bool:
         del sys.path[:len(extra)]
 
 
-#: interpreter options that take no value, accepted after a leading ``python``
-_PYTHON_FLAGS = {"-u", "-B", "-E", "-I", "-O", "-OO", "-q", "-s", "-S"}
+@dataclass
+class App:
+    """One program of a job: how many ranks run it, what it runs, and (MPMD) its own
+    environment and working directory."""
+    n: int
+    command: PythonCommand
+    env: dict[str, str] = field(default_factory=dict)
+    wdir: Optional[str] = None
+
+    def start_entry(self) -> dict:
+        return {"n": self.n, "flags": list(self.command.flags),
+                "program": self.command.program_args(), "env": self.env, "wdir": self.wdir}
 
 
-def strip_interpreter(argv: list[str]) -> tuple[Optional[str], list[str]]:
-    """mpiexec habit: ``python [flags] script.py ...`` or ``python -m module ...``.
+class UsageError(ValueError):
+    """A command line ``minimpi run`` cannot run (exit 2 with the message)."""
 
-    Returns (module or None, the rest: the program and its arguments, or the module's
-    arguments). The ranks always run under the Python that runs minimpi.
-    """
-    if not argv or not re.fullmatch(r"python[\d.]*", os.path.basename(argv[0])) or \
-            os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK):
-        return None, argv
-    rest = argv[1:]
-    while rest and rest[0] in _PYTHON_FLAGS:
-        rest = rest[1:]
-    if len(rest) >= 2 and rest[0] == "-m":
-        return rest[1], rest[2:]
-    return None, rest
+
+def command_of(words: list[str]) -> PythonCommand:
+    """The program of one section: ``python [options] ...``, or ``script args``."""
+    try:
+        command = split_program(words)
+    except PythonArgsError as exc:
+        raise UsageError(str(exc)) from None
+    if command is not None:
+        return command
+    if not words:
+        raise UsageError("no program given (usage: minimpi run -n N program.py [args...])")
+    return PythonCommand((), "script", words[0], tuple(words[1:]))
+
+
+def parse_apps(nprocs: int, module: Optional[str], passthrough: list[str]) -> list[App]:
+    """The job's programs: the first from run's own ``-n`` and ``-m`` (or the program
+    words), one more after each ``:`` with its own ``-n N``, ``-x KEY=VALUE``, ``--wdir DIR``
+    and ``-m MODULE``."""
+    sections: list[list[str]] = [[]]
+    for word in passthrough:
+        if word == ":":
+            sections.append([])
+        else:
+            sections[-1].append(word)
+    first = sections[0]
+    if module is not None:
+        apps = [App(nprocs, PythonCommand((), "module", module, tuple(first)))]
+    else:
+        apps = [App(nprocs, command_of(first))]
+    for number, words in enumerate(sections[1:], 2):
+        apps.append(_section_app(number, words))
+    return apps
+
+
+def _section_app(number: int, words: list[str]) -> App:
+    where = f"program {number} (after ':')"
+    n: Optional[int] = None
+    env: dict[str, str] = {}
+    wdir: Optional[str] = None
+    i = 0
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        option, eq, value = words[i].partition("=")
+        if option not in ("-n", "-np", "-x", "--env", "--wdir", "-m"):
+            raise UsageError(f"{where}: unknown option {option} (a program after ':' takes "
+                             f"-n N, -x KEY=VALUE, --wdir DIR and -m MODULE)")
+        if not eq:
+            if i + 1 >= len(words):
+                raise UsageError(f"{where}: {option} needs a value")
+            i += 1
+            value = words[i]
+        i += 1
+        if option == "-m":
+            command = PythonCommand((), "module", value, tuple(words[i:]))
+            break
+        if option in ("-n", "-np"):
+            try:
+                n = positive_int(value)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"{where}: -n {value}: {exc}") from None
+        elif option in ("-x", "--env"):
+            try:
+                key, val = key_value(value)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"{where}: -x: {exc}") from None
+            env[key] = val
+        else:
+            wdir = os.path.abspath(value)
+    else:
+        command = command_of(words[i:])
+    if n is None:
+        raise UsageError(f"{where}: give its number of processes (-n N before the program)")
+    return App(n, command, env, wdir)
+
+
+def check_app(app: App, shim: bool) -> None:
+    """Raise UsageError when the app's script or module cannot be found."""
+    command = app.command
+    if command.kind == "module":
+        if not _module_exists(command.target, shim, app.wdir):
+            raise UsageError(f"no module named {command.target!r}")
+    elif command.kind == "script":
+        program = command.target
+        path = program if app.wdir is None else os.path.join(app.wdir, program)
+        if not os.path.exists(path):
+            raise UsageError(f"program {program!r} not found")
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "__main__.py")):
+            raise UsageError(f"{program!r} is a directory without __main__.py")
+    if app.wdir is not None and not os.path.isdir(app.wdir):
+        raise UsageError(f"--wdir {app.wdir}: not a directory")
+
+
+def start_args(apps: list[App]) -> list[str]:
+    """The rank start script's arguments for these programs (minimpi/_start/minimpi_rank.py)."""
+    if len(apps) > 1:
+        return ["--apps=" + json.dumps([app.start_entry() for app in apps])]
+    command = apps[0].command
+    flags = ["--python-flags=" + json.dumps(list(command.flags))] if command.flags else []
+    return flags + command.program_args()
+
+
+def _absolute_paths(args: argparse.Namespace) -> None:
+    """Paths given to run stay relative to where it was started, also with --wdir."""
+    for name in ("output_dir", "trace", "hostfile"):
+        value = getattr(args, name, None)
+        if value:
+            setattr(args, name, os.path.abspath(value))
 
 
 def main(args: argparse.Namespace) -> int:
     problem = check_coll(args.coll)
     if problem:
         return _usage_error(problem)
-    passthrough = list(getattr(args, "passthrough", []))
-    if args.module is None:
-        args.module, passthrough = strip_interpreter(passthrough)
-    if args.module is not None:
-        if not _module_exists(args.module, getattr(args, "mpi4py_shim", True)):
-            return _usage_error(f"no module named {args.module!r}")
-        program, prog_args = None, passthrough
-    else:
-        if not passthrough:
-            return _usage_error("no program given (usage: minimpi run -n N program.py [args...])")
-        program, prog_args = passthrough[0], passthrough[1:]
-        if not os.path.exists(program):
-            return _usage_error(f"program {program!r} not found")
-        if os.path.isdir(program) and not os.path.exists(os.path.join(program, "__main__.py")):
-            return _usage_error(f"{program!r} is a directory without __main__.py")
-    start_program, start_module, start_args = rank_start(program, args.module, prog_args)
+    shim = getattr(args, "mpi4py_shim", True)
+    try:
+        apps = parse_apps(args.nprocs, args.module, list(getattr(args, "passthrough", [])))
+        if getattr(args, "wdir", None):
+            if not os.path.isdir(args.wdir):
+                raise UsageError(f"--wdir {args.wdir}: not a directory")
+            _absolute_paths(args)
+            os.chdir(args.wdir)     # the template and every rank start there (and the program
+        for app in apps:            # is found there), as under mpiexec -wdir
+            check_app(app, shim)
+    except UsageError as exc:
+        return _usage_error(str(exc))
+    args.nprocs = sum(app.n for app in apps)
+    args.template_flags = apps[0].command.flags
+    fork_server = getattr(args, "fork_server", True) and \
+        os.environ.get("MINIMPI_FORK_SERVER", "1") != "0"
+    why_fresh = "--no-fork-server" if not fork_server else \
+        needs_fresh_interpreter(apps[0].command.flags)
+    if why_fresh and getattr(args, "verbose", False):
+        print(f"minimpi: ranks start as fresh interpreters: {why_fresh}", file=sys.stderr,
+              flush=True)
     from .clean import sweep
     sweep()   # what jobs killed with kill -9 left on this host (launcher/clean.py)
     spec = JobSpec(
         nprocs=args.nprocs,
-        program=start_program,
-        module=start_module,
-        args=start_args,
+        program=START_SCRIPT,
+        module=None,
+        args=start_args(apps),
         env=extra_env(args),
         timeout=args.timeout,
         startup_timeout=args.startup_timeout,
@@ -314,8 +504,7 @@ def main(args: argparse.Namespace) -> int:
         prefix=not args.no_prefix,
         output_dir=args.output_dir,
         bind=args.bind or "127.0.0.1",
-        fork_server=getattr(args, "fork_server", True)
-        and os.environ.get("MINIMPI_FORK_SERVER", "1") != "0",
+        fork_server=not why_fresh,
         universe_size=getattr(args, "universe_size", None),
         rank_start=rank_start,
         fault_tolerant=getattr(args, "fault_tolerant", False),
@@ -331,7 +520,7 @@ def main(args: argparse.Namespace) -> int:
     def runner(spec: JobSpec) -> int:
         return run_job(spec) if plan is None else multihost.run_multihost(spec, plan)
     from . import observe
-    session = observe.prepare(args, program or args.module or "")
+    session = observe.prepare(args, " : ".join(app.command.shown for app in apps))
     if session is None:
         return runner(spec)
     spec.env = {**session.env(), **spec.env}

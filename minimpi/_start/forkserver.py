@@ -37,9 +37,27 @@ session, as ``start_new_session`` makes it); the environment (replaced by the ra
 the seeds of ``random`` and of numpy's global generator (reseeded from the OS, as a fresh
 interpreter seeds them); numpy's BLAS threads (OpenBLAS ends them before a fork; they are
 started again with asynchronous signals blocked, as the start script starts them). The
-server holds no threads and no zmq context while it forks. One thing a fork cannot give
-each rank: its own ``PYTHONHASHSEED`` randomisation (every rank of a job hashes ``str``
-alike; ``minimpi run --no-fork-server`` starts each rank as a fresh interpreter).
+server holds no threads and no zmq context while it forks.
+
+A rank must be what ``python [OPTIONS] prog.py`` started with that rank's environment would
+be. So the template starts with the job's interpreter options (``MINIMPI_PYTHON_FLAGS``: it
+replaces itself with ``python OPTIONS forkserver.py FD`` first), and a child replaces itself
+(``exec``, the same process: its pid, session, descriptors and pidfd stay) with a fresh
+``python OPTIONS minimpi_rank.py ...`` in its own environment wherever a fork could not be
+that process:
+
+* the interpreter ran site hooks at start-up that act per process (a ``sitecustomize``, a
+  ``.pth`` file that runs code: see :mod:`minimpi._start.sitehooks`) - they ran once, in the
+  template, without the rank's environment; then every rank starts fresh (say why with
+  ``minimpi run --verbose`` or ``--stats``), and the template imports nothing it would fork;
+* the rank's program has other interpreter options, or an environment or directory of its
+  own (MPMD), or its environment differs from the template's in what the interpreter reads
+  as it starts (``PYTHON*``, ``LC_*``, ``LANG``, ``HOME``), or it runs in another directory
+  while ``PYTHONPATH`` has relative entries (resolved against the template's).
+
+``TZ`` differing is applied with ``time.tzset()``. One thing a fork cannot give each rank:
+its own ``PYTHONHASHSEED`` randomisation (every rank of a job hashes ``str`` alike, unlike
+fresh interpreters; ``minimpi run --no-fork-server`` starts each rank as a fresh interpreter).
 """
 from __future__ import annotations
 
@@ -57,10 +75,11 @@ from typing import Optional
 if __package__ in (None, ""):
     # run as a script: this directory is sys.path[0] and holds no minimpi, so minimpi comes
     # from where it is installed (see minimpi_rank.py)
-    from minimpi._start.minimpi_rank import load_minimpi, run_program
+    from minimpi._start import minimpi_rank
+    from minimpi._start.sitehooks import per_process_hooks
 else:
-    from .minimpi_rank import load_minimpi, run_program
-from minimpi.transports.signal_guard import threads_started_blocked  # noqa: E402
+    from . import minimpi_rank
+    from .sitehooks import per_process_hooks
 
 #: what a rank imports before its first Barrier, beyond numpy and minimpi (``minimpi.MPI``
 #: itself starts the runtime: it is imported by the program, in the rank)
@@ -71,7 +90,7 @@ PRELOAD = (
     "minimpi.comm.communicator", "minimpi.dynamic", "minimpi.io", "minimpi.rma",
     "minimpi.transports.shm", "minimpi.transports.tcp", "minimpi.transports.router",
     "minimpi.transports.verbs", "minimpi.transports.verbs_compat",
-    "minimpi.coll.registry",
+    "minimpi.coll.registry", "minimpi._start.binding",
 )
 #: largest request or reply (a rank's environment differs from the server's in a few names)
 MAX_DATAGRAM = 1 << 20
@@ -80,6 +99,16 @@ MAX_FDS = 16
 PR_SET_PDEATHSIG = 1
 #: set in the launcher's environment by tests that must see a rank outlive its launcher
 ENV_NO_PDEATHSIG = "MINIMPI_LAUNCHER_NO_PDEATHSIG"
+#: ``minimpi run --verbose`` / ``--stats``: the template says how the ranks start
+ENV_VERBOSE = minimpi_rank.ENV_VERBOSE
+ENV_STATS = "MINIMPI_STATS"      # minimpi.runtime.trace.ENV_STATS
+SERVER_SCRIPT = os.path.abspath(__file__)
+
+
+def _startup_variable(name: str) -> bool:
+    """Whether the interpreter reads variable ``name`` as it starts (so a rank whose value
+    differs from the template's cannot be a fork of it)."""
+    return name.startswith(("PYTHON", "LC_")) or name in ("LANG", "HOME")
 
 
 def preload() -> None:
@@ -100,7 +129,15 @@ def preload() -> None:
 # The server
 # ---------------------------------------------------------------------------------------
 class _Server:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, environ: dict, fresh_reason: Optional[str]) -> None:
+        """``environ``: the environment the template was started with; ``fresh_reason``:
+        why every rank must start as a fresh interpreter (None: ranks are forks)."""
+        self.environ = environ
+        self.fresh_reason = fresh_reason
+        self.cwd = os.getcwd()
+        #: in a child: the environment it was started with, and why it must start fresh
+        self.child_env: dict = {}
+        self.child_reason: Optional[str] = None
         self.sock = socket.socket(fileno=fd)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -116,6 +153,7 @@ class _Server:
         them now, with asynchronous signals blocked, as the start script does (see
         minimpi.transports.signal_guard)."""
         if self.blas_starters:
+            from minimpi.transports.signal_guard import threads_started_blocked
             with threads_started_blocked():
                 for start in self.blas_starters:
                     start()
@@ -203,11 +241,16 @@ class _Server:
 # The child: from a copy of the server to a rank
 # ---------------------------------------------------------------------------------------
 def become_rank(server: _Server, request: dict, fds: list[int]) -> None:
-    """Everything between the fork and the program (in the child)."""
+    """Everything between the fork and the start of the rank (in the child): its session,
+    environment, descriptors and directory; what else it needs is decided by
+    :func:`start_rank` once it knows the rank's program."""
     os.setsid()                          # its own session and process group, as today
-    for name in request.get("unset", []):     # the rank's environment: the server's, and
+    unset, changed = request.get("unset", []), request.get("env", {})
+    for name in unset:                        # the rank's environment: the server's, and
         os.environ.pop(name, None)            # what the request says differs (the rank,
-    os.environ.update(request.get("env", {}))  # the job secret)
+    os.environ.update(changed)                # the job secret)
+    server.child_env = {k: v for k, v in server.environ.items() if k not in unset}
+    server.child_env.update(changed)
     if not os.environ.get(ENV_NO_PDEATHSIG):
         server.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server.pid:   # the server died before prctl took effect
@@ -217,8 +260,38 @@ def become_rank(server: _Server, request: dict, fds: list[int]) -> None:
     install_fds(fds, [int(n) for n in request["fds"]], server)
     if request.get("cwd"):
         os.chdir(request["cwd"])
+    server.child_reason = fresh_reason(server, list(unset) + list(changed))
+    if "TZ" in changed or "TZ" in unset:
+        import time
+        time.tzset()                     # what a fresh interpreter read at start-up
+
+
+def fresh_reason(server: _Server, names: list[str]) -> Optional[str]:
+    """Why this child cannot be a fork of the template (None: it can): ``names`` are the
+    variables its environment sets or unsets differently."""
+    startup = sorted(n for n in names if _startup_variable(n))
+    if startup:
+        return f"its environment differs from the template's in {', '.join(startup)}"
+    if os.getcwd() != server.cwd:
+        relative = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                    if p and not os.path.isabs(p)]
+        if relative:
+            return (f"it runs in another directory and PYTHONPATH has relative entries "
+                    f"({', '.join(relative)})")
+    return None
+
+
+def start_rank(server: _Server, args: list) -> None:
+    """In a child: become the rank ``args`` (the start script's arguments) describe - as a
+    fork of the template, or by replacing this process with a fresh interpreter (see the
+    module docstring) - then run its program."""
+    plan = minimpi_rank.plan_for(args, os.environ)
+    minimpi_rank.become(plan, args, context_applied=False, start_env=server.child_env,
+                        fresh_reason=server.fresh_reason or server.child_reason)
+    minimpi_rank.bind_cpus()             # before numpy's threads start again
     reseed()
     server.restart_blas_threads()
+    minimpi_rank.run_program(plan.program, plan.flags)
 
 
 def install_fds(received: list[int], targets: list[int], server: _Server) -> None:
@@ -284,16 +357,64 @@ def _loaded_openblas() -> list:
     return libs
 
 
+def start_with_job_flags(fd: int) -> None:
+    """Replace this process with ``python OPTIONS forkserver.py FD`` when the job's
+    interpreter options (``MINIMPI_PYTHON_FLAGS``) are not this interpreter's."""
+    wanted = json.loads(os.environ.get(minimpi_rank.ENV_TEMPLATE_FLAGS) or "[]")
+    if wanted == minimpi_rank.INTERPRETER_FLAGS:
+        return
+    env = dict(os.environ)
+    env[minimpi_rank.ENV_STARTED] = json.dumps(wanted)
+    os.execve(sys.executable, [sys.executable, *wanted, SERVER_SCRIPT, str(fd)], env)
+
+
+def started_environ() -> dict:
+    """The environment this process was started with (``/proc/self/environ``: what
+    start-up code may have changed in ``os.environ`` since is not in it)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return dict(os.environ)
+    env = {}
+    for item in raw.split(b"\0"):
+        name, eq, value = item.partition(b"=")
+        if eq and name:
+            env[os.fsdecode(name)] = os.fsdecode(value)
+    env.pop(minimpi_rank.ENV_STARTED, None)
+    return env
+
+
+def say(text: str) -> None:
+    try:
+        os.write(2, f"minimpi: {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
 def main() -> None:
     fd = int(sys.argv[1])
-    load_minimpi()
-    preload()
-    args = _Server(fd).serve()
+    start_with_job_flags(fd)
+    environ = started_environ()
+    hooks = per_process_hooks()
+    reason = None
+    if hooks:
+        reason = (f"the site hook {hooks[0]} runs in each process (a fork of one template "
+                  f"would not run it with the rank's environment)")
+        if os.environ.get(ENV_VERBOSE) == "1" or os.environ.get(ENV_STATS) == "1":
+            say(f"ranks start as fresh interpreters: {reason}")
+    else:
+        if os.environ.get(ENV_VERBOSE) == "1":
+            say("ranks fork from one template process (numpy and minimpi imported once)")
+        minimpi_rank.load_minimpi()
+        preload()
+    server = _Server(fd, environ, reason)
+    args = server.serve()
     if args is None:
         # the launcher is done (its ranks are reaped): nothing here to flush or finalize,
         # and tearing down a heap this size would only keep the launcher waiting
         os._exit(0)
-    run_program(args)
+    start_rank(server, args)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copyreg
 import itertools
 import operator
+import os
 import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -660,9 +661,23 @@ _PREDEFINED_ATTRS = {
     KEYVAL_WTIME_IS_GLOBAL: lambda comm: False,
     KEYVAL_UNIVERSE_SIZE: lambda comm: getattr(comm._ep.engine, "universe_size",
                                                comm._ep.engine.size),
-    KEYVAL_APPNUM: lambda comm: 0,
+    KEYVAL_APPNUM: lambda comm: _appnum(),
     KEYVAL_LASTUSEDCODE: lambda comm: USER_ERRORS.last_used,
 }
+
+
+#: set for each rank by its start script (minimpi/_start/minimpi_rank.py): the index of its
+#: program in an MPMD job (``minimpi run a.py : b.py``) or of its command in Spawn_multiple
+ENV_APPNUM = "MINIMPI_APPNUM"
+
+
+def _appnum() -> int:
+    """``MPI.APPNUM``: read when asked, not at import (a rank forked from the fork server's
+    template imported this module before it knew its program)."""
+    try:
+        return int(os.environ.get(ENV_APPNUM) or 0)
+    except ValueError:
+        return 0
 
 
 def _share_handle(target: "Comm", source: Any) -> None:

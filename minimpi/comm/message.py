@@ -73,26 +73,33 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     (deprecated) ``buf`` argument of ``recv`` allows; a larger message is a
     :class:`TruncationError`, as in mpi4py.
     """
-    buf = req.buffer
+    engine = engine_of(req)
+    st = req.status
+    return decode_object(req.buffer, st.source, st.tag, st, capacity,
+                         engine.rank if engine is not None else -1, describe(req))
+
+
+def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
+                  capacity: Optional[int], rank: int, what: str) -> Any:
+    """The object in ``buf``, a message from ``source`` with ``tag`` (``status``, if given,
+    gets its source, tag and mpi4py's count: the pickled size). See :func:`finish_object`."""
     parts = serialization.layout_if_ours(buf)
-    if parts is not None:   # (else plain bytes sent with Send, or none: the byte count stands)
-        req.status.nbytes = _pickled_size(parts)
-    if capacity is not None and req.status.nbytes > capacity:
-        rank = engine.rank if (engine := engine_of(req)) is not None else -1
+    nbytes = _pickled_size(parts) if parts is not None else len(buf)
+    if status is not None:
+        status.source, status.tag, status.nbytes = source, tag, nbytes
+    if capacity is not None and nbytes > capacity:
         raise TruncationError(
-            f"rank {rank}: {describe(req)}: the object from rank {req.status.source} takes "
-            f"{req.status.nbytes} bytes but the buf argument allows {capacity} (mpi4py "
-            f"truncates there too); drop buf - recv needs no buffer")
+            f"rank {rank}: {what}: the object from rank {source} takes {nbytes} bytes but "
+            f"the buf argument allows {capacity} (mpi4py truncates there too); drop buf - "
+            f"recv needs no buffer")
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
-        rank = engine.rank if (engine := engine_of(req)) is not None else -1
-        if not looks_pickled(req.buffer):   # a buffer sent with Send, received with recv
-            raise SerializationError(not_an_object(rank, describe(req), req.status.source,
-                                                   len(req.buffer))) from exc
+        if not looks_pickled(buf):   # a buffer sent with Send, received with recv
+            raise SerializationError(not_an_object(rank, what, source, len(buf))) from exc
         raise SerializationError(
-            f"rank {rank}: {describe(req)}: cannot unpickle the object sent by rank "
-            f"{req.status.source}: {type(exc).__name__}: {exc}") from exc
+            f"rank {rank}: {what}: cannot unpickle the object sent by rank "
+            f"{source}: {type(exc).__name__}: {exc}") from exc
 
 
 def recv_capacity(buf: Any, call: str, warn: bool) -> Optional[int]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from numpy import ndarray
+
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer
@@ -29,6 +31,7 @@ from ..p2p.request import (
     Request,
     Status,
     assign_status,
+    fill_status,
     has_finish,
     null_status,
     set_finish,
@@ -37,8 +40,8 @@ from ..transports import signal_guard
 from ..transports.frames import F_OBJECT, F_SYNC
 from .handles import INFO_NULL, Info
 from .hints import recv_buf_error, recv_buffer_error
-from .ledger import note
-from .message import ProbeWait, finish_object, probe_status, recv_capacity
+from .ledger import note, note_send
+from .message import ProbeWait, decode_object, finish_object, probe_status, recv_capacity
 from .message import mprobe as _mprobe
 from .partitioned import PartitionedRequest
 from .persistent import Prequest
@@ -157,6 +160,15 @@ def recv_buffer(comm, buf: Any, source: int, tag: int, call: str) -> Request:
 # -- lowercase: Python objects -------------------------------------------------------
 def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
     """Send a Python object (standard mode: small ones complete without a receive)."""
+    if (type(dest) is int and type(tag) is int and not comm._freed
+            and 0 <= dest < comm._ep.size and 0 <= tag <= TAG_UB):     # the express lane
+        ep = comm._ep
+        payload, nbytes = serialization.dumps(obj, rank=ep.rank, call="send")
+        if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, payload, nbytes,
+                              F_OBJECT):
+            if ep.engine.ledger is not None:
+                note_send(ep, dest, tag, "send")
+            return
     send_object(comm, obj, dest, tag, "send").wait()
 
 
@@ -189,6 +201,14 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
     and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
     received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
     """
+    if (buf is None and type(source) is int and type(tag) is int and not comm._freed
+            and (0 <= source < comm._ep.size or source == ANY_SOURCE)
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG)):                # the express lane
+        ep = comm._ep
+        inc = ep.engine.take_now(ep.context, source, tag, None)
+        if inc is not None:
+            return decode_object(inc.buffer, inc.source, inc.tag, status, None, ep.rank,
+                                 "recv")
     try:
         capacity = recv_capacity(buf, "recv", warn=True)
     except TypeError as exc:              # data = {}; comm.recv(data): say the fix
@@ -253,6 +273,15 @@ def iprobe(comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[
 # -- Capitalized: buffers ----------------------------------------------------------------
 def Send(comm, buf: Any, dest: int, tag: int = 0) -> None:
     """Send a buffer; above the eager limit this waits for the matching receive."""
+    if (type(buf) is ndarray and buf.flags.c_contiguous and type(dest) is int
+            and type(tag) is int and not comm._freed and 0 <= dest < comm._ep.size
+            and 0 <= tag <= TAG_UB):                                    # the express lane
+        ep = comm._ep
+        view = memoryview(buf).cast("B") if buf.ndim else memoryview(buf.reshape(1)).cast("B")
+        if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, (view,), view.nbytes):
+            if ep.engine.ledger is not None:
+                note_send(ep, dest, tag, "Send")
+            return
     send_buffer(comm, buf, dest, tag, "Send").wait()
 
 
@@ -284,6 +313,22 @@ def Irsend(comm, buf: Any, dest: int, tag: int = 0) -> Request:
 def Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
          status: Optional[Status] = None) -> None:
     """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
+    if (type(buf) is ndarray and type(source) is int and type(tag) is int
+            and not comm._freed and (0 <= source < comm._ep.size or source == ANY_SOURCE)
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG)):                # the express lane
+        flags = buf.flags
+        if flags.c_contiguous and flags.writeable:
+            ep = comm._ep
+            inc = ep.engine.take_now(ep.context, source, tag, buf.nbytes)
+            if inc is not None:
+                n = inc.length
+                if n:
+                    view = memoryview(buf).cast("B") if buf.ndim else \
+                        memoryview(buf.reshape(1)).cast("B")
+                    view[:n] = inc.buffer
+                if status is not None:
+                    fill_status(status, inc.source, inc.tag, n)
+                return
     blocking_recv(lambda: recv_buffer(comm, buf, source, tag, "Recv"), status)
 
 

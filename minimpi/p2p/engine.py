@@ -666,6 +666,31 @@ class Engine(FrameSink):
             f"version)"))
         return None
 
+    def eager_arrived(self, peer: int, header: Header, payload: memoryview) -> None:
+        """A whole eager frame, its payload readable in ``payload`` (the transport's ring):
+        one call for what ``frame_arrived`` + ``payload_arrived`` do. With no receive
+        posted on its context - the common case of the express lane, whose receives look in
+        the unexpected queue first - the payload is copied once, into the queued message."""
+        context = header.context
+        q = self._queues.get(context) or self._queue(context)
+        if q.posted or self.bus.received or header.flags & F_SYNC:
+            target = self.frame_arrived(peer, header)
+            if header.length:
+                target[:header.length] = payload
+            self.payload_arrived(peer, header, target)
+            return
+        if self.revoked and context in self.revoked:
+            return                              # (Comm.Revoke drops what arrives for it)
+        inc = Incoming(peer, context, header.source, header.tag, header.flags,
+                       header.msg_id, header.length, False)
+        inc.buffer = bytearray(payload)
+        inc.arrived = True
+        q.unexpected.append(inc)
+        if self._unexpected_watchers:
+            watcher = self._unexpected_watchers.get(context)
+            if watcher is not None:
+                watcher(inc)
+
     def _protocol_error(self, peer: int, frame: str, msg_id: int, why: str) -> ProtocolError:
         return ProtocolError(
             f"rank {self.rank}: protocol error: world rank {peer} sent a {frame} frame for "

@@ -838,6 +838,13 @@ def assign_status(status: Status, source: Status) -> None:
     status._assign(source)
 
 
+def fill_status(status: Status, source: int, tag: int, nbytes: int) -> None:
+    """Fill a caller's ``status`` as a receive that got ``nbytes`` from ``source`` with
+    ``tag`` leaves it (no error, not cancelled)."""
+    status.source, status.tag, status.nbytes = source, tag, nbytes
+    status.error, status.cancelled = SUCCESS, False
+
+
 def null_status(status: Optional[Status]) -> None:
     """Fill ``status`` as a receive or probe from ``MPI.PROC_NULL`` leaves it."""
     if status is not None:

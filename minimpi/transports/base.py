@@ -41,6 +41,14 @@ class FrameSink(ABC):
     def payload_arrived(self, peer: int, header: Header, buffer: Optional[memoryview]) -> None:
         """The whole frame (header and payload) has arrived."""
 
+    def eager_arrived(self, peer: int, header: Header, payload: memoryview) -> None:
+        """A whole eager frame whose ``payload`` is readable now: ``frame_arrived``, the
+        copy, ``payload_arrived`` in one call (a sink may do it with fewer steps)."""
+        target = self.frame_arrived(peer, header)
+        if header.length:
+            target[:header.length] = payload
+        self.payload_arrived(peer, header, target)
+
     @abstractmethod
     def peer_lost(self, peer: int, reason: str) -> None:
         """The connection from ``peer`` closed (it exited) or failed; nothing more will come.

@@ -71,7 +71,7 @@ from ..data.units import parse_size
 from ..errors import TransportError
 from . import signal_guard
 from .base import FrameSink, OnSent, Transport
-from .frames import DATA, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+from .frames import DATA, EAGER, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 SHM_DIR = "/dev/shm"
 PREFIX = "minimpi-"
@@ -934,7 +934,8 @@ class ShmTransport(Transport):
                         self._peer_gone(inc.peer, failure)
                         break                     # self._in changed
         finally:
-            signal_guard.release(held)
+            if held is not None:
+                signal_guard.release(held)
         if self._blocked:
             moved = self._unblock() or moved
         if moved or timeout == 0:
@@ -1008,6 +1009,13 @@ class ShmTransport(Transport):
                         continue
                     if kind in HAS_PAYLOAD:
                         payload_at = head
+                        pos = head & mask
+                        if kind == EAGER and length <= tail - head and pos + length <= cap:
+                            # all here, in one piece: one call hands it over
+                            sink.eager_arrived(peer, header, data[pos:pos + length])
+                            head += length
+                            payload_at = -1
+                            continue
                     target = sink.frame_arrived(peer, header)
                     if kind not in HAS_PAYLOAD:
                         continue

@@ -93,6 +93,11 @@ class Channel:
         self.step_hook = bus.step_reporter() if bus.steps else None
         self.temps.begin(bus.scratch)
 
+    def segment(self) -> Any:
+        """The communicator's shared segment (:mod:`.segment`), for the algorithms that
+        meet there."""
+        return self.plan.segment(self.ep)
+
     @property
     def model(self) -> CostModel:
         """The cost model this call was planned with (segment sizes, hierarchical steps)."""

@@ -966,6 +966,15 @@ class Engine(FrameSink):
         waits = self.bus.waits
         if waits:
             t0 = time.perf_counter()
+        # what we wait for may be memory a peer writes (a collective's shared segment): the
+        # transport looks at it too before it sleeps, after arming its wake-up (advancing
+        # the operations in flight, whose steps may wait on such memory)
+        def ready() -> bool:
+            if self.active:
+                self.advance_active()
+            return done()
+
+        transport.set_sleep_check(ready)
         try:
             while True:
                 if self.active:
@@ -992,6 +1001,7 @@ class Engine(FrameSink):
                     for o in blocks:
                         o.blocked(waiting_on)
         finally:
+            transport.set_sleep_check(None)
             if reported:
                 for o in blocks:
                     o.unblocked()

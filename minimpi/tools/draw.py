@@ -48,6 +48,7 @@ import numpy as np
 
 from ..bus import Subscriber
 from ..coll.registry import REGISTRY, algorithms, load_all
+from ..coll.segment import SLOT_BYTES
 from ..comm.communicator import endpoint_of
 from ..data.ops import SUM
 from ..errors import AlgorithmError
@@ -500,7 +501,10 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
         raise DrawError(f"--bytes {nbytes}: at least {unit} (one float64 per block, {p} blocks)")
     per_block = nbytes // unit
     nbytes = per_block * unit
-    why = table[algorithm].refusal(p, nbytes, _sum() if driver.reduces else None, False)
+    # the ranks are threads of this process: on one host they share memory (segments)
+    segment_bytes = SLOT_BYTES if hosts is None or len(set(hosts)) == 1 else 0
+    why = table[algorithm].refusal(p, nbytes, _sum() if driver.reduces else None, False,
+                                   None, segment_bytes)
     if why:
         raise DrawError(f"{collective} {algorithm} cannot run here: it {why}")
 

@@ -111,6 +111,30 @@ class Transport(ABC):
     def end_sleep(self) -> None:
         """Called after that poll returned (whatever woke it)."""
 
+    def set_sleep_check(self, check: Optional[Callable[[], bool]]) -> None:
+        """While a wait lasts, ``check()`` says whether what it waits for is already done by
+        other means than frames (memory a peer writes: a collective's shared segment).
+        A transport that sleeps consults it after arming its wake-up (so a peer that writes
+        and then wakes whoever sleeps cannot be missed), and does not sleep when it says
+        True. None: no check. Transports that never sleep on memory ignore it."""
+
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        """A segment of ``nbytes`` shared with the job's other processes on this host that
+        ask for the same ``key`` (zero-filled when made; None: this transport has none).
+        :meth:`release_segment` with the same key once every process has it mapped."""
+        return None
+
+    def release_segment(self, key: str) -> None:
+        """Remove the name of segment ``key`` (the memory lives on while mapped)."""
+
+    def fence(self) -> None:
+        """A full memory fence: this process's stores before it, its loads after (a writer
+        of shared memory between publishing and looking at who sleeps)."""
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        """Wake those of ``peers`` (world ranks on this host) that sleep in this transport,
+        after this process wrote memory they may wait for (see :meth:`set_sleep_check`)."""
+
     def pending_sends(self) -> int:
         """Number of frames queued but not yet handed off (used to flush at exit)."""
         return 0

@@ -211,6 +211,29 @@ class RouterTransport(Transport):
             raise TransportError(f"rank {self.rank}: no route to rank {peer} (rendezvous not done)")
         t.send(peer, header, payload, on_sent)
 
+    def set_sleep_check(self, check) -> None:
+        for t in self.members:
+            t.set_sleep_check(check)
+
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        member = self.member("shm")
+        return member.shared_segment(key, nbytes) if member is not None else None
+
+    def release_segment(self, key: str) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.release_segment(key)
+
+    def fence(self) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.fence()
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.wake_peers(peers)
+
     def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
                  nbytes: int) -> bool:
         t = self._route[peer] if peer < self.size else self._foreign

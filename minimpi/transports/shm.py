@@ -522,6 +522,9 @@ class ShmTransport(Transport):
         self._pid_poller = select.poll()     # pidfds alone: who has exited
         self._inbox_fd = -1
         self._probe = ctypes.create_string_buffer(_PROBE + struct.pack("<I", rank))
+        #: what the wait now running also waits for besides frames (set_sleep_check)
+        self._sleep_check = None
+        self._shared: Dict[str, Tuple[mmap.mmap, str]] = {}   # key -> (map, path)
 
     # -- set-up ---------------------------------------------------------------------------
     def attach(self, sink: FrameSink) -> None:
@@ -1117,12 +1120,57 @@ class ShmTransport(Transport):
             out.ctl[R_WANT] = 1
         self._fence_in()                        # store the flags; fence; look at the rings
         self._fence_out()
+        check = self._sleep_check
         ready = any(inc.ctl[R_TAIL] != inc.head for inc in self._in) or \
-            (self._blocked and self._unblock()) or self._check_peers(0)
+            (self._blocked and self._unblock()) or self._check_peers(0) or \
+            (check is not None and check())
         if ready:
             self.end_sleep()
             return False
         return True
+
+    def set_sleep_check(self, check) -> None:
+        self._sleep_check = check
+
+    def fence(self) -> None:
+        self._fence_in()
+        self._fence_out()
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        self._fence_in()                        # our stores first; then their flags
+        self._fence_out()
+        for peer in peers:
+            out = self._out[peer] if peer < self.size else None
+            if out is not None and out.peer_ctl[C_SLEEPING]:
+                self._kick(out.wake)
+
+    # -- segments shared by the host's ranks (a communicator's collectives) ----------------
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        if key in self._shared:
+            return memoryview(self._shared[key][0])
+        path = os.path.join(self.directory, f"{PREFIX}{self.job_id}-{key}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < nbytes:
+                try:
+                    os.posix_fallocate(fd, 0, nbytes)   # reserved now: no SIGBUS later
+                except OSError as exc:
+                    raise TransportError(
+                        f"rank {self.rank}: cannot reserve a {nbytes}-byte shared segment "
+                        f"in {self.directory}: {exc.strerror} ({self._space_note()})") from None
+            seg = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        self._shared[key] = (seg, path)
+        return memoryview(seg)
+
+    def release_segment(self, key: str) -> None:
+        entry = self._shared.get(key)
+        if entry is not None:
+            try:
+                os.unlink(entry[1])
+            except FileNotFoundError:      # another member was first
+                pass
 
     def end_sleep(self) -> None:
         self._inbox.ctl[C_SLEEPING] = 0

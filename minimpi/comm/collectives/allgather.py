@@ -13,7 +13,6 @@ from .common import collective, execute, in_place
 def Allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
     """Gather every rank's ``sendbuf`` into every ``recvbuf`` (p equal blocks, rank order).
 
-
     ``sendbuf`` may be ``MPI.IN_PLACE`` (this rank's block is already in ``recvbuf``).
     """
     _allgather_buf(comm, sendbuf, recvbuf, algorithm, "Allgather", False, False)

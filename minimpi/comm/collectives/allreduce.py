@@ -3,19 +3,32 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ...coll.fused import FusedAllreduce
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
 from ...data.ops import SUM
-from .common import check_op, check_reduction, collective, execute
+from .common import (
+    check_op,
+    check_reduction,
+    collective,
+    compiled_call,
+    execute,
+    fused_call,
+    keep_fused,
+)
 
 
 def Allreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
     """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into every ``recvbuf``.
 
-
     ``sendbuf`` may be ``MPI.IN_PLACE`` (the input is taken from ``recvbuf``).
     """
+    fused = fused_call(comm, ("allreduce", id(op), algorithm))
+    if fused is not None and fused.run(sendbuf, recvbuf):
+        return
     _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, "Allreduce", False)
 
 
@@ -35,7 +48,6 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, call, nonblocking):
     mine = check_reduction(comm, call, op, send, recv)
     nbytes = recv.nbytes
 
-
     def invoke(alg, ch):
         red = Operand(op, False, recv.datatype, ch.call).on(ch)
         if mine is None:
@@ -46,10 +58,30 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, call, nonblocking):
             recv.array[...] = mine
         return alg(ch, red, recv.array)
 
+    result = execute(comm, "allreduce", call, nbytes, invoke,
+                     op=op, algorithm=algorithm, nonblocking=nonblocking,
+                     datatype=recv.datatype, finalize=lambda _: recv.finish())
+    if not nonblocking:
+        _fuse(comm, call, nbytes, op, algorithm, recv)
+    return result
 
-    return execute(comm, "allreduce", call, nbytes, invoke,
-                   op=op, algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
-                   finalize=lambda _: recv.finish())
+
+def _fuse(comm, call, nbytes, op, algorithm, recv) -> None:
+    """After a blocking call whose compiled algorithm meets in the shared segment, keep its
+    fused form (:mod:`minimpi.coll.fused`) when the next calls can use it: a plain array
+    of a predefined type fitting a slot, an op numpy applies elementwise."""
+    ufunc = op.elementwise_ufunc
+    array = recv.array
+    if (ufunc is None or not recv.datatype.is_predefined or recv.is_temporary
+            or type(array) is not np.ndarray):
+        return
+    compiled = compiled_call(comm, "allreduce", call, nbytes, op, algorithm,
+                             datatype=recv.datatype)
+    plan = comm._plan
+    if compiled.algorithm.segment and nbytes <= plan.segment_bytes:
+        keep_fused(comm, ("allreduce", id(op), algorithm),
+                   FusedAllreduce(compiled, plan.segment(comm._ep), array.dtype, array.size,
+                                  ufunc))
 
 
 @collective

@@ -122,7 +122,6 @@ def _alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
     else:                          # absolute addresses: receive packed, then place
         rblocks = _packed([np.empty(c, np.uint8) for c in rcounts], rcounts)
 
-
         def finish(_result: Any) -> None:
             for i, block in enumerate(recv.blocks):
                 block[...] = rblocks.view(i)

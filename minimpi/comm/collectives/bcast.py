@@ -3,12 +3,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...coll.fused import FusedBcast
 from ...data.buffers import parse_buffer
-from .common import check_root, collective, execute
+from .common import check_root, collective, compiled_call, execute, fused_call, keep_fused
 
 
 def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
     """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
+    fused = fused_call(comm, ("bcast", root, algorithm))
+    if fused is not None and fused.run(buf):
+        return
     _ibcast(comm, buf, root, algorithm, "Bcast", False)
 
 
@@ -20,10 +24,19 @@ def Ibcast(comm, buf: Any, root: int = 0, algorithm: str = None):
 def _ibcast(comm, buf, root, algorithm, call, nonblocking):
     root = check_root(comm, root, call)
     spec = parse_buffer(buf, writable=comm.rank != root, call=call, arg="buf")
-    return execute(comm, "bcast", call, spec.nbytes,
-                   lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
-                   nonblocking=nonblocking, finalize=lambda _: spec.finish(),
-                   datatype=spec.datatype)
+    result = execute(comm, "bcast", call, spec.nbytes,
+                     lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
+                     nonblocking=nonblocking, finalize=lambda _: spec.finish(),
+                     datatype=spec.datatype)
+    if not nonblocking and spec.datatype.is_predefined and not spec.is_temporary:
+        compiled = compiled_call(comm, "bcast", call, spec.nbytes, algorithm=algorithm,
+                                 root=root, datatype=spec.datatype)
+        plan = comm._plan
+        if compiled.algorithm.segment and spec.nbytes <= plan.segment_bytes:
+            keep_fused(comm, ("bcast", root, algorithm),
+                       FusedBcast(compiled, plan.segment(comm._ep), spec.array.dtype,
+                                  spec.nbytes, root))
+    return result
 
 
 def bcast(comm, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:

@@ -114,17 +114,8 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     and ``datatype`` are keyed by identity; the compiled call checks they are still the
     objects it was made for) and only runs it.
     """
-    if comm._freed:
-        comm._alive(call)
-    ep = comm._ep
-    if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
-        check_not_revoked(comm, call)
-    plan = comm._plan or comm._make_plan()
-    key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))
-    compiled = plan.calls.get(key)
-    if compiled is None or not compiled.names(op, datatype):
-        compiled = plan.prepare(key, CompiledCall(ep, plan, collective, call, nbytes, op,
-                                                  algorithm, objects, root, datatype))
+    compiled = compiled_call(comm, collective, call, nbytes, op, algorithm, objects, root,
+                             datatype)
     ch = compiled.channel()
     stack = comm.__dict__.get("_slot_stack")
     if stack:                   # the slot this call takes, for the abort path of @collective
@@ -138,6 +129,39 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     else:
         result = compiled.run(ch, invoke)
     return finalize(result) if finalize is not None else result
+
+
+def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = None,
+                  algorithm: Optional[str] = None, objects: bool = False,
+                  root: Optional[int] = None, datatype: Any = None) -> CompiledCall:
+    """The :class:`~minimpi.coll.compiled.CompiledCall` of this call signature on ``comm``:
+    made on its first call (checking the communicator first), then looked up."""
+    if comm._freed:
+        comm._alive(call)
+    ep = comm._ep
+    if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
+        check_not_revoked(comm, call)
+    plan = comm._plan or comm._make_plan()
+    key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))
+    compiled = plan.calls.get(key)
+    if compiled is None or not compiled.names(op, datatype):
+        compiled = plan.prepare(key, CompiledCall(ep, plan, collective, call, nbytes, op,
+                                                  algorithm, objects, root, datatype))
+    return compiled
+
+
+def fused_call(comm: Any, key: tuple) -> Any:
+    """The fused form of a blocking segment call (:mod:`minimpi.coll.fused`) kept under
+    ``key`` on ``comm``, if any and the communicator is live."""
+    plan = comm._plan
+    if plan is None or comm._freed:
+        return None
+    return plan.fused.get(key)
+
+
+def keep_fused(comm: Any, key: tuple, fused: Any) -> None:
+    """Keep ``fused`` for the next calls of its kind on ``comm`` (replacing another)."""
+    comm._plan.fused[key] = fused
 
 
 def comm_lock(comm: Any, key: str) -> threading.Lock:

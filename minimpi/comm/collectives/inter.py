@@ -420,7 +420,6 @@ def Ialltoallv(comm, sendbuf: Any, recvbuf: Any) -> Any:
 def _alltoall_buf(comm, sendbuf, recvbuf, call, vector, nonblocking):
     q = comm._ep.size
 
-
     def prepare():
         send = parse_vbuffer(sendbuf, q, writable=False, call=call, arg="sendbuf")
         recv = parse_vbuffer(recvbuf, q, writable=True, call=call, arg="recvbuf")
@@ -445,7 +444,6 @@ def Ialltoallw(comm, sendbuf: Any, recvbuf: Any) -> Any:
 
 def _alltoallw(comm, sendbuf, recvbuf, call, nonblocking):
     q = comm._ep.size
-
 
     def prepare():
         send = parse_wbuffer(sendbuf, q, writable=False, call=call, arg="sendbuf")
@@ -607,7 +605,6 @@ def Ireduce_scatter_block(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> An
 
 def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call, block, nonblocking):
     p, rank = comm.size, comm.rank
-
 
     def prepare():
         nonlocal op

@@ -154,13 +154,11 @@ def _neighbor_alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
         if recv.array is not None:
             rblocks = Blocks(recv.array, rcounts, recv.displs)
 
-
             def finish(_result: Any) -> None:
                 recv.finish()
         else:                      # absolute addresses: receive packed, then place
             rblocks = Blocks(np.empty(sum(rcounts), np.uint8), rcounts,
                              running_sum(rcounts)[:-1])
-
 
             def finish(_result: Any) -> None:
                 for i, block in enumerate(recv.blocks):

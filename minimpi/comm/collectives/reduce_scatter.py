@@ -16,7 +16,6 @@ def Reduce_scatter(comm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op:
     """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
     the ``recvcounts[r]`` items of block r in ``recvbuf``.
 
-
     ``recvcounts=None``: each rank's ``recvbuf`` count (gathered from all ranks, as in
     mpi4py). ``sendbuf=MPI.IN_PLACE``: the input is taken from ``recvbuf`` (which must
     then hold the whole vector) and the result is stored at its start.
@@ -34,7 +33,6 @@ def Ireduce_scatter(comm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
 def Reduce_scatter_block(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM,
                          algorithm: str = None) -> None:
     """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
-
 
     With ``MPI.IN_PLACE``, ``recvbuf`` holds the whole input (p blocks) and block r of
     the result is stored at its start.

@@ -135,6 +135,12 @@ class _State:
         return None
 
 
+    def loads_and_stores(self, target: int) -> bool:
+        """Whether this rank can reach ``target``'s window memory with plain loads and
+        stores (its own memory, or a part of the shared segment), which a lock on
+        ``target`` must protect from the moment ``Lock`` returns."""
+        return target == self.rank or self.segment is not None
+
     def atomic(self, target: int, layout: Any, write: bool) -> ContextManager[Any]:
         """What an accumulate applied straight in ``target``'s memory (see
         :meth:`direct_memory`) holds to be atomic against every other accumulate there: in a

@@ -117,7 +117,14 @@ class Synchronisation(WinHandle):
 
     # -- passive target ----------------------------------------------------------------------
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
-        """Begin a passive-target epoch on ``rank`` (waits until the lock is granted)."""
+        """Begin a passive-target epoch on ``rank``.
+
+        Where this rank can load and store ``rank``'s window memory (its own window, any
+        rank of a window in shared memory: ``Shared_query``) it waits until the lock is
+        granted, so the lock protects those loads and stores as MPI requires: an exclusive
+        lock excludes every other rank's epoch on ``rank`` (the owner's own included), a
+        shared one excludes the exclusive ones. Elsewhere it returns at once; the
+        operations of the epoch wait at the target behind the grant."""
         s = self._call("Lock")
         rank = self._target_rank(s, rank, "Lock")
         lock_type = _lock_type(s, lock_type)
@@ -128,7 +135,7 @@ class Synchronisation(WinHandle):
         if not nocheck:
             with s.epoch_call(f"Win.Lock({rank})", "passive target (lock)", [rank]):
                 s.origin.lock(rank, lock_type, "Win.Lock")
-                if rank == s.rank:      # local loads and stores may follow: wait for it now
+                if s.loads_and_stores(rank):    # they may follow at once: wait for it now
                     s.origin.granted(rank)
         s.epochs.locks[rank] = (lock_type, nocheck)
 
@@ -167,7 +174,9 @@ class Synchronisation(WinHandle):
                               list(range(s.size))):
                 for r in range(s.size):
                     s.origin.lock(r, LOCK_SHARED, "Win.Lock_all")
-                s.origin.granted(s.rank)
+                for r in range(s.size):
+                    if s.loads_and_stores(r):
+                        s.origin.granted(r)
         s.epochs.lock_all = nocheck
 
     def Unlock_all(self) -> None:

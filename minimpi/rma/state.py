@@ -3,7 +3,6 @@ operations (:mod:`.operations`) and the synchronisation calls (:mod:`.synchronis
 both stand on."""
 from __future__ import annotations
 
-import atexit
 import operator
 import os
 import weakref
@@ -27,26 +26,6 @@ from .epochs import Epochs
 from .errors import WinError
 from .exposed import Exposed
 
-#: windows not freed yet: at exit their servers stop (an unfreed window must not make the
-#: runtime think the process left in the middle of a call)
-_LIVE: "weakref.WeakSet[_State]" = weakref.WeakSet()
-_exit_hook_installed = False
-
-
-def release_all() -> None:
-    """Stop serving every window this process did not free (``MPI.Finalize``, exit)."""
-    for state in list(_LIVE):
-        if not state.freed:
-            state.server.close()
-
-
-def _remember(state: "_State") -> None:
-    global _exit_hook_installed
-    _LIVE.add(state)
-    if not _exit_hook_installed:   # registered after the runtime's, so it runs before it
-        atexit.register(release_all)
-        _exit_hook_installed = True
-
 
 class _EpochWait:
     """Stands in for a request in 'what am I blocked on' reports (Win.Wait, Win.Start)."""
@@ -66,6 +45,13 @@ class _State:
         self.comm_name = getattr(comm.endpoint, "name", None) or comm.Get_name()
         self.comm = comm.Dup()          # the window's own messages never meet anybody else's
         self.endpoint = self.comm.endpoint
+        # its point-to-point context carries only the window's own requests and replies: a
+        # failed process touches only the operations that name it (under --fault-tolerant
+        # a wildcard receive on a plain p2p context fails until the failure is acknowledged,
+        # which would stop the server's receive for every origin); Fence and Free keep the
+        # collective context, which fails once a member failed
+        self.endpoint.engine.register_context(self.endpoint.context, self.endpoint.group,
+                                              "control")
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.label = f"win#{self.endpoint.context}"
@@ -104,13 +90,14 @@ class _State:
         self.epochs = Epochs(self.rank, self.label)
         self.origin = am.Origin(self.endpoint)
         self.server = am.Server(self.endpoint, self.exposed)
+        state = weakref.ref(self)
+        self.server.names = lambda: _names(state())
         self.freed = False
         #: target -> byte view of its memory, for the targets reached directly (the fast
         #: path of Put/Get: :mod:`.direct`); emptied by Free
         self.direct_views: Dict[int, memoryview] = direct.views_of(self)
         #: fast-path calls since the last round of progress (:func:`.direct.put`)
         self.unpolled = 0
-        _remember(self)
 
     @property
     def memory(self) -> np.ndarray:
@@ -154,6 +141,14 @@ class _State:
 
 
 _NOTHING = nullcontext()
+
+
+def _names(state: Optional["_State"]) -> Tuple[str, str]:
+    """(the window's name or label, the communicator it was made on) for reports; a window
+    whose handles are all gone (never freed) keeps serving under its label."""
+    if state is None:
+        return "a window no handle refers to", "?"
+    return state.name or state.label, state.comm_name
 
 
 class EpochCall(Activity):

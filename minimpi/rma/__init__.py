@@ -10,8 +10,8 @@ window), :mod:`.locks` (a target's lock table), :mod:`.epochs` (ERR_RMA_SYNC che
 :mod:`.finish` (windows still live at finalize: served until their other ranks finish).
 """
 from .errors import ERROR_CLASSES
-from .finish import finish_wait, finish_windows, serving_receives, stop_serving
+from .finish import finish_wait, finish_windows, lock_reports, serving_receives, stop_serving
 from .window import WIN_NULL, Win
 
 __all__ = ["Win", "WIN_NULL", "ERROR_CLASSES", "finish_windows", "finish_wait",
-           "serving_receives", "stop_serving"]
+           "lock_reports", "serving_receives", "stop_serving"]

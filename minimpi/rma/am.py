@@ -125,8 +125,10 @@ class Server:
         #: is dropped, and they hold no lock here
         self.gone: Set[int] = set()
         self._lost_seen = 0
-        #: what the window is called in reports (the window's state names it once made)
+        #: what the window is called in reports, and the epochs this rank left open on it
+        #: (the window's state answers both once made)
         self.names: Callable[[], Tuple[str, str]] = lambda: ("?", "?")
+        self.open_epochs: Callable[[], List[str]] = lambda: []
         self._recv = self._post()
         endpoint.engine.add_active(self)
 
@@ -366,14 +368,17 @@ class RmaRequest(CombinedRequest):
     the origin's buffer, or raises the error the target reported.
     """
 
-    __slots__ = ("_reply", "_on_reply", "_applied")
+    __slots__ = ("_reply", "_on_reply", "_applied", "world")
 
     def __init__(self, parts: Sequence[Request], reply: Optional[RecvRequest],
-                 on_reply: Optional[Callable[[memoryview], None]], description: str) -> None:
+                 on_reply: Optional[Callable[[memoryview], None]], description: str,
+                 world: Optional[int] = None) -> None:
         super().__init__(parts, description)
         self._reply = reply
         self._on_reply = on_reply
         self._applied = False
+        #: the target's world rank: whom a wait on this request waits for (deadlock report)
+        self.world = world
 
     def apply(self) -> None:
         """Deliver the reply (once); raise what the target reported."""
@@ -428,7 +433,8 @@ class Origin:
         segments, nbytes = encode(header, payload)
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
         self.dirty.add(target)
-        return self.track(target, RmaRequest((sreq,), None, None, call))
+        return self.track(target, RmaRequest((sreq,), None, None, call,
+                                             self.endpoint.group[target]))
 
     def lock(self, target: int, lock_type: int, call: str) -> None:
         """Ask ``target`` for its lock without waiting: operations sent after it wait at
@@ -455,7 +461,8 @@ class Origin:
         rreq = self.endpoint.irecv(None, target, tag, call)   # posted before the request
         segments, nbytes = encode((header[0], tag) + tuple(header[1:]), payload)
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
-        return self.track(target, RmaRequest((rreq, sreq), rreq, on_reply, call))
+        return self.track(target, RmaRequest((rreq, sreq), rreq, on_reply, call,
+                                             self.endpoint.group[target]))
 
     def wait(self, reqs: Sequence[RmaRequest]) -> None:
         """Complete ``reqs`` (serving this rank's own window meanwhile); raise the first

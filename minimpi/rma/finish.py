@@ -50,6 +50,13 @@ def serving_receives(engine: Any) -> List[Any]:
     return [req for server in servers(engine) for req in server.receives()]
 
 
+def lock_reports(engine: Any) -> List[Dict[str, Any]]:
+    """Who holds and who waits for the lock of each of this rank's windows where either is
+    anybody (:meth:`Server.lock_report`), for the deadlock report."""
+    return [report for server in servers(engine) for report in (server.lock_report(),)
+            if report is not None]
+
+
 def stop_serving(engine: Any) -> None:
     """Stop every window server now (a rank that is failing, or done waiting)."""
     for server in servers(engine):
@@ -95,6 +102,12 @@ def finish_windows(engine: Any, wait: float, warn: Callable[[str], None]) -> Non
     if not live:
         return
     for server in live:
+        left_open = server.open_epochs()
+        if left_open:
+            name, comm = server.names()
+            warn(f"window {name!r} ({comm}) reaches finalize with {', '.join(left_open)} "
+                 f"still open (Unlock, Unlock_all, Complete or Wait missing); the targets "
+                 f"apply what it sent, then give its locks back")
         server.announce_finished()
 
     def waiting() -> List[Tuple[Server, List[int]]]:

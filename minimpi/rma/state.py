@@ -7,7 +7,7 @@ import operator
 import os
 import weakref
 from contextlib import nullcontext
-from typing import Any, ContextManager, Dict, Optional, Sequence, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -32,8 +32,9 @@ class _EpochWait:
 
     done = False
 
-    def __init__(self, call: str, peer: int, label: str) -> None:
+    def __init__(self, call: str, peer: int, label: str, world: int) -> None:
         self.description = (call, "source", peer, POST_TAG, label)
+        self.world = world        # whom the deadlock report's wait-for graph points at
 
 
 class _State:
@@ -92,6 +93,7 @@ class _State:
         self.server = am.Server(self.endpoint, self.exposed)
         state = weakref.ref(self)
         self.server.names = lambda: _names(state())
+        self.server.open_epochs = lambda: _open_epochs(state())
         self.freed = False
         #: target -> byte view of its memory, for the targets reached directly (the fast
         #: path of Put/Get: :mod:`.direct`); emptied by Free
@@ -111,16 +113,26 @@ class _State:
         ``peers``: window ranks it waits for (every other rank when ``collective``)."""
         return EpochCall(self, call, epoch, peers, collective)
 
-    def direct_memory(self, target: int) -> Optional[np.ndarray]:
+    def direct_memory(self, target: int, call: str) -> Optional[np.ndarray]:
         """The target's window memory when this rank can reach it directly (itself, or a
         peer in the same shared segment), else None."""
         if self.segment is not None and target < len(self.segment.parts):
-            self.origin.granted(target)       # a lock asked of it must be ours first
+            self.wait_for_grant(target, call)     # a lock asked of it must be ours first
             return self.segment.parts[target]
         if target == self.rank and not self.exposed.dynamic:
             return self.exposed.memory
         return None
 
+    def wait_for_grant(self, target: int, call: str) -> None:
+        """Wait until the lock this rank asked of ``target`` is granted (before touching its
+        memory straight); a wait that lasts is reported as ``call`` in a passive target
+        epoch on ``target``, so the deadlock report can name who holds that lock."""
+        req = self.origin.grants.get(target)
+        if req is None or req.done:
+            self.origin.granted(target)
+            return
+        with self.epoch_call(f"Win.{call}", "passive target (lock)", [target]):
+            self.origin.granted(target)
 
     def loads_and_stores(self, target: int) -> bool:
         """Whether this rank can reach ``target``'s window memory with plain loads and
@@ -141,6 +153,19 @@ class _State:
 
 
 _NOTHING = nullcontext()
+
+
+def _open_epochs(state: Optional["_State"]) -> List[str]:
+    """The calls whose epochs this rank left open on the window (``Lock(2)``, ``Lock_all``,
+    ``Start``, ``Post``); an open fence epoch is normal and not listed."""
+    if state is None or state.freed:
+        return []
+    epochs = state.epochs
+    out = [f"Lock({target})" for target in sorted(epochs.locks)]
+    out += ["Lock_all"] if epochs.lock_all is not None else []
+    out += ["Start"] if epochs.access is not None else []
+    out += ["Post"] if epochs.exposure is not None else []
+    return out
 
 
 def _names(state: Optional["_State"]) -> Tuple[str, str]:

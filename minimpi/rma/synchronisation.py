@@ -12,7 +12,7 @@ from ..constants import (
     MODE_NOSUCCEED,
     PROC_NULL,
 )
-from ..errors import ArgumentError, MinimpiError
+from ..errors import ArgumentError, MinimpiError, PeerLostError, ProcFailedError
 from . import direct
 from .am import COMPLETE, POST_TAG, UNLOCK
 from .errors import ERR_LOCKTYPE
@@ -88,19 +88,36 @@ class Synchronisation(WinHandle):
         return s.exposed.completions >= len(s.epochs.exposure or ())
 
     def _end_exposure(self, s: _State) -> None:
-        s.exposed.completions -= len(s.epochs.exposure)
+        s.exposed.consume_completions(s.epochs.exposure)
         s.epochs.exposure = None
 
+    def _gone_origins(self, s: _State) -> List[int]:
+        """Origins of the exposure epoch that are gone before their ``Complete`` came:
+        their notice can never come."""
+        lost = s.endpoint.engine.lost_peers
+        if not lost:
+            return []
+        return [r for r in s.epochs.exposure or () if s.endpoint.group[r] in lost
+                and not s.exposed.completed_by.get(r)]
+
     def Wait(self) -> None:
-        """End the exposure epoch begun by ``Post``: wait until every origin completed."""
+        """End the exposure epoch begun by ``Post``: wait until every origin completed. An
+        origin that is gone first (its process failed) ends the epoch with
+        ``ERR_PROC_FAILED`` (``PeerLostError`` without ``--fault-tolerant``)."""
         s = self._call("Wait")
         if s.epochs.exposure is None:
             raise s.epochs._error("Wait", "no exposure epoch is open (Wait without Post)")
         if not self._exposure_done(s):
-            waits = [_EpochWait("Win.Wait", r, s.label) for r in s.epochs.exposure]
+            waits = [_EpochWait("Win.Wait", r, s.label, s.endpoint.group[r])
+                     for r in s.epochs.exposure]
             with s.epoch_call("Win.Wait", "exposure (post/start/complete/wait)",
                               s.epochs.exposure):
-                s.endpoint.engine.wait_until(lambda: self._exposure_done(s), waits)
+                s.endpoint.engine.wait_until(
+                    lambda: self._exposure_done(s) or bool(self._gone_origins(s)), waits)
+            gone = self._gone_origins(s)
+            if gone and not self._exposure_done(s):
+                self._end_exposure(s)
+                raise gone_error(s, "Wait", gone, "before it called Win.Complete")
         self._end_exposure(s)
 
     def Test(self) -> bool:
@@ -111,6 +128,10 @@ class Synchronisation(WinHandle):
         if not self._exposure_done(s):
             s.endpoint.engine.poll()
         if not self._exposure_done(s):
+            gone = self._gone_origins(s)
+            if gone:
+                self._end_exposure(s)
+                raise gone_error(s, "Test", gone, "before it called Win.Complete")
             return False
         self._end_exposure(s)
         return True
@@ -225,6 +246,21 @@ class Synchronisation(WinHandle):
         """Synchronise the public and private copies of the window: minimpi's windows are
         unified (one copy), so there is nothing to do."""
         self._call("Sync")
+
+
+def gone_error(s: _State, call: str, ranks: Sequence[int], what: str) -> PeerLostError:
+    """The error of a window call that waited for ranks that are gone: ``ProcFailedError``
+    (``MPI.ERR_PROC_FAILED``) under ``--fault-tolerant``, else ``PeerLostError``."""
+    engine = s.endpoint.engine
+    worlds = [s.endpoint.group[r] for r in ranks]
+    reasons = [engine.failed.get(w) or engine.lost_peers.get(w) or "gone" for w in worlds]
+    who = ", ".join(f"rank {r}" + (f" (world rank {w})" if w != r else "") + f": {why}"
+                    for r, w, why in zip(ranks, worlds, reasons))
+    text = (f"rank {s.rank}: Win.{call} on window {s.name or s.label} cannot complete: "
+            f"{who} - gone {what}")
+    if engine.fault_tolerant:
+        return ProcFailedError(text + " (MPI.ERR_PROC_FAILED)")
+    return PeerLostError(text)
 
 
 def _lock_type(s: _State, lock_type: Any) -> int:

@@ -88,8 +88,8 @@ class _Finishing(Activity):
         server, peers = pending[0]
         name, comm = server.names()
         group = server.endpoint.group
-        return {"call": "MPI finalize", "win": name, "comm": comm, "label": server.target.label,
-                "epoch": "serving the window (not freed) until its other ranks finish",
+        return {"call": "MPI finalize (serving the window, not freed)", "win": name,
+                "comm": comm, "label": server.target.label, "epoch": "passive target",
                 "collective": False, "group": [int(w) for w in group],
                 "peers": [int(group[p]) for p in peers]}
 

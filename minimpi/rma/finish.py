@@ -108,6 +108,7 @@ def finish_windows(engine: Any, wait: float, warn: Callable[[str], None]) -> Non
             warn(f"window {name!r} ({comm}) reaches finalize with {', '.join(left_open)} "
                  f"still open (Unlock, Unlock_all, Complete or Wait missing); the targets "
                  f"apply what it sent, then give its locks back")
+        server.target.locks.forget(server.endpoint.rank)    # (its lock on itself, if any)
         server.announce_finished()
 
     def waiting() -> List[Tuple[Server, List[int]]]:

@@ -140,7 +140,9 @@ def comm_self():
 
 
 def finalize() -> None:
-    """Deliver queued sends, tell the launcher this rank is done, close connections."""
+    """Serve the windows not freed until their other ranks finish too
+    (:func:`minimpi.rma.finish_windows`), deliver queued sends, tell the launcher this rank
+    is done, close connections."""
     global _finalized
     with _lock:
         state = _state

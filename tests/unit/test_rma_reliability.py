@@ -230,3 +230,27 @@ def test_finalize_tells_which_epochs_were_left_open_and_gives_the_locks_back():
     assert warnings == [(1, "window 'left' (COMM_WORLD) reaches finalize with Lock(0) still "
                             "open (Unlock, Unlock_all, Complete or Wait missing); the targets "
                             "apply what it sent, then give its locks back")]
+
+
+def test_a_rank_that_finishes_holding_the_lock_on_itself_lets_the_others_in():
+    warnings = []
+
+    def body(comm):
+        win = MPI.Win.Create(np.full(2, 3, "q") if comm.rank == 0 else None, 8, comm=comm)
+        engine = comm.endpoint.engine
+        out = None
+        if comm.rank == 0:
+            win.Lock(0, MPI.LOCK_EXCLUSIVE)        # ... never unlocked
+            comm.Barrier()
+        else:
+            comm.Barrier()
+            out = np.zeros(2, "q")
+            win.Lock(0, MPI.LOCK_SHARED)
+            win.Get(out, 0)
+            win.Unlock(0)
+            out = out.tolist()
+        finish_windows(engine, 20.0, warnings.append)
+        return out
+
+    assert run_threads(2, body, timeout=60) == [None, [3, 3]]
+    assert len(warnings) == 1 and "Lock(0) still open" in warnings[0]

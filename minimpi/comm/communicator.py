@@ -951,7 +951,7 @@ _PREDEFINED_ATTRS = {
     KEYVAL_WTIME_IS_GLOBAL: lambda comm: False,
     KEYVAL_UNIVERSE_SIZE: lambda comm: getattr(comm._ep.engine, "universe_size",
                                                comm._ep.engine.size),
-    KEYVAL_APPNUM: lambda comm: 0,
+    KEYVAL_APPNUM: lambda comm: getattr(comm._ep.engine, "appnum", 0),
     KEYVAL_LASTUSEDCODE: lambda comm: USER_ERRORS.last_used,
 }
 

@@ -4,7 +4,8 @@ It knows what ``minimpi.dynamic`` cannot reach from its layer: the coordinator c
 (requests to the launcher), the transport (an address other jobs can reach, and their
 processes as peers), and what the launcher said in the environment: the job number
 (``MINIMPI_JOBNO``), the universe size (``MINIMPI_UNIVERSE_SIZE``) and, in a process that
-``Spawn`` started, its parents (``MINIMPI_PARENT``, JSON).
+``Spawn`` started, its parents and its command's index in the spawn (``MINIMPI_PARENT``,
+JSON: ``MPI.APPNUM``).
 
 A singleton (plain ``python``: no coordinator) starts its own launcher at its first request
 (:meth:`RuntimeLauncherLink.attach_launcher`, ``launcher/singleton.py``) and registers with
@@ -58,6 +59,9 @@ class RuntimeLauncherLink(LauncherLink):
         engine.universe_size = self.universe_size
         parent = info.env.get(ENV_PARENT)
         self.parent: Optional[dict] = json.loads(parent) if parent else None
+        # MPI.APPNUM: which command of its Spawn_multiple started this process (MPICH:
+        # 0, 0, 1, 1, 1 for counts 2, 3); 0 for a job `minimpi run` started (one program)
+        engine.appnum = int(self.parent.get("appnum", 0)) if self.parent else 0
         self._known: set = set()
         self._attach_lock = threading.Lock()
         #: the launcher this process started as a singleton (None: none, or not a singleton)

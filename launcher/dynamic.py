@@ -317,7 +317,7 @@ class DynamicProcesses:
         if state == "stopped":
             self.job.fail_with("unresponsive", EXIT_UNRESPONSIVE,
                                f"{head} - its process is stopped (SIGSTOP, Ctrl-Z or a "
-                               f"debugger); ending the job")
+                               f"debugger); ending the job", spawned=(sj.number, rank))
             return None
         window = max(BUSY_PROBE, limit / 4)
         if cpu is not None:
@@ -332,7 +332,8 @@ class DynamicProcesses:
                "call that holds Python's GIL)")
         self.job.fail_with("unresponsive", EXIT_UNRESPONSIVE,
                            f"{head}{how}; ending the job (if it was working, raise "
-                           f"--heartbeat-timeout, or 0 turns the check off)")
+                           f"--heartbeat-timeout, or 0 turns the check off)",
+                           spawned=(sj.number, rank))
         return None
 
     def on_agent_exit(self, number: int, rank: int, rc: int) -> None:
@@ -644,7 +645,8 @@ class DynamicProcesses:
         elif ev.kind == "abort" and job.failure is None:
             text = f"minimpi: {sj.name(ev.rank)} called Abort({ev.code})"
             job.fail_with("abort", ev.code & 0xFF if ev.code >= 0 else 1,
-                          text + (f": {ev.message}" if ev.message else ""))
+                          text + (f": {ev.message}" if ev.message else ""),
+                          spawned=(sj.number, ev.rank))
         elif ev.kind in ("spawn", "port", "publish", "unpublish", "lookup"):
             self.on_request(sj.coord, ev)
 
@@ -674,7 +676,8 @@ class DynamicProcesses:
             if st.failure is not None and st.failure.get("error"):
                 text += f": {st.failure['error']}"
             details = [f"  | {line}" for line in self.job.forward.stderr_tail(sj.label(rank))]
-            self.job.fail_with("signal" if rc < 0 else "exit", exit_code_for(rc), text, details)
+            self.job.fail_with("signal" if rc < 0 else "exit", exit_code_for(rc), text, details,
+                               spawned=(sj.number, rank))
 
     # -- ports and names -------------------------------------------------------------------
     def _on_port(self, coord: Coordinator, rank: int, number: Any, msg: dict) -> None:

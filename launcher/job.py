@@ -131,6 +131,8 @@ class Failure:
     details: list[str] = field(default_factory=list)
     #: kind "host": the ranks of the lost host (the others are summed up, not their tracebacks)
     lost_ranks: list[int] = field(default_factory=list)
+    #: a spawned process that failed: (its spawned job's number, its rank)
+    spawned: Optional[tuple[int, int]] = None
 
 
 class Job:
@@ -237,9 +239,12 @@ class Job:
         self.kill_at = time.monotonic() + self.spec.grace
 
     def fail_with(self, kind: str, exit_code: int, summary: str,
-                  details: Optional[list[str]] = None) -> None:
-        """``fail`` for a process that is not one of ``ranks`` (a spawned one)."""
-        self.fail(Failure(kind, exit_code, summary, details=list(details or [])))
+                  details: Optional[list[str]] = None,
+                  spawned: Optional[tuple[int, int]] = None) -> None:
+        """``fail`` for a process that is not one of ``ranks`` (a spawned one: ``spawned``
+        is its job number and rank, when one process is to blame)."""
+        self.fail(Failure(kind, exit_code, summary, details=list(details or []),
+                          spawned=spawned))
 
     def terminate_all(self, sig: int) -> None:
         for rp in self.ranks:

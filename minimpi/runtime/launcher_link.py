@@ -27,6 +27,7 @@ from ..dynamic.link import LauncherLink
 from ..errors import MinimpiError
 from ..p2p.engine import Engine
 from ..transports.tcp import UID_SHIFT, job_number_of
+from . import failures
 from .bootstrap import (
     ENV_PARENT,
     ENV_UNIVERSE_SIZE,
@@ -163,6 +164,10 @@ class RuntimeLauncherLink(LauncherLink):
             self.launcher = launcher
             self.info.secret = secret   # what the data plane proves to spawned processes
             self.info.coordinator = client
+            # the launcher tells which spawned processes are gone (a failure ends them all,
+            # the singleton goes on): its calls with them then raise PeerLostError, also
+            # with a process that never connected to it (no closed connection to see)
+            failures.listen(self.engine, client)
             return client
 
 

@@ -61,7 +61,7 @@ from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
 from .dynamic import DynamicProcesses
-from .forkserver import ForkServer
+from .forkserver import ForkServer, StartInterrupted
 from .output import OutputForwarder
 from .spawn import (
     EXIT_UNRESPONSIVE,
@@ -73,6 +73,9 @@ from .spawn import (
 )
 from .spawn import process_state as _process_state
 
+#: how long the end of a job may wait, in all, for its processes to go once they were
+#: sent SIGKILL (each is reaped as soon as it is gone)
+REAP_WAIT = 5.0
 EXIT_TIMEOUT = 124
 EXIT_STARTUP = 124
 EXIT_VANISHED = 1
@@ -221,6 +224,13 @@ class Job:
         else:
             self._signal_received = signum
 
+    def interrupted(self) -> Optional[str]:
+        """The name of the signal (SIGINT, SIGTERM, SIGHUP) that asks the launcher to end
+        the job, once one came; None before. Long starts (many ranks, a big Spawn) look
+        at it between processes, so that a signal ends the job in every state."""
+        sig = self._signal_received
+        return None if sig is None else signal.Signals(abs(sig)).name
+
     def _restore_signals(self) -> None:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
@@ -262,11 +272,13 @@ class Job:
         if not self.spec.fork_server:
             return None
         try:
-            return ForkServer(self.rank_env(0, coord_address, lifeline_fd),
-                              private=(ENV_RANK, ENV_SECRET))
+            server = ForkServer(self.rank_env(0, coord_address, lifeline_fd),
+                                private=(ENV_RANK, ENV_SECRET))
         except OSError as exc:
             self.log(f"minimpi: no fork server ({exc}); starting each rank on its own")
             return None
+        server.watch_signals(self._wake_r, self.interrupted)
+        return server
 
     def _start_ranks(self, coord_address: str, lifeline_r: int,
                      fork_server: Optional[ForkServer]) -> None:
@@ -275,6 +287,8 @@ class Job:
         spec = self.spec
         argv = rank_command(spec.program, spec.module, spec.args)
         for r in range(spec.nprocs):
+            if self.interrupted() is not None:
+                raise StartInterrupted(f"the launcher received {self.interrupted()}")
             rp = spawn_rank(r, argv, self.rank_env(r, coord_address, lifeline_r),
                             stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
                             fork_server=fork_server)
@@ -299,24 +313,26 @@ class Job:
             try:
                 self._start_ranks(coord.address, lifeline_r, fork_server)
             except OSError as e:
+                if self.interrupted() is not None:   # a signal during start-up: 128 + it
+                    self._on_signal_received()
+                    self.log(self.failure.summary)
+                    return self.failure.exit_code
                 self.log(f"minimpi: could not start rank {len(self.ranks)}: {e}")
-                self.terminate_all(signal.SIGKILL)
-                for rp in self.ranks:
-                    rp.popen.wait()
                 return 2
             finally:
                 os.close(lifeline_r)
             return self._loop(start)
         finally:
             self.terminate_all(signal.SIGKILL)   # no orphans, whatever happened
+            deadline = time.monotonic() + REAP_WAIT
             for rp in self.ranks:
                 if rp.alive:
                     try:
-                        rp.popen.wait(timeout=5)
+                        rp.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
                     except Exception:
                         pass
                 rp.close_pidfd()
-            self.dynamic.close()
+            self.dynamic.close(deadline)
             if fork_server is not None:
                 fork_server.close()   # after its ranks: they die with it
             forward.close_all(give_up=lambda: self._signal_received is not None)

@@ -592,7 +592,10 @@ class DynamicProcesses:
         hold the descriptors of (:data:`FDS_PER_PROCESS` each, RLIMIT_NOFILE): raising its
         soft limit up to the hard one first, if that is enough. A spawn it cannot serve is
         refused at once, naming the command, the count and the limit, instead of failing
-        half-way (or, before, hanging). Cost: one listing of /proc/self/fd per spawn."""
+        half-way (or, before, hanging). The raised limit is the launcher's: the processes
+        forked from the job's template keep the limit the job started with; a command
+        started directly (not Python, or --no-fork-server) inherits the raised one. Cost:
+        one listing of /proc/self/fd per spawn."""
         per = FDS_PER_PROCESS + (2 if self.job.spec.output_dir else 0)
         needed = total * per + FDS_PER_JOB + FDS_RESERVE
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

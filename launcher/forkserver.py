@@ -16,6 +16,14 @@ the child can be reaped). The rank is the server's child, not the launcher's: th
 reaps it and sends its wait status, from which its return code is what ``Popen`` would give
 (``-N`` for a signal). The server dies with the launcher (``PR_SET_PDEATHSIG``) and every
 rank with the server, so nothing outlives the launcher.
+
+Flow. Requests go out without ever blocking the launcher (``MSG_DONTWAIT``; while the
+server has no room, its answers are read), at most :data:`MAX_IN_FLIGHT` unanswered, so
+neither end can wait for the other however many ranks a job or a ``Spawn`` asks for. Every
+wait on the server wakes at a signal to the launcher (:meth:`ForkServer.watch_signals`) and
+gives up with :class:`StartInterrupted` once the job must end; requests then left without
+an answer are abandoned (:meth:`ForkServer.abandon_pending`: killed as soon as forked, the
+server killed at :meth:`ForkServer.close`).
 """
 from __future__ import annotations
 
@@ -193,9 +201,10 @@ class ForkServer:
     def _send(self, data: bytes, fds: list[int]) -> None:
         """Send one request without ever blocking: while the server's queue is full, read
         its replies (it may be waiting for room in ours) until it takes the request.
-        (``socket.send_fds`` is not used: before Python 3.13 it ignores its flags, so its
-        MSG_DONTWAIT blocked, and the launcher and the server could each wait forever to
-        write to the other: 280 of 1000 ranks started, neither end moving.)"""
+        (``socket.send_fds`` is not used: CPython's ignores its ``flags`` (python/cpython
+        issue 107898, 3.11 at least), so its MSG_DONTWAIT blocked, and the launcher and the
+        server could each wait forever to write to the other: 280 of 1000 ranks started,
+        neither end moving.)"""
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         while True:
             self._check("send a request")

@@ -1,6 +1,6 @@
 """One local job: spawn N ranks, run the coordinator, forward output, end it all cleanly.
 
-Everything happens in one loop on one thread: a ``zmq.Poller`` waits on the coordinator's
+Everything happens in one loop on one thread: a poller (zmq's ``zmq_poll``) waits on the coordinator's
 ROUTER socket, every rank's stdout/stderr pipe, a pidfd per rank (readable when it exits)
 and the signal wake-up pipe. The poll timeout is the time to the next deadline (job
 timeout, startup timeout, SIGKILL after the grace period), so an idle launcher sleeps.
@@ -94,6 +94,36 @@ BUSY_PROBE = 1.0
 #: lives beside the package in a checkout
 _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep
                   for m in (minimpi.errors.__file__, os.path.dirname(os.path.abspath(__file__))))
+
+
+class LoopPoller:
+    """The job loop's poller: ``zmq.Poller``'s ``register``, ``unregister`` and ``poll``
+    (milliseconds; ``[(socket or fd, events)]``) over zmq sockets and descriptors, with
+    ``register`` and ``unregister`` in O(1). (zmq's ``unregister`` renumbers every later
+    entry: with a pipe pair and a pidfd per process, the end of a job of a thousand spawned
+    processes spent seconds there.) The list ``zmq_poll`` takes is rebuilt at the first
+    poll after a change."""
+
+    def __init__(self) -> None:
+        self._events: dict = {}
+        self._items: Optional[list] = []
+
+    def register(self, what, flags: int = zmq.POLLIN | zmq.POLLOUT) -> None:
+        if flags:
+            self._events[what] = flags
+        else:
+            self._events.pop(what, None)
+        self._items = None
+
+    def unregister(self, what) -> None:
+        del self._events[what]      # (KeyError for one not registered, as zmq's)
+        self._items = None
+
+    def poll(self, timeout: Optional[int] = None) -> list:
+        if self._items is None:
+            self._items = list(self._events.items())
+        return zmq.zmq_poll(self._items, -1 if timeout is None or timeout < 0 else
+                            int(timeout))
 
 
 @dataclass
@@ -358,7 +388,7 @@ class Job:
             for ev in self.coord.receive():
                 self._on_coord_event(ev)
 
-    def _turn(self, poller: zmq.Poller) -> float:
+    def _turn(self, poller: LoopPoller) -> float:
         """The start of a loop turn: the time now. A turn that came much later than its poll
         could wait means this process was stopped (Ctrl-Z then fg): the silence of the ranks
         in that time is not theirs, so heartbeats and the deadlock clock count from now, and
@@ -373,11 +403,11 @@ class Job:
         self._last_turn = now
         return now
 
-    def _poll(self, poller: zmq.Poller, timeout: float) -> dict:
+    def _poll(self, poller: LoopPoller, timeout: float) -> dict:
         self._last_wait = timeout
         return dict(poller.poll(int(timeout * 1000) + 1))
 
-    def _sync_output(self, poller: zmq.Poller, polled: set[int]) -> None:
+    def _sync_output(self, poller: LoopPoller, polled: set[int]) -> None:
         """Poll the ranks' pipes whose output has somewhere to go; leave out those whose
         destination (our stdout or stderr) is full, so their ranks wait, not the loop."""
         want = set(self.forward.readable_fds())
@@ -390,7 +420,7 @@ class Job:
 
     def _loop(self, start: float) -> int:
         spec, coord, forward = self.spec, self.coord, self.forward
-        poller = zmq.Poller()
+        poller = LoopPoller()
         poller.register(coord.socket, zmq.POLLIN)
         pidfds: dict[int, RankProcess] = {}
         for rp in self.ranks:

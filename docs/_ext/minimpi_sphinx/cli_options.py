@@ -145,5 +145,5 @@ class HelpText(SphinxDirective):
             else:
                 os.environ["COLUMNS"] = saved
         text = buf.getvalue().rstrip()
-        block = nodes.literal_block(text, text, language="text")
+        block = nodes.literal_block(text, text, language="none")
         return [block]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from typing import List, Tuple
 
 from docutils import nodes
@@ -56,7 +57,13 @@ class _MinimpiDirective(SphinxDirective):
             raise self.error(f"{self.name}: {exc}") from exc
 
     def _figure(self, path: str, command: str) -> nodes.figure:
-        rel = os.path.relpath(path, os.path.dirname(GENERATED_DIR)).replace(os.sep, "/")
+        # A name of its own (the cache folder's), so that the HTML build copies it to
+        # _images/ under that name and the "full size" link below can name it.
+        name = os.path.basename(os.path.dirname(path)) + os.path.splitext(path)[1]
+        unique = os.path.join(os.path.dirname(path), name)
+        if not os.path.exists(unique):
+            shutil.copyfile(path, unique)
+        rel = os.path.relpath(unique, os.path.dirname(GENERATED_DIR)).replace(os.sep, "/")
         figure = nodes.figure(classes=["minimpi-figure"])
         figure += nodes.image(uri=f"/{rel}", alt=self.options.get("alt", command))
         caption = nodes.caption()
@@ -67,7 +74,10 @@ class _MinimpiDirective(SphinxDirective):
             caption += nodes.Text(" ")
         caption += nodes.Text("Made by ")
         caption += nodes.literal(command, command)
-        caption += nodes.Text(".")
+        caption += nodes.Text(". ")
+        up = "../" * self.env.docname.count("/")
+        caption += nodes.raw("", f'<a class="figure-full-size" href="{up}_images/{name}">'
+                                 f'Open it full size.</a>', format="html")
         figure += caption
         return figure
 
@@ -121,7 +131,7 @@ class MinimpiOutput(_MinimpiDirective):
             text = "\n".join(lines[int(first) - 1:int(last) if last else None])
         command = f"$ minimpi {self.arguments[0]}"
         block = nodes.literal_block(f"{command}\n{text}", f"{command}\n{text}",
-                                    language=self.options.get("language", "text"),
+                                    language=self.options.get("language", "none"),
                                     classes=["minimpi-output"])
         out: list = [block]
         if self.content:

@@ -1,5 +1,5 @@
-from mpi4py import MPI
 import numpy as np
+from mpi4py import MPI
 
 NY, NX, STEPS = 16, 16, 50                    # the global grid and the iterations
 

@@ -1,5 +1,5 @@
-from mpi4py import MPI
 import numpy as np
+from mpi4py import MPI
 
 NY, NX = 8, 12                                  # a global 2-D array of int32
 

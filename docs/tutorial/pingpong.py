@@ -1,5 +1,5 @@
-from mpi4py import MPI
 import numpy as np
+from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()

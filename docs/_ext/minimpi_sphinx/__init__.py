@@ -13,7 +13,15 @@
 """
 from __future__ import annotations
 
+import os
+
 from . import api, bench, cli_options, docstrings, figures
+
+
+def _prefetch(app) -> None:
+    # the figures' commands are independent jobs: run them side by side before the pages
+    # are read one by one (figures.prefetch)
+    figures.prefetch(app.srcdir, os.cpu_count() or 2)
 
 
 def setup(app):
@@ -27,4 +35,5 @@ def setup(app):
     app.add_directive("api-class", api.ApiClass)
     app.add_directive("api-functions", api.ApiFunctions)
     app.connect("autodoc-process-docstring", docstrings.process_docstring)
+    app.connect("builder-inited", _prefetch)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

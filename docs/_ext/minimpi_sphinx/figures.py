@@ -14,8 +14,10 @@ the cache key, so editing a lesson's program remakes its figure.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from typing import List, Tuple
 
 from docutils import nodes
@@ -25,30 +27,74 @@ from sphinx.util.docutils import SphinxDirective
 from . import trace_svg
 from .commands import GENERATED_DIR, REPO_DIR, CommandFailed, run_minimpi
 
+#: what each directive runs: the command's extra arguments and the files it writes
+KINDS = {"minimpi-figure": "figure", "minimpi-trace": "trace", "minimpi-output": "output"}
+
+
+def plan(kind: str, argline: str, page_dir: str) -> Tuple[List[str], List[str], List[str]]:
+    """(argv of ``minimpi``, the files it writes, the programs it reads) for a directive of
+    ``kind`` with the argument ``argline`` on a page in ``page_dir``; ValueError when a
+    program it names does not exist."""
+    argv, inputs = [], []
+    for arg in shlex.split(argline):
+        if arg.endswith(".py"):
+            for base in (page_dir, REPO_DIR):
+                candidate = os.path.join(base, arg)
+                if os.path.isfile(candidate):
+                    inputs.append(candidate)
+                    arg = candidate
+                    break
+            else:
+                raise ValueError(f"no program {arg} beside the page or in the repository")
+        argv.append(arg)
+    if kind == "figure":
+        return argv + ["-o", "figure.svg"], ["figure.svg"], inputs
+    if kind == "trace":
+        return ["run", "--trace", "trace.json", *argv], ["trace.json"], inputs
+    return argv, [], inputs
+
+
+def prefetch(srcdir: str, workers: int) -> None:
+    """Run every command the pages' directives will need, ``workers`` at a time, so that
+    the (serial) reading of the pages finds them in the cache. A command that fails here is
+    left to its directive, which reports it."""
+    jobs = []
+    pattern = re.compile(r"^`{3,}\{(" + "|".join(KINDS) + r")\}\s+(.+?)\s*$")
+    for root, dirs, files in os.walk(srcdir):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in files:
+            if not name.endswith(".md"):
+                continue
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                for line in f:
+                    m = pattern.match(line)
+                    if m:
+                        try:
+                            jobs.append(plan(KINDS[m.group(1)], m.group(2), root))
+                        except ValueError:
+                            pass
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for future in [pool.submit(run_minimpi, *job) for job in jobs]:
+            try:
+                future.result()
+            except CommandFailed:
+                pass
+
 
 class _MinimpiDirective(SphinxDirective):
     required_arguments = 1
     final_argument_whitespace = True
     has_content = True
 
-    def _argv(self) -> Tuple[List[str], List[str]]:
-        """(argv with programs made absolute, the programs' paths)."""
+    def _plan(self) -> Tuple[List[str], List[str], List[str]]:
         here = os.path.dirname(self.env.doc2path(self.env.docname))
-        argv, inputs = [], []
-        for arg in shlex.split(self.arguments[0]):
-            if arg.endswith(".py"):
-                for base in (here, REPO_DIR):
-                    candidate = os.path.join(base, arg)
-                    if os.path.isfile(candidate):
-                        self.env.note_dependency(candidate)
-                        inputs.append(candidate)
-                        arg = candidate
-                        break
-                else:
-                    raise self.error(f"{self.name}: no program {arg} beside the page or in "
-                                     f"the repository")
-            argv.append(arg)
-        return argv, inputs
+        try:
+            argv, outputs, inputs = plan(KINDS[self.name], self.arguments[0], here)
+        except ValueError as exc:
+            raise self.error(f"{self.name}: {exc}") from exc
+        for path in inputs:
+            self.env.note_dependency(path)
+        return argv, outputs, inputs
 
     def _run(self, argv, outputs=(), inputs=()):
         try:
@@ -88,8 +134,7 @@ class MinimpiFigure(_MinimpiDirective):
     option_spec = {"alt": directives.unchanged}
 
     def run(self) -> list:
-        argv, inputs = self._argv()
-        result = self._run(argv + ["-o", "figure.svg"], ["figure.svg"], inputs)
+        result = self._run(*self._plan())
         return [self._figure(result.files["figure.svg"],
                              f"minimpi {self.arguments[0]} -o figure.svg")]
 
@@ -100,8 +145,7 @@ class MinimpiTrace(_MinimpiDirective):
     option_spec = {"alt": directives.unchanged, "title": directives.unchanged}
 
     def run(self) -> list:
-        argv, inputs = self._argv()
-        result = self._run(["run", "--trace", "trace.json", *argv], ["trace.json"], inputs)
+        result = self._run(*self._plan())
         svg_path = os.path.join(os.path.dirname(result.files["trace.json"]), "trace.svg")
         try:
             svg = trace_svg.to_svg(result.files["trace.json"], self.options.get("title", ""))
@@ -119,8 +163,7 @@ class MinimpiOutput(_MinimpiDirective):
                    "stderr": directives.flag}
 
     def run(self) -> list:
-        argv, inputs = self._argv()
-        result = self._run(argv, (), inputs)
+        result = self._run(*self._plan())
         text = result.stdout
         if "stderr" in self.options:       # a job's --stats tables: after the ranks' output
             text += result.stderr

@@ -52,7 +52,12 @@ autodoc_default_options = {"members": True, "undoc-members": False, "show-inheri
 autodoc_member_order = "alphabetical"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
+# a member without a docstring of its own stays without one (numpy's docstrings are written
+# for numpy's documentation, not ours)
+autodoc_inherit_docstrings = False
 add_module_names = False
+# "--hosts" must stay two hyphens (option names in help texts and captions)
+smartquotes = False
 
 html_theme = "furo"
 html_title = f"minimpi {release}"

@@ -56,11 +56,13 @@ class ApiClass(SphinxDirective):
             raise self.error(f"api-class: {exc}") from exc
         exclude = {n.strip() for n in self.options.get("exclude", "").split(",") if n.strip()}
         members = [m for m in own_members(cls, parent) if m not in exclude]
-        lines = [f"```{{autoclass}} {path}"]
+        # autodoc writes reStructuredText: parse it as such (eval-rst), not as Markdown
+        lines = ["```{eval-rst}", f".. autoclass:: {path}"]
         if members:
-            lines += [f":members: {', '.join(members)}", ":inherited-members:",
-                      ":undoc-members:"]
-        lines += [":no-show-inheritance:", "```"]
+            lines += [f"   :members: {', '.join(members)}", "   :undoc-members:"]
+            if any(m not in vars(cls) for m in members):      # defined in a private mixin
+                lines.append("   :inherited-members:")
+        lines += ["   :no-show-inheritance:", "```"]
         return self.parse_text_to_nodes("\n".join(lines))
 
 
@@ -74,7 +76,8 @@ class ApiFunctions(SphinxDirective):
         names = [n for n, v in sorted(vars(module).items())
                  if not n.startswith("_") and n not in exclude
                  and (inspect.isfunction(v) or inspect.isbuiltin(v)) and not inspect.isclass(v)]
-        lines = []
+        lines = ["```{eval-rst}"]
         for name in names:
-            lines += [f"```{{autofunction}} {self.arguments[0]}.{name}", "```", ""]
+            lines += [f".. autofunction:: {self.arguments[0]}.{name}", ""]
+        lines.append("```")
         return self.parse_text_to_nodes("\n".join(lines))

@@ -106,9 +106,10 @@ class _Base(SphinxDirective):
 
     def _source_note(self, table: Table) -> nodes.paragraph:
         para = nodes.paragraph(classes=["benchmark-source"])
-        para += nodes.Text("From benchmarks/RESULTS.md, section “")
-        para += nodes.Text(re.sub(r"`", "", table.section))
-        para += nodes.Text("”.")
+        para += nodes.Text("From benchmarks/RESULTS.md, section ")
+        section = re.sub(r"`", "", table.section)
+        para += nodes.literal(section, section)
+        para += nodes.Text(".")
         return para
 
 
@@ -157,14 +158,29 @@ class BenchmarkPlot(_Base):
         figure = nodes.figure(classes=["benchmark-plot"])
         figure += image
         caption = nodes.caption()
-        caption += nodes.Text(f"{self.options.get('title', '')} — from benchmarks/RESULTS.md, "
-                              f"section “{re.sub('`', '', table.section)}”.")
+        caption += nodes.Text("From benchmarks/RESULTS.md, section ")
+        section = re.sub("`", "", table.section)
+        caption += nodes.literal(section, section)
+        caption += nodes.Text(".")
         figure += caption
         return [figure]
 
 
+def short_labels(labels: List[str]) -> List[str]:
+    """Row labels without the part they all share (``Allreduce, p=4, 8 B`` -> ``8 B``), cut
+    at a ``, `` so that what is left reads on its own."""
+    if len(labels) < 2:
+        return labels
+    common = os.path.commonprefix(labels)
+    cut = common.rfind(", ")
+    if cut < 0:
+        return labels
+    return [label[cut + 2:] for label in labels]
+
+
 def bars_svg(groups, series: List[str], title: str, unit: str) -> str:
     """Horizontal grouped bars on a log axis: one group per row, one bar per series."""
+    groups = list(zip(short_labels([g[0] for g in groups]), [g[1] for g in groups]))
     values = [v for _, vs in groups for v in vs if v]
     if not values:
         raise ValueError("no figure to plot")
@@ -172,7 +188,7 @@ def bars_svg(groups, series: List[str], title: str, unit: str) -> str:
     hi = 10 ** math.ceil(math.log10(max(values)))
     if hi <= lo:
         hi = lo * 10
-    left, width, bar = 250, 880, 12
+    left, width, bar = 40 + 7 * max(len(g[0]) for g in groups), 880, 12
     plot = width - left - 30
     group_h = bar * len(series) + 14
     top = 40

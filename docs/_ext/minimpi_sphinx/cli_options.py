@@ -55,7 +55,8 @@ def option_rows(parser: argparse.ArgumentParser) -> list:
             extra = []
             if action.required:
                 extra.append("required")
-            if isinstance(action, argparse._AppendAction):
+            if (isinstance(action, argparse._AppendAction)
+                    and "repeatable" not in (action.help or "")):
                 extra.append("repeatable")
             rows.append((group.title, names, argument, str(default), action.help or "", extra))
     return rows

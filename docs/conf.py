@@ -50,7 +50,9 @@ suppress_warnings: list[str] = []
 # class is defined inside minimpi is an implementation detail that moves.
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_member_order = "alphabetical"
-autodoc_typehints = "signature"
+# signatures without type hints: each one would be a cross-reference to resolve, which made
+# the build several times slower (the API is mpi4py's, whose types the docstrings say)
+autodoc_typehints = "none"
 autodoc_preserve_defaults = True
 # a member without a docstring of its own stays without one (numpy's docstrings are written
 # for numpy's documentation, not ours)

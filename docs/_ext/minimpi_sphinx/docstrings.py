@@ -9,22 +9,36 @@ from __future__ import annotations
 
 import io
 
-from docutils.core import publish_doctree
-from docutils.utils import SystemMessage
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import SystemMessage, new_document
 
-_SETTINGS = {"report_level": 2, "halt_level": 2, "warning_stream": io.StringIO(),
-             "file_insertion_enabled": False, "raw_enabled": False}
-# roles and directives of Sphinx that plain docutils does not know, but that render fine
+# roles of Sphinx that plain docutils does not know, but that render fine
 _SPHINX_ROLES = (":func:", ":class:", ":meth:", ":mod:", ":data:", ":attr:", ":exc:",
                  ":obj:", ":ref:", ":doc:", ":term:", ":const:", ":py:")
+_PARSER = Parser()
+_SETTINGS = None
+
+
+def _settings():
+    global _SETTINGS
+    if _SETTINGS is None:          # building docutils' settings is slow: once
+        _SETTINGS = get_default_settings(Parser)
+        _SETTINGS.report_level = 2
+        _SETTINGS.halt_level = 2
+        _SETTINGS.warning_stream = io.StringIO()
+        _SETTINGS.file_insertion_enabled = False
+        _SETTINGS.raw_enabled = False
+    return _SETTINGS
 
 
 def parses_cleanly(lines: list) -> bool:
     text = "\n".join(lines)
     for role in _SPHINX_ROLES:
         text = text.replace(role, "")
+    document = new_document("<docstring>", _settings())
     try:
-        publish_doctree(text, settings_overrides=dict(_SETTINGS, warning_stream=io.StringIO()))
+        _PARSER.parse(text, document)
     except SystemMessage:
         return False
     except Exception:

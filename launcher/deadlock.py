@@ -148,6 +148,7 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
                 if t != r:
                     out.append((t, item))
         edges[r] = out
+    lock_lines = _lock_waits(blocked, edges, ranks, alive)
 
     shown_cycle = False
     for r in sorted(blocked):
@@ -171,8 +172,10 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
         for item, targets in gone_by_item:
             if len(targets) == 1:
                 t = targets[0]
+                never = ("that lock can never be given back" if item.get("lock")
+                         else "that message can never come")
                 lines.append(f"  {edge_text(r, blocked[r], item, t)} -> rank {t} "
-                             f"{_gone_text(ranks[t])}; that message can never come")
+                             f"{_gone_text(ranks[t])}; {never}")
             else:
                 who = ", ".join(str(t) for t in targets)
                 text = edge_text(r, blocked[r], item, targets[0]).replace(
@@ -183,6 +186,7 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
     if not shown_cycle and blocked:
         lines.append("  (no wait-for cycle through specific ranks: the blocked calls wait for "
                      "messages that no running rank will send)")
+    lines.extend(lock_lines)
     for r in sorted(blocked):         # messages that wait unreceived beside the blocked receive
         lines.extend(f"  {text}" for text in waiting_text(r, blocked[r]))
     lines.extend(_collective_mismatches(blocked))
@@ -191,6 +195,53 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
                      "when the receiver posts its receive; two ranks that both Send first wait "
                      "for each other forever")
     return summary, lines
+
+
+def _lock_waits(blocked: Dict[int, dict], edges: Dict[int, List[Tuple[int, dict]]], ranks,
+                alive: Callable[[int], bool]) -> List[str]:
+    """A rank whose window call waits for a lock that another rank holds waits for that
+    holder, not for the target (which serves requests whenever it is inside any MPI call).
+    Each blocked target reports its windows' lock tables (``state["locks"]``: holders and
+    the queue, world ranks); the edges of a rank queued there are turned towards the
+    holders, and a line says who holds what. Returns those lines."""
+    tables: Dict[Tuple[str, int], dict] = {}
+    for state in blocked.values():
+        for table in state.get("locks") or []:
+            tables[(table.get("label"), table.get("target"))] = table
+    lines: List[str] = []
+    if not tables:
+        return lines
+    for r, state in sorted(blocked.items()):
+        epoch = state.get("epoch") or {}
+        label = epoch.get("label")
+        if label is None:
+            continue
+        turned: List[Tuple[int, dict]] = []
+        for t, item in edges.get(r, []):
+            table = tables.get((label, t))
+            queued = table is not None and any(w == r for w, _ in table.get("waiting") or [])
+            holders = [h for h in (table or {}).get("holders") or [] if h != r] if queued else []
+            if not holders:
+                turned.append((t, item))
+                continue
+            for h in holders:
+                turned.append((h, dict(item, lock=True, lock_target=t, lock_mode=table["mode"],
+                                       lock_win=table.get("win"))))
+            mode = table["mode"]
+            who = ", ".join(str(h) for h in holders)
+            held = (f"the {mode} lock on rank {t} of window {table.get('win')!r}, which rank"
+                    f"{'s' if len(holders) > 1 else ''} {who} hold{'' if len(holders) > 1 else 's'}")
+            where = f" at {state['where']}" if state.get("where") else ""
+            text = f"  rank {r} waits in {epoch.get('call')}{where} for {held}"
+            for h in holders:
+                if h in blocked:
+                    text += f"; rank {h} is {format_state(blocked[h])}"
+                elif 0 <= h < len(ranks):
+                    text += f"; rank {h} {_gone_text(ranks[h])}"
+            if text not in lines:
+                lines.append(text)
+        edges[r] = turned
+    return lines
 
 
 def _collective_mismatches(blocked: Dict[int, dict]) -> List[str]:

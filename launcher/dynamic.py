@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import sys
@@ -64,6 +65,7 @@ from minimpi.transports.shm import cleanup_job
 
 from .coordinator import CoordEvent, Coordinator
 from .deadlock import EXIT_DEADLOCK
+from .forkserver import StartInterrupted
 from .spawn import (
     EXIT_UNRESPONSIVE,
     RankProcess,
@@ -84,6 +86,19 @@ BUSY_PROBE = 1.0
 #: some of them to end (those a ``Disconnect`` just let go are on their way out) before it is
 #: refused
 ROOM_WAIT_S = 3.0
+#: while a spawn's processes are being started, every this many a look at whether one of
+#: them has already ended (then no more are started)
+LOOK_EVERY = 16
+#: how long the end of the job waits, in all, for the spawned processes to go once killed
+REAP_WAIT = 5.0
+#: descriptors the launcher holds for each process it starts on this host while it runs:
+#: its stdout and stderr pipes, its pidfd and its coordinator connection (and its two
+#: files with --output-dir)
+FDS_PER_PROCESS = 4
+#: ... for each spawned job (its coordinator: a zmq context and socket; its lifeline pipe)
+FDS_PER_JOB = 16
+#: ... kept free beyond those for what else the launcher opens while the job runs
+FDS_RESERVE = 64
 
 
 class SpawnRefused(Exception):
@@ -317,7 +332,7 @@ class DynamicProcesses:
         if state == "stopped":
             self.job.fail_with("unresponsive", EXIT_UNRESPONSIVE,
                                f"{head} - its process is stopped (SIGSTOP, Ctrl-Z or a "
-                               f"debugger); ending the job")
+                               f"debugger); ending the job", spawned=(sj.number, rank))
             return None
         window = max(BUSY_PROBE, limit / 4)
         if cpu is not None:
@@ -332,7 +347,8 @@ class DynamicProcesses:
                "call that holds Python's GIL)")
         self.job.fail_with("unresponsive", EXIT_UNRESPONSIVE,
                            f"{head}{how}; ending the job (if it was working, raise "
-                           f"--heartbeat-timeout, or 0 turns the check off)")
+                           f"--heartbeat-timeout, or 0 turns the check off)",
+                           spawned=(sj.number, rank))
         return None
 
     def on_agent_exit(self, number: int, rank: int, rc: int) -> None:
@@ -427,14 +443,18 @@ class DynamicProcesses:
                     rp.killed_by_launcher = True
                 rp.signal_group(sig)
 
-    def close(self) -> None:
-        """The job is over: nothing spawned survives it."""
+    def close(self, deadline: Optional[float] = None) -> None:
+        """The job is over: nothing spawned survives it. Waits for the processes to go
+        until ``deadline`` (default: :data:`REAP_WAIT` s from now), for all of them
+        together: a thousand spawned processes never keep the launcher 5 s each."""
         self.signal_all(signal.SIGKILL)
+        if deadline is None:
+            deadline = time.monotonic() + REAP_WAIT
         for sj in self.jobs.values():
             for rp in sj.processes:
                 if rp.alive and rp.popen is not None:
                     try:
-                        rp.popen.wait(timeout=5)
+                        rp.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
                     except Exception:
                         pass
                 rp.close_pidfd()
@@ -464,9 +484,14 @@ class DynamicProcesses:
         if not isinstance(apps, list) or not apps or not isinstance(parents, list) or \
                 not all(isinstance(a, dict) for a in apps):
             raise SpawnRefused("a malformed spawn request")
+        sig = self.job.interrupted()
+        if sig is not None:
+            raise SpawnRefused(f"the launcher received {sig}: the job is ending")
         starts = [self._resolve(app) for app in apps]
         total = sum(int(app.get("maxprocs", 1)) for app in apps)
         shown = " ".join([apps[0].get("cmd", "?"), *map(str, apps[0].get("args") or [])])
+        if self.agents is None:
+            self._check_descriptors(total, shown)
         running = self.running()
         try:
             if self.universe_limited and running + total > self.universe_size:
@@ -500,18 +525,24 @@ class DynamicProcesses:
         self.poller.register(child.socket, 1)   # zmq.POLLIN
         server = self.job.fork_server
         started: list = []
+        cut: Optional[str] = None     # why the rest were not started (refused at once)
         try:
             r = 0
             for appnum, ((argv, cwd), app) in enumerate(zip(starts, apps)):
                 # a Python program forks from the job's template, as the job's ranks did
                 via = server if server is not None and server.can_start(argv) else None
                 for _ in range(int(app.get("maxprocs", 1))):
+                    cut = self._stop_starting(sj, r, total, started, server)
+                    if cut is not None:
+                        break
                     env = self.job.rank_env(r, child.address, lifeline_r)
                     env.update(self._env(sj, r, total, parent, appnum))
                     started.append(spawn_rank(r, argv, env, stdin_inherit=False,
                                               pass_fds=(lifeline_r,), cwd=cwd, fork_server=via,
                                               request_id=f"{job_id}:{r}"))
                     r += 1
+                if cut is not None:
+                    break
             if server is not None:
                 server.wait_started()     # the forked ones get their pids and pidfds
         except OSError as exc:
@@ -522,8 +553,72 @@ class DynamicProcesses:
             os.close(lifeline_r)
         for rp in started:
             self._watch(sj, rp)
-        if failure is not None:
+        if isinstance(failure, StartInterrupted):
+            self._refuse_started(sj, f"{failure} while it started {total} process(es): the "
+                                     f"job is ending")
+        elif failure is not None:
             self._refuse_started(sj, f"could not start process {len(sj.processes)}: {failure}")
+        elif cut:
+            self._refuse_started(sj, cut)
+
+    def _stop_starting(self, sj: SpawnedJob, r: int, total: int, started: list,
+                       server: Any) -> Optional[str]:
+        """Before process ``r`` of a spawn is started: whether to start no more. Raises
+        :class:`StartInterrupted` at a signal that ends the job; returns why the spawn is
+        refused now when --startup-timeout passed while they were still being started (the
+        rank that asked then hears it before it gives up waiting), or "" when one of them
+        has already ended before it could join (the job's loop reaps it next and refuses
+        the spawn, naming it): a spawn that cannot be served is not carried on to its
+        last process. Cost: a look at the ended processes every :data:`LOOK_EVERY`."""
+        sig = self.job.interrupted()
+        if sig is not None:
+            raise StartInterrupted(f"the launcher received {sig}")
+        if r == 0:
+            return None
+        if time.monotonic() >= sj.deadline:
+            return (f"only {r} of its {total} processes could be started within "
+                    f"--startup-timeout {self.job.spec.startup_timeout:g} s")
+        if r % LOOK_EVERY == 0:
+            if server is not None:
+                server.collect(0.0)
+                if server.pending_ended():
+                    return ""
+            if any(rp.popen.poll() is not None for rp in started):
+                return ""
+        return None
+
+    def _check_descriptors(self, total: int, shown: str) -> None:
+        """Refuse a spawn of ``total`` processes on this host that the launcher could not
+        hold the descriptors of (:data:`FDS_PER_PROCESS` each, RLIMIT_NOFILE): raising its
+        soft limit up to the hard one first, if that is enough. A spawn it cannot serve is
+        refused at once, naming the command, the count and the limit, instead of failing
+        half-way (or, before, hanging). The raised limit is the launcher's: the processes
+        forked from the job's template keep the limit the job started with; a command
+        started directly (not Python, or --no-fork-server) inherits the raised one. Cost:
+        one listing of /proc/self/fd per spawn."""
+        per = FDS_PER_PROCESS + (2 if self.job.spec.output_dir else 0)
+        needed = total * per + FDS_PER_JOB + FDS_RESERVE
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        in_use = _open_descriptors()
+        if soft == resource.RLIM_INFINITY or in_use + needed <= soft:
+            return
+        if hard == resource.RLIM_INFINITY or in_use + needed <= hard:
+            want = in_use + needed if hard == resource.RLIM_INFINITY else hard
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                return
+            except (ValueError, OSError):
+                pass      # (above the system's nr_open): refused below
+        top = soft if hard == resource.RLIM_INFINITY else max(soft, hard)
+        room = max(0, (top - in_use - FDS_PER_JOB - FDS_RESERVE) // per)
+        raise SpawnRefused(
+            f"cannot start {total} process(es) of `{shown}`: the launcher would need {needed} "
+            f"more file descriptors ({per} for each process it starts: output pipes, pidfd, "
+            f"coordinator connection), and its limit leaves room for {room} such process(es) "
+            f"(RLIMIT_NOFILE: soft {soft}, hard "
+            f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}; {in_use} open); "
+            f"raise the limit (`ulimit -n`, at most the hard limit) before starting the job, "
+            f"or spawn fewer")
 
     def _env(self, sj: SpawnedJob, r: int, total: int, parent: dict, appnum: int) -> dict:
         """What a spawned process's environment says of its job and its parents."""
@@ -644,7 +739,8 @@ class DynamicProcesses:
         elif ev.kind == "abort" and job.failure is None:
             text = f"minimpi: {sj.name(ev.rank)} called Abort({ev.code})"
             job.fail_with("abort", ev.code & 0xFF if ev.code >= 0 else 1,
-                          text + (f": {ev.message}" if ev.message else ""))
+                          text + (f": {ev.message}" if ev.message else ""),
+                          spawned=(sj.number, ev.rank))
         elif ev.kind in ("spawn", "port", "publish", "unpublish", "lookup"):
             self.on_request(sj.coord, ev)
 
@@ -674,7 +770,8 @@ class DynamicProcesses:
             if st.failure is not None and st.failure.get("error"):
                 text += f": {st.failure['error']}"
             details = [f"  | {line}" for line in self.job.forward.stderr_tail(sj.label(rank))]
-            self.job.fail_with("signal" if rc < 0 else "exit", exit_code_for(rc), text, details)
+            self.job.fail_with("signal" if rc < 0 else "exit", exit_code_for(rc), text, details,
+                               spawned=(sj.number, rank))
 
     # -- ports and names -------------------------------------------------------------------
     def _on_port(self, coord: Coordinator, rank: int, number: Any, msg: dict) -> None:
@@ -738,6 +835,14 @@ class DynamicProcesses:
 
 #: interpreter options without a value, skipped before the program (as ``minimpi run`` does)
 _PYTHON_FLAGS = {"-u", "-B", "-E", "-I", "-O", "-OO", "-q", "-s", "-S"}
+
+
+def _open_descriptors() -> int:
+    """How many file descriptors this process has open."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 def _interpreter_args(args: list[str]) -> tuple[Optional[str], list[str]]:

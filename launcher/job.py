@@ -1,6 +1,6 @@
 """One local job: spawn N ranks, run the coordinator, forward output, end it all cleanly.
 
-Everything happens in one loop on one thread: a ``zmq.Poller`` waits on the coordinator's
+Everything happens in one loop on one thread: a poller (zmq's ``zmq_poll``) waits on the coordinator's
 ROUTER socket, every rank's stdout/stderr pipe, a pidfd per rank (readable when it exits)
 and the signal wake-up pipe. The poll timeout is the time to the next deadline (job
 timeout, startup timeout, SIGKILL after the grace period), so an idle launcher sleeps.
@@ -61,7 +61,7 @@ from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 from .coordinator import Coordinator, new_job_id, new_secret
 from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
 from .dynamic import DynamicProcesses
-from .forkserver import ForkServer
+from .forkserver import ForkServer, StartInterrupted
 from .output import OutputForwarder
 from .spawn import (
     EXIT_UNRESPONSIVE,
@@ -73,6 +73,9 @@ from .spawn import (
 )
 from .spawn import process_state as _process_state
 
+#: how long the end of a job may wait, in all, for its processes to go once they were
+#: sent SIGKILL (each is reaped as soon as it is gone)
+REAP_WAIT = 5.0
 EXIT_TIMEOUT = 124
 EXIT_STARTUP = 124
 EXIT_VANISHED = 1
@@ -91,6 +94,36 @@ BUSY_PROBE = 1.0
 #: lives beside the package in a checkout
 _OWN_DIRS = tuple(os.path.dirname(os.path.abspath(m)) + os.sep
                   for m in (minimpi.errors.__file__, os.path.dirname(os.path.abspath(__file__))))
+
+
+class LoopPoller:
+    """The job loop's poller: ``zmq.Poller``'s ``register``, ``unregister`` and ``poll``
+    (milliseconds; ``[(socket or fd, events)]``) over zmq sockets and descriptors, with
+    ``register`` and ``unregister`` in O(1). (zmq's ``unregister`` renumbers every later
+    entry: with a pipe pair and a pidfd per process, the end of a job of a thousand spawned
+    processes spent seconds there.) The list ``zmq_poll`` takes is rebuilt at the first
+    poll after a change."""
+
+    def __init__(self) -> None:
+        self._events: dict = {}
+        self._items: Optional[list] = []
+
+    def register(self, what, flags: int = zmq.POLLIN | zmq.POLLOUT) -> None:
+        if flags:
+            self._events[what] = flags
+        else:
+            self._events.pop(what, None)
+        self._items = None
+
+    def unregister(self, what) -> None:
+        del self._events[what]      # (KeyError for one not registered, as zmq's)
+        self._items = None
+
+    def poll(self, timeout: Optional[int] = None) -> list:
+        if self._items is None:
+            self._items = list(self._events.items())
+        return zmq.zmq_poll(self._items, -1 if timeout is None or timeout < 0 else
+                            int(timeout))
 
 
 @dataclass
@@ -131,6 +164,8 @@ class Failure:
     details: list[str] = field(default_factory=list)
     #: kind "host": the ranks of the lost host (the others are summed up, not their tracebacks)
     lost_ranks: list[int] = field(default_factory=list)
+    #: a spawned process that failed: (its spawned job's number, its rank)
+    spawned: Optional[tuple[int, int]] = None
 
 
 class Job:
@@ -219,6 +254,13 @@ class Job:
         else:
             self._signal_received = signum
 
+    def interrupted(self) -> Optional[str]:
+        """The name of the signal (SIGINT, SIGTERM, SIGHUP) that asks the launcher to end
+        the job, once one came; None before. Long starts (many ranks, a big Spawn) look
+        at it between processes, so that a signal ends the job in every state."""
+        sig = self._signal_received
+        return None if sig is None else signal.Signals(abs(sig)).name
+
     def _restore_signals(self) -> None:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
@@ -237,9 +279,12 @@ class Job:
         self.kill_at = time.monotonic() + self.spec.grace
 
     def fail_with(self, kind: str, exit_code: int, summary: str,
-                  details: Optional[list[str]] = None) -> None:
-        """``fail`` for a process that is not one of ``ranks`` (a spawned one)."""
-        self.fail(Failure(kind, exit_code, summary, details=list(details or [])))
+                  details: Optional[list[str]] = None,
+                  spawned: Optional[tuple[int, int]] = None) -> None:
+        """``fail`` for a process that is not one of ``ranks`` (a spawned one: ``spawned``
+        is its job number and rank, when one process is to blame)."""
+        self.fail(Failure(kind, exit_code, summary, details=list(details or []),
+                          spawned=spawned))
 
     def terminate_all(self, sig: int) -> None:
         for rp in self.ranks:
@@ -257,11 +302,13 @@ class Job:
         if not self.spec.fork_server:
             return None
         try:
-            return ForkServer(self.rank_env(0, coord_address, lifeline_fd),
-                              private=(ENV_RANK, ENV_SECRET))
+            server = ForkServer(self.rank_env(0, coord_address, lifeline_fd),
+                                private=(ENV_RANK, ENV_SECRET))
         except OSError as exc:
             self.log(f"minimpi: no fork server ({exc}); starting each rank on its own")
             return None
+        server.watch_signals(self._wake_r, self.interrupted)
+        return server
 
     def _start_ranks(self, coord_address: str, lifeline_r: int,
                      fork_server: Optional[ForkServer]) -> None:
@@ -270,6 +317,8 @@ class Job:
         spec = self.spec
         argv = rank_command(spec.program, spec.module, spec.args)
         for r in range(spec.nprocs):
+            if self.interrupted() is not None:
+                raise StartInterrupted(f"the launcher received {self.interrupted()}")
             rp = spawn_rank(r, argv, self.rank_env(r, coord_address, lifeline_r),
                             stdin_inherit=(r == 0), pass_fds=(lifeline_r,), cwd=spec.cwd,
                             fork_server=fork_server)
@@ -294,24 +343,26 @@ class Job:
             try:
                 self._start_ranks(coord.address, lifeline_r, fork_server)
             except OSError as e:
+                if self.interrupted() is not None:   # a signal during start-up: 128 + it
+                    self._on_signal_received()
+                    self.log(self.failure.summary)
+                    return self.failure.exit_code
                 self.log(f"minimpi: could not start rank {len(self.ranks)}: {e}")
-                self.terminate_all(signal.SIGKILL)
-                for rp in self.ranks:
-                    rp.popen.wait()
                 return 2
             finally:
                 os.close(lifeline_r)
             return self._loop(start)
         finally:
             self.terminate_all(signal.SIGKILL)   # no orphans, whatever happened
+            deadline = time.monotonic() + REAP_WAIT
             for rp in self.ranks:
                 if rp.alive:
                     try:
-                        rp.popen.wait(timeout=5)
+                        rp.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
                     except Exception:
                         pass
                 rp.close_pidfd()
-            self.dynamic.close()
+            self.dynamic.close(deadline)
             if fork_server is not None:
                 fork_server.close()   # after its ranks: they die with it
             forward.close_all(give_up=lambda: self._signal_received is not None)
@@ -337,7 +388,7 @@ class Job:
             for ev in self.coord.receive():
                 self._on_coord_event(ev)
 
-    def _turn(self, poller: zmq.Poller) -> float:
+    def _turn(self, poller: LoopPoller) -> float:
         """The start of a loop turn: the time now. A turn that came much later than its poll
         could wait means this process was stopped (Ctrl-Z then fg): the silence of the ranks
         in that time is not theirs, so heartbeats and the deadlock clock count from now, and
@@ -352,11 +403,11 @@ class Job:
         self._last_turn = now
         return now
 
-    def _poll(self, poller: zmq.Poller, timeout: float) -> dict:
+    def _poll(self, poller: LoopPoller, timeout: float) -> dict:
         self._last_wait = timeout
         return dict(poller.poll(int(timeout * 1000) + 1))
 
-    def _sync_output(self, poller: zmq.Poller, polled: set[int]) -> None:
+    def _sync_output(self, poller: LoopPoller, polled: set[int]) -> None:
         """Poll the ranks' pipes whose output has somewhere to go; leave out those whose
         destination (our stdout or stderr) is full, so their ranks wait, not the loop."""
         want = set(self.forward.readable_fds())
@@ -369,7 +420,7 @@ class Job:
 
     def _loop(self, start: float) -> int:
         spec, coord, forward = self.spec, self.coord, self.forward
-        poller = zmq.Poller()
+        poller = LoopPoller()
         poller.register(coord.socket, zmq.POLLIN)
         pidfds: dict[int, RankProcess] = {}
         for rp in self.ranks:

@@ -22,8 +22,11 @@ thread started this process). When the singleton ends without finalizing MPI (ki
 later, and this process exits. When it finalized, the spawned processes still running get
 :data:`LINGER` seconds to end by themselves (those it disconnected are on their way out),
 then they are ended the same way. A spawned process that fails is named at once and what
-was spawned is ended, as under ``minimpi run``; the singleton goes on, and its later
-requests are refused naming that failure. Nothing it started outlives it: spawned processes die
+was spawned is ended, as under ``minimpi run``; the singleton goes on: it is told which of
+the processes it was joined with are gone, and why (a ``proc_failed`` notice each), so that
+its pending and later calls with them raise ``PeerLostError`` naming them (the spawned
+job, the rank, how it ended) - even with a process that never connected to it - and its
+later requests are refused naming that failure. Nothing it started outlives it: spawned processes die
 with it (parent-death signal and lifeline pipe, as every rank does).
 """
 from __future__ import annotations
@@ -34,6 +37,8 @@ import os
 import sys
 import time
 from typing import Optional
+
+from minimpi.transports.tcp import UID_SHIFT
 
 from .forkserver import ForkServer
 from .job import Failure, Job, JobSpec
@@ -175,14 +180,19 @@ class SingletonJob(Job):
 
     def fail(self, failure: Failure) -> None:
         """End what was spawned, and say why at once (the singleton may run on for long;
-        under ``minimpi run`` the summary comes at the job's end)."""
+        under ``minimpi run`` the summary comes at the job's end). The singleton goes on:
+        it is told which of the processes it was joined with are gone and why
+        (:meth:`_tell_singleton`), so that its calls with them raise ``PeerLostError``
+        instead of waiting for a process that never connected."""
         first = self.failure is None
+        ending = self._joined_processes(failure) if first else []
         super().fail(failure)
         if not first:
             return
         self.log(failure.summary)
         for line in failure.details:
             self.log(line)
+        self._tell_singleton(failure, ending)
         # spawns not answered yet: their processes are being ended, so say so (under
         # `minimpi run` the rank that waits for the answer would be ended too)
         why = failure.summary.removeprefix("minimpi: ")
@@ -193,6 +203,28 @@ class SingletonJob(Job):
                 self.dynamic.reply(coord, rank, number, ok=False,
                                    error=f"spawned job {sj.number} (`{sj.command}`) was ended "
                                          f"by the launcher of this singleton after: {why}")
+
+    def _joined_processes(self, failure: Failure) -> list[tuple[int, int]]:
+        """(spawned job, rank) of the processes the singleton is joined with (their spawn
+        was answered) that this failure ends: those still running, and the failed one."""
+        ending = [(sj.number, r) for sj in self.dynamic.jobs.values() if sj.answered
+                  for r, process in enumerate(sj.processes) if process.alive]
+        if failure.spawned is not None and failure.spawned not in ending:
+            ending.append(failure.spawned)
+        return ending
+
+    def _tell_singleton(self, failure: Failure, ending: list[tuple[int, int]]) -> None:
+        """A ``proc_failed`` notice per process in ``ending`` (its universe id, and why: the
+        failure itself for the process that failed, else that the launcher ended it after
+        it), which the singleton's runtime hands to its engine (``minimpi.runtime.failures``):
+        its pending and later operations with those processes fail with PeerLostError
+        naming them, as a closed connection makes them under ``minimpi run``."""
+        why = failure.summary.removeprefix("minimpi: ")
+        for number, rank in ending:
+            uid = ((number + 1) << UID_SHIFT) | rank
+            reason = why if (number, rank) == failure.spawned else \
+                f"ended by the launcher of this singleton after: {why}"
+            self.coord.send(0, {"t": "proc_failed", "rank": uid, "why": reason})
 
     def _finish(self) -> int:
         """The summary was said when the failure happened (:meth:`fail`)."""

@@ -49,7 +49,7 @@ from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
 from .io import FILE_NULL, File  # noqa: F401
 from .rma import WIN_NULL, Win  # noqa: F401
-from .rma import ERROR_CLASSES as _RMA_ERROR_CLASSES, release_all as _release_windows
+from .rma import ERROR_CLASSES as _RMA_ERROR_CLASSES
 from .rma import window as _rma_window
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
@@ -189,7 +189,6 @@ def Is_thread_main() -> bool:
 
 
 def Finalize() -> None:
-    _release_windows()
     _runtime.finalize()
 
 

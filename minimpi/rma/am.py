@@ -16,6 +16,19 @@ messages never meet anybody else's. On it:
   (0, or the MPI error class of what went wrong at the target) and the data (``Get``, the old
   values of ``Get_accumulate``/``Fetch_and_op``/``Compare_and_swap``) or the error's text.
 * **post notices** (``POST_TAG``): target -> origin, ``Win.Post`` telling ``Win.Start``.
+* **finished notices** (a ``FINISHED`` request): a rank that reaches ``MPI.Finalize`` (or
+  the end of its program) with the window not freed tells every other rank of the window
+  that no request will come from it any more, then keeps serving until every other rank
+  told it the same (:mod:`.finish`): so a target that ends its program first still serves
+  the origins that are in ``Lock``/``Get``/``Unlock`` on it.
+
+An origin that is gone (its process failed, or ended without finalizing) can never unlock:
+when the target learns it is gone (``engine.lost_peers``: the transport saw it go, or the
+launcher's failure notice under ``--fault-tolerant``) its server drops that origin's queued
+lock requests and parked operations, releases the locks it held - the waiters are then
+granted in order, as after an ``Unlock`` - and ignores whatever else arrives from it. The
+memory that origin was updating is whatever its operations left (ULFM leaves window memory
+undefined after a failure: ``Comm.Get_failed`` tells a survivor that one happened).
 
 Progress: the server is an engine *active operation* (``Engine.add_active``): each round
 of progress of any blocking or testing MPI call on the target advances it. So over TCP (or
@@ -32,11 +45,11 @@ from __future__ import annotations
 
 import pickle
 import struct
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from ..constants import ANY_SOURCE
+from ..constants import ANY_SOURCE, LOCK_EXCLUSIVE
 from ..data.ops import PREDEFINED_OPS
 from ..errors import ERR_OTHER, MinimpiError
 from ..p2p.endpoint import Endpoint
@@ -50,9 +63,9 @@ FIRST_REPLY_TAG = 16
 _LAST_REPLY_TAG = 1 << 30
 
 # request kinds
-PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, COMPLETE, RELEASE = range(10)
+PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, COMPLETE, RELEASE, FINISHED = range(11)
 KIND_NAMES = ("Put", "Get", "Accumulate", "Get_accumulate", "Compare_and_swap", "Lock",
-              "Unlock", "Flush", "Complete", "Unlock")
+              "Unlock", "Flush", "Complete", "Unlock", "finalize")
 
 _LEN = struct.Struct("<I")
 _OK = b"\x00"
@@ -105,6 +118,17 @@ class Server:
         #: requests of origins whose lock is not granted yet (an origin does not wait for
         #: the grant before it sends its operations: they wait here, in order)
         self.parked: Dict[int, List[Any]] = {}
+        #: origins (window ranks) that said they finished (``FINISHED``): none of their
+        #: requests can come any more
+        self.finished: Set[int] = set()
+        #: origins known to be gone (failed, or ended unannounced): what comes from them
+        #: is dropped, and they hold no lock here
+        self.gone: Set[int] = set()
+        self._lost_seen = 0
+        #: what the window is called in reports, and the epochs this rank left open on it
+        #: (the window's state answers both once made)
+        self.names: Callable[[], Tuple[str, str]] = lambda: ("?", "?")
+        self.open_epochs: Callable[[], List[str]] = lambda: []
         self._recv = self._post()
         endpoint.engine.add_active(self)
 
@@ -115,12 +139,68 @@ class Server:
         """Serve every request that has arrived; True once the window is freed."""
         if self.closed:
             return True
+        if len(self.endpoint.engine.lost_peers) != self._lost_seen:
+            self._forget_lost()
         while self._recv.done:
             req = self._recv
             self._recv = self._post()
-            if req.error is None:
-                self.serve(req.status.source, req.buffer)
+            if req.error is not None:    # (a revoked context refuses every receive: post
+                break                    # again at the next round, never in a loop here)
+            self.serve(req.status.source, req.buffer)
         return False
+
+    def _forget_lost(self) -> None:
+        """Origins that are gone can never unlock: release what they hold or wait for here,
+        drop their parked operations (never granted) and whatever else comes from them."""
+        lost = self.endpoint.engine.lost_peers
+        self._lost_seen = len(lost)
+        for origin, world in enumerate(self.endpoint.group):
+            if world in lost and origin != self.endpoint.rank and origin not in self.gone:
+                self.gone.add(origin)
+                self.parked.pop(origin, None)
+                self.deferred.pop(origin, None)
+                self.target.locks.forget(origin)
+
+    def peers(self) -> List[int]:
+        """The other ranks of the window (window ranks)."""
+        return [r for r in range(self.endpoint.size) if r != self.endpoint.rank]
+
+    def announce_finished(self) -> None:
+        """Tell every other rank of the window that no request will come from this rank
+        any more (this rank is finalizing with the window not freed)."""
+        segments, nbytes = encode((FINISHED,), None)
+        for peer in self.peers():
+            if peer not in self.gone and self.endpoint.group[peer] not in \
+                    self.endpoint.engine.lost_peers:
+                self.endpoint.isend(segments, nbytes, peer, REQUEST_TAG, 0,
+                                    "MPI finalize (window not freed)")
+
+    def unfinished(self) -> List[int]:
+        """The other ranks of the window that may still send requests here: neither
+        finished (``FINISHED`` came) nor gone."""
+        lost = self.endpoint.engine.lost_peers
+        return [r for r in self.peers() if r not in self.finished and r not in self.gone
+                and self.endpoint.group[r] not in lost]
+
+    def receives(self) -> Tuple[RecvRequest, ...]:
+        """The receive this server keeps posted (not a user's communication)."""
+        return () if self.closed else (self._recv,)
+
+    def lock_report(self) -> Optional[Dict[str, Any]]:
+        """Who holds and who waits for this rank's lock, in world ranks (None while the
+        lock is free and nobody waits): what the deadlock report needs to name the rank a
+        lock wait really waits for."""
+        mode, holders = self.target.locks.holders()
+        waiting = self.target.locks.waiters()
+        if not holders and not waiting:
+            return None
+        group = self.endpoint.group
+        name, comm = self.names()
+        return {"label": self.target.label, "win": name, "comm": comm,
+                "target": int(group[self.endpoint.rank]), "mode": mode,
+                "holders": [int(group[o]) for o in holders],
+                "waiting": [[int(group[o]), "exclusive" if m == LOCK_EXCLUSIVE else "shared"]
+                            for o, m in waiting]}
 
     def close(self) -> None:
         """Stop serving (``Win.Free``, after every rank stopped sending)."""
@@ -155,6 +235,8 @@ class Server:
 
     # -- serving -------------------------------------------------------------------------
     def serve(self, origin: int, buffer: Any) -> None:
+        if origin in self.gone:       # it can never unlock: its epoch ended when it went
+            return
         parked = self.parked.get(origin)
         if parked is not None:        # behind a lock not granted yet: in order, later
             parked.append(buffer)
@@ -184,6 +266,9 @@ class Server:
                 self.target.completed(origin)
             elif kind == RELEASE:       # an Unlock with nothing left to acknowledge
                 self.target.locks.release(origin)
+            elif kind == FINISHED:      # it finalized: nothing more comes; it cannot unlock
+                self.finished.add(origin)
+                self.target.locks.forget(origin)
             else:
                 raise MinimpiError(f"unknown one-sided request kind {kind}")
         except Exception as exc:   # told to the origin, never raised inside an unrelated call
@@ -283,14 +368,17 @@ class RmaRequest(CombinedRequest):
     the origin's buffer, or raises the error the target reported.
     """
 
-    __slots__ = ("_reply", "_on_reply", "_applied")
+    __slots__ = ("_reply", "_on_reply", "_applied", "world")
 
     def __init__(self, parts: Sequence[Request], reply: Optional[RecvRequest],
-                 on_reply: Optional[Callable[[memoryview], None]], description: str) -> None:
+                 on_reply: Optional[Callable[[memoryview], None]], description: str,
+                 world: Optional[int] = None) -> None:
         super().__init__(parts, description)
         self._reply = reply
         self._on_reply = on_reply
         self._applied = False
+        #: the target's world rank: whom a wait on this request waits for (deadlock report)
+        self.world = world
 
     def apply(self) -> None:
         """Deliver the reply (once); raise what the target reported."""
@@ -345,7 +433,8 @@ class Origin:
         segments, nbytes = encode(header, payload)
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
         self.dirty.add(target)
-        return self.track(target, RmaRequest((sreq,), None, None, call))
+        return self.track(target, RmaRequest((sreq,), None, None, call,
+                                             self.endpoint.group[target]))
 
     def lock(self, target: int, lock_type: int, call: str) -> None:
         """Ask ``target`` for its lock without waiting: operations sent after it wait at
@@ -372,7 +461,8 @@ class Origin:
         rreq = self.endpoint.irecv(None, target, tag, call)   # posted before the request
         segments, nbytes = encode((header[0], tag) + tuple(header[1:]), payload)
         sreq = self.endpoint.isend(segments, nbytes, target, REQUEST_TAG, 0, call)
-        return self.track(target, RmaRequest((rreq, sreq), rreq, on_reply, call))
+        return self.track(target, RmaRequest((rreq, sreq), rreq, on_reply, call,
+                                             self.endpoint.group[target]))
 
     def wait(self, reqs: Sequence[RmaRequest]) -> None:
         """Complete ``reqs`` (serving this rank's own window meanwhile); raise the first

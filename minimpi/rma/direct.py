@@ -124,7 +124,7 @@ def _reach(s: Any, origin: Any, target_rank: Any, target: Any, call: str,
     if len(data):
         _check_range(s, target_rank, start, len(data), len(window), call)
         if s.origin.grants:
-            s.origin.granted(target_rank)     # a lock asked of it must be ours first
+            s.wait_for_grant(target_rank, call)   # a lock asked of it must be ours first
     return window, data, start
 
 

@@ -31,11 +31,24 @@ class Exposed:
         self.range_lock = range_lock
         self.regions: Dict[int, np.ndarray] = {}
         self.locks = LockTable()
-        #: ``Complete`` notices received (``Win.Wait``/``Test`` consume them)
+        #: ``Complete`` notices received (``Win.Wait``/``Test`` consume them), in all and
+        #: per origin
         self.completions = 0
+        self.completed_by: Dict[int, int] = {}
 
     def completed(self, origin: int) -> None:
         self.completions += 1
+        self.completed_by[origin] = self.completed_by.get(origin, 0) + 1
+
+    def consume_completions(self, origins: Any) -> None:
+        """An exposure epoch to ``origins`` ended: one notice of each is used up."""
+        for origin in origins:
+            n = self.completed_by.get(origin, 0) - 1
+            if n > 0:
+                self.completed_by[origin] = n
+            else:
+                self.completed_by.pop(origin, None)
+        self.completions = sum(self.completed_by.values())
 
     # -- dynamic windows -------------------------------------------------------------------
     def attach(self, address: int, memory: np.ndarray) -> None:

@@ -52,11 +52,41 @@ class LockTable:
                 del self.shared_holders[origin]
         else:
             return False
+        self._grant_waiters()
+        return True
+
+    def forget(self, origin: int) -> bool:
+        """``origin`` can never unlock (it is gone): drop its waiting requests, release what
+        it holds and grant the waiters that now can go. True if it held or wanted a lock."""
+        before = len(self._waiting)
+        self._waiting = deque(w for w in self._waiting if w[0] != origin)
+        touched = len(self._waiting) != before
+        held = self.exclusive_holder == origin or origin in self.shared_holders
+        if held:
+            self.shared_holders.pop(origin, None)
+            if self.exclusive_holder == origin:
+                self.exclusive_holder = -1
+        if touched or held:
+            self._grant_waiters()
+        return touched or held
+
+    def _grant_waiters(self) -> None:
         while self._waiting and self._free_for(self._waiting[0][1]):
             o, mode, granted = self._waiting.popleft()
             self._take(o, mode)
             granted()
-        return True
+
+    def holders(self) -> Tuple[str, Tuple[int, ...]]:
+        """(``"exclusive"``/``"shared"``/``"free"``, the origins that hold it)."""
+        if self.exclusive_holder >= 0:
+            return "exclusive", (self.exclusive_holder,)
+        if self.shared_holders:
+            return "shared", tuple(sorted(self.shared_holders))
+        return "free", ()
+
+    def waiters(self) -> Tuple[Tuple[int, int], ...]:
+        """The origins waiting for a lock, in the order they will get it: (origin, mode)."""
+        return tuple((o, mode) for o, mode, _ in self._waiting)
 
     def describe(self) -> str:
         if self.exclusive_holder >= 0:

@@ -112,12 +112,12 @@ class Operations(WinHandle):
         layout, _ = self._layout(s, rank, target, spec, call)
         self._same_bytes(spec, layout, call)
         data = origin_bytes(spec)
-        memory = s.direct_memory(rank)
+        memory = s.direct_memory(rank, call)
         if memory is not None:
             scatter(memory, layout, data)
             return CompletedRequest()
         if rank in s.reachable and layout.nbytes and \
-                self._cross(s, rank, layout, np.frombuffer(data, np.uint8), True):
+                self._cross(s, rank, layout, np.frombuffer(data, np.uint8), True, call):
             return CompletedRequest()
         if rank in s.rdma.targets and layout.single and layout.nbytes:
             req = s.rdma.post(s, rank, layout.start, memoryview(data).cast("B"), True, call)
@@ -131,7 +131,7 @@ class Operations(WinHandle):
             return CompletedRequest()
         layout, _ = self._layout(s, rank, target, spec, call)
         self._same_bytes(spec, layout, call)
-        memory = s.direct_memory(rank)
+        memory = s.direct_memory(rank, call)
         if memory is not None:
             store_into_origin(spec, gather(memory, layout))    # one copy
             return CompletedRequest()
@@ -139,7 +139,7 @@ class Operations(WinHandle):
             # straight into the origin's bytes (a non-contiguous origin's are a temporary
             # that finish() scatters); a refused transfer moved nothing
             landing = np.frombuffer(spec.view, np.uint8, layout.nbytes)
-            if self._cross(s, rank, layout, landing, False):
+            if self._cross(s, rank, layout, landing, False, call):
                 spec.finish()
                 return CompletedRequest()
         if rank in s.rdma.targets and layout.single and layout.nbytes:
@@ -151,11 +151,12 @@ class Operations(WinHandle):
                             lambda body: store_into_origin(spec, body))
 
     @staticmethod
-    def _cross(s: _State, rank: int, layout: Layout, local: np.ndarray, write: bool) -> bool:
+    def _cross(s: _State, rank: int, layout: Layout, local: np.ndarray, write: bool,
+               call: str) -> bool:
         """A straight copy to/from a same-host peer's window memory (cross memory attach);
         False - and that peer is reached by messages from now on - if the kernel refuses.
         Ordering: this rank's earlier requests to ``rank`` are completed first."""
-        s.origin.granted(rank)
+        s.wait_for_grant(rank, call)
         if s.origin.pending.get(rank):
             s.origin.complete_local([rank])
         if rank in s.origin.dirty:
@@ -197,7 +198,7 @@ class Operations(WinHandle):
         dtype = self._check_op(op, datatype, call)
         self._same_bytes(spec, layout, call)
         data = origin_bytes(spec)
-        memory = s.direct_memory(rank)
+        memory = s.direct_memory(rank, call)
         if memory is not None:       # itself, or a shared segment: applied here, atomically
             with s.atomic(rank, layout, op.name != "NO_OP"):
                 am.accumulate(memory, layout, op.name, dtype, data)
@@ -221,7 +222,7 @@ class Operations(WinHandle):
         if not no_op:
             self._same_bytes(ospec, layout, call)
         data = origin_bytes(ospec) if not no_op else memoryview(b"")
-        memory = s.direct_memory(rank)
+        memory = s.direct_memory(rank, call)
         if memory is not None:
             with s.atomic(rank, layout, not no_op):
                 old = gather(memory, layout).tobytes()
@@ -292,7 +293,7 @@ class Operations(WinHandle):
         s.epochs.check_access(rank, call)
         layout, _ = self._layout(s, rank, [target_disp, 1, ospec.datatype], ospec, call)
         payload = memoryview(origin_bytes(ospec).tobytes() + origin_bytes(cspec).tobytes())
-        memory = s.direct_memory(rank)
+        memory = s.direct_memory(rank, call)
         if memory is not None:
             with s.atomic(rank, layout, True):
                 old = am.compare_and_swap(memory, layout, payload)

@@ -96,7 +96,7 @@ class Windows:
         transport declined (the caller sends a request instead). ``finish``: run when the
         request is completed (a read's scatter into a non-contiguous origin)."""
         world, addr, rkey = self.targets[rank]
-        s.origin.granted(rank)                 # a lock asked of it must be ours first
+        s.wait_for_grant(rank, call)           # a lock asked of it must be ours first
         req = RdmaRequest(s.endpoint.engine, (f"Win.{call}", "target", rank, 0,
                                               f"window {s.label} (RDMA)"))
         if finish is not None:

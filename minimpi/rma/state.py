@@ -3,12 +3,11 @@ operations (:mod:`.operations`) and the synchronisation calls (:mod:`.synchronis
 both stand on."""
 from __future__ import annotations
 
-import atexit
 import operator
 import os
 import weakref
 from contextlib import nullcontext
-from typing import Any, ContextManager, Dict, Optional, Sequence, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,34 +26,15 @@ from .epochs import Epochs
 from .errors import WinError
 from .exposed import Exposed
 
-#: windows not freed yet: at exit their servers stop (an unfreed window must not make the
-#: runtime think the process left in the middle of a call)
-_LIVE: "weakref.WeakSet[_State]" = weakref.WeakSet()
-_exit_hook_installed = False
-
-
-def release_all() -> None:
-    """Stop serving every window this process did not free (``MPI.Finalize``, exit)."""
-    for state in list(_LIVE):
-        if not state.freed:
-            state.server.close()
-
-
-def _remember(state: "_State") -> None:
-    global _exit_hook_installed
-    _LIVE.add(state)
-    if not _exit_hook_installed:   # registered after the runtime's, so it runs before it
-        atexit.register(release_all)
-        _exit_hook_installed = True
-
 
 class _EpochWait:
     """Stands in for a request in 'what am I blocked on' reports (Win.Wait, Win.Start)."""
 
     done = False
 
-    def __init__(self, call: str, peer: int, label: str) -> None:
+    def __init__(self, call: str, peer: int, label: str, world: int) -> None:
         self.description = (call, "source", peer, POST_TAG, label)
+        self.world = world        # whom the deadlock report's wait-for graph points at
 
 
 class _State:
@@ -66,6 +46,13 @@ class _State:
         self.comm_name = getattr(comm.endpoint, "name", None) or comm.Get_name()
         self.comm = comm.Dup()          # the window's own messages never meet anybody else's
         self.endpoint = self.comm.endpoint
+        # its point-to-point context carries only the window's own requests and replies: a
+        # failed process touches only the operations that name it (under --fault-tolerant
+        # a wildcard receive on a plain p2p context fails until the failure is acknowledged,
+        # which would stop the server's receive for every origin); Fence and Free keep the
+        # collective context, which fails once a member failed
+        self.endpoint.engine.register_context(self.endpoint.context, self.endpoint.group,
+                                              "control")
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.label = f"win#{self.endpoint.context}"
@@ -104,13 +91,15 @@ class _State:
         self.epochs = Epochs(self.rank, self.label)
         self.origin = am.Origin(self.endpoint)
         self.server = am.Server(self.endpoint, self.exposed)
+        state = weakref.ref(self)
+        self.server.names = lambda: _names(state())
+        self.server.open_epochs = lambda: _open_epochs(state())
         self.freed = False
         #: target -> byte view of its memory, for the targets reached directly (the fast
         #: path of Put/Get: :mod:`.direct`); emptied by Free
         self.direct_views: Dict[int, memoryview] = direct.views_of(self)
         #: fast-path calls since the last round of progress (:func:`.direct.put`)
         self.unpolled = 0
-        _remember(self)
 
     @property
     def memory(self) -> np.ndarray:
@@ -124,16 +113,32 @@ class _State:
         ``peers``: window ranks it waits for (every other rank when ``collective``)."""
         return EpochCall(self, call, epoch, peers, collective)
 
-    def direct_memory(self, target: int) -> Optional[np.ndarray]:
+    def direct_memory(self, target: int, call: str) -> Optional[np.ndarray]:
         """The target's window memory when this rank can reach it directly (itself, or a
         peer in the same shared segment), else None."""
         if self.segment is not None and target < len(self.segment.parts):
-            self.origin.granted(target)       # a lock asked of it must be ours first
+            self.wait_for_grant(target, call)     # a lock asked of it must be ours first
             return self.segment.parts[target]
         if target == self.rank and not self.exposed.dynamic:
             return self.exposed.memory
         return None
 
+    def wait_for_grant(self, target: int, call: str) -> None:
+        """Wait until the lock this rank asked of ``target`` is granted (before touching its
+        memory straight); a wait that lasts is reported as ``call`` in a passive target
+        epoch on ``target``, so the deadlock report can name who holds that lock."""
+        req = self.origin.grants.get(target)
+        if req is None or req.done:
+            self.origin.granted(target)
+            return
+        with self.epoch_call(f"Win.{call}", "passive target (lock)", [target]):
+            self.origin.granted(target)
+
+    def loads_and_stores(self, target: int) -> bool:
+        """Whether this rank can reach ``target``'s window memory with plain loads and
+        stores (its own memory, or a part of the shared segment), which a lock on
+        ``target`` must protect from the moment ``Lock`` returns."""
+        return target == self.rank or self.segment is not None
 
     def atomic(self, target: int, layout: Any, write: bool) -> ContextManager[Any]:
         """What an accumulate applied straight in ``target``'s memory (see
@@ -148,6 +153,27 @@ class _State:
 
 
 _NOTHING = nullcontext()
+
+
+def _open_epochs(state: Optional["_State"]) -> List[str]:
+    """The calls whose epochs this rank left open on the window (``Lock(2)``, ``Lock_all``,
+    ``Start``, ``Post``); an open fence epoch is normal and not listed."""
+    if state is None or state.freed:
+        return []
+    epochs = state.epochs
+    out = [f"Lock({target})" for target in sorted(epochs.locks)]
+    out += ["Lock_all"] if epochs.lock_all is not None else []
+    out += ["Start"] if epochs.access is not None else []
+    out += ["Post"] if epochs.exposure is not None else []
+    return out
+
+
+def _names(state: Optional["_State"]) -> Tuple[str, str]:
+    """(the window's name or label, the communicator it was made on) for reports; a window
+    whose handles are all gone (never freed) keeps serving under its label."""
+    if state is None:
+        return "a window no handle refers to", "?"
+    return state.name or state.label, state.comm_name
 
 
 class EpochCall(Activity):

@@ -12,7 +12,7 @@ from ..constants import (
     MODE_NOSUCCEED,
     PROC_NULL,
 )
-from ..errors import ArgumentError, MinimpiError
+from ..errors import ArgumentError, MinimpiError, PeerLostError, ProcFailedError
 from . import direct
 from .am import COMPLETE, POST_TAG, UNLOCK
 from .errors import ERR_LOCKTYPE
@@ -88,19 +88,36 @@ class Synchronisation(WinHandle):
         return s.exposed.completions >= len(s.epochs.exposure or ())
 
     def _end_exposure(self, s: _State) -> None:
-        s.exposed.completions -= len(s.epochs.exposure)
+        s.exposed.consume_completions(s.epochs.exposure)
         s.epochs.exposure = None
 
+    def _gone_origins(self, s: _State) -> List[int]:
+        """Origins of the exposure epoch that are gone before their ``Complete`` came:
+        their notice can never come."""
+        lost = s.endpoint.engine.lost_peers
+        if not lost:
+            return []
+        return [r for r in s.epochs.exposure or () if s.endpoint.group[r] in lost
+                and not s.exposed.completed_by.get(r)]
+
     def Wait(self) -> None:
-        """End the exposure epoch begun by ``Post``: wait until every origin completed."""
+        """End the exposure epoch begun by ``Post``: wait until every origin completed. An
+        origin that is gone first (its process failed) ends the epoch with
+        ``ERR_PROC_FAILED`` (``PeerLostError`` without ``--fault-tolerant``)."""
         s = self._call("Wait")
         if s.epochs.exposure is None:
             raise s.epochs._error("Wait", "no exposure epoch is open (Wait without Post)")
         if not self._exposure_done(s):
-            waits = [_EpochWait("Win.Wait", r, s.label) for r in s.epochs.exposure]
+            waits = [_EpochWait("Win.Wait", r, s.label, s.endpoint.group[r])
+                     for r in s.epochs.exposure]
             with s.epoch_call("Win.Wait", "exposure (post/start/complete/wait)",
                               s.epochs.exposure):
-                s.endpoint.engine.wait_until(lambda: self._exposure_done(s), waits)
+                s.endpoint.engine.wait_until(
+                    lambda: self._exposure_done(s) or bool(self._gone_origins(s)), waits)
+            gone = self._gone_origins(s)
+            if gone and not self._exposure_done(s):
+                self._end_exposure(s)
+                raise gone_error(s, "Wait", gone, "before it called Win.Complete")
         self._end_exposure(s)
 
     def Test(self) -> bool:
@@ -111,13 +128,24 @@ class Synchronisation(WinHandle):
         if not self._exposure_done(s):
             s.endpoint.engine.poll()
         if not self._exposure_done(s):
+            gone = self._gone_origins(s)
+            if gone:
+                self._end_exposure(s)
+                raise gone_error(s, "Test", gone, "before it called Win.Complete")
             return False
         self._end_exposure(s)
         return True
 
     # -- passive target ----------------------------------------------------------------------
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
-        """Begin a passive-target epoch on ``rank`` (waits until the lock is granted)."""
+        """Begin a passive-target epoch on ``rank``.
+
+        Where this rank can load and store ``rank``'s window memory (its own window, any
+        rank of a window in shared memory: ``Shared_query``) it waits until the lock is
+        granted, so the lock protects those loads and stores as MPI requires: an exclusive
+        lock excludes every other rank's epoch on ``rank`` (the owner's own included), a
+        shared one excludes the exclusive ones. Elsewhere it returns at once; the
+        operations of the epoch wait at the target behind the grant."""
         s = self._call("Lock")
         rank = self._target_rank(s, rank, "Lock")
         lock_type = _lock_type(s, lock_type)
@@ -128,7 +156,7 @@ class Synchronisation(WinHandle):
         if not nocheck:
             with s.epoch_call(f"Win.Lock({rank})", "passive target (lock)", [rank]):
                 s.origin.lock(rank, lock_type, "Win.Lock")
-                if rank == s.rank:      # local loads and stores may follow: wait for it now
+                if s.loads_and_stores(rank):    # they may follow at once: wait for it now
                     s.origin.granted(rank)
         s.epochs.locks[rank] = (lock_type, nocheck)
 
@@ -167,7 +195,9 @@ class Synchronisation(WinHandle):
                               list(range(s.size))):
                 for r in range(s.size):
                     s.origin.lock(r, LOCK_SHARED, "Win.Lock_all")
-                s.origin.granted(s.rank)
+                for r in range(s.size):
+                    if s.loads_and_stores(r):
+                        s.origin.granted(r)
         s.epochs.lock_all = nocheck
 
     def Unlock_all(self) -> None:
@@ -216,6 +246,21 @@ class Synchronisation(WinHandle):
         """Synchronise the public and private copies of the window: minimpi's windows are
         unified (one copy), so there is nothing to do."""
         self._call("Sync")
+
+
+def gone_error(s: _State, call: str, ranks: Sequence[int], what: str) -> PeerLostError:
+    """The error of a window call that waited for ranks that are gone: ``ProcFailedError``
+    (``MPI.ERR_PROC_FAILED``) under ``--fault-tolerant``, else ``PeerLostError``."""
+    engine = s.endpoint.engine
+    worlds = [s.endpoint.group[r] for r in ranks]
+    reasons = [engine.failed.get(w) or engine.lost_peers.get(w) or "gone" for w in worlds]
+    who = ", ".join(f"rank {r}" + (f" (world rank {w})" if w != r else "") + f": {why}"
+                    for r, w, why in zip(ranks, worlds, reasons))
+    text = (f"rank {s.rank}: Win.{call} on window {s.name or s.label} cannot complete: "
+            f"{who} - gone {what}")
+    if engine.fault_tolerant:
+        return ProcFailedError(text + " (MPI.ERR_PROC_FAILED)")
+    return PeerLostError(text)
 
 
 def _lock_type(s: _State, lock_type: Any) -> int:

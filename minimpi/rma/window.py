@@ -47,7 +47,7 @@ from ..data.buffers import get_address, parse_buffer
 from ..data.memory import alloc_mem, buffer
 from ..errors import ArgumentError, MinimpiError, RankError
 from ..front import Fronted
-from . import shared
+from . import export, shared
 from .errors import ERR_SIZE, RmaFlavorError
 from .operations import Operations
 from .state import _check_int, _State
@@ -325,6 +325,15 @@ class Win(Attributed, Operations, Synchronisation, IntHandles, metaclass=Fronted
             return buffer.frombuffer(s.memory)
         return buffer.frombuffer(s.mem_obj)
 
+    # buffer protocol (PEP 3118, as mpi4py's Win): memoryview(win), np.frombuffer(win)
+    def __buffer__(self, flags: int) -> memoryview:
+        """This rank's window memory as a writable 1-D byte view (Python >= 3.12 calls
+        this; before 3.12 :mod:`minimpi.rma.export` serves ``memoryview(win)``)."""
+        return memoryview(_exported(self._live("__buffer__")))
+
+    def __release_buffer__(self, view: memoryview) -> None:
+        view.release()
+
     def Shared_query(self, rank: int) -> Tuple[buffer, int]:
         """``(memory, disp_unit)`` of ``rank``'s part of a window in shared memory
         (``PROC_NULL``: the first rank with a nonzero size). Other windows answer with
@@ -343,6 +352,26 @@ class Win(Attributed, Operations, Synchronisation, IntHandles, metaclass=Fronted
         return buffer.fromaddress(0, 0), s.units[rank]
 
 WIN_NULL = Win()
+
+
+def _exported(s: _State) -> np.ndarray:
+    """The bytes a window exports by the buffer protocol: its memory (mpi4py: WIN_BASE,
+    WIN_SIZE); nothing for a dynamic window."""
+    if s.flavor == WIN_FLAVOR_DYNAMIC:
+        return np.zeros(0, np.uint8)
+    return s.memory
+
+
+def _address_and_size(win: Win) -> Tuple[int, int]:
+    """(address, nbytes) of what ``win`` exports; (0, 0) for a null or freed window."""
+    s = win._s
+    if s is None or s.freed:
+        return 0, 0
+    memory = _exported(s)
+    return (int(memory.ctypes.data), int(memory.nbytes)) if memory.nbytes else (0, 0)
+
+
+export.install(Win, _address_and_size)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -44,6 +44,7 @@ from ..coll.schedule import CollectiveRequest
 from ..data.units import format_size
 from ..errors import JobAbortedError, PeerLostError
 from ..p2p.request import RecvRequest, SendRequest
+from ..rma import lock_reports
 from .leftovers import waiting_messages
 
 #: at most one "still blocked, but data moved" report per this many seconds
@@ -138,6 +139,8 @@ def _item(engine, req) -> Optional[Dict[str, Any]]:
         item["coll"] = _coll_info(ch)
         pending = [_item(engine, r) for r in req.step_requests()]
         item["step_items"] = [p for p in pending if p is not None]
+    elif isinstance(getattr(req, "world", None), int):   # a layer's own wait (a window's)
+        item["world"] = req.world
     elif item["dir"] == "recv" and item["comm"] == "COMM_WORLD" and isinstance(item["peer"], int):
         if item["peer"] >= 0:   # a Probe on COMM_WORLD: communicator rank = world rank
             item["world"] = item["peer"]
@@ -159,6 +162,9 @@ def blocked_state(engine, waiting_on: List[Any], frame=None) -> Dict[str, Any]:
     # a one-sided window's synchronisation call this wait is part of (rma: Win.epoch_call)
     activity = engine.activities.current()
     state["epoch"] = activity.describe() if activity is not None else None
+    # who holds and who waits for the locks of this rank's windows: a lock wait elsewhere
+    # waits for the holder, not for this rank (which serves while it waits)
+    state["locks"] = lock_reports(engine)
     return state
 
 
@@ -265,7 +271,12 @@ def format_state(state: Dict[str, Any], missing: Optional[List[int]] = None) -> 
 
 def edge_text(rank: int, state: Dict[str, Any], item: Dict[str, Any], target: int) -> str:
     """``rank 0 waits for rank 1 in recv(tag=7) at ring.py:12`` (world ranks)."""
-    if state.get("epoch"):
+    if item.get("lock"):
+        epoch = state.get("epoch") or {}
+        what = (f"{epoch.get('call')} on window {item.get('lock_win')!r} (for the "
+                f"{item.get('lock_mode')} lock on rank {item.get('lock_target')}, which rank "
+                f"{target} holds)")
+    elif state.get("epoch"):
         epoch = state["epoch"]
         what = f"{epoch.get('call')} on window {epoch.get('win')!r}"
     elif item.get("dir") == "coll" or state.get("coll"):
@@ -360,15 +371,18 @@ class BlockReporter(Subscriber):
         self.io = 0
         self.count = 0
         self.last = 0.0
+        self._last_locks: Optional[List[Dict[str, Any]]] = None
 
     def install(self) -> "BlockReporter":
         self.engine.bus.subscribe(self)
         return self
 
-    def _report(self, waiting_on: List[Any]) -> None:
+    def _report(self, waiting_on: List[Any], locks: Optional[List[Dict[str, Any]]] = None
+                ) -> None:
         state = dict(self.state or {})
         state["items"] = [i for i in (_item(self.engine, r) for r in waiting_on) if i is not None]
         state["waiting"] = waiting_messages(self.engine, waiting_on)   # may have arrived since
+        state["locks"] = self._last_locks = lock_reports(self.engine) if locks is None else locks
         self.count += 1
         state["io"] = self.io
         state["n"] = self.count
@@ -385,11 +399,19 @@ class BlockReporter(Subscriber):
 
     def still_blocked(self, waiting_on: List[Any]) -> None:
         self.io += 1
-        if self.state is not None and time.monotonic() - self.last >= REREPORT_INTERVAL:
-            try:
+        if self.state is None:
+            return
+        try:
+            if time.monotonic() - self.last >= REREPORT_INTERVAL:
                 self._report(waiting_on)
-            except Exception:  # pragma: no cover
-                pass
+                return
+            # a lock asked of (or given back to) this rank's window while it waits changes
+            # whom the asker waits for: told at once, or a report could stay stale forever
+            locks = lock_reports(self.engine)
+            if locks != self._last_locks:
+                self._report(waiting_on, locks)
+        except Exception:  # pragma: no cover
+            pass
 
     def failed(self, exc: BaseException) -> None:
         """An uncaught exception is ending this rank (called by the runtime's excepthook)."""

@@ -4,7 +4,8 @@ It knows what ``minimpi.dynamic`` cannot reach from its layer: the coordinator c
 (requests to the launcher), the transport (an address other jobs can reach, and their
 processes as peers), and what the launcher said in the environment: the job number
 (``MINIMPI_JOBNO``), the universe size (``MINIMPI_UNIVERSE_SIZE``) and, in a process that
-``Spawn`` started, its parents (``MINIMPI_PARENT``, JSON).
+``Spawn`` started, its parents and its command's index in the spawn (``MINIMPI_PARENT``,
+JSON: ``MPI.APPNUM``).
 
 A singleton (plain ``python``: no coordinator) starts its own launcher at its first request
 (:meth:`RuntimeLauncherLink.attach_launcher`, ``launcher/singleton.py``) and registers with
@@ -26,6 +27,7 @@ from ..dynamic.link import LauncherLink
 from ..errors import MinimpiError
 from ..p2p.engine import Engine
 from ..transports.tcp import UID_SHIFT, job_number_of
+from . import failures
 from .bootstrap import (
     ENV_PARENT,
     ENV_UNIVERSE_SIZE,
@@ -159,6 +161,10 @@ class RuntimeLauncherLink(LauncherLink):
             self.launcher = launcher
             self.info.secret = secret   # what the data plane proves to spawned processes
             self.info.coordinator = client
+            # the launcher tells which spawned processes are gone (a failure ends them all,
+            # the singleton goes on): its calls with them then raise PeerLostError, also
+            # with a process that never connected to it (no closed connection to see)
+            failures.listen(self.engine, client)
             return client
 
 

@@ -22,6 +22,7 @@ from ..dynamic import join_parent, set_launcher_link
 from ..errors import CollectiveMismatchError, JobAbortedError, MinimpiError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy
+from ..rma import finish_wait, finish_windows, serving_receives, stop_serving
 from . import failures
 from .bootstrap import BootInfo, bootstrap, host_identity
 from .diagnose import install as install_diagnostics
@@ -143,7 +144,9 @@ def comm_self():
 
 
 def finalize() -> None:
-    """Deliver queued sends, tell the launcher this rank is done, close connections."""
+    """Serve the windows not freed until their other ranks finish too
+    (:func:`minimpi.rma.finish_windows`), deliver queued sends, tell the launcher this rank
+    is done, close connections."""
     global _finalized
     with _lock:
         state = _state
@@ -160,7 +163,14 @@ def finalize() -> None:
         # would only stall the exit for MINIMPI_FLUSH_TIMEOUT. Leave now; the launcher
         # names this rank as the one that ended first.
         state.failing = True
-    if not state.failing and engine.aborted is None:
+    if state.failing or engine.aborted is not None:
+        stop_serving(engine)
+    else:
+        # windows not freed: serve them until their other ranks finish too (one that
+        # owns a window may end while the others still Lock/Get/Unlock it)
+        finish_windows(engine, finish_wait(state.info.env), lambda text: print(
+            f"minimpi rank {state.info.rank}: warning at finalize: {text}", file=sys.stderr,
+            flush=True))
         try:
             flushed = engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30")))
         except Exception:   # engine state cut mid-update by an exception from a signal handler
@@ -215,8 +225,16 @@ def _finalize_at_exit() -> None:
 
 def _inside_a_call(engine: Engine) -> bool:
     """Whether receives are still posted or operations still running: the process is
-    exiting from the middle of communication rather than after its last call."""
-    return engine.match_stats().communicating()
+    exiting from the middle of communication rather than after its last call. The
+    receives and servers of windows not freed are not the program's communication."""
+    stats = engine.match_stats()
+    if not stats.communicating():
+        return False
+    own = {id(req) for req in serving_receives(engine)}
+    if stats.rendezvous_receives or stats.active > len(own):
+        return True
+    return any(id(req) not in own for context in engine.contexts()
+               for req in engine.posted_receives(context))
 
 
 def abort(code: int, message: str) -> None:

@@ -2,6 +2,8 @@
 processes behind), ports and names, and mpi4py.futures' pools (through the shim)."""
 from __future__ import annotations
 
+import json
+
 from jobhelpers import marker_args, run_minimpi
 
 PARENT = r'''
@@ -141,6 +143,47 @@ def test_timeout_covers_spawned_processes(write_script, job_marker):
     res = run_minimpi("-n", 1, "--timeout", 15, *marker_args(job_marker), script, timeout=60)
     assert res.returncode == 124, res.stderr
     assert "spawned job 1, rank 0" in res.stderr
+
+
+APPNUM = r'''
+import json, sys
+from mpi4py import MPI
+world = MPI.COMM_WORLD
+mine = world.gather(world.Get_attr(MPI.APPNUM), root=0)
+child = world.Spawn_multiple([sys.executable] * 2, [[sys.argv[1], "a"], [sys.argv[1], "b"]],
+                             maxprocs=[2, 3], root=0)
+# each child: (its world rank, APPNUM, the command's argument it got)
+got = child.gather(None, root=MPI.ROOT if world.rank == 0 else MPI.PROC_NULL)
+child.Disconnect()
+if world.rank == 0:
+    print("appnums", json.dumps({"job": mine, "spawned": got}), flush=True)
+'''
+
+APPNUM_CHILD = r'''
+import sys
+from mpi4py import MPI
+parent = MPI.Comm.Get_parent()
+world = MPI.COMM_WORLD
+parent.gather((world.rank, world.Get_attr(MPI.APPNUM), sys.argv[1]), root=0)
+parent.Disconnect()
+'''
+
+
+def test_appnum_says_which_command_of_spawn_multiple_started_a_process(write_script,
+                                                                       job_marker):
+    """MPICH gives 0, 0, 1, 1, 1 for Spawn_multiple with counts (2, 3), and 0 in every
+    process of a job started with one program (before: 0 everywhere)."""
+    script = write_script("appnum.py", APPNUM)
+    child = write_script("child.py", APPNUM_CHILD)
+    res = run_minimpi("-n", 3, "--timeout", 90, *marker_args(job_marker), script, child,
+                      timeout=120)
+    assert res.returncode == 0, res.stderr
+    line = next((ln for ln in res.stdout.splitlines() if "appnums" in ln), None)
+    assert line is not None, res.stdout + res.stderr
+    out = json.loads(line.split("appnums", 1)[1])
+    assert out["job"] == [0, 0, 0]
+    assert [tuple(x) for x in out["spawned"]] == [
+        (0, 0, "a"), (1, 0, "a"), (2, 1, "b"), (3, 1, "b"), (4, 1, "b")]
 
 
 PORTS = r'''

@@ -203,3 +203,51 @@ def test_a_failing_spawned_process_is_named_and_later_spawns_say_why(write_scrip
     refused = [line for line in res.stdout.splitlines() if line.startswith("refused:")]
     assert refused and "exited with code 5" in refused[0], res.stdout
     assert _gone(leftover_processes(job_marker)) == []
+
+
+def test_a_spawned_process_that_never_connected_fails_the_singletons_calls(write_script,
+                                                                           job_marker,
+                                                                           tmp_path):
+    """Rank 1 of the spawned job exits with code 7 before it ever connects to the
+    singleton: no closed connection tells the singleton, its launcher does. Before: the
+    singleton's gather waited forever in the TCP poll loop (5 of 5 runs)."""
+    script = write_script("manager.py", """
+        import sys, time
+        from minimpi import MPI
+        comm = MPI.COMM_SELF.Spawn(sys.executable, args=["child.py"], maxprocs=3)
+        for what, call in (("gather", lambda: comm.gather(None, root=MPI.ROOT)),
+                           ("send", lambda: comm.send("x", dest=1)),
+                           ("recv", lambda: comm.recv(source=2))):
+            start = time.monotonic()
+            try:
+                call()
+            except MPI.Exception as exc:
+                print(f"{what}: {type(exc).__name__} after {time.monotonic() - start:.1f} s:"
+                      f" {exc}", flush=True)
+            else:
+                print(f"{what}: returned", flush=True)
+    """)
+    write_script("child.py", """
+        import os, sys, time
+        from minimpi import MPI
+        parent = MPI.Comm.Get_parent()
+        if parent.Get_rank() == 1:
+            sys.exit(7)
+        parent.gather(os.getpid(), root=0)
+        time.sleep(60)              # ended by the launcher once rank 1 failed
+    """)
+    res = finish(_start(script, job_marker, str(tmp_path)), timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = {line.split(":", 1)[0]: line for line in res.stdout.splitlines()
+             if line.split(":", 1)[0] in ("gather", "send", "recv")}
+    assert set(lines) == {"gather", "send", "recv"}, res.stdout + res.stderr
+    for what in ("gather", "send"):      # they need rank 1: the error names it and its end
+        assert "PeerLostError" in lines[what], lines[what]
+        assert "rank 1 of job 1" in lines[what], lines[what]
+        assert "spawned job 1, rank 1 (`" in lines[what], lines[what]
+        assert "child.py`) exited with code 7" in lines[what], lines[what]
+    # rank 2 was ended by the launcher after rank 1 failed: a later call with it fails too
+    assert "recv: PeerLostError" in lines["recv"] and "rank 2 of job 1" in lines["recv"], \
+        lines["recv"]
+    assert "minimpi: spawned job 1, rank 1 (`" in res.stderr, res.stderr
+    assert _gone(leftover_processes(job_marker)) == []

@@ -90,6 +90,16 @@ def _clients(coord, size, secret=SECRET):
     return [CoordinatorClient(coord.address, secret, r, size, "job") for r in range(size)]
 
 
+def _wait_for(condition, what: str, timeout: float = 10.0) -> None:
+    """Wait until ``condition()`` (the coordinator runs in another thread); fail naming
+    ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the coordinator did not record {what} within {timeout:g} s")
+        time.sleep(0.01)
+
+
 def test_rendezvous_state_abort_finalize():
     ct = CoordThread(3)
     clients = _clients(ct.coord, 3)
@@ -108,9 +118,13 @@ def test_rendezvous_state_abort_finalize():
         clients[1].report_state({"call": "recv", "source": 0})
         clients[2].abort(5, "bye")              # returns after the ack
         clients[0].finalize()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not ct.coord.ranks[0].finalized:
-            time.sleep(0.02)
+        # The state report and the finalize go unacknowledged, each on its own connection:
+        # either may reach the coordinator after the other messages; and the abort's ack
+        # leaves inside the coordinator's receive(), before its event is handed to the
+        # thread's list. Wait for every one of them before looking.
+        _wait_for(lambda: any(e.kind == "abort" for e in ct.events), "the abort event")
+        _wait_for(lambda: ct.coord.ranks[1].state is not None, "rank 1's state report")
+        _wait_for(lambda: ct.coord.ranks[0].finalized, "rank 0's finalize")
         kinds = [e.kind for e in ct.events]
         assert "all_registered" in kinds
         abort = next(e for e in ct.events if e.kind == "abort")

@@ -52,8 +52,9 @@ class Counts(Subscriber):
         self.sent += 1
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("p", [2, 3])
-def test_lane_and_general_path_keep_one_order(p):
+def test_lane_and_general_path_keep_one_order(p, transport):
     """Sends through the lane (blocking Send of a small array) and through the general path
     (Isend, a large Send, ssend) to one peer with one tag arrive in program order, whatever
     each receive takes (Recv through the lane, Irecv/ANY_SOURCE through the general path)."""
@@ -98,7 +99,7 @@ def test_lane_and_general_path_keep_one_order(p):
                 got.append(int(one[0]))
         return got
 
-    for got in run_threads(p, body, timeout=120, transport="shm")[1:]:
+    for got in run_threads(p, body, timeout=120, transport=transport)[1:]:
         assert got == list(range(40))
 
 

@@ -272,9 +272,9 @@ def allgather_segment(ch: Channel, blocks: Blocks) -> Schedule:
         yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
         piece = mine[lo:hi]
         seg.area(rank, k, piece.nbytes)[...] = piece
-        seg.publish(k, sig)
+        seg.publish(k, sig, call=ch)
         yield [seg.wait_for(ch, k, everyone)]
-        seg.check(k, sig, everyone, ch.call)
+        seg.check(k, sig, everyone, ch)
         for r in everyone:
             if r != rank:
                 target = views[r][lo:hi]

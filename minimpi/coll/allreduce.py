@@ -411,9 +411,9 @@ def allreduce_segment(ch: Channel, red: Operand, data: np.ndarray,
         lo, hi = part.start, part.stop
         yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
         seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
-        seg.publish(k, sig)
+        seg.publish(k, sig, call=ch)
         yield [seg.wait_for(ch, k, everyone)]
-        seg.check(k, sig, everyone, ch.call)
+        seg.check(k, sig, everyone, ch)
         acc = out[lo:hi].view(dtype)
         acc[...] = seg.area(0, k, hi - lo).view(dtype)
         for r in range(1, p):

@@ -168,9 +168,9 @@ def alltoall_segment(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
         area = seg.area(rank, k, p * m)
         for j in everyone:
             area[j * m:(j + 1) * m] = outgoing[j][lo:hi]
-        seg.publish(k, sig)
+        seg.publish(k, sig, call=ch)
         yield [seg.wait_for(ch, k, everyone)]
-        seg.check(k, sig, everyone, ch.call)
+        seg.check(k, sig, everyone, ch)
         for j in everyone:
             incoming[j][lo:hi] = seg.area(j, k, p * m)[rank * m:(rank + 1) * m]
         seg.finished(k)

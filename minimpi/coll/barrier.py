@@ -98,7 +98,7 @@ def barrier_segment(ch: Channel) -> Schedule:
     k = seg.reserve(1)[0]
     sig = ch.tag >> SEQ_BITS
     yield [seg.free_for(ch, k)]                  # (the signature word k uses was read)
-    seg.publish(k, sig)
+    seg.publish(k, sig, call=ch)
     yield [seg.wait_for(ch, k, range(ch.size))]
-    seg.check(k, sig, range(ch.size), ch.call)
+    seg.check(k, sig, range(ch.size), ch)
     seg.finished(k)

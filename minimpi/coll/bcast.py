@@ -221,12 +221,12 @@ def bcast_segment(ch: Channel, data: np.ndarray, root: int) -> Schedule:
         yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
         if rank == root:
             seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
-            seg.publish(k, sig, root=True)       # the others wait for this slot alone
+            seg.publish(k, sig, root=True, call=ch)   # the others wait for this slot alone
             seg.finished(k)
             continue
-        seg.publish(k, sig)
+        seg.publish(k, sig, call=ch)
         yield [seg.wait_for(ch, k, (root,))]
-        seg.check(k, sig, (root,), ch.call)
+        seg.check(k, sig, (root,), ch)
         mine[lo:hi] = seg.area(root, k, hi - lo)
         seg.finished(k)
     return data

@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, List, Optional
 
-from .mismatch import op_name, open_signed, signature, type_name, watch_of
+from .mismatch import op_name, open_slot, signature, type_name, watch_of
 from .registry import Algorithm
 from .schedule import Channel, Schedule, run, start
 
@@ -65,17 +65,12 @@ class CompiledCall:
         self.datatype_ref = None if datatype is None else weakref.ref(datatype)
         self._idle: List[Channel] = []
 
-    def names(self, op: Any, datatype: Any) -> bool:
-        """Whether this call was compiled for these very ``op`` and ``datatype`` objects
-        (the key that found it names them by id)."""
-        return (op is None or self.op_ref() is op) and (
-            datatype is None or self.datatype_ref() is datatype)
-
     def channel(self) -> Channel:
         """The channel of the next call, holding its slot: an idle one reopened, or a new
         one (then :meth:`sign` it)."""
-        ch = self._take_idle()
-        if ch is not None:
+        if self._idle:
+            ch = self._idle.pop()
+            self.plan.kept_bytes -= ch.temps.nbytes
             ch.reopen()
             return ch
         bus = self.ep.engine.bus
@@ -84,10 +79,11 @@ class CompiledCall:
 
     def sign(self, ch: Channel) -> None:
         """Give ``ch`` the call's signed tag and check it against what already arrived
-        (:func:`~minimpi.coll.mismatch.open_signed`: a mismatch raises here)."""
-        open_signed(ch, self.watch, self.sig, self.collective, self.call,
-                    self.algorithm.name, self.root, self.opname, self.nbytes, self.objects,
-                    self.typename)
+        (:func:`~minimpi.coll.mismatch.open_slot`: a mismatch raises here)."""
+        ch.watch = self.watch
+        ch.tag = open_slot(self.ep, self.watch, ch.tag, self.sig, self.collective, self.call,
+                           self.algorithm.name, self.root, self.opname, self.nbytes,
+                           self.objects, self.typename)
 
     def release(self, ch: Channel) -> None:
         """``ch``'s call is over: keep it (and its working buffers) for the next one, while
@@ -97,13 +93,6 @@ class CompiledCall:
             if self.plan.kept_bytes + kept <= KEEP_BYTES:
                 self.plan.kept_bytes += kept
                 self._idle.append(ch)
-
-    def _take_idle(self) -> Optional[Channel]:
-        if not self._idle:
-            return None
-        ch = self._idle.pop()
-        self.plan.kept_bytes -= ch.temps.nbytes
-        return ch
 
     def run(self, ch: Channel, invoke: Callable[[Algorithm, Channel], Schedule]) -> Any:
         """Run the call on ``ch`` (from :meth:`channel`) to the end; the algorithm's result."""

@@ -174,11 +174,11 @@ class FusedAllreduce(FusedCall):
         try:
             parity = k & 1
             seg.areas[seg.rank][parity][:self.nbytes] = mine.reshape(-1).view(np.uint8)
-            seg.publish(k, self.sig)
+            seg.publish(k, self.sig, call=self.waiting)
             if int(_MIN(seg.seqs)) < k:
                 self.meet(k, self.everyone)
             if _ANY(seg.sigs[:, parity] != self.sig):
-                seg.check(k, self.sig, self.everyone, self.compiled.label)   # raises
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
             self.ufunc.reduce(self.stacked[parity], axis=0, out=recvbuf.reshape(-1))
             seg.finished(k)
         except BaseException as exc:
@@ -200,11 +200,11 @@ class FusedBarrier(FusedCall):
         tag = self.open()
         seg.calls = k
         try:
-            seg.publish(k, self.sig)
+            seg.publish(k, self.sig, call=self.waiting)
             if int(_MIN(seg.seqs)) < k:
                 self.meet(k, self.everyone)
             if _ANY(seg.sigs[:, k & 1] != self.sig):
-                seg.check(k, self.sig, self.everyone, self.compiled.label)   # raises
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
             seg.finished(k)
         except BaseException as exc:
             self.announce(exc, tag)
@@ -243,11 +243,11 @@ class FusedBcast(FusedCall):
             area = seg.areas
             if rank == root:
                 area[rank][k & 1][:self.nbytes] = data
-                seg.publish(k, self.sig, root=True)
+                seg.publish(k, self.sig, root=True, call=self.waiting)
             else:
-                seg.publish(k, self.sig)
+                seg.publish(k, self.sig, call=self.waiting)
                 self.meet(k, (root,))
-                seg.check(k, self.sig, (root,), self.compiled.label)
+                seg.check(k, self.sig, (root,), self.waiting)
                 data[...] = area[root][k & 1][:self.nbytes]
             seg.finished(k)
         except BaseException as exc:

@@ -198,8 +198,11 @@ class Plan:
                 raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) "
                                      f"cannot serve this call: it {why}")
             return alg
+        # auto meets in a segment over shared memory between processes; between the
+        # threads of one process (tests, drawings) only an algorithm= asks for it
+        auto_segment = self.segment_bytes if self.intra_wire == "shm" else 0
         return choose_among(table, self.size, nbytes, op, objects, self.layout, self.model,
-                            f"{where}{call}", self.segment_bytes)
+                            f"{where}{call}", auto_segment)
 
     def segment(self, ep: Any) -> HostSegment:
         """The communicator's shared segment (mapped on first use; ``ep``: its endpoint)."""
@@ -210,6 +213,11 @@ class Plan:
                 raise AlgorithmError(f"rank {self.rank}: the shared segment of {ep.name} "
                                      f"cannot be made: its transport has no shared memory")
         return seg
+
+    def close(self) -> None:
+        """The communicator was freed: let its segment go (:meth:`HostSegment.close`)."""
+        if self._segment is not None:
+            self._segment.close()
 
     def prepare(self, key: tuple, value: Any) -> Any:
         """Keep ``value`` for call signature ``key`` (``calls[key]`` from now on); returns

@@ -267,12 +267,12 @@ def reduce_segment(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sc
         lo, hi = part.start, part.stop
         yield [seg.free_for(ch, k)]              # (the area k uses was read by the root)
         seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
-        seg.publish(k, sig)
+        seg.publish(k, sig, call=ch)
         if rank != root:
             seg.finished(k)
             continue
         yield [seg.wait_for(ch, k, everyone)]
-        seg.check(k, sig, everyone, ch.call)
+        seg.check(k, sig, everyone, ch)
         acc = mine[lo:hi].view(dtype)
         acc[...] = seg.area(0, k, hi - lo).view(dtype)
         for r in range(1, p):

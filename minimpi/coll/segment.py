@@ -40,19 +40,21 @@ another collective, root, op or size).
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence
+import weakref
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import CollectiveMismatchError, PeerLostError
+from ..errors import CollectiveMismatchError, RevokedError
 from .mismatch import describe_signature
-from .slots import SEQ_MASK
+from .slots import SEQ_BITS, SEQ_MASK
 
 #: the bytes each member may write per call (per area); larger data goes through in pieces
 #: (the segment algorithms' formulas count them: ⌈n/16384⌉)
 SLOT_BYTES = 16 * 1024
 #: min and max of a view as one C call (ndarray.min() goes through a Python-level wrapper)
 _MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+_ANY = np.logical_or.reduce
 _MAGIC = 0x314745534D50494D        # b"MIPMSEG1" little-endian
 _HEADER = 64
 _CTL = 64
@@ -73,6 +75,16 @@ def segment_bytes(p: int, slot: int = SLOT_BYTES) -> int:
     """The size of the segment of ``p`` members with ``slot``-byte areas."""
     flags = (p + 63) // 64 * 64
     return _HEADER + flags + p * (_CTL + 2 * slot)
+
+
+#: engine id -> its processes' segments (weakly: a freed communicator's goes with it), for
+#: the finalize check (:func:`segments_of`)
+_SEGMENTS: dict = {}
+
+
+def segments_of(engine: Any) -> List["HostSegment"]:
+    """The shared segments of ``engine``'s communicators (what the finalize check reads)."""
+    return list(_SEGMENTS.get(id(engine), ()))
 
 
 class MemoryWait:
@@ -131,7 +143,7 @@ class HostSegment:
 
     __slots__ = ("ep", "p", "rank", "key", "mem", "seqs", "sigs", "done_words", "wants",
                  "areas", "calls", "published", "_finished", "_mapped", "_released", "others",
-                 "slot")
+                 "slot", "_mine", "__weakref__")
 
     def __init__(self, ep: Any, mem: memoryview, key: str, slot: int) -> None:
         self.ep = ep
@@ -163,6 +175,9 @@ class HostSegment:
         self.calls = 0
         self.published = 0
         self._finished: set = set()
+        #: this member's last call of each parity: (signature, signed tag, mismatch
+        #: bookkeeping), checked against the others' when the parity comes round again
+        self._mine: List[Any] = [None, None]
         #: the other members, as world ranks (whom a publish may wake)
         self.others = [w for i, w in enumerate(ep.group) if i != ep.rank]
         self._mapped = raw[flags_at:flags_at + p]
@@ -174,9 +189,26 @@ class HostSegment:
 
     @classmethod
     def of(cls, ep: Any, slot: int = SLOT_BYTES) -> Optional["HostSegment"]:
+        """The segment of the communicator of endpoint ``ep`` (made once for its life: a
+        plan that replaces another takes its segment over - the call numbers go on)."""
+        seg = cls._make(ep, slot)
+        if seg is not None:
+            _SEGMENTS.setdefault(id(ep.engine), weakref.WeakSet()).add(seg)
+        return seg
+
+    def close(self) -> None:
+        """The communicator was freed: its transport forgets the segment (a new communicator
+        with the same context gets new memory); calls still in flight keep this one."""
+        if self.others:
+            self.ep.engine.transport.forget_segment(self.key, self.mem)
+
+    @classmethod
+    def _make(cls, ep: Any, slot: int) -> Optional["HostSegment"]:
         """The communicator's segment, mapped on first use (None: its transport has no
         shared memory)."""
-        key = f"c{ep.context}"
+        # the context and the first member: the communicators Split makes share a
+        # context, and their groups are disjoint
+        key = f"c{ep.context}r{ep.group[0]}"
         nbytes = segment_bytes(ep.size, slot)
         if ep.size == 1:                  # alone: memory of its own
             return cls(ep, memoryview(bytearray(nbytes)), key, slot)
@@ -241,13 +273,22 @@ class HostSegment:
             if int(_MAX(self.wants)):
                 transport.wake_peers(self.others)
 
-    def publish(self, k: int, sig: int, root: bool = False) -> None:
+    def publish(self, k: int, sig: int, root: bool = False, call: Any = None) -> None:
         """This member's data for call ``k`` is written: publish it (signature ``sig``).
-        Then wake the members that sleep if this may have ended their wait: when every
-        member has now published ``k`` (this is the call's last writer: whatever anyone
-        waits for in a call - all members, the root, the members before it - is complete),
-        or ``root`` (a root whose data the others wait for alone)."""
-        self.sigs[self.rank, k & 1] = sig
+        First, the call that used this parity before (k - 2) is checked against every
+        member that has not gone past it: a rooted call whose ranks did not all wait for
+        each other (two ranks that both took themselves for the root of a Bcast) is caught
+        here, one or two calls later, never left silent. Then wake the members that sleep
+        if this may have ended their wait: when every member has now published ``k`` (the
+        call's last writer: whatever anyone waits for in a call - all members, the root,
+        the members before it - is complete), or ``root`` (a root whose data the others wait
+        for alone). ``call``: the call's channel (its tag and mismatch bookkeeping)."""
+        parity = k & 1
+        earlier = self._mine[parity]
+        if earlier is not None and _ANY(self.sigs[:, parity] != earlier[0]):
+            self._cross_check(k, parity, *earlier)
+        self._mine[parity] = (sig, call.tag, call.watch) if call is not None else None
+        self.sigs[self.rank, parity] = sig
         self.seqs[self.rank] = k
         self.published = k
         if not self.others:
@@ -259,23 +300,64 @@ class HostSegment:
                 return
         transport.wake_peers(self.others)
 
+    def _cross_check(self, k: int, parity: int, sig: int, tag: int, watch: Any,
+                     members: Sequence[int] = ()) -> None:
+        """Raise the mismatch of this member's call ``k - 2`` (signature ``sig``) with a member
+        that published that call (and not yet ``k``) with another signature."""
+        sigs, seqs = self.sigs[:, parity], self.seqs
+        for m in members or range(self.p):
+            if m != self.rank and k - 2 <= seqs[m] < k and int(sigs[m]) != sig:
+                self._mine[parity] = None
+                raise self.mismatch(watch, tag, m, int(sigs[m]))
+
+    def leftovers(self, finished: Sequence[int]) -> Tuple[List[str], List[str]]:
+        """At finalize, what the slots of the members in ``finished`` (they made all their
+        calls) say this rank's collectives missed: (errors: one of this rank's last two calls
+        that such a member made differently; warnings: calls such a member made that this
+        rank never made - the last ones of a rank that ended early)."""
+        errors, fewer = [], []
+        nxt = self.published + 1
+        for parity in (0, 1):
+            earlier = self._mine[parity]
+            if earlier is not None:
+                k = nxt if nxt & 1 == parity else nxt + 1
+                try:
+                    self._cross_check(k, parity, *earlier, members=finished)
+                except CollectiveMismatchError as exc:
+                    errors.append(str(exc))
+        for m in finished:
+            theirs = int(self.seqs[m])
+            if m != self.rank and theirs > self.published:
+                fewer.append(f"rank {m} made {theirs - self.published} more collective "
+                             f"call(s) on {self.ep.name} than rank {self.rank}, the last "
+                             f"{describe_signature(int(self.sigs[m, theirs & 1]))}; every rank "
+                             f"of a communicator must call the same collectives in the same "
+                             f"order")
+        return errors, fewer
+
     def wait_for(self, ch: Any, k: int, members: Sequence[int]) -> MemoryWait:
         """The step's wait: until ``members`` published call ``k``."""
         return MemoryWait(self, ch, k, members)
 
-    def check(self, k: int, sig: int, members: Sequence[int], call: str) -> None:
+    def check(self, k: int, sig: int, members: Sequence[int], call: Any) -> None:
         """After the wait: every one of ``members`` called the same collective (signature)
-        as this one, else a :class:`CollectiveMismatchError` naming the first that did not."""
+        as this one, else the :class:`CollectiveMismatchError` a message of theirs would
+        have caused (``call``: the call's channel - its tag and mismatch bookkeeping)."""
         sigs = self.sigs[:, k & 1]
         for m in members:
             if int(sigs[m]) != sig:
+                raise self.mismatch(call.watch, call.tag, m, int(sigs[m]))
 
-                raise CollectiveMismatchError(
-                    f"collective mismatch: rank {self.rank} called {call} (call #{k} on the "
-                    f"shared segment of {self.ep.name}) while rank {m} called "
-                    f"{describe_signature(int(sigs[m]))}; every rank of a communicator must "
-                    f"call the same collectives in the same order, with the same root, op "
-                    f"and sizes")
+    def mismatch(self, watch: Any, tag: int, member: int, theirs: int) -> BaseException:
+        """The error of this rank's call (signed ``tag``) against member ``member``'s call of
+        signature ``theirs``, worded as the message-based check words it."""
+        low = tag & SEQ_MASK
+        mine = watch.call(low) if watch is not None else None
+        if mine is None:
+            return CollectiveMismatchError(
+                f"collective mismatch: rank {self.rank}'s collective #{low} on {self.ep.name} "
+                f"differs from rank {member}'s {describe_signature(theirs)}")
+        return watch.error_for(mine, member, low | theirs << SEQ_BITS, 0, False)
 
     # -- why a wait must end -----------------------------------------------------------------
     def failure(self, ch: Any, members: Sequence[int]) -> Optional[BaseException]:
@@ -292,13 +374,16 @@ class HostSegment:
                 err, watch.error = watch.error, None
                 return err
         engine = self.ep.engine
-        if engine.lost_peers:
-            for m in members:
-                w = self.ep.group[m]
-                if w in engine.lost_peers:
-                    return PeerLostError(
-                        f"rank {self.rank}: a collective on {self.ep.name} cannot complete: "
-                        f"world rank {w} is gone ({engine.lost_peers[w]})")
+        if engine.revoked and engine.is_revoked(self.ep.coll_context):
+            return RevokedError(f"rank {self.rank}: a collective on {self.ep.name} cannot "
+                                f"complete: the communicator was revoked (MPI.ERR_REVOKED)")
+        if engine.lost_peers:   # (under fault tolerance, ERR_PROC_FAILED as every call)
+            gone = [w for w in self.ep.group if w in engine.lost_peers] \
+                if engine.fault_tolerant else \
+                [self.ep.group[m] for m in members if self.ep.group[m] in engine.lost_peers]
+            if gone:
+                return engine.lost_error(gone[0], f"a collective on {self.ep.name}",
+                                         collective=True)
         return None
 
 

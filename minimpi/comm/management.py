@@ -124,6 +124,8 @@ def Free(comm) -> None:
     finally:
         comm._freed = True
         comm._ep.release()
+        if comm._plan is not None:
+            comm._plan.close()
 
 
 # -- Split_type ------------------------------------------------------------------------
@@ -221,7 +223,9 @@ def Set_info(comm, info: Info) -> None:
     if settings is not None:
         new = settings.with_hints(hints, f"rank {comm.rank}: Set_info")
         if new != settings:
-            comm._settings, comm._plan = new, None
+            comm._settings = new
+            if comm._plan is not None:      # (a new plan takes the shared segment over)
+                comm._plan = comm._plan.with_hints(hints, f"rank {comm.rank}: Set_info")
     comm._attrs["__info__"] = kept
 
 

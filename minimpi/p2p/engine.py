@@ -508,7 +508,7 @@ class Engine(FrameSink):
             if lost is None:
                 q.posted.append(req)
             else:  # the peer it names is gone: nothing can ever match
-                req._fail(self._lost_error(lost, describe(req)))
+                req._fail(self.lost_error(lost, describe(req)))
         return req
 
     def _bind(self, req: RecvRequest, inc: Incoming) -> None:
@@ -518,7 +518,7 @@ class Engine(FrameSink):
         st = req.status
         st.source, st.tag, st.nbytes = inc.source, inc.tag, inc.length
         if not inc.arrived and inc.peer in self.lost_peers:  # (taken by Mprobe before the loss)
-            req._fail(self._lost_error(inc.peer, describe(req)))
+            req._fail(self.lost_error(inc.peer, describe(req)))
             return
         if inc.rendezvous:
             self._rndv_recvs[(inc.peer, inc.msg_id)] = req
@@ -718,18 +718,18 @@ class Engine(FrameSink):
         self.lost_peers.setdefault(peer, reason)
         for key in [k for k in self._rndv_sends if k[0] == peer]:
             req = self._rndv_sends.pop(key)[0]
-            req._fail(self._lost_error(peer, describe(req)))
+            req._fail(self.lost_error(peer, describe(req)))
         for key in [k for k in self._sync_sends if k[0] == peer]:
             req = self._sync_sends.pop(key)
-            req._fail(self._lost_error(peer, describe(req)))
+            req._fail(self.lost_error(peer, describe(req)))
         for key in [k for k in self._rndv_recvs if k[0] == peer]:
             req = self._rndv_recvs.pop(key)
-            req._fail(self._lost_error(peer, describe(req)))
+            req._fail(self.lost_error(peer, describe(req)))
         owner = self._current.pop(peer, None)
         if isinstance(owner, Incoming):   # an unexpected message cut off mid-payload
             owner = owner.waiting
         if owner is not None:
-            owner._fail(self._lost_error(peer, describe(owner)))
+            owner._fail(self.lost_error(peer, describe(owner)))
         for context, q in self._queues.items():
             # Its messages that never fully arrived (cut off, or a request-to-send whose data
             # can no longer come) must not match a receive that would then wait forever.
@@ -744,7 +744,7 @@ class Engine(FrameSink):
                 lost = self._source_lost(req.source, group)
                 if lost is not None:
                     q.posted.remove(req)
-                    req._fail(self._lost_error(lost, describe(req)))
+                    req._fail(self.lost_error(lost, describe(req)))
 
     # -- fault tolerance (ULFM; minimpi.comm.ulfm) ------------------------------------------
     def notify_failed(self, peer: int, reason: str) -> None:
@@ -814,7 +814,7 @@ class Engine(FrameSink):
             pending = self._unacknowledged(context, group)
             return self._pending_error(pending, what) if pending else None
         lost = self._source_lost(source, group)
-        return self._lost_error(lost, what) if lost is not None else None
+        return self.lost_error(lost, what) if lost is not None else None
 
     def _refusal(self, context: int, dest: Optional[int], req: Request) -> Optional[Exception]:
         """Why an operation on ``context`` (a send to world rank ``dest``, or the receive
@@ -824,7 +824,7 @@ class Engine(FrameSink):
         if context in self.revoked:
             return RevokedError(f"rank {self.rank}: {describe(req)}: {self.revoked[context]}")
         if dest is not None and dest in self.lost_peers:
-            return self._lost_error(dest, describe(req))
+            return self.lost_error(dest, describe(req))
         if not self.fault_tolerant or not self.lost_peers:
             return None
         group = self._groups.get(context)
@@ -833,7 +833,7 @@ class Engine(FrameSink):
         if context in self._collective_contexts:
             failed = [w for w in group if w in self.failed]
             if failed:
-                return self._lost_error(failed[0], describe(req), collective=True)
+                return self.lost_error(failed[0], describe(req), collective=True)
         elif dest is None and req.source == ANY_SOURCE and context not in self._control_contexts:
             pending = self._unacknowledged(context, group)
             if pending:
@@ -872,7 +872,7 @@ class Engine(FrameSink):
             if peer not in group or context in self._control_contexts:
                 continue
             if context in self._collective_contexts:
-                self._fail_each(context, lambda req: self._lost_error(
+                self._fail_each(context, lambda req: self.lost_error(
                     peer, describe(req), collective=True))
                 continue
             q = self._queues.get(context)
@@ -882,7 +882,7 @@ class Engine(FrameSink):
                 q.posted.remove(req)
                 req._fail(self._pending_error([peer], describe(req)))
 
-    def _lost_error(self, peer: int, what: str, collective: bool = False) -> PeerLostError:
+    def lost_error(self, peer: int, what: str, collective: bool = False) -> PeerLostError:
         """The error of an operation that needs the lost ``peer``: ``PeerLostError`` (the
         job ends), or under fault tolerance ``ProcFailedError`` (MPI.ERR_PROC_FAILED)."""
         if not self.fault_tolerant:

@@ -127,6 +127,12 @@ class Transport(ABC):
     def release_segment(self, key: str) -> None:
         """Remove the name of segment ``key`` (the memory lives on while mapped)."""
 
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        """This process is done with segment ``key`` (its communicator was freed; ``mem``:
+        what :meth:`shared_segment` gave it): a later ``shared_segment(key)`` - a new
+        communicator that got the same context - maps new memory. What still uses ``mem``
+        keeps it mapped."""
+
     def fence(self) -> None:
         """A full memory fence: this process's stores before it, its loads after (a writer
         of shared memory between publishing and looking at who sleeps)."""

@@ -104,6 +104,12 @@ class InprocTransport(Transport):
     def release_segment(self, key: str) -> None:
         pass      # (process memory: it goes with the last reference)
 
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        fabric = self.fabric
+        with fabric._segments_lock:
+            if fabric.segments.get(key) is mem.obj:   # not a new communicator's already
+                del fabric.segments[key]
+
     def wake_peers(self, peers: Sequence[int]) -> None:
         for peer in peers:
             cond = self.fabric.conditions[peer]

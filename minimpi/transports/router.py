@@ -224,6 +224,11 @@ class RouterTransport(Transport):
         if member is not None:
             member.release_segment(key)
 
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.forget_segment(key, mem)
+
     def fence(self) -> None:
         member = self.member("shm")
         if member is not None:

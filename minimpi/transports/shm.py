@@ -1172,6 +1172,11 @@ class ShmTransport(Transport):
             except FileNotFoundError:      # another member was first
                 pass
 
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        entry = self._shared.get(key)
+        if entry is not None and mem.obj is entry[0]:
+            del self._shared[key]     # (the name is not removed: it may be a new segment's)
+
     def end_sleep(self) -> None:
         self._inbox.ctl[C_SLEEPING] = 0
         for out in self._blocked:

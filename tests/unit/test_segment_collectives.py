@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from minimpi import MPI
 from minimpi.data import ops
 from minimpi.errors import CollectiveMismatchError
 from minimpi.p2p.progress import ProgressPolicy
@@ -88,6 +89,79 @@ def test_a_type_mismatch_of_equal_size_is_caught_on_the_fused_path_too():
     with pytest.raises(RankFailed) as info:
         run_threads(2, body, timeout=60, transport="shm")
     assert isinstance(info.value.__cause__, CollectiveMismatchError)
+
+
+@pytest.mark.parametrize("p", [3, 5])
+def test_the_communicators_of_one_split_meet_in_segments_of_their_own(p):
+    """Split gives its communicators one context: each group must still get its own segment
+    (a shared one mixed the groups' sums)."""
+    def body(comm):
+        spinning(comm)
+        sub = comm.Split(color=comm.rank % 2, key=comm.rank)
+        sums = []
+        for i in range(6):
+            out = np.empty(1, dtype=np.int64)
+            sub.Allreduce(np.array([comm.rank + i]), out)
+            sums.append(int(out[0]))
+        return comm.rank % 2, sums
+
+    for color, sums in run_threads(p, body, timeout=60, transport="shm"):
+        mine = [r for r in range(p) if r % 2 == color]
+        assert sums == [sum(mine) + i * len(mine) for i in range(6)]
+
+
+def test_dup_and_free_in_a_loop_each_communicator_meets_in_its_own_segment():
+    """Dup, Allreduce, Free, again, with a different number of calls each time: a new
+    communicator never meets in a freed one's memory (whose call numbers would let it read
+    early), and a freed one's segment is let go."""
+    def body(comm):
+        spinning(comm)
+        sums = []
+        for i in range(4):
+            dup = comm.Dup()
+            out = np.empty(1, dtype=np.int64)
+            for j in range(3 + i):                      # a different count each time
+                dup.Allreduce(np.array([comm.rank * 10 + i + j]), out)
+            sums.append(int(out[0]))
+            dup.Free()
+        return sums
+
+    for sums in run_threads(3, body, timeout=60, transport="shm"):
+        assert sums == [30 + 3 * (i + 2 + i) for i in range(4)]
+
+
+def test_set_info_keeps_the_call_numbers_of_the_segment():
+    def body(comm):
+        spinning(comm)
+        out = np.empty(1)
+        got = []
+        for i in range(6):
+            if i == 3:
+                info = MPI.Info.Create()
+                info.Set("minimpi_cost_alpha", "2e-6")
+                comm.Set_info(info)
+            comm.Allreduce(np.array([float(comm.rank + i)]), out)
+            got.append(out[0])
+        return got
+
+    for got in run_threads(3, body, timeout=60, transport="shm"):
+        assert got == [3.0 + 3 * i for i in range(6)]
+
+
+def test_two_ranks_that_both_take_themselves_for_the_root_are_told():
+    """Bcast(root=0) on rank 0, Bcast(root=1) on rank 1: each root publishes without waiting,
+    so neither call can see the other - the next calls of that parity must."""
+    def body(comm):
+        spinning(comm)
+        buf = np.full(2, float(comm.rank))
+        comm.Bcast(buf, root=comm.rank)
+        for _ in range(3):
+            comm.Barrier()
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, body, timeout=60, transport="shm")
+    assert isinstance(info.value.__cause__, CollectiveMismatchError)
+    assert "root" in str(info.value.__cause__)
 
 
 def test_a_repeated_small_allreduce_costs_few_python_calls():

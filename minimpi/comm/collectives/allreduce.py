@@ -14,9 +14,7 @@ from .common import (
     check_op,
     check_reduction,
     collective,
-    compiled_call,
     execute,
-    fused_call,
     keep_fused,
 )
 
@@ -26,8 +24,9 @@ def Allreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = 
 
     ``sendbuf`` may be ``MPI.IN_PLACE`` (the input is taken from ``recvbuf``).
     """
-    fused = fused_call(comm, ("allreduce", id(op), algorithm))
-    if fused is not None and fused.run(sendbuf, recvbuf):
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("allreduce", id(op), algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run(sendbuf, recvbuf):
         return
     _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, "Allreduce", False)
 
@@ -60,25 +59,21 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, call, nonblocking):
 
     result = execute(comm, "allreduce", call, nbytes, invoke,
                      op=op, algorithm=algorithm, nonblocking=nonblocking,
-                     datatype=recv.datatype, finalize=lambda _: recv.finish())
-    if not nonblocking:
-        _fuse(comm, call, nbytes, op, algorithm, recv)
+                     datatype=recv.datatype, finalize=lambda _: recv.finish(),
+                     fuse=None if nonblocking else lambda compiled: _fuse(comm, compiled, op,
+                                                                          algorithm, recv))
     return result
 
 
-def _fuse(comm, call, nbytes, op, algorithm, recv) -> None:
+def _fuse(comm, compiled, op, algorithm, recv) -> None:
     """After a blocking call whose compiled algorithm meets in the shared segment, keep its
     fused form (:mod:`minimpi.coll.fused`) when the next calls can use it: a plain array
     of a predefined type fitting a slot, an op numpy applies elementwise."""
     ufunc = op.elementwise_ufunc
     array = recv.array
-    if (ufunc is None or not recv.datatype.is_predefined or recv.is_temporary
-            or type(array) is not np.ndarray):
-        return
-    compiled = compiled_call(comm, "allreduce", call, nbytes, op, algorithm,
-                             datatype=recv.datatype)
     plan = comm._plan
-    if compiled.algorithm.segment and nbytes <= plan.segment_bytes:
+    if (ufunc is not None and recv.datatype.is_predefined and not recv.is_temporary
+            and type(array) is np.ndarray and compiled.nbytes <= plan.segment_bytes):
         keep_fused(comm, ("allreduce", id(op), algorithm),
                    FusedAllreduce(compiled, plan.segment(comm._ep), array.dtype, array.size,
                                   ufunc))

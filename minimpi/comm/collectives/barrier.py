@@ -4,13 +4,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...coll.fused import FusedBarrier
-from .common import collective, compiled_call, execute, fused_call, keep_fused
+from .common import collective, execute, keep_fused
 
 
 def Barrier(comm, algorithm: str = None) -> None:
     """Block until every rank of the communicator has called Barrier."""
-    fused = fused_call(comm, ("barrier", 0, algorithm))
-    if fused is not None and fused.run():
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("barrier", 0, algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run():
         return
     _barrier(comm, "Barrier", algorithm, False)
 
@@ -29,11 +30,9 @@ def ibarrier(comm, algorithm: str = None):
 
 @collective
 def _barrier(comm, call: str, algorithm: Any, nonblocking: bool):
-    result = execute(comm, "barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
-                     nonblocking=nonblocking)
-    if call == "Barrier":      # the fused form of a segment barrier for the next calls
-        compiled = compiled_call(comm, "barrier", call, 0, algorithm=algorithm)
-        if compiled.algorithm.segment:
-            keep_fused(comm, ("barrier", 0, algorithm),
+    return execute(comm, "barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
+                   nonblocking=nonblocking,
+                   fuse=lambda compiled: keep_fused(   # the fused form for the next calls
+                       comm, ("barrier", 0, algorithm),
                        FusedBarrier(compiled, comm._plan.segment(comm._ep)))
-    return result
+                   if call == "Barrier" else None)

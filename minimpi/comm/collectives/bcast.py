@@ -5,13 +5,14 @@ from typing import Any
 
 from ...coll.fused import FusedBcast
 from ...data.buffers import parse_buffer
-from .common import check_root, collective, compiled_call, execute, fused_call, keep_fused
+from .common import check_root, collective, execute, keep_fused
 
 
 def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
     """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
-    fused = fused_call(comm, ("bcast", root, algorithm))
-    if fused is not None and fused.run(buf):
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("bcast", root, algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run(buf):
         return
     _ibcast(comm, buf, root, algorithm, "Bcast", False)
 
@@ -27,16 +28,21 @@ def _ibcast(comm, buf, root, algorithm, call, nonblocking):
     result = execute(comm, "bcast", call, spec.nbytes,
                      lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
                      nonblocking=nonblocking, finalize=lambda _: spec.finish(),
-                     datatype=spec.datatype)
-    if not nonblocking and spec.datatype.is_predefined and not spec.is_temporary:
-        compiled = compiled_call(comm, "bcast", call, spec.nbytes, algorithm=algorithm,
-                                 root=root, datatype=spec.datatype)
-        plan = comm._plan
-        if compiled.algorithm.segment and spec.nbytes <= plan.segment_bytes:
-            keep_fused(comm, ("bcast", root, algorithm),
-                       FusedBcast(compiled, plan.segment(comm._ep), spec.array.dtype,
-                                  spec.nbytes, root))
+                     datatype=spec.datatype,
+                     fuse=None if nonblocking else lambda compiled: _fuse(comm, compiled, spec,
+                                                                          root, algorithm))
     return result
+
+
+def _fuse(comm, compiled, spec, root, algorithm) -> None:
+    """After a blocking segment call, keep its fused form (:mod:`minimpi.coll.fused`) when
+    the next calls can use it: a plain array of a predefined type fitting a slot."""
+    plan = comm._plan
+    if (spec.datatype.is_predefined and not spec.is_temporary
+            and spec.nbytes <= plan.segment_bytes):
+        keep_fused(comm, ("bcast", root, algorithm),
+                   FusedBcast(compiled, plan.segment(comm._ep), spec.array.dtype,
+                              spec.nbytes, root))
 
 
 def bcast(comm, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:

@@ -99,7 +99,7 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
             invoke: Callable[[Algorithm, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
             finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None,
-            datatype: Any = None) -> Any:
+            datatype: Any = None, fuse: Optional[Callable[[CompiledCall], None]] = None) -> Any:
     """Run ``invoke(algorithm, channel)``'s schedule as the compiled call of this signature
     (an :class:`~minimpi.coll.registry.Algorithm` is called like its function).
 
@@ -112,7 +112,9 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     The signature's :class:`~minimpi.coll.compiled.CompiledCall` is made on its first call
     on the communicator and kept in the communicator's plan: a repeat looks it up (``op``
     and ``datatype`` are keyed by identity; the compiled call checks they are still the
-    objects it was made for) and only runs it.
+    objects it was made for) and only runs it. ``fuse(compiled)``: called after a blocking
+    call whose algorithm meets in the shared segment, to keep the fused form of the next
+    calls (:func:`keep_fused`).
     """
     compiled = compiled_call(comm, collective, call, nbytes, op, algorithm, objects, root,
                              datatype)
@@ -128,6 +130,8 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
             result = compiled.run(ch, invoke)
     else:
         result = compiled.run(ch, invoke)
+    if fuse is not None and compiled.algorithm.segment:
+        fuse(compiled)
     return finalize(result) if finalize is not None else result
 
 
@@ -142,21 +146,16 @@ def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = 
     if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
         check_not_revoked(comm, call)
     plan = comm._plan or comm._make_plan()
-    key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))
-    compiled = plan.calls.get(key)
-    if compiled is None or not compiled.names(op, datatype):
-        compiled = plan.prepare(key, CompiledCall(ep, plan, collective, call, nbytes, op,
-                                                  algorithm, objects, root, datatype))
+    compiled = plan.calls.get((collective, call, nbytes, id(op), algorithm, objects, root,
+                               id(datatype)))
+    # (ids are keys: the weak references say whether they still name these very objects)
+    if (compiled is None or (op is not None and compiled.op_ref() is not op)
+            or (datatype is not None and compiled.datatype_ref() is not datatype)):
+        compiled = plan.prepare((collective, call, nbytes, id(op), algorithm, objects, root,
+                                 id(datatype)),
+                                CompiledCall(ep, plan, collective, call, nbytes, op,
+                                             algorithm, objects, root, datatype))
     return compiled
-
-
-def fused_call(comm: Any, key: tuple) -> Any:
-    """The fused form of a blocking segment call (:mod:`minimpi.coll.fused`) kept under
-    ``key`` on ``comm``, if any and the communicator is live."""
-    plan = comm._plan
-    if plan is None or comm._freed:
-        return None
-    return plan.fused.get(key)
 
 
 def keep_fused(comm: Any, key: tuple, fused: Any) -> None:

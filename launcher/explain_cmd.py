@@ -197,7 +197,8 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
     for cores in counts:
         try:
             name = registry.choose(collective, p, nbytes, op, "auto", objects=objects,
-                                   layout=layout, model=replace(model, cores=cores)).name
+                                   layout=layout, model=replace(model, cores=cores),
+                                   segment_bytes=_segment_bytes(layout)).name
         except AlgorithmError:
             name = "(none)"
         note = " (this model)" if cores == model.cores else ""
@@ -207,6 +208,13 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
           f"in a job):", file=out)
     for line in picks:
         print(f"  {line}", file=out)
+
+
+def _segment_bytes(layout) -> int:
+    """The shared segment a job's communicator has: on one host, ranks meet in memory
+    (their transport there is shared memory, as ``minimpi run`` gives them by default)."""
+    from minimpi.coll.segment import SLOT_BYTES
+    return SLOT_BYTES if layout is None or layout.hosts == 1 else 0
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
@@ -241,7 +249,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     rows = []
     terms = {}
     for alg in table.values():
-        why = alg.refusal(p, nbytes, op, objects, layout)
+        why = alg.refusal(p, nbytes, op, objects, layout, _segment_bytes(layout))
         predicted = None
         if why is None:
             try:
@@ -255,7 +263,8 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     picked, pick_error = None, None
     try:
         picked = registry.choose(collective, p, nbytes, op, None, objects=objects,
-                                 layout=layout, model=model).name
+                                 layout=layout, model=model,
+                                 segment_bytes=_segment_bytes(layout)).name
     except AlgorithmError as e:
         pick_error = str(e)
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))

@@ -35,9 +35,9 @@ from .dynamic import Intercomm  # noqa: F401
 from .dynamic import close_port as Close_port, lookup_name as Lookup_name  # noqa: F401
 from .dynamic import open_port as Open_port, publish_name as Publish_name  # noqa: F401
 from .dynamic import unpublish_name as Unpublish_name  # noqa: F401
-from .comm.communicator import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
-                                COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
-from .comm.extras import flush_buffered as _flush_buffered
+from .comm.management import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noqa: F401
+                               COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED)
+from .comm.pt2pt import flush_buffered as _flush_buffered
 from .comm.communicator import COMM_NULL  # noqa: F401
 from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401

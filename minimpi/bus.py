@@ -25,6 +25,8 @@ Events, in the order a call meets them:
 * :meth:`Subscriber.receive_posted` - a receive is posted, before it is matched;
 * :meth:`Subscriber.message_received` - a receive got all its data;
 * :meth:`Subscriber.step_started` - a collective algorithm starts a step;
+* :meth:`Subscriber.temporary` / :meth:`Subscriber.phase` - an algorithm takes a working
+  buffer, or begins a named phase (``minimpi draw`` shows both);
 * :meth:`Subscriber.wait_ended` - a blocking wait of the engine returned (or raised);
 * :meth:`Subscriber.blocked` / :meth:`Subscriber.still_blocked` /
   :meth:`Subscriber.unblocked` - a wait that lasts ``engine.block_report_after`` seconds,
@@ -80,6 +82,15 @@ class Subscriber:
     def step_started(self, channel: Any, index: int) -> None:
         """Step ``index`` (from 0) of the collective call behind ``channel`` starts."""
 
+    def temporary(self, buffer: Any, name: str) -> None:
+        """A collective algorithm took working buffer ``buffer`` (a zero-filled numpy array,
+        named ``name``: "acc", "slot"...): it holds part of what the rank has between steps
+        (:mod:`minimpi.coll.scratch`). While anyone listens, every such buffer is new."""
+
+    def phase(self, name: str) -> None:
+        """The algorithm's steps from here on form its phase ``name`` (the ring allreduce:
+        "reduce-scatter", then "allgather")."""
+
 
 #: event -> the Bus attribute holding the tuple of its listeners
 _ROUTES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
@@ -88,6 +99,7 @@ _ROUTES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("posted", ("receive_posted",)),
     ("received", ("message_received",)),
     ("steps", ("step_started",)),
+    ("scratch", ("temporary", "phase")),
     ("waits", ("wait_ended",)),
     ("blocks", ("blocked", "still_blocked", "unblocked")),
 )

@@ -8,7 +8,7 @@ lie back to back) or a list of objects. ``n`` in the costs is the byte count of 
 """
 from __future__ import annotations
 
-from .blocks import Blocks
+from .blocks import Blocks, as_bytes
 from .cost import Layout, ceil_log2, floor_log2, not_pow2, tree_volume
 from .groups import GroupBlocks, GroupChannel
 from .peers import (
@@ -23,6 +23,8 @@ from .peers import (
 )
 from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 @algorithm("allgather", "binomial",
@@ -246,4 +248,36 @@ def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
         blocks.unpack(everything, into, req)
     for child in children:                            # largest subtree first
         yield [host.isend(blocks.pack(everything), child)]
+    return blocks
+
+
+@algorithm("allgather", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)/p·n·β; c = max(1, ⌈n/p/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           local=lambda p, n: p * n)
+def allgather_segment(ch: Channel, blocks: Blocks) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): every rank copies its
+    own block into its slot and publishes the call; once all have, each copies the other
+    ranks' blocks out. One step for blocks that fit a slot (larger ones in slot-sized
+    pieces, as many as the largest block needs); time α/2 + (p-1)/p·n·β (n: all p blocks).
+    """
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    views = [as_bytes(blocks.view(r)) for r in range(p)]
+    mine = views[rank]
+    everyone = range(p)
+    parts = pieces(max(v.nbytes for v in views), seg.slot)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        piece = mine[lo:hi]
+        seg.area(rank, k, piece.nbytes)[...] = piece
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, everyone)]
+        seg.check(k, sig, everyone, ch)
+        for r in everyone:
+            if r != rank:
+                target = views[r][lo:hi]
+                target[...] = seg.area(r, k, target.nbytes)
+        seg.finished(k)
     return blocks

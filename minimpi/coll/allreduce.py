@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .bcast import bcast_binomial
-from .blocks import even_bounds
+from .blocks import as_bytes, even_bounds
 from .cost import Layout, ceil_log2, floor_log2, not_pow2, segments
 from .groups import GroupChannel
 from .peers import (
@@ -34,7 +34,8 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
-from .scratch import scratch
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 def _pof2(p: int) -> int:
@@ -140,7 +141,7 @@ def allreduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray) -> Sched
     data = yield from fold_in(ch, red, data)          # fold (whole vectors)
     ch.phase("reduce-scatter (recursive halving)")
     if newrank >= 0:
-        tmp = scratch((n_items - n_items // 2) * unit, data.dtype, "tmp")
+        tmp = ch.scratch((n_items - n_items // 2) * unit, data.dtype, "tmp")
         lo, hi = 0, n_items                           # window, in items
         windows = []
         mask = 1
@@ -243,7 +244,7 @@ def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0
 
     if contribution is None:
         slot_size = even_bounds(largest // unit, nseg, unit)[1]
-        slots = (scratch(slot_size, data.dtype, "slot"), scratch(slot_size, data.dtype, "slot"))
+        slots = (ch.scratch(slot_size, data.dtype, "slot"), ch.scratch(slot_size, data.dtype, "slot"))
     # Reduce-scatter: unit t = (step k, segment j) sends segment j of block rank-k-1 (at
     # k = 0 our own contribution), receives segment j of block rank-k-2.
     work = [((rank - k - 1) % p, (rank - k - 2) % p, j) for k in range(p - 1) for j in range(nseg)]
@@ -378,3 +379,44 @@ def allreduce_hierarchical_ring(ch: Channel, red: Operand, data: np.ndarray) -> 
     commutative ops only.
     """
     return (yield from _two_levels(ch, red, data, "hierarchical_ring"))
+
+
+@algorithm("allreduce", "segment", segment=True, reads_sendbuf=True, objects=False,
+           formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)",
+           messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           local=lambda p, n: p * p * n)
+def allreduce_segment(ch: Channel, red: Operand, data: np.ndarray,
+                      contribution: Optional[np.ndarray] = None) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): each rank copies its
+    vector into its slot and publishes the call; once every rank has, each reduces the p
+    slots in rank order into its own result. One step and one wake-up at most per rank for
+    a vector that fits a slot (larger ones go through in slot-sized pieces, a step each),
+    no message; time α/2 + (p-1)·n·(β + γ) (the α of a meeting in memory: no frame, no
+    matching, priced at half a message step), every rank reading all p vectors.
+
+    Step: write slot ``rank`` of call k, publish k (the last writer wakes whoever sleeps);
+    wait until all p slots carry k; result = x0 (op) x1 (op) ... (op) x[p-1] - rank order,
+    so any op, commutative or not.
+    """
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    mine = as_bytes(data if contribution is None else contribution)
+    out = as_bytes(data)
+    dtype = data.dtype
+    unit = (red.datatype.base_count if red.datatype is not None else 1) * data.itemsize
+    everyone = range(p)
+    parts = pieces(mine.nbytes, seg.slot, unit)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, everyone)]
+        seg.check(k, sig, everyone, ch)
+        acc = out[lo:hi].view(dtype)
+        acc[...] = seg.area(0, k, hi - lo).view(dtype)
+        for r in range(1, p):
+            red.into_lower(acc, seg.area(r, k, hi - lo).view(dtype))
+        seg.finished(k)
+    return data

@@ -13,11 +13,12 @@ every rank must make alike) depends on p alone: its costs are given for n = 0.
 """
 from __future__ import annotations
 
-from .blocks import Blocks
+from .blocks import Blocks, as_bytes
 from .cost import ceil_log2
 from .registry import algorithm
 from .schedule import Channel, Schedule
-from .scratch import scratch
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 def _ring_cost(m, p, n):
@@ -122,7 +123,7 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
         work = Blocks(items=[send.get((rank + i) % p) for i in range(p)])
     else:
         b = send.counts[0]
-        work = Blocks.uniform(scratch(b * p, send.array.dtype, "work"), p)
+        work = Blocks.uniform(ch.scratch(b * p, send.array.dtype, "work"), p)
         for i in range(p):
             work.put(i, send.get((rank + i) % p))
     ch.phase("exchange")
@@ -138,4 +139,39 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     ch.phase("rotate back")
     for i in range(p):
         recv.put((rank - i) % p, work.get(i))
+    return recv
+
+
+@algorithm("alltoall", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)/p·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           local=lambda p, n: n)
+def alltoall_segment(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): every rank copies all
+    its p blocks into its slot and publishes the call; once all have, rank r copies block
+    r of every other rank's slot. One step when a rank's p blocks fit a slot (else
+    pieces of every block, a step each); time α/2 + (p-1)/p·n·β (n: a rank's p blocks).
+    Equal blocks only (``Alltoall``).
+    """
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    outgoing = [as_bytes(send.view(j)) for j in range(p)]
+    incoming = [as_bytes(recv.view(j)) for j in range(p)]
+    b = outgoing[0].nbytes
+    q = max(1, seg.slot // p)                    # bytes of each block per call
+    everyone = range(p)
+    parts = pieces(b, q)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        m = hi - lo
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        area = seg.area(rank, k, p * m)
+        for j in everyone:
+            area[j * m:(j + 1) * m] = outgoing[j][lo:hi]
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, everyone)]
+        seg.check(k, sig, everyone, ch)
+        for j in everyone:
+            incoming[j][lo:hi] = seg.area(j, k, p * m)[rank * m:(rank + 1) * m]
+        seg.finished(k)
     return recv

@@ -11,6 +11,7 @@ from .cost import ceil_log2
 from .peers import binomial_children, binomial_parent, ring_neighbours
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .slots import SEQ_BITS
 
 
 def _token() -> np.ndarray:
@@ -84,3 +85,20 @@ def barrier_dissemination(ch: Channel) -> Schedule:
     while dist < p:
         yield [ch.irecv(_token(), (r - dist) % p), ch.isend(_token(), (r + dist) % p)]
         dist <<= 1
+
+
+@algorithm("barrier", "segment", segment=True, objects=True,
+           formula="α/2", messages=lambda m, p, n: p, volume=lambda p, n: 0)
+def barrier_segment(ch: Channel) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): publish the call,
+    wait until every rank has. One step, one wake-up at most per rank; time α/2 (a meeting
+    in memory: no frame, no matching).
+    """
+    seg = ch.segment()
+    k = seg.reserve(1)[0]
+    sig = ch.tag >> SEQ_BITS
+    yield [seg.free_for(ch, k)]                  # (the signature word k uses was read)
+    seg.publish(k, sig, call=ch)
+    yield [seg.wait_for(ch, k, range(ch.size))]
+    seg.check(k, sig, range(ch.size), ch)
+    seg.finished(k)

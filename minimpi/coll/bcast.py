@@ -30,6 +30,8 @@ from .peers import (
 from .reduction import received
 from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 @algorithm("bcast", "binomial",
@@ -197,3 +199,34 @@ def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
     home = groups[mine]                                       # 2. inside my host
     ch.phase("2. broadcast inside each host")
     return (yield from bcast_binomial(GroupChannel(ch, home), data, home.index(leaders[mine])))
+
+
+@algorithm("bcast", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           local=lambda p, n: p * n)
+def bcast_segment(ch: Channel, data: np.ndarray, root: int) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): the root copies its
+    buffer into its slot and publishes the call; every other rank publishes that it is in
+    the call, waits for the root's slot and copies it out. One step for a buffer that fits
+    a slot (larger ones in slot-sized pieces); time α/2 + (p-1)·n·β (each of the other
+    ranks copies n bytes).
+    """
+    seg = ch.segment()
+    rank = ch.rank
+    sig = ch.tag >> SEQ_BITS
+    mine = as_bytes(data)
+    parts = pieces(mine.nbytes, seg.slot)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        if rank == root:
+            seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
+            seg.publish(k, sig, root=True, call=ch)   # the others wait for this slot alone
+            seg.finished(k)
+            continue
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, (root,))]
+        seg.check(k, sig, (root,), ch)
+        mine[lo:hi] = seg.area(root, k, hi - lo)
+        seg.finished(k)
+    return data

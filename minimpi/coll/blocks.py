@@ -31,7 +31,6 @@ import numpy as np
 
 from ..errors import CollectiveMismatchError
 from ..p2p.request import Request
-from .scratch import scratch
 
 #: a byte range of one block (pipelining cuts a block in parts); None: the whole block
 Part = Optional[Tuple[int, int]]
@@ -276,7 +275,7 @@ class EqualBlocks(RootedBlocks):
         if hi - lo == 1 and lo == self.me and own is not None:
             self.store = Blocks(own, [self.b], [0])
             return
-        self.store = Blocks.uniform(scratch((hi - lo) * self.b, np.uint8, "subtree"), hi - lo)
+        self.store = Blocks.uniform(self.ch.scratch((hi - lo) * self.b, np.uint8, "subtree"), hi - lo)
         if self.src is not None and lo <= self.me < hi:
             self.store.put(self._index(self.me), self.src)
 

@@ -32,7 +32,7 @@ class GroupChannel:
     """The channel ``ch`` as seen by the ranks ``members`` (ranks of ``ch``), renumbered: our
     ``rank`` is our index in ``members`` and ``isend``/``irecv`` take group ranks."""
 
-    __slots__ = ("parent", "members", "rank", "size", "objects", "ep", "call")
+    __slots__ = ("parent", "members", "rank", "size", "objects", "ep", "call", "temps")
 
     def __init__(self, ch: Any, members: Sequence[int]) -> None:
         if ch.rank not in members:
@@ -44,6 +44,7 @@ class GroupChannel:
         self.objects = ch.objects
         self.ep = ch.ep
         self.call = ch.call
+        self.temps = ch.temps        # the call's working buffers are the real channel's
 
     def isend(self, data: Any, dest: int) -> Request:
         return self.parent.isend(data, self.members[dest])
@@ -59,6 +60,15 @@ class GroupChannel:
     def phase(self, name: str) -> None:
         """The phases of an algorithm run on a group stay inside the step of the call that
         runs it (which marks its own phases on the real channel): nothing to do."""
+
+    def scratch(self, size: int, dtype: Any, name: str = "tmp") -> np.ndarray:
+        return self.temps.take(size, dtype, name)
+
+    def scratch_like(self, like: np.ndarray, name: str = "tmp") -> np.ndarray:
+        return self.temps.like(like, name)
+
+    def scratch_copy(self, source: np.ndarray, name: str = "acc") -> np.ndarray:
+        return self.temps.copy(source, name)
 
 
 class GroupBlocks:

@@ -452,21 +452,30 @@ def open_signed(ch: Any, watch: "Watch", sig: int, collective: str, call: str,
     """:func:`open_call` with the call's signature ``sig`` and the communicator's
     bookkeeping ``watch`` (:func:`watch_of`) already known."""
     ch.watch = watch
+    ch.tag = open_slot(ch.ep, watch, ch.tag, sig, collective, call, algorithm, root, opname,
+                       nbytes, objects, typename)
+
+
+def open_slot(ep: Any, watch: "Watch", seq: int, sig: int, collective: str, call: str,
+              algorithm: str, root: Optional[int], opname: Optional[str], nbytes: int,
+              objects: bool, typename: Optional[str] = None) -> int:
+    """The signed tag of the call in slot ``seq`` (drawn from the endpoint), recorded in the
+    communicator's bookkeeping and checked against what already arrived: raises the error a
+    message of this slot with another signature, or an earlier call, left."""
     if watch.error is not None:
         err, watch.error = watch.error, None
         raise err
-    seq = ch.tag
     tag = (seq & SEQ_MASK) | sig << SEQ_BITS
-    ch.tag = tag
     low = watch.register(seq, tag, sig, collective, call, algorithm, root, opname, nbytes,
                          objects, typename)
-    waiting = ch.ep.engine.unexpected_messages(ch.context)
+    waiting = ep.engine.unexpected_messages(ep.coll_context)
     # a message of this very call (the common case: a peer was first) needs no look
     for inc in waiting:
         if inc.tag != tag and (inc.tag & SEQ_MASK) == low:
-            check_marker(ch.ep, low)          # another rank's abort marker: raises that
+            check_marker(ep, low)          # another rank's abort marker: raises that
             raise watch.error_for(watch.call(low), inc.source, inc.tag, inc.length,
                                   inc.rendezvous)
+    return tag
 
 
 def watch_of(ep: Any) -> Watch:

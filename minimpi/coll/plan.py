@@ -38,6 +38,7 @@ from .cost import FIELDS, CostModel, Layout, model_sources
 from .mismatch import KINDS
 from .peers import host_groups, host_leaders
 from .registry import Algorithm, algorithms, choose_among
+from .segment import SLOT_BYTES, HostSegment
 
 #: Built-in terms of the link between two ranks of one host, per transport that can carry it:
 #: (alpha seconds per message, beta seconds per byte; None: the model's ``alpha``/``beta``).
@@ -52,6 +53,11 @@ from .registry import Algorithm, algorithms, choose_among
 LINK_TERMS: Dict[str, Tuple[Optional[float], Optional[float]]] = {
     "shm": (None, 1 / 10e9),
 }
+
+#: the wires between the ranks of one host over which they can also share memory (a
+#: communicator's collective segment, :mod:`.segment`): shared memory, and the threads of
+#: one process (tests, ``minimpi draw``)
+SEGMENT_WIRES = ("shm", "inproc")
 
 #: info keys: ``minimpi_cost_<field>`` sets a model field, ``minimpi_<collective>`` forces
 INFO_COST_PREFIX = "minimpi_cost_"
@@ -128,7 +134,8 @@ class Plan:
     """
 
     __slots__ = ("size", "rank", "settings", "model", "layout", "groups", "leaders",
-                 "intra_wire", "_decisions", "calls")
+                 "intra_wire", "_decisions", "calls", "kept_bytes", "segment_bytes",
+                 "_segment", "fused")
 
     def __init__(self, size: int, rank: int, hosts: Sequence[int], settings: Settings,
                  intra_wire: Optional[str] = None) -> None:
@@ -143,8 +150,19 @@ class Plan:
         self.leaders: List[int] = host_leaders(self.groups)
         self.model: CostModel = priced_for(settings, intra_wire)
         self._decisions: Dict[tuple, Algorithm] = {}
-        #: call signature -> what the API layer prepared for it (:meth:`prepare`)
+        #: call signature -> what the API layer prepared for it (:meth:`prepare`): its
+        #: compiled call (:mod:`.compiled`)
         self.calls: Dict[tuple, Any] = {}
+        #: the working-buffer bytes the compiled calls keep between calls
+        self.kept_bytes = 0
+        #: the slot of the shared segment the ranks can meet in (:mod:`.segment`): all on
+        #: this host over shared memory (0: no segment)
+        self.segment_bytes = SLOT_BYTES if size == 1 or (
+            intra_wire in SEGMENT_WIRES and len(self.groups) == 1) else 0
+        self._segment: Any = None
+        #: (collective, op id, algorithm argument) -> the fused form of a blocking segment
+        #: call (:mod:`.fused`), which the API layer tries first
+        self.fused: Dict[tuple, Any] = {}
 
     def algorithm(self, collective: str, nbytes: int, op: Any = None,
                   requested: Optional[str] = None, objects: bool = False,
@@ -175,13 +193,31 @@ class Plan:
             if alg is None:
                 raise AlgorithmError(f"{where}{call}: unknown algorithm {requested!r} (from "
                                      f"{source}); {collective} has: {', '.join(table)}, auto")
-            why = alg.refusal(self.size, nbytes, op, objects, self.layout)
+            why = alg.refusal(self.size, nbytes, op, objects, self.layout, self.segment_bytes)
             if why:
                 raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) "
                                      f"cannot serve this call: it {why}")
             return alg
+        # auto meets in a segment over shared memory between processes; between the
+        # threads of one process (tests, drawings) only an algorithm= asks for it
+        auto_segment = self.segment_bytes if self.intra_wire == "shm" else 0
         return choose_among(table, self.size, nbytes, op, objects, self.layout, self.model,
-                            f"{where}{call}")
+                            f"{where}{call}", auto_segment)
+
+    def segment(self, ep: Any) -> HostSegment:
+        """The communicator's shared segment (mapped on first use; ``ep``: its endpoint)."""
+        seg = self._segment
+        if seg is None:
+            seg = self._segment = HostSegment.of(ep, self.segment_bytes)
+            if seg is None:
+                raise AlgorithmError(f"rank {self.rank}: the shared segment of {ep.name} "
+                                     f"cannot be made: its transport has no shared memory")
+        return seg
+
+    def close(self) -> None:
+        """The communicator was freed: let its segment go (:meth:`HostSegment.close`)."""
+        if self._segment is not None:
+            self._segment.close()
 
     def prepare(self, key: tuple, value: Any) -> Any:
         """Keep ``value`` for call signature ``key`` (``calls[key]`` from now on); returns
@@ -189,6 +225,8 @@ class Plan:
         by identity must keep them alive."""
         if len(self.calls) >= TABLE_SIZE:
             self.calls.clear()
+            self.fused.clear()
+            self.kept_bytes = 0
         self.calls[key] = value
         return value
 
@@ -202,7 +240,9 @@ class Plan:
         plan.layout, plan.groups, plan.leaders = self.layout, self.groups, self.leaders
         plan.intra_wire = self.intra_wire
         plan.model = priced_for(settings, self.intra_wire)
-        plan._decisions, plan.calls = {}, {}
+        plan._decisions, plan.calls, plan.kept_bytes = {}, {}, 0
+        plan.segment_bytes, plan._segment = self.segment_bytes, self._segment
+        plan.fused = {}
         return plan
 
     def describe(self) -> str:

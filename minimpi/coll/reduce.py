@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .blocks import even_bounds
+from .blocks import as_bytes, even_bounds
 from .cost import Layout, ceil_log2, floor_log2, tree_volume
 from .groups import GroupChannel
 from .peers import (
@@ -36,7 +36,8 @@ from .peers import (
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
-from .scratch import scratch, scratch_copy, scratch_like
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 @algorithm("reduce", "binomial",
@@ -93,12 +94,12 @@ def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sched
     Chunks are combined in ring order, not rank order: commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else scratch_copy(data, "acc")
+    acc = data if r == root else ch.scratch_copy(data, "acc")
     if p == 1:
         return acc
     bounds = even_bounds(acc.size, p)                   # chunk c = [bounds[c], bounds[c+1])
     chunk = lambda c: acc[bounds[c]:bounds[c + 1]]
-    tmp = scratch(bounds[1], acc.dtype, "tmp")
+    tmp = ch.scratch(bounds[1], acc.dtype, "tmp")
     left, right = ring_neighbours(r, p)
     ch.phase("reduce-scatter")
     for s in range(p - 1):                              # reduce-scatter round the ring
@@ -157,12 +158,12 @@ def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) 
     Commutative ops only.
     """
     p, r = ch.size, ch.rank
-    acc = data if r == root else scratch_copy(data, "acc")
+    acc = data if r == root else ch.scratch_copy(data, "acc")
     if p == 1:
         return acc
     q, rem, new = fold_power_of_two(r, p)
     acc = yield from fold_in(ch, red, acc)              # fold (whole vectors)
-    tmp = scratch_like(acc, "tmp")
+    tmp = ch.scratch_like(acc, "tmp")
     real = lambda v: unfold_rank(v, rem)                # new rank -> rank
     bounds = even_bounds(acc.size, q)
     span = lambda lo, hi: (bounds[lo], bounds[hi])
@@ -242,3 +243,39 @@ def reduce_hierarchical(ch: Channel, red: Operand, data: Any, root: int) -> Sche
     if ch.rank == leaders[mine]:                              # 2. between hosts
         acc = yield from reduce_binomial(GroupChannel(ch, leaders), red, acc, host_of(root, groups))
     return acc if ch.rank == root else None
+
+
+@algorithm("reduce", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
+           volume=lambda p, n: 0, local=lambda p, n: p * n)
+def reduce_segment(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): every rank copies
+    its vector into its slot and publishes the call; the root waits until all have and
+    reduces the p slots in rank order (any op). One step for a vector that fits a slot
+    (larger ones in slot-sized pieces); time α/2 + (p-1)·n·(β + γ) at the root; the others
+    go on once their slot is written.
+    """
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    mine = as_bytes(data)
+    dtype = data.dtype
+    unit = (red.datatype.base_count if red.datatype is not None else 1) * data.itemsize
+    everyone = range(p)
+    parts = pieces(mine.nbytes, seg.slot, unit)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by the root)
+        seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
+        seg.publish(k, sig, call=ch)
+        if rank != root:
+            seg.finished(k)
+            continue
+        yield [seg.wait_for(ch, k, everyone)]
+        seg.check(k, sig, everyone, ch)
+        acc = mine[lo:hi].view(dtype)
+        acc[...] = seg.area(0, k, hi - lo).view(dtype)
+        for r in range(1, p):
+            red.into_lower(acc, seg.area(r, k, hi - lo).view(dtype))
+        seg.finished(k)
+    return data

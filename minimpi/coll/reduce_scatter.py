@@ -30,7 +30,6 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in
 from .registry import algorithm
 from .schedule import Channel, Schedule
-from .scratch import scratch, scratch_copy
 
 
 @algorithm("reduce_scatter", "binomial",
@@ -55,7 +54,7 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
     """
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
-    acc = scratch_copy(send, "acc")
+    acc = ch.scratch_copy(send, "acc")
     ch.phase("reduce to rank 0")
     yield from reduce_binomial(ch, red, acc, 0)      # rank 0's acc: the whole result
     ch.phase("scatter from rank 0")
@@ -88,7 +87,7 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
         return
     left, right = ring_neighbours(rank, p)
     largest = max(counts)
-    slots = (scratch(largest, send.dtype, "slot"), scratch(largest, send.dtype, "slot"))
+    slots = (ch.scratch(largest, send.dtype, "slot"), ch.scratch(largest, send.dtype, "slot"))
     outgoing = send[offs[(rank - 1) % p]:offs[(rank - 1) % p + 1]]
     for k in range(p - 1):
         rb = (rank - k - 2) % p
@@ -124,7 +123,7 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
     pof2, rem, newrank = fold_power_of_two(rank, p)
-    acc = yield from fold_in(ch, red, scratch_copy(send, "acc"))    # fold (whole vectors)
+    acc = yield from fold_in(ch, red, ch.scratch_copy(send, "acc"))    # fold (whole vectors)
 
     def span(nlo: int, nhi: int) -> slice:
         """Elements of the blocks of newranks [nlo, nhi)."""
@@ -132,7 +131,7 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
 
     ch.phase("recursive halving")
     if newrank >= 0:
-        tmp = scratch(acc.size, acc.dtype, "tmp")
+        tmp = ch.scratch(acc.size, acc.dtype, "tmp")
         lo, hi = 0, pof2
         mask = pof2 >> 1
         while mask:
@@ -180,7 +179,7 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
     p, rank = ch.size, ch.rank
     offs = running_sum(counts)
     recv[...] = send[offs[rank]:offs[rank + 1]]
-    tmp = scratch(counts[rank], send.dtype, "tmp")
+    tmp = ch.scratch(counts[rank], send.dtype, "tmp")
     ordered = not red.op.Is_commutative()
     higher = None
     for k in range(1, p):
@@ -189,7 +188,7 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
         if not ordered or src < rank:
             red.lower_into(tmp, recv)     # recv = x_src (op) recv
         elif higher is None:
-            higher = scratch_copy(tmp, "higher")                                   # x[p-1]
+            higher = ch.scratch_copy(tmp, "higher")                                   # x[p-1]
         else:
             red.lower_into(tmp, higher)   # higher = x_src (op) higher
     if higher is not None:

@@ -17,7 +17,6 @@ import numpy as np
 from ..p2p.request import Request
 from .blocks import segment_bounds
 from .peers import fold_power_of_two
-from .scratch import scratch_copy, scratch_like
 
 
 def received(req: Request, into: Optional[np.ndarray]) -> Any:
@@ -41,6 +40,17 @@ class Operand:
         self.datatype = datatype
         self.call = call
         self._readonly: Optional[int] = None
+        #: the working buffers of the call's channel (:meth:`on`; None: plain numpy)
+        self.temps: Any = None
+
+    def on(self, ch: Any) -> "Operand":
+        """This operand, taking its working buffers from channel ``ch`` (returned)."""
+        self.temps = ch.temps
+        return self
+
+    def _copy_of(self, value: np.ndarray, name: str) -> np.ndarray:
+        temps = self.temps
+        return temps.copy(value, name) if temps is not None else np.array(value, copy=True)
 
     def mine(self, value: Any, readonly: bool = True) -> Any:
         """This rank's contribution; a read-only one is copied before it is first changed."""
@@ -51,7 +61,7 @@ class Operand:
     def _writable(self, acc: Any) -> Any:
         if self._readonly is not None and id(acc) == self._readonly:
             self._readonly = None
-            return scratch_copy(acc, "acc")
+            return self._copy_of(acc, "acc")
         return acc
 
     def lower_into(self, lower: Any, acc: Any) -> Any:
@@ -79,11 +89,14 @@ class Operand:
 
     def copy(self, value: Any, name: str = "copy") -> Any:
         """A working copy of ``value`` (objects are immutable here: no copy)."""
-        return value if self.objects else scratch_copy(value, name)
+        return value if self.objects else self._copy_of(value, name)
 
     def slot(self, like: Any, name: str = "tmp") -> Optional[np.ndarray]:
         """Where a value like ``like`` is received (None: as an object, see :func:`received`)."""
-        return None if self.objects else scratch_like(like, name)
+        if self.objects:
+            return None
+        temps = self.temps
+        return temps.like(like, name) if temps is not None else np.empty_like(like)
 
     def pieces(self, value: Any, segment_bytes: int) -> List[Any]:
         """``value`` cut into pipeline segments (views); an object is one piece."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AlgorithmError
-from .cost import CostModel, Layout, Link, contention, default_model
+from .cost import CostModel, Layout, Link, contention, default_model, formula_values
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,9 @@ class Algorithm:
     #: ``cost`` as a reader sees it, e.g. "⌈log2 p⌉·(α + n·β)" (see cost.evaluate: the
     #: tests check that it computes what ``cost`` computes)
     formula: str = ""
+    #: it meets in the communicator's shared segment (:mod:`minimpi.coll.segment`): only
+    #: for ranks that all share one host over shared memory (or are threads of a process)
+    segment: bool = False
 
     def __call__(self, *args, **kwargs):
         """Run the algorithm: its schedule generator."""
@@ -95,10 +98,14 @@ class Algorithm:
         return max(formula, crowd), formula, crowd
 
     def refusal(self, p: int, nbytes: int, op=None, objects: bool = False,
-                layout: Optional[Layout] = None) -> Optional[str]:
-        """Why this algorithm cannot serve the call, or None when it can."""
+                layout: Optional[Layout] = None, segment_bytes: int = 0) -> Optional[str]:
+        """Why this algorithm cannot serve the call, or None when it can. ``segment_bytes``:
+        the slot a shared segment offers the communicator (0: it has none)."""
         if objects and not self.objects:
             return "moves buffers only (the lowercase, Python-object call cannot use it)"
+        if self.segment and not segment_bytes:
+            return ("meets in a shared-memory segment, which needs every rank on one host "
+                    "with the shared-memory transport")
         noncommutative = op is not None and not op.Is_commutative()
         if self.commutative_only and noncommutative:
             return (f"reorders operands, so it needs a commutative op "
@@ -114,7 +121,8 @@ class Algorithm:
 REGISTRY: Dict[str, Dict[str, Algorithm]] = {}
 
 
-def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int], float],
+def algorithm(collective: str, name: str, *,
+              cost: Optional[Callable[[CostModel, int, int], float]] = None,
               volume: Optional[Callable[[int, int], float]] = None,
               local: Optional[Callable[[int, int], float]] = None,
               messages: Optional[Callable[[CostModel, int, int], float]] = None,
@@ -122,15 +130,28 @@ def algorithm(collective: str, name: str, *, cost: Callable[[CostModel, int, int
               reads_sendbuf: bool = False, hierarchical: bool = False,
               order_needs_contiguous_hosts: bool = False,
               phases: Optional[Callable[..., List[Tuple[str, float]]]] = None,
-              formula: str = "") -> Callable:
-    """Decorator: register an algorithm function under (collective, name)."""
+              formula: str = "", segment: bool = False) -> Callable:
+    """Decorator: register an algorithm function under (collective, name). Without
+    ``cost``, the cost is ``formula`` evaluated (:func:`~minimpi.coll.cost.formula_values`):
+    the cost written once."""
+    if cost is None:
+        if not formula:
+            raise ValueError(f"algorithm {collective}/{name}: give its formula (or cost)")
+        cost = _evaluated(formula)
+
     def register(fn: Callable) -> Callable:
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
             first_sentence(fn.__doc__ or ""), volume, local, messages, hierarchical,
-            order_needs_contiguous_hosts, phases, formula)
+            order_needs_contiguous_hosts, phases, formula, segment)
         return fn
     return register
+
+
+def _evaluated(formula: str) -> Callable[[CostModel, int, int], float]:
+    def cost(model: CostModel, p: int, n: int) -> float:
+        return formula_values(formula, model, p, n)[0]
+    return cost
 
 
 def plain(text: str) -> str:
@@ -207,12 +228,14 @@ def best_of(candidates: Sequence[Tuple[float, float, float, "Algorithm"]]) -> "A
 
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
            *, objects: bool = False, rank: int = -1, call: str = "",
-           layout: Optional[Layout] = None, model: Optional[CostModel] = None) -> Algorithm:
+           layout: Optional[Layout] = None, model: Optional[CostModel] = None,
+           segment_bytes: int = 0) -> Algorithm:
     """The algorithm a call would run (see the module docstring for the order of choice),
     read from this process's environment now: what ``minimpi explain`` and the tests ask.
     A communicator decides through its plan instead (:class:`minimpi.coll.plan.Plan`, the
     same rules on settings read once). ``layout``: where the p ranks run (default: one
-    host); ``model``: another cost model than the environment's (``explain --cores``)."""
+    host); ``model``: another cost model than the environment's (``explain --cores``);
+    ``segment_bytes``: the slot of a shared segment (0: none, as on several hosts)."""
     table = algorithms(collective)
     layout = layout or Layout.one_host(p)
     source = "algorithm="
@@ -228,22 +251,23 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
         if alg is None:
             raise AlgorithmError(f"{where}{call}: unknown algorithm {requested!r} (from {source}); "
                                  f"{collective} has: {', '.join(table)}, auto")
-        why = alg.refusal(p, nbytes, op, objects, layout)
+        why = alg.refusal(p, nbytes, op, objects, layout, segment_bytes)
         if why:
             raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
                                  f"serve this call: it {why}")
         return alg
     return choose_among(table, p, nbytes, op, objects, layout, model or default_model(),
-                        f"{where}{call}")
+                        f"{where}{call}", segment_bytes)
 
 
 def choose_among(table: Dict[str, Algorithm], p: int, nbytes: int, op: Any, objects: bool,
-                 layout: Layout, model: CostModel, what: str) -> Algorithm:
+                 layout: Layout, model: CostModel, what: str,
+                 segment_bytes: int = 0) -> Algorithm:
     """``auto``: the algorithm of ``table`` with the least predicted time under ``model``
     among those whose restrictions allow the call (:func:`best_of`); ``what`` names the
     call in the error when none can serve it."""
     candidates = [(*alg.predict(model, p, nbytes, layout), alg) for alg in table.values()
-                  if alg.refusal(p, nbytes, op, objects, layout) is None]
+                  if alg.refusal(p, nbytes, op, objects, layout, segment_bytes) is None]
     if not candidates:  # pragma: no cover - every collective has an unrestricted algorithm
         raise AlgorithmError(f"{what}: no algorithm can serve this call")
     return best_of(candidates)

@@ -31,11 +31,11 @@ from ..errors import (
 from ..p2p.endpoint import Endpoint
 from ..p2p.request import Request, failed_request, has_finish, set_finish
 from ..transports.frames import F_OBJECT
-from . import scratch
 from .blocks import as_bytes
 from .cost import CostModel, default_model
 from .mismatch import abort_slot, watch_if_any
 from .peers import host_groups
+from .scratch import Scratch
 from .slots import SEQ_MASK
 
 Step = List[Request]
@@ -54,7 +54,7 @@ class Channel:
     """
 
     __slots__ = ("ep", "rank", "size", "tag", "call", "context", "step_hook", "step_index",
-                 "objects", "watch", "finishing", "plan", "observer")
+                 "objects", "watch", "finishing", "plan", "temps")
 
     def __init__(self, ep: Endpoint, call: str, step_hook: Optional[StepHook] = None,
                  objects: bool = False, plan: Any = None) -> None:
@@ -75,8 +75,28 @@ class Channel:
         #: the communicator's plan (:class:`~minimpi.coll.plan.Plan`; None: a channel made
         #: without one, which reads the environment's model when asked)
         self.plan = plan
-        #: who sees this call's phases and temporaries (``minimpi draw``), asked once
-        self.observer = scratch.observer()
+        #: the call's working buffers (kept for the next call on this channel) and who
+        #: hears of them and of its phases (``minimpi draw``; asked once per call)
+        self.temps = Scratch()
+        self.temps.begin(ep.engine.bus.scratch)
+
+    def reopen(self) -> None:
+        """Make this channel the channel of the next call of its signature: a new slot (tag)
+        of the communicator's sequence, step 0; its working buffers are kept for the call
+        to take again (a compiled collective reuses its channel: :mod:`.compiled`)."""
+        ep = self.ep
+        self.tag = ep.next_coll_tag()
+        self.step_index = 0
+        self.watch = None
+        self.finishing = 0
+        bus = ep.engine.bus
+        self.step_hook = bus.step_reporter() if bus.steps else None
+        self.temps.begin(bus.scratch)
+
+    def segment(self) -> Any:
+        """The communicator's shared segment (:mod:`.segment`), for the algorithms that
+        meet there."""
+        return self.plan.segment(self.ep)
 
     @property
     def model(self) -> CostModel:
@@ -115,8 +135,22 @@ class Channel:
     def phase(self, name: str) -> None:
         """The steps from here on form the phase ``name`` of the algorithm (for instance the
         allgather half of the ring allreduce). Costs nothing; ``minimpi draw`` labels them."""
-        if self.observer is not None:
-            self.observer.phase(name)
+        if self.temps.listeners:
+            self.temps.phase(name)
+
+    def scratch(self, size: int, dtype: Any, name: str = "tmp") -> np.ndarray:
+        """A flat working buffer of ``size`` items of ``dtype`` that the algorithm keeps
+        across steps (contents undefined; :mod:`.scratch`)."""
+        return self.temps.take(size, dtype, name)
+
+    def scratch_like(self, like: np.ndarray, name: str = "tmp") -> np.ndarray:
+        """A working buffer shaped as ``like`` (contents undefined)."""
+        return self.temps.like(like, name)
+
+    def scratch_copy(self, source: np.ndarray, name: str = "acc") -> np.ndarray:
+        """A working copy of ``source`` (an accumulator that must not change the caller's
+        data)."""
+        return self.temps.copy(source, name)
 
     def irecv(self, into: Optional[np.ndarray], source: int) -> Request:
         watch = self.watch
@@ -187,15 +221,19 @@ def run(ch: Channel, schedule: Schedule) -> Any:
 class CollectiveRequest(Request):
     """A nonblocking collective: the schedule advances whenever its current step is done."""
 
-    __slots__ = ("_ch", "_schedule", "_step", "_finalize")
+    __slots__ = ("_ch", "_schedule", "_step", "_finalize", "_release")
 
     def __init__(self, ch: Channel, schedule: Schedule,
-                 finalize: Optional[Callable[[Any], Any]] = None) -> None:
+                 finalize: Optional[Callable[[Any], Any]] = None,
+                 release: Optional[Callable[[Channel], None]] = None) -> None:
         self._setup(ch.ep.engine, ch.call)
         self._ch = ch
         self._schedule = schedule
         self._step: Optional[Step] = None
         self._finalize = finalize
+        #: called with the channel once the collective is over (a compiled collective
+        #: takes its channel back for the next call)
+        self._release = release
         self._engine.add_active(self)
 
     @property
@@ -226,12 +264,16 @@ class CollectiveRequest(Request):
                 ch.step_index += 1
         except StopIteration as finished:
             result = finished.value
+            if self._release is not None:
+                self._release(ch)
             if self._finalize is not None:
                 result = self._finalize(result)
             self._result = result
             self._complete()
             return True
         except Exception as exc:  # the error surfaces from wait()/test()
+            if self._release is not None:
+                self._release(ch)
             if not isinstance(exc, (CollectiveAbortedError, CollectiveMismatchError,
                                     PeerLostError, JobAbortedError)):   # tell the others
                 abort_slot(ch.ep, exc, ch.tag & SEQ_MASK, ch.call)
@@ -240,6 +282,7 @@ class CollectiveRequest(Request):
             return True
 
 
-def start(ch: Channel, schedule: Schedule, finalize: Optional[Callable[[Any], Any]] = None) -> Request:
-    """Start a schedule as a nonblocking collective."""
-    return CollectiveRequest(ch, schedule, finalize)
+def start(ch: Channel, schedule: Schedule, finalize: Optional[Callable[[Any], Any]] = None,
+          release: Optional[Callable[[Channel], None]] = None) -> Request:
+    """Start a schedule as a nonblocking collective (``release(ch)`` once it is over)."""
+    return CollectiveRequest(ch, schedule, finalize, release)

@@ -4,89 +4,82 @@ Between two steps a rank keeps data in the caller's buffers *and* in the algorit
 working buffers: an accumulator, a slot a partial result is received into, a rotated copy
 of the blocks. Those are local variables of the schedule generator, invisible from
 outside; yet ``minimpi draw`` must show everything a rank holds after each step (a block a
-rank sends must be drawn on that rank before it is sent). So every working buffer an
-algorithm keeps across a step is made here:
+rank sends must be drawn on that rank before it is sent), and a repeated call should not
+allocate them again. So every working buffer an algorithm keeps across a step comes from
+its channel's :class:`Scratch` - ``ch.scratch(size, dtype)``, ``ch.scratch_like(array)``,
+``ch.scratch_copy(array)``:
 
-* :func:`scratch` (``np.empty``), :func:`scratch_like` (``np.empty_like``) and
-  :func:`scratch_copy` (a copy) - in a normal call exactly what numpy gives, plus one
-  thread-local lookup;
-* on a thread that an observer watches (:func:`watching`: the recorder of ``minimpi
-  draw``), the new buffer is also handed to the observer with its name, and it is
-  zero-filled, because zero is how the recorder's identifiable data reads "empty" (garbage
-  left by ``np.empty`` could read as someone's block).
+* in a normal call, the buffers a call takes are kept, in the order it takes them; the next
+  call on the same channel (a compiled collective reuses its channel: :mod:`.compiled`)
+  gets the same buffers back when the sizes agree - no allocation on a repeat;
+* while someone on the world's bus listens to temporaries (``minimpi draw``'s recorder:
+  :meth:`minimpi.bus.Subscriber.temporary`), every buffer is new and zero-filled (zero is
+  how the recorder's identifiable data reads "empty"), and handed to the listeners with its
+  name; :meth:`Scratch.phase` tells them where a phase begins.
 
 Buffers that only stage one message within a step - a packed copy of blocks about to be
 sent, a landing area unpacked as soon as the message is in - are not kept across a step,
 so they are plain numpy allocations: their blocks are in a watched buffer before and after.
-
-:func:`phase` marks where an algorithm's phases begin (``ch.phase("allgather")``; the ring
-allreduce is a reduce-scatter followed by an allgather). A normal call ignores it; the
-recorder names the steps after it.
 """
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, List, Sequence
 
 import numpy as np
 
-_local = threading.local()
 
+class Scratch:
+    """The working buffers of one channel (see the module docstring)."""
 
-def _observer() -> Optional[Any]:
-    return getattr(_local, "observer", None)
+    __slots__ = ("_kept", "_at", "listeners", "nbytes")
 
+    def __init__(self) -> None:
+        self._kept: List[np.ndarray] = []
+        self._at = 0
+        #: the bytes of the buffers kept for the next call
+        self.nbytes = 0
+        #: who hears of temporaries and phases (the bus's ``scratch`` listeners)
+        self.listeners: Sequence[Any] = ()
 
-def scratch(size: int, dtype: Any, name: str = "tmp") -> np.ndarray:
-    """A flat working buffer of ``size`` elements (contents undefined)."""
-    observer = _observer()
-    if observer is None:
-        return np.empty(size, dtype)
-    buf = np.zeros(size, dtype)
-    observer.temporary(buf, name)
-    return buf
+    def begin(self, listeners: Sequence[Any]) -> None:
+        """A call starts on this channel: its buffers are taken again from the first."""
+        self._at = 0
+        self.listeners = listeners
 
+    def take(self, size: int, dtype: Any, name: str = "tmp") -> np.ndarray:
+        """A flat working buffer of ``size`` elements (contents undefined)."""
+        if self.listeners:
+            buf = np.zeros(size, dtype)
+            for s in self.listeners:
+                s.temporary(buf, name)
+            return buf
+        at = self._at
+        self._at = at + 1
+        kept = self._kept
+        if at < len(kept):
+            buf = kept[at]
+            if buf.size != size or buf.dtype != dtype:
+                self.nbytes -= buf.nbytes
+                buf = kept[at] = np.empty(size, dtype)
+                self.nbytes += buf.nbytes
+            return buf
+        buf = np.empty(size, dtype)
+        kept.append(buf)
+        self.nbytes += buf.nbytes
+        return buf
 
-def scratch_like(like: np.ndarray, name: str = "tmp") -> np.ndarray:
-    """A working buffer with the shape and dtype of ``like`` (contents undefined)."""
-    observer = _observer()
-    if observer is None:
-        return np.empty_like(like)
-    buf = np.zeros_like(like)
-    observer.temporary(buf, name)
-    return buf
+    def like(self, like: np.ndarray, name: str = "tmp") -> np.ndarray:
+        """A working buffer with the shape and dtype of ``like`` (contents undefined)."""
+        return self.take(like.size, like.dtype, name).reshape(like.shape)
 
+    def copy(self, source: np.ndarray, name: str = "acc") -> np.ndarray:
+        """A working copy of ``source`` (an accumulator that must not change the caller's
+        data)."""
+        buf = self.like(source, name)
+        buf[...] = source
+        return buf
 
-def scratch_copy(source: np.ndarray, name: str = "acc") -> np.ndarray:
-    """A working copy of ``source`` (an accumulator that must not change the caller's data)."""
-    observer = _observer()
-    buf = np.array(source, copy=True)
-    if observer is not None:
-        observer.temporary(buf, name)
-    return buf
-
-
-def observer() -> Optional[Any]:
-    """This thread's observer of temporaries and phases (``minimpi draw``), or None: a
-    channel asks once per call, so an unobserved call pays nothing per phase."""
-    return getattr(_local, "observer", None)
-
-
-def phase(name: str) -> None:
-    """The steps from here on belong to phase ``name`` (until the next call)."""
-    observer = _observer()
-    if observer is not None:
-        observer.phase(name)
-
-
-@contextmanager
-def watching(observer: Any) -> Iterator[None]:
-    """Hand this thread's temporaries and phases to ``observer`` (``temporary(buf, name)``,
-    ``phase(name)``) for the duration of the block."""
-    previous = _observer()
-    _local.observer = observer
-    try:
-        yield
-    finally:
-        _local.observer = previous
+    def phase(self, name: str) -> None:
+        """The steps from here on belong to phase ``name``."""
+        for s in self.listeners:
+            s.phase(name)

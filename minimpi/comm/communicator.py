@@ -1,12 +1,27 @@
-"""Communicators: ``Comm`` (point-to-point, management) and ``Intracomm`` (plus collectives).
+"""The communicator classes: ``Comm``, ``Intracomm``, ``Topocomm`` (``Cartcomm``,
+``Graphcomm``, ``Distgraphcomm``) and ``Intercomm``, as mpi4py has them.
 
 A communicator is a group of world ranks, this process's rank in it, and two context ids
 (one for point-to-point messages, one for collectives), so that messages never cross
-communicators and a collective's messages never match a user's receive. The same class
-serves mpi4py code (``MPI.COMM_WORLD``) and native minimpi code.
+communicators and a collective's messages never match a user's receive. The same classes
+serve mpi4py code (``MPI.COMM_WORLD``) and native minimpi code.
 
-Lowercase methods move Python objects (pickled), Capitalized ones move buffers (anything
-with the buffer protocol, or mpi4py buffer specs such as ``[arr, MPI.DOUBLE]``).
+The classes are thin. Each holds what a communicator *is* - its endpoint, plan, attributes,
+error handler, handle and the argument checks every operation shares - and names its
+operations, which live in plain modules by concern::
+
+    pt2pt.py         send, recv, Sendrecv, probes, buffered, persistent, partitioned
+    management.py    Dup, Split, Free, groups, error handlers, info, dynamic processes
+    collectives/     the collective calls (arguments, buffers, the algorithm's run)
+    persistent_coll  the persistent collectives (*_init)
+    topology.py      Cartesian topologies;  graph.py: graph and distributed-graph ones
+    ulfm.py          fault tolerance (Revoke, Agree, Shrink...)
+
+Every public method reaches its operation through the API front (the metaclass
+:class:`~minimpi.front.Fronted`): errors go to the communicator's error handler, calls are
+published on the world's bus when someone listens. Lowercase methods move Python objects
+(pickled), Capitalized ones move buffers (anything with the buffer protocol, or mpi4py
+buffer specs such as ``[arr, MPI.DOUBLE]``).
 """
 from __future__ import annotations
 
@@ -18,9 +33,10 @@ import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from ..coll.intercomm import inter_exchange
 from ..coll.mismatch import check_marker, watch_of
 from ..coll.plan import Plan, Settings
-from ..coll.slots import SEQ_MASK
+from ..coll.slots import SEQ_MASK, create_group_tag
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
@@ -36,42 +52,37 @@ from ..constants import (
     UNEQUAL,
 )
 from ..data import serialization
-from ..data.attributes import COMM_KEYVALS, AttributeStore
-from ..data.buffers import byte_view, parse_buffer
-from ..data.cint import INT_MAX, INT_MIN, as_int
-from ..errors import USER_ERRORS, ArgumentError, BufferSpecError, CommError, RankError, TagError
+from ..data.attributes import COMM_KEYVALS, Attributed, AttributeStore
+from ..data.cint import as_int
+from ..errors import USER_ERRORS, CommError, RankError, TagError
 from ..front import Fronted
 from ..p2p.endpoint import Endpoint
-from ..p2p.engine import Engine
-from ..p2p.request import (
-    CompletedRequest,
-    PairRequest,
-    Request,
-    Status,
-    assign_status,
-    has_finish,
-    null_status,
-    set_finish,
-)
-from ..transports import signal_guard
-from ..transports.frames import F_OBJECT, F_SYNC
-from .collectives import CollectiveMethods
-from .collectives.common import collective, note_slot
-from .collectives.neighbor import NeighborMethods
-from .extras import CommExtras, dynamic_call
-from .graph import DistGraphMixin, GraphMixin, TopoMixin, cart_neighbours
-from .group import GroupError, create_group
-from .handles import refusing
-from .hints import recv_buf_error, recv_buffer_error
-from .ledger import note
-from .message import ProbeWait, finish_object, probe_status, recv_capacity
+from ..p2p.engine import FIRST_FREE_CONTEXT, Engine
+from ..p2p.request import Request
+from ..transports.frames import F_OBJECT
+from . import graph, intercomm, management, persistent_coll, pt2pt, ulfm
+from . import topology as cartesian
+from .collectives import allgather as allgather_calls
+from .collectives import allreduce as allreduce_calls
+from .collectives import alltoall as alltoall_calls
+from .collectives import barrier as barrier_calls
+from .collectives import bcast as bcast_calls
+from .collectives import gather as gather_calls
+from .collectives import inter as inter_calls
+from .collectives import neighbor as neighbor_calls
+from .collectives import reduce as reduce_calls
+from .collectives import reduce_scatter as reduce_scatter_calls
+from .collectives import scan as scan_calls
+from .collectives import scatter as scatter_calls
+from .collectives.common import note_slot
+from .errhandlers import handle_error
+from .graph import cart_neighbours
+from .group import Group, GroupError, create_group, group_of
+from .handles import ERRORS_RETURN, Errhandler, Info, refusing
+from .management import dynamic_call
 from .null import null_state, set_comm_null
-from .persistent_coll import PersistentNeighborCollectives, PersistentScans
-from .topology import CartMixin
-from .ulfm import check_not_revoked, check_probe
-
-#: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next pair
-FIRST_FREE_CONTEXT = 4
+from .topology import DimsError, TopologyError, keep_class
+from .ulfm import check_not_revoked
 
 
 def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
@@ -87,85 +98,21 @@ def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
                     f"({expected}), not {type(value).__name__}") from None
 
 
-
-
-def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) -> Any:
-    """Post a receive with ``post()``, wait for it and return what it received.
-
-    An exception that interrupts the wait (a signal handler's: ``KeyboardInterrupt``, a
-    ``SIGALRM`` timeout) must not leave a receive behind that the program no longer knows
-    about: one that has matched no message yet is cancelled, so the program's next receive
-    gets that message; one that has matched is finished first, so its buffer is never
-    written after the call has raised (mpi4py, too, raises only once ``MPI_Recv`` returned).
-    The whole call runs with signal handlers held back except while the transport sleeps,
-    so posting and that clean-up are never cut short.
-    """
-    held = signal_guard.hold()     # (a pending handler raises here: nothing is posted yet)
-    try:
-        req = post()
-        try:
-            # signals get through only while the transport sleeps (signal_guard.interruptible)
-            return req.wait(status)
-        except BaseException:
-            _settle(req)
-            raise
-    finally:
-        signal_guard.release(held)     # handlers held back meanwhile run (and may raise) here
-
-
-def _settle(req: Request) -> None:
-    """Cancel ``req``, or finish it if it has matched, whatever signal handlers raise
-    meanwhile (the exception that interrupted the call is the one the program gets)."""
-    while not req.done:
-        try:
-            held = signal_guard.hold()
-            try:
-                req.Cancel()
-                if not req.done:     # matched: its data is already on the way
-                    req.wait()
-            finally:
-                signal_guard.release(held)
-        except BaseException:   # another interrupt, or the request's own error: it is done
-            pass
-
-
-#: The collectives mpi4py's ``Comm`` class itself has: ``Intracomm`` and ``Intercomm`` define
-#: them, and a plain ``MPI.Comm`` handle (``MPI.Comm(MPI.COMM_WORLD)``) runs them as the kind
-#: of communicator it is a handle of.
-_COMM_COLLECTIVES = (
-    "Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
-    "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
-    "Reduce_scatter", "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv",
-    "Iallgather", "Iallgatherv", "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce",
-    "Iallreduce", "Ireduce_scatter_block", "Ireduce_scatter", "barrier", "bcast", "gather",
-    "scatter", "allgather", "alltoall", "reduce", "allreduce")
-
-
-def _as_kind(comm: "Comm", call: str) -> "Comm":
-    """A handle on ``comm`` of the class that defines its collectives."""
-    kind = comm.__dict__.get("_intercomm_class") or Intracomm
-    if isinstance(comm, kind):      # that class lacks the call itself
-        return refusing(call, f"{type(comm).__name__}.{call}")()
-    return kind(comm)
-
-
 def _run_as_kind(name: str) -> Callable[..., Any]:
+    """``Comm.<name>`` for a collective mpi4py's ``Comm`` class has: it runs as the
+    ``Intracomm`` or ``Intercomm`` the handle is one of."""
     def collective_of_kind(self: "Comm", *args: Any, **kwargs: Any) -> Any:
-        return getattr(_as_kind(self, name), name)(*args, **kwargs)
+        kind = self.__dict__.get("_intercomm_class") or Intracomm
+        if isinstance(self, kind):      # that class lacks the call itself
+            return refusing(name, f"{type(self).__name__}.{name}")()
+        return getattr(kind(self), name)(*args, **kwargs)
     collective_of_kind.__name__ = collective_of_kind.__qualname__ = name
     collective_of_kind.__doc__ = (f"``{name}`` on this communicator, as the ``Intracomm`` or "
                                   f"``Intercomm`` it is.")
     return collective_of_kind
 
 
-#: a base of ``Comm`` holding those collectives, each run as the kind of the communicator
-#: (made before ``Comm``: nothing is added to a class after it exists)
-RunAsKind: type = type("RunAsKind", (), {
-    "__doc__": "The collectives of a plain ``MPI.Comm`` handle, run as its kind.",
-    "__slots__": (), **{name: _run_as_kind(name) for name in _COMM_COLLECTIVES}})
-
-
-class Comm(RunAsKind, CommExtras, metaclass=Fronted):
+class Comm(Attributed, metaclass=Fronted):
     """A communicator (``MPI.Comm``): point-to-point communication and management.
 
     ``Comm(comm)`` / ``MPI.Intracomm(comm)`` / ``MySubclass(comm)`` make another Python object
@@ -354,289 +301,6 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
             return None
         return source, tag
 
-    def _send_obj(self, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
-                  buffered: bool = False) -> Request:
-        if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
-                type(tag) is not int or not 0 <= tag <= TAG_UB):
-            checked = self._send_checks(dest, tag, call)
-            if checked is None:
-                return CompletedRequest()
-            dest, tag = checked
-        payload, nbytes = serialization.dumps(obj, rank=self.rank, call=call)
-        send = self._bsend_bytes if buffered else self._ep.isend
-        return note(self._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
-                    tag, call, True)
-
-    def _recv_obj(self, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
-        if (self._freed or type(source) is not int or type(tag) is not int or
-                not 0 <= source < self._ep.size and source != ANY_SOURCE or
-                not 0 <= tag <= TAG_UB and tag != ANY_TAG):
-            checked = self._recv_checks(source, tag, call)
-            if checked is None:
-                return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-            source, tag = checked
-        req = self._ep.irecv(None, source, tag, call, context)
-        set_finish(req, lambda: finish_object(req))   # status count = pickled size, as mpi4py
-        return note(self._ep, req, source, tag, call, False)
-
-    def _send_buf(self, buf: Any, dest: int, tag: int, call: str, flags: int = 0,
-                  buffered: bool = False) -> Request:
-        if (self._freed or type(dest) is not int or not 0 <= dest < self._ep.size or
-                type(tag) is not int or not 0 <= tag <= TAG_UB):
-            checked = self._send_checks(dest, tag, call)
-            if checked is None:
-                return CompletedRequest()
-            dest, tag = checked
-        view, _ = byte_view(buf, False, call)
-        send = self._bsend_bytes if buffered else self._ep.isend
-        return note(self._ep, send((view,), view.nbytes, dest, tag, flags, call), dest, tag,
-                    call, True)
-
-    def _recv_buf(self, buf: Any, source: int, tag: int, call: str) -> Request:
-        if (self._freed or type(source) is not int or type(tag) is not int or
-                not 0 <= source < self._ep.size and source != ANY_SOURCE or
-                not 0 <= tag <= TAG_UB and tag != ANY_TAG):
-            checked = self._recv_checks(source, tag, call)
-            if checked is None:   # PROC_NULL: mpi4py does not look at the buffer then
-                return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-            source, tag = checked
-        try:
-            view, spec = byte_view(buf, True, call)
-        except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
-            raise recv_buffer_error(self, call, buf, source, tag, exc) from None
-        req = self._ep.irecv(view, source, tag, call)
-        if spec is not None and spec.is_temporary:
-            set_finish(req, lambda: spec.finish(req.status.nbytes))
-        return note(self._ep, req, source, tag, call, False)
-
-    # -- lowercase: Python objects -------------------------------------------------------
-    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        """Send a Python object (standard mode: small ones complete without a receive)."""
-        self._send_obj(obj, dest, tag, "send").wait()
-
-    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        """Synchronous send: returns once the receiver has matched the message."""
-        self._send_obj(obj, dest, tag, "ssend", F_SYNC).wait()
-
-    # bsend/ibsend/Bsend/Ibsend (buffered: complete locally) are in CommExtras.
-    def rsend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        """Ready-mode send of an object: as ``send`` (a receive need not be posted first)."""
-        self.send(obj, dest, tag)
-
-    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        """Start sending a Python object; complete the request with ``wait``/``test``."""
-        return self._send_obj(obj, dest, tag, "isend")
-
-    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        """Start a synchronous send of an object: completes once the receiver matched it."""
-        return self._send_obj(obj, dest, tag, "issend", F_SYNC)
-
-    def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
-             status: Optional[Status] = None) -> Any:
-        """Receive a Python object (any size: no buffer needed).
-
-        ``buf`` is deprecated, as in mpi4py: passing one warns (``UserWarning``); an int or a
-        writable buffer then caps the message size (a larger one raises ``TruncationError``)
-        and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
-        received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
-        """
-        try:
-            capacity = recv_capacity(buf, "recv", warn=True)
-        except TypeError as exc:              # data = {}; comm.recv(data): say the fix
-            raise recv_buf_error(self, buf, "recv", source, tag, exc) from None
-        return blocking_recv(lambda: self._capped(self._recv_obj(source, tag, "recv"), capacity),
-                             status)
-
-    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Start receiving a Python object; ``req.wait()`` returns it (``buf``: as ``recv``'s,
-        without the warning)."""
-        try:
-            capacity = recv_capacity(buf, "irecv", warn=False)
-        except TypeError as exc:
-            raise recv_buf_error(self, buf, "irecv", source, tag, exc) from None
-        return self._capped(self._recv_obj(source, tag, "irecv"), capacity)
-
-    @staticmethod
-    def _capped(req: Request, capacity: Optional[int]) -> Request:
-        if capacity is not None and has_finish(req):
-            set_finish(req, lambda: finish_object(req, capacity))
-        return req
-
-    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
-                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
-                 status: Optional[Status] = None) -> Any:
-        """Send an object to ``dest`` and receive one from ``source`` at once (no deadlock
-        when two ranks exchange); returns the received object.
-
-        Both halves are checked (and the object pickled) before anything is posted, so a
-        call that raises has no effect on later messages.
-        """
-        call = "sendrecv"
-        capacity = recv_capacity(recvbuf, call, warn=True)
-        self._alive(call)
-        dest = self._check_dest(dest, call)
-        sendtag = self._check_send_tag(sendtag, call)
-        source = self._check_source(source, call)
-        recvtag = self._check_recv_tag(recvtag, call)
-        payload = None
-        if dest != PROC_NULL:
-            payload = serialization.dumps(sendobj, rank=self.rank, call=call)
-        rreq = self._capped(self._recv_obj(source, recvtag, call), capacity)
-        sreq = CompletedRequest() if payload is None else \
-            self._ep.isend(payload[0], payload[1], dest, sendtag, F_OBJECT, call)
-        self._ep.engine.wait_all([rreq, sreq])
-        sreq.wait()
-        return rreq.wait(status)
-
-    def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
-        """Wait until a matching message is available (as ``Probe``; object counts as mpi4py)."""
-        return self.Probe(source, tag, status)
-
-    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
-        """Whether a matching message is available now (as ``Iprobe``)."""
-        return self.Iprobe(source, tag, status)
-
-    # -- Capitalized: buffers ----------------------------------------------------------------
-    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        """Send a buffer; above the eager limit this waits for the matching receive."""
-        self._send_buf(buf, dest, tag, "Send").wait()
-
-    def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
-        """Synchronous send of a buffer: returns once the receiver has matched the message."""
-        self._send_buf(buf, dest, tag, "Ssend", F_SYNC).wait()
-
-    def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
-        """Ready-mode send of a buffer: as ``Send`` (a receive need not be posted first)."""
-        self._send_buf(buf, dest, tag, "Rsend").wait()
-
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        """Start sending a buffer; do not modify it until the request completes."""
-        return self._send_buf(buf, dest, tag, "Isend")
-
-    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        """Start a synchronous send of a buffer: completes once the receiver matched it."""
-        return self._send_buf(buf, dest, tag, "Issend", F_SYNC)
-
-    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        """Start a ready-mode send of a buffer (as ``Isend``)."""
-        return self._send_buf(buf, dest, tag, "Irsend")
-
-    def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
-             status: Optional[Status] = None) -> None:
-        """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
-        blocking_recv(lambda: self._recv_buf(buf, source, tag, "Recv"), status)
-
-    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Start receiving into a buffer; it is filled once the request completes."""
-        return self._recv_buf(buf, source, tag, "Irecv")
-
-    def _sendrecv(self, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
-                  recvtag: int, call: str) -> Tuple[Request, Request]:
-        """Post a buffer receive and a send, after checking **both**: a call that raises has
-        posted nothing, so it cannot swallow a later message."""
-        self._alive(call)
-        dest = self._check_dest(dest, call)
-        sendtag = self._check_send_tag(sendtag, call)
-        source = self._check_source(source, call)
-        recvtag = self._check_recv_tag(recvtag, call)
-        sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
-        rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
-        rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
-            self._ep.irecv(rview, source, recvtag, call)
-        if rspec is not None and rspec.is_temporary:
-            set_finish(rreq, lambda: rspec.finish(rreq.status.nbytes))
-        sreq = CompletedRequest() if sview is None else \
-            self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
-        return rreq, sreq
-
-    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
-                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
-                 status: Optional[Status] = None) -> None:
-        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source`` at once
-        (both buffers are checked before anything is posted)."""
-        rreq, sreq = self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag,
-                                    "Sendrecv")
-        self._ep.engine.wait_all([rreq, sreq])
-        sreq.wait()
-        rreq.wait(status)
-
-    def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
-                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
-        """Nonblocking ``Sendrecv``: one request, complete once both halves are (its status
-        is the receive's)."""
-        rreq, sreq = self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag,
-                                    "Isendrecv")
-        return PairRequest(rreq, sreq, "Isendrecv")
-
-    def _replace_parts(self, buf: Any, dest: int, source: int, call: str) -> Tuple[Any, Any]:
-        """(outgoing copy, receive target) of a Sendrecv_replace: the data to send is copied
-        first, since the receive overwrites ``buf``."""
-        if dest == PROC_NULL:
-            return None, buf
-        if source != PROC_NULL:     # the same checks as the receive, before anything is sent
-            parse_buffer(buf, writable=True, call=call, arg="buf")
-        spec = parse_buffer(buf, writable=False, call=call, arg="buf")
-        return spec.array.copy(), buf
-
-    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
-                         recvtag: int = ANY_TAG, status: Optional[Status] = None) -> None:
-        """Send the contents of ``buf`` and replace them with the message received."""
-        outgoing, target = self._replace_parts(buf, dest, source, "Sendrecv_replace")
-        rreq, sreq = self._sendrecv(outgoing, dest, sendtag, target, source, recvtag,
-                                    "Sendrecv_replace")
-        self._ep.engine.wait_all([rreq, sreq])
-        sreq.wait()
-        rreq.wait(status)
-
-    def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,
-                          source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
-        """Nonblocking ``Sendrecv_replace`` (the outgoing data is copied at the call)."""
-        outgoing, target = self._replace_parts(buf, dest, source, "Isendrecv_replace")
-        rreq, sreq = self._sendrecv(outgoing, dest, sendtag, target, source, recvtag,
-                                    "Isendrecv_replace")
-        return PairRequest(rreq, sreq, "Isendrecv_replace")
-
-    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
-        """Wait until a matching message is available (without receiving it)."""
-        self._alive("Probe")
-        source = self._check_source(source, "Probe")
-        tag = self._check_recv_tag(tag, "Probe")
-        if source == PROC_NULL:
-            null_status(status)
-            return True
-        found: List[Status] = []
-
-        def arrived() -> bool:
-            st = probe_status(self, source, tag)
-            if st is not None:
-                found.append(st)
-            else:
-                check_probe(self, source, tag, "Probe")   # (a revoke or failure ends it)
-            return st is not None
-
-        if not arrived():
-            self._ep.engine.wait_until(arrived, [ProbeWait(self, "probe", source, tag)])
-        if status is not None:
-            assign_status(status, found[-1])
-        return True
-
-    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> bool:
-        """Whether a matching message is available now (without receiving it); never blocks."""
-        self._alive("Iprobe")
-        source = self._check_source(source, "Iprobe")
-        tag = self._check_recv_tag(tag, "Iprobe")
-        if source == PROC_NULL:
-            null_status(status)
-            return True
-        self._ep.engine.poll()
-        st = probe_status(self, source, tag)
-        if st is None:
-            check_probe(self, source, tag, "Iprobe")
-            return False
-        if status is not None:
-            assign_status(status, st)
-        return True
-
     # -- communicator management ------------------------------------------------------------
     def _allocate_context(self) -> int:
         """Agree on a fresh context id with every member (an allreduce-max of the next free id).
@@ -648,12 +312,12 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
 
     def _free_context(self) -> int:
         """The lowest context id this process has not used yet."""
-        return getattr(self._ep.engine, "next_context", FIRST_FREE_CONTEXT)
+        return self._ep.engine.free_context()
 
     def _agree_context(self, proposals: Sequence[int]) -> int:
         """Take the largest of the members' free context ids (so it is free on all of them)."""
         context = max(proposals)
-        self._ep.engine.next_context = context + 2
+        self._ep.engine.claim_contexts(context, 2)
         return context
 
     def _exchange(self, value: Any, what: str, members: Optional[Sequence[int]] = None,
@@ -677,7 +341,7 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
         if not others:
             return [value]
         if self.rank == leader:
-            reqs = [self._recv_obj(src, tag, call, ctx) for src in others]
+            reqs = [pt2pt.recv_object(self, src, tag, call, ctx) for src in others]
             values = [value] + [r.wait() for r in reqs]
             payload, nbytes = serialization.dumps(values)
             Request.waitall([self._ep.isend(payload, nbytes, dst, tag, F_OBJECT, call, ctx)
@@ -685,13 +349,19 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
             return values
         payload, nbytes = serialization.dumps(value)
         self._ep.isend(payload, nbytes, leader, tag, F_OBJECT, call, ctx).wait()
-        return self._recv_obj(leader, tag, call, ctx).wait()
+        return pt2pt.recv_object(self, leader, tag, call, ctx).wait()
 
     def _derive(self, group: Sequence[int], rank: int, context: int, name: str) -> "Intracomm":
         new = Intracomm(self._ep.engine, group, rank, context, name, settings=self._settings)
         if "__errhandler__" in self._attrs:   # MPI: a new communicator inherits the handler
             new._attrs["__errhandler__"] = self._attrs["__errhandler__"]
         return new
+
+    def _derive_inter(self, local: Sequence[int], remote: Sequence[int], rank: int,
+                      context: int, name: str) -> "Intercomm":
+        """A new intercommunicator between the world ranks ``local`` (ours; ``rank`` is this
+        process's rank in it) and ``remote``, on contexts ``context .. context + 3``."""
+        return Intercomm._build(self._ep.engine, local, remote, rank, context, name)
 
     def _as_cart(self, dims: Sequence[int], periods: Sequence[bool]) -> "Cartcomm":
         """A Cartesian handle on this communicator's state (Create_cart, Cartcomm.Sub/Dup)."""
@@ -723,64 +393,6 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
         graph._destweights = None if destweights is None else tuple(destweights)
         return graph
 
-    @collective
-    def Dup(self, info: Any = None) -> "Intracomm":
-        """A new communicator with the same members whose messages never mix with this one's
-        (``info``: hints, kept as the new communicator's info)."""
-        self._alive("Dup")
-        context = self._allocate_context()
-        comm = self._derive(self._ep.group, self.rank, context, f"{self.name}.dup")
-        self._inherit_into(comm)
-        cls = type(self)
-        if cls is not Intracomm:   # mpi4py: Dup of a user subclass (or Cartcomm) keeps its type
-            same = object.__new__(cls)
-            same.__dict__ = comm.__dict__
-            comm = same
-        if info:
-            comm.Set_info(info)
-        return comm
-
-    def Idup(self, info: Any = None) -> Tuple["Intracomm", Request]:
-        """``(newcomm, request)``: ``Dup`` started as a nonblocking call.
-
-        minimpi agrees on the new communicator's context at the call, like ``Dup`` (so every
-        member must reach ``Idup`` before any of them continues); the request is then
-        already complete, and waiting on it returns at once.
-        """
-        return self.Dup(info), CompletedRequest()
-
-    def Idup_with_info(self, info: Any) -> Tuple["Intracomm", Request]:
-        """``Idup`` with hints (kept as the new communicator's info)."""
-        return self.Idup(info)
-
-    Clone = Dup
-
-    @collective
-    def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
-        """Partition by ``color`` (``MPI.UNDEFINED``: not a member), order by (``key``, old rank)."""
-        self._alive("Split")
-        try:   # as mpi4py's C int arguments: numpy integers, floats truncated
-            color_i, key = as_int(color), as_int(key)
-        except (TypeError, ValueError, OverflowError):
-            color_i = None
-        if color_i is not None and not (INT_MIN <= color_i <= INT_MAX and
-                                        INT_MIN <= key <= INT_MAX):
-            raise OverflowError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
-                                f"and key must fit a C int ({INT_MIN}..{INT_MAX}), as in "
-                                f"mpi4py")
-        if color_i is None or (color_i < 0 and color_i != UNDEFINED):
-            raise ArgumentError(f"rank {self.rank}: Split(color={color!r}, key={key!r}): color "
-                                f"and key must be ints, color >= 0 or MPI.UNDEFINED")
-        color = color_i
-        entries = self._exchange((color, key, self._free_context()), "Split")
-        context = self._agree_context([e[2] for e in entries])
-        if color == UNDEFINED:
-            return COMM_NULL
-        members = sorted((k, r) for r, (c, k, _) in enumerate(entries) if c == color)
-        ranks = [r for _, r in members]
-        group = [self._ep.group[r] for r in ranks]
-        return self._derive(group, ranks.index(self.rank), context, f"{self.name}.split({color})")
-
     def free(self) -> None:
         """``Free`` unless this is a null or predefined communicator (mpi4py 4): the
         constants stay as they are; another handle on ``COMM_WORLD``/``COMM_SELF``
@@ -791,22 +403,6 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
             self.__dict__ = null_state()        # this handle only
             return
         self.Free()
-
-    def Free(self) -> None:
-        """Release the communicator; later use raises ``CommError``.
-
-        ``COMM_WORLD`` and ``COMM_SELF`` cannot be freed (``CommError``, MPI_ERR_COMM, as in
-        mpi4py), and stay usable.
-        """
-        self._alive("Free")
-        if self._ep.context < FIRST_FREE_CONTEXT:
-            raise CommError(f"rank {self.rank}: Free on {self.name}: a predefined "
-                            f"communicator cannot be freed (MPI_ERR_COMM)")
-        try:
-            self._release_attributes()
-        finally:
-            self._freed = True
-            self._ep.release()
 
     def _inherit_into(self, new: "Comm") -> None:
         """What a duplicate takes from this communicator: its error handler, and the user
@@ -847,7 +443,7 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
         get_parent = dynamic_call("get_parent")
         if get_parent is not None:
             return get_parent()
-        return (_INTERCOMM_BUILDER["class"] or Intercomm)()
+        return Intercomm()
 
     def Abort(self, errorcode: int = 1) -> None:
         """End the whole job at once with exit code ``errorcode`` (never returns)."""
@@ -935,55 +531,127 @@ class Comm(RunAsKind, CommExtras, metaclass=Fronted):
 
     f2py = fromint
 
-    # -- Split_type ------------------------------------------------------------------------
-    @collective
-    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> "Intracomm":
-        """Split by hardware locality (MPI 3/4 ``MPI_Comm_split_type``).
-
-        ``COMM_TYPE_SHARED``: the ranks on one host (they can share memory);
-        ``COMM_TYPE_HW_GUIDED`` / ``COMM_TYPE_RESOURCE_GUIDED``: as SHARED when ``info``'s
-        ``mpi_hw_resource_type`` is ``mpi_shared_memory`` (the one resource type minimpi
-        knows), else ``COMM_NULL``; ``COMM_TYPE_HW_UNGUIDED``: the host level when it is
-        strictly smaller than this communicator (``info`` then gets
-        ``mpi_hw_resource_type``), else ``COMM_NULL``; ``MPI.UNDEFINED``: ``COMM_NULL``.
-        Collective: every member calls it (with any of these).
-        """
-        self._alive("Split_type")
-        split_type = as_int(split_type)
-        hosts = self._ep.hosts
-        color = UNDEFINED
-        if split_type in (COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
-            wanted = None if split_type == COMM_TYPE_SHARED else \
-                (info.Get(HW_RESOURCE_TYPE) if info else None)
-            if split_type == COMM_TYPE_SHARED or wanted == SHARED_MEMORY:
-                color = hosts[self.rank]
-        elif split_type == COMM_TYPE_HW_UNGUIDED:
-            if hosts.count(hosts[self.rank]) < self.size:
-                color = hosts[self.rank]
-        elif split_type != UNDEFINED:
-            raise ArgumentError(f"rank {self.rank}: Split_type(split_type={split_type}): "
-                                f"expected MPI.COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, "
-                                f"COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED or "
-                                f"MPI.UNDEFINED")
-        comm = self.Split(color, key)
-        if comm and split_type == COMM_TYPE_HW_UNGUIDED and info is not None and info:
-            info.Set(HW_RESOURCE_TYPE, SHARED_MEMORY)
-        if comm:
-            comm._ep.name = f"{self.name}.shared"
-        return comm
-
     def __bool__(self) -> bool:  # mpi4py: False for COMM_NULL and after Free
         return not (self.__dict__.get("_null") or self.__dict__.get("_freed"))
+
+    # -- error handler, info (the state; the calls are in management.py) -------------------
+    def _current_errhandler(self) -> Errhandler:
+        return self._attrs.get("__errhandler__", ERRORS_RETURN)
+
+    _handle_error = handle_error     # what the API front does with an error (minimpi.front)
+
+    def _abort_on_error(self, code: int) -> None:
+        self._ep.engine.abort_job(code, f"rank {self.rank}: an error on {self.name} with "
+                                        f"a fatal error handler")
+
+    @property
+    def info(self) -> Info:
+        """The communicator's hints (a copy); assigning it is ``Set_info``."""
+        return self.Get_info()
+
+    @info.setter
+    def info(self, info: Info) -> None:
+        self.Set_info(info)
+
+    @property
+    def group(self) -> Any:
+        return self.Get_group()
+
+    @property
+    def topology(self) -> int:
+        return self.Get_topology()
+
+    @property
+    def is_topo(self) -> bool:
+        """Whether this communicator has a process topology."""
+        return self.Get_topology() != UNDEFINED
+
+    # -- point-to-point (pt2pt.py) ---------------------------------------------------------
+    send, ssend, rsend, bsend = pt2pt.send, pt2pt.ssend, pt2pt.rsend, pt2pt.bsend
+    isend, issend, ibsend = pt2pt.isend, pt2pt.issend, pt2pt.ibsend
+    recv, irecv, sendrecv = pt2pt.recv, pt2pt.irecv, pt2pt.sendrecv
+    probe, iprobe, mprobe, improbe = pt2pt.probe, pt2pt.iprobe, pt2pt.mprobe, pt2pt.improbe
+    Send, Ssend, Rsend, Bsend = pt2pt.Send, pt2pt.Ssend, pt2pt.Rsend, pt2pt.Bsend
+    Isend, Issend, Irsend, Ibsend = pt2pt.Isend, pt2pt.Issend, pt2pt.Irsend, pt2pt.Ibsend
+    Recv, Irecv = pt2pt.Recv, pt2pt.Irecv
+    Sendrecv, Isendrecv = pt2pt.Sendrecv, pt2pt.Isendrecv
+    Sendrecv_replace, Isendrecv_replace = pt2pt.Sendrecv_replace, pt2pt.Isendrecv_replace
+    Probe, Iprobe, Mprobe, Improbe = pt2pt.Probe, pt2pt.Iprobe, pt2pt.Mprobe, pt2pt.Improbe
+    Send_init, Ssend_init, Bsend_init = pt2pt.Send_init, pt2pt.Ssend_init, pt2pt.Bsend_init
+    Rsend_init, Recv_init = pt2pt.Rsend_init, pt2pt.Recv_init
+    Psend_init, Precv_init = pt2pt.Psend_init, pt2pt.Precv_init
+    Attach_buffer, Detach_buffer = pt2pt.Attach_buffer, pt2pt.Detach_buffer
+    Flush_buffer, Iflush_buffer = pt2pt.Flush_buffer, pt2pt.Iflush_buffer
+
+    # -- management (management.py) --------------------------------------------------------
+    Dup, Idup, Idup_with_info = management.Dup, management.Idup, management.Idup_with_info
+    Clone, Dup_with_info = management.Dup, management.Dup_with_info
+    Split, Split_type, Free = management.Split, management.Split_type, management.Free
+    Get_group, Create, Create_group = management.Get_group, management.Create, management.Create_group
+    Create_errhandler = classmethod(management.Create_errhandler)
+    Set_errhandler, Get_errhandler = management.Set_errhandler, management.Get_errhandler
+    Call_errhandler = management.Call_errhandler
+    Set_info, Get_info, Get_topology = management.Set_info, management.Get_info, management.Get_topology
+    Spawn, Spawn_multiple = management.Spawn, management.Spawn_multiple
+    Accept, Connect, Disconnect = management.Accept, management.Connect, management.Disconnect
+    Join = classmethod(management.Join)
+    Get_remote_group, Get_remote_size = management.Get_remote_group, management.Get_remote_size
+    Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
+
+    # -- topologies (topology.py, graph.py) -----------------------------------------------
+    Create_cart, Cart_map = cartesian.Create_cart, graph.Cart_map
+    Create_graph, Graph_map = graph.Create_graph, graph.Graph_map
+    Create_dist_graph, Create_dist_graph_adjacent = (graph.Create_dist_graph,
+                                                     graph.Create_dist_graph_adjacent)
+
+    # -- fault tolerance (ulfm.py) ---------------------------------------------------------
+    Revoke, Is_revoked, Get_failed = ulfm.revoke, ulfm.is_revoked, ulfm.get_failed
+    Ack_failed, Agree, Iagree = ulfm.ack_failed, ulfm.agree, ulfm.iagree
+    Shrink, Ishrink = ulfm.shrink, ulfm.ishrink
+
+    # -- the collectives of every communicator, run as the kind it is (a plain Comm handle
+    #    on an intercommunicator runs them as one); Intracomm and Intercomm define their own
+    Barrier, Ibarrier, barrier = (_run_as_kind("Barrier"), _run_as_kind("Ibarrier"),
+                                  _run_as_kind("barrier"))
+    Bcast, Ibcast, bcast = _run_as_kind("Bcast"), _run_as_kind("Ibcast"), _run_as_kind("bcast")
+    Gather, Igather, gather = (_run_as_kind("Gather"), _run_as_kind("Igather"),
+                               _run_as_kind("gather"))
+    Gatherv, Igatherv = _run_as_kind("Gatherv"), _run_as_kind("Igatherv")
+    Scatter, Iscatter, scatter = (_run_as_kind("Scatter"), _run_as_kind("Iscatter"),
+                                  _run_as_kind("scatter"))
+    Scatterv, Iscatterv = _run_as_kind("Scatterv"), _run_as_kind("Iscatterv")
+    Allgather, Iallgather, allgather = (_run_as_kind("Allgather"), _run_as_kind("Iallgather"),
+                                        _run_as_kind("allgather"))
+    Allgatherv, Iallgatherv = _run_as_kind("Allgatherv"), _run_as_kind("Iallgatherv")
+    Alltoall, Ialltoall, alltoall = (_run_as_kind("Alltoall"), _run_as_kind("Ialltoall"),
+                                     _run_as_kind("alltoall"))
+    Alltoallv, Ialltoallv = _run_as_kind("Alltoallv"), _run_as_kind("Ialltoallv")
+    Alltoallw, Ialltoallw = _run_as_kind("Alltoallw"), _run_as_kind("Ialltoallw")
+    Reduce, Ireduce, reduce = (_run_as_kind("Reduce"), _run_as_kind("Ireduce"),
+                               _run_as_kind("reduce"))
+    Allreduce, Iallreduce, allreduce = (_run_as_kind("Allreduce"), _run_as_kind("Iallreduce"),
+                                        _run_as_kind("allreduce"))
+    Reduce_scatter_block = _run_as_kind("Reduce_scatter_block")
+    Ireduce_scatter_block = _run_as_kind("Ireduce_scatter_block")
+    Reduce_scatter, Ireduce_scatter = (_run_as_kind("Reduce_scatter"),
+                                       _run_as_kind("Ireduce_scatter"))
+
+    # -- persistent collectives (persistent_coll.py): each Start runs the I-form
+    Barrier_init, Bcast_init = persistent_coll.Barrier_init, persistent_coll.Bcast_init
+    Gather_init, Gatherv_init = persistent_coll.Gather_init, persistent_coll.Gatherv_init
+    Scatter_init, Scatterv_init = persistent_coll.Scatter_init, persistent_coll.Scatterv_init
+    Allgather_init = persistent_coll.Allgather_init
+    Allgatherv_init = persistent_coll.Allgatherv_init
+    Alltoall_init, Alltoallv_init = persistent_coll.Alltoall_init, persistent_coll.Alltoallv_init
+    Alltoallw_init = persistent_coll.Alltoallw_init
+    Reduce_init, Allreduce_init = persistent_coll.Reduce_init, persistent_coll.Allreduce_init
+    Reduce_scatter_block_init = persistent_coll.Reduce_scatter_block_init
+    Reduce_scatter_init = persistent_coll.Reduce_scatter_init
 
 
 KEYVAL_TAG_UB = 1
 _MPI_NAMES = {"COMM_WORLD": "MPI_COMM_WORLD", "COMM_SELF": "MPI_COMM_SELF",
               "COMM_NULL": "MPI_COMM_NULL"}
-#: Split_type kinds (MPICH's values) and the one hardware resource type minimpi knows
-COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = \
-    1, 2, 3, 4
-HW_RESOURCE_TYPE = "mpi_hw_resource_type"
-SHARED_MEMORY = "mpi_shared_memory"
 # Other predefined attribute keyvals (MPI.HOST, MPI.IO, ...), answered as MPICH does.
 KEYVAL_HOST, KEYVAL_IO, KEYVAL_WTIME_IS_GLOBAL, KEYVAL_UNIVERSE_SIZE, KEYVAL_APPNUM, \
     KEYVAL_LASTUSEDCODE = 2, 3, 4, 5, 6, 7
@@ -1043,28 +711,6 @@ _next_handle = itertools.count(1)
 _PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}
 
 
-def free_context(engine: Engine) -> int:
-    """The lowest context id this process has not used yet (what it proposes when a new
-    communicator's members, or an intercommunicator's two groups, agree on one)."""
-    return getattr(engine, "next_context", FIRST_FREE_CONTEXT)
-
-
-def claim_contexts(engine: Engine, first: int, count: int) -> None:
-    """Mark the context ids ``first .. first + count - 1`` as used in this process."""
-    engine.next_context = max(free_context(engine), first + count)
-
-
-#: who builds intercommunicators (``Intracomm.Create_intercomm``): minimpi.dynamic installs
-#: itself with :func:`set_intercomm_builder` (this layer cannot import the one above it)
-_INTERCOMM_BUILDER: dict = {"create": None, "class": None}
-
-
-def set_intercomm_builder(create: Any, cls: type) -> None:
-    """Install ``create(local_comm, local_leader, peer_comm, remote_leader, tag)`` and the
-    intercommunicator class (``MPI.Intercomm``, whose null handle ``Get_parent`` returns)."""
-    _INTERCOMM_BUILDER["create"], _INTERCOMM_BUILDER["class"] = create, cls
-
-
 #: ``MPI.COMM_NULL``: a null ``Comm`` (mpi4py's null handles are instances of their class);
 #: it pickles by name to this very object (see ``Comm.__reduce__``)
 COMM_NULL = Comm()
@@ -1087,18 +733,36 @@ def _predefined_handle(name: str, cls: type) -> "Comm":
     return cls(_predefined(name))
 
 
-class Intracomm(PersistentScans, CollectiveMethods, Comm):
+class Intracomm(Comm):
     """An intra-communicator: point-to-point plus every collective (``MPI.Intracomm``)."""
 
-    def Create_intercomm(self, local_leader: int, peer_comm: "Comm", remote_leader: int,
-                         tag: int = 0) -> "Intercomm":
-        """An intercommunicator between this communicator's group and another, disjoint one
-        (collective over this communicator; the leaders meet over ``peer_comm`` with
-        ``tag``). Built by :mod:`minimpi.dynamic`."""
-        create = _INTERCOMM_BUILDER["create"]
-        if create is None:
-            return refusing("Intercomm", "Intracomm.Create_intercomm")()
-        return create(self, local_leader, peer_comm, remote_leader, tag)
+    # -- the collectives (collectives/): arguments, buffers, the algorithm's schedule -------
+    Barrier, Ibarrier = barrier_calls.Barrier, barrier_calls.Ibarrier
+    barrier, ibarrier = barrier_calls.barrier, barrier_calls.ibarrier
+    Bcast, Ibcast, bcast, ibcast = bcast_calls.Bcast, bcast_calls.Ibcast, bcast_calls.bcast, bcast_calls.ibcast
+    Gather, Igather, Gatherv, Igatherv = gather_calls.Gather, gather_calls.Igather, gather_calls.Gatherv, gather_calls.Igatherv
+    gather, igather = gather_calls.gather, gather_calls.igather
+    Scatter, Iscatter = scatter_calls.Scatter, scatter_calls.Iscatter
+    Scatterv, Iscatterv = scatter_calls.Scatterv, scatter_calls.Iscatterv
+    scatter, iscatter = scatter_calls.scatter, scatter_calls.iscatter
+    Allgather, Iallgather = allgather_calls.Allgather, allgather_calls.Iallgather
+    Allgatherv, Iallgatherv = allgather_calls.Allgatherv, allgather_calls.Iallgatherv
+    allgather = allgather_calls.allgather
+    Alltoall, Ialltoall = alltoall_calls.Alltoall, alltoall_calls.Ialltoall
+    Alltoallv, Ialltoallv = alltoall_calls.Alltoallv, alltoall_calls.Ialltoallv
+    Alltoallw, Ialltoallw = alltoall_calls.Alltoallw, alltoall_calls.Ialltoallw
+    alltoall = alltoall_calls.alltoall
+    Reduce, Ireduce, reduce, ireduce = reduce_calls.Reduce, reduce_calls.Ireduce, reduce_calls.reduce, reduce_calls.ireduce
+    Allreduce, Iallreduce = allreduce_calls.Allreduce, allreduce_calls.Iallreduce
+    allreduce = allreduce_calls.allreduce
+    Reduce_scatter, Ireduce_scatter = reduce_scatter_calls.Reduce_scatter, reduce_scatter_calls.Ireduce_scatter
+    Reduce_scatter_block = reduce_scatter_calls.Reduce_scatter_block
+    Ireduce_scatter_block = reduce_scatter_calls.Ireduce_scatter_block
+    Scan, Iscan, scan, iscan = scan_calls.Scan, scan_calls.Iscan, scan_calls.scan, scan_calls.iscan
+    Exscan, Iexscan, exscan, iexscan = scan_calls.Exscan, scan_calls.Iexscan, scan_calls.exscan, scan_calls.iexscan
+    Scan_init, Exscan_init = persistent_coll.Scan_init, persistent_coll.Exscan_init
+
+    Create_intercomm = intercomm.create_intercomm
 
     @classmethod
     def Create_from_group(cls, group: Any, stringtag: str = "org.mpi4py", info: Any = None,
@@ -1128,32 +792,197 @@ class Intracomm(PersistentScans, CollectiveMethods, Comm):
 
 
 class Intercomm(Comm):
-    """The base of ``MPI.Intercomm`` (:class:`minimpi.dynamic.intercomm.Intercomm`, which
-    adds the remote group, creation, Merge and the collectives); here it only answers
-    ``Is_inter`` and is what handle checks (``_share_handle``) recognize."""
+    """``MPI.Intercomm``: point-to-point and collectives between two disjoint groups.
 
-    Create_intercomm = refusing("Intercomm", "Intracomm.Create_intercomm")
-    Create_from_groups = staticmethod(refusing("Intercomm", "Intercomm.Create_from_groups"))
-    Merge = refusing("Intercomm", "Intercomm.Merge")
+    ``Get_rank``/``Get_size``/``Get_group`` describe the local group, ``Get_remote_size``/
+    ``Get_remote_group`` the other one; ranks given to ``Send``/``Recv`` (and collective
+    roots) are ranks of the remote group. ``MPI.Intercomm()`` is a null handle.
+    """
+
+    @classmethod
+    def _build(cls, engine: Any, local: Sequence[int], remote: Sequence[int], rank: int,
+               context: int, name: str) -> "Intercomm":
+        comm = cls(engine, remote, rank, context, name)
+        comm._local_endpoint = Endpoint(engine, local, rank, context + 2, f"{name}(local group)")
+        return comm
+
+    # -- the two groups -----------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.Get_size()
+
+    def Get_size(self) -> int:
+        """The size of the local group (0 for a null handle)."""
+        return self.__dict__.get("_local_endpoint", self._ep).size
+
+    @property
+    def remote_size(self) -> int:
+        return self._ep.size
+
+    def Get_remote_size(self) -> int:
+        """The size of the remote group."""
+        self._alive("Get_remote_size")
+        return self._ep.size
+
+    def Get_group(self) -> Group:
+        """The local group."""
+        self._alive("Get_group")
+        return group_of(self._local_endpoint.group, self._local_endpoint.group[self.rank], self._ep.engine)
+
+    def Get_remote_group(self) -> Group:
+        """The remote group (this process is not a member)."""
+        self._alive("Get_remote_group")
+        return group_of(self._ep.group, None, self._ep.engine)
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
+
+    @property
+    def remote_group(self) -> Group:
+        return self.Get_remote_group()
+
+    def __repr__(self) -> str:
+        if self.__dict__.get("_null"):
+            return "<Intercomm null (== MPI.COMM_NULL)>"
+        return (f"<Intercomm {self.name} rank {self.rank} of {self.size}, remote group of "
+                f"{self.remote_size}>")
+
+    def Compare(self, other: Comm) -> int:
+        """``IDENT`` (same communicator), ``CONGRUENT`` (both groups equal, in order),
+        ``SIMILAR`` (both groups hold the same processes) or ``UNEQUAL`` (an
+        intracommunicator is always UNEQUAL)."""
+        if other is self or (isinstance(other, Comm) and vars(other) is vars(self)):
+            return IDENT
+        if not isinstance(other, Intercomm) or not other or not self:
+            return UNEQUAL
+        mine, theirs = (self._local_endpoint.group, self._ep.group), (other._local_endpoint.group, other._ep.group)
+        if mine == theirs:
+            return CONGRUENT
+        if all(sorted(a) == sorted(b) for a, b in zip(mine, theirs)):
+            return SIMILAR
+        return UNEQUAL
+
+    # -- agreement over the intercommunicator ----------------------------------------------
+    def _agree(self, value: Any, what: str) -> Tuple[List[Any], List[Any]]:
+        """Every member's ``value``, of both groups (a collective of both groups)."""
+        return inter_calls._inter_collective(self, 
+            "exchange", what, lambda: lambda remote, local: inter_exchange(remote, local, value),
+            objects=True)
+
+    def _derived(self, local: Sequence[int], remote: Sequence[int], rank: int, context: int,
+                 name: str) -> "Intercomm":
+        comm = Intercomm._build(self._ep.engine, local, remote, rank, context, name)
+        cls = type(self)
+        if cls is not Intercomm:     # a user subclass keeps its type (as Intracomm.Dup)
+            same = object.__new__(cls)
+            same.__dict__ = comm.__dict__
+            comm = same
+        return comm
+
+    @classmethod
+    def Create_from_groups(cls, local_group: Group, local_leader: int, remote_group: Group,
+                           remote_leader: int, stringtag: str = "org.mpi4py", info: Any = None,
+                           errhandler: Any = None) -> "Intercomm":
+        """An intercommunicator from two disjoint groups, without a parent communicator
+        (MPI 4): collective over both groups' members, who pass the same ``stringtag``."""
+        if not isinstance(stringtag, str):
+            raise TypeError(f"Intercomm.Create_from_groups: stringtag must be a str, got "
+                            f"{type(stringtag).__name__}")
+        local_comm = Intracomm.Create_from_group(local_group, stringtag)
+        engine = local_comm._ep.engine
+        remote = list(remote_group.world_ranks)
+        local_leader, remote_leader = as_int(local_leader), as_int(remote_leader)
+        if not 0 <= local_leader < local_comm.size:
+            raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
+                            f"local_leader={local_leader}): expected 0..{local_comm.size - 1}")
+        if not 0 <= remote_leader < len(remote):
+            raise RankError(f"rank {local_comm.rank}: Intercomm.Create_from_groups("
+                            f"remote_leader={remote_leader}): expected 0..{len(remote) - 1}")
+        # The leaders meet on COMM_WORLD's collective context with a tag of their own (never
+        # a collective call's, never a user's message).
+        world = Intracomm(engine, range(engine.size), engine.rank, 0, "COMM_WORLD")
+        tag = create_group_tag((zlib.crc32(stringtag.encode()) + 1) & 0x3FFFFFFF)
+        swap = intercomm.WorldSwap(world._ep, remote[remote_leader], tag)
+        comm = intercomm.build_intercomm(local_comm, local_leader, swap, "Intercomm.Create_from_groups")
+        local_comm.Free()
+        if info:
+            comm.Set_info(info)
+        if cls is not Intercomm:
+            same = object.__new__(cls)
+            same.__dict__ = comm.__dict__
+            comm = same
+        return comm
+
+    # -- operations (intercomm.py) ---------------------------------------------------------
+    Dup, Clone, Idup = intercomm.Dup, intercomm.Dup, intercomm.Idup
+    Split, Split_type, Create = intercomm.Split, intercomm.Split_type, intercomm.Create
+    Create_group, Create_intercomm = intercomm.Create_group, intercomm.Create_intercomm
+    Create_cart, Merge = intercomm.Create_cart, intercomm.Merge
+    Free, Disconnect = intercomm.Free, intercomm.Disconnect
 
     def Is_inter(self) -> bool:
+        self._alive("Is_inter")
         return True
 
     def Is_intra(self) -> bool:
-        return False
+        return not self.Is_inter()
 
     @property
     def is_inter(self) -> bool:
-        return True
+        return self.Is_inter()
 
     @property
     def is_intra(self) -> bool:
-        return False
+        return not self.Is_inter()
+
+    # -- the collectives between the two groups (collectives/inter.py) -----------------
+    Barrier, Ibarrier = inter_calls.Barrier, inter_calls.Ibarrier
+    barrier, ibarrier = inter_calls.barrier, inter_calls.ibarrier
+    Bcast, Ibcast = inter_calls.Bcast, inter_calls.Ibcast
+    bcast, ibcast = inter_calls.bcast, inter_calls.ibcast
+    Gather, Igather = inter_calls.Gather, inter_calls.Igather
+    Gatherv, Igatherv = inter_calls.Gatherv, inter_calls.Igatherv
+    gather, igather = inter_calls.gather, inter_calls.igather
+    Scatter, Iscatter = inter_calls.Scatter, inter_calls.Iscatter
+    Scatterv, Iscatterv = inter_calls.Scatterv, inter_calls.Iscatterv
+    scatter, iscatter = inter_calls.scatter, inter_calls.iscatter
+    Allgather, Iallgather = inter_calls.Allgather, inter_calls.Iallgather
+    Allgatherv, Iallgatherv = inter_calls.Allgatherv, inter_calls.Iallgatherv
+    allgather, iallgather = inter_calls.allgather, inter_calls.iallgather
+    Alltoall, Ialltoall = inter_calls.Alltoall, inter_calls.Ialltoall
+    Alltoallv, Ialltoallv = inter_calls.Alltoallv, inter_calls.Ialltoallv
+    Alltoallw, Ialltoallw = inter_calls.Alltoallw, inter_calls.Ialltoallw
+    alltoall, ialltoall = inter_calls.alltoall, inter_calls.ialltoall
+    Reduce, Ireduce = inter_calls.Reduce, inter_calls.Ireduce
+    reduce, ireduce = inter_calls.reduce, inter_calls.ireduce
+    Allreduce, Iallreduce = inter_calls.Allreduce, inter_calls.Iallreduce
+    allreduce, iallreduce = inter_calls.allreduce, inter_calls.iallreduce
+    Reduce_scatter, Ireduce_scatter = inter_calls.Reduce_scatter, inter_calls.Ireduce_scatter
+    Reduce_scatter_block = inter_calls.Reduce_scatter_block
+    Ireduce_scatter_block = inter_calls.Ireduce_scatter_block
 
 
-class Topocomm(PersistentNeighborCollectives, NeighborMethods, TopoMixin, Intracomm):
+class Topocomm(Intracomm):
     """A communicator with a process topology (``MPI.Topocomm``): neighbour lists, degrees
     and the neighbourhood collectives (see minimpi.comm.graph)."""
+
+    Neighbor_allgather = neighbor_calls.Neighbor_allgather
+    Ineighbor_allgather = neighbor_calls.Ineighbor_allgather
+    Neighbor_allgatherv = neighbor_calls.Neighbor_allgatherv
+    Ineighbor_allgatherv = neighbor_calls.Ineighbor_allgatherv
+    Neighbor_alltoall = neighbor_calls.Neighbor_alltoall
+    Ineighbor_alltoall = neighbor_calls.Ineighbor_alltoall
+    Neighbor_alltoallv = neighbor_calls.Neighbor_alltoallv
+    Ineighbor_alltoallv = neighbor_calls.Ineighbor_alltoallv
+    Neighbor_alltoallw = neighbor_calls.Neighbor_alltoallw
+    Ineighbor_alltoallw = neighbor_calls.Ineighbor_alltoallw
+    neighbor_allgather, neighbor_alltoall = neighbor_calls.neighbor_allgather, neighbor_calls.neighbor_alltoall
+    Neighbor_allgather_init = persistent_coll.Neighbor_allgather_init
+    Neighbor_allgatherv_init = persistent_coll.Neighbor_allgatherv_init
+    Neighbor_alltoall_init = persistent_coll.Neighbor_alltoall_init
+    Neighbor_alltoallv_init = persistent_coll.Neighbor_alltoallv_init
+    Neighbor_alltoallw_init = persistent_coll.Neighbor_alltoallw_init
 
     #: the topology a handle of this class must have (None: any topology)
     _required_topology: Optional[int] = None
@@ -1161,33 +990,291 @@ class Topocomm(PersistentNeighborCollectives, NeighborMethods, TopoMixin, Intrac
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if args and isinstance(args[0], Comm) and self:   # a new handle on a communicator
-            kind = CommExtras.Get_topology(self)
+            kind = management.Get_topology(self)
             wanted = self._required_topology
             if kind == UNDEFINED or (wanted is not None and kind != wanted):
                 self.__dict__ = null_state()
                 raise TypeError(f"MPI.{type(self).__name__}({args[0].name}): that "
                                 f"communicator has {_TOPOLOGY_NAMES.get(kind, 'no')} topology")
 
+    def _neighbours(self) -> Tuple[List[int], List[int], List[int]]:
+        """``(in-neighbours, out-neighbours, order to post receives in)``, computed once."""
+        cached = self.__dict__.get("_neighbour_lists")
+        if cached is None:
+            cached = self.__dict__["_neighbour_lists"] = self._compute_neighbours()
+        return cached
 
-class Cartcomm(CartMixin, Topocomm):
-    """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.comm.topology)."""
+    def _compute_neighbours(self) -> Tuple[List[int], List[int], List[int]]:
+        raise TopologyError(f"rank {self.rank}: {self.name} has no process topology; "
+                            f"neighbourhood calls need a Cartcomm, Graphcomm or Distgraphcomm")
+
+    @property
+    def degrees(self) -> Tuple[int, int]:
+        """``(indegree, outdegree)``."""
+        sources, destinations, _ = self._neighbours()
+        return len(sources), len(destinations)
+
+    @property
+    def indegree(self) -> int:
+        return self.degrees[0]
+
+    @property
+    def outdegree(self) -> int:
+        return self.degrees[1]
+
+    @property
+    def inoutedges(self) -> Tuple[List[int], List[int]]:
+        """``(in-neighbours, out-neighbours)`` in the topology's order."""
+        sources, destinations, _ = self._neighbours()
+        return list(sources), list(destinations)
+
+    @property
+    def inedges(self) -> List[int]:
+        return self.inoutedges[0]
+
+    @property
+    def outedges(self) -> List[int]:
+        return self.inoutedges[1]
+
+
+class Cartcomm(Topocomm):
+    """A communicator with a Cartesian topology (``MPI.Cartcomm``; see minimpi.comm.topology;
+    state: ``_dims``, ``_periods``)."""
 
     _required_topology = CART
 
     def _compute_neighbours(self):
         return cart_neighbours(self)
 
+    _dims: Tuple[int, ...]
+    _periods: Tuple[bool, ...]
 
-class Graphcomm(GraphMixin, Topocomm):
-    """A communicator with a graph topology (``MPI.Graphcomm``; see minimpi.comm.graph)."""
+    # -- facts -----------------------------------------------------------------------------
+    @property
+    def dims(self) -> List[int]:
+        return list(self._dims)
+
+    @property
+    def periods(self) -> List[bool]:
+        return list(self._periods)
+
+    @property
+    def coords(self) -> List[int]:
+        return self.Get_coords(self.rank)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._dims)
+
+    @property
+    def dim(self) -> int:
+        return len(self._dims)
+
+    @property
+    def topo(self) -> Tuple[List[int], List[bool], List[int]]:
+        return self.Get_topo()
+
+    @property
+    def topology(self) -> int:
+        return CART
+
+    def Get_dim(self) -> int:
+        return len(self._dims)
+
+    def Get_topology(self) -> int:
+        return CART
+
+    def Get_topo(self) -> Tuple[List[int], List[bool], List[int]]:
+        """``(dims, periods, coords)`` of this process."""
+        return list(self._dims), list(self._periods), self.Get_coords(self.rank)
+
+    # -- rank <-> coordinates ----------------------------------------------------------------
+    def Get_coords(self, rank: int) -> List[int]:
+        rank = int(rank)
+        if not 0 <= rank < self.size:
+            raise RankError(f"Cartcomm.Get_coords({rank}): rank must be in 0..{self.size - 1}")
+        coords = []
+        for d in reversed(self._dims):
+            coords.append(rank % d)
+            rank //= d
+        return coords[::-1]
+
+    def Get_cart_rank(self, coords: Sequence[int]) -> int:
+        coords = [int(c) for c in coords]
+        if len(coords) != len(self._dims):
+            raise DimsError(f"Cartcomm.Get_cart_rank({coords}): expected {len(self._dims)} "
+                            f"coordinates")
+        rank = 0
+        for c, d, p in zip(coords, self._dims, self._periods):
+            if p:
+                c %= d
+            elif not 0 <= c < d:
+                raise RankError(f"Cartcomm.Get_cart_rank({coords}): coordinate {c} is outside "
+                                f"0..{d - 1} of a non-periodic dimension")
+            rank = rank * d + c
+        return rank
+
+    def Shift(self, direction: int, disp: int) -> Tuple[int, int]:
+        """``(source, dest)``: the ranks ``disp`` steps before and after this one along
+        ``direction`` (``MPI.PROC_NULL`` past the edge of a non-periodic dimension)."""
+        direction, disp = int(direction), int(disp)
+        if not 0 <= direction < len(self._dims):
+            raise DimsError(f"Cartcomm.Shift(direction={direction}): expected 0.."
+                            f"{len(self._dims) - 1}")
+        me = self.Get_coords(self.rank)
+
+        def neighbour(offset: int) -> int:
+            c = list(me)
+            c[direction] += offset
+            d = self._dims[direction]
+            if not self._periods[direction] and not 0 <= c[direction] < d:
+                return PROC_NULL
+            return self.Get_cart_rank(c)
+
+        return neighbour(-disp), neighbour(disp)
+
+    def Sub(self, remain_dims: Sequence[bool]) -> Any:
+        """Split into lower-dimensional grids keeping the dimensions marked true (collective)."""
+        remain = [bool(x) for x in remain_dims]
+        if len(remain) != len(self._dims):
+            raise DimsError(f"Cartcomm.Sub({remain_dims}): expected {len(self._dims)} flags")
+        me = self.Get_coords(self.rank)
+        color = key = 0
+        for c, d, keep in zip(me, self._dims, remain):
+            if keep:
+                key = key * d + c
+            else:
+                color = color * d + c
+        sub = self.Split(color, key)
+        dims = [d for d, keep in zip(self._dims, remain) if keep]
+        periods = [p for p, keep in zip(self._periods, remain) if keep]
+        return sub._as_cart(dims, periods)
+
+    def Dup(self, info: Any = None) -> Any:
+        """A new communicator with the same members and the same topology."""
+        return keep_class(self, super().Dup()._as_cart(self._dims, self._periods))
+
+    Clone = Dup
+
+
+class Graphcomm(Topocomm):
+    """A communicator with a graph topology (``MPI.Graphcomm``; see minimpi.comm.graph;
+    state: ``_index``, ``_edges``)."""
 
     _required_topology = GRAPH
 
+    _index: Tuple[int, ...]
+    _edges: Tuple[int, ...]
 
-class Distgraphcomm(DistGraphMixin, Topocomm):
-    """A communicator with a distributed-graph topology (``MPI.Distgraphcomm``)."""
+    def Get_topology(self) -> int:
+        return GRAPH
+
+    @property
+    def topology(self) -> int:
+        return GRAPH
+
+    def Get_dims(self) -> Tuple[int, int]:
+        """``(nnodes, nedges)``."""
+        return len(self._index), len(self._edges)
+
+    @property
+    def dims(self) -> Tuple[int, int]:
+        return self.Get_dims()
+
+    @property
+    def nnodes(self) -> int:
+        return len(self._index)
+
+    @property
+    def nedges(self) -> int:
+        return len(self._edges)
+
+    def Get_topo(self) -> Tuple[List[int], List[int]]:
+        """``(index, edges)`` as given to ``Create_graph`` (cumulative ``index``)."""
+        return list(self._index), list(self._edges)
+
+    @property
+    def topo(self) -> Tuple[List[int], List[int]]:
+        return self.Get_topo()
+
+    @property
+    def index(self) -> List[int]:
+        return list(self._index)
+
+    @property
+    def edges(self) -> List[int]:
+        return list(self._edges)
+
+    def Get_neighbors(self, rank: int) -> List[int]:
+        """The neighbours of node ``rank`` in the order of ``edges``."""
+        rank = operator.index(rank)
+        if not 0 <= rank < len(self._index):
+            raise RankError(f"rank {self.rank}: Graphcomm.Get_neighbors({rank}): expected a "
+                            f"node 0..{len(self._index) - 1}")
+        start = self._index[rank - 1] if rank else 0
+        return list(self._edges[start:self._index[rank]])
+
+    def Get_neighbors_count(self, rank: int) -> int:
+        return len(self.Get_neighbors(rank))
+
+    @property
+    def neighbors(self) -> List[int]:
+        return self.Get_neighbors(self.rank)
+
+    @property
+    def nneighbors(self) -> int:
+        return len(self.neighbors)
+
+    def _compute_neighbours(self) -> Tuple[List[int], List[int], List[int]]:
+        mine = self.Get_neighbors(self.rank)
+        return mine, mine, list(range(len(mine)))
+
+    def Dup(self, info: Any = None) -> Any:
+        """A new communicator with the same members and the same graph."""
+        return keep_class(self, super().Dup()._as_graph(self._index, self._edges))
+
+    Clone = Dup
+
+
+class Distgraphcomm(Topocomm):
+    """A communicator with a distributed-graph topology (``MPI.Distgraphcomm``; state:
+    ``_sources``, ``_destinations``, ``_sourceweights``, ``_destweights``, weights None
+    when unweighted)."""
 
     _required_topology = DIST_GRAPH
+
+    _sources: Tuple[int, ...]
+    _destinations: Tuple[int, ...]
+    _sourceweights: Optional[Tuple[int, ...]]
+    _destweights: Optional[Tuple[int, ...]]
+
+    def Get_topology(self) -> int:
+        return DIST_GRAPH
+
+    @property
+    def topology(self) -> int:
+        return DIST_GRAPH
+
+    def Get_dist_neighbors_count(self) -> Tuple[int, int, bool]:
+        """``(indegree, outdegree, weighted)``."""
+        return len(self._sources), len(self._destinations), self._sourceweights is not None
+
+    def Get_dist_neighbors(self) -> Tuple[List[int], List[int], Optional[Tuple[List[int], List[int]]]]:
+        """``(sources, destinations, (sourceweights, destweights) or None)``."""
+        weights = None
+        if self._sourceweights is not None:
+            weights = (list(self._sourceweights), list(self._destweights))
+        return list(self._sources), list(self._destinations), weights
+
+    def _compute_neighbours(self) -> Tuple[List[int], List[int], List[int]]:
+        return list(self._sources), list(self._destinations), list(range(len(self._sources)))
+
+    def Dup(self, info: Any = None) -> Any:
+        """A new communicator with the same members and the same graph."""
+        return keep_class(self, super().Dup()._as_dist_graph(
+            self._sources, self._destinations, self._sourceweights, self._destweights))
+
+    Clone = Dup
 
 
 _TOPOLOGY_NAMES = {CART: "a Cartesian", GRAPH: "a graph", DIST_GRAPH: "a distributed-graph"}

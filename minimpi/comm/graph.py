@@ -21,10 +21,11 @@ from __future__ import annotations
 import operator
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ..constants import DIST_GRAPH, GRAPH, PROC_NULL, UNDEFINED
+from ..constants import PROC_NULL, UNDEFINED
 from ..errors import ArgumentError, CountError, RankError
+from .collectives.common import collective
 from .null import comm_null
-from .topology import DimsError, TopologyError, keep_class
+from .topology import DimsError
 
 #: ``MPI.UNWEIGHTED`` / ``MPI.WEIGHTS_EMPTY``: sentinels for the weights arguments
 UNWEIGHTED = -2
@@ -62,161 +63,10 @@ def _check_ranks(ranks: Sequence[int], size: int, call: str, arg: str, rank: int
                             f"communicator (0..{size - 1})")
 
 
-class TopoMixin:
-    """What ``MPI.Topocomm`` adds: neighbour lists and degrees (``_neighbours`` per kind)."""
-
-    def _neighbours(self) -> Tuple[List[int], List[int], List[int]]:
-        """``(in-neighbours, out-neighbours, order to post receives in)``, computed once."""
-        cached = self.__dict__.get("_neighbour_lists")
-        if cached is None:
-            cached = self.__dict__["_neighbour_lists"] = self._compute_neighbours()
-        return cached
-
-    def _compute_neighbours(self) -> Tuple[List[int], List[int], List[int]]:
-        raise TopologyError(f"rank {self.rank}: {self.name} has no process topology; "
-                            f"neighbourhood calls need a Cartcomm, Graphcomm or Distgraphcomm")
-
-    @property
-    def degrees(self) -> Tuple[int, int]:
-        """``(indegree, outdegree)``."""
-        sources, destinations, _ = self._neighbours()
-        return len(sources), len(destinations)
-
-    @property
-    def indegree(self) -> int:
-        return self.degrees[0]
-
-    @property
-    def outdegree(self) -> int:
-        return self.degrees[1]
-
-    @property
-    def inoutedges(self) -> Tuple[List[int], List[int]]:
-        """``(in-neighbours, out-neighbours)`` in the topology's order."""
-        sources, destinations, _ = self._neighbours()
-        return list(sources), list(destinations)
-
-    @property
-    def inedges(self) -> List[int]:
-        return self.inoutedges[0]
-
-    @property
-    def outedges(self) -> List[int]:
-        return self.inoutedges[1]
 
 
-class GraphMixin:
-    """Queries of a graph communicator (state: ``_index``, ``_edges``)."""
-
-    _index: Tuple[int, ...]
-    _edges: Tuple[int, ...]
-
-    def Get_topology(self) -> int:
-        return GRAPH
-
-    @property
-    def topology(self) -> int:
-        return GRAPH
-
-    def Get_dims(self) -> Tuple[int, int]:
-        """``(nnodes, nedges)``."""
-        return len(self._index), len(self._edges)
-
-    @property
-    def dims(self) -> Tuple[int, int]:
-        return self.Get_dims()
-
-    @property
-    def nnodes(self) -> int:
-        return len(self._index)
-
-    @property
-    def nedges(self) -> int:
-        return len(self._edges)
-
-    def Get_topo(self) -> Tuple[List[int], List[int]]:
-        """``(index, edges)`` as given to ``Create_graph`` (cumulative ``index``)."""
-        return list(self._index), list(self._edges)
-
-    @property
-    def topo(self) -> Tuple[List[int], List[int]]:
-        return self.Get_topo()
-
-    @property
-    def index(self) -> List[int]:
-        return list(self._index)
-
-    @property
-    def edges(self) -> List[int]:
-        return list(self._edges)
-
-    def Get_neighbors(self, rank: int) -> List[int]:
-        """The neighbours of node ``rank`` in the order of ``edges``."""
-        rank = operator.index(rank)
-        if not 0 <= rank < len(self._index):
-            raise RankError(f"rank {self.rank}: Graphcomm.Get_neighbors({rank}): expected a "
-                            f"node 0..{len(self._index) - 1}")
-        start = self._index[rank - 1] if rank else 0
-        return list(self._edges[start:self._index[rank]])
-
-    def Get_neighbors_count(self, rank: int) -> int:
-        return len(self.Get_neighbors(rank))
-
-    @property
-    def neighbors(self) -> List[int]:
-        return self.Get_neighbors(self.rank)
-
-    @property
-    def nneighbors(self) -> int:
-        return len(self.neighbors)
-
-    def _compute_neighbours(self) -> Tuple[List[int], List[int], List[int]]:
-        mine = self.Get_neighbors(self.rank)
-        return mine, mine, list(range(len(mine)))
-
-    def Dup(self, info: Any = None) -> Any:
-        """A new communicator with the same members and the same graph."""
-        return keep_class(self, super().Dup()._as_graph(self._index, self._edges))
-
-    Clone = Dup
 
 
-class DistGraphMixin:
-    """Queries of a distributed-graph communicator (state: ``_sources``, ``_destinations``,
-    ``_sourceweights``, ``_destweights``; weights None when unweighted)."""
-
-    _sources: Tuple[int, ...]
-    _destinations: Tuple[int, ...]
-    _sourceweights: Optional[Tuple[int, ...]]
-    _destweights: Optional[Tuple[int, ...]]
-
-    def Get_topology(self) -> int:
-        return DIST_GRAPH
-
-    @property
-    def topology(self) -> int:
-        return DIST_GRAPH
-
-    def Get_dist_neighbors_count(self) -> Tuple[int, int, bool]:
-        """``(indegree, outdegree, weighted)``."""
-        return len(self._sources), len(self._destinations), self._sourceweights is not None
-
-    def Get_dist_neighbors(self) -> Tuple[List[int], List[int], Optional[Tuple[List[int], List[int]]]]:
-        """``(sources, destinations, (sourceweights, destweights) or None)``."""
-        weights = None
-        if self._sourceweights is not None:
-            weights = (list(self._sourceweights), list(self._destweights))
-        return list(self._sources), list(self._destinations), weights
-
-    def _compute_neighbours(self) -> Tuple[List[int], List[int], List[int]]:
-        return list(self._sources), list(self._destinations), list(range(len(self._sources)))
-
-    def Dup(self, info: Any = None) -> Any:
-        """A new communicator with the same members and the same graph."""
-        return keep_class(self, super().Dup()._as_dist_graph(
-            self._sources, self._destinations, self._sourceweights, self._destweights))
-
-    Clone = Dup
 
 
 def cart_neighbours(cart: Any) -> Tuple[List[int], List[int], List[int]]:
@@ -241,7 +91,8 @@ def cart_neighbours(cart: Any) -> Tuple[List[int], List[int], List[int]]:
 
 # -- creation -------------------------------------------------------------------------------
 
-def create_graph(comm: Any, index: Sequence[int], edges: Sequence[int],
+@collective   # bad arguments on one rank: the others raise too, none waits
+def Create_graph(comm: Any, index: Sequence[int], edges: Sequence[int],
                  reorder: bool = False) -> Any:
     """``Intracomm.Create_graph`` (collective over ``comm``)."""
     comm._alive("Create_graph")
@@ -265,7 +116,8 @@ def create_graph(comm: Any, index: Sequence[int], edges: Sequence[int],
     return sub._as_graph(index, edges)
 
 
-def create_dist_graph_adjacent(comm: Any, sources: Sequence[int], destinations: Sequence[int],
+@collective   # bad arguments on one rank: the others raise too, none waits
+def Create_dist_graph_adjacent(comm: Any, sources: Sequence[int], destinations: Sequence[int],
                                sourceweights: Any = None, destweights: Any = None,
                                info: Any = None, reorder: bool = False) -> Any:
     """``Intracomm.Create_dist_graph_adjacent`` (collective over ``comm``)."""
@@ -294,7 +146,8 @@ def _explicit_empty(*weights: Any) -> bool:
     return any(isinstance(w, int) and w == WEIGHTS_EMPTY for w in weights)
 
 
-def create_dist_graph(comm: Any, sources: Sequence[int], degrees: Sequence[int],
+@collective   # bad arguments on one rank: the others raise too, none waits
+def Create_dist_graph(comm: Any, sources: Sequence[int], degrees: Sequence[int],
                       destinations: Sequence[int], weights: Any = None, info: Any = None,
                       reorder: bool = False) -> Any:
     """``Intracomm.Create_dist_graph`` (collective over ``comm``: one allgather of the edges)."""
@@ -338,7 +191,7 @@ def create_dist_graph(comm: Any, sources: Sequence[int], degrees: Sequence[int],
     return graph
 
 
-def cart_map(comm: Any, dims: Sequence[int], periods: Any = None) -> int:
+def Cart_map(comm: Any, dims: Sequence[int], periods: Any = None) -> int:
     """``Intracomm.Cart_map``: this rank's rank in such a grid (minimpi never reorders), or
     ``MPI.UNDEFINED`` when the grid has fewer points than this rank."""
     dims = _ints(dims, "Cart_map", "dims", comm.rank)
@@ -354,7 +207,7 @@ def cart_map(comm: Any, dims: Sequence[int], periods: Any = None) -> int:
     return comm.rank if comm.rank < n else UNDEFINED
 
 
-def graph_map(comm: Any, index: Sequence[int], edges: Sequence[int]) -> int:
+def Graph_map(comm: Any, index: Sequence[int], edges: Sequence[int]) -> int:
     """``Intracomm.Graph_map``: this rank's rank in such a graph (minimpi never reorders),
     or ``MPI.UNDEFINED`` when the graph has fewer nodes than this rank."""
     index = _ints(index, "Graph_map", "index", comm.rank)
@@ -367,6 +220,6 @@ def graph_map(comm: Any, index: Sequence[int], edges: Sequence[int]) -> int:
     return comm.rank if comm.rank < len(index) else UNDEFINED
 
 
-__all__ = ["TopoMixin", "GraphMixin", "DistGraphMixin", "cart_neighbours",
-           "create_graph", "create_dist_graph", "create_dist_graph_adjacent", "cart_map",
-           "graph_map", "UNWEIGHTED", "WEIGHTS_EMPTY"]
+__all__ = ["cart_neighbours",
+           "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Cart_map",
+           "Graph_map", "UNWEIGHTED", "WEIGHTS_EMPTY"]

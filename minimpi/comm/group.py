@@ -11,7 +11,7 @@ collective over the group's members only: they agree on a fresh context id among
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
@@ -19,9 +19,6 @@ from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
 from .handles import IntHandles
 from .null import comm_null
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .communicator import Comm
 
 
 class GroupError(MinimpiError):
@@ -277,11 +274,11 @@ def group_of(members: Sequence[int], me_world: Optional[int], engine: Any = None
 
 
 # -- communicators from groups -------------------------------------------------------------
-def comm_group(comm: "Comm") -> Group:
+def comm_group(comm: Any) -> Group:
     return Group._of(comm._ep.group, comm._ep.group[comm.rank], comm._ep.engine)
 
 
-def _check_subset(comm: "Comm", group: Group, call: str) -> None:
+def _check_subset(comm: Any, group: Group, call: str) -> None:
     group._check(call)
     outside = [w for w in group._members if w not in comm._ep.group]
     if outside:
@@ -289,7 +286,7 @@ def _check_subset(comm: "Comm", group: Group, call: str) -> None:
                          f"{outside}) that are not members of {comm.name}")
 
 
-def create(comm: "Comm", group: Group) -> Any:
+def create(comm: Any, group: Group) -> Any:
     """``Comm.Create``: collective over ``comm``; members get the new communicator.
 
     Ranks may pass different groups as long as those are disjoint (MPI 2.2): every group
@@ -309,7 +306,7 @@ def create(comm: "Comm", group: Group) -> Any:
     return comm._derive(mine, mine.index(me), context, f"{comm.name}.create")
 
 
-def _check_disjoint(comm: "Comm", groups: Sequence[Optional[Tuple[int, ...]]]) -> None:
+def _check_disjoint(comm: Any, groups: Sequence[Optional[Tuple[int, ...]]]) -> None:
     """Every member of a group passed to ``Create`` passed that very group (else MPI's rule,
     "the groups are the same or disjoint", is broken: a clear error on every rank)."""
     world = comm._ep.group
@@ -330,7 +327,7 @@ def _check_disjoint(comm: "Comm", groups: Sequence[Optional[Tuple[int, ...]]]) -
 _CREATE_GROUP_TAG = 0x40000000
 
 
-def create_group(comm: "Comm", group: Group, tag: int = 0) -> Any:
+def create_group(comm: Any, group: Group, tag: int = 0) -> Any:
     """``Comm.Create_group``: collective over the members of ``group`` only.
 
     The members agree on a context id unused by all of them: each sends its next free

@@ -103,6 +103,16 @@ def _pending(ref: Any) -> bool:
     return req is not None and bool(req)
 
 
+def note_send(ep: Any, dest: int, tag: int, call: str) -> None:
+    """Record a blocking send of the express lane (``pt2pt.Send`` called through the API
+    front: the caller's frame is two up, so the site costs a frame look, not a walk)."""
+    f = sys._getframe(3)
+    name = f.f_globals.get("__name__", "")
+    site = (f.f_code, f.f_lineno) if not name.startswith(("minimpi.", "runpy")) \
+        and name != "minimpi" else user_site()
+    ep.engine.ledger.sent(ep.group[dest], ep.context, tag, call, site)
+
+
 def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:
     """Record a point-to-point call of the comm layer (``peer``: the communicator rank sent
     to, for sends) in the engine's ledger, if it has one; returns ``req``."""

@@ -12,7 +12,7 @@ bytes, which equals mpi4py's count whenever the object holds no large buffers.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -34,9 +34,6 @@ from ..transports.frames import F_OBJECT
 from .handles import IntHandles
 from .hints import looks_pickled, not_an_object
 from .ulfm import check_probe
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .communicator import Comm
 
 
 def object_count(total: int, payload: Any = None) -> int:
@@ -61,7 +58,7 @@ def incoming_status(inc: Any) -> Status:
     return Status(inc.source, inc.tag, n)
 
 
-def probe_status(comm: "Comm", source: int, tag: int) -> Optional[Status]:
+def probe_status(comm: Any, source: int, tag: int) -> Optional[Status]:
     """Status of the message a receive on ``comm`` would match now, or None."""
     inc = comm._ep.engine.peek_message(comm._ep.context, source, tag)
     return None if inc is None else incoming_status(inc)
@@ -76,26 +73,33 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
     (deprecated) ``buf`` argument of ``recv`` allows; a larger message is a
     :class:`TruncationError`, as in mpi4py.
     """
-    buf = req.buffer
+    engine = engine_of(req)
+    st = req.status
+    return decode_object(req.buffer, st.source, st.tag, st, capacity,
+                         engine.rank if engine is not None else -1, describe(req))
+
+
+def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
+                  capacity: Optional[int], rank: int, what: str) -> Any:
+    """The object in ``buf``, a message from ``source`` with ``tag`` (``status``, if given,
+    gets its source, tag and mpi4py's count: the pickled size). See :func:`finish_object`."""
     parts = serialization.layout_if_ours(buf)
-    if parts is not None:   # (else plain bytes sent with Send, or none: the byte count stands)
-        req.status.nbytes = _pickled_size(parts)
-    if capacity is not None and req.status.nbytes > capacity:
-        rank = engine.rank if (engine := engine_of(req)) is not None else -1
+    nbytes = _pickled_size(parts) if parts is not None else len(buf)
+    if status is not None:
+        status.source, status.tag, status.nbytes = source, tag, nbytes
+    if capacity is not None and nbytes > capacity:
         raise TruncationError(
-            f"rank {rank}: {describe(req)}: the object from rank {req.status.source} takes "
-            f"{req.status.nbytes} bytes but the buf argument allows {capacity} (mpi4py "
-            f"truncates there too); drop buf - recv needs no buffer")
+            f"rank {rank}: {what}: the object from rank {source} takes {nbytes} bytes but "
+            f"the buf argument allows {capacity} (mpi4py truncates there too); drop buf - "
+            f"recv needs no buffer")
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
-        rank = engine.rank if (engine := engine_of(req)) is not None else -1
-        if not looks_pickled(req.buffer):   # a buffer sent with Send, received with recv
-            raise SerializationError(not_an_object(rank, describe(req), req.status.source,
-                                                   len(req.buffer))) from exc
+        if not looks_pickled(buf):   # a buffer sent with Send, received with recv
+            raise SerializationError(not_an_object(rank, what, source, len(buf))) from exc
         raise SerializationError(
-            f"rank {rank}: {describe(req)}: cannot unpickle the object sent by rank "
-            f"{req.status.source}: {type(exc).__name__}: {exc}") from exc
+            f"rank {rank}: {what}: cannot unpickle the object sent by rank "
+            f"{source}: {type(exc).__name__}: {exc}") from exc
 
 
 def recv_capacity(buf: Any, call: str, warn: bool) -> Optional[int]:
@@ -121,7 +125,7 @@ class ProbeWait:
 
     done = False
 
-    def __init__(self, comm: "Comm", call: str, source: int, tag: int) -> None:
+    def __init__(self, comm: Any, call: str, source: int, tag: int) -> None:
         self.description = (call, "source", source, tag, comm.name)
 
 
@@ -139,7 +143,7 @@ class Message(IntHandles):
         self._no_proc = message._no_proc if message is not None else False
 
     @classmethod
-    def _make(cls, comm: Optional["Comm"], inc: Any, no_proc: bool = False) -> "Message":
+    def _make(cls, comm: Optional[Any], inc: Any, no_proc: bool = False) -> "Message":
         m = cls.__new__(cls)
         m._comm, m._inc, m._no_proc = comm, inc, no_proc
         return m
@@ -170,12 +174,12 @@ class Message(IntHandles):
 
     # -- probing (classmethods, as in mpi4py) --------------------------------------------
     @classmethod
-    def Probe(cls, comm: "Comm", source: int = ANY_SOURCE, tag: int = ANY_TAG,
+    def Probe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
               status: Optional[Status] = None) -> "Message":
         return comm.Mprobe(source, tag, status)
 
     @classmethod
-    def Iprobe(cls, comm: "Comm", source: int = ANY_SOURCE, tag: int = ANY_TAG,
+    def Iprobe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Optional[Status] = None) -> Optional["Message"]:
         return comm.Improbe(source, tag, status)
 
@@ -257,7 +261,7 @@ def _constant(name: str) -> Message:
     return {"MESSAGE_NULL": MESSAGE_NULL, "MESSAGE_NO_PROC": MESSAGE_NO_PROC}[name]
 
 
-def mprobe(comm: "Comm", source: int, tag: int, status: Optional[Status], blocking: bool,
+def mprobe(comm: Any, source: int, tag: int, status: Optional[Status], blocking: bool,
            call: str) -> Optional[Message]:
     """``Comm.Mprobe`` (blocking) and ``Comm.Improbe`` over the engine's unexpected queue."""
     comm._alive(call)

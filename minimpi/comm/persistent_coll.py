@@ -147,21 +147,33 @@ NEIGHBOR_INITS: Dict[str, Sequence[Tuple[str, Any]]] = {
     for kind in ("allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw")}
 
 
-def _methods(table: Dict[str, Sequence[Tuple[str, Any]]]) -> Dict[str, Any]:
+def _defined(table: Dict[str, Sequence[Tuple[str, Any]]]) -> Dict[str, Any]:
     return {name: persistent(name, _nonblocking_name(name), params)
             for name, params in table.items()}
 
 
-#: mixins: each class gets the ``*_init`` methods of its table
-PersistentCollectives: type = type("PersistentCollectives", (), {
-    "__doc__": "MPI-4 persistent collectives of every communicator (``Bcast_init``...).",
-    "__slots__": (), **_methods(COMM_INITS)})
-PersistentScans: type = type("PersistentScans", (), {
-    "__doc__": "``Scan_init``/``Exscan_init`` (intracommunicators).",
-    "__slots__": (), **_methods(SCAN_INITS)})
-PersistentNeighborCollectives: type = type("PersistentNeighborCollectives", (), {
-    "__doc__": "``Neighbor_*_init`` (topology communicators).",
-    "__slots__": (), **_methods(NEIGHBOR_INITS)})
-
-__all__ = ["persistent", "PersistentCollectives", "PersistentScans",
-           "PersistentNeighborCollectives"]
+# One function per persistent collective, made from the tables above (the communicator
+# classes name them: ``Bcast_init = persistent_coll.Bcast_init``).
+_ALL = {**_defined(COMM_INITS), **_defined(SCAN_INITS), **_defined(NEIGHBOR_INITS)}
+Barrier_init = _ALL["Barrier_init"]
+Bcast_init = _ALL["Bcast_init"]
+Gather_init = _ALL["Gather_init"]
+Gatherv_init = _ALL["Gatherv_init"]
+Scatter_init = _ALL["Scatter_init"]
+Scatterv_init = _ALL["Scatterv_init"]
+Allgather_init = _ALL["Allgather_init"]
+Allgatherv_init = _ALL["Allgatherv_init"]
+Alltoall_init = _ALL["Alltoall_init"]
+Alltoallv_init = _ALL["Alltoallv_init"]
+Alltoallw_init = _ALL["Alltoallw_init"]
+Reduce_init = _ALL["Reduce_init"]
+Allreduce_init = _ALL["Allreduce_init"]
+Reduce_scatter_block_init = _ALL["Reduce_scatter_block_init"]
+Reduce_scatter_init = _ALL["Reduce_scatter_init"]
+Scan_init = _ALL["Scan_init"]
+Exscan_init = _ALL["Exscan_init"]
+Neighbor_allgather_init = _ALL["Neighbor_allgather_init"]
+Neighbor_allgatherv_init = _ALL["Neighbor_allgatherv_init"]
+Neighbor_alltoall_init = _ALL["Neighbor_alltoall_init"]
+Neighbor_alltoallv_init = _ALL["Neighbor_alltoallv_init"]
+Neighbor_alltoallw_init = _ALL["Neighbor_alltoallw_init"]

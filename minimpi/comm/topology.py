@@ -8,14 +8,12 @@ Graph and distributed-graph topologies: :mod:`minimpi.comm.graph`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Union
 
-from ..constants import CART, PROC_NULL, UNDEFINED
-from ..errors import ERR_DIMS, ERR_TOPOLOGY, CountError, MinimpiError, RankError
+from ..constants import UNDEFINED
+from ..errors import ERR_DIMS, ERR_TOPOLOGY, CountError, MinimpiError
+from .collectives.common import collective
 from .null import comm_null
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .communicator import Comm
 
 
 class TopologyError(MinimpiError):
@@ -75,121 +73,6 @@ def compute_dims(nnodes: int, dims: Union[int, Sequence[int]]) -> List[int]:
     return dims
 
 
-class CartMixin:
-    """Topology queries of a Cartesian communicator (state: _dims, _periods, _coords)."""
-
-    _dims: Tuple[int, ...]
-    _periods: Tuple[bool, ...]
-
-    # -- facts -----------------------------------------------------------------------------
-    @property
-    def dims(self) -> List[int]:
-        return list(self._dims)
-
-    @property
-    def periods(self) -> List[bool]:
-        return list(self._periods)
-
-    @property
-    def coords(self) -> List[int]:
-        return self.Get_coords(self.rank)
-
-    @property
-    def ndim(self) -> int:
-        return len(self._dims)
-
-    @property
-    def dim(self) -> int:
-        return len(self._dims)
-
-    @property
-    def topo(self) -> Tuple[List[int], List[bool], List[int]]:
-        return self.Get_topo()
-
-    @property
-    def topology(self) -> int:
-        return CART
-
-    def Get_dim(self) -> int:
-        return len(self._dims)
-
-    def Get_topology(self) -> int:
-        return CART
-
-    def Get_topo(self) -> Tuple[List[int], List[bool], List[int]]:
-        """``(dims, periods, coords)`` of this process."""
-        return list(self._dims), list(self._periods), self.Get_coords(self.rank)
-
-    # -- rank <-> coordinates ----------------------------------------------------------------
-    def Get_coords(self, rank: int) -> List[int]:
-        rank = int(rank)
-        if not 0 <= rank < self.size:
-            raise RankError(f"Cartcomm.Get_coords({rank}): rank must be in 0..{self.size - 1}")
-        coords = []
-        for d in reversed(self._dims):
-            coords.append(rank % d)
-            rank //= d
-        return coords[::-1]
-
-    def Get_cart_rank(self, coords: Sequence[int]) -> int:
-        coords = [int(c) for c in coords]
-        if len(coords) != len(self._dims):
-            raise DimsError(f"Cartcomm.Get_cart_rank({coords}): expected {len(self._dims)} "
-                            f"coordinates")
-        rank = 0
-        for c, d, p in zip(coords, self._dims, self._periods):
-            if p:
-                c %= d
-            elif not 0 <= c < d:
-                raise RankError(f"Cartcomm.Get_cart_rank({coords}): coordinate {c} is outside "
-                                f"0..{d - 1} of a non-periodic dimension")
-            rank = rank * d + c
-        return rank
-
-    def Shift(self, direction: int, disp: int) -> Tuple[int, int]:
-        """``(source, dest)``: the ranks ``disp`` steps before and after this one along
-        ``direction`` (``MPI.PROC_NULL`` past the edge of a non-periodic dimension)."""
-        direction, disp = int(direction), int(disp)
-        if not 0 <= direction < len(self._dims):
-            raise DimsError(f"Cartcomm.Shift(direction={direction}): expected 0.."
-                            f"{len(self._dims) - 1}")
-        me = self.Get_coords(self.rank)
-
-        def neighbour(offset: int) -> int:
-            c = list(me)
-            c[direction] += offset
-            d = self._dims[direction]
-            if not self._periods[direction] and not 0 <= c[direction] < d:
-                return PROC_NULL
-            return self.Get_cart_rank(c)
-
-        return neighbour(-disp), neighbour(disp)
-
-    def Sub(self, remain_dims: Sequence[bool]) -> Any:
-        """Split into lower-dimensional grids keeping the dimensions marked true (collective)."""
-        remain = [bool(x) for x in remain_dims]
-        if len(remain) != len(self._dims):
-            raise DimsError(f"Cartcomm.Sub({remain_dims}): expected {len(self._dims)} flags")
-        me = self.Get_coords(self.rank)
-        color = key = 0
-        for c, d, keep in zip(me, self._dims, remain):
-            if keep:
-                key = key * d + c
-            else:
-                color = color * d + c
-        sub = self.Split(color, key)
-        dims = [d for d, keep in zip(self._dims, remain) if keep]
-        periods = [p for p, keep in zip(self._periods, remain) if keep]
-        return sub._as_cart(dims, periods)
-
-    def Dup(self, info: Any = None) -> Any:
-        """A new communicator with the same members and the same topology."""
-        return keep_class(self, super().Dup()._as_cart(self._dims, self._periods))
-
-    Clone = Dup
-
-    def Create_cart(self, *args: Any, **kwargs: Any) -> Any:  # allowed on a Cartcomm too
-        return create_cart(self, *args, **kwargs)
 
 
 def keep_class(original: Any, copy: Any) -> Any:
@@ -203,7 +86,8 @@ def keep_class(original: Any, copy: Any) -> Any:
     return same
 
 
-def create_cart(comm: "Comm", dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
+@collective   # bad arguments on one rank: the others raise too, none waits
+def Create_cart(comm: Any, dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
                 reorder: bool = False) -> Any:
     """``Intracomm.Create_cart`` (collective over ``comm``)."""
     comm._alive("Create_cart")

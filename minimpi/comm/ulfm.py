@@ -163,7 +163,7 @@ def get_failed(comm: Any) -> Group:
     return group_of(_failed_members(comm), engine.rank, engine)
 
 
-def ack_failed(comm: Any, num_to_ack: Optional[int]) -> int:
+def ack_failed(comm: Any, num_to_ack: Optional[int] = None) -> int:
     """``Comm.Ack_failed``: acknowledge the first ``num_to_ack`` failures (all, when None;
     mpi4py passes the size), so wildcard receives stop raising
     ``ERR_PROC_FAILED_PENDING`` for them; returns how many failures are acknowledged."""
@@ -439,7 +439,14 @@ def iagree(comm: Any, flag: Any) -> Request:
 
 
 # -- shrink ------------------------------------------------------------------------------
-def shrink(comm: Any, call: str = "Shrink") -> Any:
+def shrink(comm: Any) -> Any:
+    """``Comm.Shrink``: a new communicator of the members not known to have failed, the same
+    on every survivor (they agree on the failures and the new context first); works on a
+    revoked communicator."""
+    return _shrink(comm, "Shrink")
+
+
+def _shrink(comm: Any, call: str) -> Any:
     """``Comm.Shrink``: a new communicator of the members not known to have failed, the same
     on every survivor (they agree on the failures and the new context first); works on a
     revoked communicator."""
@@ -468,4 +475,4 @@ def shrink(comm: Any, call: str = "Shrink") -> Any:
 def ishrink(comm: Any) -> Tuple[Any, Request]:
     """``Comm.Ishrink``: as ``Shrink``, which minimpi completes at the call (like ``Idup``);
     the request is already complete."""
-    return shrink(comm, "Ishrink"), CompletedRequest()
+    return _shrink(comm, "Ishrink"), CompletedRequest()

@@ -224,6 +224,14 @@ class Op:
         return self._commute
 
     @property
+    def elementwise_ufunc(self) -> Any:
+        """The numpy ufunc this predefined op applies elementwise, item by item in any
+        order alike (``SUM``: ``np.add``, ``MAX``: ``np.maximum``, the bitwise ops), or None
+        (user ops, the logical and location ops, ``REPLACE``/``NO_OP``): lets a reduction
+        over many inputs at once be one ``ufunc.reduce``."""
+        return _ELEMENTWISE.get(self._name) if self._predefined else None
+
+    @property
     def is_predefined(self) -> bool:
         """True for MPI's operations (``MPI.SUM``... and ``MPI.OP_NULL``), False for
         ``Op.Create``'s."""
@@ -503,6 +511,10 @@ def _def(name: str, py, kernel, kind: str) -> Op:
     PREDEFINED_OPS[name] = op
     return op
 
+
+#: the predefined ops that are one numpy ufunc applied elementwise (Op.elementwise_ufunc)
+_ELEMENTWISE = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum,
+                "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
 
 SUM = _def("SUM", lambda x, y: x + y, _ufunc_kernel(np.add), _ARITH)
 PROD = _def("PROD", lambda x, y: x * y, _ufunc_kernel(np.multiply), _ARITH)

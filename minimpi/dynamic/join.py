@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-from ..comm.communicator import Intracomm, claim_contexts, free_context
+from ..comm.communicator import Intercomm, Intracomm
+from ..comm.intercomm import CONTEXTS
 from ..constants import ANY_SOURCE
 from ..data import serialization
 from ..errors import CommError, MinimpiError
 from ..transports.frames import F_OBJECT
-from .intercomm import CONTEXTS, Intercomm
 from .link import LauncherLink, peer_of
 
 #: the context of the leaders' messages (never a communicator's: those count up from 4)
@@ -71,7 +71,7 @@ def join(local_comm: Intracomm, leader: int, swap: Callable[[dict], dict], call:
     every member (the launcher's reply to a spawn). An exception from the swap is raised
     at every member (at the others as an error naming the leader's), none waits."""
     engine = local_comm._ep.engine
-    mine = (link.entry(), free_context(engine))
+    mine = (link.entry(), engine.free_context())
     gathered = local_comm.gather(mine, root=leader)
     outcome: Tuple[str, Any] = ("error", "")
     failure: Optional[BaseException] = None
@@ -100,7 +100,7 @@ def join(local_comm: Intracomm, leader: int, swap: Callable[[dict], dict], call:
                         f"(world ranks {sorted(overlap)}); an intercommunicator needs "
                         f"disjoint groups")
     context = max(ours, int(theirs["max"]))
-    claim_contexts(engine, context, CONTEXTS)
+    engine.claim_contexts(context, CONTEXTS)
     comm = Intercomm._build(engine, local, remote, local_comm.rank, context,
                             f"{local_comm.name}.{call.lower()}")
     return comm, theirs.get("extra")

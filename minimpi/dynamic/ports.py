@@ -18,10 +18,10 @@ import socket
 from typing import Any, Optional
 
 from ..comm.collectives.common import check_root
-from ..comm.communicator import Intracomm, claim_contexts, free_context
+from ..comm.communicator import Intercomm, Intracomm
+from ..comm.intercomm import CONTEXTS
 from ..data.cint import as_int
 from ..errors import ArgumentError, PortError, ServiceNameError
-from .intercomm import CONTEXTS, Intercomm
 from .join import Bridge, join
 from .link import launcher_link, peer_of
 
@@ -123,7 +123,7 @@ def comm_join(fd: Any) -> Intercomm:
     except (TypeError, ValueError, OverflowError):
         raise ArgumentError(f"{call}(fd={fd!r}): expected a socket's file descriptor") from None
     engine = link.engine
-    mine = {"entry": link.entry(), "max": free_context(engine)}
+    mine = {"entry": link.entry(), "max": engine.free_context()}
     sock = socket.socket(fileno=fd)
     try:
         sock.sendall(json.dumps(mine).encode() + b"\n")
@@ -139,6 +139,6 @@ def comm_join(fd: Any) -> Intercomm:
     theirs = json.loads(data)
     link.add_peers([theirs["entry"]])
     context = max(mine["max"], int(theirs["max"]))
-    claim_contexts(engine, context, CONTEXTS)
+    engine.claim_contexts(context, CONTEXTS)
     return Intercomm._build(engine, [link.rank], [peer_of(link, int(theirs["entry"][0]))], 0,
                             context, "COMM_SELF.join")

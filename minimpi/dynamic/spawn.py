@@ -14,10 +14,9 @@ import os
 from typing import Any, List, Optional, Sequence
 
 from ..comm.collectives.common import check_root
-from ..comm.communicator import Intracomm
+from ..comm.communicator import Intercomm, Intracomm
 from ..data.cint import as_int
 from ..errors import SpawnError, UnsupportedError
-from .intercomm import Intercomm
 from .join import Bridge, join
 from .link import LauncherLink, launcher_link
 

@@ -73,6 +73,10 @@ def payload_buffer(n: int) -> Union[bytearray, np.ndarray]:
 
 DEFAULT_EAGER_LIMIT = 64 * 1024
 
+#: context ids 0/1 belong to COMM_WORLD, 2/3 to COMM_SELF; new communicators take the next
+#: free ones (:meth:`Engine.free_context`)
+FIRST_FREE_CONTEXT = 4
+
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
 
@@ -170,6 +174,7 @@ class Engine(FrameSink):
         # Where point-to-point messages and nonblocking requests came from, for the check at
         # finalize (minimpi.comm.ledger.Ledger); the runtime of a real job installs one.
         self.ledger = None
+        self._next_context = FIRST_FREE_CONTEXT
         #: host index of every world rank (ranks with equal indices share a machine); one
         #: host until the rendezvous says otherwise (:meth:`set_hosts`)
         self.hosts: Tuple[int, ...] = (0,) * size
@@ -223,6 +228,18 @@ class Engine(FrameSink):
         return dict(self._unexpected_watchers)
 
     # -- communicator contexts ----------------------------------------------------------
+    # -- contexts -------------------------------------------------------------------------
+    def free_context(self) -> int:
+        """The lowest context id this process has not used yet: what it proposes when the
+        members of a new communicator (or the two groups of an intercommunicator) agree on
+        one (each takes the largest proposal, free in every one of them)."""
+        return self._next_context
+
+    def claim_contexts(self, first: int, count: int) -> None:
+        """The context ids ``first .. first + count - 1`` are used in this process from now
+        on (the agreed ids of a new communicator)."""
+        self._next_context = max(self._next_context, first + count)
+
     def register_context(self, context: int, group: Sequence[int], kind: str = "p2p") -> None:
         """Route ``context``'s messages among ``group`` (world ranks); ``kind`` is one of
         :data:`CONTEXT_KINDS` (it decides how a process failure touches the context)."""
@@ -376,6 +393,69 @@ class Engine(FrameSink):
             self.transport.send(dest, header, (), None)
         return req
 
+    # -- the express lane ---------------------------------------------------------------------
+    # A blocking Send of a small contiguous buffer (or a pickle) to a peer whose transport can
+    # take the frame at once, and a blocking Recv whose message is already here (or arrives
+    # within the wait's spin), need no request, no queue and no callback: the frame goes
+    # straight into the peer's ring, the message straight out of the unexpected queue. The
+    # general path serves everything else (observers, wildcards behind posted receives,
+    # rendezvous, synchronous sends, failures, revokes) with the same semantics; these two
+    # only decline (False / None) and the caller takes it.
+    def send_now(self, context: int, dest: int, source: int, tag: int,
+                 payload: Sequence[memoryview], nbytes: int, flags: int = 0) -> bool:
+        """Send ``payload`` (``nbytes`` in all) to world rank ``dest`` eagerly and at once,
+        without a request: True if it is on its way (the send is complete), False if the
+        general path must send it (:meth:`isend`)."""
+        if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
+                or self.aborted is not None or self.lost_peers or self.revoked
+                or self.bus.sent or self.transport is None):
+            return False
+        msg_id = self._next_msg_id
+        if self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag, msg_id,
+                                               nbytes), payload, nbytes):
+            self._next_msg_id = msg_id + 1
+            return True
+        return False
+
+    def take_now(self, context: int, source: int, tag: int,
+                 capacity: Optional[int]) -> Optional[Incoming]:
+        """The eager message a blocking receive for (``source``, ``tag``) on ``context``
+        would get, taken out of the unexpected queue - at once, or after polling the
+        transport for the progress policy's spin - if it holds at most ``capacity`` bytes
+        (None: any size, an object). None: no such message now, or the general path must
+        receive (a receive is posted before this one, the message is a rendezvous or
+        synchronous one, an observer listens, a peer is gone...)."""
+        if (self.aborted is not None or self.lost_peers or self.revoked or self.faults
+                or self._failure_notices or self.bus.posted or self.bus.received):
+            return None
+        q = self._queues.get(context)
+        if q is None or q.posted:
+            return None
+        inc = q.find_unexpected(source, tag, False) if q.unexpected else None
+        if inc is None:
+            policy = self.progress_policy
+            transport = self.transport
+            if transport is None or not policy.spin:
+                return None
+            clock = time.perf_counter
+            deadline = clock() + policy.spin
+            progress = transport.progress
+            while True:
+                progress(0)
+                if q.unexpected:
+                    inc = q.find_unexpected(source, tag, False)
+                    if inc is not None:
+                        break
+                if q.posted or self.lost_peers or self.faults or clock() >= deadline:
+                    return None
+                if policy.yield_:
+                    os.sched_yield()
+        if (not inc.arrived or inc.rendezvous or inc.flags & F_SYNC or inc.waiting is not None
+                or capacity is not None and inc.length > capacity):
+            return None
+        q.unexpected.remove(inc)
+        return inc
+
     def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
                       payload: Sequence[memoryview], nbytes: int, flags: int) -> None:
         """Loopback: deliver through the same matching path, always eagerly (copied)."""
@@ -428,7 +508,7 @@ class Engine(FrameSink):
             if lost is None:
                 q.posted.append(req)
             else:  # the peer it names is gone: nothing can ever match
-                req._fail(self._lost_error(lost, describe(req)))
+                req._fail(self.lost_error(lost, describe(req)))
         return req
 
     def _bind(self, req: RecvRequest, inc: Incoming) -> None:
@@ -438,7 +518,7 @@ class Engine(FrameSink):
         st = req.status
         st.source, st.tag, st.nbytes = inc.source, inc.tag, inc.length
         if not inc.arrived and inc.peer in self.lost_peers:  # (taken by Mprobe before the loss)
-            req._fail(self._lost_error(inc.peer, describe(req)))
+            req._fail(self.lost_error(inc.peer, describe(req)))
             return
         if inc.rendezvous:
             self._rndv_recvs[(inc.peer, inc.msg_id)] = req
@@ -586,6 +666,31 @@ class Engine(FrameSink):
             f"version)"))
         return None
 
+    def eager_arrived(self, peer: int, header: Header, payload: memoryview) -> None:
+        """A whole eager frame, its payload readable in ``payload`` (the transport's ring):
+        one call for what ``frame_arrived`` + ``payload_arrived`` do. With no receive
+        posted on its context - the common case of the express lane, whose receives look in
+        the unexpected queue first - the payload is copied once, into the queued message."""
+        context = header.context
+        q = self._queues.get(context) or self._queue(context)
+        if q.posted or self.bus.received or header.flags & F_SYNC:
+            target = self.frame_arrived(peer, header)
+            if header.length:
+                target[:header.length] = payload
+            self.payload_arrived(peer, header, target)
+            return
+        if self.revoked and context in self.revoked:
+            return                              # (Comm.Revoke drops what arrives for it)
+        inc = Incoming(peer, context, header.source, header.tag, header.flags,
+                       header.msg_id, header.length, False)
+        inc.buffer = bytearray(payload)
+        inc.arrived = True
+        q.unexpected.append(inc)
+        if self._unexpected_watchers:
+            watcher = self._unexpected_watchers.get(context)
+            if watcher is not None:
+                watcher(inc)
+
     def _protocol_error(self, peer: int, frame: str, msg_id: int, why: str) -> ProtocolError:
         return ProtocolError(
             f"rank {self.rank}: protocol error: world rank {peer} sent a {frame} frame for "
@@ -613,18 +718,18 @@ class Engine(FrameSink):
         self.lost_peers.setdefault(peer, reason)
         for key in [k for k in self._rndv_sends if k[0] == peer]:
             req = self._rndv_sends.pop(key)[0]
-            req._fail(self._lost_error(peer, describe(req)))
+            req._fail(self.lost_error(peer, describe(req)))
         for key in [k for k in self._sync_sends if k[0] == peer]:
             req = self._sync_sends.pop(key)
-            req._fail(self._lost_error(peer, describe(req)))
+            req._fail(self.lost_error(peer, describe(req)))
         for key in [k for k in self._rndv_recvs if k[0] == peer]:
             req = self._rndv_recvs.pop(key)
-            req._fail(self._lost_error(peer, describe(req)))
+            req._fail(self.lost_error(peer, describe(req)))
         owner = self._current.pop(peer, None)
         if isinstance(owner, Incoming):   # an unexpected message cut off mid-payload
             owner = owner.waiting
         if owner is not None:
-            owner._fail(self._lost_error(peer, describe(owner)))
+            owner._fail(self.lost_error(peer, describe(owner)))
         for context, q in self._queues.items():
             # Its messages that never fully arrived (cut off, or a request-to-send whose data
             # can no longer come) must not match a receive that would then wait forever.
@@ -639,7 +744,7 @@ class Engine(FrameSink):
                 lost = self._source_lost(req.source, group)
                 if lost is not None:
                     q.posted.remove(req)
-                    req._fail(self._lost_error(lost, describe(req)))
+                    req._fail(self.lost_error(lost, describe(req)))
 
     # -- fault tolerance (ULFM; minimpi.comm.ulfm) ------------------------------------------
     def notify_failed(self, peer: int, reason: str) -> None:
@@ -709,7 +814,7 @@ class Engine(FrameSink):
             pending = self._unacknowledged(context, group)
             return self._pending_error(pending, what) if pending else None
         lost = self._source_lost(source, group)
-        return self._lost_error(lost, what) if lost is not None else None
+        return self.lost_error(lost, what) if lost is not None else None
 
     def _refusal(self, context: int, dest: Optional[int], req: Request) -> Optional[Exception]:
         """Why an operation on ``context`` (a send to world rank ``dest``, or the receive
@@ -719,7 +824,7 @@ class Engine(FrameSink):
         if context in self.revoked:
             return RevokedError(f"rank {self.rank}: {describe(req)}: {self.revoked[context]}")
         if dest is not None and dest in self.lost_peers:
-            return self._lost_error(dest, describe(req))
+            return self.lost_error(dest, describe(req))
         if not self.fault_tolerant or not self.lost_peers:
             return None
         group = self._groups.get(context)
@@ -728,7 +833,7 @@ class Engine(FrameSink):
         if context in self._collective_contexts:
             failed = [w for w in group if w in self.failed]
             if failed:
-                return self._lost_error(failed[0], describe(req), collective=True)
+                return self.lost_error(failed[0], describe(req), collective=True)
         elif dest is None and req.source == ANY_SOURCE and context not in self._control_contexts:
             pending = self._unacknowledged(context, group)
             if pending:
@@ -767,7 +872,7 @@ class Engine(FrameSink):
             if peer not in group or context in self._control_contexts:
                 continue
             if context in self._collective_contexts:
-                self._fail_each(context, lambda req: self._lost_error(
+                self._fail_each(context, lambda req: self.lost_error(
                     peer, describe(req), collective=True))
                 continue
             q = self._queues.get(context)
@@ -777,7 +882,7 @@ class Engine(FrameSink):
                 q.posted.remove(req)
                 req._fail(self._pending_error([peer], describe(req)))
 
-    def _lost_error(self, peer: int, what: str, collective: bool = False) -> PeerLostError:
+    def lost_error(self, peer: int, what: str, collective: bool = False) -> PeerLostError:
         """The error of an operation that needs the lost ``peer``: ``PeerLostError`` (the
         job ends), or under fault tolerance ``ProcFailedError`` (MPI.ERR_PROC_FAILED)."""
         if not self.fault_tolerant:
@@ -861,6 +966,15 @@ class Engine(FrameSink):
         waits = self.bus.waits
         if waits:
             t0 = time.perf_counter()
+        # what we wait for may be memory a peer writes (a collective's shared segment): the
+        # transport looks at it too before it sleeps, after arming its wake-up (advancing
+        # the operations in flight, whose steps may wait on such memory)
+        def ready() -> bool:
+            if self.active:
+                self.advance_active()
+            return done()
+
+        transport.set_sleep_check(ready)
         try:
             while True:
                 if self.active:
@@ -887,6 +1001,7 @@ class Engine(FrameSink):
                     for o in blocks:
                         o.blocked(waiting_on)
         finally:
+            transport.set_sleep_check(None)
             if reported:
                 for o in blocks:
                     o.unblocked()

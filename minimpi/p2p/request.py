@@ -4,15 +4,25 @@ from __future__ import annotations
 import itertools
 import operator
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from ..data.datatypes import count_elements, elements_nbytes
 from ..errors import SUCCESS, MinimpiError, PeerLostError, RequestError
 from ..front import REQUEST_CALLS, Fronted
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+
+class RequestEngine(Protocol):
+    """What a request needs of the engine that completes it (:class:`minimpi.p2p.engine.
+    Engine` is one): progress without blocking, waits, cancelling, and the world's bus."""
+
+    bus: Any
+
+    def poll(self) -> None: ...
+    def wait_for(self, req: "Request", timeout: Optional[float] = None) -> None: ...
+    def wait_all(self, reqs: Sequence["Request"], timeout: Optional[float] = None) -> None: ...
+    def wait_any(self, reqs: Sequence["Request"], timeout: Optional[float] = None) -> None: ...
+    def cancel(self, req: "Request") -> None: ...
 
 
 def describe(req: "Request") -> str:
@@ -248,7 +258,7 @@ class Request(metaclass=Fronted):
             raise TypeError(f"MPI.{type(self).__name__}({request!r:.40}): expected a request "
                             f"to make another handle of, or nothing (the null request)")
 
-    def _setup(self, engine: Optional["Engine"], description: Any = "",
+    def _setup(self, engine: Optional["RequestEngine"], description: Any = "",
                status: Optional[Status] = None) -> None:
         """Initialize a real request (what the engine and the subclasses call)."""
         self._engine = engine
@@ -486,7 +496,7 @@ class Request(metaclass=Fronted):
         return [r if r is None or r._orig is None else r._orig for r in requests]
 
     @staticmethod
-    def _engine_of(requests: Sequence["Request"]) -> Optional["Engine"]:
+    def _engine_of(requests: Sequence["Request"]) -> Optional["RequestEngine"]:
         for r in requests:
             if r is not None and r._engine is not None:
                 return r._engine
@@ -767,7 +777,7 @@ class PairRequest(CombinedRequest):
 class SendRequest(Request):
     __slots__ = ("peer", "msg_id")
 
-    def __init__(self, engine: "Engine", description: str, peer: int) -> None:
+    def __init__(self, engine: "RequestEngine", description: str, peer: int) -> None:
         self._setup(engine, description)
         self.peer = peer
         self.msg_id = 0
@@ -779,7 +789,7 @@ class RecvRequest(Request):
     __slots__ = ("context", "source", "tag", "target", "is_object", "buffer", "truncated",
                  "peer", "matched")
 
-    def __init__(self, engine: "Engine", description: str, context: int, source: int, tag: int,
+    def __init__(self, engine: "RequestEngine", description: str, context: int, source: int, tag: int,
                  target: Optional[memoryview], is_object: bool) -> None:
         self._setup(engine, description, Status())
         self.context = context
@@ -818,7 +828,7 @@ def has_finish(req: Request) -> bool:
     return req._finish is not None
 
 
-def engine_of(req: Request) -> "Optional[Engine]":
+def engine_of(req: Request) -> Optional[RequestEngine]:
     """The engine that progresses ``req`` (None for a null or completed request)."""
     return req._target()._engine
 
@@ -826,6 +836,13 @@ def engine_of(req: Request) -> "Optional[Engine]":
 def assign_status(status: Status, source: Status) -> None:
     """Copy every field of ``source`` into ``status`` (filling a caller's status)."""
     status._assign(source)
+
+
+def fill_status(status: Status, source: int, tag: int, nbytes: int) -> None:
+    """Fill a caller's ``status`` as a receive that got ``nbytes`` from ``source`` with
+    ``tag`` leaves it (no error, not cancelled)."""
+    status.source, status.tag, status.nbytes = source, tag, nbytes
+    status.error, status.cancelled = SUCCESS, False
 
 
 def null_status(status: Optional[Status]) -> None:

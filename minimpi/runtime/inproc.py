@@ -19,7 +19,6 @@ from typing import Any, Callable, List, Optional, Sequence
 from ..bus import Bus, Subscriber
 from ..comm import ulfm
 from ..comm.communicator import Intracomm
-from ..dynamic import Intercomm as _Intercomm  # noqa: F401 - installs Create_intercomm
 from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
 from ..p2p.request import describe

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..coll.mismatch import SEQ_BITS, SEQ_MASK, describe_signature, watches
 from ..coll.schedule import CollectiveRequest
+from ..coll.segment import segments_of
 from ..comm.ledger import Ledger
 from ..data import serialization
 from ..data.units import format_size
@@ -208,6 +209,13 @@ def check(engine: Any, notes: Optional[Dict[int, Dict]] = None) -> Tuple[List[st
             line = ledger.line_of(req) if ledger is not None else None
             unmatched.append(f"{describe(req)}" + (f", posted at {line}" if line else "")
                              + ", never matched a message")
+    # collectives that met in shared memory leave no messages: their slots tell instead
+    finished = set(notes) | {engine.rank}
+    for seg in segments_of(engine):
+        members = [m for m, w in enumerate(seg.ep.group) if w in finished]
+        seg_errors, seg_fewer = seg.leftovers(members)
+        errors += [text for text in seg_errors if text not in errors]
+        fewer += [text for text in seg_fewer if text not in fewer]
     warnings: List[str] = []
     if fewer:
         warnings.append(_listing(

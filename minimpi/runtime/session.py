@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..comm.errhandlers import call_errhandler, handle_error
-from ..comm.extras import flush_buffered
 from ..comm.handles import (
     ERRORS_RETURN,
     INFO_NULL,
@@ -25,6 +24,7 @@ from ..comm.handles import (
     checked_errhandler,
     create_errhandler,
 )
+from ..comm.pt2pt import flush_buffered
 from ..constants import THREAD_SERIALIZED
 from ..data.memory import attachable_buffer
 from ..errors import ArgumentError, MinimpiError

@@ -9,8 +9,9 @@ code every job runs - on ``p`` threads over the in-process transport
   events (the collective framework reports the start of each step) mark step boundaries,
   and its ``message_sent`` / ``receive_posted`` events note in which step each message is
   posted, what it carries and which buffer it leaves from or lands in,
-* :func:`minimpi.coll.scratch.watching` hands over every working buffer the algorithm
-  allocates (its temporaries) and the phases it marks.
+* the same subscriber's ``temporary`` and ``phase`` events hand over every working buffer
+  the algorithm takes (its temporaries, :mod:`minimpi.coll.scratch`) and the phases it
+  marks.
 
 **What a rank holds.** After each step the drawing shows every buffer of the rank: the
 caller's (``send``, ``recv``; ``buf`` for a broadcast) and the algorithm's temporaries that
@@ -47,7 +48,7 @@ import numpy as np
 
 from ..bus import Subscriber
 from ..coll.registry import REGISTRY, algorithms, load_all
-from ..coll.scratch import watching
+from ..coll.segment import SLOT_BYTES
 from ..comm.communicator import endpoint_of
 from ..data.ops import SUM
 from ..errors import AlgorithmError
@@ -393,7 +394,7 @@ class _Holdings:
         self.on_phase = on_phase
         self.closed = False       # the call returned: its temporaries are gone
 
-    # -- the observer interface of minimpi.coll.scratch ------------------------------------
+    # -- what the recorder hears of the algorithm's temporaries and phases ----------------
     def temporary(self, buf: np.ndarray, name: str) -> None:
         live = {n for n, ref in self.temps if ref() is not None}
         unique, k = name, 1
@@ -500,7 +501,10 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
         raise DrawError(f"--bytes {nbytes}: at least {unit} (one float64 per block, {p} blocks)")
     per_block = nbytes // unit
     nbytes = per_block * unit
-    why = table[algorithm].refusal(p, nbytes, _sum() if driver.reduces else None, False)
+    # the ranks are threads of this process: on one host they share memory (segments)
+    segment_bytes = SLOT_BYTES if hosts is None or len(set(hosts)) == 1 else 0
+    why = table[algorithm].refusal(p, nbytes, _sum() if driver.reduces else None, False,
+                                   None, segment_bytes)
     if why:
         raise DrawError(f"{collective} {algorithm} cannot run here: it {why}")
 
@@ -581,6 +585,12 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
                 log.sends.append((log.hooks, dest, context, tag, text, n, msg_id, where,
                                   blocks))
 
+            def temporary(self, buf, name):
+                holdings.temporary(buf, name)
+
+            def phase(self, name):
+                holdings.phase(name)
+
             def receive_posted(self, context, source, tag, target):
                 group = engine.group_of(context)
                 world = group[source] if group is not None and 0 <= source < len(group) else source
@@ -591,8 +601,7 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
         recorder_ = Recorder()
         engine.bus.subscribe(recorder_)
         try:
-            with watching(holdings):
-                driver.call(comm, bufs, root, algorithm)
+            driver.call(comm, bufs, root, algorithm)
             holdings.closed = True
             settle()
             close_phase()

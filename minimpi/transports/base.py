@@ -41,6 +41,14 @@ class FrameSink(ABC):
     def payload_arrived(self, peer: int, header: Header, buffer: Optional[memoryview]) -> None:
         """The whole frame (header and payload) has arrived."""
 
+    def eager_arrived(self, peer: int, header: Header, payload: memoryview) -> None:
+        """A whole eager frame whose ``payload`` is readable now: ``frame_arrived``, the
+        copy, ``payload_arrived`` in one call (a sink may do it with fewer steps)."""
+        target = self.frame_arrived(peer, header)
+        if header.length:
+            target[:header.length] = payload
+        self.payload_arrived(peer, header, target)
+
     @abstractmethod
     def peer_lost(self, peer: int, reason: str) -> None:
         """The connection from ``peer`` closed (it exited) or failed; nothing more will come.
@@ -73,6 +81,14 @@ class Transport(ABC):
     def send(self, peer: int, header: bytes, payload: Sequence[memoryview], on_sent: OnSent) -> None:
         """Queue one frame for ``peer``; may write some or all of it at once."""
 
+    def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
+                 nbytes: int) -> bool:
+        """Hand one small frame (``header`` and ``payload``, ``nbytes`` in all) to ``peer`` now,
+        whole, with nothing queued: True if done (the frame is on its way, nothing to wait
+        for), False if it cannot (queued frames, no room, no such fast path) - then the caller
+        uses :meth:`send`. The express lane of the engine (:meth:`Engine.send_now`)."""
+        return False
+
     @abstractmethod
     def progress(self, timeout: Optional[float]) -> bool:
         """Move data; block at most ``timeout`` s if nothing is ready. True if anything happened."""
@@ -94,6 +110,36 @@ class Transport(ABC):
 
     def end_sleep(self) -> None:
         """Called after that poll returned (whatever woke it)."""
+
+    def set_sleep_check(self, check: Optional[Callable[[], bool]]) -> None:
+        """While a wait lasts, ``check()`` says whether what it waits for is already done by
+        other means than frames (memory a peer writes: a collective's shared segment).
+        A transport that sleeps consults it after arming its wake-up (so a peer that writes
+        and then wakes whoever sleeps cannot be missed), and does not sleep when it says
+        True. None: no check. Transports that never sleep on memory ignore it."""
+
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        """A segment of ``nbytes`` shared with the job's other processes on this host that
+        ask for the same ``key`` (zero-filled when made; None: this transport has none).
+        :meth:`release_segment` with the same key once every process has it mapped."""
+        return None
+
+    def release_segment(self, key: str) -> None:
+        """Remove the name of segment ``key`` (the memory lives on while mapped)."""
+
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        """This process is done with segment ``key`` (its communicator was freed; ``mem``:
+        what :meth:`shared_segment` gave it): a later ``shared_segment(key)`` - a new
+        communicator that got the same context - maps new memory. What still uses ``mem``
+        keeps it mapped."""
+
+    def fence(self) -> None:
+        """A full memory fence: this process's stores before it, its loads after (a writer
+        of shared memory between publishing and looking at who sleeps)."""
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        """Wake those of ``peers`` (world ranks on this host) that sleep in this transport,
+        after this process wrote memory they may wait for (see :meth:`set_sleep_check`)."""
 
     def pending_sends(self) -> int:
         """Number of frames queued but not yet handed off (used to flush at exit)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable, Deque, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .base import FrameSink, OnSent, Transport
 from .frames import HAS_PAYLOAD, Header, unpack
@@ -26,6 +26,9 @@ class InprocFabric:
         self.inboxes: List[Deque[Tuple[int, bytes, bytes]]] = [collections.deque() for _ in range(size)]
         self.conditions = [threading.Condition() for _ in range(size)]
         self.closed = [False] * size
+        #: segments the ranks share (:meth:`InprocTransport.shared_segment`), by key
+        self.segments: Dict[str, bytearray] = {}
+        self._segments_lock = threading.Lock()
 
     def transport(self, rank: int) -> "InprocTransport":
         return InprocTransport(self, rank)
@@ -39,6 +42,7 @@ class InprocTransport(Transport):
         self.rank = rank
         self.size = fabric.size
         self._sink: Optional[FrameSink] = None
+        self._sleep_check: Optional[Callable[[], bool]] = None
 
     def attach(self, sink: FrameSink) -> None:
         self._sink = sink
@@ -69,8 +73,9 @@ class InprocTransport(Transport):
         fabric = self.fabric
         inbox = fabric.inboxes[self.rank]
         cond = fabric.conditions[self.rank]
-        with cond:
-            if not inbox and timeout != 0:
+        check = self._sleep_check
+        with cond:     # (a peer that wrote shared memory notifies under this condition)
+            if not inbox and timeout != 0 and not (check is not None and check()):
                 cond.wait(timeout)
             items = list(inbox)
             inbox.clear()
@@ -83,6 +88,33 @@ class InprocTransport(Transport):
                     target[:header.length] = data
                 sink.payload_arrived(source, header, target)
         return bool(items)
+
+    # -- memory the ranks share (a communicator's collective segment) -----------------------
+    def set_sleep_check(self, check: Optional[Callable[[], bool]]) -> None:
+        self._sleep_check = check
+
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        fabric = self.fabric
+        with fabric._segments_lock:
+            seg = fabric.segments.get(key)
+            if seg is None or len(seg) < nbytes:
+                seg = fabric.segments[key] = bytearray(nbytes)
+        return memoryview(seg)
+
+    def release_segment(self, key: str) -> None:
+        pass      # (process memory: it goes with the last reference)
+
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        fabric = self.fabric
+        with fabric._segments_lock:
+            if fabric.segments.get(key) is mem.obj:   # not a new communicator's already
+                del fabric.segments[key]
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        for peer in peers:
+            cond = self.fabric.conditions[peer]
+            with cond:
+                cond.notify_all()
 
     def wake(self) -> None:
         cond = self.fabric.conditions[self.rank]

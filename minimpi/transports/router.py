@@ -154,6 +154,7 @@ class RouterTransport(Transport):
             # One wire for every peer (a single host, or --transport): the engine's calls go
             # straight to it - a small message is a few microseconds, a call level is not free.
             self.send = self.members[0].send
+            self.send_now = self.members[0].send_now
             self.progress = self.members[0].progress
 
     def _say_what_was_left_out(self, parsed: Sequence[Tuple[str, Dict[str, str]]]) -> None:
@@ -191,6 +192,7 @@ class RouterTransport(Transport):
                 # several members now: go through the router again (set_peers may have
                 # bound send/progress straight to the only member)
                 self.__dict__.pop("send", None)
+                self.__dict__.pop("send_now", None)
                 self.__dict__.pop("progress", None)
             self._foreign = member
         return self._foreign.address
@@ -208,6 +210,39 @@ class RouterTransport(Transport):
         if t is None:
             raise TransportError(f"rank {self.rank}: no route to rank {peer} (rendezvous not done)")
         t.send(peer, header, payload, on_sent)
+
+    def set_sleep_check(self, check) -> None:
+        for t in self.members:
+            t.set_sleep_check(check)
+
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        member = self.member("shm")
+        return member.shared_segment(key, nbytes) if member is not None else None
+
+    def release_segment(self, key: str) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.release_segment(key)
+
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.forget_segment(key, mem)
+
+    def fence(self) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.fence()
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        member = self.member("shm")
+        if member is not None:
+            member.wake_peers(peers)
+
+    def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
+                 nbytes: int) -> bool:
+        t = self._route[peer] if peer < self.size else self._foreign
+        return t is not None and t.send_now(peer, header, payload, nbytes)
 
     def progress(self, timeout: Optional[float]) -> bool:
         members = self.members

@@ -71,7 +71,7 @@ from ..data.units import parse_size
 from ..errors import TransportError
 from . import signal_guard
 from .base import FrameSink, OnSent, Transport
-from .frames import DATA, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+from .frames import DATA, EAGER, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 SHM_DIR = "/dev/shm"
 PREFIX = "minimpi-"
@@ -522,6 +522,9 @@ class ShmTransport(Transport):
         self._pid_poller = select.poll()     # pidfds alone: who has exited
         self._inbox_fd = -1
         self._probe = ctypes.create_string_buffer(_PROBE + struct.pack("<I", rank))
+        #: what the wait now running also waits for besides frames (set_sleep_check)
+        self._sleep_check = None
+        self._shared: Dict[str, Tuple[mmap.mmap, str]] = {}   # key -> (map, path)
 
     # -- set-up ---------------------------------------------------------------------------
     def attach(self, sink: FrameSink) -> None:
@@ -756,6 +759,34 @@ class ShmTransport(Transport):
         if len(out.queue) == 1:
             self._flush(out)
 
+    def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
+                 nbytes: int) -> bool:
+        """The express lane (:meth:`Transport.send_now`): copy header and payload into the
+        peer's ring if nothing waits before them and they fit before the end of the ring."""
+        out = self._out[peer]
+        if out is None or out.queue:
+            return False
+        tail = out.tail
+        pos = tail & out.mask
+        n = HEADER_SIZE + nbytes
+        cap = out.cap
+        if pos + n > cap or (tail + n - out.head > cap and tail + n - self._refresh(out) > cap):
+            return False
+        data = out.data
+        data[pos:pos + HEADER_SIZE] = header
+        pos += HEADER_SIZE
+        for seg in payload:
+            end = pos + seg.nbytes
+            data[pos:end] = seg
+            pos = end
+        out.tail = tail = tail + n
+        out.ctl[R_TAIL] = tail
+        self._fence_in()                        # store tail; fence; load the reader's flag
+        self._fence_out()
+        if out.peer_ctl[C_SLEEPING]:
+            self._kick(out.wake)
+        return True
+
     @staticmethod
     def _refresh(out: _Out) -> int:
         out.head = out.ctl[R_HEAD]
@@ -906,7 +937,8 @@ class ShmTransport(Transport):
                         self._peer_gone(inc.peer, failure)
                         break                     # self._in changed
         finally:
-            signal_guard.release(held)
+            if held is not None:
+                signal_guard.release(held)
         if self._blocked:
             moved = self._unblock() or moved
         if moved or timeout == 0:
@@ -980,6 +1012,13 @@ class ShmTransport(Transport):
                         continue
                     if kind in HAS_PAYLOAD:
                         payload_at = head
+                        pos = head & mask
+                        if kind == EAGER and length <= tail - head and pos + length <= cap:
+                            # all here, in one piece: one call hands it over
+                            sink.eager_arrived(peer, header, data[pos:pos + length])
+                            head += length
+                            payload_at = -1
+                            continue
                     target = sink.frame_arrived(peer, header)
                     if kind not in HAS_PAYLOAD:
                         continue
@@ -1081,12 +1120,62 @@ class ShmTransport(Transport):
             out.ctl[R_WANT] = 1
         self._fence_in()                        # store the flags; fence; look at the rings
         self._fence_out()
+        check = self._sleep_check
         ready = any(inc.ctl[R_TAIL] != inc.head for inc in self._in) or \
-            (self._blocked and self._unblock()) or self._check_peers(0)
+            (self._blocked and self._unblock()) or self._check_peers(0) or \
+            (check is not None and check())
         if ready:
             self.end_sleep()
             return False
         return True
+
+    def set_sleep_check(self, check) -> None:
+        self._sleep_check = check
+
+    def fence(self) -> None:
+        self._fence_in()
+        self._fence_out()
+
+    def wake_peers(self, peers: Sequence[int]) -> None:
+        self._fence_in()                        # our stores first; then their flags
+        self._fence_out()
+        for peer in peers:
+            out = self._out[peer] if peer < self.size else None
+            if out is not None and out.peer_ctl[C_SLEEPING]:
+                self._kick(out.wake)
+
+    # -- segments shared by the host's ranks (a communicator's collectives) ----------------
+    def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:
+        if key in self._shared:
+            return memoryview(self._shared[key][0])
+        path = os.path.join(self.directory, f"{PREFIX}{self.job_id}-{key}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < nbytes:
+                try:
+                    os.posix_fallocate(fd, 0, nbytes)   # reserved now: no SIGBUS later
+                except OSError as exc:
+                    raise TransportError(
+                        f"rank {self.rank}: cannot reserve a {nbytes}-byte shared segment "
+                        f"in {self.directory}: {exc.strerror} ({self._space_note()})") from None
+            seg = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        self._shared[key] = (seg, path)
+        return memoryview(seg)
+
+    def release_segment(self, key: str) -> None:
+        entry = self._shared.get(key)
+        if entry is not None:
+            try:
+                os.unlink(entry[1])
+            except FileNotFoundError:      # another member was first
+                pass
+
+    def forget_segment(self, key: str, mem: memoryview) -> None:
+        entry = self._shared.get(key)
+        if entry is not None and mem.obj is entry[0]:
+            del self._shared[key]     # (the name is not removed: it may be a new segment's)
 
     def end_sleep(self) -> None:
         self._inbox.ctl[C_SLEEPING] = 0

@@ -10,57 +10,59 @@ from ...errors import CountError
 from .common import collective, execute, in_place
 
 
-class AllgatherMethods:
-    """``Allgather``/``Allgatherv``/``allgather`` (+ ``Iallgather``/``Iallgatherv``)."""
+def Allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """Gather every rank's ``sendbuf`` into every ``recvbuf`` (p equal blocks, rank order).
 
-    def Allgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """Gather every rank's ``sendbuf`` into every ``recvbuf`` (p equal blocks, rank order).
+    ``sendbuf`` may be ``MPI.IN_PLACE`` (this rank's block is already in ``recvbuf``).
+    """
+    _allgather_buf(comm, sendbuf, recvbuf, algorithm, "Allgather", False, False)
 
-        ``sendbuf`` may be ``MPI.IN_PLACE`` (this rank's block is already in ``recvbuf``).
-        """
-        self._allgather_buf(sendbuf, recvbuf, algorithm, "Allgather", False, False)
 
-    def Iallgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgather", True, False)
+def Iallgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _allgather_buf(comm, sendbuf, recvbuf, algorithm, "Iallgather", True, False)
 
-    def Allgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Allgather`` with per-rank counts: ``recvbuf = [buf, (counts, displs), TYPE]``."""
-        self._allgather_buf(sendbuf, recvbuf, algorithm, "Allgatherv", False, True)
 
-    def Iallgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._allgather_buf(sendbuf, recvbuf, algorithm, "Iallgatherv", True, True)
+def Allgatherv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """``Allgather`` with per-rank counts: ``recvbuf = [buf, (counts, displs), TYPE]``."""
+    _allgather_buf(comm, sendbuf, recvbuf, algorithm, "Allgatherv", False, True)
 
-    @collective
-    def _allgather_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
-        p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
-                             keep=in_place(sendbuf) is IN_PLACE)
-        if not vector and len(set(recv.counts)) > 1:
+
+def Iallgatherv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _allgather_buf(comm, sendbuf, recvbuf, algorithm, "Iallgatherv", True, True)
+
+
+@collective
+def _allgather_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    p, rank = comm.size, comm.rank
+    recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
+                         keep=in_place(sendbuf) is IN_PLACE)
+    if not vector and len(set(recv.counts)) > 1:
+        raise CountError(
+            f"rank {rank}: {call}: recvbuf holds {recv.total_count} x {recv.datatype.name}, "
+            f"which does not split into {p} equal blocks; give [buf, count, TYPE] with the "
+            f"per-rank count, or use Allgatherv")
+    send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                        allow_in_place=True)
+    if send is not IN_PLACE:
+        if send.nbytes != recv.block_nbytes(rank):
             raise CountError(
-                f"rank {rank}: {call}: recvbuf holds {recv.total_count} x {recv.datatype.name}, "
-                f"which does not split into {p} equal blocks; give [buf, count, TYPE] with the "
-                f"per-rank count, or use Allgatherv")
-        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
-                            allow_in_place=True)
-        if send is not IN_PLACE:
-            if send.nbytes != recv.block_nbytes(rank):
-                raise CountError(
-                    f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
-                    f"({send.nbytes} bytes) but this rank's block of recvbuf is "
-                    f"{recv.counts[rank]} x {recv.datatype.name} ({recv.block_nbytes(rank)} bytes)")
-            if send.nbytes:
-                as_bytes(recv.block(rank))[...] = as_bytes(send.array)
-        blocks = Blocks.of_vbuffer(recv)
-        return execute(self, "allgather", call, recv.total_count * recv.datatype.size,
-                       lambda alg, ch: alg(ch, blocks), algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: recv.finish(),
-                       datatype=recv.datatype)
+                f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
+                f"({send.nbytes} bytes) but this rank's block of recvbuf is "
+                f"{recv.counts[rank]} x {recv.datatype.name} ({recv.block_nbytes(rank)} bytes)")
+        if send.nbytes:
+            as_bytes(recv.block(rank))[...] = as_bytes(send.array)
+    blocks = Blocks.of_vbuffer(recv)
+    return execute(comm, "allgather", call, recv.total_count * recv.datatype.size,
+                   lambda alg, ch: alg(ch, blocks), algorithm=algorithm,
+                   nonblocking=nonblocking, finalize=lambda _: recv.finish(),
+                   datatype=recv.datatype)
 
-    @collective
-    def allgather(self, sendobj: Any, algorithm: str = None) -> list:
-        """Gather every rank's Python object; every rank returns the list in rank order."""
-        items = [None] * self.size
-        items[self.rank] = sendobj
-        return execute(self, "allgather", "allgather", 0,
-                       lambda alg, ch: alg(ch, Blocks(items=items)), algorithm=algorithm,
-                       objects=True, finalize=lambda blocks: blocks.items)
+
+@collective
+def allgather(comm, sendobj: Any, algorithm: str = None) -> list:
+    """Gather every rank's Python object; every rank returns the list in rank order."""
+    items = [None] * comm.size
+    items[comm.rank] = sendobj
+    return execute(comm, "allgather", "allgather", 0,
+                   lambda alg, ch: alg(ch, Blocks(items=items)), algorithm=algorithm,
+                   objects=True, finalize=lambda blocks: blocks.items)

@@ -19,125 +19,130 @@ def _packed(blocks: Any, counts: Any) -> Blocks:
     return Blocks(array, counts, running_sum(counts)[:-1])
 
 
-class AlltoallMethods:
-    """``Alltoall``/``Alltoallv``/``alltoall`` (+ ``Ialltoall``/``Ialltoallv``)."""
+def Alltoall(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """Send block j of ``sendbuf`` to rank j; receive rank i's block into block i of
+    ``recvbuf`` (p equal blocks each). ``sendbuf`` may be ``MPI.IN_PLACE``."""
+    _alltoall_buf(comm, sendbuf, recvbuf, algorithm, "Alltoall", False, False)
 
-    def Alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """Send block j of ``sendbuf`` to rank j; receive rank i's block into block i of
-        ``recvbuf`` (p equal blocks each). ``sendbuf`` may be ``MPI.IN_PLACE``."""
-        self._alltoall_buf(sendbuf, recvbuf, algorithm, "Alltoall", False, False)
 
-    def Ialltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoall", True, False)
+def Ialltoall(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _alltoall_buf(comm, sendbuf, recvbuf, algorithm, "Ialltoall", True, False)
 
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Alltoall`` with per-rank counts: ``[buf, (counts, displs), TYPE]`` on both sides;
-        ``sendcounts[j]`` here must equal ``recvcounts[i]`` on rank j."""
-        self._alltoall_buf(sendbuf, recvbuf, algorithm, "Alltoallv", False, True)
 
-    def Ialltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._alltoall_buf(sendbuf, recvbuf, algorithm, "Ialltoallv", True, True)
+def Alltoallv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """``Alltoall`` with per-rank counts: ``[buf, (counts, displs), TYPE]`` on both sides;
+    ``sendcounts[j]`` here must equal ``recvcounts[i]`` on rank j."""
+    _alltoall_buf(comm, sendbuf, recvbuf, algorithm, "Alltoallv", False, True)
 
-    @collective
-    def _alltoall_buf(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
-        p, rank = self.size, self.rank
-        recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
-                             keep=in_place(sendbuf) is IN_PLACE)
-        send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
-                             allow_in_place=True)
-        rblocks = Blocks.of_vbuffer(recv)
-        if send is IN_PLACE:                          # send from a copy of recvbuf's data
-            sblocks = Blocks(recv.array.copy(), rblocks.counts, rblocks.displs)
-        else:
-            sblocks = Blocks.of_vbuffer(send)
-            if send.array.dtype != recv.array.dtype:  # different datatypes: move bytes
-                sblocks = Blocks(as_bytes(send.array), [c * send.datatype.size for c in send.counts],
-                                 [d * send.datatype.size for d in send.displs])
-                rblocks = Blocks(as_bytes(recv.array), [c * recv.datatype.size for c in recv.counts],
-                                 [d * recv.datatype.size for d in recv.displs])
-        if not vector:
-            for name, b in (("sendbuf", sblocks), ("recvbuf", rblocks)):
-                if len(set(b.counts)) > 1:
-                    raise CountError(
-                        f"rank {rank}: {call}: {name} does not split into {p} equal blocks "
-                        f"({sum(b.counts)} elements); give [buf, count, TYPE] with the per-rank "
-                        f"count, or use Alltoallv")
-            if sblocks.counts[0] * sblocks.array.itemsize != rblocks.counts[0] * rblocks.array.itemsize:
+
+def Ialltoallv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _alltoall_buf(comm, sendbuf, recvbuf, algorithm, "Ialltoallv", True, True)
+
+
+@collective
+def _alltoall_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    p, rank = comm.size, comm.rank
+    recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
+                         keep=in_place(sendbuf) is IN_PLACE)
+    send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
+                         allow_in_place=True)
+    rblocks = Blocks.of_vbuffer(recv)
+    if send is IN_PLACE:                          # send from a copy of recvbuf's data
+        sblocks = Blocks(recv.array.copy(), rblocks.counts, rblocks.displs)
+    else:
+        sblocks = Blocks.of_vbuffer(send)
+        if send.array.dtype != recv.array.dtype:  # different datatypes: move bytes
+            sblocks = Blocks(as_bytes(send.array), [c * send.datatype.size for c in send.counts],
+                             [d * send.datatype.size for d in send.displs])
+            rblocks = Blocks(as_bytes(recv.array), [c * recv.datatype.size for c in recv.counts],
+                             [d * recv.datatype.size for d in recv.displs])
+    if not vector:
+        for name, b in (("sendbuf", sblocks), ("recvbuf", rblocks)):
+            if len(set(b.counts)) > 1:
                 raise CountError(
-                    f"rank {rank}: {call}: sendbuf blocks are {sblocks.counts[0] * sblocks.array.itemsize} "
-                    f"bytes but recvbuf blocks are {rblocks.counts[0] * rblocks.array.itemsize} bytes; "
-                    f"they must match")
-            nbytes = sum(sblocks.counts) * sblocks.array.itemsize
-        else:
-            mine = sblocks.counts[rank] * sblocks.array.itemsize
-            if mine != rblocks.counts[rank] * rblocks.array.itemsize:
-                raise CountError(
-                    f"rank {rank}: {call}: sendcounts[{rank}] and recvcounts[{rank}] (this rank's "
-                    f"block to itself) differ: {mine} vs "
-                    f"{rblocks.counts[rank] * rblocks.array.itemsize} bytes")
-            nbytes = 0                                # counts differ per rank: choose by p alone
-        return execute(self, "alltoallv" if vector else "alltoall", call, nbytes,
-                       lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: recv.finish())
-
-    @collective
-    def Alltoallw(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Alltoall`` with a count, a **byte** displacement and a datatype per rank:
-        ``[buf, (counts, displs), TYPES]`` or ``[buf, counts, displs, TYPES]`` on both sides
-        (contiguous datatypes; ``MPI.BOTTOM`` with absolute addresses; ``sendbuf`` may be
-        ``MPI.IN_PLACE``)."""
-        self._alltoallw(sendbuf, recvbuf, algorithm, "Alltoallw", False)
-
-    def Ialltoallw(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._alltoallw(sendbuf, recvbuf, algorithm, "Ialltoallw", True)
-
-    @collective
-    def _alltoallw(self, sendbuf, recvbuf, algorithm, call, nonblocking):
-        p, rank = self.size, self.rank
-        recv = parse_wbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
-        rcounts = [recv.block_nbytes(i) for i in range(p)]
-        sendbuf = in_place(sendbuf)
-        if sendbuf is IN_PLACE:        # the data to send is recvbuf's, taken before it changes
-            scounts = rcounts
-            # (blocks of non-contiguous datatypes are receive temporaries: pack the data)
-            source = parse_wbuffer(recvbuf, p, writable=False, call=call, arg="recvbuf") \
-                if recv.scatters else recv
-            sblocks = _packed(source.blocks, rcounts)
-        else:
-            send = parse_wbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf")
-            scounts = [send.block_nbytes(i) for i in range(p)]
-            sblocks = Blocks(send.array, scounts, send.displs) if send.array is not None \
-                else _packed(send.blocks, scounts)
-        if scounts[rank] != rcounts[rank]:
+                    f"rank {rank}: {call}: {name} does not split into {p} equal blocks "
+                    f"({sum(b.counts)} elements); give [buf, count, TYPE] with the per-rank "
+                    f"count, or use Alltoallv")
+        if sblocks.counts[0] * sblocks.array.itemsize != rblocks.counts[0] * rblocks.array.itemsize:
             raise CountError(
-                f"rank {rank}: {call}: this rank's block to itself is {scounts[rank]} bytes in "
-                f"sendbuf but {rcounts[rank]} bytes in recvbuf; they must match")
-        if recv.array is not None:
-            rblocks = Blocks(recv.array, rcounts, recv.displs)
-            finish = nothing
-        else:                          # absolute addresses: receive packed, then place
-            rblocks = _packed([np.empty(c, np.uint8) for c in rcounts], rcounts)
+                f"rank {rank}: {call}: sendbuf blocks are {sblocks.counts[0] * sblocks.array.itemsize} "
+                f"bytes but recvbuf blocks are {rblocks.counts[0] * rblocks.array.itemsize} bytes; "
+                f"they must match")
+        nbytes = sum(sblocks.counts) * sblocks.array.itemsize
+    else:
+        mine = sblocks.counts[rank] * sblocks.array.itemsize
+        if mine != rblocks.counts[rank] * rblocks.array.itemsize:
+            raise CountError(
+                f"rank {rank}: {call}: sendcounts[{rank}] and recvcounts[{rank}] (this rank's "
+                f"block to itself) differ: {mine} vs "
+                f"{rblocks.counts[rank] * rblocks.array.itemsize} bytes")
+        nbytes = 0                                # counts differ per rank: choose by p alone
+    return execute(comm, "alltoallv" if vector else "alltoall", call, nbytes,
+                   lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
+                   nonblocking=nonblocking, finalize=lambda _: recv.finish())
 
-            def finish(_result: Any) -> None:
-                for i, block in enumerate(recv.blocks):
-                    block[...] = rblocks.view(i)
-                recv.finish()    # blocks of non-contiguous datatypes: into their layouts
-        return execute(self, "alltoallv", call, 0,
-                       lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=finish)
 
-    def alltoall(self, sendobj: Any, algorithm: str = None) -> list:
-        """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""
-        p = self.size
-        try:
-            # As in mpi4py, None stands for a None to every rank.
-            items = [None] * p if sendobj is None else list(sendobj)
-        except TypeError:
-            items = None
-        if items is None or len(items) != p:
-            what = f"{len(items)} items" if items is not None else type(sendobj).__name__
-            raise CountError(f"rank {self.rank}: alltoall: sendobj must be a sequence of "
-                             f"{p} objects (one per rank), got {what}")
-        return execute(self, "alltoall", "alltoall", 0,
-                       lambda alg, ch: alg(ch, Blocks(items=items), Blocks(items=[None] * p)),
-                       algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)
+@collective
+def Alltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """``Alltoall`` with a count, a **byte** displacement and a datatype per rank:
+    ``[buf, (counts, displs), TYPES]`` or ``[buf, counts, displs, TYPES]`` on both sides
+    (contiguous datatypes; ``MPI.BOTTOM`` with absolute addresses; ``sendbuf`` may be
+    ``MPI.IN_PLACE``)."""
+    _alltoallw(comm, sendbuf, recvbuf, algorithm, "Alltoallw", False)
+
+
+def Ialltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _alltoallw(comm, sendbuf, recvbuf, algorithm, "Ialltoallw", True)
+
+
+@collective
+def _alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
+    p, rank = comm.size, comm.rank
+    recv = parse_wbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
+    rcounts = [recv.block_nbytes(i) for i in range(p)]
+    sendbuf = in_place(sendbuf)
+    if sendbuf is IN_PLACE:        # the data to send is recvbuf's, taken before it changes
+        scounts = rcounts
+        # (blocks of non-contiguous datatypes are receive temporaries: pack the data)
+        source = parse_wbuffer(recvbuf, p, writable=False, call=call, arg="recvbuf") \
+            if recv.scatters else recv
+        sblocks = _packed(source.blocks, rcounts)
+    else:
+        send = parse_wbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf")
+        scounts = [send.block_nbytes(i) for i in range(p)]
+        sblocks = Blocks(send.array, scounts, send.displs) if send.array is not None \
+            else _packed(send.blocks, scounts)
+    if scounts[rank] != rcounts[rank]:
+        raise CountError(
+            f"rank {rank}: {call}: this rank's block to itself is {scounts[rank]} bytes in "
+            f"sendbuf but {rcounts[rank]} bytes in recvbuf; they must match")
+    if recv.array is not None:
+        rblocks = Blocks(recv.array, rcounts, recv.displs)
+        finish = nothing
+    else:                          # absolute addresses: receive packed, then place
+        rblocks = _packed([np.empty(c, np.uint8) for c in rcounts], rcounts)
+
+        def finish(_result: Any) -> None:
+            for i, block in enumerate(recv.blocks):
+                block[...] = rblocks.view(i)
+            recv.finish()    # blocks of non-contiguous datatypes: into their layouts
+    return execute(comm, "alltoallv", call, 0,
+                   lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
+                   nonblocking=nonblocking, finalize=finish)
+
+
+def alltoall(comm, sendobj: Any, algorithm: str = None) -> list:
+    """Send ``sendobj[j]`` to rank j; return the list of what each rank sent us."""
+    p = comm.size
+    try:
+        # As in mpi4py, None stands for a None to every rank.
+        items = [None] * p if sendobj is None else list(sendobj)
+    except TypeError:
+        items = None
+    if items is None or len(items) != p:
+        what = f"{len(items)} items" if items is not None else type(sendobj).__name__
+        raise CountError(f"rank {comm.rank}: alltoall: sendobj must be a sequence of "
+                         f"{p} objects (one per rank), got {what}")
+    return execute(comm, "alltoall", "alltoall", 0,
+                   lambda alg, ch: alg(ch, Blocks(items=items), Blocks(items=[None] * p)),
+                   algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)

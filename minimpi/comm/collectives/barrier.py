@@ -3,26 +3,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import collective, execute
+from ...coll.fused import FusedBarrier
+from .common import collective, execute, keep_fused
 
 
-class BarrierMethods:
-    """``Barrier``/``barrier``/``Ibarrier``."""
+def Barrier(comm, algorithm: str = None) -> None:
+    """Block until every rank of the communicator has called Barrier."""
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("barrier", 0, algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run():
+        return
+    _barrier(comm, "Barrier", algorithm, False)
 
-    def Barrier(self, algorithm: str = None) -> None:
-        """Block until every rank of the communicator has called Barrier."""
-        self._barrier("Barrier", algorithm, False)
 
-    def barrier(self, algorithm: str = None) -> None:
-        self._barrier("barrier", algorithm, False)
+def barrier(comm, algorithm: str = None) -> None:
+    _barrier(comm, "barrier", algorithm, False)
 
-    def Ibarrier(self, algorithm: str = None):
-        return self._barrier("Ibarrier", algorithm, True)
 
-    def ibarrier(self, algorithm: str = None):
-        return self._barrier("ibarrier", algorithm, True)
+def Ibarrier(comm, algorithm: str = None):
+    return _barrier(comm, "Ibarrier", algorithm, True)
 
-    @collective
-    def _barrier(self, call: str, algorithm: Any, nonblocking: bool):
-        return execute(self, "barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
-                       nonblocking=nonblocking)
+
+def ibarrier(comm, algorithm: str = None):
+    return _barrier(comm, "ibarrier", algorithm, True)
+
+
+@collective
+def _barrier(comm, call: str, algorithm: Any, nonblocking: bool):
+    return execute(comm, "barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
+                   nonblocking=nonblocking,
+                   fuse=lambda compiled: keep_fused(   # the fused form for the next calls
+                       comm, ("barrier", 0, algorithm),
+                       FusedBarrier(compiled, comm._plan.segment(comm._ep)))
+                   if call == "Barrier" else None)

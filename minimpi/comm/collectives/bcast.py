@@ -3,39 +3,60 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...coll.fused import FusedBcast
 from ...data.buffers import parse_buffer
-from .common import check_root, collective, execute
+from .common import check_root, collective, execute, keep_fused
 
 
-class BcastMethods:
-    """``Bcast``/``bcast``/``Ibcast`` of ``Intracomm``."""
+def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
+    """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("bcast", root, algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run(buf):
+        return
+    _ibcast(comm, buf, root, algorithm, "Bcast", False)
 
-    def Bcast(self, buf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
-        self._ibcast(buf, root, algorithm, "Bcast", False)
 
-    def Ibcast(self, buf: Any, root: int = 0, algorithm: str = None):
-        return self._ibcast(buf, root, algorithm, "Ibcast", True)
+def Ibcast(comm, buf: Any, root: int = 0, algorithm: str = None):
+    return _ibcast(comm, buf, root, algorithm, "Ibcast", True)
 
-    @collective
-    def _ibcast(self, buf, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        spec = parse_buffer(buf, writable=self.rank != root, call=call, arg="buf")
-        return execute(self, "bcast", call, spec.nbytes,
-                       lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: spec.finish(),
-                       datatype=spec.datatype)
 
-    def bcast(self, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
-        """Broadcast a Python object from ``root``; every rank returns it."""
-        return self._bcast_obj(obj, root, algorithm, "bcast", False)
+@collective
+def _ibcast(comm, buf, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    spec = parse_buffer(buf, writable=comm.rank != root, call=call, arg="buf")
+    result = execute(comm, "bcast", call, spec.nbytes,
+                     lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
+                     nonblocking=nonblocking, finalize=lambda _: spec.finish(),
+                     datatype=spec.datatype,
+                     fuse=None if nonblocking else lambda compiled: _fuse(comm, compiled, spec,
+                                                                          root, algorithm))
+    return result
 
-    def ibcast(self, obj: Any = None, root: int = 0, algorithm: str = None):
-        return self._bcast_obj(obj, root, algorithm, "ibcast", True)
 
-    @collective
-    def _bcast_obj(self, obj, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        return execute(self, "bcast", call, 0,
-                       lambda alg, ch: alg(ch, obj if self.rank == root else None, root),
-                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+def _fuse(comm, compiled, spec, root, algorithm) -> None:
+    """After a blocking segment call, keep its fused form (:mod:`minimpi.coll.fused`) when
+    the next calls can use it: a plain array of a predefined type fitting a slot."""
+    plan = comm._plan
+    if (spec.datatype.is_predefined and not spec.is_temporary
+            and spec.nbytes <= plan.segment_bytes):
+        keep_fused(comm, ("bcast", root, algorithm),
+                   FusedBcast(compiled, plan.segment(comm._ep), spec.array.dtype,
+                              spec.nbytes, root))
+
+
+def bcast(comm, obj: Any = None, root: int = 0, algorithm: str = None) -> Any:
+    """Broadcast a Python object from ``root``; every rank returns it."""
+    return _bcast_obj(comm, obj, root, algorithm, "bcast", False)
+
+
+def ibcast(comm, obj: Any = None, root: int = 0, algorithm: str = None):
+    return _bcast_obj(comm, obj, root, algorithm, "ibcast", True)
+
+
+@collective
+def _bcast_obj(comm, obj, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    return execute(comm, "bcast", call, 0,
+                   lambda alg, ch: alg(ch, obj if comm.rank == root else None, root),
+                   root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

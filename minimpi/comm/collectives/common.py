@@ -15,16 +15,10 @@ from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
-from ...coll.mismatch import (
-    abort_slot,
-    op_name,
-    open_signed,
-    signature,
-    type_name,
-    watch_of,
-)
+from ...coll.compiled import CompiledCall
+from ...coll.mismatch import abort_slot
 from ...coll.registry import Algorithm
-from ...coll.schedule import Channel, Schedule, run, start
+from ...coll.schedule import Channel, Schedule
 from ...coll.slots import SEQ_MASK
 from ...constants import IN_PLACE
 from ...data.cint import as_int
@@ -101,78 +95,72 @@ def check_root(comm: Any, root: Any, call: str) -> int:
     return value
 
 
-class Prepared:
-    """What the first call of one signature on a communicator decided, for its repeats:
-    the algorithm, the channel's label, the mismatch signature and the communicator's
-    mismatch bookkeeping (:mod:`minimpi.coll.mismatch`)."""
-
-    __slots__ = ("algorithm", "label", "sig", "typename", "opname", "watch", "op_ref",
-                 "datatype_ref")
-
-    def __init__(self, comm: Any, collective: str, call: str, nbytes: int, op: Any,
-                 algorithm: Optional[str], objects: bool, root: Optional[int],
-                 datatype: Any) -> None:
-        plan = comm._plan or comm._make_plan()
-        alg = self.algorithm = plan.algorithm(collective, nbytes, op, algorithm, objects, call)
-        self.label = f"{call}[{alg.name}]"
-        self.typename = None if objects else type_name(datatype)
-        self.opname = op_name(op)
-        self.sig = signature(collective, alg.name, root, self.opname, nbytes, objects,
-                             self.typename)
-        self.watch = watch_of(comm._ep)
-        #: the op and datatype its key names by identity (weakly: a user op must be able
-        #: to go - mpi4py allows 32 at once - and a new object may later get its id)
-        self.op_ref = None if op is None else weakref.ref(op)
-        self.datatype_ref = None if datatype is None else weakref.ref(datatype)
-
-
 def execute(comm: Any, collective: str, call: str, nbytes: int,
             invoke: Callable[[Algorithm, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
             finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None,
-            datatype: Any = None) -> Any:
-    """Choose an algorithm, then run ``invoke(algorithm, channel)``'s schedule (an
-    :class:`~minimpi.coll.registry.Algorithm` is called like its function).
+            datatype: Any = None, fuse: Optional[Callable[[CompiledCall], None]] = None) -> Any:
+    """Run ``invoke(algorithm, channel)``'s schedule as the compiled call of this signature
+    (an :class:`~minimpi.coll.registry.Algorithm` is called like its function).
 
     Blocking: returns ``finalize(result)``. Nonblocking: returns a request whose ``wait()``
     gives ``finalize(result)``. ``root`` (rooted collectives), ``op``, ``nbytes``, the
     element type of ``datatype`` (buffer calls in which every rank passes the same type) and
-    the algorithm go into the call's signature (:mod:`minimpi.coll.mismatch`), so ranks that call
-    different collectives fail with ``CollectiveMismatchError`` instead of hanging.
+    the algorithm go into the call's signature (:mod:`minimpi.coll.mismatch`), so ranks that
+    call different collectives fail with ``CollectiveMismatchError`` instead of hanging.
 
-    The choice and the signature come from the communicator's plan: decided on the first
-    call with this signature (:class:`Prepared`), looked up on its repeats. ``op`` and
-    ``datatype`` are keyed by identity; the entry's weak references say that its key still
-    names the same objects.
+    The signature's :class:`~minimpi.coll.compiled.CompiledCall` is made on its first call
+    on the communicator and kept in the communicator's plan: a repeat looks it up (``op``
+    and ``datatype`` are keyed by identity; the compiled call checks they are still the
+    objects it was made for) and only runs it. ``fuse(compiled)``: called after a blocking
+    call whose algorithm meets in the shared segment, to keep the fused form of the next
+    calls (:func:`keep_fused`).
     """
+    compiled = compiled_call(comm, collective, call, nbytes, op, algorithm, objects, root,
+                             datatype)
+    ch = compiled.channel()
+    stack = comm.__dict__.get("_slot_stack")
+    if stack:                   # the slot this call takes, for the abort path of @collective
+        stack[-1].append(ch.tag & SEQ_MASK)
+    compiled.sign(ch)
+    if nonblocking:
+        return compiled.start(ch, invoke, finalize)
+    if objects:   # as mpi4py: one thread at a time per lowercase collective and communicator
+        with comm_lock(comm, collective):
+            result = compiled.run(ch, invoke)
+    else:
+        result = compiled.run(ch, invoke)
+    if fuse is not None and compiled.algorithm.segment:
+        fuse(compiled)
+    return finalize(result) if finalize is not None else result
+
+
+def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = None,
+                  algorithm: Optional[str] = None, objects: bool = False,
+                  root: Optional[int] = None, datatype: Any = None) -> CompiledCall:
+    """The :class:`~minimpi.coll.compiled.CompiledCall` of this call signature on ``comm``:
+    made on its first call (checking the communicator first), then looked up."""
     if comm._freed:
         comm._alive(call)
     ep = comm._ep
     if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
         check_not_revoked(comm, call)
     plan = comm._plan or comm._make_plan()
-    key = (collective, call, nbytes, id(op), algorithm, objects, root, id(datatype))
-    prep = plan.calls.get(key)
-    if prep is None or (op is not None and prep.op_ref() is not op) or (
-            datatype is not None and prep.datatype_ref() is not datatype):
-        prep = plan.prepare(key, Prepared(comm, collective, call, nbytes, op, algorithm,
-                                          objects, root, datatype))
-    alg = prep.algorithm
-    ch = Channel(ep, prep.label, ep.engine.step_reporter(), objects, plan)
-    stack = comm.__dict__.get("_slot_stack")
-    if stack:                   # the slot this call takes, for the abort path of @collective
-        stack[-1].append(ch.tag & SEQ_MASK)
-    open_signed(ch, prep.watch, prep.sig, collective, call, alg.name, root, prep.opname,
-                nbytes, objects, prep.typename)
-    schedule = invoke(alg, ch)
-    if nonblocking:
-        return start(ch, schedule, finalize)
-    if objects:   # as mpi4py: one thread at a time per lowercase collective and communicator
-        with comm_lock(comm, collective):
-            result = run(ch, schedule)
-    else:
-        result = run(ch, schedule)
-    return finalize(result) if finalize is not None else result
+    compiled = plan.calls.get((collective, call, nbytes, id(op), algorithm, objects, root,
+                               id(datatype)))
+    # (ids are keys: the weak references say whether they still name these very objects)
+    if (compiled is None or (op is not None and compiled.op_ref() is not op)
+            or (datatype is not None and compiled.datatype_ref() is not datatype)):
+        compiled = plan.prepare((collective, call, nbytes, id(op), algorithm, objects, root,
+                                 id(datatype)),
+                                CompiledCall(ep, plan, collective, call, nbytes, op,
+                                             algorithm, objects, root, datatype))
+    return compiled
+
+
+def keep_fused(comm: Any, key: tuple, fused: Any) -> None:
+    """Keep ``fused`` for the next calls of its kind on ``comm`` (replacing another)."""
+    comm._plan.fused[key] = fused
 
 
 def comm_lock(comm: Any, key: str) -> threading.Lock:

@@ -36,160 +36,169 @@ def _empty() -> Blocks:
     return Blocks(np.empty(0, np.uint8), [], [])
 
 
-class NeighborMethods:
-    """``Neighbor_allgather``/``Neighbor_allgatherv``/``Neighbor_alltoall``/
-    ``Neighbor_alltoallv``/``Neighbor_alltoallw`` (+ ``I`` forms), ``neighbor_allgather``,
-    ``neighbor_alltoall``: exchanges with the topology's neighbours only."""
+# -- allgather -------------------------------------------------------------------------
+def Neighbor_allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """Send ``sendbuf`` to every out-neighbour; receive in-neighbour k's block into block k
+    of ``recvbuf`` (indegree equal blocks)."""
+    _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, "Neighbor_allgather", False, False)
 
-    # -- allgather -------------------------------------------------------------------------
-    def Neighbor_allgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """Send ``sendbuf`` to every out-neighbour; receive in-neighbour k's block into block k
-        of ``recvbuf`` (indegree equal blocks)."""
-        self._neighbor_allgather(sendbuf, recvbuf, algorithm, "Neighbor_allgather", False, False)
 
-    def Ineighbor_allgather(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._neighbor_allgather(sendbuf, recvbuf, algorithm, "Ineighbor_allgather",
-                                        True, False)
+def Ineighbor_allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, "Ineighbor_allgather",
+                                    True, False)
 
-    def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Neighbor_allgather`` with per-neighbour counts: ``[buf, (counts, displs), TYPE]``."""
-        self._neighbor_allgather(sendbuf, recvbuf, algorithm, "Neighbor_allgatherv", False, True)
 
-    def Ineighbor_allgatherv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._neighbor_allgather(sendbuf, recvbuf, algorithm, "Ineighbor_allgatherv",
-                                        True, True)
+def Neighbor_allgatherv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """``Neighbor_allgather`` with per-neighbour counts: ``[buf, (counts, displs), TYPE]``."""
+    _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, "Neighbor_allgatherv", False, True)
 
-    @collective
-    def _neighbor_allgather(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
-        sources, destinations, order = self._neighbours()
-        send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
-        recv = _vbuffer(recvbuf, len(sources), True, call, "recvbuf")
-        rblocks = _byte_blocks(recv) if recv is not None else _empty()
-        if not vector and len(set(rblocks.counts)) > 1:
-            raise CountError(
-                f"rank {self.rank}: {call}: recvbuf does not split into {len(sources)} equal "
-                f"blocks (one per in-neighbour); give [buf, count, TYPE] or use "
-                f"Neighbor_allgatherv")
-        if not vector and rblocks.counts and rblocks.counts[0] != send.nbytes:
-            raise CountError(
-                f"rank {self.rank}: {call}: sendbuf has {send.nbytes} bytes but recvbuf's "
-                f"blocks are {rblocks.counts[0]} bytes; they must match")
-        sblocks = Blocks(as_bytes(send.array), [send.nbytes], [0])
-        return execute(self, "neighbor_allgather", call, 0,
-                       lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
-                       algorithm=algorithm, nonblocking=nonblocking,
-                       finalize=(lambda _: recv.finish()) if recv is not None else nothing)
 
-    @collective
-    def neighbor_allgather(self, sendobj: Any, algorithm: str = None) -> list:
-        """Send ``sendobj`` to every out-neighbour; return the list of what each
-        in-neighbour sent (``None`` for ``MPI.PROC_NULL`` neighbours)."""
-        sources, destinations, order = self._neighbours()
-        return execute(self, "neighbor_allgather", "neighbor_allgather", 0,
-                       lambda alg, ch: alg(ch, sources, destinations, order,
-                                           Blocks(items=[sendobj]),
-                                           Blocks(items=[None] * len(sources))),
-                       algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)
+def Ineighbor_allgatherv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, "Ineighbor_allgatherv",
+                                    True, True)
 
-    # -- alltoall --------------------------------------------------------------------------
-    def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """Send block k of ``sendbuf`` to out-neighbour k; receive in-neighbour k's block into
-        block k of ``recvbuf``."""
-        self._neighbor_alltoall(sendbuf, recvbuf, algorithm, "Neighbor_alltoall", False, False)
 
-    def Ineighbor_alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._neighbor_alltoall(sendbuf, recvbuf, algorithm, "Ineighbor_alltoall",
-                                       True, False)
+@collective
+def _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    sources, destinations, order = comm._neighbours()
+    send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
+    recv = _vbuffer(recvbuf, len(sources), True, call, "recvbuf")
+    rblocks = _byte_blocks(recv) if recv is not None else _empty()
+    if not vector and len(set(rblocks.counts)) > 1:
+        raise CountError(
+            f"rank {comm.rank}: {call}: recvbuf does not split into {len(sources)} equal "
+            f"blocks (one per in-neighbour); give [buf, count, TYPE] or use "
+            f"Neighbor_allgatherv")
+    if not vector and rblocks.counts and rblocks.counts[0] != send.nbytes:
+        raise CountError(
+            f"rank {comm.rank}: {call}: sendbuf has {send.nbytes} bytes but recvbuf's "
+            f"blocks are {rblocks.counts[0]} bytes; they must match")
+    sblocks = Blocks(as_bytes(send.array), [send.nbytes], [0])
+    return execute(comm, "neighbor_allgather", call, 0,
+                   lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
+                   algorithm=algorithm, nonblocking=nonblocking,
+                   finalize=(lambda _: recv.finish()) if recv is not None else nothing)
 
-    def Neighbor_alltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Neighbor_alltoall`` with per-neighbour counts and displacements."""
-        self._neighbor_alltoall(sendbuf, recvbuf, algorithm, "Neighbor_alltoallv", False, True)
 
-    def Ineighbor_alltoallv(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._neighbor_alltoall(sendbuf, recvbuf, algorithm, "Ineighbor_alltoallv",
-                                       True, True)
+@collective
+def neighbor_allgather(comm, sendobj: Any, algorithm: str = None) -> list:
+    """Send ``sendobj`` to every out-neighbour; return the list of what each
+    in-neighbour sent (``None`` for ``MPI.PROC_NULL`` neighbours)."""
+    sources, destinations, order = comm._neighbours()
+    return execute(comm, "neighbor_allgather", "neighbor_allgather", 0,
+                   lambda alg, ch: alg(ch, sources, destinations, order,
+                                       Blocks(items=[sendobj]),
+                                       Blocks(items=[None] * len(sources))),
+                   algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)
 
-    @collective
-    def _neighbor_alltoall(self, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
-        sources, destinations, order = self._neighbours()
-        recv = _vbuffer(recvbuf, len(sources), True, call, "recvbuf")
-        send = _vbuffer(sendbuf, len(destinations), False, call, "sendbuf")
-        rblocks = _byte_blocks(recv) if recv is not None else _empty()
-        sblocks = _byte_blocks(send) if send is not None else _empty()
-        if not vector:
-            for name, b, what in (("sendbuf", sblocks, "out"), ("recvbuf", rblocks, "in")):
-                if len(set(b.counts)) > 1:
-                    raise CountError(
-                        f"rank {self.rank}: {call}: {name} does not split into {len(b.counts)} "
-                        f"equal blocks (one per {what}-neighbour); give [buf, count, TYPE] or "
-                        f"use Neighbor_alltoallv")
-        return execute(self, "neighbor_alltoall", call, 0,
-                       lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
-                       algorithm=algorithm, nonblocking=nonblocking,
-                       finalize=(lambda _: recv.finish()) if recv is not None else nothing)
 
-    def Neighbor_alltoallw(self, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
-        """``Neighbor_alltoall`` with a count, a **byte** displacement and a datatype per
-        neighbour: ``[buf, (counts, displs), TYPES]`` or ``[buf, counts, displs, TYPES]``."""
-        self._neighbor_alltoallw(sendbuf, recvbuf, algorithm, "Neighbor_alltoallw", False)
+# -- alltoall --------------------------------------------------------------------------
+def Neighbor_alltoall(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """Send block k of ``sendbuf`` to out-neighbour k; receive in-neighbour k's block into
+    block k of ``recvbuf``."""
+    _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, "Neighbor_alltoall", False, False)
 
-    def Ineighbor_alltoallw(self, sendbuf: Any, recvbuf: Any, algorithm: str = None):
-        return self._neighbor_alltoallw(sendbuf, recvbuf, algorithm, "Ineighbor_alltoallw", True)
 
-    @collective
-    def _neighbor_alltoallw(self, sendbuf, recvbuf, algorithm, call, nonblocking):
-        sources, destinations, order = self._neighbours()
-        finish = nothing
-        if sources:
-            recv = parse_wbuffer(recvbuf, len(sources), writable=True, call=call, arg="recvbuf")
-            rcounts = [recv.block_nbytes(i) for i in range(len(sources))]
-            if recv.array is not None:
-                rblocks = Blocks(recv.array, rcounts, recv.displs)
+def Ineighbor_alltoall(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, "Ineighbor_alltoall",
+                                   True, False)
 
-                def finish(_result: Any) -> None:
-                    recv.finish()
-            else:                      # absolute addresses: receive packed, then place
-                rblocks = Blocks(np.empty(sum(rcounts), np.uint8), rcounts,
-                                 running_sum(rcounts)[:-1])
 
-                def finish(_result: Any) -> None:
-                    for i, block in enumerate(recv.blocks):
-                        block[...] = rblocks.view(i)
-                    recv.finish()
+def Neighbor_alltoallv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """``Neighbor_alltoall`` with per-neighbour counts and displacements."""
+    _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, "Neighbor_alltoallv", False, True)
+
+
+def Ineighbor_alltoallv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, "Ineighbor_alltoallv",
+                                   True, True)
+
+
+@collective
+def _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    sources, destinations, order = comm._neighbours()
+    recv = _vbuffer(recvbuf, len(sources), True, call, "recvbuf")
+    send = _vbuffer(sendbuf, len(destinations), False, call, "sendbuf")
+    rblocks = _byte_blocks(recv) if recv is not None else _empty()
+    sblocks = _byte_blocks(send) if send is not None else _empty()
+    if not vector:
+        for name, b, what in (("sendbuf", sblocks, "out"), ("recvbuf", rblocks, "in")):
+            if len(set(b.counts)) > 1:
+                raise CountError(
+                    f"rank {comm.rank}: {call}: {name} does not split into {len(b.counts)} "
+                    f"equal blocks (one per {what}-neighbour); give [buf, count, TYPE] or "
+                    f"use Neighbor_alltoallv")
+    return execute(comm, "neighbor_alltoall", call, 0,
+                   lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
+                   algorithm=algorithm, nonblocking=nonblocking,
+                   finalize=(lambda _: recv.finish()) if recv is not None else nothing)
+
+
+def Neighbor_alltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
+    """``Neighbor_alltoall`` with a count, a **byte** displacement and a datatype per
+    neighbour: ``[buf, (counts, displs), TYPES]`` or ``[buf, counts, displs, TYPES]``."""
+    _neighbor_alltoallw(comm, sendbuf, recvbuf, algorithm, "Neighbor_alltoallw", False)
+
+
+def Ineighbor_alltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
+    return _neighbor_alltoallw(comm, sendbuf, recvbuf, algorithm, "Ineighbor_alltoallw", True)
+
+
+@collective
+def _neighbor_alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
+    sources, destinations, order = comm._neighbours()
+    finish = nothing
+    if sources:
+        recv = parse_wbuffer(recvbuf, len(sources), writable=True, call=call, arg="recvbuf")
+        rcounts = [recv.block_nbytes(i) for i in range(len(sources))]
+        if recv.array is not None:
+            rblocks = Blocks(recv.array, rcounts, recv.displs)
+
+            def finish(_result: Any) -> None:
+                recv.finish()
+        else:                      # absolute addresses: receive packed, then place
+            rblocks = Blocks(np.empty(sum(rcounts), np.uint8), rcounts,
+                             running_sum(rcounts)[:-1])
+
+            def finish(_result: Any) -> None:
+                for i, block in enumerate(recv.blocks):
+                    block[...] = rblocks.view(i)
+                recv.finish()
+    else:
+        rblocks = _empty()
+    if destinations:
+        send = parse_wbuffer(sendbuf, len(destinations), writable=False, call=call,
+                             arg="sendbuf")
+        scounts = [send.block_nbytes(i) for i in range(len(destinations))]
+        if send.array is not None:
+            sblocks = Blocks(send.array, scounts, send.displs)
         else:
-            rblocks = _empty()
-        if destinations:
-            send = parse_wbuffer(sendbuf, len(destinations), writable=False, call=call,
-                                 arg="sendbuf")
-            scounts = [send.block_nbytes(i) for i in range(len(destinations))]
-            if send.array is not None:
-                sblocks = Blocks(send.array, scounts, send.displs)
-            else:
-                sblocks = Blocks(np.concatenate([np.asarray(b, np.uint8).reshape(-1)
-                                                 for b in send.blocks]),
-                                 scounts, running_sum(scounts)[:-1])
-        else:
-            sblocks = _empty()
-        return execute(self, "neighbor_alltoall", call, 0,
-                       lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
-                       algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+            sblocks = Blocks(np.concatenate([np.asarray(b, np.uint8).reshape(-1)
+                                             for b in send.blocks]),
+                             scounts, running_sum(scounts)[:-1])
+    else:
+        sblocks = _empty()
+    return execute(comm, "neighbor_alltoall", call, 0,
+                   lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
+                   algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
 
-    @collective
-    def neighbor_alltoall(self, sendobj: Any, algorithm: str = None) -> list:
-        """Send ``sendobj[k]`` to out-neighbour k; return the list of what each in-neighbour
-        sent us (``None`` for ``MPI.PROC_NULL`` neighbours)."""
-        sources, destinations, order = self._neighbours()
-        try:
-            items = list(sendobj)
-        except TypeError:
-            items = None
-        if items is None or len(items) != len(destinations):
-            what = f"{len(items)} items" if items is not None else type(sendobj).__name__
-            raise CountError(f"rank {self.rank}: neighbor_alltoall: sendobj must be a sequence "
-                             f"of {len(destinations)} objects (one per out-neighbour), got "
-                             f"{what}")
-        return execute(self, "neighbor_alltoall", "neighbor_alltoall", 0,
-                       lambda alg, ch: alg(ch, sources, destinations, order,
-                                           Blocks(items=items),
-                                           Blocks(items=[None] * len(sources))),
-                       algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)
+
+@collective
+def neighbor_alltoall(comm, sendobj: Any, algorithm: str = None) -> list:
+    """Send ``sendobj[k]`` to out-neighbour k; return the list of what each in-neighbour
+    sent us (``None`` for ``MPI.PROC_NULL`` neighbours)."""
+    sources, destinations, order = comm._neighbours()
+    try:
+        items = list(sendobj)
+    except TypeError:
+        items = None
+    if items is None or len(items) != len(destinations):
+        what = f"{len(items)} items" if items is not None else type(sendobj).__name__
+        raise CountError(f"rank {comm.rank}: neighbor_alltoall: sendobj must be a sequence "
+                         f"of {len(destinations)} objects (one per out-neighbour), got "
+                         f"{what}")
+    return execute(comm, "neighbor_alltoall", "neighbor_alltoall", 0,
+                   lambda alg, ch: alg(ch, sources, destinations, order,
+                                       Blocks(items=items),
+                                       Blocks(items=[None] * len(sources))),
+                   algorithm=algorithm, objects=True, finalize=lambda blocks: blocks.items)

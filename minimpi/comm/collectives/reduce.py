@@ -10,46 +10,48 @@ from ...data.ops import SUM
 from .common import check_op, check_root, collective, execute, in_place, send_as_recv
 
 
-class ReduceMethods:
-    """``Reduce``/``reduce`` and their ``I`` variants."""
+def Reduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
+           algorithm: str = None) -> None:
+    """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into the root's
+    ``recvbuf`` (``MPI.IN_PLACE`` as the root's ``sendbuf``: its input is in ``recvbuf``)."""
+    _reduce_buf(comm, sendbuf, recvbuf, op, root, algorithm, "Reduce", False)
 
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
-               algorithm: str = None) -> None:
-        """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into the root's
-        ``recvbuf`` (``MPI.IN_PLACE`` as the root's ``sendbuf``: its input is in ``recvbuf``)."""
-        self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Reduce", False)
 
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
-                algorithm: str = None):
-        return self._reduce_buf(sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
+def Ireduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
+            algorithm: str = None):
+    return _reduce_buf(comm, sendbuf, recvbuf, op, root, algorithm, "Ireduce", True)
 
-    @collective
-    def _reduce_buf(self, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        op = check_op(self, op, call)
-        at_root = self.rank == root
-        acc, datatype, finish = _reduce_operands(self, sendbuf, recvbuf, call, use_recv=at_root)
-        op.check_datatype(datatype, call)
-        red = Operand(op, False, datatype, call)
-        acc = red.mine(acc, readonly=not at_root)
-        return execute(self, "reduce", call, acc.nbytes,
-                       lambda alg, ch: alg(ch, red, acc, root), op=op, root=root, algorithm=algorithm,
-                       nonblocking=nonblocking, finalize=lambda _: finish(), datatype=datatype)
 
-    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None) -> Any:
-        """The root returns x0 (op) x1 (op) ... of every rank's ``sendobj``; others None."""
-        return self._reduce_obj(sendobj, op, root, algorithm, "reduce", False)
+@collective
+def _reduce_buf(comm, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    op = check_op(comm, op, call)
+    at_root = comm.rank == root
+    acc, datatype, finish = _reduce_operands(comm, sendbuf, recvbuf, call, use_recv=at_root)
+    op.check_datatype(datatype, call)
+    red = Operand(op, False, datatype, call)
+    acc = red.mine(acc, readonly=not at_root)
+    return execute(comm, "reduce", call, acc.nbytes,
+                   lambda alg, ch: alg(ch, red.on(ch), acc, root), op=op, root=root, algorithm=algorithm,
+                   nonblocking=nonblocking, finalize=lambda _: finish(), datatype=datatype)
 
-    def ireduce(self, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None):
-        return self._reduce_obj(sendobj, op, root, algorithm, "ireduce", True)
 
-    @collective
-    def _reduce_obj(self, sendobj, op, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        op = check_op(self, op, call)
-        red = Operand(op, True, None, call)
-        return execute(self, "reduce", call, 0, lambda alg, ch: alg(ch, red, sendobj, root),
-                       op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+def reduce(comm, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None) -> Any:
+    """The root returns x0 (op) x1 (op) ... of every rank's ``sendobj``; others None."""
+    return _reduce_obj(comm, sendobj, op, root, algorithm, "reduce", False)
+
+
+def ireduce(comm, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None):
+    return _reduce_obj(comm, sendobj, op, root, algorithm, "ireduce", True)
+
+
+@collective
+def _reduce_obj(comm, sendobj, op, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    op = check_op(comm, op, call)
+    red = Operand(op, True, None, call)
+    return execute(comm, "reduce", call, 0, lambda alg, ch: alg(ch, red.on(ch), sendobj, root),
+                   op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
 
 
 def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):

@@ -11,96 +11,97 @@ from ...errors import CountError, DatatypeError
 from .common import check_op, collective, execute, in_place, same_datatype
 
 
-class ReduceScatterMethods:
-    """``Reduce_scatter``/``Reduce_scatter_block`` (+ ``I`` variants) of ``Intracomm``."""
+def Reduce_scatter(comm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,
+                   algorithm: str = None) -> None:
+    """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
+    the ``recvcounts[r]`` items of block r in ``recvbuf``.
 
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,
-                       algorithm: str = None) -> None:
-        """Reduce ``sendbuf`` (sum(recvcounts) items) over all ranks with ``op``; rank r gets
-        the ``recvcounts[r]`` items of block r in ``recvbuf``.
+    ``recvcounts=None``: each rank's ``recvbuf`` count (gathered from all ranks, as in
+    mpi4py). ``sendbuf=MPI.IN_PLACE``: the input is taken from ``recvbuf`` (which must
+    then hold the whole vector) and the result is stored at its start.
+    """
+    _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter",
+                         False, False)
 
-        ``recvcounts=None``: each rank's ``recvbuf`` count (gathered from all ranks, as in
-        mpi4py). ``sendbuf=MPI.IN_PLACE``: the input is taken from ``recvbuf`` (which must
-        then hold the whole vector) and the result is stored at its start.
-        """
-        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm, "Reduce_scatter",
-                             False, False)
 
-    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
-                        op: Any = SUM, algorithm: str = None):
-        return self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, algorithm,
-                                    "Ireduce_scatter", True, False)
+def Ireduce_scatter(comm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                    op: Any = SUM, algorithm: str = None):
+    return _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, algorithm,
+                                "Ireduce_scatter", True, False)
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM,
-                             algorithm: str = None) -> None:
-        """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
 
-        With ``MPI.IN_PLACE``, ``recvbuf`` holds the whole input (p blocks) and block r of
-        the result is stored at its start.
-        """
-        self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block",
-                             False, True)
+def Reduce_scatter_block(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM,
+                         algorithm: str = None) -> None:
+    """``Reduce_scatter`` with equal blocks: ``sendbuf`` holds p x ``recvbuf``'s count.
 
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM,
-                              algorithm: str = None):
-        return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm,
-                                    "Ireduce_scatter_block", True, True)
+    With ``MPI.IN_PLACE``, ``recvbuf`` holds the whole input (p blocks) and block r of
+    the result is stored at its start.
+    """
+    _reduce_scatter(comm, sendbuf, recvbuf, None, op, algorithm, "Reduce_scatter_block",
+                         False, True)
 
-    @collective
-    def _reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
-                        block):
-        p, rank = self.size, self.rank
-        op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
-                            keep=in_place(sendbuf) is IN_PLACE)
-        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
-                            allow_in_place=True)
-        op.check_datatype(recv.datatype, call)
-        inplace = send is IN_PLACE
-        if block:
-            if inplace:
-                if recv.count % p:
-                    raise CountError(
-                        f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the whole input, "
-                        f"{recv.count} x {recv.datatype.name}, which does not split into {p} "
-                        f"equal blocks")
-                counts = [recv.count // p] * p
-            else:
-                counts = [recv.count] * p
-        elif recvcounts is None:
-            if inplace:
-                raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
-            counts = self.allgather(recv.count)
-        else:
-            counts = int_list(recvcounts, "recvcounts", p, call, "recvcounts")
-        total = sum(counts)
+
+def Ireduce_scatter_block(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM,
+                          algorithm: str = None):
+    return _reduce_scatter(comm, sendbuf, recvbuf, None, op, algorithm,
+                                "Ireduce_scatter_block", True, True)
+
+
+@collective
+def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
+                    block):
+    p, rank = comm.size, comm.rank
+    op = check_op(comm, op, call)
+    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
+                        keep=in_place(sendbuf) is IN_PLACE)
+    send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                        allow_in_place=True)
+    op.check_datatype(recv.datatype, call)
+    inplace = send is IN_PLACE
+    if block:
         if inplace:
-            if recv.count != total:
+            if recv.count % p:
                 raise CountError(
-                    f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the input and must have "
-                    f"sum(recvcounts) = {total} x {recv.datatype.name}, not {recv.count}")
+                    f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the whole input, "
+                    f"{recv.count} x {recv.datatype.name}, which does not split into {p} "
+                    f"equal blocks")
+            counts = [recv.count // p] * p
         else:
-            if not same_datatype(send.datatype, recv.datatype):
-                raise DatatypeError(
-                    f"rank {rank}: {call}: sendbuf has datatype {send.datatype.name} but "
-                    f"recvbuf has {recv.datatype.name}; a reduction needs the same datatype")
-            if send.count != total:
-                raise CountError(
-                    f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} but "
-                    f"the blocks of all ranks add up to {total}")
-            if recv.count < counts[rank]:
-                raise CountError(
-                    f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, "
-                    f"fewer than this rank's block (recvcounts[{rank}]) of {counts[rank]}")
-        k = recv.datatype.base_count
-        elems = [c * k for c in counts]
+            counts = [recv.count] * p
+    elif recvcounts is None:
         if inplace:
-            vector = recv.array.copy()                # the input; the result overwrites the start
-        else:
-            vector = send.array
-        out = recv.array[:elems[rank]]
-        return execute(self, "reduce_scatter", call, total * recv.datatype.size,
-                       lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call), vector,
-                                         out, elems),
-                       datatype=recv.datatype, op=op, algorithm=algorithm, nonblocking=nonblocking,
-                       finalize=lambda _: recv.finish())
+            raise CountError(f"rank {rank}: {call}(MPI.IN_PLACE) needs explicit recvcounts")
+        counts = comm.allgather(recv.count)
+    else:
+        counts = int_list(recvcounts, "recvcounts", p, call, "recvcounts")
+    total = sum(counts)
+    if inplace:
+        if recv.count != total:
+            raise CountError(
+                f"rank {rank}: {call}(MPI.IN_PLACE): recvbuf holds the input and must have "
+                f"sum(recvcounts) = {total} x {recv.datatype.name}, not {recv.count}")
+    else:
+        if not same_datatype(send.datatype, recv.datatype):
+            raise DatatypeError(
+                f"rank {rank}: {call}: sendbuf has datatype {send.datatype.name} but "
+                f"recvbuf has {recv.datatype.name}; a reduction needs the same datatype")
+        if send.count != total:
+            raise CountError(
+                f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} but "
+                f"the blocks of all ranks add up to {total}")
+        if recv.count < counts[rank]:
+            raise CountError(
+                f"rank {rank}: {call}: recvbuf has {recv.count} x {recv.datatype.name}, "
+                f"fewer than this rank's block (recvcounts[{rank}]) of {counts[rank]}")
+    k = recv.datatype.base_count
+    elems = [c * k for c in counts]
+    if inplace:
+        vector = recv.array.copy()                # the input; the result overwrites the start
+    else:
+        vector = send.array
+    out = recv.array[:elems[rank]]
+    return execute(comm, "reduce_scatter", call, total * recv.datatype.size,
+                   lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call).on(ch), vector,
+                                     out, elems),
+                   datatype=recv.datatype, op=op, algorithm=algorithm, nonblocking=nonblocking,
+                   finalize=lambda _: recv.finish())

@@ -11,61 +11,67 @@ from ...data.ops import SUM
 from .common import check_op, collective, execute, in_place, send_as_recv
 
 
-class ScanMethods:
-    """``Scan``/``Exscan``/``scan``/``exscan`` and their ``I`` variants."""
+def Scan(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
+    """Rank r's ``recvbuf`` = x0 (op) ... (op) xr (``MPI.IN_PLACE``: input in recvbuf)."""
+    _scan_buf(comm, sendbuf, recvbuf, op, algorithm, "scan", "Scan", False)
 
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
-        """Rank r's ``recvbuf`` = x0 (op) ... (op) xr (``MPI.IN_PLACE``: input in recvbuf)."""
-        self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Scan", False)
 
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
-        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "scan", "Iscan", True)
+def Iscan(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
+    return _scan_buf(comm, sendbuf, recvbuf, op, algorithm, "scan", "Iscan", True)
 
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
-        """Rank r's ``recvbuf`` = x0 (op) ... (op) x[r-1]; rank 0's is left untouched."""
-        self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Exscan", False)
 
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
-        return self._scan_buf(sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
+def Exscan(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
+    """Rank r's ``recvbuf`` = x0 (op) ... (op) x[r-1]; rank 0's is left untouched."""
+    _scan_buf(comm, sendbuf, recvbuf, op, algorithm, "exscan", "Exscan", False)
 
-    @collective
-    def _scan_buf(self, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
-        op = check_op(self, op, call)
-        recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
-                            keep=in_place(sendbuf) is IN_PLACE)
-        send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
-                            allow_in_place=True)
-        if send is IN_PLACE:
-            data = recv.array.copy()
-        else:
-            data = send_as_recv(self, call, send, recv)
-        op.check_datatype(recv.datatype, call)
-        red = Operand(op, False, recv.datatype, call)
-        segment = default_model().segment
-        return execute(self, collective, call, recv.nbytes,
-                       lambda alg, ch: alg(ch, red, data, recv.array, segment), op=op,
-                       algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
-                       finalize=lambda _: recv.finish())
 
-    def scan(self, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
-        """Rank r returns x0 (op) ... (op) xr of the ranks' ``sendobj``."""
-        return self._scan_obj(sendobj, op, algorithm, "scan", "scan", False)
+def Iexscan(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):
+    return _scan_buf(comm, sendbuf, recvbuf, op, algorithm, "exscan", "Iexscan", True)
 
-    def iscan(self, sendobj: Any, op: Any = SUM, algorithm: str = None):
-        return self._scan_obj(sendobj, op, algorithm, "scan", "iscan", True)
 
-    def exscan(self, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
-        """Rank r returns x0 (op) ... (op) x[r-1]; rank 0 returns None."""
-        return self._scan_obj(sendobj, op, algorithm, "exscan", "exscan", False)
+@collective
+def _scan_buf(comm, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
+    op = check_op(comm, op, call)
+    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
+                        keep=in_place(sendbuf) is IN_PLACE)
+    send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
+                        allow_in_place=True)
+    if send is IN_PLACE:
+        data = recv.array.copy()
+    else:
+        data = send_as_recv(comm, call, send, recv)
+    op.check_datatype(recv.datatype, call)
+    red = Operand(op, False, recv.datatype, call)
+    segment = default_model().segment
+    return execute(comm, collective, call, recv.nbytes,
+                   lambda alg, ch: alg(ch, red.on(ch), data, recv.array, segment), op=op,
+                   algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
+                   finalize=lambda _: recv.finish())
 
-    def iexscan(self, sendobj: Any, op: Any = SUM, algorithm: str = None):
-        return self._scan_obj(sendobj, op, algorithm, "exscan", "iexscan", True)
 
-    @collective
-    def _scan_obj(self, sendobj, op, algorithm, collective, call, nonblocking):
-        op = check_op(self, op, call)
-        red = Operand(op, True, None, call)
-        segment = default_model().segment
-        return execute(self, collective, call, 0,
-                       lambda alg, ch: alg(ch, red, sendobj, None, segment), op=op,
-                       algorithm=algorithm, objects=True, nonblocking=nonblocking)
+def scan(comm, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
+    """Rank r returns x0 (op) ... (op) xr of the ranks' ``sendobj``."""
+    return _scan_obj(comm, sendobj, op, algorithm, "scan", "scan", False)
+
+
+def iscan(comm, sendobj: Any, op: Any = SUM, algorithm: str = None):
+    return _scan_obj(comm, sendobj, op, algorithm, "scan", "iscan", True)
+
+
+def exscan(comm, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:
+    """Rank r returns x0 (op) ... (op) x[r-1]; rank 0 returns None."""
+    return _scan_obj(comm, sendobj, op, algorithm, "exscan", "exscan", False)
+
+
+def iexscan(comm, sendobj: Any, op: Any = SUM, algorithm: str = None):
+    return _scan_obj(comm, sendobj, op, algorithm, "exscan", "iexscan", True)
+
+
+@collective
+def _scan_obj(comm, sendobj, op, algorithm, collective, call, nonblocking):
+    op = check_op(comm, op, call)
+    red = Operand(op, True, None, call)
+    segment = default_model().segment
+    return execute(comm, collective, call, 0,
+                   lambda alg, ch: alg(ch, red.on(ch), sendobj, None, segment), op=op,
+                   algorithm=algorithm, objects=True, nonblocking=nonblocking)

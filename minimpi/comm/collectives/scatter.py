@@ -11,77 +11,81 @@ from ...errors import CountError
 from .common import check_equal_blocks, check_root, collective, execute, in_place
 
 
-class ScatterMethods:
-    """``Scatter``/``Scatterv``/``scatter`` and their ``I`` variants."""
+def Scatter(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
+    """Send block i of the root's ``sendbuf`` to rank i's ``recvbuf`` (``MPI.IN_PLACE``
+    as the root's ``recvbuf`` leaves its block where it is)."""
+    _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, "Scatter", False, False)
 
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Send block i of the root's ``sendbuf`` to rank i's ``recvbuf`` (``MPI.IN_PLACE``
-        as the root's ``recvbuf`` leaves its block where it is)."""
-        self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Scatter", False, False)
 
-    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
-        return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatter", False, True)
+def Iscatter(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
+    return _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, "Iscatter", False, True)
 
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
-        """Like Scatter with per-rank counts: the root passes ``[buf, (counts, displs), TYPE]``."""
-        self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Scatterv", True, False)
 
-    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
-        return self._scatter_buf(sendbuf, recvbuf, root, algorithm, "Iscatterv", True, True)
+def Scatterv(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
+    """Like Scatter with per-rank counts: the root passes ``[buf, (counts, displs), TYPE]``."""
+    _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, "Scatterv", True, False)
 
-    @collective
-    def _scatter_buf(self, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
-        root = check_root(self, root, call)
-        p, at_root = self.size, self.rank == root
-        recv = parse_buffer(in_place(recvbuf) if at_root else recvbuf, writable=True, call=call,
-                            arg="recvbuf", allow_in_place=at_root)
-        inplace = recv is IN_PLACE
-        send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf") if at_root else None
-        if at_root and not vector:
-            check_equal_blocks(self, call, send, "sendbuf", None if inplace else recv, "recvbuf",
-                               "Scatterv")
-        model = default_model()
-        if vector:
-            known = {} if inplace else {self.rank: recv.array}
-            items = [send.block(a) for a in range(p)] if at_root else None
-            if at_root and inplace:
-                items[root] = None
-            nbytes = 0
-            make = lambda ch: ListedBlocks(ch, root, items=items, known=known)
-        else:
-            nbytes = send.block_nbytes(0) if inplace else recv.nbytes
-            everything = as_bytes(send.array)[:p * nbytes] if at_root else None
-            dst = None if inplace else as_bytes(recv.array)
-            make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, dst=dst)
-        return execute(self, "scatter", call, nbytes,
-                       lambda alg, ch: alg(ch, make(ch), root, model.segment),
-                       root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=(lambda _: None) if inplace else (lambda _: recv.finish()))
 
-    def scatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:
-        """The root's ``sendobj`` is a sequence of p objects; rank i returns item i."""
-        return self._scatter_obj(sendobj, root, algorithm, "scatter", False)
+def Iscatterv(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None):
+    return _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, "Iscatterv", True, True)
 
-    def iscatter(self, sendobj: Any = None, root: int = 0, algorithm: str = None):
-        return self._scatter_obj(sendobj, root, algorithm, "iscatter", True)
 
-    @collective
-    def _scatter_obj(self, sendobj, root, algorithm, call, nonblocking):
-        root = check_root(self, root, call)
-        items = None
-        if self.rank == root:
-            try:
-                # As in mpi4py, None stands for a None to every rank.
-                items = [None] * self.size if sendobj is None else list(sendobj)
-            except TypeError:
-                items = None
-            if items is None or len(items) != self.size:
-                what = (f"{len(items)} items" if items is not None else
-                        f"{type(sendobj).__name__}, not a sequence")
-                raise CountError(
-                    f"rank {self.rank}: {call}(root={root}): sendobj must be a sequence of "
-                    f"{self.size} objects (one per rank), got {what}")
-        model = default_model()
-        return execute(self, "scatter", call, 0,
-                       lambda alg, ch: alg(ch, ListedBlocks(ch, root, items=items, objects=True),
-                                         root, model.segment),
-                       root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
+@collective
+def _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
+    root = check_root(comm, root, call)
+    p, at_root = comm.size, comm.rank == root
+    recv = parse_buffer(in_place(recvbuf) if at_root else recvbuf, writable=True, call=call,
+                        arg="recvbuf", allow_in_place=at_root)
+    inplace = recv is IN_PLACE
+    send = parse_vbuffer(sendbuf, p, writable=False, call=call, arg="sendbuf") if at_root else None
+    if at_root and not vector:
+        check_equal_blocks(comm, call, send, "sendbuf", None if inplace else recv, "recvbuf",
+                           "Scatterv")
+    model = default_model()
+    if vector:
+        known = {} if inplace else {comm.rank: recv.array}
+        items = [send.block(a) for a in range(p)] if at_root else None
+        if at_root and inplace:
+            items[root] = None
+        nbytes = 0
+        make = lambda ch: ListedBlocks(ch, root, items=items, known=known)
+    else:
+        nbytes = send.block_nbytes(0) if inplace else recv.nbytes
+        everything = as_bytes(send.array)[:p * nbytes] if at_root else None
+        dst = None if inplace else as_bytes(recv.array)
+        make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, dst=dst)
+    return execute(comm, "scatter", call, nbytes,
+                   lambda alg, ch: alg(ch, make(ch), root, model.segment),
+                   root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=(lambda _: None) if inplace else (lambda _: recv.finish()))
+
+
+def scatter(comm, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:
+    """The root's ``sendobj`` is a sequence of p objects; rank i returns item i."""
+    return _scatter_obj(comm, sendobj, root, algorithm, "scatter", False)
+
+
+def iscatter(comm, sendobj: Any = None, root: int = 0, algorithm: str = None):
+    return _scatter_obj(comm, sendobj, root, algorithm, "iscatter", True)
+
+
+@collective
+def _scatter_obj(comm, sendobj, root, algorithm, call, nonblocking):
+    root = check_root(comm, root, call)
+    items = None
+    if comm.rank == root:
+        try:
+            # As in mpi4py, None stands for a None to every rank.
+            items = [None] * comm.size if sendobj is None else list(sendobj)
+        except TypeError:
+            items = None
+        if items is None or len(items) != comm.size:
+            what = (f"{len(items)} items" if items is not None else
+                    f"{type(sendobj).__name__}, not a sequence")
+            raise CountError(
+                f"rank {comm.rank}: {call}(root={root}): sendobj must be a sequence of "
+                f"{comm.size} objects (one per rank), got {what}")
+    model = default_model()
+    return execute(comm, "scatter", call, 0,
+                   lambda alg, ch: alg(ch, ListedBlocks(ch, root, items=items, objects=True),
+                                     root, model.segment),
+                   root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)

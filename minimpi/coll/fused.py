@@ -1,0 +1,256 @@
+"""Fused calls: a compiled segment collective whose repeat runs in a few Python calls.
+
+When a blocking call's compiled algorithm is a ``segment`` one (:mod:`.segment`: ranks of
+one host meeting in shared memory) and its buffers are plain numpy arrays of a predefined
+type, the API layer keeps a *fused* form of it (``plan.fused``): the same protocol on the
+same segment - slot and signature, the call's numbers, publish, meet, read, done - written
+as one straight function instead of a schedule generator run by the collective framework.
+A repeat of the signature then costs about ten Python calls (a small ``Allreduce``: the
+API front, the entry, :meth:`FusedAllreduce.run`, the slot's mismatch record, a fence, the
+reduction as one ``ufunc.reduce`` over the p slots). The generator in ``coll/allreduce.py``
+stays the algorithm's definition (drawn, traced, run for everything the fused form
+declines); the two interleave freely on one communicator, as they share the segment's
+state.
+
+A fused call declines (``run`` returns False, and the caller takes the general path) when
+the arguments differ from what it was made for, when someone on the bus watches the
+algorithms' steps (``--trace``, ``minimpi draw``), when the engine has anything unusual to
+report (a lost peer, an abort, a revoke), or when the segment's area is not free yet. Once
+it has taken its slot it finishes or raises: a failure on this rank is announced to the
+others (abort markers, :func:`~minimpi.coll.mismatch.abort_slot`), so nobody waits.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, List
+
+import numpy as np
+
+from ..constants import IN_PLACE
+from ..errors import CollectiveAbortedError, CollectiveMismatchError, JobAbortedError, PeerLostError
+from .mismatch import abort_slot, open_slot
+from .segment import HostSegment, MemoryWait
+from .slots import SEQ_MASK
+
+_MIN, _ANY = np.minimum.reduce, np.logical_or.reduce
+_sched_yield = os.sched_yield
+
+#: errors a rank does not announce to the others (caused by another rank, or the job ending)
+_NOT_ANNOUNCED = (CollectiveAbortedError, CollectiveMismatchError, PeerLostError,
+                  JobAbortedError)
+
+
+class _WaitOf:
+    """What a :class:`~minimpi.coll.segment.MemoryWait` asks of the call it belongs to."""
+
+    __slots__ = ("ep", "watch", "tag", "call")
+
+    def __init__(self, ep: Any, watch: Any, call: str) -> None:
+        self.ep, self.watch, self.tag, self.call = ep, watch, 0, call
+
+
+class FusedCall:
+    """What every fused call shares: the compiled call it fuses, the segment, and opening a
+    slot as the compiled call would (:func:`~minimpi.coll.mismatch.open_slot`)."""
+
+    __slots__ = ("compiled", "ep", "seg", "sig", "everyone", "waiting", "engine", "stacked")
+
+    def __init__(self, compiled: Any, seg: HostSegment) -> None:
+        self.compiled = compiled
+        self.ep = compiled.ep
+        self.engine = self.ep.engine
+        self.seg = seg
+        self.sig = compiled.sig
+        self.everyone = range(seg.p)
+        self.waiting = _WaitOf(self.ep, compiled.watch, compiled.label)
+        self.stacked: List[np.ndarray] = []
+
+    def usable(self) -> bool:
+        """Whether the fused form may run now (else the general path)."""
+        engine = self.engine
+        return not (engine.bus.steps or engine.bus.scratch or engine.lost_peers
+                    or engine.revoked or engine.aborted is not None or engine.faults)
+
+    def open(self) -> int:
+        """Take the call's slot of the communicator's sequence; its signed tag."""
+        c = self.compiled
+        tag = open_slot(self.ep, c.watch, self.ep.next_coll_tag(), self.sig, c.collective,
+                        c.call, c.algorithm.name, c.root, c.opname, c.nbytes, False,
+                        c.typename)
+        self.waiting.tag = tag
+        return tag
+
+    def meet(self, k: int, members: Any) -> None:
+        """Wait until ``members`` published call ``k``: first a look at the segment for the
+        engine's spin budget (no call, nothing to build: the peers of one host are usually
+        a few microseconds behind), then the engine's wait (spin or sleep as its policy
+        says, progress on every connection; an error ends it)."""
+        seqs = self.seg.seqs
+        policy = self.engine.progress_policy
+        if policy.spin:
+            clock = time.perf_counter
+            deadline = clock() + policy.spin
+            yield_ = policy.yield_
+            while True:
+                for m in members:
+                    if seqs[m] < k:
+                        break
+                else:
+                    return
+                if clock() >= deadline:
+                    break
+                if yield_:
+                    _sched_yield()
+        wait = MemoryWait(self.seg, self.waiting, k, members)
+        if not wait.done:
+            self.engine.wait_all([wait])
+        wait.wait()
+
+    def announce(self, exc: BaseException, tag: int) -> None:
+        """This rank failed inside its call: tell the others (unless another rank's failure
+        is the cause), as every collective does."""
+        if not isinstance(exc, _NOT_ANNOUNCED) and not getattr(exc, "_minimpi_slot_aborted",
+                                                                  False):
+            abort_slot(self.ep, exc, tag & SEQ_MASK, self.compiled.call)
+            try:
+                exc._minimpi_slot_aborted = True
+            except AttributeError:
+                pass
+
+    def stack(self, nbytes: int, dtype: Any) -> List[np.ndarray]:
+        """For each parity of call numbers, the p members' areas as one (p, items) array of
+        ``dtype`` (a view: the slots lie at a fixed stride)."""
+        seg = self.seg
+        items = nbytes // np.dtype(dtype).itemsize
+        out = []
+        for parity in (0, 1):
+            first = seg.areas[0][parity]
+            stride = (seg.areas[1][parity].ctypes.data - first.ctypes.data) if seg.p > 1 \
+                else nbytes
+            out.append(np.lib.stride_tricks.as_strided(
+                first[:nbytes].view(dtype), shape=(seg.p, items),
+                strides=(stride, np.dtype(dtype).itemsize), writeable=False))
+        return out
+
+
+class FusedAllreduce(FusedCall):
+    """``Allreduce`` of ``count`` items of a numpy ``dtype`` with a predefined elementwise op,
+    fitting one slot: the fused form of ``allreduce_segment``."""
+
+    __slots__ = ("dtype", "count", "ufunc", "nbytes")
+
+    def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int,
+                 ufunc: Any) -> None:
+        super().__init__(compiled, seg)
+        self.dtype = dtype
+        self.count = count
+        self.ufunc = ufunc
+        self.nbytes = count * np.dtype(dtype).itemsize
+        self.stacked = self.stack(self.nbytes, dtype)
+
+    def run(self, sendbuf: Any, recvbuf: Any) -> bool:
+        """Run the call, or decline (False) before anything happened."""
+        if (type(recvbuf) is not np.ndarray or recvbuf.dtype != self.dtype
+                or recvbuf.size != self.count or not recvbuf.flags.c_contiguous
+                or not recvbuf.flags.writeable):
+            return False
+        if sendbuf is None or sendbuf is IN_PLACE:
+            mine = recvbuf
+        elif (type(sendbuf) is np.ndarray and sendbuf.dtype == self.dtype
+              and sendbuf.size == self.count and sendbuf.flags.c_contiguous):
+            mine = sendbuf
+        else:
+            return False
+        seg = self.seg
+        k = seg.calls + 1
+        engine = self.engine
+        if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
+                or engine.aborted is not None or engine.faults or seg.published != k - 1
+                or int(_MIN(seg.done_words)) < k - 2):
+            return False                        # (what usable() says, inline: a hot path)
+        tag = self.open()
+        seg.calls = k
+        try:
+            parity = k & 1
+            seg.areas[seg.rank][parity][:self.nbytes] = mine.reshape(-1).view(np.uint8)
+            seg.publish(k, self.sig, call=self.waiting)
+            if int(_MIN(seg.seqs)) < k:
+                self.meet(k, self.everyone)
+            if _ANY(seg.sigs[:, parity] != self.sig):
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            self.ufunc.reduce(self.stacked[parity], axis=0, out=recvbuf.reshape(-1))
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True
+
+
+class FusedBarrier(FusedCall):
+    """``Barrier``: the fused form of ``barrier_segment``."""
+
+    __slots__ = ()
+
+    def run(self) -> bool:
+        seg = self.seg
+        k = seg.calls + 1
+        if not self.usable() or seg.published != k - 1 or int(_MIN(seg.done_words)) < k - 2:
+            return False
+        tag = self.open()
+        seg.calls = k
+        try:
+            seg.publish(k, self.sig, call=self.waiting)
+            if int(_MIN(seg.seqs)) < k:
+                self.meet(k, self.everyone)
+            if _ANY(seg.sigs[:, k & 1] != self.sig):
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True
+
+
+class FusedBcast(FusedCall):
+    """``Bcast`` of ``nbytes`` of a numpy ``dtype`` from ``root``, fitting one slot: the fused
+    form of ``bcast_segment``."""
+
+    __slots__ = ("nbytes", "root", "dtype")
+
+    def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, nbytes: int,
+                 root: int) -> None:
+        super().__init__(compiled, seg)
+        self.dtype = dtype
+        self.nbytes = nbytes
+        self.root = root
+
+    def run(self, buf: Any) -> bool:
+        if (type(buf) is not np.ndarray or buf.dtype != self.dtype or buf.nbytes != self.nbytes
+                or not buf.flags.c_contiguous):
+            return False
+        seg = self.seg
+        rank, root = seg.rank, self.root
+        if rank != root and not buf.flags.writeable:
+            return False
+        k = seg.calls + 1
+        if not self.usable() or seg.published != k - 1 or int(_MIN(seg.done_words)) < k - 2:
+            return False
+        tag = self.open()
+        seg.calls = k
+        try:
+            data = buf.reshape(-1).view(np.uint8)
+            area = seg.areas
+            if rank == root:
+                area[rank][k & 1][:self.nbytes] = data
+                seg.publish(k, self.sig, root=True, call=self.waiting)
+            else:
+                seg.publish(k, self.sig, call=self.waiting)
+                self.meet(k, (root,))
+                seg.check(k, self.sig, (root,), self.waiting)
+                data[...] = area[root][k & 1][:self.nbytes]
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True

@@ -1,0 +1,204 @@
+"""The express lane of point-to-point (Engine.send_now / take_now, the shm transport's
+send_now and eager_arrived): the same results and order as the general path, the general
+path wherever the lane declines, and few Python calls per Send and Recv.
+
+Ranks are threads over the real shared-memory transport (``run_threads(transport="shm")``);
+the progress policy is set to yield so that a receive waits in the lane (as a rank with a
+core of its own does in a job) instead of sleeping at once.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from minimpi.bus import Subscriber
+from minimpi.constants import ANY_SOURCE, ANY_TAG
+from minimpi.errors import TruncationError
+from minimpi.p2p.progress import ProgressPolicy
+from minimpi.p2p.request import Status
+from minimpi.runtime.inproc import run_threads
+
+
+def spinning(comm) -> None:
+    comm.endpoint.engine.progress_policy = ProgressPolicy("yield", max_spin=0.05)
+
+
+def calls_of(fn, repeats: int = 100) -> float:
+    """Python calls (profile 'call' events) per ``fn()`` on this thread."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(repeats):
+            fn()
+    finally:
+        sys.setprofile(None)
+    return count[0] / repeats
+
+
+class Counts(Subscriber):
+    """Counts the engine's message events (an observer: the lane must step aside)."""
+
+    def __init__(self):
+        self.sent = 0
+
+    def message_sent(self, *args):
+        self.sent += 1
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_lane_and_general_path_keep_one_order(p, transport):
+    """Sends through the lane (blocking Send of a small array) and through the general path
+    (Isend, a large Send, ssend) to one peer with one tag arrive in program order, whatever
+    each receive takes (Recv through the lane, Irecv/ANY_SOURCE through the general path)."""
+    def body(comm):
+        spinning(comm)
+        n = 40
+        if comm.rank == 0:
+            for dest in range(1, comm.size):
+                reqs = []
+                for i in range(n):
+                    kind = i % 4
+                    if kind == 0:
+                        comm.Send(np.array([i], dtype=np.int64), dest, tag=5)
+                    elif kind == 1:
+                        reqs.append(comm.Isend(np.array([i], dtype=np.int64), dest, tag=5))
+                    elif kind == 2:
+                        big = np.full(20000, i, dtype=np.int64)       # rendezvous
+                        comm.Send(big, dest, tag=5)
+                    else:
+                        comm.ssend(i, dest, tag=6)                      # synchronous
+                for r in reqs:
+                    r.Wait()
+            return None
+        got = []
+        for i in range(n):
+            kind = i % 4
+            if kind == 3:
+                got.append(comm.recv(source=0, tag=6))
+            elif kind == 2:
+                big = np.empty(20000, dtype=np.int64)
+                comm.Recv(big, source=ANY_SOURCE, tag=ANY_TAG)
+                got.append(int(big[0]) if (big == big[0]).all() else -1)
+            elif i % 8 == 1:
+                one = np.empty(1, dtype=np.int64)
+                comm.Irecv(one, source=0, tag=5).Wait()
+                got.append(int(one[0]))
+            else:
+                one = np.empty(1, dtype=np.int64)
+                st = Status()
+                comm.Recv(one, source=ANY_SOURCE, tag=5, status=st)
+                assert (st.Get_source(), st.Get_tag(), st.Get_count()) == (0, 5, 8)
+                got.append(int(one[0]))
+        return got
+
+    for got in run_threads(p, body, timeout=120, transport=transport)[1:]:
+        assert got == list(range(40))
+
+
+def test_objects_take_the_lane_with_mpi4py_counts():
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            comm.send({"a": [1, 2, 3]}, 1, tag=3)
+            comm.send(None, 1, tag=3)
+            return comm.recv(source=1, tag=4)
+        st = Status()
+        first = comm.recv(source=0, tag=3, status=st)
+        count = st.Get_count()
+        second = comm.recv(source=ANY_SOURCE, tag=ANY_TAG, status=st)
+        comm.send((first, second, count, st.Get_source(), st.Get_tag()), 0, tag=4)
+        return None
+
+    first, second, count, source, tag = run_threads(2, body, timeout=60, transport="shm")[0]
+    assert first == {"a": [1, 2, 3]} and second is None and (source, tag) == (0, 3)
+    import pickle
+    assert count == len(pickle.dumps({"a": [1, 2, 3]}, protocol=5))
+
+
+def test_a_message_larger_than_the_receive_buffer_still_raises_truncation():
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            comm.Send(np.arange(4, dtype=np.float64), 1, tag=1)
+            comm.Send(np.arange(2, dtype=np.float64), 1, tag=2)
+            return None
+        small = np.zeros(2)
+        with pytest.raises(TruncationError):
+            comm.Recv(small, source=0, tag=1)
+        comm.Recv(small, source=0, tag=2)       # the next message is not lost
+        return small.tolist()
+
+    assert run_threads(2, body, timeout=60, transport="shm")[1] == [0.0, 1.0]
+
+
+def test_an_observer_sees_every_message_the_lane_would_have_sent():
+    def body(comm):
+        spinning(comm)
+        counts = Counts()
+        comm.endpoint.engine.bus.subscribe(counts)
+        peer = 1 - comm.rank
+        buf = np.zeros(1)
+        for i in range(10):
+            if comm.rank == 0:
+                comm.Send(buf, peer, tag=i)
+            else:
+                comm.Recv(buf, peer, tag=i)
+        comm.endpoint.engine.bus.unsubscribe(counts)
+        return counts.sent
+
+    assert run_threads(2, body, timeout=60, transport="shm") == [10, 0]
+
+
+def test_a_receive_posted_before_keeps_its_turn():
+    """An Irecv posted first must get the first message even when a later blocking Recv
+    could take it from the unexpected queue through the lane."""
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            comm.Barrier()
+            for i in range(2):
+                comm.Send(np.array([float(i)]), 1, tag=9)
+            return None
+        first = np.zeros(1)
+        req = comm.Irecv(first, source=0, tag=9)
+        comm.Barrier()
+        second = np.zeros(1)
+        comm.Recv(second, source=0, tag=9)
+        req.Wait()
+        return first[0], second[0]
+
+    assert run_threads(2, body, timeout=60, transport="shm")[1] == (0.0, 1.0)
+
+
+def test_few_python_calls_per_send_and_recv_on_the_lane():
+    """The issue's budget: at most 12 Python calls per Send and per Recv on the express lane
+    (a Recv that finds its message already here; the transport's progress calls made while
+    a receive waits for its peer are waiting, counted apart)."""
+    def body(comm):
+        spinning(comm)
+        a, b = np.ones(1), np.empty(1)
+        peer = 1 - comm.rank
+        for _ in range(20):
+            if comm.rank == 0:
+                comm.Send(a, peer, 1)
+            else:
+                comm.Recv(b, peer, 1)
+        comm.Barrier()
+        if comm.rank == 0:
+            send = calls_of(lambda: comm.Send(a, peer, 1))
+            comm.Barrier()
+            return send
+        comm.Barrier()       # every message is here: each Recv finds its own
+        return calls_of(lambda: comm.Recv(b, peer, 1))
+
+    send, recv = run_threads(2, body, timeout=60, transport="shm")
+    assert send <= 12, send
+    assert recv <= 12, recv

@@ -1,0 +1,190 @@
+"""Collectives that meet in one shared segment (minimpi/coll/segment.py) and their fused
+form (minimpi/coll/fused.py), over the real shared-memory transport between threads:
+results, interleaving with the general path, calls in flight, mismatches, and the cost of a
+repeated small Allreduce in Python calls."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from minimpi import MPI
+from minimpi.data import ops
+from minimpi.errors import CollectiveMismatchError
+from minimpi.p2p.progress import ProgressPolicy
+from minimpi.runtime.inproc import RankFailed, run_threads
+
+#: Python calls one repeated 8 B Allreduce at p = 2 may cost (issue: at most 25; measured 14)
+ALLREDUCE_CALLS = 25
+
+
+def spinning(comm) -> None:
+    comm.endpoint.engine.progress_policy = ProgressPolicy("yield", max_spin=0.05)
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_auto_meets_in_the_segment_and_fused_and_general_calls_interleave(p):
+    """Auto picks the segment for small calls on one host; the fused form (same signature
+    again), the general form (another size, an Iallreduce, a forced tree algorithm) and a
+    Barrier/Bcast in between all give the right results in order."""
+    def body(comm):
+        spinning(comm)
+        r = comm.rank
+        out = []
+        for i in range(12):
+            a = np.full(3, r + i, dtype=np.float64)
+            b = np.empty(3)
+            comm.Allreduce(a, b)                                   # fused after the first
+            out.append(b[0])
+            big = np.full(3000, float(r))                           # 24 KB: two pieces
+            big_out = np.empty(3000)
+            comm.Allreduce(big, big_out, op=ops.MAX)
+            assert (big_out == p - 1).all()
+            req_out = np.empty(2, dtype=np.int64)
+            req = comm.Iallreduce(np.full(2, r, dtype=np.int64), req_out)
+            c = np.full(4, i if r == i % p else -1, dtype=np.int32)
+            comm.Bcast(c, root=i % p)
+            assert (c == i).all()
+            req.Wait()
+            assert (req_out == sum(range(p))).all()
+            comm.Barrier()
+            tree = np.empty(3)
+            comm.Allreduce(a, tree, algorithm="recursive_doubling")
+            assert tree[0] == out[-1]
+        fused = comm._plan.fused
+        return out, sorted({k[0] for k in fused})
+
+    for out, fused in run_threads(p, body, timeout=120, transport="shm"):
+        assert out == [sum(r + i for r in range(p)) for i in range(12)]
+        assert fused == ["allreduce", "barrier", "bcast"]
+
+
+def test_a_mismatch_in_the_segment_is_an_error_not_a_hang():
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            comm.Allreduce(np.ones(2), np.empty(2))
+        else:
+            comm.Bcast(np.zeros(2), root=1)
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, body, timeout=60, transport="shm")
+    assert isinstance(info.value.__cause__, CollectiveMismatchError)
+    assert "collective mismatch" in str(info.value.__cause__)
+
+
+def test_a_type_mismatch_of_equal_size_is_caught_on_the_fused_path_too():
+    """float64 on one rank, int64 on the other, after the fused form exists: the signatures
+    in the slots differ (the element type is part of them)."""
+    def body(comm):
+        spinning(comm)
+        for _ in range(3):
+            comm.Allreduce(np.ones(1), np.empty(1))
+        if comm.rank == 0:
+            comm.Allreduce(np.ones(1), np.empty(1))
+        else:
+            comm.Allreduce(np.ones(1, dtype=np.int64), np.empty(1, dtype=np.int64))
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, body, timeout=60, transport="shm")
+    assert isinstance(info.value.__cause__, CollectiveMismatchError)
+
+
+@pytest.mark.parametrize("p", [3, 5])
+def test_the_communicators_of_one_split_meet_in_segments_of_their_own(p):
+    """Split gives its communicators one context: each group must still get its own segment
+    (a shared one mixed the groups' sums)."""
+    def body(comm):
+        spinning(comm)
+        sub = comm.Split(color=comm.rank % 2, key=comm.rank)
+        sums = []
+        for i in range(6):
+            out = np.empty(1, dtype=np.int64)
+            sub.Allreduce(np.array([comm.rank + i]), out)
+            sums.append(int(out[0]))
+        return comm.rank % 2, sums
+
+    for color, sums in run_threads(p, body, timeout=60, transport="shm"):
+        mine = [r for r in range(p) if r % 2 == color]
+        assert sums == [sum(mine) + i * len(mine) for i in range(6)]
+
+
+def test_dup_and_free_in_a_loop_each_communicator_meets_in_its_own_segment():
+    """Dup, Allreduce, Free, again, with a different number of calls each time: a new
+    communicator never meets in a freed one's memory (whose call numbers would let it read
+    early), and a freed one's segment is let go."""
+    def body(comm):
+        spinning(comm)
+        sums = []
+        for i in range(4):
+            dup = comm.Dup()
+            out = np.empty(1, dtype=np.int64)
+            for j in range(3 + i):                      # a different count each time
+                dup.Allreduce(np.array([comm.rank * 10 + i + j]), out)
+            sums.append(int(out[0]))
+            dup.Free()
+        return sums
+
+    for sums in run_threads(3, body, timeout=60, transport="shm"):
+        assert sums == [30 + 3 * (i + 2 + i) for i in range(4)]
+
+
+def test_set_info_keeps_the_call_numbers_of_the_segment():
+    def body(comm):
+        spinning(comm)
+        out = np.empty(1)
+        got = []
+        for i in range(6):
+            if i == 3:
+                info = MPI.Info.Create()
+                info.Set("minimpi_cost_alpha", "2e-6")
+                comm.Set_info(info)
+            comm.Allreduce(np.array([float(comm.rank + i)]), out)
+            got.append(out[0])
+        return got
+
+    for got in run_threads(3, body, timeout=60, transport="shm"):
+        assert got == [3.0 + 3 * i for i in range(6)]
+
+
+def test_two_ranks_that_both_take_themselves_for_the_root_are_told():
+    """Bcast(root=0) on rank 0, Bcast(root=1) on rank 1: each root publishes without waiting,
+    so neither call can see the other - the next calls of that parity must."""
+    def body(comm):
+        spinning(comm)
+        buf = np.full(2, float(comm.rank))
+        comm.Bcast(buf, root=comm.rank)
+        for _ in range(3):
+            comm.Barrier()
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, body, timeout=60, transport="shm")
+    assert isinstance(info.value.__cause__, CollectiveMismatchError)
+    assert "root" in str(info.value.__cause__)
+
+
+def test_a_repeated_small_allreduce_costs_few_python_calls():
+    def body(comm):
+        spinning(comm)
+        a, b = np.ones(1), np.empty(1)
+        for _ in range(30):
+            comm.Allreduce(a, b, op=ops.SUM)
+        comm.Barrier()
+        count = [0]
+
+        def profile(frame, event, arg):
+            if event == "call":
+                count[0] += 1
+
+        # the peer thread keeps this one's GIL for its own calls: count ours alone
+        sys.setprofile(profile)
+        try:
+            for _ in range(100):
+                comm.Allreduce(a, b, op=ops.SUM)
+        finally:
+            sys.setprofile(None)
+        return count[0] / 100
+
+    counts = run_threads(2, body, timeout=60, transport="shm")
+    assert max(counts) <= ALLREDUCE_CALLS, counts

@@ -689,19 +689,22 @@ class Datatype(Attributed):
     # ------------------------------------------------------------------ lookups
     @classmethod
     def Match_size(cls, typeclass: int, size: int) -> "Datatype":
-        """The predefined type of ``typeclass`` (``TYPECLASS_INTEGER/REAL/COMPLEX``) and
-        ``size`` bytes."""
-        table = {TYPECLASS_INTEGER: (INT8_T, INT16_T, INT32_T, INT64_T),
-                 TYPECLASS_REAL: (FLOAT, DOUBLE, LONG_DOUBLE),
-                 TYPECLASS_COMPLEX: (C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX)}
-        if typeclass not in table:
+        """The Fortran type of ``typeclass`` (``TYPECLASS_INTEGER/REAL/COMPLEX``) and
+        ``size`` bytes (``INTEGER4``, ``REAL8``..., as MPICH answers); a size with no such
+        type is ``ERR_ARG``."""
+        kinds = {TYPECLASS_INTEGER: "INTEGER", TYPECLASS_REAL: "REAL",
+                 TYPECLASS_COMPLEX: "COMPLEX"}
+        if typeclass not in kinds:
             raise ArgumentError(f"Datatype.Match_size: typeclass {typeclass!r} is not "
                                 "TYPECLASS_INTEGER, TYPECLASS_REAL or TYPECLASS_COMPLEX")
-        for t in table[typeclass]:
-            if t.size == size:
-                return t
-        raise DatatypeError(f"Datatype.Match_size: no predefined type of that class has "
-                            f"{size} bytes")
+        size = _int(size, "size", "Match_size", minimum=None)
+        found = FORTRAN_SIZED.get(f"{kinds[typeclass]}{size}")
+        if found is None or found.is_null:
+            have = [t.size for n, t in FORTRAN_SIZED.items()
+                    if n.startswith(kinds[typeclass]) and not t.is_null]
+            raise ArgumentError(f"Datatype.Match_size: no {kinds[typeclass]} type has {size} "
+                                f"bytes here (sizes: {', '.join(map(str, have))})")
+        return found
 
     @classmethod
     def Create_f90_integer(cls, r: int) -> "Datatype":
@@ -754,6 +757,8 @@ class Datatype(Attributed):
         for code, dt in TYPECODES.items():      # sized C names: 'i4', 'f8'...
             if dt is self:
                 return code
+        if FORTRAN_SIZED.get(self._key) is self:   # INTEGER4 -> 'i4', REAL16 -> 'f16'
+            return f"{self._dtype.kind}{self._dtype.itemsize}"
         for code, dt in TYPECODES.items():      # Fortran names: the C type's code
             if len(code) == 1 and dt._dtype == self._dtype:
                 return code
@@ -1121,13 +1126,27 @@ LONG_INT = _def("LONG_INT", _pair(np.dtype("l")))
 TWOINT = _def("2INT", _pair(np.intc), "TWOINT", "INT_INT")
 SHORT_INT = _def("SHORT_INT", _pair(np.short))
 LONG_DOUBLE_INT = _def("LONG_DOUBLE_INT", _pair(np.longdouble))
-# Names mpi4py has for types this runtime does not provide (sized Fortran types, 16-bit and
-# C23 floats, MPI-1's LB/UB markers): null handles, as mpi4py gives for types its MPI lacks,
-# so programs can test ``MPI.REAL2 != MPI.DATATYPE_NULL``.
-for _absent in ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER1",
-                "INTEGER2", "INTEGER4", "INTEGER8", "INTEGER16", "REAL2", "REAL4", "REAL8",
-                "REAL16", "COMPLEX4", "COMPLEX8", "COMPLEX16", "COMPLEX32", "FLOAT16_T",
-                "BFLOAT16_T", "FLOAT32_T", "FLOAT64_T", "LB", "UB"):
+# Fortran's sized types, as MPICH 5 defines them on x86-64 Linux with gfortran (checked under
+# mpi4py 4.1.2): INTEGER1-8, REAL4-16 and COMPLEX8-32 are named types of their own (equal to no
+# other handle: INTEGER4 != INTEGER != INT32_T); REAL16/COMPLEX32 are the C long double ones
+# where that has 16 bytes. The kinds MPICH leaves null (LOGICALn, INTEGER16, REAL2, COMPLEX4)
+# are null below. ``Match_size`` answers with these types.
+_LONG_DOUBLE_16 = np.dtype(np.longdouble).itemsize == 16
+FORTRAN_SIZED: dict[str, Datatype] = {
+    name: _def(name, dtype) for name, dtype in (
+        ("INTEGER1", np.int8), ("INTEGER2", np.int16), ("INTEGER4", np.int32),
+        ("INTEGER8", np.int64), ("REAL4", np.float32), ("REAL8", np.float64),
+        ("REAL16", np.longdouble if _LONG_DOUBLE_16 else None), ("COMPLEX8", np.complex64),
+        ("COMPLEX16", np.complex128),
+        ("COMPLEX32", np.clongdouble if _LONG_DOUBLE_16 else None))}
+# C's sized floats: FLOAT32_T and FLOAT64_T are FLOAT and DOUBLE themselves (MPICH's handles
+# are equal), and the name of each stays as MPICH reports it (MPI_FLOAT, MPI_DOUBLE).
+PREDEFINED["FLOAT32_T"], PREDEFINED["FLOAT64_T"] = FLOAT, DOUBLE
+# Names mpi4py has for types this runtime does not provide (the Fortran kinds MPICH does not
+# define, 16-bit C floats, MPI-1's LB/UB markers): null handles, as mpi4py gives for types its
+# MPI lacks, so programs can test ``MPI.REAL2 != MPI.DATATYPE_NULL``.
+for _absent in ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER16",
+                "REAL2", "COMPLEX4", "FLOAT16_T", "BFLOAT16_T", "LB", "UB"):
     _def(_absent, None)
 del _absent
 

@@ -21,7 +21,6 @@ start at the end of the file).
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Optional
 
 from ..comm.errhandlers import call_errhandler, route_errors
@@ -47,12 +46,12 @@ from ..constants import (
     SEEK_SET,
 )
 from ..data.datatypes import BYTE, Datatype, resolve_datatype
-from ..errors import ERR_ACCESS, ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
+from ..errors import ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
 from ..p2p.request import CompletedRequest, Request, Status, assign_status
 from . import independent as ind
 from . import two_phase
 from .posix import os_error
-from .shared import LocalPointer, LockFilePointer
+from .shared import UnavailablePointer, shared_pointer
 from .state import OpenFile, agree
 from .view import FileView
 
@@ -80,42 +79,6 @@ def _info_dict(info: Any) -> dict:
     if info is None or info is INFO_NULL:
         return {}
     return {k: info.Get(k) for k in info}
-
-
-class UnavailablePointer:
-    """The shared pointer of a file whose lock file could not be made: every use says why."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-    def _refuse(self, *args: Any) -> int:
-        raise FileError(self.why, ERR_ACCESS)
-
-    fetch_add = get = set = _refuse
-
-    def close(self, remove: bool) -> None:
-        pass
-
-
-def _shared_pointer(comm: Any, path: str, rank: int) -> Any:
-    """The shared file pointer (see shared.py): in memory on one process, else a lock
-    file next to the data file that rank 0 makes and everybody opens."""
-    if comm.Get_size() == 1:
-        return LocalPointer()
-    made = None
-    if rank == 0:
-        try:
-            fd, lock = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".shfp",
-                                        dir=os.path.dirname(os.path.abspath(path)))
-            os.close(fd)
-            made = ("ok", lock)
-        except OSError as err:
-            made = ("error", f"the shared file pointer of {path!r} needs a lock file in its "
-                             f"folder, which rank 0 could not make: {err}")
-    kind, what = comm.bcast(made, 0)
-    if kind == "error":
-        return UnavailablePointer(what)
-    return LockFilePointer(what, create=False)
 
 
 class File(IntHandles):
@@ -210,7 +173,7 @@ class File(IntHandles):
                 os.close(fd)
             fcomm.Free()
             raise
-        shared = _shared_pointer(fcomm, path, rank)
+        shared = shared_pointer(fcomm, path)
         state = OpenFile(fcomm, path, fd, amode, _info_dict(info), shared)
         if amode & MODE_APPEND:
             state.position = state.view.position_of_end(state.file_size(call))

@@ -57,12 +57,12 @@ import numpy as np
 
 from ..constants import BOTTOM, IN_PLACE
 from ..errors import BufferAccessError, BufferSpecError, CountError, DatatypeError, NotABufferError
-from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, resolve_datatype
+from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, held_handle, resolve_datatype
 from .foreign import FORMAT_DTYPES, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
 
 __all__ = ["BufSpec", "VBufSpec", "WBufSpec", "parse_buffer", "parse_vbuffer",
            "parse_wbuffer", "is_buffer", "export", "get_address", "aint_add", "aint_diff",
-           "byte_view"]
+           "byte_view", "hold_datatypes"]
 
 _FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, optionally as "
           "[buf, MPI.TYPE], [buf, count, MPI.TYPE] or [buf, (count, displ), MPI.TYPE]")
@@ -477,6 +477,7 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
                 and not buf.dtype.hasobject and (buf.flags.writeable or not writable):
             raw = _owner_bytes(buf)
             if raw is not None:
+                datatype = datatype._handle.held or held_handle(datatype)
                 return _derived_spec(raw, buf.nbytes, datatype, count, 0, None,
                                      writable=writable, call=call, arg=arg,
                                      desc=_Described(buf), keep=keep)
@@ -915,6 +916,19 @@ def _derived_wblock(raw: Optional[np.ndarray], datatype: Datatype, count: int, d
     temp = np.empty(count * datatype.size, np.uint8)
     scatters.append((datatype, temp, memory, origin, count))
     return temp
+
+
+def hold_datatypes(spec: Any) -> Any:
+    """``spec`` (a buffer argument) with each usable datatype handle in it replaced by the
+    handle operations hold (:func:`~minimpi.data.datatypes.held_handle`): what a persistent
+    request keeps at ``*_init``, so that every ``Start`` works after the program freed its
+    handle (MPI binds the datatype at ``*_init``). Anything else is returned as it is."""
+    if isinstance(spec, Datatype):
+        return held_handle(spec) if not spec.is_null else spec
+    if type(spec) in (list, tuple):
+        return type(spec)(hold_datatypes(item) if isinstance(item, (Datatype, list, tuple))
+                          else item for item in spec)
+    return spec
 
 
 def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:

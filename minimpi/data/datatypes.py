@@ -978,14 +978,29 @@ def elements_nbytes(datatype: Datatype, count: int) -> int:
 
 class _HandleToken:
     """The identity of one MPI datatype, shared by every handle object on it (what ``==``
-    compares), and the integer handle it gets the first time one is asked for."""
+    compares), the integer handle it gets the first time one is asked for, and the handle
+    operations hold (``held``, see :func:`held_handle`)."""
 
-    __slots__ = ("number", "committed", "attrs", "__weakref__")
+    __slots__ = ("number", "committed", "attrs", "held", "__weakref__")
 
     def __init__(self, committed: bool = False) -> None:
         self.number = 0
         self.committed = committed
         self.attrs: Optional[AttributeStore] = None
+        self.held: Optional[Datatype] = None
+
+
+def held_handle(datatype: Datatype) -> Datatype:
+    """The handle on ``datatype``'s type that operations keep: one per type, never given to
+    the program, so ``Free`` of the program's handles (which only marks those, as MPI's
+    ``MPI_Type_free``) leaves it whole: a receive posted, a nonblocking collective started or
+    a persistent request made before the ``Free`` completes with the type it was given. A
+    module constant (``MPI.INT``) is its own; ``datatype`` must be usable."""
+    held = datatype._handle.held
+    if held is None:
+        held = Datatype(datatype)
+        datatype._handle.held = held
+    return held
 
 
 #: the datatypes asked for an integer handle, by handle (weak: a handle names a live type)
@@ -1066,6 +1081,7 @@ def _def(name: str, dtype, *aliases: str) -> Datatype:
         PREDEFINED[name] = dt
         return dt
     dt = Datatype._make(name, dtype, predefined=True)
+    dt._handle.held = dt       # (the program cannot free a module constant)
     CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
     for alias in aliases:
@@ -1288,14 +1304,16 @@ def from_typecode(code: str) -> Datatype:
 
 def resolve_datatype(obj, *, call: str = "", arg: str = "datatype") -> Datatype:
     """Turn what a user wrote as a TYPE (Datatype, typecode string, numpy dtype or scalar
-    type) into a usable :class:`Datatype`, or raise :class:`DatatypeError`."""
+    type) into a usable :class:`Datatype`, or raise :class:`DatatypeError`. A handle gives
+    the one its operations hold (:func:`held_handle`): the program may free its own while
+    they run."""
     prefix = f"{call}: " if call else ""
     if isinstance(obj, Datatype):
         if obj._dtype is None:
             raise DatatypeError(f"{prefix}{arg} is MPI.DATATYPE_NULL; pass a real datatype such as MPI.INT")
         if obj._freed:
             raise DatatypeError(f"{prefix}{arg} {obj.name} has been freed")
-        return obj
+        return obj._handle.held or held_handle(obj)
     if isinstance(obj, str):
         try:
             return from_typecode(obj)

@@ -45,7 +45,7 @@ from ..constants import (
     MODE_WRONLY,
     SEEK_SET,
 )
-from ..data.datatypes import BYTE, Datatype, resolve_datatype
+from ..data.datatypes import BYTE, PREDEFINED, Datatype, resolve_datatype
 from ..errors import ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
 from ..p2p.request import CompletedRequest, Request, Status, assign_status
 from . import independent as ind
@@ -422,7 +422,12 @@ class File(IntHandles):
 
 
 def _dup(datatype: Datatype) -> Datatype:
-    return datatype if getattr(datatype, "is_predefined", True) else datatype.Dup()
+    """What ``Get_view`` hands out: a module constant itself, another handle on any other
+    predefined type, a duplicate of a derived one (the program may free what it gets; the
+    view keeps the handle its operations hold)."""
+    if PREDEFINED.get(datatype.name) is datatype:
+        return datatype
+    return Datatype(datatype) if datatype.is_predefined else datatype.Dup()
 
 
 def _fill(status: Optional[Status], result: Status) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, CART, DIST_GRAPH, GRAPH, UNDEFINED
 from ..data.attributes import Attributed
-from ..data.buffers import hold_datatypes
+from ..data.buffers import persistent_buffer
 from ..data.memory import attachable_buffer
 from ..errors import CommError
 from ..p2p.request import CombinedRequest, CompletedRequest, Request, Status
@@ -156,40 +156,40 @@ class CommExtras(PersistentCollectives, Attributed):
         self._alive(call)
         return Prequest._create(start, self._ep.engine, (call, peer_name, peer, tag, self.name))
 
-    # (each *_init keeps its buffer argument with hold_datatypes: a Start after the program
-    # freed the datatype still uses it, as MPI binds the datatype at *_init)
+    # (each *_init keeps its buffer argument through persistent_buffer: a Start after the
+    # program freed the datatype still uses it, as MPI binds the datatype at *_init)
 
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         dest = self._check_dest(dest, "Send_init")
         tag = self._check_send_tag(tag, "Send_init")
-        buf = hold_datatypes(buf)
+        buf = persistent_buffer(buf, "Send_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Send_init"),
                                 "Send_init", "dest", dest, tag)
 
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         dest = self._check_dest(dest, "Ssend_init")
         tag = self._check_send_tag(tag, "Ssend_init")
-        buf = hold_datatypes(buf)
+        buf = persistent_buffer(buf, "Ssend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Ssend_init", F_SYNC),
                                 "Ssend_init", "dest", dest, tag)
 
     def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         dest = self._check_dest(dest, "Bsend_init")
         tag = self._check_send_tag(tag, "Bsend_init")
-        buf = hold_datatypes(buf)
+        buf = persistent_buffer(buf, "Bsend_init")
         return self._persistent(lambda: self.Ibsend(buf, dest, tag), "Bsend_init", "dest", dest, tag)
 
     def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Request:
         dest = self._check_dest(dest, "Rsend_init")
         tag = self._check_send_tag(tag, "Rsend_init")
-        buf = hold_datatypes(buf)
+        buf = persistent_buffer(buf, "Rsend_init")
         return self._persistent(lambda: self._send_buf(buf, dest, tag, "Rsend_init"),
                                 "Rsend_init", "dest", dest, tag)
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         source = self._check_source(source, "Recv_init")
         tag = self._check_recv_tag(tag, "Recv_init")
-        buf = hold_datatypes(buf)
+        buf = persistent_buffer(buf, "Recv_init")
         return self._persistent(lambda: self._recv_buf(buf, source, tag, "Recv_init"),
                                 "Recv_init", "source", source, tag)
 

@@ -15,6 +15,7 @@ import itertools
 import operator
 import weakref
 import zlib
+from functools import partial
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..coll.mismatch import check_marker, watch_of
@@ -38,6 +39,7 @@ from ..data import serialization
 from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
+from ..data.receive import finish_receive, receive_view
 from ..errors import USER_ERRORS, ArgumentError, BufferSpecError, CommError, RankError, TagError
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
@@ -88,8 +90,9 @@ def _check_int(comm: "Comm", value: Any, call: str, arg: str, expected: str,
 
 
 
-def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) -> Any:
-    """Post a receive with ``post()``, wait for it and return what it received.
+def blocking_recv(post: Callable[..., Request], status: Optional[Status] = None,
+                  *args: Any) -> Any:
+    """Post a receive with ``post(*args)``, wait for it and return what it received.
 
     An exception that interrupts the wait (a signal handler's: ``KeyboardInterrupt``, a
     ``SIGALRM`` timeout) must not leave a receive behind that the program no longer knows
@@ -101,7 +104,7 @@ def blocking_recv(post: Callable[[], Request], status: Optional[Status] = None) 
     """
     held = signal_guard.hold()     # (a pending handler raises here: nothing is posted yet)
     try:
-        req = post()
+        req = post(*args)
         try:
             # signals get through only while the transport sleeps (signal_guard.interruptible)
             return req.wait(status)
@@ -359,12 +362,12 @@ class Comm(CommExtras):
                 return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
             source, tag = checked
         try:
-            view, spec = byte_view(buf, True, call)
+            view, check = receive_view(buf, call)
         except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
             raise recv_buffer_error(self, call, buf, source, tag, exc) from None
         req = self._ep.irecv(view, source, tag, call)
-        if spec is not None and spec.is_temporary:
-            set_finish(req, lambda: spec.finish(req.status.nbytes))
+        if check is not None:      # (data.receive: the type signature check, scattering)
+            set_finish(req, partial(finish_receive, req.status, self, check, call))
         return note(self._ep, req, source, tag, call, False)
 
     # -- lowercase: Python objects -------------------------------------------------------
@@ -482,7 +485,9 @@ class Comm(CommExtras):
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Optional[Status] = None) -> None:
         """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
-        blocking_recv(lambda: self._recv_buf(buf, source, tag, "Recv"), status)
+        # (the bound method and its arguments, not a lambda: one Python call fewer on the
+        # smallest receives, which pay one for their type check at completion instead)
+        blocking_recv(self._recv_buf, status, buf, source, tag, "Recv")
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving into a buffer; it is filled once the request completes."""
@@ -498,11 +503,11 @@ class Comm(CommExtras):
         source = self._check_source(source, call)
         recvtag = self._check_recv_tag(recvtag, call)
         sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
-        rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
+        rview, check = (None, None) if source == PROC_NULL else receive_view(recvbuf, call)
         rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
             self._ep.irecv(rview, source, recvtag, call)
-        if rspec is not None and rspec.is_temporary:
-            set_finish(rreq, lambda: rspec.finish(rreq.status.nbytes))
+        if check is not None:
+            set_finish(rreq, partial(finish_receive, rreq.status, self, check, call))
         sreq = CompletedRequest() if sview is None else \
             self._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
         return rreq, sreq

@@ -772,6 +772,8 @@ class Datatype(Attributed):
     def typechar(self) -> str:
         if self._map is None:
             return ""
+        if FORTRAN_SIZED.get(self._key) is self:   # REAL4: FLOAT's ('f'), as in mpi4py
+            return from_typecode(self.tocode()).typechar
         try:
             return self.tocode()
         except ValueError:

@@ -38,6 +38,8 @@ def test_a_sized_fortran_type_is_a_named_type_of_its_size(name):
     assert t.Get_envelope() == (0, 0, 0, 0, MPI.COMBINER_NAMED)
     assert t.is_named and t.is_predefined and t.Get_name() == name
     assert t.tocode() == CODES[name] and MPI.Datatype.fromcode(t.tocode()).size == size
+    c_type = MPI.Datatype.fromcode(t.tocode())     # (mpi4py's test_datatype compares these)
+    assert (t.typechar, t.typestr) == (c_type.typechar, c_type.typestr)
     assert pickle.loads(pickle.dumps(t)) is t
     from minimpi._shim.mpi4py.util import dtlib
     assert dtlib.to_numpy_dtype(t) == np.dtype(DEFINED[name])

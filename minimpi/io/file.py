@@ -50,6 +50,8 @@ from ..errors import ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
 from ..p2p.request import CompletedRequest, Request, Status, assign_status
 from . import independent as ind
 from . import two_phase
+from .datarep import lookup as lookup_datarep
+from .datarep import type_extent
 from .posix import os_error
 from .shared import UnavailablePointer, shared_pointer
 from .state import OpenFile, agree
@@ -329,7 +331,8 @@ class File(IntHandles):
                     raise ArgumentError(f"{call}: MPI.DISPLACEMENT_CURRENT needs a file "
                                         "opened with MODE_SEQUENTIAL")
                 disp = f.view.byte_offset(f.shared.get())
-            view = FileView(disp, etype, filetype, str(datarep), call)
+            datarep = str(datarep)
+            view = FileView(disp, etype, filetype, datarep, call, user=lookup_datarep(datarep))
         except Exception as e:      # every rank hears of it (agree): none waits
             err = e
         # The shared pointer goes back to 0 once, by rank 0, before anyone leaves the call:
@@ -358,9 +361,12 @@ class File(IntHandles):
         return self._open("Get_byte_offset").view.byte_offset(int(offset))
 
     def Get_type_extent(self, datatype: Datatype) -> int:
-        """The extent of ``datatype`` in the file (its native extent)."""
-        self._open("Get_type_extent")
-        return int(resolve_datatype(datatype, call="File.Get_type_extent").extent)
+        """The extent of ``datatype`` in the file: its native extent, or for a basic type
+        under a registered representation what its ``extent_fn`` says."""
+        f = self._open("Get_type_extent")
+        call = "File.Get_type_extent"
+        return type_extent(f.view.converter, resolve_datatype(datatype, call=call),
+                           f"{call} on rank {f.rank}")
 
     # ------------------------------------------------------------------ pointers
     def Seek(self, offset: int, whence: int = SEEK_SET) -> None:

@@ -5,9 +5,8 @@ Inside processes started by ``minimpi run``, ``from mpi4py import MPI`` is this 
 does, unless ``mpi4py.rc.initialize`` is False (then ``Init()`` or the first use of
 ``COMM_WORLD`` does).
 
-What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature):
-user-defined MPI-IO data representations (``Register_datarep``; ``File`` is minimpi/io,
-``Win`` minimpi/rma), dynamic processes (``Spawn``, ``Connect``...), user error classes
+What is refused (``UnsupportedError``, a ``NotImplementedError`` naming the feature)
+(``File`` and ``Register_datarep`` are minimpi/io, ``Win`` minimpi/rma): dynamic processes (``Spawn``, ``Connect``...), user error classes
 and ``MPI_T``. Intercommunicators are ``minimpi.dynamic.Intercomm``; sessions are
 ``minimpi.runtime.session``, generalized requests ``minimpi.comm.grequest``.
 
@@ -273,8 +272,7 @@ def _comm_lock_table(comm) -> dict:
 # -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
 
 
-Register_datarep = refusing("user-defined MPI-IO data representations",
-                            "MPI.Register_datarep")
+from .io.datarep import Register_datarep  # noqa: E402,F401
 
 
 # -- the rest of mpi4py 4.1.2's names (tests/unit/data/mpi4py_412_names.txt) -----------------

@@ -315,6 +315,13 @@ class TruncationError(MinimpiError):
     error_class = ERR_TRUNCATE
 
 
+class TypeMismatchError(MinimpiError):
+    """A received message whose byte count cannot be the receive datatype's: it ends inside
+    a basic element (``Status.Get_elements`` would be ``UNDEFINED``), so the sender's type
+    signature does not match the receive's. MPICH stops the job there (an assertion)."""
+    error_class = ERR_TYPE
+
+
 class BufferSpecError(MinimpiError, ValueError):
     """A buffer argument that is not usable (a malformed spec, a bad displacement...)."""
     error_class = ERR_BUFFER

@@ -12,6 +12,7 @@ bytes, which equals mpi4py's count whenever the object holds no large buffers.
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import Any, Optional
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..data import serialization
 from ..data.buffers import byte_view
+from ..data.receive import finish_receive, receive_view
 from ..errors import RequestError, SerializationError, TruncationError
 from ..p2p.request import (
     CompletedRequest,
@@ -201,12 +203,12 @@ class Message(IntHandles):
         if no_proc:
             self._received_no_proc()
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
-        view, spec = byte_view(buf, True, "Message.Recv")
+        view, check = receive_view(buf, "Message.Recv")
         comm = self._comm
         req = comm._ep.engine.irecv_message(inc, view, False,
                                          ("Message.Recv", "source", inc.source, inc.tag, comm.name))
-        if spec is not None and spec.is_temporary:
-            set_finish(req, lambda: spec.finish(req.status.nbytes))
+        if check is not None:      # (data.receive: the type signature check, scattering)
+            set_finish(req, partial(finish_receive, req.status, comm, check, "Message.Recv"))
         return req
 
     def Recv(self, buf: Any, status: Optional[Status] = None) -> None:

@@ -23,7 +23,7 @@ import os
 from typing import Any, List, Optional, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
-from ..data.buffers import byte_view
+from ..data.buffers import byte_view, hold_datatypes
 from ..data.cint import as_int
 from ..errors import ArgumentError, CountError, RequestError
 from ..p2p.request import CompletedRequest, Request, Status, assign_status
@@ -189,7 +189,7 @@ class PartitionedRequest(Prequest):
                               f"{call}({parts} partitions, {'dest' if sending else 'source'}="
                               f"{peer}, tag={tag}) on {comm.name}")
         preq._ep, preq._context = ep, ep.use_partitioned_context()
-        preq._buf, preq._view = buf, view
+        preq._buf, preq._view = hold_datatypes(buf), view   # (every round repacks it)
         preq._repack = spec is not None and spec.is_temporary
         preq._parts, preq._part_size, preq._peer, preq._tag = parts, size, peer, tag
         preq._sending = sending

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Sequence, Tuple
 
+from ..data.buffers import persistent_buffer
 from ..data.ops import SUM
 from ..errors import ArgumentError, CountError
 from .collectives.common import check_op, check_root
@@ -68,6 +69,9 @@ def _check_once(comm: Any, call: str, bound: Dict[str, Any]) -> Dict[str, Any]:
             bound["root"] = check_root(comm, bound["root"], call)
     if "op" in bound:
         check_op(comm, bound["op"], call)
+    for buffer in ("buf", "sendbuf", "recvbuf"):   # every Start uses these datatypes, even
+        if buffer in bound:                         # once the program freed its handles
+            bound[buffer] = persistent_buffer(bound[buffer], call, buffer)
     counts = bound.get("recvcounts")
     if counts is not None and not comm.Is_inter():
         try:

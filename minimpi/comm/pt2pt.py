@@ -15,14 +15,16 @@ them.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from functools import partial
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from numpy import ndarray
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB
 from ..data import serialization
-from ..data.buffers import byte_view, parse_buffer
+from ..data.buffers import byte_view, parse_buffer, persistent_buffer
 from ..data.memory import attachable_buffer
+from ..data.receive import finish_receive, receive_view
 from ..errors import BufferSpecError
 from ..p2p.request import (
     CombinedRequest,
@@ -58,8 +60,9 @@ def flush_buffered() -> Request:
     return CombinedRequest(pending, "Iflush_buffer") if pending else CompletedRequest()
 
 
-def blocking_recv(post, status: Optional[Status] = None) -> Any:
-    """Post a receive with ``post()``, wait for it and return what it received.
+def blocking_recv(post: Callable[..., Request], status: Optional[Status] = None,
+                  *args: Any) -> Any:
+    """Post a receive with ``post(*args)``, wait for it and return what it received.
 
     An exception that interrupts the wait (a signal handler's: ``KeyboardInterrupt``, a
     ``SIGALRM`` timeout) must not leave a receive behind that the program no longer knows
@@ -71,7 +74,7 @@ def blocking_recv(post, status: Optional[Status] = None) -> Any:
     """
     held = signal_guard.hold()     # (a pending handler raises here: nothing is posted yet)
     try:
-        req = post()
+        req = post(*args)
         try:
             # signals get through only while the transport sleeps (signal_guard.interruptible)
             return req.wait(status)
@@ -148,12 +151,12 @@ def recv_buffer(comm, buf: Any, source: int, tag: int, call: str) -> Request:
             return CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))
         source, tag = checked
     try:
-        view, spec = byte_view(buf, True, call)
+        view, check = receive_view(buf, call)
     except BufferSpecError as exc:       # e.g. Recv([]): say how to receive instead
         raise recv_buffer_error(comm, call, buf, source, tag, exc) from None
     req = comm._ep.irecv(view, source, tag, call)
-    if spec is not None and spec.is_temporary:
-        set_finish(req, lambda: spec.finish(req.status.nbytes))
+    if check is not None:      # (data.receive: the type signature check, scattering)
+        set_finish(req, partial(finish_receive, req.status, comm, check, call))
     return note(comm._ep, req, source, tag, call, False)
 
 
@@ -326,10 +329,23 @@ def Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                     view = memoryview(buf).cast("B") if buf.ndim else \
                         memoryview(buf.reshape(1)).cast("B")
                     view[:n] = inc.buffer
+                    if n % buf.itemsize:            # ends inside an element: says so
+                        _express_mismatch(comm, buf, inc)
                 if status is not None:
                     fill_status(status, inc.source, inc.tag, n)
                 return
-    blocking_recv(lambda: recv_buffer(comm, buf, source, tag, "Recv"), status)
+    # (the function and its arguments, not a lambda: one Python call fewer)
+    blocking_recv(recv_buffer, status, comm, buf, source, tag, "Recv")
+
+
+def _express_mismatch(comm, buf, inc) -> None:
+    """The type-signature check of a receive the express lane completed
+    (:func:`~minimpi.data.receive.finish_receive`: raises when it does not match)."""
+    _, check = receive_view(buf, "Recv")
+    if check is not None:
+        status = Status()
+        fill_status(status, inc.source, inc.tag, inc.length)
+        finish_receive(status, comm, check, "Recv")
 
 
 def Irecv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
@@ -347,11 +363,11 @@ def _sendrecv(comm, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source:
     source = comm._check_source(source, call)
     recvtag = comm._check_recv_tag(recvtag, call)
     sview = None if dest == PROC_NULL else byte_view(sendbuf, False, call)[0]
-    rview, rspec = (None, None) if source == PROC_NULL else byte_view(recvbuf, True, call)
+    rview, check = (None, None) if source == PROC_NULL else receive_view(recvbuf, call)
     rreq = CompletedRequest(Status(PROC_NULL, ANY_TAG, 0)) if rview is None else \
         comm._ep.irecv(rview, source, recvtag, call)
-    if rspec is not None and rspec.is_temporary:
-        set_finish(rreq, lambda: rspec.finish(rreq.status.nbytes))
+    if check is not None:
+        set_finish(rreq, partial(finish_receive, rreq.status, comm, check, call))
     sreq = CompletedRequest() if sview is None else \
         comm._ep.isend((sview,), sview.nbytes, dest, sendtag, 0, call)
     return rreq, sreq
@@ -453,6 +469,8 @@ def Iprobe(comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[
 
 
 # -- persistent requests ---------------------------------------------------------------
+# (each *_init keeps its buffer argument through persistent_buffer: a Start after the
+# program freed the datatype still uses it, as MPI binds the datatype at *_init)
 def _persistent(comm, start, call: str, peer_name: str, peer: int, tag: int) -> Request:
     comm._alive(call)
     return Prequest._create(start, comm._ep.engine, (call, peer_name, peer, tag, comm.name))
@@ -461,6 +479,7 @@ def _persistent(comm, start, call: str, peer_name: str, peer: int, tag: int) -> 
 def Send_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
     dest = comm._check_dest(dest, "Send_init")
     tag = comm._check_send_tag(tag, "Send_init")
+    buf = persistent_buffer(buf, "Send_init")
     return _persistent(comm, lambda: send_buffer(comm, buf, dest, tag, "Send_init"),
                             "Send_init", "dest", dest, tag)
 
@@ -468,6 +487,7 @@ def Send_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
 def Ssend_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
     dest = comm._check_dest(dest, "Ssend_init")
     tag = comm._check_send_tag(tag, "Ssend_init")
+    buf = persistent_buffer(buf, "Ssend_init")
     return _persistent(comm, lambda: send_buffer(comm, buf, dest, tag, "Ssend_init", F_SYNC),
                             "Ssend_init", "dest", dest, tag)
 
@@ -475,12 +495,14 @@ def Ssend_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
 def Bsend_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
     dest = comm._check_dest(dest, "Bsend_init")
     tag = comm._check_send_tag(tag, "Bsend_init")
+    buf = persistent_buffer(buf, "Bsend_init")
     return _persistent(comm, lambda: Ibsend(comm, buf, dest, tag), "Bsend_init", "dest", dest, tag)
 
 
 def Rsend_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
     dest = comm._check_dest(dest, "Rsend_init")
     tag = comm._check_send_tag(tag, "Rsend_init")
+    buf = persistent_buffer(buf, "Rsend_init")
     return _persistent(comm, lambda: send_buffer(comm, buf, dest, tag, "Rsend_init"),
                             "Rsend_init", "dest", dest, tag)
 
@@ -488,6 +510,7 @@ def Rsend_init(comm, buf: Any, dest: int, tag: int = 0) -> Request:
 def Recv_init(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
     source = comm._check_source(source, "Recv_init")
     tag = comm._check_recv_tag(tag, "Recv_init")
+    buf = persistent_buffer(buf, "Recv_init")
     return _persistent(comm, lambda: recv_buffer(comm, buf, source, tag, "Recv_init"),
                             "Recv_init", "source", source, tag)
 

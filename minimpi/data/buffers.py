@@ -27,10 +27,10 @@ Rules worth knowing:
 * An explicit TYPE reinterprets the buffer's bytes (``[float64_array, MPI.INT]`` is twice
   as many INTs), as in mpi4py.
 * C- and Fortran-contiguous arrays are used in **memory order**, zero-copy (as mpi4py
-  does). Non-contiguous numpy arrays and memoryviews (slices with steps) are accepted
-  where mpi4py refuses them (a minimpi extension): a send uses a C-order copy; a receive
-  fills a C-order temporary that :meth:`BufSpec.finish` copies back into the user's array.
-  DLPack and CUDA-array-interface exports must be contiguous (``BufferError``), as in mpi4py.
+  does). A buffer that is not contiguous (a numpy slice with steps such as ``a[:, 0]`` or
+  ``a[::-1]``, a strided memoryview, a DLPack or CUDA-array-interface export) is refused
+  with ``BufferError``, exactly where mpi4py refuses it, so a program written here also
+  runs on a cluster; the message says what to do instead (:func:`not_contiguous`).
 * Without a count, the buffer's length must be a whole number of items of TYPE.
 * Without a TYPE, the element type comes from the buffer; a numpy array in non-native
   byte order then raises ``BufferError`` (with an explicit TYPE its bytes are sent as they are).
@@ -57,12 +57,12 @@ import numpy as np
 
 from ..constants import BOTTOM, IN_PLACE
 from ..errors import BufferAccessError, BufferSpecError, CountError, DatatypeError, NotABufferError
-from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, resolve_datatype
+from .datatypes import BYTE, CHAR, Datatype, from_numpy_dtype, held_handle, resolve_datatype
 from .foreign import FORMAT_DTYPES, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
 
 __all__ = ["BufSpec", "VBufSpec", "WBufSpec", "parse_buffer", "parse_vbuffer",
            "parse_wbuffer", "is_buffer", "export", "get_address", "aint_add", "aint_diff",
-           "byte_view"]
+           "byte_view", "hold_datatypes", "not_contiguous", "persistent_buffer"]
 
 _FORMS = ("a numpy array, bytearray, array.array, memoryview or MPI.buffer, optionally as "
           "[buf, MPI.TYPE], [buf, count, MPI.TYPE] or [buf, (count, displ), MPI.TYPE]")
@@ -75,8 +75,8 @@ class _CopyBack:
 
     @property
     def is_temporary(self) -> bool:
-        """True when ``array`` is a temporary (a non-contiguous user array, or packed items of
-        a non-contiguous datatype), not the user's memory."""
+        """True when ``array`` is a temporary (the packed items of a non-contiguous
+        datatype), not the user's memory."""
         return self._finish is not None
 
     def finish(self, nbytes: Optional[int] = None) -> None:
@@ -297,17 +297,26 @@ def export(obj: Any, *, writable: bool, call: str = "buffer", arg: str = "buf"
     return arr, default
 
 
-def _flat_memory(arr: np.ndarray, *, writable: bool) -> tuple[np.ndarray, Callable[[], None] | None]:
-    """A flat 1-D view of ``arr`` in memory order, or of a C-order copy if it is not
-    contiguous (plus the copy-back for receives)."""
+def not_contiguous(arr: np.ndarray, obj: Any, call: str, arg: str) -> BufferAccessError:
+    """The error for a buffer whose memory is not one contiguous block (mpi4py raises
+    ``BufferError`` there too), saying how to communicate such data."""
+    what = (f"a strided memoryview (shape {arr.shape}, strides {arr.strides})"
+            if isinstance(obj, memoryview) else
+            f"a {_describe(obj)} that is not contiguous in memory (shape {arr.shape}, strides "
+            f"{arr.strides}: a view such as a[:, 0] or a[::2])")
+    return BufferAccessError(
+        f"{call}: {arg} is {what}; MPI reads and writes one contiguous block, and mpi4py "
+        f"refuses this buffer with BufferError too. Send a contiguous copy "
+        f"(np.ascontiguousarray(x)), receive into a contiguous array and copy it into place "
+        f"(x[...] = received), or describe the layout with a derived datatype over the "
+        f"contiguous array that holds it ([a, 1, MPI.DOUBLE.Create_vector(...)])")
+
+
+def _flat_memory(arr: np.ndarray, obj: Any, call: str, arg: str) -> np.ndarray:
+    """A flat 1-D view of ``arr`` in memory order (it must be C- or Fortran-contiguous)."""
     if arr.flags.c_contiguous or arr.flags.f_contiguous:
-        return arr.ravel(order="K"), None
-    tmp = np.ascontiguousarray(arr)
-    finish = None
-    if writable:
-        def finish(_nbytes: Optional[int] = None, target=arr, tmp=tmp) -> None:
-            target[...] = tmp
-    return tmp.reshape(-1), finish
+        return arr.ravel(order="K")
+    raise not_contiguous(arr, obj, call, arg)
 
 
 def _owner_bytes(arr: np.ndarray) -> Optional[np.ndarray]:
@@ -351,7 +360,7 @@ def get_address(obj: Any) -> int:
         return int(obj.address)
     arr, _ = export(obj, writable=False, call="Get_address", arg="location")
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        raise BufferAccessError("Get_address: the buffer is not contiguous")
+        raise not_contiguous(arr, obj, "Get_address", "location")
     return int(arr.__array_interface__["data"][0] or 0)
 
 
@@ -378,9 +387,9 @@ def _index(value: Any, what: str, call: str, arg: str) -> int:
 
 
 def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: str
-                ) -> tuple[np.ndarray, Datatype, Callable[[Optional[int]], None] | None, Any, int]:
-    """The whole buffer as a flat uint8 view, the datatype to use, the copy-back (for a
-    non-contiguous receive buffer), a description, and the buffer's own length in bytes.
+                ) -> tuple[np.ndarray, Datatype, Any, int]:
+    """The whole buffer as a flat uint8 view, the datatype to use, a description, and the
+    buffer's own length in bytes (a buffer that is not contiguous is refused).
 
     For a non-contiguous datatype the view runs from the buffer's first byte to the end of
     the memory owning it (see :func:`_owner_bytes`), so its layout can address that memory."""
@@ -399,13 +408,13 @@ def _typed_flat(buf: Any, dtype_spec: Any, *, writable: bool, call: str, arg: st
             datatype = from_numpy_dtype(arr.dtype)
         except DatatypeError as exc:
             raise DatatypeError(f"{call}: {arg}: {exc}") from None
+    flat = _flat_memory(arr, buf, call, arg)
     if not datatype.is_contiguous:
         owned = _owner_bytes(arr)
         if owned is not None:
-            return owned, datatype, None, _Described(buf), arr.nbytes
-    flat, finish = _flat_memory(arr, writable=writable)
+            return owned, datatype, _Described(buf), arr.nbytes
     raw = _bytes_of(flat)
-    return raw, datatype, finish, _Described(buf), raw.size
+    return raw, datatype, _Described(buf), raw.size
 
 
 def _is_type_spec(x: Any) -> bool:
@@ -474,10 +483,12 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
         buf, count, datatype = spec
         if type(buf) is np.ndarray and type(count) is int and type(datatype) is Datatype \
                 and count >= 0 and not datatype.is_null and not datatype.is_contiguous \
-                and not buf.dtype.hasobject and (buf.flags.writeable or not writable):
+                and not buf.dtype.hasobject and (buf.flags.writeable or not writable) \
+                and (buf.flags.c_contiguous or buf.flags.f_contiguous):
             raw = _owner_bytes(buf)
             if raw is not None:
-                return _derived_spec(raw, buf.nbytes, datatype, count, 0, None,
+                datatype = datatype._handle.held or held_handle(datatype)
+                return _derived_spec(raw, buf.nbytes, datatype, count, 0,
                                      writable=writable, call=call, arg=arg,
                                      desc=_Described(buf), keep=keep)
     if spec is IN_PLACE:
@@ -520,10 +531,9 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
                                   f"was given")
         return BufSpec(np.empty(0, dtype=datatype.dtype), datatype, 0)
 
-    raw, datatype, finish, desc, length = _typed_flat(buf, tspec, writable=writable, call=call,
-                                                      arg=arg)
+    raw, datatype, desc, length = _typed_flat(buf, tspec, writable=writable, call=call, arg=arg)
     if not datatype.is_contiguous:
-        return _derived_spec(raw, length, datatype, count, displ or 0, finish,
+        return _derived_spec(raw, length, datatype, count, displ or 0,
                              writable=writable, call=call, arg=arg, desc=desc, keep=keep)
     ext = datatype.size
     total = raw.size
@@ -556,7 +566,7 @@ def parse_buffer(spec: Any, *, writable: bool, call: str = "Send", arg: str = "b
             f"({count} x {datatype.name}, {ext} bytes each) but the buffer has only "
             f"{total} bytes ({desc})")
     array = raw[displ * ext:(displ + count) * ext].view(datatype.dtype)
-    return BufSpec(array, datatype, count, finish)
+    return BufSpec(array, datatype, count)
 
 
 def _check_items(raw: np.ndarray, datatype: Datatype, origin: int, count: int, call: str,
@@ -572,7 +582,7 @@ def _check_items(raw: np.ndarray, datatype: Datatype, origin: int, count: int, c
 
 
 def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optional[int],
-                  displ: int, copy_back: Callable[[Optional[int]], None] | None, *,
+                  displ: int, *,
                   writable: bool, call: str, arg: str, desc: Any, keep: bool = False) -> BufSpec:
     """A non-contiguous datatype: a send packs the items into contiguous bytes (one copy);
     a receive gets a contiguous temporary that :meth:`BufSpec.finish` scatters back (filled
@@ -598,8 +608,6 @@ def _derived_spec(raw: np.ndarray, length: int, datatype: Datatype, count: Optio
 
     def scatter(nbytes: Optional[int] = None) -> None:
         _unpack_received(datatype, temp, raw, origin, count, nbytes)
-        if copy_back is not None:
-            copy_back(None)
     return BufSpec(temp.view(datatype.dtype), datatype, count, scatter)
 
 
@@ -741,13 +749,12 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
     if buf is None or buf is BOTTOM:
         datatype = BYTE if tspec is None else resolve_datatype(tspec, call=call, arg=f"{arg} datatype")
         array = np.empty(0, dtype=datatype.dtype)
-        finish = None
         n_items = 0
     else:
-        raw, datatype, finish, desc, length = _typed_flat(buf, tspec, writable=writable,
-                                                          call=call, arg=arg)
+        raw, datatype, desc, length = _typed_flat(buf, tspec, writable=writable, call=call,
+                                                  arg=arg)
         if not datatype.is_contiguous:
-            return _derived_vspec(raw, length, datatype, counts, displs, comm_size, finish,
+            return _derived_vspec(raw, length, datatype, counts, displs, comm_size,
                                   writable=writable, call=call, arg=arg, desc=desc, keep=keep)
         ext = datatype.size
         n_items = raw.size // ext if ext else 0
@@ -764,7 +771,7 @@ def parse_vbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "Sca
             raise CountError(
                 f"{call}: {arg} block for rank {i} (displ {d}, count {c}) ends at item {d + c} "
                 f"but {where} holds only {n_items} {datatype.name} items")
-    return VBufSpec(array, datatype, counts_l, displs_l, finish)
+    return VBufSpec(array, datatype, counts_l, displs_l)
 
 
 def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call: str,
@@ -787,7 +794,7 @@ def _counts_displs(counts: Any, displs: Any, n_items: int, comm_size: int, call:
 
 
 def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any, displs: Any,
-                   comm_size: int, copy_back: Callable[[Optional[int]], None] | None, *,
+                   comm_size: int, *,
                    writable: bool, call: str, arg: str, desc: Any,
                    keep: bool = False) -> VBufSpec:
     """A v-buffer of a non-contiguous datatype: the blocks are packed into (or received in)
@@ -814,8 +821,6 @@ def _derived_vspec(raw: np.ndarray, length: int, datatype: Datatype, counts: Any
     def scatter(_nbytes: Optional[int] = None) -> None:
         for c, d in used:
             tmap.unpack(temp[d * size:(d + c) * size], raw, c, origin=d * ext, call=call)
-        if copy_back is not None:
-            copy_back(None)
     return VBufSpec(temp.view(datatype.dtype), datatype, counts_l, displs_l, scatter)
 
 
@@ -852,8 +857,7 @@ def parse_wbuffer(spec: Any, comm_size: int, *, writable: bool, call: str = "All
     else:
         arr, _ = export(buf, writable=writable, call=call, arg=arg)
         if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-            raise BufferAccessError(f"{call}: {arg} is not contiguous; Alltoallw needs a "
-                                    f"contiguous buffer (byte displacements)")
+            raise not_contiguous(arr, buf, call, arg)
         raw = _bytes_of(arr.ravel(order="K"))
     if counts is None and displs is None:
         counts_l, displs_l = [1] * comm_size, [0] * comm_size
@@ -915,6 +919,32 @@ def _derived_wblock(raw: Optional[np.ndarray], datatype: Datatype, count: int, d
     temp = np.empty(count * datatype.size, np.uint8)
     scatters.append((datatype, temp, memory, origin, count))
     return temp
+
+
+def persistent_buffer(spec: Any, call: str, arg: str = "buf") -> Any:
+    """A ``*_init`` call's buffer argument as its persistent request keeps it: refused at
+    once when its memory is not contiguous (mpi4py checks the buffer at ``*_init`` too),
+    with its datatypes held (:func:`hold_datatypes`); the rest is checked at each Start."""
+    buf = spec[0] if type(spec) in (list, tuple) and spec else spec
+    if isinstance(buf, np.ndarray):
+        if not (buf.flags.c_contiguous or buf.flags.f_contiguous):
+            raise not_contiguous(buf, buf, call, arg)
+    elif isinstance(buf, memoryview) and not buf.contiguous:
+        raise not_contiguous(np.asarray(buf), buf, call, arg)
+    return hold_datatypes(spec)
+
+
+def hold_datatypes(spec: Any) -> Any:
+    """``spec`` (a buffer argument) with each usable datatype handle in it replaced by the
+    handle operations hold (:func:`~minimpi.data.datatypes.held_handle`): what a persistent
+    request keeps at ``*_init``, so that every ``Start`` works after the program freed its
+    handle (MPI binds the datatype at ``*_init``). Anything else is returned as it is."""
+    if isinstance(spec, Datatype):
+        return held_handle(spec) if not spec.is_null else spec
+    if type(spec) in (list, tuple):
+        return type(spec)(hold_datatypes(item) if isinstance(item, (Datatype, list, tuple))
+                          else item for item in spec)
+    return spec
 
 
 def byte_view(buf: Any, writable: bool, call: str) -> Tuple[memoryview, Optional["BufSpec"]]:

@@ -689,19 +689,22 @@ class Datatype(Attributed):
     # ------------------------------------------------------------------ lookups
     @classmethod
     def Match_size(cls, typeclass: int, size: int) -> "Datatype":
-        """The predefined type of ``typeclass`` (``TYPECLASS_INTEGER/REAL/COMPLEX``) and
-        ``size`` bytes."""
-        table = {TYPECLASS_INTEGER: (INT8_T, INT16_T, INT32_T, INT64_T),
-                 TYPECLASS_REAL: (FLOAT, DOUBLE, LONG_DOUBLE),
-                 TYPECLASS_COMPLEX: (C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX)}
-        if typeclass not in table:
+        """The Fortran type of ``typeclass`` (``TYPECLASS_INTEGER/REAL/COMPLEX``) and
+        ``size`` bytes (``INTEGER4``, ``REAL8``..., as MPICH answers); a size with no such
+        type is ``ERR_ARG``."""
+        kinds = {TYPECLASS_INTEGER: "INTEGER", TYPECLASS_REAL: "REAL",
+                 TYPECLASS_COMPLEX: "COMPLEX"}
+        if typeclass not in kinds:
             raise ArgumentError(f"Datatype.Match_size: typeclass {typeclass!r} is not "
                                 "TYPECLASS_INTEGER, TYPECLASS_REAL or TYPECLASS_COMPLEX")
-        for t in table[typeclass]:
-            if t.size == size:
-                return t
-        raise DatatypeError(f"Datatype.Match_size: no predefined type of that class has "
-                            f"{size} bytes")
+        size = _int(size, "size", "Match_size", minimum=None)
+        found = FORTRAN_SIZED.get(f"{kinds[typeclass]}{size}")
+        if found is None or found.is_null:
+            have = [t.size for n, t in FORTRAN_SIZED.items()
+                    if n.startswith(kinds[typeclass]) and not t.is_null]
+            raise ArgumentError(f"Datatype.Match_size: no {kinds[typeclass]} type has {size} "
+                                f"bytes here (sizes: {', '.join(map(str, have))})")
+        return found
 
     @classmethod
     def Create_f90_integer(cls, r: int) -> "Datatype":
@@ -754,6 +757,8 @@ class Datatype(Attributed):
         for code, dt in TYPECODES.items():      # sized C names: 'i4', 'f8'...
             if dt is self:
                 return code
+        if FORTRAN_SIZED.get(self._key) is self:   # INTEGER4 -> 'i4', REAL16 -> 'f16'
+            return f"{self._dtype.kind}{self._dtype.itemsize}"
         for code, dt in TYPECODES.items():      # Fortran names: the C type's code
             if len(code) == 1 and dt._dtype == self._dtype:
                 return code
@@ -767,6 +772,8 @@ class Datatype(Attributed):
     def typechar(self) -> str:
         if self._map is None:
             return ""
+        if FORTRAN_SIZED.get(self._key) is self:   # REAL4: FLOAT's ('f'), as in mpi4py
+            return from_typecode(self.tocode()).typechar
         try:
             return self.tocode()
         except ValueError:
@@ -973,14 +980,29 @@ def elements_nbytes(datatype: Datatype, count: int) -> int:
 
 class _HandleToken:
     """The identity of one MPI datatype, shared by every handle object on it (what ``==``
-    compares), and the integer handle it gets the first time one is asked for."""
+    compares), the integer handle it gets the first time one is asked for, and the handle
+    operations hold (``held``, see :func:`held_handle`)."""
 
-    __slots__ = ("number", "committed", "attrs", "__weakref__")
+    __slots__ = ("number", "committed", "attrs", "held", "__weakref__")
 
     def __init__(self, committed: bool = False) -> None:
         self.number = 0
         self.committed = committed
         self.attrs: Optional[AttributeStore] = None
+        self.held: Optional[Datatype] = None
+
+
+def held_handle(datatype: Datatype) -> Datatype:
+    """The handle on ``datatype``'s type that operations keep: one per type, never given to
+    the program, so ``Free`` of the program's handles (which only marks those, as MPI's
+    ``MPI_Type_free``) leaves it whole: a receive posted, a nonblocking collective started or
+    a persistent request made before the ``Free`` completes with the type it was given. A
+    module constant (``MPI.INT``) is its own; ``datatype`` must be usable."""
+    held = datatype._handle.held
+    if held is None:
+        held = Datatype(datatype)
+        datatype._handle.held = held
+    return held
 
 
 #: the datatypes asked for an integer handle, by handle (weak: a handle names a live type)
@@ -1061,6 +1083,7 @@ def _def(name: str, dtype, *aliases: str) -> Datatype:
         PREDEFINED[name] = dt
         return dt
     dt = Datatype._make(name, dtype, predefined=True)
+    dt._handle.held = dt       # (the program cannot free a module constant)
     CODE_DTYPES.setdefault(dt.signature[0][0], dt.dtype)
     PREDEFINED[name] = dt
     for alias in aliases:
@@ -1121,13 +1144,27 @@ LONG_INT = _def("LONG_INT", _pair(np.dtype("l")))
 TWOINT = _def("2INT", _pair(np.intc), "TWOINT", "INT_INT")
 SHORT_INT = _def("SHORT_INT", _pair(np.short))
 LONG_DOUBLE_INT = _def("LONG_DOUBLE_INT", _pair(np.longdouble))
-# Names mpi4py has for types this runtime does not provide (sized Fortran types, 16-bit and
-# C23 floats, MPI-1's LB/UB markers): null handles, as mpi4py gives for types its MPI lacks,
-# so programs can test ``MPI.REAL2 != MPI.DATATYPE_NULL``.
-for _absent in ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER1",
-                "INTEGER2", "INTEGER4", "INTEGER8", "INTEGER16", "REAL2", "REAL4", "REAL8",
-                "REAL16", "COMPLEX4", "COMPLEX8", "COMPLEX16", "COMPLEX32", "FLOAT16_T",
-                "BFLOAT16_T", "FLOAT32_T", "FLOAT64_T", "LB", "UB"):
+# Fortran's sized types, as MPICH 5 defines them on x86-64 Linux with gfortran (checked under
+# mpi4py 4.1.2): INTEGER1-8, REAL4-16 and COMPLEX8-32 are named types of their own (equal to no
+# other handle: INTEGER4 != INTEGER != INT32_T); REAL16/COMPLEX32 are the C long double ones
+# where that has 16 bytes. The kinds MPICH leaves null (LOGICALn, INTEGER16, REAL2, COMPLEX4)
+# are null below. ``Match_size`` answers with these types.
+_LONG_DOUBLE_16 = np.dtype(np.longdouble).itemsize == 16
+FORTRAN_SIZED: dict[str, Datatype] = {
+    name: _def(name, dtype) for name, dtype in (
+        ("INTEGER1", np.int8), ("INTEGER2", np.int16), ("INTEGER4", np.int32),
+        ("INTEGER8", np.int64), ("REAL4", np.float32), ("REAL8", np.float64),
+        ("REAL16", np.longdouble if _LONG_DOUBLE_16 else None), ("COMPLEX8", np.complex64),
+        ("COMPLEX16", np.complex128),
+        ("COMPLEX32", np.clongdouble if _LONG_DOUBLE_16 else None))}
+# C's sized floats: FLOAT32_T and FLOAT64_T are FLOAT and DOUBLE themselves (MPICH's handles
+# are equal), and the name of each stays as MPICH reports it (MPI_FLOAT, MPI_DOUBLE).
+PREDEFINED["FLOAT32_T"], PREDEFINED["FLOAT64_T"] = FLOAT, DOUBLE
+# Names mpi4py has for types this runtime does not provide (the Fortran kinds MPICH does not
+# define, 16-bit C floats, MPI-1's LB/UB markers): null handles, as mpi4py gives for types its
+# MPI lacks, so programs can test ``MPI.REAL2 != MPI.DATATYPE_NULL``.
+for _absent in ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER16",
+                "REAL2", "COMPLEX4", "FLOAT16_T", "BFLOAT16_T", "LB", "UB"):
     _def(_absent, None)
 del _absent
 
@@ -1269,14 +1306,16 @@ def from_typecode(code: str) -> Datatype:
 
 def resolve_datatype(obj, *, call: str = "", arg: str = "datatype") -> Datatype:
     """Turn what a user wrote as a TYPE (Datatype, typecode string, numpy dtype or scalar
-    type) into a usable :class:`Datatype`, or raise :class:`DatatypeError`."""
+    type) into a usable :class:`Datatype`, or raise :class:`DatatypeError`. A handle gives
+    the one its operations hold (:func:`held_handle`): the program may free its own while
+    they run."""
     prefix = f"{call}: " if call else ""
     if isinstance(obj, Datatype):
         if obj._dtype is None:
             raise DatatypeError(f"{prefix}{arg} is MPI.DATATYPE_NULL; pass a real datatype such as MPI.INT")
         if obj._freed:
             raise DatatypeError(f"{prefix}{arg} {obj.name} has been freed")
-        return obj
+        return obj._handle.held or held_handle(obj)
     if isinstance(obj, str):
         try:
             return from_typecode(obj)

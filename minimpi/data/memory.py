@@ -24,7 +24,7 @@ import numpy as np
 
 from ..constants import BUFFER_AUTOMATIC
 from ..errors import BufferAccessError
-from .buffers import export
+from .buffers import export, not_contiguous
 from .foreign import DEVICE_CPU, Exported, array_at, from_cai, from_dlpack, is_cai, is_dlpack
 
 _NOTHING = object()   # MPI.buffer()'s "no argument" (None is refused, as in mpi4py)
@@ -83,7 +83,7 @@ class buffer(np.ndarray):  # noqa: N801 - mpi4py's name
         else:
             arr, _ = export(obj, writable=False, call="MPI.buffer", arg="obj")
             if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-                raise BufferAccessError("MPI.buffer: the object's memory is not contiguous")
+                raise not_contiguous(arr, obj, "MPI.buffer", "obj")
             raw, device = arr.reshape(-1, order="A").view(np.uint8), DEVICE_CPU
         view = buffer._wrap(raw, obj, device)
         if readonly:
@@ -237,11 +237,14 @@ def attachable_buffer(buf: Any, call: str) -> Any:
         readonly = (from_dlpack if is_dlpack(buf) else from_cai)(buf, False, call).readonly
     else:
         try:
-            readonly = memoryview(buf).readonly
+            view = memoryview(buf)
         except TypeError:
             raise TypeError(f"{call}: expected writable memory (bytearray, numpy array, "
                             f"MPI.buffer) or MPI.BUFFER_AUTOMATIC, got "
                             f"{type(buf).__name__}") from None
+        readonly = view.readonly
+        if not view.contiguous:       # (mpi4py: BufferError too)
+            raise not_contiguous(np.asarray(view), buf, call, "buf")
     if readonly:
         raise BufferError(f"{call}: the buffer is read-only; buffered sends need writable "
                           f"memory")

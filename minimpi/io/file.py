@@ -21,7 +21,6 @@ start at the end of the file).
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Optional
 
 from ..comm.errhandlers import call_errhandler, handle_error
@@ -46,14 +45,16 @@ from ..constants import (
     MODE_WRONLY,
     SEEK_SET,
 )
-from ..data.datatypes import BYTE, Datatype, resolve_datatype
-from ..errors import ERR_ACCESS, ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
+from ..data.datatypes import BYTE, PREDEFINED, Datatype, resolve_datatype
+from ..errors import ERR_AMODE, ERR_FILE, ArgumentError, FileError, MinimpiError
 from ..front import Fronted
 from ..p2p.request import CompletedRequest, Request, Status, assign_status
 from . import independent as ind
 from . import two_phase
+from .datarep import lookup as lookup_datarep
+from .datarep import type_extent
 from .posix import os_error
-from .shared import LocalPointer, LockFilePointer
+from .shared import UnavailablePointer, shared_pointer
 from .state import OpenFile, agree
 from .view import FileView
 
@@ -81,42 +82,6 @@ def _info_dict(info: Any) -> dict:
     if info is None or info is INFO_NULL:
         return {}
     return {k: info.Get(k) for k in info}
-
-
-class UnavailablePointer:
-    """The shared pointer of a file whose lock file could not be made: every use says why."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-    def _refuse(self, *args: Any) -> int:
-        raise FileError(self.why, ERR_ACCESS)
-
-    fetch_add = get = set = _refuse
-
-    def close(self, remove: bool) -> None:
-        pass
-
-
-def _shared_pointer(comm: Any, path: str, rank: int) -> Any:
-    """The shared file pointer (see shared.py): in memory on one process, else a lock
-    file next to the data file that rank 0 makes and everybody opens."""
-    if comm.Get_size() == 1:
-        return LocalPointer()
-    made = None
-    if rank == 0:
-        try:
-            fd, lock = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".shfp",
-                                        dir=os.path.dirname(os.path.abspath(path)))
-            os.close(fd)
-            made = ("ok", lock)
-        except OSError as err:
-            made = ("error", f"the shared file pointer of {path!r} needs a lock file in its "
-                             f"folder, which rank 0 could not make: {err}")
-    kind, what = comm.bcast(made, 0)
-    if kind == "error":
-        return UnavailablePointer(what)
-    return LockFilePointer(what, create=False)
 
 
 class File(IntHandles, metaclass=Fronted):
@@ -211,7 +176,7 @@ class File(IntHandles, metaclass=Fronted):
                 os.close(fd)
             fcomm.Free()
             raise
-        shared = _shared_pointer(fcomm, path, rank)
+        shared = shared_pointer(fcomm, path)
         state = OpenFile(fcomm, path, fd, amode, _info_dict(info), shared)
         if amode & MODE_APPEND:
             state.position = state.view.position_of_end(state.file_size(call))
@@ -367,7 +332,8 @@ class File(IntHandles, metaclass=Fronted):
                     raise ArgumentError(f"{call}: MPI.DISPLACEMENT_CURRENT needs a file "
                                         "opened with MODE_SEQUENTIAL")
                 disp = f.view.byte_offset(f.shared.get())
-            view = FileView(disp, etype, filetype, str(datarep), call)
+            datarep = str(datarep)
+            view = FileView(disp, etype, filetype, datarep, call, user=lookup_datarep(datarep))
         except Exception as e:      # every rank hears of it (agree): none waits
             err = e
         # The shared pointer goes back to 0 once, by rank 0, before anyone leaves the call:
@@ -396,9 +362,12 @@ class File(IntHandles, metaclass=Fronted):
         return self._open("Get_byte_offset").view.byte_offset(int(offset))
 
     def Get_type_extent(self, datatype: Datatype) -> int:
-        """The extent of ``datatype`` in the file (its native extent)."""
-        self._open("Get_type_extent")
-        return int(resolve_datatype(datatype, call="File.Get_type_extent").extent)
+        """The extent of ``datatype`` in the file: its native extent, or for a basic type
+        under a registered representation what its ``extent_fn`` says."""
+        f = self._open("Get_type_extent")
+        call = "File.Get_type_extent"
+        return type_extent(f.view.converter, resolve_datatype(datatype, call=call),
+                           f"{call} on rank {f.rank}")
 
     # ------------------------------------------------------------------ pointers
     def Seek(self, offset: int, whence: int = SEEK_SET) -> None:
@@ -462,7 +431,12 @@ class File(IntHandles, metaclass=Fronted):
 
 
 def _dup(datatype: Datatype) -> Datatype:
-    return datatype if getattr(datatype, "is_predefined", True) else datatype.Dup()
+    """What ``Get_view`` hands out: a module constant itself, another handle on any other
+    predefined type, a duplicate of a derived one (the program may free what it gets; the
+    view keeps the handle its operations hold)."""
+    if PREDEFINED.get(datatype.name) is datatype:
+        return datatype
+    return Datatype(datatype) if datatype.is_predefined else datatype.Dup()
 
 
 def _fill(status: Optional[Status], result: Status) -> None:

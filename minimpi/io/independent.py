@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..constants import ANY_SOURCE, ANY_TAG, SEEK_CUR, SEEK_END, SEEK_SET
 from ..errors import ArgumentError
 from ..p2p.request import Status
+from .datarep import from_file, to_file
 from .memory import Incoming, Outgoing
 from .posix import read_runs, write_runs
 from .state import OpenFile, agree
-from .view import from_external32, to_external32
 
 
 def io_status(nbytes: int) -> Status:
@@ -42,9 +40,7 @@ def write_at(f: OpenFile, offset: int, buf: Any, call: str) -> int:
 
 def write_packed(f: OpenFile, offset: int, out: Outgoing, call: str) -> None:
     offs, lens = f.view.runs(f.start_of(offset, call), out.nbytes)
-    data = out.data
-    if f.view.datarep == "external32":
-        data = np.frombuffer(to_external32(memoryview(data), out.datatype, call), np.uint8)
+    data = to_file(f.view.converter, out.data, out.datatype, f"{call} on rank {f.rank}")
     with f.atomic_range(offs, lens, write=True):
         write_runs(f.fd, offs, lens, memoryview(data), f.where(call))
 
@@ -63,8 +59,7 @@ def read_packed(f: OpenFile, offset: int, inc: Incoming, call: str) -> int:
     offs, lens = f.view.runs(f.start_of(offset, call), inc.nbytes)
     with f.atomic_range(offs, lens, write=False):
         nread = read_runs(f.fd, offs, lens, memoryview(inc.data), f.where(call))
-    if f.view.datarep == "external32":
-        from_external32(inc.data[:nread], inc.datatype, call)
+    from_file(f.view.converter, inc.data[:nread], inc.datatype, f"{call} on rank {f.rank}")
     return nread
 
 

@@ -46,11 +46,11 @@ import numpy as np
 from ..data.datatypes import BYTE, INT64_T
 from ..p2p.request import Status
 from . import runs as R
+from .datarep import from_file, to_file
 from .independent import io_status
 from .memory import Incoming, Outgoing
 from .posix import SIEVE_BUFFER, SIEVE_MAX_HOLE, read_runs, write_runs
 from .state import OpenFile, agree, failure_of
-from .view import from_external32, to_external32
 
 # cost model (seconds), measured on a 2-core development machine with the page cache
 # warm: one pwrite call from Python (the file system's per-write work makes it dearer than
@@ -252,9 +252,7 @@ def collective_write(f: OpenFile, offset: Optional[int], buf: Any, call: str) ->
     the_plan = _exchange_summaries(f, offs, lens, err, call, write=True)
     err = None
     try:
-        data = out.data
-        if f.view.datarep == "external32":
-            data = np.frombuffer(to_external32(memoryview(data), out.datatype, call), np.uint8)
+        data = to_file(f.view.converter, out.data, out.datatype, f"{call} on rank {f.rank}")
         if the_plan.method == "two_phase":
             err = _two_phase_write(f, the_plan, offs, lens, data, call)
         else:
@@ -292,8 +290,8 @@ def collective_read(f: OpenFile, offset: Optional[int], buf: Any, call: str) -> 
         else:
             with f.atomic_range(offs, lens, write=False):
                 nread = read_runs(f.fd, offs, lens, memoryview(inc.data), f.where(call))
-        if f.view.datarep == "external32":
-            from_external32(inc.data[:nread], inc.datatype, call)
+        from_file(f.view.converter, inc.data[:nread], inc.datatype,
+                  f"{call} on rank {f.rank}")
         inc.finish(nread)
     except Exception as e:      # every rank hears of it (agree): none waits
         err = e

@@ -12,11 +12,14 @@ that do not have it yet (plain contiguous ones) are one run of ``size`` bytes.
 
 Data representations: ``native`` and ``internal`` store memory bytes as they are;
 ``external32`` stores big-endian, IEEE types of the sizes the standard fixes (a type whose
-native size differs, such as a C ``long`` on LP64 or ``long double``, is refused, naming it).
+native size differs, such as a C ``long`` on LP64 or ``long double``, is refused, naming it);
+representations registered with ``MPI.Register_datarep`` convert through the program's
+functions (datarep.py).
 """
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -96,18 +99,21 @@ def from_external32(data: np.ndarray, datatype: Datatype, call: str) -> None:
 class FileView:
     """One process's view of a file (see the module docstring)."""
 
-    __slots__ = ("disp", "etype", "filetype", "datarep", "esize", "_tile_offs", "_tile_lens",
-                 "_tile_data_start", "_tile_size", "_tile_extent", "_contiguous")
+    __slots__ = ("disp", "etype", "filetype", "datarep", "converter", "esize", "_tile_offs",
+                 "_tile_lens", "_tile_data_start", "_tile_size", "_tile_extent", "_contiguous")
 
     def __init__(self, disp: int, etype: Datatype, filetype: Datatype, datarep: str,
-                 call: str = "File.Set_view") -> None:
+                 call: str = "File.Set_view", user: Any = None) -> None:
+        """``user``: the registered representation named ``datarep`` (io/datarep.py), if
+        it is not a predefined one."""
         # (File.Set_view resolved both to datatypes; anything answering the datatype seam
         # - size, extent, blocks() - works here)
         if not etype or not filetype:
             raise DatatypeError(f"{call}: etype and filetype must not be null datatypes")
-        if datarep not in DATAREPS:
+        if datarep not in DATAREPS and user is None:
             raise FileError(f"{call}: data representation {datarep!r} is not one of "
-                            f"{', '.join(DATAREPS)}", ERR_UNSUPPORTED_DATAREP)
+                            f"{', '.join(DATAREPS)} nor one registered with "
+                            f"MPI.Register_datarep in this process", ERR_UNSUPPORTED_DATAREP)
         if int(disp) < 0:
             raise ArgumentError(f"{call}: disp must be >= 0 bytes, got {disp}")
         esize = int(etype.size)
@@ -127,7 +133,13 @@ class FileView:
                                 "tile to the next), as MPI requires")
         if datarep == "external32":
             external32_check(etype, call)
+        if user is not None:
+            user.check_types((etype, filetype), call)
         self.disp, self.etype, self.filetype, self.datarep = int(disp), etype, filetype, datarep
+        #: what converts the bytes of data accesses: None (native, internal), "external32"
+        #: or the registered representation (io/datarep.py: to_file, from_file)
+        self.converter = user if user is not None else (
+            "external32" if datarep == "external32" else None)
         self.esize = esize
         self._tile_offs, self._tile_lens = offs, lens
         self._tile_data_start = np.cumsum(lens) - lens

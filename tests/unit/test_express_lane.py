@@ -15,7 +15,7 @@ import pytest
 
 from minimpi.bus import Subscriber
 from minimpi.constants import ANY_SOURCE, ANY_TAG
-from minimpi.errors import TruncationError
+from minimpi.errors import TruncationError, TypeMismatchError
 from minimpi.p2p.progress import ProgressPolicy
 from minimpi.p2p.request import Status
 from minimpi.runtime.inproc import run_threads
@@ -135,6 +135,27 @@ def test_a_message_larger_than_the_receive_buffer_still_raises_truncation():
             comm.Recv(small, source=0, tag=1)
         comm.Recv(small, source=0, tag=2)       # the next message is not lost
         return small.tolist()
+
+    assert run_threads(2, body, timeout=60, transport="shm")[1] == [0.0, 1.0]
+
+
+def test_a_message_that_ends_inside_an_element_raises_type_mismatch_on_the_lane_too():
+    """12 bytes received as float64: the lane (the message already here) checks the type
+    signature as the general path does."""
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            comm.Send(np.arange(3, dtype=np.int32), 1, tag=1)
+            comm.Send(np.arange(2, dtype=np.float64), 1, tag=2)
+            comm.Barrier()
+            return None
+        comm.Barrier()                          # both messages are here: the lane takes them
+        got = np.zeros(2)
+        with pytest.raises(TypeMismatchError) as info:
+            comm.Recv(got, source=0, tag=1)
+        assert "12 bytes" in str(info.value) and "DOUBLE" in str(info.value)
+        comm.Recv(got, source=0, tag=2)
+        return got.tolist()
 
     assert run_threads(2, body, timeout=60, transport="shm")[1] == [0.0, 1.0]
 

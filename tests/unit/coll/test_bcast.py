@@ -1,9 +1,11 @@
 """Bcast/bcast/Ibcast: every registered algorithm x p = 1..8 x every root x sizes from empty
-to segmented, on several dtypes and non-contiguous views, Python objects, several
-outstanding Ibcasts, an explicit ``segment=`` and refusals.
+to segmented, on several dtypes and strided layouts, Python objects, several outstanding
+Ibcasts, an explicit ``segment=`` and refusals.
 
-Every rank must end with the root's data, and nothing of its array outside the view it
-passed may change. All on the in-process transport (run_threads).
+Every rank must end with the root's data, and nothing of its array outside the layout it
+passed may change. A strided layout is passed as mpi4py takes one: a derived datatype over
+the contiguous array that holds it (a strided numpy view itself is refused with
+BufferError, as mpi4py refuses it). All on the in-process transport (run_threads).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from coll_helpers import algs, rank_error, rooted
 
 from minimpi.coll.registry import algorithms
+from minimpi.data.datatypes import DOUBLE, INT
 from minimpi.errors import AlgorithmError
 from minimpi.runtime.inproc import run_threads
 from minimpi.transports.frames import EAGER, RTS
@@ -36,9 +39,11 @@ SEGMENT = 36
 COUNTS = {"empty": lambda p: 0, "one": lambda p: 1, "p-1": lambda p: p - 1,
           "odd": lambda p: 13, "segmented": lambda p: 45}
 
-#: what a rank passes to Bcast: contiguous arrays of several dtypes and strided views
+#: what a rank passes to Bcast: contiguous arrays of several dtypes and strided layouts
+#: (the items of the numpy view named, passed as a derived datatype: see ``holding``)
 LAYOUTS = ["int8", "int32", "float64", "complex128",
            "float64[1::2]", "int32[:, 1] of (n, 3)", "float64[::-1]"]
+STRIDED = LAYOUTS[4:]
 
 
 def root_data(root: int, n: int, dtype) -> np.ndarray:
@@ -51,24 +56,30 @@ def root_data(root: int, n: int, dtype) -> np.ndarray:
     return data
 
 
-def holding(layout: str, n: int, root=None):
-    """(whole, view): a rank's array (all -1) and the n-item view of it that it passes to
-    Bcast; with ``root``, the view holds root_data(root) - the root's, and everyone's after."""
+def holding(layout: str, n: int, root=None, strided_view: bool = False):
+    """(whole, message): a rank's array (all -1) and what it passes to Bcast for the n items
+    of the layout: the array itself, or for a strided layout the contiguous array with a
+    derived datatype that picks those items (``strided_view``: the strided numpy view
+    itself). With ``root``, the layout holds root_data(root) - the root's, and everyone's
+    after."""
     if layout == "float64[1::2]":
         whole = np.full(2 * n, -1.0)
         view = whole[1::2]
+        message = [whole[1:], 1, DOUBLE.Create_vector(n, 1, 2).Commit()]
     elif layout == "int32[:, 1] of (n, 3)":
         whole = np.full((n, 3), -1, np.int32)
         view = whole[:, 1]
+        message = [whole.reshape(-1)[1:], 1, INT.Create_vector(n, 1, 3).Commit()]
     elif layout == "float64[::-1]":
         whole = np.full(n, -1.0)
         view = whole[::-1]
+        message = [whole, 1, DOUBLE.Create_indexed([1] * n, list(range(n - 1, -1, -1))).Commit()]
     else:
         whole = np.full(n, -1, layout)
-        view = whole
+        view = message = whole
     if root is not None:
         view[...] = root_data(root, n, view.dtype)
-    return whole, view
+    return whole, view if strided_view else message
 
 
 def bcast_layouts(comm, root: int, alg, counts, layouts=LAYOUTS):
@@ -76,8 +87,8 @@ def bcast_layouts(comm, root: int, alg, counts, layouts=LAYOUTS):
     wholes = []
     for n in counts:
         for layout in layouts:
-            whole, view = holding(layout, n, root if comm.rank == root else None)
-            comm.Bcast(view, root=root, algorithm=alg)
+            whole, message = holding(layout, n, root if comm.rank == root else None)
+            comm.Bcast(message, root=root, algorithm=alg)
             wholes.append(whole)
     return wholes
 
@@ -155,6 +166,26 @@ def test_Bcast_large_default_segment(alg, p, root):
     check_layouts(results, root, counts, layouts)
 
 
+@pytest.mark.parametrize("layout", STRIDED)
+def test_Bcast_refuses_a_strided_view_as_mpi4py_does(layout):
+    """A strided numpy view is refused on every rank (BufferError, naming what to pass
+    instead) before anything is sent, so the next Bcast still works."""
+    n = 5
+
+    def body(comm):
+        whole, view = holding(layout, n, 1 if comm.rank == 1 else None, strided_view=True)
+        with pytest.raises(BufferError, match="not contiguous.*ascontiguousarray"):
+            comm.Bcast(view, root=1)
+        with pytest.raises(BufferError):
+            comm.Ibcast(view, root=1)
+        whole, message = holding(layout, n, 1 if comm.rank == 1 else None)
+        comm.Bcast(message, root=1)
+        return whole
+
+    for whole in run_threads(3, body, timeout=10):
+        np.testing.assert_array_equal(whole, holding(layout, n, 1)[0])
+
+
 # ------------------------------------------------------------------------------ objects
 @pytest.mark.parametrize("p,root", EVERY_ROOT)
 @pytest.mark.parametrize("alg", OBJECTS)
@@ -193,8 +224,8 @@ def test_Ibcast_several_outstanding(alg, p, monkeypatch):
     def body(comm):
         wholes, reqs = [], []
         for root, n, layout in calls:
-            whole, view = holding(layout, n, root if comm.rank == root else None)
-            reqs.append(comm.Ibcast(view, root=root, algorithm=alg))
+            whole, message = holding(layout, n, root if comm.rank == root else None)
+            reqs.append(comm.Ibcast(message, root=root, algorithm=alg))
             wholes.append(whole)
         if objects:
             oreq = comm.ibcast(payload(p - 1, 5) if comm.rank == p - 1 else None, root=p - 1,

@@ -20,6 +20,7 @@ from concurrent.futures import (  # noqa: F401
     wait,
 )
 
+from .. import MPI  # noqa: F401  (binds mpi4py.MPI: a task that imports mpi4py finds it)
 from .pool import MPICommExecutor, MPIPoolExecutor, get_comm_workers
 from .util import collect, compose
 

@@ -10,6 +10,8 @@ import numpy
 
 from minimpi.data.dtconvert import datatype_from_numpy, numpy_from_datatype
 
+from .. import MPI  # noqa: F401  (binds mpi4py.MPI, as mpi4py's own import does)
+
 __all__ = ["from_numpy_dtype", "to_numpy_dtype"]
 
 _np_dtype = numpy.dtype

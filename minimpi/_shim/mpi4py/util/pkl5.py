@@ -19,6 +19,8 @@ from typing import Any, List, Tuple
 
 from minimpi import MPI
 
+from .. import MPI as _bound  # noqa: F401  (binds mpi4py.MPI, as mpi4py's own import does)
+
 __all__ = ["Pickle", "pickle", "Request", "Message", "Comm", "Intracomm", "Intercomm"]
 
 

@@ -14,6 +14,7 @@ import threading
 import warnings
 from typing import Any, Callable, Iterable, Iterator, List, Optional
 
+from .. import MPI  # noqa: F401  (binds mpi4py.MPI, as mpi4py's own import does)
 from ..futures import MPIPoolExecutor
 
 __all__ = ["Pool", "ThreadPool", "AsyncResult", "ApplyResult", "MapResult"]

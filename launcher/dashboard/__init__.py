@@ -37,6 +37,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, Optional, TextIO
 
 from minimpi.runtime.dashboard import DEFAULT_INTERVAL, ENV_LIVE, ENV_LIVE_INTERVAL
@@ -92,10 +93,13 @@ class LiveDashboard:
         self.token = secrets.token_urlsafe(24)
         self.server = DashboardServer(bind, port, self.token, self.hub,
                                       meta=lambda: {"mode": "live", "title": title,
-                                                    "nprocs": nprocs})
+                                                    "nprocs": nprocs},
+                                      refresh=self.refresh)
         self.url = self.server.url(shown_host(bind))
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._publish_lock = threading.Lock()
+        self._published = 0.0
         self.publish()
 
     def env(self) -> Dict[str, str]:
@@ -115,11 +119,22 @@ class LiveDashboard:
         self.state.attach(job)
 
     def publish(self) -> None:
-        self.hub.publish(json.dumps(self.state.view(), separators=(",", ":"),
-                                    default=str).encode())
+        """Make the view document now and push it to every open page."""
+        with self._publish_lock:
+            data = json.dumps(self.state.view(), separators=(",", ":"), default=str).encode()
+            self._published = time.monotonic()
+            self.hub.publish(data)
+
+    def refresh(self) -> None:
+        """Publish unless the latest document is recent (``/state``)."""
+        if time.monotonic() - self._published >= self.interval / 2:
+            self.publish()
 
     def _main(self) -> None:
+        # a document every interval while a page watches; none while nobody does
         while not self._stop.wait(self.interval):
+            if not self.server.streams:
+                continue
             try:
                 self.publish()
             except Exception as exc:   # the page must never take the job down

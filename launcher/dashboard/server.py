@@ -93,12 +93,16 @@ class DashboardServer(ThreadingHTTPServer):
 
     def __init__(self, bind: str, port: int, token: str, hub: Hub,
                  meta: Callable[[], Dict[str, Any]],
-                 frame: Optional[Callable[[float], Dict[str, Any]]] = None) -> None:
+                 frame: Optional[Callable[[float], Dict[str, Any]]] = None,
+                 refresh: Optional[Callable[[], None]] = None) -> None:
         self.address_family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self.token = token
         self.hub = hub
         self.meta = meta
         self.frame = frame
+        #: brings ``hub`` up to date before ``/state`` answers (the live documents are only
+        #: made while a page watches)
+        self.refresh = refresh
         self.refused = 0               # requests refused for a missing or wrong token
         self.streams = 0
         self._streams_lock = threading.Lock()
@@ -187,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/events":
                 self._answer(200, b"", "text/event-stream")
             elif path == "/state":
+                if self.server.refresh is not None:
+                    self.server.refresh()
                 self._answer(200, self.server.hub.data, "application/json; charset=utf-8")
             elif path == "/meta":
                 self._json(self.server.meta())
@@ -242,6 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(b"retry: 1000\n\n")
+            if server.refresh is not None:
+                server.refresh()           # the first document a page gets is a fresh one
             seen = 0
             while True:
                 version, data, closed = server.hub.next(seen, KEEPALIVE_S)

@@ -1,0 +1,105 @@
+"""What ``minimpi run --dashboard`` costs a program: small-message figures, off and on.
+
+    python benchmarks/dashboard_overhead.py              # 5 runs each, off and on, interleaved
+    python benchmarks/dashboard_overhead.py --runs 3 --no-p2p
+
+Two programs, each run ``--runs`` times with the dashboard off and on (alternating, so that
+a machine whose load drifts treats both alike); the medians and their ratio are printed:
+
+* ``benchmarks/p2p.py --quick --transport shm``: the one-way latency of 8 B and 64 B
+  ``Send/Recv`` and ``send/recv`` (pickled objects) over shared memory;
+* an 8 B ``Allreduce`` loop on 4 ranks (``--ranks``): the median time of one call.
+
+With the dashboard on (``MINIMPI_DASHBOARD=0``: any free port) each rank counts its messages
+and samples itself four times a second; no page is open, as when nobody watches.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ALLREDUCE = """
+import statistics, sys, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+iters = int(sys.argv[1])
+a, out = np.ones(1), np.empty(1)
+for _ in range(200):
+    comm.Allreduce(a, out)
+samples = []
+for _ in range(iters // 100):
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(100):
+        comm.Allreduce(a, out)
+    samples.append((time.perf_counter() - t0) / 100)
+if comm.rank == 0:
+    print(f"allreduce_us {statistics.median(samples) * 1e6:.2f}", flush=True)
+"""
+
+
+def run_env(on: bool) -> dict:
+    env = dict(os.environ)
+    env.pop("MINIMPI_DASHBOARD", None)
+    if on:
+        env["MINIMPI_DASHBOARD"] = "0"
+    return env
+
+
+def p2p_once(on: bool) -> dict:
+    out = subprocess.run([sys.executable, os.path.join(HERE, "p2p.py"), "--quick", "--transport",
+                          "shm"], env=run_env(on), capture_output=True, text=True, check=True,
+                         timeout=1800).stdout
+    found = {}
+    for size in ("8 B", "64 B"):
+        m = re.search(rf"^\s*{size}\s+\S+\s+\S+\s+(\S+)\s+\S+\s+(\S+)", out, re.M)
+        found[f"Send/Recv {size}"] = float(m.group(1))
+        found[f"send/recv obj {size}"] = float(m.group(2))
+    return found
+
+
+def allreduce_once(on: bool, script: str, ranks: int, iters: int) -> dict:
+    out = subprocess.run([sys.executable, "-m", "minimpi", "run", "-n", str(ranks), script,
+                          str(iters)], env=run_env(on), capture_output=True, text=True,
+                         check=True, timeout=600).stdout
+    m = re.search(r"allreduce_us (\S+)", out)
+    return {f"Allreduce 8 B, {ranks} ranks": float(m.group(1))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--iters", type=int, default=3000)
+    ap.add_argument("--no-p2p", action="store_true", help="only the Allreduce loop")
+    args = ap.parse_args()
+    results: dict = {False: {}, True: {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "allreduce_loop.py")
+        with open(script, "w") as f:
+            f.write(ALLREDUCE)
+        for i in range(args.runs):
+            for on in ((False, True) if i % 2 == 0 else (True, False)):
+                figures = {} if args.no_p2p else p2p_once(on)
+                figures.update(allreduce_once(on, script, args.ranks, args.iters))
+                for key, value in figures.items():
+                    results[on].setdefault(key, []).append(value)
+                print(f"run {i + 1} dashboard {'on ' if on else 'off'}: " +
+                      ", ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)
+    print(f"\n# median of {args.runs} runs, microseconds (one-way latency; Allreduce: per call)")
+    print(f"{'figure':<28} {'off':>9} {'on':>9} {'on/off':>7}")
+    for key in results[False]:
+        off, on = statistics.median(results[False][key]), statistics.median(results[True][key])
+        print(f"{key:<28} {off:9.1f} {on:9.1f} {on / off:7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

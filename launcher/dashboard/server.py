@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
@@ -133,8 +134,9 @@ class DashboardServer(ThreadingHTTPServer):
         """Close the hub, give the streams up to ``drain`` seconds to send the last document,
         then stop serving."""
         self.hub.close()
+        deadline = time.monotonic() + drain
         for t in list(self.stream_threads):
-            t.join(timeout=drain)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         self.shutdown()
         self.server_close()
 

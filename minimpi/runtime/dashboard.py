@@ -104,22 +104,29 @@ class MessageCounter(Subscriber):
     """Messages and bytes sent per (context, destination world rank): the heat map's data.
 
     Its one event runs on the sending thread for every message: a look-up and two
-    additions. The reporter thread copies the table (one C-level call, atomic under the
-    GIL) and never writes it."""
+    additions (about 0.2 us with the call). The key is one integer, ``context << 32 |
+    dest`` (a destination is a world rank, or a process of another job, ``job << 20 |
+    rank``: below 2**32), which is cheaper to hash than a tuple. The reporter thread copies
+    the table (:meth:`table`: one C-level call, atomic under the GIL) and never writes it."""
 
     __slots__ = ("counts",)
 
     def __init__(self) -> None:
-        self.counts: Dict[Tuple[int, int], List[int]] = {}
+        self.counts: Dict[int, List[int]] = {}
 
     def message_sent(self, context: int, dest: int, source: int, tag: int, payload: Any,
                      nbytes: int, msg_id: int) -> None:
-        c = self.counts.get((context, dest))
+        c = self.counts.get(context << 32 | dest)
         if c is None:
-            self.counts[(context, dest)] = [1, nbytes]
+            self.counts[context << 32 | dest] = [1, nbytes]
         else:
             c[0] += 1
             c[1] += nbytes
+
+    def table(self) -> List[Tuple[int, int, int, int]]:
+        """(context, destination, messages, bytes) of every pair so far."""
+        return [(key >> 32, key & 0xFFFF_FFFF, c[0], c[1])
+                for key, c in list(self.counts.items())]
 
 
 def _nbytes(value: Any) -> Optional[int]:
@@ -350,7 +357,7 @@ class LiveReporter:
     def _counters(self) -> Tuple[List[List[int]], Dict[str, Any]]:
         rows = []
         contexts = set()
-        for (context, dest), (msgs, nbytes) in list(self.counter.counts.items()):
+        for context, dest, msgs, nbytes in self.counter.table():
             base = context & _CONTEXT_MASK
             if base >= INTERNAL_CONTEXTS:
                 continue

@@ -129,9 +129,13 @@ def test_message_counter_counts_each_send_once_per_destination():
             comm.recv(source=0, tag=2)
 
     run_threads(3, body, timeout=20)
-    assert counters[0].counts[(0, 1)] == [3, 96]
-    assert counters[0].counts[(0, 2)][0] == 1
-    assert counters[1].counts == {} and counters[2].counts == {}
+    table = {(c, d): (m, b) for c, d, m, b in counters[0].table()}
+    assert table[(0, 1)] == (3, 96)
+    assert table[(0, 2)][0] == 1 and set(table) == {(0, 1), (0, 2)}
+    assert counters[1].table() == [] and counters[2].table() == []
+    big = MessageCounter()
+    big.message_sent(0x7FFF_FFF0, (3 << 20) | 5, 0, 0, (), 9, 1)   # another job's process
+    assert big.table() == [(0x7FFF_FFF0, (3 << 20) | 5, 1, 9)]
 
 
 # ---- launcher side: the aggregation ---------------------------------------------------------
@@ -385,3 +389,15 @@ def test_replay_of_a_trace_moment_by_moment():
     assert coll["nbytes"] == 16
     assert replay.frame(10)["ranks"][0]["state"] == "finished"
     assert replay.frame(0.0)["ranks"][0]["state"] == "starting"
+
+
+def test_view_says_what_is_wrong_with_its_file(tmp_path, capsys):
+    from minimpi.launcher.dashboard import view_cmd
+    args = argparse.Namespace(trace=str(tmp_path / "none.json"), port=0, bind="127.0.0.1")
+    assert view_cmd.main(args) == 2
+    assert "none.json: No such file or directory" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"events": []}')
+    args.trace = str(bad)
+    assert view_cmd.main(args) == 2
+    assert "not a trace of minimpi run --trace" in capsys.readouterr().err

@@ -106,9 +106,15 @@ def wait_for(what: str, check: Callable[[], object], timeout: float, every: floa
 
 
 def screenshot(driver, name: str) -> None:
-    if SHOTS:
-        os.makedirs(SHOTS, exist_ok=True)
-        driver.save_screenshot(os.path.join(SHOTS, name))
+    """The whole page, as tall as it is (at most 3200 px), into MINIMPI_DASHBOARD_SHOTS."""
+    if not SHOTS:
+        return
+    os.makedirs(SHOTS, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1600, min(max(int(height) + 160, 900), 3200))
+    time.sleep(0.5)         # the page redraws for its new size
+    driver.save_screenshot(os.path.join(SHOTS, name))
+    driver.set_window_size(1600, 1200)
 
 
 class DashboardJob:

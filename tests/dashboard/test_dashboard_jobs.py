@@ -210,7 +210,7 @@ def test_healthy_ring_rows_states_and_message_matrix(browser, tmp_path, write_sc
 
 def test_deadlocked_pair_blocked_ranks_cycle_and_diagnosis(browser, tmp_path, write_script,
                                                            job_marker):
-    job = DashboardJob(tmp_path, job_marker, "-n", "2", "--deadlock-timeout", "10",
+    job = DashboardJob(tmp_path, job_marker, "-n", "2", "--deadlock-timeout", "8",
                        write_script("pair.py", DEADLOCK))
     try:
         browser.get(job.wait_url())

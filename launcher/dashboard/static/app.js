@@ -452,12 +452,23 @@
     renderCollectives(d);
     renderOutput(d);
   }
+  // Documents that arrive while the page is still drawing are not queued: only the newest
+  // is drawn, so a slow machine shows the job late by one drawing at most, never falls behind.
+  let pending = null;
   function receive(d) {
     stats.updates += 1;
     stats.times.push(performance.now());
     document.body.dataset.updates = String(stats.updates);
-    document.body.dataset.seq = String(d.seq || 0);
-    render(d);
+    const first = pending === null;
+    pending = d;
+    if (first) {
+      setTimeout(() => {
+        const latest = pending;
+        pending = null;
+        document.body.dataset.seq = String(latest.seq || 0);
+        render(latest);
+      }, 0);
+    }
   }
 
   // ---- controls ----------------------------------------------------------------------------

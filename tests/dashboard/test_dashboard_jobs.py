@@ -23,7 +23,7 @@ from dashboard_helpers import (
     stop_browser,
     wait_for,
 )
-from jobhelpers import run_minimpi
+from jobhelpers import marker_args, run_minimpi
 
 RING = """
 import os, time
@@ -335,12 +335,12 @@ def test_requests_without_the_token_are_refused(browser, tmp_path, write_script,
         job.close()
 
 
-def test_view_replays_a_trace(browser, tmp_path, write_script):
+def test_view_replays_a_trace(browser, tmp_path, write_script, job_marker):
     trace = tmp_path / "ring.json"
     go = tmp_path / "go"
     go.touch()              # the ring ends at its first check (20 rounds)
-    result = run_minimpi("-n", "3", "--trace", str(trace), write_script("ring.py", RING),
-                         env={"GO_FILE": str(go)}, timeout=60)
+    result = run_minimpi("-n", "3", *marker_args(job_marker), "--trace", str(trace),
+                         write_script("ring.py", RING), env={"GO_FILE": str(go)}, timeout=60)
     assert result.returncode == 0, result.stderr
     view = DashboardJob(tmp_path, "", str(trace), command="view")
     try:
@@ -394,3 +394,25 @@ def test_ranks_on_agents_report_to_the_launchers_dashboard(tmp_path, write_scrip
         assert job.wait(60) == 0, job.stderr()
     finally:
         job.close()
+
+
+THREADS = """
+import threading
+from mpi4py import MPI
+MPI.COMM_WORLD.Barrier()
+names = sorted(t.name for t in threading.enumerate() if t.name.startswith("minimpi"))
+print(f"rank {MPI.COMM_WORLD.rank} threads: {names}", flush=True)
+"""
+
+
+def test_without_the_dashboard_no_rank_counts_or_samples(tmp_path, write_script, job_marker):
+    """Off (the default), a rank has no reporter thread and no message counter; on, it has."""
+    script = write_script("threads.py", THREADS)
+    off = run_minimpi("-n", "2", *marker_args(job_marker), script, timeout=60,
+                      env={"MINIMPI_DASHBOARD": ""})
+    assert off.returncode == 0, off.stderr
+    assert "dashboard at" not in off.stderr
+    assert off.stdout.count("threads: [") == 2 and "minimpi-live" not in off.stdout
+    on = run_minimpi("-n", "2", *marker_args(job_marker), "--dashboard=0", script, timeout=60)
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.count("'minimpi-live'") == 2, on.stdout

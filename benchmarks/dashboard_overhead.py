@@ -9,7 +9,10 @@ a machine whose load drifts treats both alike); the medians and their ratio are 
 
 * ``benchmarks/p2p.py --quick --transport shm``: the one-way latency of 8 B and 64 B
   ``Send/Recv`` and ``send/recv`` (pickled objects) over shared memory;
-* an 8 B ``Allreduce`` loop on 2 ranks (``--ranks``): the median time of one call.
+* an 8 B ``Allreduce`` loop on 2 ranks (``--ranks``): the median time of one call;
+* an 8 B ``Send/Recv`` ping-pong with ``--progress block``: the CPU time rank 0 spends per
+  round trip (on a machine loaded by other programs the wall-clock figures above move by
+  several times between runs; CPU time hardly does).
 
 With the dashboard on (``MINIMPI_DASHBOARD=0``: any free port) each rank counts its messages
 and samples itself four times a second; no page is open, as when nobody watches.
@@ -43,6 +46,30 @@ for _ in range(iters // 100):
     samples.append((time.perf_counter() - t0) / 100)
 if comm.rank == 0:
     print(f"allreduce_us {statistics.median(samples) * 1e6:.2f}", flush=True)
+"""
+
+#: CPU time, not wall time, of a ping-pong whose waits sleep (--progress block): what the
+#: rank itself spends per round trip, which other programs' load on the machine hardly moves
+PINGPONG_CPU = """
+import statistics, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+b = np.zeros(1)
+samples = []
+for _ in range(7):
+    comm.Barrier()
+    t0 = time.process_time()
+    for _ in range(2000):
+        if comm.rank == 0:
+            comm.Send(b, dest=1, tag=0)
+            comm.Recv(b, source=1, tag=0)
+        else:
+            comm.Recv(b, source=0, tag=0)
+            comm.Send(b, dest=0, tag=0)
+    samples.append((time.process_time() - t0) / 2000)
+if comm.rank == 0:
+    print(f"cpu_us {statistics.median(samples) * 1e6:.2f}", flush=True)
 """
 
 
@@ -102,8 +129,27 @@ def micro(repeats: int = 9, iters: int = 10000) -> None:
                 comm.Recv(into, source=0, tag=7)
             return (clock() - t0) / iters
 
+        def calls() -> int:
+            """Python function calls per Send+Recv (what the machine's load cannot blur)."""
+            import sys
+            n = [0]
+
+            def count(frame, event, arg):
+                if event == "call":
+                    n[0] += 1
+            sys.setprofile(count)
+            for _ in range(100):
+                comm.Send(out, dest=0, tag=7)
+                comm.Recv(into, source=0, tag=7)
+            sys.setprofile(None)
+            return n[0] // 100
+
         counter = MessageCounter()
-        best = {"off": float("inf"), "on": float("inf")}
+        calls_off = calls()
+        engine.bus.subscribe(counter)
+        calls_on = calls()
+        engine.bus.unsubscribe(counter)
+        best = {"off": float("inf"), "on": float("inf"), "calls": (calls_off, calls_on)}
         for i in range(2 * repeats):
             mode = "on" if i % 2 else "off"
             (engine.bus.subscribe if i % 2 else engine.bus.unsubscribe)(counter)
@@ -131,6 +177,7 @@ def micro(repeats: int = 9, iters: int = 10000) -> None:
     b = run_threads(1, body, timeout=600)[0]
     off, on, snap = b["off"], b["on"], b["snapshot"]
     print(f"# in one process, CPU time, best of {repeats} x {iters}: 8 B Send + Recv to itself")
+    print(f"Python calls per Send+Recv:     {b['calls'][0]} off, {b['calls'][1]} with the counter")
     print(f"dashboard off:                  {off * 1e6:8.3f} us per Send+Recv")
     print(f"message counter on:             {on * 1e6:8.3f} us  (+{(on - off) * 1e9:.0f} ns "
           f"per message, {100 * (on / off - 1):+.1f}%)")
@@ -138,6 +185,14 @@ def micro(repeats: int = 9, iters: int = 10000) -> None:
           f"{b['on, process'] * 1e6:.3f} us without the sampler)")
     print(f"one snapshot, sealed:           {snap * 1e6:8.1f} us  (x4 a second: "
           f"{0.4 * snap * 1e6 / 1000:.3f}% of a core)")
+
+
+def cpu_once(on: bool, script: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "minimpi", "run", "-n", "2", "--transport",
+                          "shm", "--progress", "block", script], env=run_env(on),
+                         capture_output=True, text=True, check=True, timeout=600).stdout
+    m = re.search(r"cpu_us (\S+)", out)
+    return {"8 B round trip, CPU of rank 0": float(m.group(1))}
 
 
 def main() -> int:
@@ -157,23 +212,27 @@ def main() -> int:
         script = os.path.join(tmp, "allreduce_loop.py")
         with open(script, "w") as f:
             f.write(ALLREDUCE)
+        cpu_script = os.path.join(tmp, "pingpong_cpu.py")
+        with open(cpu_script, "w") as f:
+            f.write(PINGPONG_CPU)
         for i in range(args.runs):
             for on in ((False, True) if i % 2 == 0 else (True, False)):
                 figures = {} if args.no_p2p else p2p_once(on)
                 figures.update(allreduce_once(on, script, args.ranks, args.iters))
+                figures.update(cpu_once(on, cpu_script))
                 for key, value in figures.items():
                     results[on].setdefault(key, []).append(value)
                 print(f"run {i + 1} dashboard {'on ' if on else 'off'}: " +
                       ", ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)
-    print(f"\n# {args.runs} runs each, microseconds (one-way latency; Allreduce: per call); "
-          f"median, and the best run (least disturbed by other load)")
-    print(f"{'figure':<28} {'off':>9} {'on':>9} {'on/off':>7}   {'best off':>9} {'best on':>9} "
-          f"{'on/off':>7}")
+    print(f"\n# {args.runs} runs each, microseconds (one-way latency; Allreduce: per call; "
+          f"round trip: CPU time). Medians; 'paired' is the median of each run's on/off ratio "
+          f"(the two runs of a pair ran back to back: the least disturbed by a drifting load)")
+    print(f"{'figure':<32} {'off':>9} {'on':>9} {'on/off':>7} {'paired':>7}")
     for key in results[False]:
-        off, on = statistics.median(results[False][key]), statistics.median(results[True][key])
-        boff, bon = min(results[False][key]), min(results[True][key])
-        print(f"{key:<28} {off:9.1f} {on:9.1f} {on / off:7.3f}   {boff:9.1f} {bon:9.1f} "
-              f"{bon / boff:7.3f}")
+        offs, ons = results[False][key], results[True][key]
+        off, on = statistics.median(offs), statistics.median(ons)
+        paired = statistics.median(b / a for a, b in zip(offs, ons))
+        print(f"{key:<32} {off:9.1f} {on:9.1f} {on / off:7.3f} {paired:7.3f}")
     return 0
 
 

@@ -14,4 +14,5 @@
 * ``embed``       ``minimpi.launch``: a job started from inside a program
 * ``keygen``      ``minimpi keygen``: the per-user key file of launcher-less jobs
 * ``clean``       ``minimpi clean``: what jobs killed outright left (segments, directories)
+* ``dashboard``   ``minimpi run --dashboard``: a live page of the job; ``minimpi view TRACE``
 """

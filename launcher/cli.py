@@ -20,6 +20,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("run", "minimpi.launcher.run", "start N ranks of a Python program (like mpirun)"),
     ("draw", "minimpi.launcher.draw_cmd", "draw a collective algorithm's schedule or one-sided epochs (text, SVG, PNG)"),
     ("explain", "minimpi.launcher.explain_cmd", "which collective algorithm auto picks, and why"),
+    ("view", "minimpi.launcher.dashboard.view_cmd", "serve the dashboard's page over a trace recorded with --trace"),
     ("keygen", "minimpi.launcher.keygen", "write ~/.minimpi/secret, the key of jobs started by srun"),
     ("clean", "minimpi.launcher.clean",
      "remove shared memory and directories left by killed jobs (this user's, ended jobs only)"),

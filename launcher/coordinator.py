@@ -17,6 +17,8 @@ rank -> coordinator
     {"t": "failed",   "r": R, "c": C, "s": {...error, where, lost peers...}}   # -> failed_ack
     {"t": "abort",    "r": R, "c": C, "code": CODE, "msg": TEXT}             # -> abort_ack
     {"t": "hb",       "r": R, "c": C}                           # heartbeat
+    {"t": "live",     "r": R, "c": C, "s": {...snapshot...}}    # --dashboard (a second
+        connection of the rank: minimpi.runtime.dashboard); kept in RankState.live
     {"t": "finalize", "r": R, "c": C, "lost": [world ranks this rank saw vanish]}
     {"t": "spawn" | "port" | "publish" | "unpublish" | "lookup", "r": R, "c": C, "n": ID, ...}
         requests about other jobs (``Spawn``, ports, names), handed to the job's loop as
@@ -92,6 +94,8 @@ class RankState:
     failure: Optional[dict] = None     # the rank's report of the error that is ending it
     lost: list = field(default_factory=list)   # world ranks it saw vanish (failure or finalize)
     last_seen: Optional[float] = None  # time.monotonic() of its latest authentic message
+    live: Optional[dict] = None        # latest --dashboard snapshot (minimpi.runtime.dashboard)
+    live_time: Optional[float] = None  # when it arrived (time.monotonic())
 
     def describe(self) -> str:
         """One line for diagnostics: the latest state, else how the rank ended, else nothing."""
@@ -284,6 +288,11 @@ class Coordinator:
             st.state = s if isinstance(s, dict) else {"state": s}
             st.state_time = time.monotonic()
             events.append(CoordEvent("state", rank))
+        elif kind == "live":
+            s = msg.get("s")
+            if isinstance(s, dict):
+                st.live = s
+                st.live_time = time.monotonic()
         elif kind == "failed":
             s = msg.get("s")
             s = s if isinstance(s, dict) else {"error": str(s)}

@@ -122,6 +122,30 @@ def _find_cycle(edges: Dict[int, List[Tuple[int, dict]]], start: int) -> Optiona
     return dfs(start)
 
 
+def wait_for_edges(blocked: Dict[int, dict]) -> Dict[int, List[Tuple[int, dict]]]:
+    """The wait-for graph over world ranks, from the states of the blocked ranks: each
+    blocked rank -> [(a rank it waits for, the pending request it waits in), ...]."""
+    edges: Dict[int, List[Tuple[int, dict]]] = {}
+    for r, state in blocked.items():
+        out = []
+        for item in state.get("items") or []:
+            for t in wait_targets(item):
+                if t != r:
+                    out.append((t, item))
+        edges[r] = out
+    return edges
+
+
+def find_cycle(edges: Dict[int, List[Tuple[int, dict]]]) -> Optional[List[Tuple[int, dict, int]]]:
+    """The wait-for cycle through the lowest rank that is on one, as [(rank, item, the rank
+    it waits for), ...], or None (what the deadlock report and the dashboard show)."""
+    for r in sorted(edges):
+        cycle = _find_cycle(edges, r)
+        if cycle:
+            return cycle
+    return None
+
+
 def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[str, List[str]]:
     """(summary line, detail lines) of a detected deadlock."""
     ranks = coord.ranks
@@ -139,25 +163,15 @@ def build_report(coord, alive: Callable[[int], bool], timeout: float) -> Tuple[s
         else:
             lines.append(f"  rank {st.rank}: {_gone_text(st)}")
 
-    # wait-for graph over world ranks: rank -> [(target, item)]
-    edges: Dict[int, List[Tuple[int, dict]]] = {}
-    for r, state in blocked.items():
-        out = []
-        for item in state.get("items") or []:
-            for t in wait_targets(item):
-                if t != r:
-                    out.append((t, item))
-        edges[r] = out
+    edges = wait_for_edges(blocked)
     lock_lines = _lock_waits(blocked, edges, ranks, alive)
 
     shown_cycle = False
-    for r in sorted(blocked):
-        cycle = _find_cycle(edges, r)
-        if cycle:
-            hops = [edge_text(a, blocked[a], item, b) for a, item, b in cycle]
-            lines.append("  wait-for cycle: " + " -> ".join(hops) + f" -> rank {cycle[0][0]}")
-            shown_cycle = True
-            break
+    cycle = find_cycle(edges)
+    if cycle:
+        hops = [edge_text(a, blocked[a], item, b) for a, item, b in cycle]
+        lines.append("  wait-for cycle: " + " -> ".join(hops) + f" -> rank {cycle[0][0]}")
+        shown_cycle = True
     # waits on ranks that are gone
     for r in sorted(blocked):
         gone_by_item: List[Tuple[dict, List[int]]] = []

@@ -153,6 +153,8 @@ class JobSpec:
     rank_start: Optional[Callable] = None
     #: --fault-tolerant: a rank that fails is reported to the others, the job goes on (ULFM)
     fault_tolerant: bool = False
+    #: --dashboard: the live page (launcher/dashboard), told about the job once it runs
+    dashboard: Optional[object] = None
 
 
 @dataclass
@@ -334,6 +336,8 @@ class Job:
         forward = OutputForwarder(self.stdout, self.stderr, prefix=spec.prefix,
                                   output_dir=spec.output_dir)
         self.forward = forward
+        if spec.dashboard is not None:
+            spec.dashboard.attach(self)
         self._install_signals()
         lifeline_r, lifeline_w = os.pipe()   # both non-inheritable; only lifeline_r is passed
         start = time.monotonic()

@@ -692,6 +692,8 @@ class MultiHostJob(Job):
             forward.add_remote(r, "stdout")
             forward.add_remote(r, "stderr")
         self.ranks = [None] * spec.nprocs
+        if spec.dashboard is not None:
+            spec.dashboard.attach(self)
         self._install_signals()
         start = time.monotonic()
         try:

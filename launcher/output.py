@@ -77,6 +77,10 @@ class OutputForwarder:
         self.streams: dict[int, _Stream] = {}
         self.writers = OutputWriters(stdout, stderr)
         self.closed = False   # close_all() done: the launcher writes its messages directly
+        #: who else sees every line (``minimpi run --dashboard``): called on the job's loop
+        #: as ``tap(rank, "stdout" | "stderr", lines)`` for the ranks' complete lines and
+        #: ``tap(None, "launcher", [text])`` for the launcher's own messages; it only records
+        self.tap: Optional[Callable[[object, str, list], None]] = None
         if output_dir:
             os.makedirs(output_dir, exist_ok=True)
 
@@ -105,6 +109,8 @@ class OutputForwarder:
 
     def log(self, text: bytes) -> None:
         """The launcher's own message on stderr, in order with the ranks' output."""
+        if self.tap is not None:
+            self.tap(None, "launcher", [text])
         self.writers.write(self.stderr, text)
 
     def read(self, fd: int) -> bool:
@@ -159,6 +165,8 @@ class OutputForwarder:
             s.copy = None
 
     def _emit(self, s: _Stream, lines: list[bytes]) -> None:
+        if self.tap is not None:
+            self.tap(s.rank, s.name, lines)
         if s.name == "stderr":
             s.tail.extend(lines)
             if self.hold_tracebacks:

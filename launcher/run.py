@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Optional
 
 from minimpi import _shim
@@ -159,6 +160,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     observe.add_arguments(p)   # --trace FILE, --stats
     from . import multihost
     multihost.add_arguments(p)   # --hosts, --hostfile, --launcher, --rsh, --remote-python, --iface
+    from . import dashboard
+    dashboard.add_arguments(p)   # --dashboard[=PORT], --dashboard-bind
     p.add_argument("--no-fork-server", dest="fork_server", action="store_false",
                    help="start every rank as a fresh interpreter (by default the ranks on this "
                         "host are forked from one process that has numpy and minimpi imported, "
@@ -300,7 +303,8 @@ def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[s
     takes_value: dict[str, bool] = {}
     for action in parser._actions:
         for opt in action.option_strings:
-            takes_value[opt] = action.nargs != 0
+            # an optional value (nargs "?": --dashboard[=PORT]) is only taken with "="
+            takes_value[opt] = action.nargs not in (0, "?")
     own: list[str] = []
     i = 0
     while i < len(argv):
@@ -519,6 +523,14 @@ def main(args: argparse.Namespace) -> int:
                             "--hostfile or Slurm yet)")
     def runner(spec: JobSpec) -> int:
         return run_job(spec) if plan is None else multihost.run_multihost(spec, plan)
+    from . import dashboard
+    try:
+        board = dashboard.start(args, " : ".join(app.command.shown for app in apps))
+    except OSError as exc:
+        return _usage_error(f"--dashboard: cannot listen on {args.dashboard_bind} port "
+                            f"{args.dashboard}: {exc.strerror or exc}")
+    if board is not None:
+        runner = partial(board.run, runner)
     from . import observe
     session = observe.prepare(args, " : ".join(app.command.shown for app in apps))
     if session is None:

@@ -21,7 +21,8 @@ Events, in the order a call meets them:
 * :meth:`Subscriber.call_entered` / :meth:`Subscriber.call_left` - an outermost public MPI
   call (``Comm.Allreduce``, ``Request.Wait``, ``Win.Put``...) begins and ends (the front of
   the API publishes them while :attr:`Bus.calls` is not empty);
-* :meth:`Subscriber.message_sent` - a send starts, before any of its data goes;
+* :meth:`Subscriber.message_sent` - a send starts, before any of its data goes (a send
+  of the express lane: once its frame is on its way);
 * :meth:`Subscriber.receive_posted` - a receive is posted, before it is matched;
 * :meth:`Subscriber.message_received` - a receive got all its data;
 * :meth:`Subscriber.step_started` - a collective algorithm starts a step;

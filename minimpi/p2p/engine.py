@@ -408,12 +408,15 @@ class Engine(FrameSink):
         general path must send it (:meth:`isend`)."""
         if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
                 or self.aborted is not None or self.lost_peers or self.revoked
-                or self.bus.sent or self.transport is None):
+                or self.transport is None):
             return False
         msg_id = self._next_msg_id
         if self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag, msg_id,
                                                nbytes), payload, nbytes):
             self._next_msg_id = msg_id + 1
+            if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
+                for o in self.bus.sent:
+                    o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
             return True
         return False
 

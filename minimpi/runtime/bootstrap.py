@@ -684,6 +684,19 @@ class CoordinatorClient:
         finally:
             self._lock.release()
 
+    def report_live(self, snapshot: dict) -> bool:
+        """Send this rank's live-view snapshot (``minimpi run --dashboard``: the reporter of
+        :mod:`minimpi.runtime.dashboard`, on a connection of its own). Fire-and-forget:
+        False when it could not go now (it is replaced by the next one)."""
+        if self._closed or not self._lock.acquire(timeout=0.05):
+            return False
+        try:
+            return self._send({"t": "live", "s": snapshot}, block=False)
+        except Exception:
+            return False
+        finally:
+            self._lock.release()
+
     def report_failure(self, state: dict, timeout: float = 1.0) -> bool:
         """Tell the launcher why this rank is about to fail, and wait (at most ``timeout``
         seconds) until it has read it.

@@ -76,6 +76,11 @@ class _Runtime:
         if info.env.get("MINIMPI_TRACE") or info.env.get("MINIMPI_STATS"):
             from .trace import attach
             self.observer = attach(self.engine, info.rank, info.size, info.env)
+        # the live dashboard (minimpi run --dashboard): a sampling thread, nothing otherwise
+        self.live = None
+        if info.env.get("MINIMPI_LIVE"):
+            from .dashboard import attach as attach_live
+            self.live = attach_live(self.engine, info, self.world, self.self_comm)
         # dynamic processes (Spawn, ports): the launcher, and other jobs' processes
         self.link = RuntimeLauncherLink(info, self.engine)
         set_launcher_link(self.link)
@@ -198,6 +203,8 @@ def finalize() -> None:
         except OSError as exc:
             print(f"minimpi rank {state.info.rank}: could not write trace: {exc}",
                   file=sys.stderr, flush=True)
+    if state.live is not None:
+        state.live.stop()
     engine.close()
     if state.info.coordinator is not None:
         state.info.coordinator.close()

@@ -43,7 +43,8 @@ def calls_of(fn, repeats: int = 100) -> float:
 
 
 class Counts(Subscriber):
-    """Counts the engine's message events (an observer: the lane must step aside)."""
+    """Counts the messages sent (a listener of ``message_sent``, as the live view's counter:
+    the lane publishes the event itself rather than step aside)."""
 
     def __init__(self):
         self.sent = 0
@@ -160,11 +161,20 @@ def test_a_message_that_ends_inside_an_element_raises_type_mismatch_on_the_lane_
     assert run_threads(2, body, timeout=60, transport="shm")[1] == [0.0, 1.0]
 
 
-def test_an_observer_sees_every_message_the_lane_would_have_sent():
+def test_a_listener_of_sends_sees_every_message_and_the_lane_stays_open():
     def body(comm):
         spinning(comm)
         counts = Counts()
-        comm.endpoint.engine.bus.subscribe(counts)
+        engine = comm.endpoint.engine
+        engine.bus.subscribe(counts)
+        general = [0]
+        isend = engine.isend
+
+        def counted_isend(*args, **kwargs):
+            general[0] += 1
+            return isend(*args, **kwargs)
+
+        engine.isend = counted_isend
         peer = 1 - comm.rank
         buf = np.zeros(1)
         for i in range(10):
@@ -172,10 +182,11 @@ def test_an_observer_sees_every_message_the_lane_would_have_sent():
                 comm.Send(buf, peer, tag=i)
             else:
                 comm.Recv(buf, peer, tag=i)
-        comm.endpoint.engine.bus.unsubscribe(counts)
-        return counts.sent
+        engine.bus.unsubscribe(counts)
+        del engine.isend
+        return counts.sent, general[0]
 
-    assert run_threads(2, body, timeout=60, transport="shm") == [10, 0]
+    assert run_threads(2, body, timeout=60, transport="shm") == [(10, 0), (0, 0)]
 
 
 def test_a_receive_posted_before_keeps_its_turn():

@@ -22,14 +22,21 @@ Events, in the order a message meets them:
 * :meth:`step_started` - a collective algorithm starts a step (the collective framework
   reports it through :meth:`Engine.step_started <minimpi.p2p.engine.Engine.step_started>`);
 * :meth:`wait_ended` - a blocking wait returned (or raised), after ``seconds``;
-* :meth:`blocked` / :meth:`still_blocked` / :meth:`unblocked` - a wait that lasts
-  ``engine.block_report_after`` seconds, its progress while it lasts, and its end.
+* :meth:`blocked` / :meth:`still_blocked` / :meth:`still_waiting` / :meth:`unblocked` - a
+  wait that lasts ``engine.block_report_after`` seconds, its progress while it lasts (or,
+  about every ``POLL_INTERVAL``, that nothing moved), and its end.
+
+With threads (``MPI.THREAD_MULTIPLE``) events come from whichever thread causes them:
+the wait events from the waiting thread (so ``threading.get_ident()`` says whose wait it
+is), the message events often from the progress owner on behalf of another thread. They are
+called with the engine's lock held, never two at once.
 
 Messages that match no posted receive are reported per context, not here: see
 :meth:`Engine.watch_unexpected <minimpi.p2p.engine.Engine.watch_unexpected>`.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, List, Optional, Sequence
 
 
@@ -62,6 +69,11 @@ class EngineObserver:
     def still_blocked(self, waiting_on: List[Any]) -> None:
         """That wait is still going, and a round of progress moved something (frames,
         bytes, connections): "a long transfer in flight" rather than "stuck"."""
+
+    def still_waiting(self, waiting_on: List[Any]) -> None:
+        """That wait is still going and nothing moved in its last round (about every
+        ``POLL_INTERVAL``): for observers whose view depends on more than this wait (the
+        deadlock reporter looks again at what the process's other threads do)."""
 
     def unblocked(self) -> None:
         """The wait reported by :meth:`blocked` ended."""
@@ -109,21 +121,29 @@ class Activities:
     """What the layers above the engine are in the middle of, for "what am I blocked on"
     reports: a one-sided window's synchronisation call pushes an :class:`Activity` for as
     long as it runs, and the deadlock reporter (:mod:`minimpi.runtime.diagnose`) reads
-    :meth:`current` when a wait lasts. A stack, since such calls may nest."""
+    :meth:`current` when a wait lasts. A stack per thread (such calls may nest, and each
+    thread of a ``THREAD_MULTIPLE`` program is in its own calls)."""
 
-    __slots__ = ("_stack",)
+    __slots__ = ("_local",)
 
     def __init__(self) -> None:
-        self._stack: List[Activity] = []
+        self._local = threading.local()
+
+    def _stack(self) -> List[Activity]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
 
     def push(self, what: Activity) -> None:
-        """``what`` is under way (until the matching :meth:`pop`)."""
-        self._stack.append(what)
+        """``what`` is under way in this thread (until the matching :meth:`pop`)."""
+        self._stack().append(what)
 
     def pop(self) -> None:
-        """The innermost activity ended."""
-        self._stack.pop()
+        """This thread's innermost activity ended."""
+        self._stack().pop()
 
     def current(self) -> Optional[Activity]:
-        """The innermost activity under way (None when there is none)."""
-        return self._stack[-1] if self._stack else None
+        """This thread's innermost activity under way (None when there is none)."""
+        stack = getattr(self._local, "stack", None)
+        return stack[-1] if stack else None

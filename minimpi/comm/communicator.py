@@ -13,6 +13,8 @@ from __future__ import annotations
 import copyreg
 import itertools
 import operator
+import sys
+import threading
 import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -38,7 +40,15 @@ from ..data import serialization
 from ..data.attributes import COMM_KEYVALS, AttributeStore
 from ..data.buffers import byte_view, parse_buffer
 from ..data.cint import INT_MAX, INT_MIN, as_int
-from ..errors import USER_ERRORS, ArgumentError, BufferSpecError, CommError, RankError, TagError
+from ..errors import (
+    USER_ERRORS,
+    ArgumentError,
+    BufferSpecError,
+    CommError,
+    RankError,
+    TagError,
+    UnsupportedError,
+)
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import Engine
 from ..p2p.request import (
@@ -605,13 +615,14 @@ class Comm(CommExtras):
         return self._agree_context(self._exchange(self._free_context(), "context"))
 
     def _free_context(self) -> int:
-        """The lowest context id this process has not used yet."""
-        return getattr(self._ep.engine, "next_context", FIRST_FREE_CONTEXT)
+        """The lowest context id this process has not used yet (this thread's creation is in
+        flight until :meth:`_agree_context`: see :func:`free_context`)."""
+        return free_context(self._ep.engine, sys._getframe(1), f"{self.name}")
 
     def _agree_context(self, proposals: Sequence[int]) -> int:
         """Take the largest of the members' free context ids (so it is free on all of them)."""
         context = max(proposals)
-        self._ep.engine.next_context = context + 2
+        claim_contexts(self._ep.engine, context, 2)
         return context
 
     def _exchange(self, value: Any, what: str, members: Optional[Sequence[int]] = None,
@@ -987,15 +998,53 @@ _next_handle = itertools.count(1)
 _PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}
 
 
-def free_context(engine: Engine) -> int:
+def free_context(engine: Engine, creator: Any = None, parent: str = "") -> int:
     """The lowest context id this process has not used yet (what it proposes when a new
-    communicator's members, or an intercommunicator's two groups, agree on one)."""
-    return getattr(engine, "next_context", FIRST_FREE_CONTEXT)
+    communicator's members, or an intercommunicator's two groups, agree on one).
+
+    Threads: two creations in flight at once in one process (two threads each ``Dup``
+    another communicator) could agree on one context id for two communicators, whose
+    messages would then cross. minimpi refuses the second (``UnsupportedError``, and the
+    collective's other members raise ``CollectiveAbortedError``) instead of risking it:
+    ``creator`` (the creating call's frame) marks this thread's creation in flight until
+    :func:`claim_contexts`; another thread's mark counts while its frame is still running."""
+    with engine.lock:
+        creations = engine.creations
+        me = threading.get_ident()
+        if creations and (len(creations) > 1 or me not in creations):
+            stacks = sys._current_frames()
+            for ident, (frame, where) in list(creations.items()):
+                if ident != me and _running(stacks.get(ident), frame):
+                    raise UnsupportedError(
+                        f"rank {engine.rank}: creating a communicator from {parent or 'a communicator'} "
+                        f"while another thread of this process creates one from {where}: "
+                        f"concurrent communicator creation is not supported by minimpi "
+                        f"(the context ids of the two could collide); create communicators "
+                        f"from one thread at a time, e.g. one Dup per thread before the "
+                        f"threads start")
+                if ident != me:
+                    del creations[ident]       # (that creation ended in an exception)
+        if creator is not None:
+            creations[me] = (creator, parent)
+        return getattr(engine, "next_context", FIRST_FREE_CONTEXT)
+
+
+def _running(stack: Any, frame: Any) -> bool:
+    """Whether ``frame`` is on the stack whose innermost frame is ``stack``."""
+    while stack is not None:
+        if stack is frame:
+            return True
+        stack = stack.f_back
+    return False
 
 
 def claim_contexts(engine: Engine, first: int, count: int) -> None:
-    """Mark the context ids ``first .. first + count - 1`` as used in this process."""
-    engine.next_context = max(free_context(engine), first + count)
+    """Mark the context ids ``first .. first + count - 1`` as used in this process (and
+    this thread's creation as no longer in flight)."""
+    with engine.lock:
+        engine.next_context = max(getattr(engine, "next_context", FIRST_FREE_CONTEXT),
+                                  first + count)
+        engine.creations.pop(threading.get_ident(), None)
 
 
 #: who builds intercommunicators (``Intracomm.Create_intercomm``): minimpi.dynamic installs

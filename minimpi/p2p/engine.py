@@ -158,6 +158,10 @@ class Engine(FrameSink):
         #: calls end; ``_park`` when they must never return instead (interpreter exit)
         self._closed_why: Optional[str] = None
         self._park = False
+        #: thread ident -> (frame, what) of a communicator creation in flight: between its
+        #: proposal of a context id and the agreement (kept by ``comm/``, which refuses two
+        #: at once: see ``comm.communicator.free_context``)
+        self.creations: Dict[int, Tuple[object, str]] = {}
         #: how a blocked wait polls and sleeps (the runtime sets it from MINIMPI_PROGRESS)
         self.progress_policy = ProgressPolicy("block")
         if transport is not None:

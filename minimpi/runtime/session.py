@@ -25,7 +25,7 @@ from ..comm.handles import (
     checked_errhandler,
     create_errhandler,
 )
-from ..constants import THREAD_SERIALIZED
+from ..constants import THREAD_MULTIPLE
 from ..data.memory import attachable_buffer
 from ..errors import ArgumentError, MinimpiError
 from ..p2p.request import Request
@@ -111,7 +111,7 @@ class Session(IntHandles):
             checked_errhandler(errhandler, "Session", "Session.Init")
         world.world_state()
         hints = Info.Create(info) if info else Info.Create()
-        level = hints.Get("thread_level") or _THREAD_LEVELS[THREAD_SERIALIZED]
+        level = hints.Get("thread_level") or _THREAD_LEVELS[THREAD_MULTIPLE]
         hints.Set("thread_level", level)
         session = cls()
         session._s = _State(hints, handler)

@@ -138,8 +138,16 @@ def comm_self():
     return world_state().self_comm
 
 
-def finalize() -> None:
-    """Deliver queued sends, tell the launcher this rank is done, close connections."""
+def finalize(at_exit: bool = False) -> None:
+    """Deliver queued sends, tell the launcher this rank is done, close connections.
+
+    Threads: MPI wants every thread's calls finished before ``Finalize``. A thread still
+    waiting in MPI then (an erroneous program, or a daemon thread left waiting when the
+    program ends) does not stop the rest: queued sends are delivered, what it waited for is
+    reported by the leftovers check ("a receive that never matched"), and its wait ends -
+    with ``JobAbortedError`` after an explicit ``MPI.Finalize()``, or, at the interpreter's
+    exit (``at_exit``: only daemon threads are left then), never: the thread stays parked
+    until the process ends, printing nothing."""
     global _finalized
     with _lock:
         state = _state
@@ -184,7 +192,11 @@ def finalize() -> None:
         except OSError as exc:
             print(f"minimpi rank {state.info.rank}: could not write trace: {exc}",
                   file=sys.stderr, flush=True)
-    engine.close()
+    here = threading.current_thread().name
+    engine.close(f"MPI was finalized (by thread {here!r}, "
+                 f"{'at the end of the program' if at_exit else 'MPI.Finalize'}) while this "
+                 f"thread was still in an MPI call; every thread must finish its MPI calls "
+                 f"before MPI.Finalize", at_exit)
     if state.info.coordinator is not None:
         state.info.coordinator.close()
     if leftover is not None:
@@ -201,7 +213,7 @@ def _finalize_at_exit() -> None:
     if os.getpid() != _owner_pid:
         return
     try:
-        finalize()
+        finalize(at_exit=True)
     except CollectiveMismatchError as exc:
         sys.stdout.flush()
         print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}", file=sys.stderr,
@@ -211,7 +223,11 @@ def _finalize_at_exit() -> None:
 
 def _inside_a_call(engine: Engine) -> bool:
     """Whether receives are still posted or operations still running: the process is
-    exiting from the middle of communication rather than after its last call."""
+    exiting from the middle of communication rather than after its last call. (Not when
+    another thread is still in a wait: those are its receives, and finalize goes on.)"""
+    me = threading.get_ident()
+    if any(ident != me for ident in engine.waiting_threads()):
+        return False
     return engine.match_stats().communicating()
 
 

@@ -46,7 +46,8 @@ Threads (``MPI.THREAD_MULTIPLE``): every operation may be called from any thread
   wait is over. A thread that completes a request outside progress (a send to itself, a
   cancel, a failed collective slot) or leaves the sleeping owner work it must see (a frame
   queued for want of room) wakes it (``Transport.wake``) and notifies the waiters.
-* ``_waiting`` holds, per thread inside a wait, what it waits for: the deadlock reporter
+* ``_waiting`` holds, per thread waiting on ``_turn``, what it waits for;
+  :meth:`Engine.waiting_threads` adds the owner: the deadlock reporter
   (:mod:`minimpi.runtime.diagnose`) and finalize read it.
 
 With one thread the cost is the lock's acquire and release per call and a few attribute
@@ -152,7 +153,7 @@ class Engine(FrameSink):
         self._owner: Optional[int] = None    # the thread running the transport's progress
         self._waiters = 0                    # threads waiting on _turn
         self._rounds = 0                     # progress rounds that moved something
-        #: thread ident -> the requests its wait waits for (threads inside a wait)
+        #: thread ident -> the requests its wait waits for, for the threads waiting on _turn
         self._waiting: Dict[int, List[Request]] = {}
         #: set by :meth:`close` while other threads are still inside MPI calls: why their
         #: calls end; ``_park`` when they must never return instead (interpreter exit)
@@ -999,8 +1000,6 @@ class Engine(FrameSink):
                 waits = self._to_waits
                 if waits:
                     t0 = time.perf_counter()
-                outer = self._waiting.get(me)     # (a wait inside a wait: rare)
-                self._waiting[me] = waiting_on
                 try:
                     while True:
                         if self.active:
@@ -1016,20 +1015,13 @@ class Engine(FrameSink):
                                     moved = self.progress_policy.wait(transport, POLL_INTERVAL)
                             finally:
                                 self._owner = None
-                            if moved:
-                                self._rounds += 1
                             if self.active:
                                 self.advance_active()
                             if self._waiters:     # what it delivered may be theirs; or their turn
+                                self._rounds += moved
                                 self._turn.notify_all()
                         else:
-                            rounds = self._rounds
-                            self._waiters += 1
-                            try:
-                                signal_guard.interruptible(self._turn.wait, POLL_INTERVAL)
-                            finally:
-                                self._waiters -= 1
-                            moved = self._rounds != rounds
+                            moved = self._wait_turn(me, waiting_on)
                             if self.active:
                                 self.advance_active()
                             if transport is None and not done():
@@ -1054,10 +1046,6 @@ class Engine(FrameSink):
                             for o in blocks:
                                 o.blocked(waiting_on)
                 finally:
-                    if outer is None:
-                        del self._waiting[me]
-                    else:
-                        self._waiting[me] = outer
                     if self._waiters:       # a waiter may now take over progress
                         self._turn.notify_all()
                     if reported:
@@ -1072,6 +1060,24 @@ class Engine(FrameSink):
                 self._park_forever()
             raise
 
+    def _wait_turn(self, me: int, waiting_on: List[Request]) -> bool:
+        """A wait while another thread runs progress (or, without a transport, for another
+        thread's send): sleep on ``_turn`` until notified, at most ``POLL_INTERVAL``
+        (lock held). True if the owner's rounds moved something meanwhile."""
+        rounds = self._rounds
+        outer = self._waiting.get(me)     # (a wait inside a wait: rare)
+        self._waiting[me] = waiting_on
+        self._waiters += 1
+        try:
+            signal_guard.interruptible(self._turn.wait, POLL_INTERVAL)
+        finally:
+            self._waiters -= 1
+            if outer is None:
+                del self._waiting[me]
+            else:
+                self._waiting[me] = outer
+        return self._rounds != rounds
+
     def _unless_alone(self, waiting_on: List[Request]) -> None:
         """A world of one (no transport) waits for what only another thread of this
         process can still do (a send to itself, a cancel): raise when there is none."""
@@ -1085,10 +1091,14 @@ class Engine(FrameSink):
             f"complete: this process is alone (size 1) and no matching message was sent")
 
     def waiting_threads(self) -> Dict[int, List[Request]]:
-        """Thread ident -> the requests its blocking wait waits for, for every thread inside
-        a wait of this engine now (a copy: the deadlock reporter and finalize read it)."""
+        """The threads inside a wait of this engine now, by ident: those waiting for the
+        progress owner's rounds (-> the requests they wait for) and the owner, asleep in the
+        transport (-> []). A copy: the deadlock reporter and finalize read it."""
         with self.lock:
-            return dict(self._waiting)
+            threads = dict(self._waiting)
+            if self._owner is not None:
+                threads.setdefault(self._owner, [])
+            return threads
 
     def sleep(self, wait: Callable[..., object], *args: object) -> object:
         """FrameSink: the transport blocks in ``wait(*args)`` (its poll). The progress owner

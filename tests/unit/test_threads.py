@@ -457,11 +457,12 @@ def test_one_thread_costs_no_python_calls():
             for _ in range(220):
                 comm.Send(a, 1, 3)
             comm.Barrier()
-            return count(lambda: comm.Send(a, 1, 4))
+            # the least of 5 batches: a garbage collection's finalizers may land in one
+            return min(count(lambda: comm.Send(a, 1, 4)) for _ in range(5))
         comm.Barrier()
         for _ in range(220):
             comm.Recv(b, 0, 3)
-        for _ in range(200):
+        for _ in range(1000):
             comm.Recv(b, 0, 4)
         return None
 

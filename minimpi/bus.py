@@ -30,8 +30,14 @@ Events, in the order a call meets them:
   buffer, or begins a named phase (``minimpi draw`` shows both);
 * :meth:`Subscriber.wait_ended` - a blocking wait of the engine returned (or raised);
 * :meth:`Subscriber.blocked` / :meth:`Subscriber.still_blocked` /
-  :meth:`Subscriber.unblocked` - a wait that lasts ``engine.block_report_after`` seconds,
-  its progress while it lasts, and its end.
+  :meth:`Subscriber.still_waiting` / :meth:`Subscriber.unblocked` - a wait that lasts
+  ``engine.block_report_after`` seconds, its progress while it lasts (or, about every
+  ``POLL_INTERVAL``, that nothing moved), and its end.
+
+With threads (``MPI.THREAD_MULTIPLE``) the engine's events come from whichever thread causes
+them: the wait events from the waiting thread (``threading.get_ident()`` says whose wait it
+is), the message events often from the thread that runs progress on behalf of another; they
+are published with the engine's lock held, never two at once.
 """
 from __future__ import annotations
 
@@ -76,6 +82,11 @@ class Subscriber:
         """That wait is still going, and a round of progress moved something (frames,
         bytes, connections): "a long transfer in flight" rather than "stuck"."""
 
+    def still_waiting(self, waiting_on: List[Any]) -> None:
+        """That wait is still going and nothing moved in its last round (about every
+        ``POLL_INTERVAL``): for subscribers whose view depends on more than this wait (the
+        deadlock reporter looks again at what the process's other threads do)."""
+
     def unblocked(self) -> None:
         """The wait reported by :meth:`blocked` ended."""
 
@@ -102,7 +113,7 @@ _ROUTES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("steps", ("step_started",)),
     ("scratch", ("temporary", "phase")),
     ("waits", ("wait_ended",)),
-    ("blocks", ("blocked", "still_blocked", "unblocked")),
+    ("blocks", ("blocked", "still_blocked", "still_waiting", "unblocked")),
 )
 
 

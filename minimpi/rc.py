@@ -22,7 +22,8 @@ class RC:
     ``initialize=False`` delays initialization until ``MPI.Init()`` (or the first use of
     ``COMM_WORLD``); ``finalize=False`` leaves finalization to an explicit ``MPI.Finalize()``
     (minimpi still delivers queued sends at exit). The others are accepted and ignored:
-    minimpi has one threading model, one error mode (exceptions) and no Mprobe-based recv.
+    minimpi always provides ``THREAD_MULTIPLE`` (whatever ``threads``/``thread_level`` ask),
+    has one error mode (exceptions) and no Mprobe-based recv.
     """
 
     _defaults: Dict[str, Any] = {

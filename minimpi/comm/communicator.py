@@ -29,6 +29,7 @@ import copyreg
 import itertools
 import operator
 import os
+import sys
 import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -311,8 +312,9 @@ class Comm(Attributed, metaclass=Fronted):
         return self._agree_context(self._exchange(self._free_context(), "context"))
 
     def _free_context(self) -> int:
-        """The lowest context id this process has not used yet."""
-        return self._ep.engine.free_context()
+        """The lowest context id this process has not used yet (this thread's creation is in
+        flight until :meth:`_agree_context`: see ``Engine.free_context``)."""
+        return self._ep.engine.free_context(sys._getframe(1), self.name)
 
     def _agree_context(self, proposals: Sequence[int]) -> int:
         """Take the largest of the members' free context ids (so it is free on all of them)."""

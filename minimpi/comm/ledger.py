@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -56,41 +57,52 @@ def line_text(site: Site) -> str:
 
 
 class Ledger:
+    """(Threads of the program record at once: one lock makes each record one step.)"""
+
     def __init__(self) -> None:
         self.sites: Sites = {}
         self.open: Dict[int, Tuple[Any, Site]] = {}   # serial -> (weakref to request, site)
         self._serial = 0
         self._prune_at = 64
+        self._lock = threading.Lock()
 
     def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
         """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
         key = (dest, context, tag)
-        old = self.sites.get(key)
-        if old is None and len(self.sites) >= MAX_SITES:
-            return
-        self.sites[key] = (site, call, (old[2] if old else 0) + 1)
+        with self._lock:
+            old = self.sites.get(key)
+            if old is None and len(self.sites) >= MAX_SITES:
+                return
+            self.sites[key] = (site, call, (old[2] if old else 0) + 1)
 
     def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
-        if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
-            self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
-            self._prune_at = max(64, 2 * len(self.open))
-        self._serial += 1
-        self.open[self._serial] = (weakref.ref(req), site)
+        with self._lock:
+            if len(self.open) >= self._prune_at:      # amortized: the table at most doubles
+                self.open = {k: v for k, v in self.open.items() if _pending(v[0])}
+                self._prune_at = max(64, 2 * len(self.open))
+            self._serial += 1
+            self.open[self._serial] = (weakref.ref(req), site)
 
     def sites_for(self, dest: int) -> Dict[Tuple[int, int], Tuple[str, str, int]]:
         """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""
+        with self._lock:
+            sites = list(self.sites.items())
         return {(c, t): (line_text(site), call, n)
-                for (d, c, t), (site, call, n) in self.sites.items() if d == dest}
+                for (d, c, t), (site, call, n) in sites if d == dest}
 
     def never_completed(self) -> List[Tuple[Any, str]]:
         """Requests still alive that no wait or test completed (nor Free), with their
         file:line."""
-        return [(ref(), line_text(site)) for ref, site in self.open.values() if _pending(ref)]
+        with self._lock:
+            entries = list(self.open.values())
+        return [(ref(), line_text(site)) for ref, site in entries if _pending(ref)]
 
     def line_of(self, req: Any) -> Optional[str]:
         """The file:line a request was started at, if this ledger has it."""
-        for ref, site in self.open.values():
+        with self._lock:
+            entries = list(self.open.values())
+        for ref, site in entries:
             if ref() is req:
                 return line_text(site)
         return None

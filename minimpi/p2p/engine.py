@@ -27,11 +27,38 @@ Progress: any blocking call runs :meth:`Engine.wait_until`, which calls
 send before receiving never stall each other on full socket buffers. How it waits is the
 engine's :class:`~minimpi.p2p.progress.ProgressPolicy`: poll without sleeping for a short
 while, then sleep in the transport's poll (or sleep at once: ``block``).
+
+Threads (``MPI.THREAD_MULTIPLE``): every operation may be called from any thread.
+
+* One lock (``Engine.lock``, reentrant) is held by whoever touches the matching queues or
+  the transport: every public operation takes it (about 0.1 us uncontended, no Python call).
+* Exactly one thread at a time runs the transport's progress: the *progress owner*
+  (``_owner``). A blocking wait that finds no owner becomes it for one round (the
+  progress policy's spin, then the transport's sleep) and progresses for every thread: a
+  frame it delivers may complete another thread's request. While it sleeps in the
+  transport's poll it releases the lock (:meth:`Engine.sleep`, which the transport calls),
+  so the other threads send, post receives and test meanwhile; they never call the
+  transport's progress themselves (a ``poll``/``Test`` while an owner exists leaves it to
+  the owner).
+* A wait that finds an owner waits on the condition ``_turn`` (at most ``POLL_INTERVAL``
+  at a time). The owner notifies it after each round and when it leaves, so the request
+  it completed wakes its waiter, and a waiter becomes the next owner once the owner's own
+  wait is over. A thread that completes a request outside progress (a send to itself, a
+  cancel, a failed collective slot) or leaves the sleeping owner work it must see (a frame
+  queued for want of room) wakes it (``Transport.wake``) and notifies the waiters.
+* ``_waiting`` holds, per thread waiting on ``_turn``, what it waits for;
+  :meth:`Engine.waiting_threads` adds the owner: the deadlock reporter
+  (:mod:`minimpi.runtime.diagnose`) and finalize read it.
+
+With one thread the cost is the lock's acquire and release per call and a few attribute
+tests per wait; the Python calls per operation are those of before.
 """
 from __future__ import annotations
 
 import collections
 import os
+import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -49,8 +76,9 @@ from ..errors import (
     ProtocolError,
     RevokedError,
     TruncationError,
+    UnsupportedError,
 )
-from ..transports import frames
+from ..transports import frames, signal_guard
 from ..transports.base import FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
 from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
@@ -79,6 +107,12 @@ FIRST_FREE_CONTEXT = 4
 
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
+
+_get_ident = threading.get_ident
+_MAIN_THREAD = threading.main_thread().ident
+#: per thread: whether it has blocked asynchronous signals (signal_guard), done on the first
+#: wait of a thread other than the main one
+_thread_flags = threading.local()
 
 #: what a context carries (:meth:`Engine.register_context`): a communicator's point-to-point
 #: messages, its collectives' messages, or a layer's own control traffic (fault tolerance's
@@ -116,6 +150,25 @@ class Engine(FrameSink):
         self.size = size
         self.transport = transport
         self.eager_limit = int(eager_limit)
+        #: held by whoever touches the matching queues or the transport (module docstring:
+        #: Threads); hold it to make several calls of this interface one step for the others
+        self.lock = threading.RLock()
+        self._release_save = self.lock._release_save       # (what threading.Condition uses)
+        self._acquire_restore = self.lock._acquire_restore
+        # waits of threads that are not the progress owner sleep on this
+        self._turn = threading.Condition(self.lock)
+        self._owner: Optional[int] = None    # the thread running the transport's progress
+        self._waiters = 0                    # threads waiting on _turn
+        self._rounds = 0                     # progress rounds that moved something
+        #: thread ident -> the requests its wait waits for, for the threads waiting on _turn
+        self._waiting: Dict[int, List[Request]] = {}
+        #: set by :meth:`close` while other threads are still inside MPI calls: why their
+        #: calls end; ``_park`` when they must never return instead (interpreter exit)
+        self._closed_why: Optional[str] = None
+        self._park = False
+        #: thread ident -> (frame, what) of a communicator creation in flight: between its
+        #: proposal of a context id and the agreement (:meth:`free_context`)
+        self.creations: Dict[int, Tuple[object, str]] = {}
         #: how a blocked wait polls and sleeps (the runtime sets it from MINIMPI_PROGRESS)
         self.progress_policy = ProgressPolicy("block")
         if transport is not None:
@@ -189,11 +242,12 @@ class Engine(FrameSink):
     def add_foreign_peers(self, hosts: Dict[int, str]) -> None:
         """Processes of other jobs (``Spawn``, ``Connect``) join this engine's peers: peer id
         -> host identity. ``hosts[peer]`` answers for them too from now on."""
-        numbers = self.__dict__.setdefault("_host_numbers", {})
-        foreign = dict(getattr(self.hosts, "foreign", {}))
-        for peer, identity in hosts.items():
-            foreign[int(peer)] = numbers.setdefault(identity, len(numbers))
-        self.hosts = HostTable(tuple(self.hosts), foreign)
+        with self.lock:
+            numbers = self.__dict__.setdefault("_host_numbers", {})
+            foreign = dict(getattr(self.hosts, "foreign", {}))
+            for peer, identity in hosts.items():
+                foreign[int(peer)] = numbers.setdefault(identity, len(numbers))
+            self.hosts = HostTable(tuple(self.hosts), foreign)
 
     def set_transport(self, transport: Transport) -> None:
         """Give a world of one, which needs no transport to itself, one after all (to reach
@@ -214,10 +268,11 @@ class Engine(FrameSink):
         receive, once it is in the unexpected queue (None: stop). It runs inside progress:
         it may fail or drop pending traffic (:meth:`fail_pending`, :meth:`drop_unexpected`)
         but must not send, wait or raise. :meth:`release_context` forgets it."""
-        if watcher is None:
-            self._unexpected_watchers.pop(context, None)
-        else:
-            self._unexpected_watchers[context] = watcher
+        with self.lock:
+            if watcher is None:
+                self._unexpected_watchers.pop(context, None)
+            else:
+                self._unexpected_watchers[context] = watcher
 
     def unexpected_watcher(self, context: int) -> Optional[Callable[[Incoming], None]]:
         """The watcher installed on ``context`` by :meth:`watch_unexpected`, if any."""
@@ -229,41 +284,71 @@ class Engine(FrameSink):
 
     # -- communicator contexts ----------------------------------------------------------
     # -- contexts -------------------------------------------------------------------------
-    def free_context(self) -> int:
+    def free_context(self, creator: object = None, what: str = "") -> int:
         """The lowest context id this process has not used yet: what it proposes when the
         members of a new communicator (or the two groups of an intercommunicator) agree on
-        one (each takes the largest proposal, free in every one of them)."""
-        return self._next_context
+        one (each takes the largest proposal, free in every one of them).
+
+        Threads: two creations in flight at once in one process (two threads each ``Dup``
+        another communicator) could agree on one context id for two communicators, whose
+        messages would then cross. The second is refused (``UnsupportedError``; the
+        collective's other members raise ``CollectiveAbortedError``) instead: ``creator``
+        (the creating call's frame) marks this thread's creation of a communicator from
+        ``what`` in flight until :meth:`claim_contexts`; another thread's mark counts while
+        its frame is still running."""
+        with self.lock:
+            creations = self.creations
+            me = _get_ident()
+            if creations and (len(creations) > 1 or me not in creations):
+                stacks = sys._current_frames()
+                for ident, (frame, where) in list(creations.items()):
+                    if ident != me and _on_stack(stacks.get(ident), frame):
+                        raise UnsupportedError(
+                            f"rank {self.rank}: creating a communicator from "
+                            f"{what or 'a communicator'} while another thread of this process "
+                            f"creates one from {where}: concurrent communicator creation is "
+                            f"not supported by minimpi (the context ids of the two could "
+                            f"collide); create communicators from one thread at a time, e.g. "
+                            f"one Dup per thread before the threads start")
+                    if ident != me:
+                        del creations[ident]       # (that creation ended in an exception)
+            if creator is not None:
+                creations[me] = (creator, what)
+            return self._next_context
 
     def claim_contexts(self, first: int, count: int) -> None:
         """The context ids ``first .. first + count - 1`` are used in this process from now
-        on (the agreed ids of a new communicator)."""
-        self._next_context = max(self._next_context, first + count)
+        on (the agreed ids of a new communicator; this thread's creation is over)."""
+        with self.lock:
+            self._next_context = max(self._next_context, first + count)
+            self.creations.pop(_get_ident(), None)
 
     def register_context(self, context: int, group: Sequence[int], kind: str = "p2p") -> None:
         """Route ``context``'s messages among ``group`` (world ranks); ``kind`` is one of
         :data:`CONTEXT_KINDS` (it decides how a process failure touches the context)."""
-        self._groups[context] = tuple(group)
-        self._queues.setdefault(context, MatchQueues())
-        if kind == "collective":
-            self._collective_contexts.add(context)
-        elif kind == "control":
-            self._control_contexts.add(context)
-        elif kind != "p2p":
-            raise ValueError(f"register_context: kind {kind!r}: expected one of {CONTEXT_KINDS}")
+        with self.lock:
+            self._groups[context] = tuple(group)
+            self._queues.setdefault(context, MatchQueues())
+            if kind == "collective":
+                self._collective_contexts.add(context)
+            elif kind == "control":
+                self._control_contexts.add(context)
+            elif kind != "p2p":
+                raise ValueError(f"register_context: kind {kind!r}: expected one of {CONTEXT_KINDS}")
 
     def release_context(self, context: int) -> None:
         """The communicator of ``context`` is freed: forget its group and watcher, and its
         queues once nothing waits in them (a message still arriving for it keeps them)."""
-        self._groups.pop(context, None)
-        self._unexpected_watchers.pop(context, None)
-        self._collective_contexts.discard(context)
-        self._control_contexts.discard(context)
-        self._acknowledged.pop(context, None)
-        self.revoked.pop(context, None)
-        q = self._queues.get(context)
-        if q is not None and not q.posted and not q.unexpected:
-            del self._queues[context]
+        with self.lock:
+            self._groups.pop(context, None)
+            self._unexpected_watchers.pop(context, None)
+            self._collective_contexts.discard(context)
+            self._control_contexts.discard(context)
+            self._acknowledged.pop(context, None)
+            self.revoked.pop(context, None)
+            q = self._queues.get(context)
+            if q is not None and not q.posted and not q.unexpected:
+                del self._queues[context]
 
     def context_kind(self, context: int) -> str:
         """What ``context`` carries: one of :data:`CONTEXT_KINDS` (``p2p`` unless registered
@@ -283,19 +368,22 @@ class Engine(FrameSink):
     # -- looking at and changing a context's queues ----------------------------------------
     def unexpected_messages(self, context: int) -> Tuple[Incoming, ...]:
         """The messages waiting unreceived on ``context``, in arrival order (a snapshot)."""
-        q = self._queues.get(context)
-        return tuple(q.unexpected) if q is not None and q.unexpected else ()
+        with self.lock:
+            q = self._queues.get(context)
+            return tuple(q.unexpected) if q is not None and q.unexpected else ()
 
     def posted_receives(self, context: int) -> Tuple[RecvRequest, ...]:
         """The receives posted on ``context`` and not yet matched, in posting order."""
-        q = self._queues.get(context)
-        return tuple(q.posted) if q is not None and q.posted else ()
+        with self.lock:
+            q = self._queues.get(context)
+            return tuple(q.posted) if q is not None and q.posted else ()
 
     def peek_message(self, context: int, source: int, tag: int) -> Optional[Incoming]:
         """The message a receive for (``source``, ``tag``) on ``context`` would match now,
         left in the queue (a probe)."""
-        q = self._queues.get(context)
-        return q.find_unexpected(source, tag, remove=False) if q is not None else None
+        with self.lock:
+            q = self._queues.get(context)
+            return q.find_unexpected(source, tag, remove=False) if q is not None else None
 
     def fail_pending(self, context: int, error: BaseException,
                      tag_filter: Optional[Callable[[int], bool]] = None) -> bool:
@@ -303,53 +391,59 @@ class Engine(FrameSink):
         it still waiting for their receiver, those whose tag passes ``tag_filter`` (all if
         None); True if any was failed. (How a failed or mismatched collective call stops
         its peers from waiting forever.)"""
-        failed = False
-        q = self._queues.get(context)
-        if q is not None and q.posted:
-            keep = []
-            for req in q.posted:
-                if tag_filter is None or tag_filter(req.tag):
-                    req._fail(error)
+        with self.lock:
+            failed = False
+            q = self._queues.get(context)
+            if q is not None and q.posted:
+                keep = []
+                for req in q.posted:
+                    if tag_filter is None or tag_filter(req.tag):
+                        req._fail(error)
+                        failed = True
+                    else:
+                        keep.append(req)
+                q.posted[:] = keep
+            for key, value in list(self._rndv_sends.items()):
+                if value[2] == context and (tag_filter is None or tag_filter(value[4])):
+                    del self._rndv_sends[key]
+                    value[0]._fail(error)
                     failed = True
-                else:
-                    keep.append(req)
-            q.posted[:] = keep
-        for key, value in list(self._rndv_sends.items()):
-            if value[2] == context and (tag_filter is None or tag_filter(value[4])):
-                del self._rndv_sends[key]
-                value[0]._fail(error)
-                failed = True
-        return failed
+            if failed and (self._owner is not None or self._waiters):
+                self._tell_others()
+            return failed
 
     def drop_unexpected(self, context: int, tag_filter: Callable[[int], bool]) -> int:
         """Drop the messages waiting on ``context`` whose tag passes ``tag_filter`` (they can
         never be received); how many were dropped."""
-        q = self._queues.get(context)
-        if q is None or not q.unexpected:
-            return 0
-        keep = [inc for inc in q.unexpected if not tag_filter(inc.tag)]
-        dropped = len(q.unexpected) - len(keep)
-        q.unexpected[:] = keep
-        return dropped
+        with self.lock:
+            q = self._queues.get(context)
+            if q is None or not q.unexpected:
+                return 0
+            keep = [inc for inc in q.unexpected if not tag_filter(inc.tag)]
+            dropped = len(q.unexpected) - len(keep)
+            q.unexpected[:] = keep
+            return dropped
 
     def send_protocol(self, req: SendRequest) -> Tuple[str, Optional[int]]:
         """How a send that is not done yet is under way: ``("rndv", nbytes)`` waiting for its
         receiver's clear-to-send, ``("sync", None)`` waiting for a synchronous send's
         acknowledgement, else ``("inflight", None)`` (handed to the transport)."""
-        key = (req.peer, req.msg_id)
-        rndv = self._rndv_sends.get(key)
-        if rndv is not None:
-            return "rndv", rndv[6]
-        if key in self._sync_sends:
-            return "sync", None
-        return "inflight", None
+        with self.lock:
+            key = (req.peer, req.msg_id)
+            rndv = self._rndv_sends.get(key)
+            if rndv is not None:
+                return "rndv", rndv[6]
+            if key in self._sync_sends:
+                return "sync", None
+            return "inflight", None
 
     def match_stats(self) -> MatchStats:
         """Counts of what this engine holds now (see :class:`~.observe.MatchStats`)."""
-        queues = self._queues.values()
-        return MatchStats(sum(len(q.posted) for q in queues),
-                          sum(len(q.unexpected) for q in queues), len(self._rndv_sends),
-                          len(self._rndv_recvs), len(self._sync_sends), len(self.active))
+        with self.lock:
+            queues = self._queues.values()
+            return MatchStats(sum(len(q.posted) for q in queues),
+                              sum(len(q.unexpected) for q in queues), len(self._rndv_sends),
+                              len(self._rndv_recvs), len(self._sync_sends), len(self.active))
 
     def _queue(self, context: int) -> MatchQueues:
         q = self._queues.get(context)
@@ -364,34 +458,39 @@ class Engine(FrameSink):
 
         ``source`` is this rank's rank in the communicator of ``context``.
         """
-        if self.aborted is not None:
-            self._check_alive()
-        req = SendRequest(self, description, dest)
-        if self.lost_peers or self.revoked:
-            error = self._refusal(context, dest, req)
-            if error is not None:
-                req._fail(error)
+        with self.lock:
+            if self.aborted is not None:
+                self._check_alive()
+            req = SendRequest(self, description, dest)
+            if self.lost_peers or self.revoked:
+                error = self._refusal(context, dest, req)
+                if error is not None:
+                    req._fail(error)
+                    return req
+            if dest == self.rank:
+                self._send_to_self(req, context, source, tag, payload, nbytes, flags)
+                if self._owner is not None or self._waiters:   # it may be another thread's
+                    self._tell_others()
                 return req
-        if dest == self.rank:
-            self._send_to_self(req, context, source, tag, payload, nbytes, flags)
+            msg_id = self._next_msg_id
+            self._next_msg_id += 1
+            req.msg_id = msg_id
+            if self.bus.sent:
+                for o in self.bus.sent:
+                    o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
+            if nbytes <= self.eager_limit:
+                if flags & F_SYNC:
+                    req._pending = 2  # handed off, and acknowledged by the matching receive
+                    self._sync_sends[(dest, msg_id)] = req
+                header = _pack(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
+                self.transport.send(dest, header, payload, req._sent)
+            else:
+                self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
+                header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
+                self.transport.send(dest, header, (), None)
+            if self._owner is not None:     # another thread sleeps in progress
+                self._nudge()
             return req
-        msg_id = self._next_msg_id
-        self._next_msg_id += 1
-        req.msg_id = msg_id
-        if self.bus.sent:
-            for o in self.bus.sent:
-                o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
-        if nbytes <= self.eager_limit:
-            if flags & F_SYNC:
-                req._pending = 2  # handed off, and acknowledged by the matching receive
-                self._sync_sends[(dest, msg_id)] = req
-            header = _pack(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
-            self.transport.send(dest, header, payload, req._sent)
-        else:
-            self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
-            header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
-            self.transport.send(dest, header, (), None)
-        return req
 
     # -- the express lane ---------------------------------------------------------------------
     # A blocking Send of a small contiguous buffer (or a pickle) to a peer whose transport can
@@ -406,19 +505,20 @@ class Engine(FrameSink):
         """Send ``payload`` (``nbytes`` in all) to world rank ``dest`` eagerly and at once,
         without a request: True if it is on its way (the send is complete), False if the
         general path must send it (:meth:`isend`)."""
-        if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
-                or self.aborted is not None or self.lost_peers or self.revoked
-                or self.transport is None):
+        with self.lock:
+            if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
+                    or self.aborted is not None or self.lost_peers or self.revoked
+                    or self.transport is None):
+                return False
+            msg_id = self._next_msg_id
+            if self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag,
+                                                   msg_id, nbytes), payload, nbytes):
+                self._next_msg_id = msg_id + 1
+                if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
+                    for o in self.bus.sent:
+                        o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
+                return True
             return False
-        msg_id = self._next_msg_id
-        if self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag, msg_id,
-                                               nbytes), payload, nbytes):
-            self._next_msg_id = msg_id + 1
-            if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
-                for o in self.bus.sent:
-                    o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
-            return True
-        return False
 
     def take_now(self, context: int, source: int, tag: int,
                  capacity: Optional[int]) -> Optional[Incoming]:
@@ -427,37 +527,40 @@ class Engine(FrameSink):
         transport for the progress policy's spin - if it holds at most ``capacity`` bytes
         (None: any size, an object). None: no such message now, or the general path must
         receive (a receive is posted before this one, the message is a rendezvous or
-        synchronous one, an observer listens, a peer is gone...)."""
-        if (self.aborted is not None or self.lost_peers or self.revoked or self.faults
-                or self._failure_notices or self.bus.posted or self.bus.received):
-            return None
-        q = self._queues.get(context)
-        if q is None or q.posted:
-            return None
-        inc = q.find_unexpected(source, tag, False) if q.unexpected else None
-        if inc is None:
-            policy = self.progress_policy
-            transport = self.transport
-            if transport is None or not policy.spin:
+        synchronous one, an observer listens, a peer is gone...). It polls the transport
+        only while no other thread runs progress or waits for it (module docstring: Threads)."""
+        with self.lock:
+            if (self.aborted is not None or self.lost_peers or self.revoked or self.faults
+                    or self._failure_notices or self.bus.posted or self.bus.received):
                 return None
-            clock = time.perf_counter
-            deadline = clock() + policy.spin
-            progress = transport.progress
-            while True:
-                progress(0)
-                if q.unexpected:
-                    inc = q.find_unexpected(source, tag, False)
-                    if inc is not None:
-                        break
-                if q.posted or self.lost_peers or self.faults or clock() >= deadline:
+            q = self._queues.get(context)
+            if q is None or q.posted:
+                return None
+            inc = q.find_unexpected(source, tag, False) if q.unexpected else None
+            if inc is None:
+                policy = self.progress_policy
+                transport = self.transport
+                if (transport is None or not policy.spin or self._owner is not None
+                        or self._waiters):
                     return None
-                if policy.yield_:
-                    os.sched_yield()
-        if (not inc.arrived or inc.rendezvous or inc.flags & F_SYNC or inc.waiting is not None
-                or capacity is not None and inc.length > capacity):
-            return None
-        q.unexpected.remove(inc)
-        return inc
+                clock = time.perf_counter
+                deadline = clock() + policy.spin
+                progress = transport.progress
+                while True:
+                    progress(0)
+                    if q.unexpected:
+                        inc = q.find_unexpected(source, tag, False)
+                        if inc is not None:
+                            break
+                    if q.posted or self.lost_peers or self.faults or clock() >= deadline:
+                        return None
+                    if policy.yield_:
+                        os.sched_yield()
+            if (not inc.arrived or inc.rendezvous or inc.flags & F_SYNC
+                    or inc.waiting is not None or capacity is not None and inc.length > capacity):
+                return None
+            q.unexpected.remove(inc)
+            return inc
 
     def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
                       payload: Sequence[memoryview], nbytes: int, flags: int) -> None:
@@ -491,28 +594,31 @@ class Engine(FrameSink):
     def irecv(self, context: int, source: int, tag: int, target: Optional[memoryview],
               is_object: bool, description=None) -> RecvRequest:
         """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
-        if self.aborted is not None:
-            self._check_alive()
-        if self.bus.posted:
-            for o in self.bus.posted:
-                o.receive_posted(context, source, tag, target)
-        req = RecvRequest(self, description, context, source, tag, target, is_object)
-        if self.revoked or (self.lost_peers and self.fault_tolerant):
-            error = self._refusal(context, None, req)
-            if error is not None:
-                req._fail(error)
-                return req
-        q = self._queues.get(context) or self._queue(context)
-        inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
-        if inc is not None:
-            self._bind(req, inc)
-        else:
-            lost = self._source_lost(source, self._groups.get(context)) if self.lost_peers else None
-            if lost is None:
-                q.posted.append(req)
-            else:  # the peer it names is gone: nothing can ever match
-                req._fail(self.lost_error(lost, describe(req)))
-        return req
+        with self.lock:
+            if self.aborted is not None:
+                self._check_alive()
+            if self.bus.posted:
+                for o in self.bus.posted:
+                    o.receive_posted(context, source, tag, target)
+            req = RecvRequest(self, description, context, source, tag, target, is_object)
+            if self.revoked or (self.lost_peers and self.fault_tolerant):
+                error = self._refusal(context, None, req)
+                if error is not None:
+                    req._fail(error)
+                    return req
+            q = self._queues.get(context) or self._queue(context)
+            inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
+            if inc is not None:
+                self._bind(req, inc)
+                if self._owner is not None:   # (a clear-to-send went out)
+                    self._nudge()
+            else:
+                lost = self._source_lost(source, self._groups.get(context)) if self.lost_peers else None
+                if lost is None:
+                    q.posted.append(req)
+                else:  # the peer it names is gone: nothing can ever match
+                    req._fail(self.lost_error(lost, describe(req)))
+            return req
 
     def _bind(self, req: RecvRequest, inc: Incoming) -> None:
         """A posted receive meets an unexpected message."""
@@ -572,24 +678,29 @@ class Engine(FrameSink):
 
     def take_message(self, context: int, source: int, tag: int) -> Optional[Incoming]:
         """Remove and return the message a receive would match (for Mprobe/Improbe)."""
-        return self._queue(context).find_unexpected(source, tag, remove=True)
+        with self.lock:
+            return self._queue(context).find_unexpected(source, tag, remove=True)
 
     def irecv_message(self, inc: Incoming, target: Optional[memoryview], is_object: bool,
                       description=None) -> RecvRequest:
         """Receive a message taken by :meth:`take_message` (``Message.Recv``)."""
-        req = RecvRequest(self, description, inc.context, inc.source, inc.tag, target, is_object)
-        self._bind(req, inc)
-        return req
+        with self.lock:
+            req = RecvRequest(self, description, inc.context, inc.source, inc.tag, target, is_object)
+            self._bind(req, inc)
+            return req
 
     def cancel(self, req: Request) -> None:
         """Cancel a receive that has not matched yet (sends cannot be cancelled once started)."""
-        if isinstance(req, RecvRequest) and not req.matched:
-            q = self._queue(req.context)
-            if req in q.posted:
-                q.posted.remove(req)
-                req.status.cancelled = True
-                req._pending = 0
-                req.done = True
+        with self.lock:
+            if isinstance(req, RecvRequest) and not req.matched:
+                q = self._queue(req.context)
+                if req in q.posted:
+                    q.posted.remove(req)
+                    req.status.cancelled = True
+                    req._pending = 0
+                    req.done = True
+                    if self._owner is not None or self._waiters:   # (another thread's wait)
+                        self._tell_others()
 
     # -- FrameSink: called by the transport -------------------------------------------------
     def frame_arrived(self, peer: int, header: Header) -> Optional[memoryview]:
@@ -768,32 +879,38 @@ class Engine(FrameSink):
 
     def failed_peers(self) -> Tuple[int, ...]:
         """The world ranks of the processes known to have failed, in the order told."""
-        if self._failure_notices:
-            self.apply_failure_notices()
-        return tuple(self.failed)
+        with self.lock:
+            if self._failure_notices:
+                self.apply_failure_notices()
+            return tuple(self.failed)
 
     def gone_peers(self) -> Tuple[int, ...]:
         """The world ranks of every peer known to be gone: failed, or ended (a transport
         saw it go)."""
-        if self._failure_notices:
-            self.apply_failure_notices()
-        return tuple(self.lost_peers)
+        with self.lock:
+            if self._failure_notices:
+                self.apply_failure_notices()
+            return tuple(self.lost_peers)
 
     def acknowledge_failures(self, contexts: Sequence[int], peers: Sequence[int]) -> None:
         """``Comm.Ack_failed``: wildcard receives on ``contexts`` no longer raise
         ``ProcFailedPendingError`` for the failures of ``peers`` (world ranks)."""
-        for context in contexts:
-            self._acknowledged[context] = frozenset(peers)
+        with self.lock:
+            for context in contexts:
+                self._acknowledged[context] = frozenset(peers)
 
     def revoke_context(self, context: int, why: str) -> None:
         """``Comm.Revoke``: every pending and later operation on ``context`` fails with
         ``RevokedError``; messages that arrive for it are dropped."""
-        if context in self.revoked:
-            return
-        self.revoked[context] = why
-        self._fail_each(context, lambda req: RevokedError(
-            f"rank {self.rank}: {describe(req)}: {why}"))
-        self.drop_unexpected(context, lambda tag: True)
+        with self.lock:
+            if context in self.revoked:
+                return
+            self.revoked[context] = why
+            self._fail_each(context, lambda req: RevokedError(
+                f"rank {self.rank}: {describe(req)}: {why}"))
+            self.drop_unexpected(context, lambda tag: True)
+            if self._owner is not None or self._waiters:
+                self._tell_others()
 
     def is_revoked(self, context: int) -> bool:
         """Whether :meth:`revoke_context` was called for ``context``."""
@@ -804,20 +921,21 @@ class Engine(FrameSink):
         context's group, or ``ANY_SOURCE``) on ``context`` that found nothing can never
         find anything: the context is revoked, or (fault tolerance) the source failed or a
         wildcard meets an unacknowledged failure. None: it may still."""
-        if self._failure_notices:
-            self.apply_failure_notices()
-        if context in self.revoked:
-            return RevokedError(f"rank {self.rank}: {what}: {self.revoked[context]}")
-        if not self.fault_tolerant or not self.lost_peers:
-            return None
-        group = self._groups.get(context)
-        if group is None or context in self._control_contexts:
-            return None
-        if source == ANY_SOURCE:
-            pending = self._unacknowledged(context, group)
-            return self._pending_error(pending, what) if pending else None
-        lost = self._source_lost(source, group)
-        return self.lost_error(lost, what) if lost is not None else None
+        with self.lock:
+            if self._failure_notices:
+                self.apply_failure_notices()
+            if context in self.revoked:
+                return RevokedError(f"rank {self.rank}: {what}: {self.revoked[context]}")
+            if not self.fault_tolerant or not self.lost_peers:
+                return None
+            group = self._groups.get(context)
+            if group is None or context in self._control_contexts:
+                return None
+            if source == ANY_SOURCE:
+                pending = self._unacknowledged(context, group)
+                return self._pending_error(pending, what) if pending else None
+            lost = self._source_lost(source, group)
+            return self.lost_error(lost, what) if lost is not None else None
 
     def _refusal(self, context: int, dest: Optional[int], req: Request) -> Optional[Exception]:
         """Why an operation on ``context`` (a send to world rank ``dest``, or the receive
@@ -910,17 +1028,28 @@ class Engine(FrameSink):
 
     # -- waiting ------------------------------------------------------------------------
     def poll(self) -> None:
-        """One non-blocking round of progress (used by test/iprobe)."""
-        self._check_alive()
-        if self.transport is not None:
-            self.transport.progress(0)
-        if self.active:
-            self.advance_active()
+        """One non-blocking round of progress (used by test/iprobe). While another thread
+        runs progress (the owner, maybe asleep in the transport's poll) it is left to that
+        one, which wakes for whatever arrives."""
+        owner = self._owner
+        if owner is not None and owner != _get_ident():
+            if self.aborted is not None or self.faults or self._failure_notices:
+                with self.lock:
+                    self._check_alive()
+            return
+        with self.lock:
+            self._check_alive()
+            if self.transport is not None and self._owner is None:
+                if self.transport.progress(0) and self._waiters:
+                    self._turn.notify_all()
+            if self.active:
+                self.advance_active()
 
     def add_active(self, operation: object) -> None:
         """Register a self-advancing operation (see ``active``) and advance it once."""
-        if not operation.advance():
-            self.active.append(operation)
+        with self.lock:
+            if not operation.advance():
+                self.active.append(operation)
 
     def advance_active(self) -> None:
         still = []
@@ -952,79 +1081,188 @@ class Engine(FrameSink):
 
     def wait_until(self, done: Callable[[], bool], waiting_on: List[Request],
                    timeout: Optional[float] = None) -> None:
-        """Make progress until ``done()``; sleep only in the transport's poll."""
-        self._check_alive()
-        transport = self.transport
-        if transport is None:  # a world of one: everything is local
-            if self.active:
-                self.advance_active()
-            if not done():
-                raise MPITimeoutError(
-                    f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} can never "
-                    f"complete: this process is alone (size 1) and no matching message was sent")
-            return
-        start = time.monotonic()
-        reported = False
-        blocks = self.bus.blocks
-        waits = self.bus.waits
-        if waits:
-            t0 = time.perf_counter()
-        # what we wait for may be memory a peer writes (a collective's shared segment): the
-        # transport looks at it too before it sleeps, after arming its wake-up (advancing
-        # the operations in flight, whose steps may wait on such memory)
-        def ready() -> bool:
-            if self.active:
-                self.advance_active()
-            return done()
-
-        transport.set_sleep_check(ready)
+        """Make progress until ``done()``; sleep only in the transport's poll (the progress
+        owner) or on ``_turn`` (the other threads' waits: module docstring, Threads)."""
         try:
-            while True:
-                if self.active:
-                    self.advance_active()
-                if done():
-                    break
-                moved = self.progress_policy.wait(transport, POLL_INTERVAL)
-                if self.active:
-                    self.advance_active()
-                if done():
-                    break
+            with self.lock:
                 self._check_alive()
-                now = time.monotonic()
-                if timeout is not None and now - start > timeout:
-                    raise MPITimeoutError(
-                        f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} did not "
-                        f"complete within {timeout:g} s")
-                if reported:
-                    if moved:
+                transport = self.transport
+                if transport is None:  # a world of one: everything is local
+                    if self.active:
+                        self.advance_active()
+                    if done():
+                        return
+                    self._unless_alone(waiting_on)
+                me = _get_ident()
+                if me != _MAIN_THREAD and not getattr(_thread_flags, "signals_blocked", False):
+                    _thread_flags.signals_blocked = True      # (signals go to the main thread)
+                    signal_guard.block_in_this_thread()
+                start = time.monotonic()
+                reported = False
+
+                def ready() -> bool:     # (advancing the operations in flight, whose steps
+                    if self.active:      # may wait on such memory)
+                        self.advance_active()
+                    return done()
+
+                blocks = self.bus.blocks
+                waits = self.bus.waits
+                if waits:
+                    t0 = time.perf_counter()
+                try:
+                    while True:
+                        if self.active:
+                            self.advance_active()
+                        if done():
+                            break
+                        if self._owner is None and transport is not None:
+                            self._owner = me
+                            # what it waits for may be memory a peer writes (a collective's
+                            # shared segment): the transport looks at it too before it
+                            # sleeps, after arming its wake-up
+                            transport.set_sleep_check(ready)
+                            try:
+                                if self._waiters:   # others wait for this round: no spin, sleep now
+                                    moved = transport.progress(POLL_INTERVAL)
+                                else:
+                                    moved = self.progress_policy.wait(transport, POLL_INTERVAL)
+                            finally:
+                                self._owner = None
+                                transport.set_sleep_check(None)
+                            if self.active:
+                                self.advance_active()
+                            if self._waiters:     # what it delivered may be theirs; or their turn
+                                self._rounds += moved
+                                self._turn.notify_all()
+                        else:
+                            moved = self._wait_turn(me, waiting_on)
+                            if self.active:
+                                self.advance_active()
+                            if transport is None and not done():
+                                self._unless_alone(waiting_on)
+                        if done():
+                            break
+                        self._check_alive()
+                        now = time.monotonic()
+                        if timeout is not None and now - start > timeout:
+                            raise MPITimeoutError(
+                                f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} did not "
+                                f"complete within {timeout:g} s")
+                        if reported:
+                            if moved:
+                                for o in blocks:
+                                    o.still_blocked(waiting_on)
+                            else:
+                                for o in blocks:
+                                    o.still_waiting(waiting_on)
+                        elif now - start >= self.block_report_after and blocks:
+                            reported = True
+                            for o in blocks:
+                                o.blocked(waiting_on)
+                finally:
+                    if self._waiters:       # a waiter may now take over progress
+                        self._turn.notify_all()
+                    if reported:
                         for o in blocks:
-                            o.still_blocked(waiting_on)
-                elif now - start >= self.block_report_after and blocks:
-                    reported = True
-                    for o in blocks:
-                        o.blocked(waiting_on)
+                            o.unblocked()
+                    if waits:
+                        seconds = time.perf_counter() - t0
+                        for o in waits:
+                            o.wait_ended(seconds)
+        except JobAbortedError:
+            if self._park:      # the interpreter is exiting: this thread must not go on
+                self._park_forever()
+            raise
+
+    def _wait_turn(self, me: int, waiting_on: List[Request]) -> bool:
+        """A wait while another thread runs progress (or, without a transport, for another
+        thread's send): sleep on ``_turn`` until notified, at most ``POLL_INTERVAL``
+        (lock held). True if the owner's rounds moved something meanwhile."""
+        rounds = self._rounds
+        outer = self._waiting.get(me)     # (a wait inside a wait: rare)
+        self._waiting[me] = waiting_on
+        self._waiters += 1
+        try:
+            signal_guard.interruptible(self._turn.wait, POLL_INTERVAL)
         finally:
-            transport.set_sleep_check(None)
-            if reported:
-                for o in blocks:
-                    o.unblocked()
-            if waits:
-                seconds = time.perf_counter() - t0
-                for o in waits:
-                    o.wait_ended(seconds)
+            self._waiters -= 1
+            if outer is None:
+                del self._waiting[me]
+            else:
+                self._waiting[me] = outer
+        return self._rounds != rounds
+
+    def _unless_alone(self, waiting_on: List[Request]) -> None:
+        """A world of one (no transport) waits for what only another thread of this
+        process can still do (a send to itself, a cancel): raise when there is none."""
+        me = _get_ident()
+        if self.active or any(t != me for t in self._waiting):
+            return
+        if any(t.ident != me and not t.daemon and t.is_alive() for t in threading.enumerate()):
+            return
+        raise MPITimeoutError(
+            f"rank {self.rank}: {', '.join(describe(r) for r in waiting_on)} can never "
+            f"complete: this process is alone (size 1) and no matching message was sent")
+
+    def waiting_threads(self) -> Dict[int, List[Request]]:
+        """The threads inside a wait of this engine now, by ident: those waiting for the
+        progress owner's rounds (-> the requests they wait for) and the owner, asleep in the
+        transport (-> []). A copy: the deadlock reporter and finalize read it."""
+        with self.lock:
+            threads = dict(self._waiting)
+            if self._owner is not None:
+                threads.setdefault(self._owner, [])
+            return threads
+
+    def sleep(self, wait: Callable[..., object], *args: object) -> object:
+        """FrameSink: the transport blocks in ``wait(*args)`` (its poll). The progress owner
+        releases the engine's lock meanwhile (fully, however deep it holds it), so the
+        process's other threads send, post receives and test while it sleeps."""
+        if self._owner != _get_ident():     # (start-up: nobody else uses the engine yet)
+            return wait(*args)
+        saved = self._release_save()
+        try:
+            return wait(*args)
+        finally:
+            self._acquire_restore(saved)
+
+    def _tell_others(self) -> None:
+        """This thread completed requests outside progress, maybe another thread's: wake the
+        owner's sleep and the waiters so that they look (lock held)."""
+        owner = self._owner
+        if owner is not None and owner != _get_ident() and self.transport is not None:
+            self.transport.wake()
+        if self._waiters:
+            self._turn.notify_all()
+
+    def _nudge(self) -> None:
+        """Another thread sleeps in the transport's progress: wake it if this one left it
+        frames to push (queued for want of room in a ring or socket)."""
+        if self._owner != _get_ident() and self.transport.pending_sends():
+            self.transport.wake()
 
     def _check_alive(self) -> None:
         if self._failure_notices:
             self.apply_failure_notices()
         if self.aborted is not None:
+            if self._closed_why is not None:
+                raise JobAbortedError(f"rank {self.rank}: {self._closed_why}")
             raise JobAbortedError(f"rank {self.rank}: the job was aborted ({self.aborted}); "
                                   f"no further MPI calls are possible")
         if self.faults:
             raise self.faults.pop(0)
 
     def abort(self, reason: str) -> None:
-        """Make every current and future wait of this engine raise :class:`JobAbortedError`."""
+        """Make every current and future wait of this engine raise :class:`JobAbortedError`
+        (also those of other threads, woken now). Safe from any thread."""
         self.aborted = reason
+        if self.transport is not None:
+            self.transport.wake()
+        if self.lock.acquire(timeout=1.0):   # (a thread stuck holding it: its wait ends anyway)
+            try:
+                self._turn.notify_all()
+            finally:
+                self.lock.release()
 
     def abort_job(self, code: int, reason: str) -> None:
         """End the whole job with exit code ``code`` (``Comm.Abort``), through ``job_abort``;
@@ -1034,6 +1272,12 @@ class Engine(FrameSink):
         self.abort(reason)
         raise JobAbortedError(f"rank {self.rank}: {reason} (exit code {code})")
 
+    @staticmethod
+    def _park_forever() -> None:
+        """What a thread still waiting in MPI does when the interpreter exits (its process
+        ends it): it must neither go on nor print a traceback."""
+        threading.Event().wait()
+
     # -- shutdown ---------------------------------------------------------------------------
     def flush(self, timeout: float = 30.0) -> bool:
         """Deliver queued sends before exit. False if some could not be delivered in time."""
@@ -1041,19 +1285,72 @@ class Engine(FrameSink):
         if transport is None:
             return True
         deadline = time.monotonic() + timeout
-        # (peer_lost drops rendezvous sends to a lost peer, so none of these waits on one)
-        while (transport.pending_sends() or self._rndv_sends) and time.monotonic() < deadline:
-            transport.progress(0.05)
-        return not (transport.pending_sends() or self._rndv_sends)
+        with self.lock:
+            # (peer_lost drops rendezvous sends to a lost peer, so none of these waits on one)
+            while (transport.pending_sends() or self._rndv_sends) and time.monotonic() < deadline:
+                self._progress_round(0.05)
+            return not (transport.pending_sends() or self._rndv_sends)
+
+    def _progress_round(self, timeout: float) -> None:
+        """One round of progress outside a wait (lock held): as the owner, or - another
+        thread owns it - the wait for that one's round."""
+        if self._owner is None:
+            self._owner = _get_ident()
+            try:
+                moved = self.transport.progress(timeout)
+            finally:
+                self._owner = None
+            if moved:
+                self._rounds += 1
+            if self._waiters:
+                self._turn.notify_all()
+        else:
+            self._waiters += 1
+            try:
+                self._turn.wait(timeout)
+            finally:
+                self._waiters -= 1
 
     def pending_summary(self) -> str:
         """The rendezvous sends still waiting for their receivers, described."""
-        parts = [describe(v[0]) for v in self._rndv_sends.values()]
-        return "; ".join(parts)
+        with self.lock:
+            parts = [describe(v[0]) for v in self._rndv_sends.values()]
+            return "; ".join(parts)
 
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+    def close(self, why: Optional[str] = None, at_exit: bool = False) -> None:
+        """Close the transport. Threads still inside a wait of this engine (an erroneous
+        program: MPI wants every thread's calls finished before ``Finalize``) are ended
+        first: their waits raise :class:`JobAbortedError` saying ``why`` (``at_exit``: they
+        are daemon threads of an exiting interpreter, parked instead, so that they neither
+        go on nor print tracebacks)."""
+        transport = self.transport
+        with self.lock:
+            me = _get_ident()
+            if any(t != me for t in self._waiting) or self._owner not in (None, me):
+                self._closed_why = why or "MPI was finalized while this thread waited in it"
+                self._park = at_exit
+                self.aborted = self._closed_why
+                if transport is not None:
+                    transport.wake()
+                self._turn.notify_all()
+                deadline = time.monotonic() + 2.0
+                self._waiters += 1      # (the owner notifies on leaving the transport)
+                try:
+                    while self._owner is not None and time.monotonic() < deadline:
+                        self._turn.wait(0.05)
+                finally:
+                    self._waiters -= 1
+        if transport is not None:
+            transport.close()
+
+
+def _on_stack(innermost: object, frame: object) -> bool:
+    """Whether ``frame`` is on the stack whose innermost frame is ``innermost``."""
+    while innermost is not None:
+        if innermost is frame:
+            return True
+        innermost = innermost.f_back
+    return False
 
 
 def eager_limit_from_env(environ=os.environ) -> int:

@@ -6,6 +6,7 @@ Watching the engine's events (messages, steps, waits) is the bus's job: :mod:`mi
 """
 from __future__ import annotations
 
+import threading
 from typing import List, Optional
 
 
@@ -51,21 +52,29 @@ class Activities:
     """What the layers above the engine are in the middle of, for "what am I blocked on"
     reports: a one-sided window's synchronisation call pushes an :class:`Activity` for as
     long as it runs, and the deadlock reporter (:mod:`minimpi.runtime.diagnose`) reads
-    :meth:`current` when a wait lasts. A stack, since such calls may nest."""
+    :meth:`current` when a wait lasts. A stack per thread (such calls may nest, and each
+    thread of a ``THREAD_MULTIPLE`` program is in its own calls)."""
 
-    __slots__ = ("_stack",)
+    __slots__ = ("_local",)
 
     def __init__(self) -> None:
-        self._stack: List[Activity] = []
+        self._local = threading.local()
+
+    def _stack(self) -> List[Activity]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
 
     def push(self, what: Activity) -> None:
-        """``what`` is under way (until the matching :meth:`pop`)."""
-        self._stack.append(what)
+        """``what`` is under way in this thread (until the matching :meth:`pop`)."""
+        self._stack().append(what)
 
     def pop(self) -> None:
-        """The innermost activity ended."""
-        self._stack.pop()
+        """This thread's innermost activity ended."""
+        self._stack().pop()
 
     def current(self) -> Optional[Activity]:
-        """The innermost activity under way (None when there is none)."""
-        return self._stack[-1] if self._stack else None
+        """This thread's innermost activity under way (None when there is none)."""
+        stack = getattr(self._local, "stack", None)
+        return stack[-1] if stack else None

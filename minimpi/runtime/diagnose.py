@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import linecache
 import os
+import queue
 import re
 import sys
+import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..bus import Subscriber
 from ..coll.mismatch import call_of
@@ -266,6 +268,9 @@ def format_state(state: Dict[str, Any], missing: Optional[List[int]] = None) -> 
         text += f" at {state['where']}"
         if state.get("code"):
             text += f" ({state['code']})"
+    threads = state.get("threads")
+    if threads:     # several threads of the program: each one's part
+        text = "; ".join(thread_text({**t, "blocked": "idle" not in t}) for t in threads)
     return text
 
 
@@ -357,32 +362,163 @@ def wait_targets(item: Dict[str, Any]) -> List[int]:
 
 
 # ---------------------------------------------------------------------------------------
+# Threads: is the whole process blocked?
+# ---------------------------------------------------------------------------------------
+#: where a thread waits for another thread of its process (Thread.join, Lock/Condition/
+#: Event waits, queue.Queue.get...): its innermost Python frame is in one of these files
+_WAITS_ON_THREADS = frozenset(os.path.abspath(m.__file__) for m in (threading, queue))
+
+
+def _is_ours(thread: threading.Thread, frame: Any) -> bool:
+    """Whether ``thread`` is minimpi's own (heartbeat, lifeline, failure notices, the
+    ``mpi4py.futures`` manager): named ``minimpi-...``, or running a function of the
+    minimpi package (its outermost frame outside ``threading``)."""
+    if thread is threading.main_thread():   # (it runs the program, from minimpi's start)
+        return False
+    if thread.name.startswith("minimpi-"):
+        return True
+    outer = None
+    while frame is not None:
+        if os.path.abspath(frame.f_code.co_filename) not in _WAITS_ON_THREADS:
+            outer = frame
+        frame = frame.f_back
+    return outer is not None and os.path.abspath(outer.f_code.co_filename).startswith(_PACKAGE_DIR)
+
+
+def other_threads(engine: Any, reported: Any) -> List[Dict[str, Any]]:
+    """What the process's threads that are not in a reported wait (``reported``: their
+    idents) do: one dict per thread of the program (minimpi's own are left out) -
+    ``{"thread": name, "idle": bool, "where", "code", ...}``, ``idle`` when it waits for
+    another thread (``Thread.join``, a lock, an event, a queue), not when it computes, makes
+    progress or has only just started an MPI wait."""
+    frames = sys._current_frames()
+    in_mpi = engine.waiting_threads()
+    out = []
+    for thread in threading.enumerate():
+        ident = thread.ident
+        frame = frames.get(ident)
+        if ident in reported or frame is None or not thread.is_alive() or _is_ours(thread, frame):
+            continue
+        idle = ident not in in_mpi and \
+            os.path.abspath(frame.f_code.co_filename) in _WAITS_ON_THREADS
+        entry = {"thread": thread.name, "idle": idle}
+        entry.update(_where(_program_frame(frame)))
+        out.append(entry)
+    return out
+
+
+def _program_frame(frame: Any) -> Any:
+    """The innermost frame of the program's own code: outside minimpi, ``threading`` and
+    ``queue`` (the line that joins a thread or waits on a queue)."""
+    f = user_frame(frame)
+    while f is not None and os.path.abspath(f.f_code.co_filename) in _WAITS_ON_THREADS:
+        f = user_frame(f.f_back)
+    return f
+
+
+def thread_text(entry: Dict[str, Any]) -> str:
+    """``thread 'reader': blocked in recv(...) at x.py:5`` / ``thread 'MainThread' waits for
+    another thread at x.py:20 (t.join())`` (an entry of a state's ``threads``)."""
+    where = f" at {entry['where']}" if entry.get("where") else ""
+    if entry.get("where") and entry.get("code"):
+        where += f" ({entry['code']})"
+    if entry.get("idle"):
+        return f"thread {entry.get('thread')!r} waits for another thread{where}"
+    if entry.get("blocked"):
+        return f"thread {entry.get('thread')!r}: {format_state(entry)}"
+    return f"thread {entry.get('thread')!r} is running{where}"
+
+
+# ---------------------------------------------------------------------------------------
 # The reporter installed in a real job
 # ---------------------------------------------------------------------------------------
 class BlockReporter(Subscriber):
-    """An engine observer that sends this rank's blocked state to the coordinator."""
+    """An engine observer that sends this rank's blocked state to the coordinator.
+
+    **Threads.** Waits are reported per thread (the events come from the waiting thread),
+    and the *rank* is reported blocked only when the program has nothing else to do:
+    every thread of the program (minimpi's own left out) is either in a wait that lasted
+    ``block_report_after`` or waits for another thread of the process (``Thread.join``, a
+    lock, an event, a queue). A thread that computes, makes progress, or has only just
+    started waiting makes the rank "running" - so a receiving thread that waits beside one
+    that computes for longer than ``--deadlock-timeout`` is never a deadlock, while threads
+    that all wait in MPI (or join one that does) still are. A thread blocked in a call the
+    reporter cannot see into (``time.sleep``, a socket, a lock taken in C) counts as
+    running: a missed report, never a false one. The state then lists every thread
+    (``threads``) and the union of what they wait for (``items``, the wait-for edges).
+    """
 
     def __init__(self, engine, send: Callable[[Dict[str, Any]], Any],
                  send_failure: Optional[Callable[[Dict[str, Any]], Any]] = None) -> None:
         self.engine = engine
         self.send = send
         self.send_failure = send_failure
-        self.state: Optional[Dict[str, Any]] = None
+        #: thread ident -> (what its wait waits on, its state): the waits reported so far
+        self.waits: Dict[int, Tuple[List[Any], Dict[str, Any]]] = {}
+        #: what the launcher was last told: None (not blocked), else which waits
+        self.told: Optional[tuple] = None
         self.io = 0
         self.count = 0
         self.last = 0.0
         self._last_locks: Optional[List[Dict[str, Any]]] = None
 
+    @property
+    def state(self) -> Optional[Dict[str, Any]]:
+        """The state of the calling thread's reported wait (None: none)."""
+        entry = self.waits.get(threading.get_ident())
+        return entry[1] if entry is not None else None
+
     def install(self) -> "BlockReporter":
         self.engine.bus.subscribe(self)
         return self
 
-    def _report(self, waiting_on: List[Any], locks: Optional[List[Dict[str, Any]]] = None
-                ) -> None:
-        state = dict(self.state or {})
-        state["items"] = [i for i in (_item(self.engine, r) for r in waiting_on) if i is not None]
-        state["waiting"] = waiting_messages(self.engine, waiting_on)   # may have arrived since
-        state["locks"] = self._last_locks = lock_reports(self.engine) if locks is None else locks
+    def _rank_state(self, others: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """What the rank is blocked on: the reported waits, and ``others`` (the rest of the
+        program's threads, all waiting for another thread)."""
+        main = threading.main_thread().ident
+        order = sorted(self.waits, key=lambda ident: ident != main)   # the main thread first
+        engine = self.engine
+        if len(order) == 1 and not others:
+            waiting_on, first = self.waits[order[0]]
+            state = dict(first)
+            state["items"] = [i for i in (_item(engine, r) for r in waiting_on) if i is not None]
+            state["waiting"] = waiting_messages(engine, waiting_on)   # may have arrived since
+            return state
+        state = dict(self.waits[order[0]][1])
+        items: List[Dict[str, Any]] = []
+        waiting: List[Any] = []
+        threads = []
+        for ident in order:
+            waiting_on, own = self.waits[ident]
+            mine = [i for i in (_item(engine, r) for r in waiting_on) if i is not None]
+            items += mine
+            for w in waiting_messages(engine, waiting_on):
+                if w not in waiting:
+                    waiting.append(w)
+            threads.append({**own, "items": mine, "waiting": None})
+        state["items"] = items
+        state["waiting"] = waiting
+        state["threads"] = threads + others
+        return state
+
+    def _tell(self, force: bool) -> None:
+        """Send the rank's state if it changed (``force``: also when it did not - data
+        moved, which the ``io`` counter says). The rank is blocked when a wait is reported
+        and no other thread of the program is running (class docstring)."""
+        others = other_threads(self.engine, self.waits) if self.waits else []
+        if not self.waits or any(not o["idle"] for o in others):
+            if self.told is not None:
+                self.told = None
+                self.count += 1
+                self.send({"blocked": False, "n": self.count})
+            return
+        key = tuple(sorted((ident, id(w[0])) for ident, w in self.waits.items()))
+        key += tuple(o.get("where") or "" for o in others)
+        if not force and key == self.told:
+            return
+        self.told = key
+        state = self._rank_state(others)
+        state["locks"] = self._last_locks = lock_reports(self.engine)
         self.count += 1
         state["io"] = self.io
         state["n"] = self.count
@@ -392,24 +528,32 @@ class BlockReporter(Subscriber):
     def blocked(self, waiting_on: List[Any]) -> None:
         try:
             self.io = 0
-            self.state = blocked_state(self.engine, waiting_on, sys._getframe(1))
-            self._report(waiting_on)
+            state = blocked_state(self.engine, waiting_on, sys._getframe(1))
+            state["thread"] = threading.current_thread().name
+            self.waits[threading.get_ident()] = (waiting_on, state)
+            self._tell(force=True)
         except Exception:  # pragma: no cover - a diagnostic must never break a wait
             pass
 
     def still_blocked(self, waiting_on: List[Any]) -> None:
         self.io += 1
-        if self.state is None:
+        if not self.waits:
             return
         try:
             if time.monotonic() - self.last >= REREPORT_INTERVAL:
-                self._report(waiting_on)
+                self._tell(force=self.told is not None)
                 return
             # a lock asked of (or given back to) this rank's window while it waits changes
             # whom the asker waits for: told at once, or a report could stay stale forever
-            locks = lock_reports(self.engine)
-            if locks != self._last_locks:
-                self._report(waiting_on, locks)
+            if self.told is not None and lock_reports(self.engine) != self._last_locks:
+                self._tell(force=True)
+        except Exception:  # pragma: no cover
+            pass
+
+    def still_waiting(self, waiting_on: List[Any]) -> None:
+        # (another thread may have started or stopped computing: say so when it did)
+        try:
+            self._tell(force=False)
         except Exception:  # pragma: no cover
             pass
 
@@ -425,11 +569,9 @@ class BlockReporter(Subscriber):
             pass
 
     def unblocked(self) -> None:
-        if self.state is not None:
-            self.state = None
-            self.count += 1
+        if self.waits.pop(threading.get_ident(), None) is not None:
             try:
-                self.send({"blocked": False, "n": self.count})
+                self._tell(force=False)
             except Exception:  # pragma: no cover
                 pass
 

@@ -142,15 +142,16 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
         t.join(max(0.0, deadline - time.monotonic()))
     stuck = [r for r, t in enumerate(threads) if t.is_alive()]
     if stuck:
+        # (what they wait for and who failed, read before the abort ends their waits)
+        detail = "; ".join(f"rank {r}: {blocked[r] or 'running (not blocked in minimpi)'}" for r in stuck)
+        # a rank that failed is usually why the others wait: say so
+        detail += "".join(f"; rank {r} failed first: {type(e).__name__}: {e}"
+                          for r, e in enumerate(errors) if e is not None)
         for engine in engines:
             engine.abort("in-process run timed out")
         for t in transports:
             if hasattr(t, "wake"):
                 t.wake()
-        detail = "; ".join(f"rank {r}: {blocked[r] or 'running (not blocked in minimpi)'}" for r in stuck)
-        # a rank that failed is usually why the others wait: say so
-        detail += "".join(f"; rank {r} failed first: {type(e).__name__}: {e}"
-                          for r, e in enumerate(errors) if e is not None)
         # aborted ranks leave their waits within a poll interval; then their transports
         # (sockets, shared-memory segments) can be closed
         end = time.monotonic() + 2.0

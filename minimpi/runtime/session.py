@@ -25,7 +25,7 @@ from ..comm.handles import (
     create_errhandler,
 )
 from ..comm.pt2pt import flush_buffered
-from ..constants import THREAD_SERIALIZED
+from ..constants import THREAD_MULTIPLE
 from ..data.memory import attachable_buffer
 from ..errors import ArgumentError, MinimpiError
 from ..front import Fronted
@@ -112,7 +112,7 @@ class Session(IntHandles, metaclass=Fronted):
             checked_errhandler(errhandler, "Session", "Session.Init")
         world.world_state()
         hints = Info.Create(info) if info else Info.Create()
-        level = hints.Get("thread_level") or _THREAD_LEVELS[THREAD_SERIALIZED]
+        level = hints.Get("thread_level") or _THREAD_LEVELS[THREAD_MULTIPLE]
         hints.Set("thread_level", level)
         session = cls()
         session._s = _State(hints, handler)

@@ -148,10 +148,18 @@ def comm_self():
     return world_state().self_comm
 
 
-def finalize() -> None:
+def finalize(at_exit: bool = False) -> None:
     """Serve the windows not freed until their other ranks finish too
     (:func:`minimpi.rma.finish_windows`), deliver queued sends, tell the launcher this rank
-    is done, close connections."""
+    is done, close connections.
+
+    Threads: MPI wants every thread's calls finished before ``Finalize``. A thread still
+    waiting in MPI then (an erroneous program, or a daemon thread left waiting when the
+    program ends) does not stop the rest: queued sends are delivered, what it waited for is
+    reported by the leftovers check ("a receive that never matched"), and its wait ends -
+    with ``JobAbortedError`` after an explicit ``MPI.Finalize()``, or, at the interpreter's
+    exit (``at_exit``: only daemon threads are left then), never: the thread stays parked
+    until the process ends, printing nothing."""
     global _finalized
     with _lock:
         state = _state
@@ -205,7 +213,11 @@ def finalize() -> None:
                   file=sys.stderr, flush=True)
     if state.live is not None:
         state.live.stop()
-    engine.close()
+    here = threading.current_thread().name
+    engine.close(f"MPI was finalized (by thread {here!r}, "
+                 f"{'at the end of the program' if at_exit else 'MPI.Finalize'}) while this "
+                 f"thread was still in an MPI call; every thread must finish its MPI calls "
+                 f"before MPI.Finalize", at_exit)
     if state.info.coordinator is not None:
         state.info.coordinator.close()
     if leftover is not None:
@@ -222,7 +234,7 @@ def _finalize_at_exit() -> None:
     if os.getpid() != _owner_pid:
         return
     try:
-        finalize()
+        finalize(at_exit=True)
     except CollectiveMismatchError as exc:
         sys.stdout.flush()
         print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}", file=sys.stderr,
@@ -233,7 +245,11 @@ def _finalize_at_exit() -> None:
 def _inside_a_call(engine: Engine) -> bool:
     """Whether receives are still posted or operations still running: the process is
     exiting from the middle of communication rather than after its last call. The
-    receives and servers of windows not freed are not the program's communication."""
+    receives and servers of windows not freed are not the program's communication. (Not
+    when another thread is still in a wait: those are its receives, and finalize goes on.)"""
+    me = threading.get_ident()
+    if any(ident != me for ident in engine.waiting_threads()):
+        return False
     stats = engine.match_stats()
     if not stats.communicating():
         return False

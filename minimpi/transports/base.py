@@ -18,11 +18,21 @@ its host, TCP for the rest): :class:`~minimpi.transports.router.RouterTransport`
 waits on all of them in one poll. For that, a transport says what to wait on
 (``wait_fds``) and may arm its wake-ups before the caller sleeps (``prepare_sleep`` /
 ``end_sleep``); the defaults suit a transport whose fds alone say when there is work.
+
+Threads: one thread at a time runs a transport's ``progress`` (the engine's progress owner;
+see :mod:`minimpi.p2p.engine`). Where it blocks - the ``poll`` of its sleep, and nothing
+else - it calls ``sink.sleep(wait, *args)``, which runs the wait with the engine's lock
+released: meanwhile other threads of the process may call ``send`` (and read
+``pending_sends``), never ``progress``. So ``send`` must be safe beside a thread blocked in
+the transport's poll (registering or modifying descriptors of an epoll set is; a
+``select.poll`` object must not be polled twice at once), and ``wake()`` ends that sleep
+early when such a thread left work the sleeper must see (a frame queued for want of room,
+a request completed outside progress).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .frames import Header
 
@@ -54,6 +64,13 @@ class FrameSink(ABC):
         """The connection from ``peer`` closed (it exited) or failed; nothing more will come.
 
         Called only after every frame that arrived before the close has been delivered."""
+
+    def sleep(self, wait: Callable[..., Any], *args: Any) -> Any:
+        """Run the transport's blocking ``wait(*args)`` (its poll) and return what it
+        returns. The engine releases its lock for the duration, so that the process's other
+        threads may use it meanwhile; the transport touches none of its own state inside
+        ``wait``."""
+        return wait(*args)
 
 
 class Transport(ABC):
@@ -144,6 +161,11 @@ class Transport(ABC):
     def pending_sends(self) -> int:
         """Number of frames queued but not yet handed off (used to flush at exit)."""
         return 0
+
+    def wake(self) -> None:
+        """End, soon, a sleep another thread of this process is in inside :meth:`progress`
+        (safe from any thread, also while nobody sleeps: the next sleep then ends at once).
+        The default does nothing: the sleep ends at its timeout."""
 
     def close(self) -> None:
         """Close every connection (queued frames are dropped; flush first with progress)."""

@@ -1,20 +1,24 @@
 """In-process transport: every rank is a thread of one process (tests, notebooks, drawing).
 
-Frames are copied into the receiving rank's inbox under a condition variable; ``progress``
-sleeps on that condition, so an idle rank costs nothing. The same engine, matching and
-collective code run as over TCP - only the wire is different. An optional ``recorder``
-sees every frame (used to draw schedules of the real algorithm code).
+Frames are copied into the receiving rank's inbox, a ``queue.SimpleQueue``; ``progress``
+sleeps in its ``get`` (with the engine's lock released: ``FrameSink.sleep``), so an idle
+rank costs nothing. The same engine, matching and collective code run as over TCP - only
+the wire is different. An optional ``recorder`` sees every frame (used to draw schedules
+of the real algorithm code).
 """
 from __future__ import annotations
 
-import collections
+import queue
 import threading
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 from .base import FrameSink, OnSent, Transport
 from .frames import HAS_PAYLOAD, Header, unpack
 
 FrameRecorder = Callable[[int, int, Header], None]  # (source world rank, dest world rank, header)
+
+#: what :meth:`InprocTransport.wake` puts in an inbox: not a frame, only the end of a sleep
+_WAKE = None
 
 
 class InprocFabric:
@@ -23,8 +27,8 @@ class InprocFabric:
     def __init__(self, size: int, recorder: Optional[FrameRecorder] = None) -> None:
         self.size = size
         self.recorder = recorder
-        self.inboxes: List[Deque[Tuple[int, bytes, bytes]]] = [collections.deque() for _ in range(size)]
-        self.conditions = [threading.Condition() for _ in range(size)]
+        #: per rank, the frames sent to it: (source, header, payload), or _WAKE
+        self.inboxes: List[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(size)]
         self.closed = [False] * size
         #: segments the ranks share (:meth:`InprocTransport.shared_segment`), by key
         self.segments: Dict[str, bytearray] = {}
@@ -42,6 +46,7 @@ class InprocTransport(Transport):
         self.rank = rank
         self.size = fabric.size
         self._sink: Optional[FrameSink] = None
+        self._inbox = fabric.inboxes[rank]
         self._sleep_check: Optional[Callable[[], bool]] = None
 
     def attach(self, sink: FrameSink) -> None:
@@ -62,32 +67,47 @@ class InprocTransport(Transport):
         data = b"".join(payload)  # copy: the sender may reuse its buffer once on_sent ran
         if fabric.recorder is not None:
             fabric.recorder(self.rank, peer, unpack(header))
-        cond = fabric.conditions[peer]
-        with cond:
-            fabric.inboxes[peer].append((self.rank, header, data))
-            cond.notify()
+        fabric.inboxes[peer].put((self.rank, header, data))
         if on_sent is not None:
             on_sent(None)
 
-    def progress(self, timeout: Optional[float]) -> bool:
+    def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
+                 nbytes: int) -> bool:
         fabric = self.fabric
-        inbox = fabric.inboxes[self.rank]
-        cond = fabric.conditions[self.rank]
-        check = self._sleep_check
-        with cond:     # (a peer that wrote shared memory notifies under this condition)
-            if not inbox and timeout != 0 and not (check is not None and check()):
-                cond.wait(timeout)
-            items = list(inbox)
-            inbox.clear()
+        if fabric.closed[peer] or fabric.recorder is not None:
+            return False         # (the general path says so / records the frame)
+        fabric.inboxes[peer].put((self.rank, header, b"".join(payload)))   # (a copy)
+        return True
+
+    def progress(self, timeout: Optional[float]) -> bool:
+        inbox = self._inbox
+        items = []
+        if inbox.empty():
+            if timeout == 0:
+                return False
+            check = self._sleep_check
+            if check is not None and check():   # (a peer wrote what the wait waits for)
+                return False
+            try:    # asleep in the queue, with the engine's lock released
+                items.append(self._sink.sleep(inbox.get, True, timeout))
+            except queue.Empty:
+                return False
+        while not inbox.empty():
+            items.append(inbox.get_nowait())
         sink = self._sink
-        for source, raw, data in items:
+        moved = False
+        for item in items:
+            if item is _WAKE:
+                continue
+            source, raw, data = item
             header = unpack(raw)
             target = sink.frame_arrived(source, header)
             if header.kind in HAS_PAYLOAD:
                 if header.length:
                     target[:header.length] = data
                 sink.payload_arrived(source, header, target)
-        return bool(items)
+            moved = True
+        return moved
 
     # -- memory the ranks share (a communicator's collective segment) -----------------------
     def set_sleep_check(self, check: Optional[Callable[[], bool]]) -> None:
@@ -111,15 +131,13 @@ class InprocTransport(Transport):
                 del fabric.segments[key]
 
     def wake_peers(self, peers: Sequence[int]) -> None:
+        # (after the shared memory was written: a peer that looked before sleeps only until
+        # this marker, one that looks after sees the memory)
         for peer in peers:
-            cond = self.fabric.conditions[peer]
-            with cond:
-                cond.notify_all()
+            self.fabric.inboxes[peer].put(_WAKE)
 
     def wake(self) -> None:
-        cond = self.fabric.conditions[self.rank]
-        with cond:
-            cond.notify_all()
+        self._inbox.put(_WAKE)
 
     def close(self) -> None:
         self.fabric.closed[self.rank] = True

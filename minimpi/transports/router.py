@@ -269,12 +269,17 @@ class RouterTransport(Transport):
             self._fds = fds
         limit = MAX_SLEEP if timeout is None else min(timeout, MAX_SLEEP)
         try:
-            signal_guard.interruptible(self._poller.poll, int(limit * 1000))
+            self._sink.sleep(signal_guard.interruptible, self._poller.poll, int(limit * 1000))
         except InterruptedError:
             pass
         for t in armed:
             t.end_sleep()
         return self.progress(0)
+
+    def wake(self) -> None:
+        # every member's descriptors are in the one poll (or the only member sleeps itself)
+        for t in self.members:
+            t.wake()
 
     def wait_fds(self) -> List[int]:
         return [fd for t in self.members for fd in t.wait_fds()]

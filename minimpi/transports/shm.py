@@ -513,6 +513,7 @@ class ShmTransport(Transport):
         fence = threading.Lock()
         self._fence_in, self._fence_out = functools.partial(fence.acquire, False), fence.release
         self._wake_sock: Optional[socket.socket] = None
+        self._self_kick: Optional[socket.socket] = None
         #: peer -> a datagram socket connected to its wake-up socket (connected while its
         #: path exists, so the owner can unlink the path once every peer is connected)
         self._kicks: Dict[int, socket.socket] = {}
@@ -590,6 +591,10 @@ class ShmTransport(Transport):
                                  f"socket: {exc}") from None
         self._wake_sock.setblocking(False)
         self._poller.register(self._wake_sock.fileno(), select.POLLIN)
+        # another thread of this process wakes our sleep through the same socket (wake())
+        self._self_kick = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._self_kick.setblocking(False)
+        self._self_kick.connect(self._wake_name(self.rank))
         if self.cma:
             _allow_peers_to_read()
         self._reach = _reach_key(self.directory)      # decided once, asked for every peer
@@ -949,8 +954,8 @@ class ShmTransport(Transport):
             return moved
         if self.prepare_sleep():
             try:
-                signal_guard.interruptible(self._poller.poll,
-                                           -1 if timeout is None else int(timeout * 1000))
+                self._sink.sleep(signal_guard.interruptible, self._poller.poll,
+                                 -1 if timeout is None else int(timeout * 1000))
             except InterruptedError:
                 pass
             self.end_sleep()
@@ -1109,6 +1114,10 @@ class ShmTransport(Transport):
                 frame.on_sent(None)
 
     # -- sleeping (also used by the router, which polls several transports at once) ------
+    def wake(self) -> None:
+        """A datagram to our own wake-up socket (another thread's sleep in poll ends)."""
+        self._kick(self._self_kick)
+
     def wait_fds(self) -> List[int]:
         return [self._wake_sock.fileno(), *self._pidfds]
 
@@ -1286,7 +1295,7 @@ class ShmTransport(Transport):
             self._kick(self._kicks.get(peer))
         if not self._unlinked:
             self._unlink(inbox.path)
-        for sock in [self._wake_sock, *self._kicks.values()]:
+        for sock in [self._wake_sock, self._self_kick, *self._kicks.values()]:
             if sock is not None:
                 sock.close()
         self._kicks.clear()

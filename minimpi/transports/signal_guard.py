@@ -21,7 +21,11 @@ transports sleep through :func:`interruptible`, so a signal still ends the sleep
 
 Threads minimpi starts itself are started with these signals blocked
 (:func:`start_thread_blocked`), so the kernel never hands a process-directed signal to one of
-them (which would let the main thread run the handler while it holds them back).
+them (which would let the main thread run the handler while it holds them back). A thread of
+the program that waits in MPI (``MPI.THREAD_MULTIPLE``) blocks them in itself on its first
+wait (:func:`block_in_this_thread`): it may be the one delivering frames while the main
+thread holds them back, and a signal the kernel gave it would run its handler in the main
+thread at once. Python runs handlers in the main thread only, so nothing else changes.
 Synchronous faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS) are never blocked.
 """
 from __future__ import annotations
@@ -142,8 +146,9 @@ def threads_started_blocked() -> Iterator[None]:
 def interruptible(wait: Callable[..., Any], *args: Any) -> Any:
     """Run a blocking wait (a transport's ``poll``) so that signals interrupt it, also
     inside a :func:`hold`: the held signals are let through for the wait alone and held
-    back again before anything else runs (also when a handler raised during the wait)."""
-    if not _held:
+    back again before anything else runs (also when a handler raised during the wait).
+    Only the main thread's mask changes (a hold is the main thread's)."""
+    if not _held or threading.get_ident() != _MAIN:
         return wait(*args)
     try:
         if _LIBC is not None:
@@ -156,6 +161,14 @@ def interruptible(wait: Callable[..., Any], *args: Any) -> Any:
             _LIBC[0](_SIG_BLOCK, _LIBC[1], None)
         else:
             signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
+
+
+def block_in_this_thread() -> None:
+    """Block asynchronous signals in the calling thread for the rest of its life, unless it
+    is the main thread (which takes them): process-directed signals then go to the main
+    thread, whose :func:`hold` can hold them back."""
+    if _HAS_SIGMASK and threading.get_ident() != _MAIN:
+        signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
 
 
 def start_thread_blocked(thread: threading.Thread) -> None:

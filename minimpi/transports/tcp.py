@@ -438,6 +438,39 @@ class _InConn:
         self.t._sink.peer_lost(peer, reason)
 
 
+class _Waker:
+    """A descriptor another thread of the process makes readable to end a sleep in the
+    poller (:meth:`TcpTransport.wake`): an eventfd, or a pipe where there is none."""
+
+    def __init__(self) -> None:
+        if hasattr(os, "eventfd"):
+            self.fd = self._write_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:   # pragma: no cover - platforms without eventfd
+            self.fd, self._write_fd = os.pipe()
+            os.set_blocking(self.fd, False)
+            os.set_blocking(self._write_fd, False)
+        self.sock = self     # (close() closes every handler's .sock)
+
+    def ring(self) -> None:
+        try:
+            os.write(self._write_fd, (1).to_bytes(8, sys.byteorder))
+        except OSError:      # full (a wake-up is pending anyway) or closed
+            pass
+
+    def on_event(self, events: int) -> None:
+        try:
+            os.read(self.fd, 4096)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for fd in {self.fd, self._write_fd}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 class _Listener:
     def __init__(self, transport: "TcpTransport", sock: socket.socket) -> None:
         self.t = transport
@@ -518,6 +551,8 @@ class TcpTransport(Transport):
         self._pending = 0
         self._listener: Optional[_Listener] = None
         self._address = "?"                     # what listen() published
+        #: what wake() rings (made on its first use)
+        self._waker: Optional[_Waker] = None
 
     def attach(self, sink: FrameSink) -> None:
         self._sink = sink
@@ -729,7 +764,10 @@ class TcpTransport(Transport):
         if not self._epoll:   # select.poll counts milliseconds
             timeout = -1 if timeout is None else int(timeout * 1000)
         try:
-            events = signal_guard.interruptible(self._poller.poll, timeout)
+            if timeout == 0:
+                events = self._poller.poll(0)
+            else:   # a sleep: the engine's other threads may send meanwhile
+                events = self._sink.sleep(signal_guard.interruptible, self._poller.poll, timeout)
         except InterruptedError:
             return False
         handlers = self._handlers
@@ -755,6 +793,14 @@ class TcpTransport(Transport):
             self._listener_paused_until = None
             self._modify(self._listener, _POLLIN)
         return bool(events)
+
+    def wake(self) -> None:
+        """Make the poller readable through the waker (another thread's sleep ends)."""
+        waker = self._waker
+        if waker is None:
+            waker = self._waker = _Waker()
+            self._register(waker, _POLLIN)
+        waker.ring()
 
     def wait_fds(self) -> List[int]:
         if not self._epoll:

@@ -1155,7 +1155,7 @@ class VerbsTransport(Transport):
     def progress(self, timeout: Optional[float]) -> bool:
         if not self._listening or self._closed:
             if timeout:
-                time.sleep(min(timeout, 0.05))
+                self._sink.sleep(time.sleep, min(timeout, 0.05))
             return False
         moved = self._drain()
         if moved or timeout == 0:
@@ -1164,7 +1164,7 @@ class VerbsTransport(Transport):
             return True
         ms = -1 if timeout is None else max(1, int(timeout * 1000))
         try:
-            ready = signal_guard.interruptible(self._poller.poll, ms)
+            ready = self._sink.sleep(signal_guard.interruptible, self._poller.poll, ms)
         except InterruptedError:
             return False
         if not ready:

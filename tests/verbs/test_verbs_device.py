@@ -19,6 +19,7 @@ from conformance import conformance_fixture, conformance_tests
 from jobhelpers import marker_args, progress_until, run_minimpi
 
 from minimpi.transports import frames, verbs
+from minimpi.transports.base import FrameSink
 from minimpi.transports.verbs import PyverbsOps, VerbsConfig, VerbsTransport
 
 REASON = verbs.probe()
@@ -163,7 +164,7 @@ one_sided_over_rdma()
 
 # -- what only a device shows ------------------------------------------------------------------------
 
-class _Sink:
+class _Sink(FrameSink):
     def __init__(self):
         self.got, self.lost, self.targets = [], [], {}
 

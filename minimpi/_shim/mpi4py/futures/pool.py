@@ -1,9 +1,9 @@
 """``MPIPoolExecutor`` and ``MPICommExecutor``: a pool of MPI processes behind the
 ``concurrent.futures.Executor`` interface, written on minimpi's own MPI.
 
-One *manager* thread per executor does all of the pool's MPI (minimpi provides
-``THREAD_SERIALIZED``: the program's own thread must not make MPI calls of its own while the
-pool works; the managers of several pools take turns on :data:`_MPI_LOCK`). ``submit`` only
+One *manager* thread per executor does all of the pool's MPI (the managers of several pools
+take turns on :data:`_MPI_LOCK`; the program's own threads may make MPI calls meanwhile:
+minimpi provides ``THREAD_MULTIPLE``). ``submit`` only
 queues the call; the manager hands queued calls to the workers several at a time, keeping
 each a few milliseconds of work ahead (:class:`Flight`), completes the futures as the
 results come back one by one, and sleeps in ``poll`` meanwhile (woken by a result, or by
@@ -212,8 +212,11 @@ class _Manager:
         starts at once instead of at the transport's next timeout: one ``progress(0)``
         round per wake-up, no spinning. With other pools' managers on the same engine
         (whose progress may complete this one's receive without waking its ``poll``), or
-        a transport that cannot share a poll (the in-process one of ``run_threads``):
-        ``progress(0)`` then sleeps backing off from 0.1 to 10 ms, as mpi4py's manager."""
+        a transport that cannot share a poll (the in-process one of ``run_threads``), or
+        another thread of the program waiting in MPI (then that thread runs the engine's
+        progress and owns the transport's sleep): ``progress(0)`` then sleeps backing off
+        from 0.1 to 10 ms, as mpi4py's manager. The transport's sleep is armed and ended
+        under the engine's lock."""
         def ready() -> bool:
             return pending.done or (hungry and bool(self.queue))
 
@@ -230,7 +233,7 @@ class _Manager:
                 engine.poll()
                 if ready():
                     return
-                if poller is None or len(_SERVING) > 1:
+                if poller is None or len(_SERVING) > 1 or engine.waiting_threads():
                     _MPI_LOCK.release()
                     try:
                         time.sleep(delay)
@@ -238,14 +241,17 @@ class _Manager:
                         _MPI_LOCK.acquire()
                     delay = min(2 * delay, 0.01)
                     continue
-                if not transport.prepare_sleep():
+                with engine.lock:
+                    armed = transport.prepare_sleep()
+                if not armed:
                     continue
                 _MPI_LOCK.release()
                 try:
                     poller.poll(int(DOZE_S * 1000))
                 finally:
                     _MPI_LOCK.acquire()
-                    transport.end_sleep()
+                    with engine.lock:
+                        transport.end_sleep()
                 self.bell.clear()
                 fds_now = tuple(transport.wait_fds())
                 if fds_now != fds:

@@ -9,7 +9,7 @@ lie back to back) or a list of objects. ``n`` in the costs is the byte count of 
 from __future__ import annotations
 
 from .blocks import Blocks, as_bytes
-from .cost import Layout, ceil_log2, floor_log2, not_pow2, tree_volume
+from .cost import Layout, ceil_log2, floor_log2, tree_volume
 from .groups import GroupBlocks, GroupChannel
 from .peers import (
     binomial_children,
@@ -29,8 +29,6 @@ from .slots import SEQ_BITS
 
 @algorithm("allgather", "binomial",
            formula="⌈log2 p⌉·α + (p-1)/p·n·β + ⌈log2 p⌉·(α + n·β)",
-           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta
-           + ceil_log2(p) * (m.alpha + n * m.beta),
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
 def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
@@ -68,7 +66,6 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
 
 @algorithm("allgather", "ring",
            formula="(p-1)·(α + n/p·β)",
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * m.beta),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n)
 def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
@@ -90,8 +87,6 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 @algorithm("allgather", "recursive_doubling",
            formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β",
-           cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
-           + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta,
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
            volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n
            + (p - (1 << floor_log2(p))) * (1 + 1 / p) * n)
@@ -151,7 +146,6 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
 
 @algorithm("allgather", "bruck",
            formula="⌈log2 p⌉·α + (p-1)/p·n·β",
-           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta,
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: (p - 1) * n)
 def allgather_bruck(ch: Channel, blocks: Blocks) -> Schedule:

@@ -50,7 +50,6 @@ def _fold_steps(p: int) -> int:
 
 @algorithm("allreduce", "binomial",
            formula="2·⌈log2 p⌉·(α + n·β) + ⌈log2 p⌉·n·γ",
-           cost=lambda m, p, n: 2 * ceil_log2(p) * (m.alpha + n * m.beta) + ceil_log2(p) * n * m.gamma,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
@@ -72,8 +71,6 @@ def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
 
 @algorithm("allreduce", "recursive_doubling",
            formula="(⌊log2 p⌋ + 2·f)·(α + n·β) + (⌊log2 p⌋ + f)·n·γ",
-           cost=lambda m, p, n: (floor_log2(p) + _fold_steps(p)) * (m.alpha + n * m.beta)
-           + (floor_log2(p) + _fold_steps(p) // 2) * n * m.gamma,
            messages=lambda m, p, n: _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
            volume=lambda p, n: _pof2(p) * floor_log2(p) * n + 2 * (p - _pof2(p)) * n,
            local=lambda p, n: _pof2(p) * floor_log2(p) * n + (p - _pof2(p)) * n)
@@ -116,9 +113,6 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
 
 @algorithm("allreduce", "rabenseifner",
            formula="(2·⌊log2 p⌋ + 2·f)·α + (2·(p-1)/p + 2·f)·n·β + ((p-1)/p + f)·n·γ", objects=False,
-           cost=lambda m, p, n: (2 * floor_log2(p) + _fold_steps(p)) * m.alpha
-           + (2 * (p - 1) / p + _fold_steps(p)) * n * m.beta
-           + ((p - 1) / p + _fold_steps(p) // 2) * n * m.gamma,
            messages=lambda m, p, n: 2 * _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
            volume=lambda p, n: 2 * (_pof2(p) - 1) * n + 2 * (p - _pof2(p)) * n,
            local=lambda p, n: (p - 1) * n)
@@ -189,7 +183,6 @@ def _ring_cost(m, p, n):
 
 @algorithm("allreduce", "ring",
            formula="2·(p-1)·α + (p-1)·(S-1)·α/4 + 2·(p-1)/p·n·β + (p-1)/p·n·γ/min(S, 2); S = min(8, max(1, ⌈n/p/segment⌉))", objects=False, commutative_only=True, reads_sendbuf=True,
-           cost=_ring_cost,
            messages=lambda m, p, n: p * (p - 1) * (1 + min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def allreduce_ring(ch: Channel, red: Operand, data: np.ndarray, segment: int = 0,

@@ -44,9 +44,9 @@ def _bruck_volume(p, n):
     return sum(bin(i).count("1") for i in range(p)) * n
 
 
-@algorithm("alltoallv", "ring", formula="(p-1)·(α + n/p·β)", cost=_ring_cost, messages=_messages,
+@algorithm("alltoallv", "ring", formula="(p-1)·(α + n/p·β)", messages=_messages,
            volume=_volume)
-@algorithm("alltoall", "ring", formula="(p-1)·(α + n/p·β)", cost=_ring_cost, messages=_messages,
+@algorithm("alltoall", "ring", formula="(p-1)·(α + n/p·β)", messages=_messages,
            volume=_volume)
 def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Pairwise shift: p-1 steps; time (p-1)·(α + (n/p)·β); volume (p-1)·n.
@@ -65,9 +65,9 @@ def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     return recv
 
 
-@algorithm("alltoallv", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", cost=_scattered_cost, messages=_messages,
+@algorithm("alltoallv", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", messages=_messages,
            volume=_volume)
-@algorithm("alltoall", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", cost=_scattered_cost, messages=_messages,
+@algorithm("alltoall", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", messages=_messages,
            volume=_volume)
 def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Scattered: every receive and send posted at once, one step; time
@@ -100,8 +100,6 @@ def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
 
 @algorithm("alltoall", "bruck",
            formula="⌈log2 p⌉·(α + n/2·β + n·γ) + 2·n·γ",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n / 2 * m.beta + n * m.gamma)
-           + 2 * n * m.gamma,
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=_bruck_volume, local=lambda p, n: p * (2 + ceil_log2(p)) * n)
 def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:

@@ -20,8 +20,7 @@ def _token() -> np.ndarray:
 
 
 @algorithm("barrier", "binomial",
-           formula="2·⌈log2 p⌉·α", cost=lambda m, p, n: 2 * ceil_log2(p) * m.alpha,
-           messages=lambda m, p, n: 2 * (p - 1),
+           formula="2·⌈log2 p⌉·α", messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: 0)
 def barrier_binomial(ch: Channel) -> Schedule:
     """Binomial gather of "arrived" to rank 0, then a binomial release: 2·ceil(log2 p) steps.
@@ -46,8 +45,7 @@ def barrier_binomial(ch: Channel) -> Schedule:
 
 
 @algorithm("barrier", "ring",
-           formula="2·p·α", cost=lambda m, p, n: 2 * p * m.alpha if p > 1 else 0.0,
-           messages=lambda m, p, n: 2 * p if p > 1 else 0,
+           formula="2·p·α", messages=lambda m, p, n: 2 * p if p > 1 else 0,
            volume=lambda p, n: 0)
 def barrier_ring(ch: Channel) -> Schedule:
     """A token goes round the ring twice: 0 -> 1 -> ... -> p-1 -> 0, two rounds.
@@ -70,8 +68,7 @@ def barrier_ring(ch: Channel) -> Schedule:
 
 
 @algorithm("barrier", "dissemination",
-           formula="⌈log2 p⌉·α", cost=lambda m, p, n: ceil_log2(p) * m.alpha,
-           messages=lambda m, p, n: p * ceil_log2(p),
+           formula="⌈log2 p⌉·α", messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: 0)
 def barrier_dissemination(ch: Channel) -> Schedule:
     """Dissemination (Hensgen, Finkel, Manber): ceil(log2 p) steps, time ceil(log2 p)·α.

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .blocks import as_bytes, segment_bounds
-from .cost import Layout, ceil_log2, segments, tree_volume
+from .cost import Layout, segments, tree_volume
 from .groups import GroupChannel
 from .peers import (
     absolute,
@@ -36,7 +36,6 @@ from .slots import SEQ_BITS
 
 @algorithm("bcast", "binomial",
            formula="⌈log2 p⌉·(α + n·β)",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta),
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n)
 def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
@@ -61,8 +60,6 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
 
 @algorithm("bcast", "ring",
            formula="(p + s - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
-           cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-           * (m.alpha + min(n, m.segment) * m.beta),
            messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
            volume=lambda p, n: (p - 1) * n)
 def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None) -> Schedule:
@@ -107,7 +104,6 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
 
 @algorithm("bcast", "scatter_allgather",
            formula="(⌈log2 p⌉ + p - 1)·α + 2·(p-1)/p·n·β", objects=False,
-           cost=lambda m, p, n: (ceil_log2(p) + p - 1) * m.alpha + 2 * (p - 1) / p * n * m.beta,
            messages=lambda m, p, n: (p - 1) + p * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
 def bcast_scatter_allgather(ch: Channel, data: np.ndarray, root: int) -> Schedule:

@@ -82,12 +82,13 @@ Segmented (pipelined) algorithms use ``segment`` bytes per message.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -388,17 +389,28 @@ def formula_values(formula: str, model: CostModel, p: int, n: float) -> Tuple[fl
         "segment": model.segment, "f": not_pow2(p), "q": 1 << floor_log2(p),
         "ceil_log2": ceil_log2, "floor_log2": floor_log2, "_ceil": math.ceil,
         "min": min, "max": max, "__builtins__": {}}
+    defined: Dict[str, float] = {}
+    try:
+        expression, definitions = _compiled(formula)
+        for name, value in definitions:
+            defined[name] = names[name] = eval(value, names)
+        return float(eval(expression, names)), defined
+    except Exception as exc:   # a typo in a formula string: say which
+        raise ValueError(f"cannot evaluate the formula {formula!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(formula: str) -> Tuple[Any, Tuple[Tuple[str, Any], ...]]:
+    """A formula's expression and definitions as code (translated and compiled once: the
+    plan prices every algorithm of each new call signature with them)."""
     # eval of the registry's own formula strings (never user input), in a namespace with
     # no builtins: the display notation is plain Python arithmetic once translated
     expression, *definitions = [part.strip() for part in formula.split(";")]
-    defined: Dict[str, float] = {}
-    try:
-        for definition in definitions:
-            name, _, value = definition.partition("=")
-            defined[name.strip()] = names[name.strip()] = eval(_python(value), names)
-        return float(eval(_python(expression), names)), defined
-    except Exception as exc:   # a typo in a formula string: say which
-        raise ValueError(f"cannot evaluate the formula {formula!r}: {exc}") from None
+    defs = []
+    for definition in definitions:
+        name, _, value = definition.partition("=")
+        defs.append((name.strip(), compile(_python(value).strip(), "<formula>", "eval")))
+    return compile(_python(expression).strip(), "<formula>", "eval"), tuple(defs)
 
 
 def split_terms(cost, model: CostModel, p: int, n: float) -> Tuple[float, float, float]:

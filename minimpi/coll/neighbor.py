@@ -67,7 +67,7 @@ def _exchange(ch: Channel, sources: Sequence[int], destinations: Sequence[int],
     return recv
 
 
-@algorithm("neighbor_allgather", "direct", formula="α + n·β", cost=_cost, volume=_volume,
+@algorithm("neighbor_allgather", "direct", formula="α + n·β", volume=_volume,
            messages=_messages)
 def neighbor_allgather_direct(ch: Channel, sources: Sequence[int],
                               destinations: Sequence[int], order: Sequence[int], send: Blocks,
@@ -81,7 +81,7 @@ def neighbor_allgather_direct(ch: Channel, sources: Sequence[int],
     return (yield from _exchange(ch, sources, destinations, order, send, recv, lambda k: 0))
 
 
-@algorithm("neighbor_alltoall", "direct", formula="α + n·β", cost=_cost, volume=_volume,
+@algorithm("neighbor_alltoall", "direct", formula="α + n·β", volume=_volume,
            messages=_messages)
 def neighbor_alltoall_direct(ch: Channel, sources: Sequence[int], destinations: Sequence[int],
                              order: Sequence[int], send: Blocks, recv: Blocks) -> Schedule:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .blocks import as_bytes, even_bounds
-from .cost import Layout, ceil_log2, floor_log2, tree_volume
+from .cost import Layout, floor_log2, tree_volume
 from .groups import GroupChannel
 from .peers import (
     absolute,
@@ -42,7 +42,6 @@ from .slots import SEQ_BITS
 
 @algorithm("reduce", "binomial",
            formula="⌈log2 p⌉·(α + n·β + n·γ)",
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma),
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule:
@@ -79,8 +78,6 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
 
 @algorithm("reduce", "ring",
            formula="2·(p-1)·α + (p-1)/p·n·(2·β + γ) + n·γ", commutative_only=True, objects=False,
-           cost=lambda m, p, n: 2 * (p - 1) * m.alpha + (p - 1) / p * n * (2 * m.beta + m.gamma)
-           + n * m.gamma,
            messages=lambda m, p, n: p * (p - 1) + p - 1,
            volume=lambda p, n: (p - 1) * n * (1 + 1 / p), local=lambda p, n: 2 * (p - 1) * n)
 def reduce_ring(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
@@ -141,7 +138,7 @@ def _rabenseifner_local(p, n):
 
 @algorithm("reduce", "rabenseifner",
            formula="2·⌊log2 p⌋·α + 2·(q-1)/q·n·β + (q-1)/q·n·γ + n·γ + f·(2·(α + n·β) + n·γ)", commutative_only=True, objects=False,
-           cost=_rabenseifner_cost, messages=_rabenseifner_messages,
+           messages=_rabenseifner_messages,
            volume=_rabenseifner_volume, local=_rabenseifner_local)
 def reduce_rabenseifner(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
     """Rabenseifner: reduce-scatter by recursive halving, then a binomial gather.

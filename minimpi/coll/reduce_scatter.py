@@ -16,7 +16,7 @@ from typing import List
 import numpy as np
 
 from .blocks import running_sum
-from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
+from .cost import floor_log2, tree_volume
 from .peers import (
     binomial_children,
     binomial_parent,
@@ -34,8 +34,6 @@ from .schedule import Channel, Schedule
 
 @algorithm("reduce_scatter", "binomial",
            formula="⌈log2 p⌉·(α + n·β + n·γ) + ⌈log2 p⌉·α + (p-1)/p·n·β + n·γ", objects=False,
-           cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + n * m.gamma)
-           + ceil_log2(p) * m.alpha + (p - 1) / p * n * m.beta + n * m.gamma,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: (p - 1) * n + tree_volume(p) * n / p,
            local=lambda p, n: (p - 1) * n + p * n)
@@ -67,7 +65,6 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
 
 @algorithm("reduce_scatter", "ring",
            formula="(p-1)·(α + n/p·(β + γ))", objects=False, commutative_only=True,
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
@@ -100,9 +97,6 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
 
 @algorithm("reduce_scatter", "recursive_halving",
            formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β + ((p-1)/p + f)·n·γ + n·γ", objects=False, commutative_only=True,
-           cost=lambda m, p, n: (floor_log2(p) + 2 * not_pow2(p)) * m.alpha
-           + ((p - 1) / p + not_pow2(p) * (1 + 1 / p)) * n * m.beta
-           + ((p - 1) / p + not_pow2(p)) * n * m.gamma + n * m.gamma,
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
            volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n
            + (p - (1 << floor_log2(p))) * (1 + 1 / p) * n,
@@ -156,7 +150,6 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
 
 @algorithm("reduce_scatter", "pairwise",
            formula="(p-1)·(α + n/p·(β + γ))", objects=False,
-           cost=lambda m, p, n: (p - 1) * (m.alpha + n / p * (m.beta + m.gamma)),
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,

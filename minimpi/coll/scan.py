@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cost import ceil_log2, segments, xor_exchanges
+from .cost import segments, xor_exchanges
 from .reduction import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -87,14 +87,11 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
 #: Recursive doubling: ceil(log2 p)·(α + nβ + 2nγ); X(p) exchanges, up to 2·X(p)·n reduced.
 DOUBLING_COST = dict(
     formula="⌈log2 p⌉·(α + n·β + 2·n·γ)",
-    cost=lambda m, p, n: ceil_log2(p) * (m.alpha + n * m.beta + 2 * n * m.gamma),
     messages=lambda m, p, n: xor_exchanges(p),
     volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
 #: Pipelined chain with s segments: (p+s-2)·(α + (n/s)(β + γ)); (p-1)·n sent and reduced.
 CHAIN_COST = dict(
     formula="(p + s - 2)·(α + min(n, segment)·(β + γ)); s = max(1, ⌈n/segment⌉)",
-    cost=lambda m, p, n: (p - 1 + segments(n, m.segment) - 1)
-    * (m.alpha + min(n, m.segment) * (m.beta + m.gamma)),
     messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
     volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
 

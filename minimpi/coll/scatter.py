@@ -12,7 +12,7 @@ root knows every size, so every rank chooses on ``p`` alone).
 from __future__ import annotations
 
 from .blocks import RootedBlocks
-from .cost import ceil_log2, segments, tree_volume
+from .cost import segments, tree_volume
 from .peers import binomial_children, binomial_parent, subtree_end
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -20,7 +20,6 @@ from .schedule import Channel, Schedule
 
 @algorithm("scatter", "binomial",
            formula="⌈log2 p⌉·α + (p-1)·n·β",
-           cost=lambda m, p, n: ceil_log2(p) * m.alpha + (p - 1) * n * m.beta,
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: tree_volume(p) * n)
 def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
@@ -47,8 +46,6 @@ def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int 
 
 @algorithm("scatter", "ring",
            formula="((p-1)·s + p - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
-           cost=lambda m, p, n: 0.0 if p == 1 else
-           ((p - 1) * segments(n, m.segment) + p - 2) * (m.alpha + min(n, m.segment) * m.beta),
            messages=lambda m, p, n: p * (p - 1) / 2 * segments(n, m.segment),
            volume=lambda p, n: p * (p - 1) / 2 * n)
 def scatter_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 256 * 1024) -> Schedule:
@@ -84,8 +81,6 @@ def scatter_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 25
 
 @algorithm("scatter", "linear",
            formula="α + (p-1)·α/4 + (p-1)·n·β",
-           cost=lambda m, p, n: 0.0 if p == 1 else
-           m.alpha + (p - 1) * m.alpha / 4 + (p - 1) * n * m.beta,
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n)
 def scatter_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:

@@ -661,8 +661,7 @@ _PREDEFINED_ATTRS = {
     KEYVAL_HOST: lambda comm: PROC_NULL,
     KEYVAL_IO: lambda comm: comm.rank,
     KEYVAL_WTIME_IS_GLOBAL: lambda comm: False,
-    KEYVAL_UNIVERSE_SIZE: lambda comm: getattr(comm._ep.engine, "universe_size",
-                                               comm._ep.engine.size),
+    KEYVAL_UNIVERSE_SIZE: lambda comm: comm._ep.engine.universe_size,
     KEYVAL_APPNUM: lambda comm: _appnum(),
     KEYVAL_LASTUSEDCODE: lambda comm: USER_ERRORS.last_used,
 }

@@ -145,7 +145,20 @@ class Engine(FrameSink):
     """Matching and protocols for one rank over one transport."""
 
     def __init__(self, rank: int, size: int, transport: Optional[Transport],
-                 eager_limit: int = DEFAULT_EAGER_LIMIT, bus: Optional[Bus] = None) -> None:
+                 eager_limit: int = DEFAULT_EAGER_LIMIT, bus: Optional[Bus] = None, *,
+                 fault_tolerant: bool = False,
+                 job_abort: Optional[Callable[[int, str], None]] = None,
+                 ledger: object = None, block_report_after: float = 1.0,
+                 universe_size: Optional[int] = None,
+                 progress_policy: Optional[ProgressPolicy] = None) -> None:
+        """The engine of world rank ``rank`` of ``size`` over ``transport`` (None: a world of
+        one), configured once here: ``bus`` (the world's instrumentation bus),
+        ``fault_tolerant`` (``--fault-tolerant``: see the attribute), ``job_abort`` (how
+        ``Comm.Abort`` ends the job), ``ledger`` (where messages came from, for the finalize
+        check: :class:`minimpi.comm.ledger.Ledger`), ``block_report_after`` (seconds before
+        a wait is reported blocked), ``universe_size`` (``MPI.UNIVERSE_SIZE``) and
+        ``progress_policy`` (how a wait spins and sleeps; :meth:`set_progress_policy` once
+        the rendezvous knows how many ranks share this host)."""
         self.rank = rank
         self.size = size
         self.transport = transport
@@ -169,8 +182,8 @@ class Engine(FrameSink):
         #: thread ident -> (frame, what) of a communicator creation in flight: between its
         #: proposal of a context id and the agreement (:meth:`free_context`)
         self.creations: Dict[int, Tuple[object, str]] = {}
-        #: how a blocked wait polls and sleeps (the runtime sets it from MINIMPI_PROGRESS)
-        self.progress_policy = ProgressPolicy("block")
+        #: how a blocked wait polls and sleeps (from MINIMPI_PROGRESS: :meth:`set_progress_policy`)
+        self.progress_policy = progress_policy or ProgressPolicy("block")
         if transport is not None:
             transport.attach(self)
         self._queues: Dict[int, MatchQueues] = {}
@@ -192,8 +205,8 @@ class Engine(FrameSink):
         #: ``--fault-tolerant`` (ULFM): a lost peer is a failed process that the job survives;
         #: operations that need it raise ``ProcFailedError`` (MPI.ERR_PROC_FAILED), a wildcard
         #: receive raises ``ProcFailedPendingError`` until the failure is acknowledged, and a
-        #: collective on a communicator with a failed member fails at once (set by the runtime)
-        self.fault_tolerant = False
+        #: collective on a communicator with a failed member fails at once
+        self.fault_tolerant = fault_tolerant
         self._collective_contexts: set = set()
         self._control_contexts: set = set()
         self._acknowledged: Dict[int, frozenset] = {}   # p2p context -> failures acknowledged
@@ -216,17 +229,19 @@ class Engine(FrameSink):
         #: what the layers above are in the middle of (a window's epoch call), for the
         #: deadlock reporter (observe.Activities)
         self.activities = Activities()
-        #: after how many seconds a wait is reported to the observers as blocked
-        self.block_report_after = 1.0
+        #: after how many seconds a wait is reported to the subscribers as blocked
+        self.block_report_after = block_report_after
         # context -> what to tell about each message that matched no posted receive there
         # (watch_unexpected); consulted only on that path
         self._unexpected_watchers: Dict[int, Callable[[Incoming], None]] = {}
-        # How ``Comm.Abort(code)`` ends the job: the process runtime installs one that tells
+        # How ``Comm.Abort(code)`` ends the job: the process runtime gives one that tells
         # the launcher and exits with ``code``; without one only this engine is aborted.
-        self.job_abort: Optional[Callable[[int, str], None]] = None
+        self.job_abort = job_abort
         # Where point-to-point messages and nonblocking requests came from, for the check at
-        # finalize (minimpi.comm.ledger.Ledger); the runtime of a real job installs one.
-        self.ledger = None
+        # finalize (minimpi.comm.ledger.Ledger); the runtime of a real job gives one.
+        self.ledger = ledger
+        #: MPI.UNIVERSE_SIZE (None: the world's size)
+        self.universe_size = universe_size if universe_size is not None else size
         self._next_context = FIRST_FREE_CONTEXT
         #: host index of every world rank (ranks with equal indices share a machine); one
         #: host until the rendezvous says otherwise (:meth:`set_hosts`)
@@ -248,6 +263,11 @@ class Engine(FrameSink):
             for peer, identity in hosts.items():
                 foreign[int(peer)] = numbers.setdefault(identity, len(numbers))
             self.hosts = HostTable(tuple(self.hosts), foreign)
+
+    def set_progress_policy(self, policy: ProgressPolicy) -> None:
+        """How waits spin and sleep from now on (decided once the rendezvous knows how many
+        ranks share this host: spinning pays only while each has a core)."""
+        self.progress_policy = policy
 
     def set_transport(self, transport: Transport) -> None:
         """Give a world of one, which needs no transport to itself, one after all (to reach

@@ -613,13 +613,18 @@ def deadlock_timeout_from_env(env: Dict[str, str]) -> float:
         return 0.0
 
 
+def report_after(env: Dict[str, str], default: float = 1.0) -> float:
+    """After how many seconds a wait is reported blocked (the engine's
+    ``block_report_after``): ``default``, or early enough that the launcher sees the state
+    well within ``--deadlock-timeout``."""
+    timeout = deadlock_timeout_from_env(env)
+    return min(default, max(0.05, timeout / 4)) if timeout > 0 else default
+
+
 def install(engine, coordinator, env: Dict[str, str]) -> Optional[BlockReporter]:
-    """Report blocked waits of ``engine`` to ``coordinator`` (called by the runtime)."""
+    """Report blocked waits of ``engine`` to ``coordinator`` (called by the runtime; the
+    engine was made with :func:`report_after`)."""
     if coordinator is None:    # (a world of one may still wait: on processes of other jobs)
         return None
-    timeout = deadlock_timeout_from_env(env)
-    if timeout > 0:
-        # report early enough that the launcher sees the state well within its timeout
-        engine.block_report_after = min(engine.block_report_after, max(0.05, timeout / 4))
     return BlockReporter(engine, coordinator.report_state,
                          getattr(coordinator, "report_failure", None)).install()

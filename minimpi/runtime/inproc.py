@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence
 from ..bus import Bus, Subscriber
 from ..comm import ulfm
 from ..comm.communicator import Intracomm
+from ..comm.ledger import Ledger
 from ..errors import MPITimeoutError
 from ..p2p.engine import DEFAULT_EAGER_LIMIT, Engine
 from ..p2p.request import describe
@@ -80,7 +81,7 @@ class _BlockedNote(Subscriber):
 def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 30.0,
                 eager_limit: int = DEFAULT_EAGER_LIMIT, recorder: Optional[FrameRecorder] = None,
                 transport: str = "inproc", hosts: Optional[Sequence[Any]] = None,
-                fault_tolerant: bool = False, **kwargs: Any) -> List[Any]:
+                fault_tolerant: bool = False, ledger: bool = False, **kwargs: Any) -> List[Any]:
     """Call ``fn(comm, *args, **kwargs)`` on ``size`` ranks; return the results in rank order.
 
     ``transport``: ``"inproc"`` (default), ``"tcp"`` (loopback sockets between the threads),
@@ -89,8 +90,10 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
     suite runs over all. ``hosts``: a host label per rank, to pretend the ranks are spread
     over machines (topology-aware collectives, and the router's choice of wire; default: all
     on one). ``fault_tolerant``: as ``minimpi run --fault-tolerant`` (ULFM: a rank whose
-    function raises is a failed process the others are told of, and the run goes on). The
-    first exception (lowest rank) is re-raised as :class:`RankFailed` from the original.
+    function raises is a failed process the others are told of, and the run goes on).
+    ``ledger``: each rank keeps the finalize ledger of a real job (where its messages came
+    from: :mod:`minimpi.runtime.leftovers`). The first exception (lowest rank) is re-raised
+    as :class:`RankFailed` from the original.
     """
     if hosts is not None and len(hosts) != size:
         raise ValueError(f"run_threads: hosts has {len(hosts)} labels for {size} ranks")
@@ -98,18 +101,19 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
         hosts = [f"host{r % 2}" for r in range(size)]
     labels = [str(h) for h in hosts] if hosts is not None else ["host"] * size
     transports = _transports(transport, size, recorder, labels)
-    engines = [Engine(r, size, transports[r], eager_limit, bus=Bus()) for r in range(size)]
-    if hosts is not None:   # the collectives see the hosts the router routes by
-        for engine in engines:
-            engine.set_hosts(labels)
+    engines: List[Engine] = []
 
     def abort_all(code: int, reason: str) -> None:   # Comm.Abort ends every rank's waits
         for engine in engines:
             engine.abort(reason)
 
+    engines += [Engine(r, size, transports[r], eager_limit, bus=Bus(),
+                       fault_tolerant=fault_tolerant, job_abort=abort_all,
+                       ledger=Ledger() if ledger else None, block_report_after=0.5)
+                for r in range(size)]
     for engine in engines:
-        engine.job_abort = abort_all
-        engine.fault_tolerant = fault_tolerant
+        if hosts is not None:   # the collectives see the hosts the router routes by
+            engine.set_hosts(labels)
         ulfm.install(engine)
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
@@ -117,7 +121,6 @@ def run_threads(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 
 
     def body(rank: int) -> None:
         engine = engines[rank]
-        engine.block_report_after = 0.5
         engine.bus.subscribe(_BlockedNote(blocked, rank))
         comm = Intracomm(engine, range(size), rank, 0, "COMM_WORLD")
         try:

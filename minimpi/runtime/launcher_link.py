@@ -45,6 +45,15 @@ SINGLETON_START_TIMEOUT = 60.0
 SINGLETON_LAUNCHER = "minimpi.launcher.singleton"
 
 
+
+def universe_size_of(info: BootInfo) -> int:
+    """``MPI.UNIVERSE_SIZE`` of this job: what the launcher says (``--universe-size``), else
+    the world's size."""
+    try:
+        return int(info.env.get(ENV_UNIVERSE_SIZE) or info.size)
+    except ValueError:
+        return info.size
+
 class RuntimeLauncherLink(LauncherLink):
     """A process's link to its launcher: see the module docstring."""
 
@@ -53,11 +62,7 @@ class RuntimeLauncherLink(LauncherLink):
         self.engine = engine
         self.rank = info.rank
         self.job_number = job_number_of(info.env)
-        try:
-            self.universe_size = int(info.env.get(ENV_UNIVERSE_SIZE) or info.size)
-        except ValueError:
-            self.universe_size = info.size
-        engine.universe_size = self.universe_size
+        self.universe_size = universe_size_of(info)
         parent = info.env.get(ENV_PARENT)
         self.parent: Optional[dict] = json.loads(parent) if parent else None
         self._known: set = set()

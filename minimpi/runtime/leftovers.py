@@ -78,12 +78,6 @@ def finalize_wait(env: Dict[str, str]) -> float:
     return max(0.0, wait)
 
 
-def install(engine: Any) -> Ledger:
-    """Give ``engine`` a ledger (the runtime does it for every rank of a real job)."""
-    engine.ledger = Ledger()
-    return engine.ledger
-
-
 def _context_name(engine: Any, context: int) -> str:
     base = context - context % 2
     for watch in watches(engine).values():

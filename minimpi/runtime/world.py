@@ -18,6 +18,7 @@ from .. import transports
 from ..bus import Bus
 from ..comm import ulfm
 from ..comm.communicator import Intracomm, set_predefined
+from ..comm.ledger import Ledger
 from ..dynamic import join_parent, set_launcher_link
 from ..errors import CollectiveMismatchError, JobAbortedError, MinimpiError
 from ..p2p.engine import Engine, eager_limit_from_env
@@ -26,9 +27,9 @@ from ..rma import finish_wait, finish_windows, serving_receives, stop_serving
 from . import failures
 from .bootstrap import BootInfo, bootstrap, host_identity
 from .diagnose import install as install_diagnostics
-from .launcher_link import RuntimeLauncherLink
+from .diagnose import report_after
+from .launcher_link import RuntimeLauncherLink, universe_size_of
 from .leftovers import finalize_check, finalize_wait
-from .leftovers import install as install_ledger
 
 _lock = threading.RLock()
 _state: Optional["_Runtime"] = None
@@ -46,14 +47,15 @@ class _Runtime:
                                           info, host_identity())
         #: the world's instrumentation bus: tracing, diagnosis and the dashboard subscribe
         self.bus = Bus()
-        self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env),
-                             bus=self.bus)
-        self.engine.job_abort = abort
         # fault tolerance (--fault-tolerant): a failed rank is a failed process the job
-        # survives; every process hears revoke notices (minimpi.comm.ulfm)
-        self.engine.fault_tolerant = failures.fault_tolerant(info.env)
+        # survives; every process hears revoke notices (minimpi.comm.ulfm). The ledger: where
+        # messages came from, for the check at finalize
+        self.engine = Engine(info.rank, info.size, transport, eager_limit_from_env(info.env),
+                             bus=self.bus, fault_tolerant=failures.fault_tolerant(info.env),
+                             job_abort=abort, ledger=Ledger(),
+                             block_report_after=report_after(info.env),
+                             universe_size=universe_size_of(info))
         ulfm.install(self.engine)
-        install_ledger(self.engine)   # where messages came from, for the check at finalize
         self.all_connected = False    # every pair connected at start-up (small jobs)
         if info.coordinator is not None:
             try:
@@ -101,8 +103,8 @@ class _Runtime:
                 transport.connect_all()
                 self.all_connected = True
             # spin before sleeping only while the ranks on this host have a core each
-            self.engine.progress_policy = ProgressPolicy.from_env(
-                info.env, len(transport.local_ranks))
+            self.engine.set_progress_policy(ProgressPolicy.from_env(
+                info.env, len(transport.local_ranks)))
 
 
 #: the process that initialised MPI (a forked child is another process)

@@ -22,7 +22,7 @@ from minimpi.runtime.inproc import run_threads
 
 
 def spinning(comm) -> None:
-    comm.endpoint.engine.progress_policy = ProgressPolicy("yield", max_spin=0.05)
+    comm.endpoint.engine.set_progress_policy(ProgressPolicy("yield", max_spin=0.05))
 
 
 def calls_of(fn, repeats: int = 100) -> float:

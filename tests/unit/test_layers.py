@@ -317,6 +317,61 @@ def test_no_layer_replaces_another_layers_methods():
                        "a bus subscriber, minimpi.bus):\n" + "\n".join(found))
 
 
+#: the names a module outside the point-to-point layer calls an engine by
+_ENGINE_NAMES = {"engine"}
+
+
+def _names_an_engine(node: ast.AST) -> bool:
+    """``engine``, ``x.engine``, ``self._ep.engine``... (how the layers reach an engine)."""
+    return (isinstance(node, ast.Name) and node.id in _ENGINE_NAMES) or (
+        isinstance(node, ast.Attribute) and node.attr in _ENGINE_NAMES)
+
+
+def _configuration_writes(trees: Dict[str, ast.AST]) -> List[str]:
+    """Assignments to an engine's attributes outside ``minimpi.p2p`` (the engine is
+    configured at construction and through its methods), and ``setattr`` on a class or
+    object another module defined (the runtime's old tracing replaced methods so)."""
+    p2p = layer_of("minimpi.p2p.engine")
+    found = []
+    for module, tree in trees.items():
+        if layer_of(module) == p2p:
+            continue
+        own_classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        imported = {alias.asname or alias.name for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(
+                        ("minimpi", "launcher")) or isinstance(n, ast.ImportFrom) and n.level
+                    for alias in n.names}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and _names_an_engine(target.value):
+                    found.append(f"{module}:{node.lineno} sets {ast.unparse(target)}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "setattr" and node.args:
+                first = node.args[0]
+                if _names_an_engine(first) or (isinstance(first, ast.Name) and first.id
+                                               in imported and first.id not in own_classes):
+                    found.append(f"{module}:{node.lineno} {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_no_layer_configures_the_engine_or_patches_another_modules_objects():
+    found = _configuration_writes(_layer_names()[2])
+    assert not found, ("the engine gets its configuration at construction (and from its "
+                       "set_* methods); no module sets attributes on another module's "
+                       "classes:\n" + "\n".join(found))
+
+
+def test_the_configuration_check_sees_a_violation():
+    tree = ast.parse("from minimpi.comm.communicator import Intracomm\n"
+                     "def f(comm):\n"
+                     "    comm._ep.engine.fault_tolerant = True\n"
+                     "    setattr(Intracomm, 'Send', None)\n")
+    found = _configuration_writes({"minimpi.runtime.example": tree})
+    assert len(found) == 2, found
+
+
 def test_the_private_name_check_sees_a_violation():
     """The checks above would see the couplings they exist to prevent."""
     private, methods, _ = _layer_names()

@@ -15,13 +15,6 @@ def finish(comm):
     return leftovers.check(comm._ep.engine, leftovers.exchange_markers(comm._ep.engine))
 
 
-def ledgered(body):
-    def run(comm):
-        leftovers.install(comm._ep.engine)
-        return body(comm)
-    return run
-
-
 def test_a_clean_program_leaves_nothing():
     def body(comm):
         x = np.full(4, float(comm.rank))
@@ -33,7 +26,7 @@ def test_a_clean_program_leaves_nothing():
         comm.recv(source=(comm.rank - 1) % comm.size, tag=4)
         req.wait()
         return finish(comm)
-    assert run_threads(3, ledgered(body)) == [([], [])] * 3
+    assert run_threads(3, body, ledger=True) == [([], [])] * 3
 
 
 def test_a_wrong_root_on_one_rank_is_a_root_mismatch():
@@ -42,7 +35,7 @@ def test_a_wrong_root_on_one_rank_is_a_root_mismatch():
         buf = np.arange(4.0) if comm.rank == 0 else np.zeros(4)
         comm.Bcast(buf, root=1 if comm.rank == 1 else 0)
         return finish(comm)
-    errors = [e for e, _ in run_threads(2, ledgered(body))]
+    errors = [e for e, _ in run_threads(2, body, ledger=True)]
     assert "rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD while rank 1 called " \
            "Bcast(root=1)" in errors[0][0]
     assert "rank 1 called Bcast(root=1) as collective #1 on COMM_WORLD while rank 0 called " \
@@ -57,7 +50,7 @@ def test_bcast_against_reduce_names_both_calls():
         else:
             comm.Reduce(x, np.zeros(4), op=SUM, root=0)
         return finish(comm)
-    results = run_threads(3, ledgered(body))
+    results = run_threads(3, body, ledger=True)
     assert "rank 1 called Reduce(root=0, op=SUM) as collective #1 on COMM_WORLD while rank 0 " \
            "called Bcast(root=0)" in results[1][0][0]
     assert all(errors for errors, _ in results)
@@ -69,7 +62,7 @@ def test_a_rank_that_made_fewer_collective_calls():
         if comm.rank == 0:
             comm.Bcast(np.zeros(2), root=0)
         return finish(comm)
-    errors, warnings = run_threads(2, ledgered(body))[1]
+    errors, warnings = run_threads(2, body, ledger=True)[1]
     # a warning, not an error: the rank may have ended early on purpose (sys.exit(7))
     assert errors == []
     assert "rank 0 called Bcast(root=0) as collective #2 on COMM_WORLD, but rank 1 made only 1 " \
@@ -84,7 +77,7 @@ def test_unreceived_messages_name_source_tag_size_and_line():
             for _ in range(3):
                 comm.send(None, dest=1, tag=6)
         return finish(comm)
-    errors, warnings = run_threads(2, ledgered(body))[1]
+    errors, warnings = run_threads(2, body, ledger=True)[1]
     assert errors == [] and len(warnings) == 1
     text = warnings[0]
     assert text.startswith("5 messages sent to this rank were never received")
@@ -108,7 +101,7 @@ def test_receives_never_matched_and_requests_never_completed():
             comm.recv(source=0, tag=9)
             comm.recv(source=0, tag=10)
         return finish(comm)
-    (_, warnings0), (errors1, warnings1) = run_threads(2, ledgered(body))
+    (_, warnings0), (errors1, warnings1) = run_threads(2, body, ledger=True)
     assert errors1 == [] and warnings1 == []
     text = "\n".join(warnings0)
     assert "1 receive never matched a message" in text
@@ -141,7 +134,7 @@ def test_a_rank_that_skipped_the_bcast():
         if comm.rank != 1:
             comm.Bcast(buf, root=0)
         return finish(comm)
-    errors, warnings = run_threads(3, ledgered(body))[1]
+    errors, warnings = run_threads(3, body, ledger=True)[1]
     assert errors == [] and warnings == [
         "1 collective message of calls this rank never made was never received:\n"
         "  rank 0 called Bcast(root=0) as collective #1 on COMM_WORLD, but rank 1 made no "
@@ -163,7 +156,7 @@ def test_thousands_of_requests_in_flight_leave_no_false_warning():
         Request.Waitall(recvs + sends)
         assert [b[0] for b in bufs] == [float(i) for i in range(n)]
         return finish(comm)
-    assert run_threads(2, ledgered(body), timeout=120) == [([], [])] * 2
+    assert run_threads(2, body, ledger=True, timeout=120) == [([], [])] * 2
 
 
 class _Req:

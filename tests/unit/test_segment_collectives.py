@@ -20,7 +20,7 @@ ALLREDUCE_CALLS = 25
 
 
 def spinning(comm) -> None:
-    comm.endpoint.engine.progress_policy = ProgressPolicy("yield", max_spin=0.05)
+    comm.endpoint.engine.set_progress_policy(ProgressPolicy("yield", max_spin=0.05))
 
 
 @pytest.mark.parametrize("p", [2, 3, 5])

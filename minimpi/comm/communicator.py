@@ -26,11 +26,9 @@ buffer specs such as ``[arr, MPI.DOUBLE]``).
 from __future__ import annotations
 
 import copyreg
-import itertools
 import operator
 import os
 import sys
-import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -57,6 +55,7 @@ from ..data.attributes import COMM_KEYVALS, Attributed, AttributeStore
 from ..data.cint import as_int
 from ..errors import USER_ERRORS, CommError, RankError, TagError
 from ..front import Fronted
+from ..handles import IntConversions, object_of, register
 from ..p2p.endpoint import Endpoint
 from ..p2p.engine import FIRST_FREE_CONTEXT, Engine
 from ..p2p.request import Request
@@ -113,7 +112,7 @@ def _run_as_kind(name: str) -> Callable[..., Any]:
     return collective_of_kind
 
 
-class Comm(Attributed, metaclass=Fronted):
+class Comm(Attributed, IntConversions, metaclass=Fronted):
     """A communicator (``MPI.Comm``): point-to-point communication and management.
 
     ``Comm(comm)`` / ``MPI.Intracomm(comm)`` / ``MySubclass(comm)`` make another Python object
@@ -503,8 +502,7 @@ class Comm(Attributed, metaclass=Fronted):
             return 0
         h = self.__dict__.get("_handle")
         if h is None:
-            h = self.__dict__["_handle"] = next(_next_handle)
-            _HANDLES[h] = self
+            h = self.__dict__["_handle"] = register(self)
         return h
 
     @classmethod
@@ -513,25 +511,13 @@ class Comm(Attributed, metaclass=Fronted):
         handle = operator.index(handle)
         if handle == 0:
             return cls()
-        comm = _HANDLES.get(handle)
-        if comm is None:
+        comm = object_of(handle)
+        if not isinstance(comm, Comm):
             raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live communicator "
                              f"has this handle in this process")
         if cls is Comm and (comm.Is_inter() or isinstance(comm, Topocomm)):   # keeps the kind
             cls = type(comm)
         return cls(comm)
-
-    def toint(self) -> int:
-        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromint(cls, value: int) -> "Comm":
-        return cls.fromhandle(value)
-
-    f2py = fromint
 
     def __bool__(self) -> bool:  # mpi4py: False for COMM_NULL and after Free
         return not (self.__dict__.get("_null") or self.__dict__.get("_freed"))
@@ -705,8 +691,6 @@ def _is_inter(comm: "Comm") -> bool:
 
 
 #: handle number -> communicator, for ``Comm.fromhandle`` (filled when ``.handle`` is read)
-_HANDLES: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
-_next_handle = itertools.count(1)
 
 #: this process's COMM_WORLD and COMM_SELF (set by the runtime), what pickles by name
 _PREDEFINED: dict = {"COMM_WORLD": None, "COMM_SELF": None}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copyreg
 import itertools
 import operator
-import weakref
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from ..errors import (
@@ -25,6 +24,7 @@ from ..errors import (
     MinimpiError,
     UnsupportedError,
 )
+from ..handles import IntConversions, object_of, register
 
 _WHY = {
     "Win": "one-sided communication (MPI.Win, Put/Get/Accumulate)",
@@ -52,13 +52,7 @@ def refusing(feature: str, call: str):
     return refuse
 
 
-#: the live objects that were asked for an integer handle, by handle (weak: a handle names
-#: an object only while it lives)
-_BY_HANDLE: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
-_next_handle = itertools.count(1)
-
-
-class IntHandles:
+class IntHandles(IntConversions):
     """mpi4py's integer handles of an object kind: ``handle``, ``fromhandle``, ``toint``,
     ``fromint``, ``py2f``, ``f2py``.
 
@@ -77,9 +71,7 @@ class IntHandles:
             return 0
         number = getattr(self, "_int_handle", 0)
         if not number:
-            number = next(_next_handle)
-            self._int_handle = number
-            _BY_HANDLE[number] = self
+            number = self._int_handle = register(self)
         return number
 
     @classmethod
@@ -88,23 +80,11 @@ class IntHandles:
         number = operator.index(handle)
         if number == 0:
             return cls()
-        found = _BY_HANDLE.get(number)
+        found = object_of(number)
         if not isinstance(found, cls):
             raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle!r}): no live "
                              f"{cls.__name__} has this handle in this process")
         return found
-
-    def toint(self) -> int:
-        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromint(cls, value: int) -> Any:
-        return cls.fromhandle(value)
-
-    f2py = fromint
 
 
 class Errhandler(IntHandles):

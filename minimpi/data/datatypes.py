@@ -29,9 +29,7 @@ types pickle as the constructor calls that made them.
 """
 from __future__ import annotations
 
-import itertools
 import operator
-import weakref
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -43,6 +41,7 @@ from ..errors import (
     DatatypeError,
     UnknownDatatypeError,
 )
+from ..handles import IntConversions, object_of, point, register
 from . import constructors as _make
 from .attributes import DATATYPE_KEYVALS, Attributed, AttributeStore
 from .constructors import (
@@ -131,7 +130,7 @@ def _ints(values: Any, what: str, call: str, *, minimum: Optional[int] = 0,
     return out
 
 
-class Datatype(Attributed):
+class Datatype(Attributed, IntConversions):
     """An MPI datatype handle (``MPI.Datatype``).
 
     Users obtain these as the predefined constants or from the ``Create_*`` constructors;
@@ -828,8 +827,9 @@ class Datatype(Attributed):
             return 0
         token = self._handle
         if not token.number:
-            token.number = next(_next_handle_number)
-        _DATATYPES_BY_HANDLE[token.number] = self
+            token.number = register(self)
+        else:
+            point(token.number, self)      # (keeps a live handle object in the table)
         return token.number
 
     @classmethod
@@ -838,23 +838,11 @@ class Datatype(Attributed):
         number = operator.index(handle)
         if number == 0:
             return cls()
-        found = _DATATYPES_BY_HANDLE.get(number)
-        if found is None:
+        found = object_of(number)
+        if not isinstance(found, Datatype):
             raise ValueError(f"MPI.Datatype.fromhandle({handle!r}): no live datatype has "
                              f"this handle in this process")
         return cls(found)
-
-    def toint(self) -> int:
-        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromint(cls, value: int) -> "Datatype":
-        return cls.fromhandle(value)
-
-    f2py = fromint
 
     __hash__ = None  # type: ignore[assignment]   (handles are unhashable, as mpi4py's)
 
@@ -1005,10 +993,6 @@ def held_handle(datatype: Datatype) -> Datatype:
     return held
 
 
-#: the datatypes asked for an integer handle, by handle (weak: a handle names a live type)
-_DATATYPES_BY_HANDLE: "weakref.WeakValueDictionary[int, Datatype]" = \
-    weakref.WeakValueDictionary()
-_next_handle_number = itertools.count(1)
 
 
 def _handle_of(t: Datatype) -> Datatype:

@@ -33,7 +33,6 @@ accumulate meaning, where ``inbuf`` is the origin data).
 from __future__ import annotations
 
 import inspect
-import itertools
 import operator
 import weakref
 from typing import Any, Callable
@@ -41,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ERR_INTERN, CountError, MinimpiError, OpError
+from ..handles import IntConversions, object_of, register
 from .buffers import parse_buffer
 from .datatypes import Datatype, from_numpy_dtype
 
@@ -146,7 +146,7 @@ def from_numpy_dtype_name(dtype: np.dtype) -> str:
         return "?"
 
 
-class Op:
+class Op(IntConversions):
     """A reduction operation handle (``MPI.Op``).
 
     ``MPI.Op()`` is a null handle (equal to ``MPI.OP_NULL``, falsy); ``MPI.Op(op)`` is a
@@ -279,30 +279,17 @@ class Op:
         """An integer naming this operation in this process (``fromhandle`` gives it back)."""
         target = self._target()
         if not target._handle:
-            target._handle = next(_next_handle)
-            _OP_HANDLES[target._handle] = target
+            target._handle = register(target)
         return target._handle
 
     @classmethod
     def fromhandle(cls, handle: int) -> "Op":
         """A handle on the operation ``handle`` names."""
-        target = _OP_HANDLES.get(operator.index(handle))
-        if target is None:
+        target = object_of(operator.index(handle))
+        if not isinstance(target, Op):
             raise ValueError(f"MPI.Op.fromhandle({handle}): no operation has this handle in "
                              f"this process")
         return cls(target)
-
-    def toint(self) -> int:
-        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromint(cls, value: int) -> "Op":
-        return cls.fromhandle(value)
-
-    f2py = fromint
 
     # ------------------------------------------------------------------ life cycle
     @classmethod
@@ -497,8 +484,6 @@ def _as_like(inbuf: Any, like: np.ndarray, call: str) -> np.ndarray:
 
 
 OP_NULL = Op()
-_OP_HANDLES: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary()
-_next_handle = itertools.count(1)
 
 #: The predefined operations by name.
 PREDEFINED_OPS: dict[str, Op] = {}

@@ -1,15 +1,14 @@
 """Requests and statuses: the handles of point-to-point operations (mpi4py-shaped)."""
 from __future__ import annotations
 
-import itertools
 import operator
-import weakref
 from typing import Any, Callable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from ..data.datatypes import count_elements, elements_nbytes
 from ..errors import SUCCESS, MinimpiError, PeerLostError, RequestError
 from ..front import REQUEST_CALLS, Fronted
+from ..handles import IntConversions, object_of, register
 
 
 class RequestEngine(Protocol):
@@ -200,8 +199,6 @@ class StatusMemory:
 
 
 #: handle number -> request, for ``Request.fromhandle`` (filled only when ``.handle`` is read)
-_HANDLES: "weakref.WeakValueDictionary[int, Request]" = weakref.WeakValueDictionary()
-_next_handle = itertools.count(1)
 
 
 #: the status of requests that carry no message information (sends, collectives): one shared
@@ -209,7 +206,7 @@ _next_handle = itertools.count(1)
 _NO_MESSAGE = Status()
 
 
-class Request(metaclass=Fronted):
+class Request(IntConversions, metaclass=Fronted):
     """A pending operation; complete it with ``wait``/``Wait`` or poll it with ``test``/``Test``.
 
     Lowercase methods return the received Python object (mpi4py's ``req.wait()``),
@@ -447,8 +444,7 @@ class Request(metaclass=Fronted):
         if target._is_null():
             return 0
         if not target._handle:
-            target._handle = next(_next_handle)
-            _HANDLES[target._handle] = target
+            target._handle = register(target)
         return target._handle
 
     @classmethod
@@ -457,23 +453,11 @@ class Request(metaclass=Fronted):
         handle = operator.index(handle)
         if handle == 0:
             return cls()
-        target = _HANDLES.get(handle)
-        if target is None:
+        target = object_of(handle)
+        if not isinstance(target, Request):
             raise ValueError(f"MPI.{cls.__name__}.fromhandle({handle}): no live request has "
                              f"this handle in this process")
         return cls(target)
-
-    def toint(self) -> int:
-        """As ``handle`` (minimpi has no separate Fortran/C integer handles)."""
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromint(cls, value: int) -> "Request":
-        return cls.fromhandle(value)
-
-    f2py = fromint
 
     def __repr__(self) -> str:
         if self._orig is not None:

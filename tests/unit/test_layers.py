@@ -40,6 +40,7 @@ LAYERS = [
     ("minimpi.transports", 2),
     ("minimpi.data", 1),
     ("minimpi.errors", 0), ("minimpi.constants", 0), ("minimpi.bus", 0), ("minimpi.front", 0),
+    ("minimpi.handles", 0),
 ]
 
 

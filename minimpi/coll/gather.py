@@ -10,11 +10,13 @@ root knows every size, so every rank chooses on ``p`` alone).
 """
 from __future__ import annotations
 
-from .blocks import RootedBlocks
+from .blocks import EqualBlocks, RootedBlocks
 from .cost import segments, tree_volume
 from .peers import binomial_children, binomial_parent, subtree_end
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 @algorithm("gather", "binomial",
@@ -105,4 +107,40 @@ def gather_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0
         return blocks.gathered()
     blocks.hold(rel, rel + 1)
     yield [ch.isend(blocks.take(rel, rel + 1, 0), root)]
+    return None
+
+
+@algorithm("gather", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
+           volume=lambda p, n: 0, local=lambda p, n: p * n)
+def gather_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): every rank but the
+    root copies its block into its slot and publishes the call (and goes on); the root
+    waits until all have and copies the p-1 blocks into its receive buffer. One step for
+    blocks that fit a slot (larger ones in slot-sized pieces); time α/2 + (p-1)·n·β at
+    the root. ``Gatherv`` (blocks of several sizes, which only the root knows) runs the
+    binomial tree.
+    """
+    if not isinstance(blocks, EqualBlocks):
+        return (yield from gather_binomial(ch, blocks, root, segment))
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    everyone = range(p)
+    parts = pieces(blocks.b, seg.slot)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by the root)
+        if rank != root:
+            seg.area(rank, k, hi - lo)[...] = blocks.src[lo:hi]
+            seg.publish(k, sig, call=ch)
+            seg.finished(k)
+            continue
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, everyone)]
+        seg.check(k, sig, everyone, ch)
+        for r in everyone:                       # (the root's store: its receive buffer)
+            if r != rank:
+                blocks.store.view(r)[lo:hi] = seg.area(r, k, hi - lo)
+        seg.finished(k)
     return None

@@ -15,7 +15,7 @@ from typing import List
 
 import numpy as np
 
-from .blocks import running_sum
+from .blocks import as_bytes, running_sum
 from .cost import floor_log2, tree_volume
 from .peers import (
     binomial_children,
@@ -30,6 +30,8 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 @algorithm("reduce_scatter", "binomial",
@@ -187,3 +189,40 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
     if higher is not None:
         red.lower_into(recv, higher)      # lower part (op) higher part
         recv[...] = higher
+
+
+@algorithm("reduce_scatter", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)·n/p·(β + γ) + n·β; c = max(1, ⌈n/16384⌉)",
+           messages=lambda m, p, n: p, volume=lambda p, n: 0, local=lambda p, n: p * n)
+def reduce_scatter_segment(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
+                           counts: List[int]) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): every rank copies its
+    whole vector into its slot and publishes the call; once all have, rank r reduces block
+    r of the p slots in rank order (any op). One step for a vector that fits a slot
+    (larger ones in slot-sized pieces); time α/2 + n·β + (p-1)·n/p·(β + γ).
+    """
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    mine, result = as_bytes(send), as_bytes(recv)
+    dtype, size = send.dtype, send.itemsize
+    offs = running_sum(counts)
+    block_lo, block_hi = offs[rank] * size, offs[rank + 1] * size
+    unit = (red.datatype.base_count if red.datatype is not None else 1) * size
+    everyone = range(p)
+    parts = pieces(mine.nbytes, seg.slot, unit)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, everyone)]
+        seg.check(k, sig, everyone, ch)
+        first, last = max(lo, block_lo), min(hi, block_hi)
+        if first < last:                         # my block's part in this piece
+            acc = result[first - block_lo:last - block_lo].view(dtype)
+            acc[...] = seg.area(0, k, hi - lo)[first - lo:last - lo].view(dtype)
+            for r in range(1, p):
+                red.into_lower(acc, seg.area(r, k, hi - lo)[first - lo:last - lo].view(dtype))
+        seg.finished(k)
+    return recv

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .blocks import as_bytes
 from .cost import segments, xor_exchanges
 from .reduction import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 def _doubling(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool) -> Schedule:
@@ -136,3 +139,53 @@ def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 2
     sends ``prefix (op) x_r`` on. p-1+s-1 steps; time (p+s-2)·(α + (n/s)(β + γ)); volume
     (p-1)·n, (p-1)·n reduced."""
     return (yield from _chain(ch, red, data, out, False, segment))
+
+
+#: every rank writes its vector once; rank r reads and reduces the r (or r + 1) below it
+SEGMENT_COST = dict(
+    formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", objects=False, segment=True,
+    messages=lambda m, p, n: p, volume=lambda p, n: 0, local=lambda p, n: p * n)
+
+
+def _in_segment(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool) -> Schedule:
+    """Scan (``inclusive``) or exscan in the communicator's shared segment."""
+    seg = ch.segment()
+    rank = ch.rank
+    sig = ch.tag >> SEQ_BITS
+    mine, result = as_bytes(data), as_bytes(out)
+    dtype = data.dtype
+    unit = (red.datatype.base_count if red.datatype is not None else 1) * data.itemsize
+    below = range(rank + 1) if inclusive else range(rank)
+    parts = pieces(mine.nbytes, seg.slot, unit)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        seg.area(rank, k, hi - lo)[...] = mine[lo:hi]
+        seg.publish(k, sig, call=ch)
+        if below:
+            yield [seg.wait_for(ch, k, below)]
+            seg.check(k, sig, below, ch)
+            acc = result[lo:hi].view(dtype)
+            acc[...] = seg.area(0, k, hi - lo).view(dtype)
+            for r in below[1:]:                  # in rank order: any op
+                red.into_lower(acc, seg.area(r, k, hi - lo).view(dtype))
+        seg.finished(k)
+    return out if below else None
+
+
+@algorithm("scan", "segment", **SEGMENT_COST)
+def scan_segment(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): every rank copies its
+    vector into its slot and publishes the call; rank r waits for ranks 0..r and reduces
+    their slots in rank order (any op). One step for a vector that fits a slot (larger ones
+    in slot-sized pieces); time α/2 + r·n·(β + γ) at rank r.
+    """
+    return (yield from _in_segment(ch, red, data, out, True))
+
+
+@algorithm("exscan", "segment", **SEGMENT_COST)
+def exscan_segment(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 0) -> Schedule:
+    """As ``scan_segment``, but rank r reduces the slots of ranks 0..r-1 (rank 0's result
+    is left undefined, as MPI says); time α/2 + (r-1)·n·(β + γ) at rank r.
+    """
+    return (yield from _in_segment(ch, red, data, out, False))

@@ -11,11 +11,13 @@ root knows every size, so every rank chooses on ``p`` alone).
 """
 from __future__ import annotations
 
-from .blocks import RootedBlocks
+from .blocks import EqualBlocks, RootedBlocks
 from .cost import segments, tree_volume
 from .peers import binomial_children, binomial_parent, subtree_end
 from .registry import algorithm
 from .schedule import Channel, Schedule
+from .segment import pieces
+from .slots import SEQ_BITS
 
 
 @algorithm("scatter", "binomial",
@@ -101,3 +103,45 @@ def scatter_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 
     yield [req]
     blocks.put(rel, rel + 1, req.wait())
     return blocks.own_block()
+
+
+@algorithm("scatter", "segment", segment=True, objects=False,
+           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈p·n/16384⌉)", messages=lambda m, p, n: p,
+           volume=lambda p, n: 0, local=lambda p, n: p * n)
+def scatter_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
+    """Meet in the communicator's shared segment (ranks on one host): the root copies the
+    p blocks into its slot and publishes the call; every other rank publishes that it is
+    in the call, waits for the root's slot and copies its own block out. One step while
+    the p blocks fit a slot (more in slot-sized pieces of the whole); time α/2 + n·β at
+    each rank, (p-1)·n·β at the root. ``Scatterv`` (blocks of several sizes) runs the
+    binomial tree.
+    """
+    if not isinstance(blocks, EqualBlocks):
+        return (yield from scatter_binomial(ch, blocks, root, segment))
+    seg = ch.segment()
+    p, rank = ch.size, ch.rank
+    sig = ch.tag >> SEQ_BITS
+    b = blocks.b
+    if rank == root and blocks.dst is not None:   # the root's own block: a local copy
+        blocks.dst[...] = blocks.store.view(root)
+    parts = pieces(p * b, seg.slot)
+    for k, part in zip(seg.reserve(len(parts)), parts):
+        lo, hi = part.start, part.stop
+        yield [seg.free_for(ch, k)]              # (the area k uses was read by everyone)
+        if rank == root:
+            area = seg.area(rank, k, hi - lo)
+            for r in range(lo // b if b else 0, (hi + b - 1) // b if b else 0):
+                first, last = max(lo, r * b), min(hi, (r + 1) * b)
+                area[first - lo:last - lo] = blocks.store.view(r)[first - r * b:last - r * b]
+            seg.publish(k, sig, root=True, call=ch)   # the others wait for this slot alone
+            seg.finished(k)
+            continue
+        seg.publish(k, sig, call=ch)
+        yield [seg.wait_for(ch, k, (root,))]
+        seg.check(k, sig, (root,), ch)
+        first, last = max(lo, rank * b), min(hi, (rank + 1) * b)
+        if first < last:
+            blocks.dst[first - rank * b:last - rank * b] = \
+                seg.area(root, k, hi - lo)[first - lo:last - lo]
+        seg.finished(k)
+    return None

@@ -164,6 +164,86 @@ def test_two_ranks_that_both_take_themselves_for_the_root_are_told():
     assert "root" in str(info.value.__cause__)
 
 
+def _noncommutative():
+    """``a (op) b = 2·a + b`` elementwise: the order of the operands shows in the result."""
+    def fn(invec, inoutvec, datatype):
+        a = np.frombuffer(invec, dtype=np.float64)
+        b = np.frombuffer(inoutvec, dtype=np.float64)
+        b[...] = 2 * a + b
+    return MPI.Op.Create(fn, commute=False)
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+@pytest.mark.parametrize("n", [3, 2500])          # 2500 float64: 20 KB, two pieces
+def test_gather_scatter_scan_exscan_and_reduce_scatter_in_the_segment(p, n):
+    """The segment forms of the rooted and prefix collectives, forced by name, against
+    numpy: every root, IN_PLACE at the root, a non-commutative op kept in rank order, and a
+    v-variant (which runs the tree under the same name)."""
+    def body(comm):
+        spinning(comm)
+        r = comm.rank
+        x = np.arange(n, dtype=np.float64) + 100 * r
+        op = _noncommutative()
+        out = {}
+        for root in range(p):
+            got = np.zeros(p * n) if r == root else None
+            comm.Gather(x, got, root=root, algorithm="segment")
+            if r == root:
+                out["gather"] = got.copy()
+            mine = np.empty(n)
+            send = np.concatenate([np.arange(n) + 1000 * q for q in range(p)]).astype(float) \
+                if r == root else None
+            comm.Scatter(send, mine, root=root, algorithm="segment")
+            out.setdefault("scatter", []).append(mine.copy())
+        inplace = np.zeros(p * n)
+        inplace[r * n:(r + 1) * n] = x
+        comm.Gather(MPI.IN_PLACE if r == 0 else x, inplace if r == 0 else None, root=0,
+                    algorithm="segment")
+        out["gather_in_place"] = inplace if r == 0 else None
+        scan, exscan = np.zeros(n), np.full(n, -1.0)
+        comm.Scan(x, scan, op=op, algorithm="segment")
+        comm.Exscan(x, exscan, op=op, algorithm="segment")
+        out["scan"], out["exscan"] = scan, exscan
+        block = np.zeros(n)
+        comm.Reduce_scatter_block(np.tile(x, p), block, op=op, algorithm="segment")
+        out["reduce_scatter"] = block
+        counts = [q + 1 for q in range(p)]
+        v = np.zeros(counts[r])
+        comm.Reduce_scatter(np.arange(sum(counts), dtype=np.float64) * (r + 1), v,
+                            recvcounts=counts, op=MPI.SUM, algorithm="segment")
+        out["reduce_scatter_v"] = v
+        got_v = np.zeros(sum(range(1, p + 1))) if r == 0 else None
+        comm.Gatherv(np.full(r + 1, float(r)), [got_v, [q + 1 for q in range(p)]] if r == 0
+                     else None, root=0, algorithm="segment")
+        out["gatherv"] = got_v
+        op.Free()
+        return out
+
+    def fold(values):                      # left to right: ((x0 op x1) op x2)...
+        acc = values[0].copy()
+        for v in values[1:]:
+            acc = 2 * acc + v
+        return acc
+
+    xs = [np.arange(n, dtype=np.float64) + 100 * q for q in range(p)]
+    for r, out in enumerate(run_threads(p, body, timeout=120, transport="shm")):
+        for root in range(p):
+            if r == root:
+                assert np.array_equal(out["gather"], np.concatenate(xs))
+            assert np.array_equal(out["scatter"][root], np.arange(n) + 1000 * r)
+        if r == 0:
+            assert np.array_equal(out["gather_in_place"], np.concatenate(xs))
+            assert np.array_equal(out["gatherv"], np.concatenate(
+                [np.full(q + 1, float(q)) for q in range(p)]))
+        assert np.array_equal(out["scan"], fold(xs[:r + 1]))
+        if r > 0:
+            assert np.array_equal(out["exscan"], fold(xs[:r]))
+        assert np.array_equal(out["reduce_scatter"], fold(xs))
+        lo = sum(range(1, r + 1))
+        expected = np.arange(lo, lo + r + 1, dtype=np.float64) * sum(range(1, p + 1))
+        assert np.array_equal(out["reduce_scatter_v"], expected)
+
+
 def test_a_repeated_small_allreduce_costs_few_python_calls():
     def body(comm):
         spinning(comm)

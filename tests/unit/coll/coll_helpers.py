@@ -50,6 +50,12 @@ def algs(collective: str, *, objects: Optional[bool] = None,
             and (commutative_only is None or a.commutative_only == commutative_only)]
 
 
+def for_objects(collective: str, alg: str) -> Optional[str]:
+    """``alg`` where it serves the lowercase (Python-object) calls, else None (auto's choice):
+    for tests that make both kinds of call with one algorithm name."""
+    return alg if algorithms(collective)[alg].objects else None
+
+
 #: ``algorithm=None``: the choice of ``auto`` (add to a list of algorithm names)
 AUTO = pytest.param(None, id="auto")
 

@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from coll_helpers import KINDS, ROOTED, algs, contribution, everyone, rank_error, rooted
+from coll_helpers import (
+    KINDS,
+    ROOTED,
+    algs,
+    contribution,
+    everyone,
+    for_objects,
+    rank_error,
+    rooted,
+)
 
 from minimpi.coll.registry import algorithms
 from minimpi.constants import IN_PLACE
 from minimpi.data.datatypes import DOUBLE, INT
-from minimpi.errors import CollectiveMismatchError, RootError, TruncationError
+from minimpi.errors import AlgorithmError, CollectiveMismatchError, RootError, TruncationError
 from minimpi.runtime.inproc import run_threads
 
 GATHER = algs("gather")
@@ -27,6 +36,10 @@ def test_registered():
 @pytest.mark.parametrize("kind", KINDS)
 def test_gather(alg, p, root, kind):
     n = 3
+    if kind == "object" and not algorithms("gather")[alg].objects:
+        exc = rank_error(p, lambda comm: comm.gather(1, root=root, algorithm=alg), AlgorithmError)
+        assert "moves buffers only" in str(exc)
+        return
 
     def body(comm):
         mine = contribution(comm.rank, n, kind)
@@ -107,7 +120,7 @@ def test_igather(alg):
         r = comm.rank
         recv = np.zeros(3, "i4") if r == 0 else None
         req = comm.Igather(np.array([r], "i4"), recv, algorithm=alg)
-        oreq = comm.igather(r * r, algorithm=alg)
+        oreq = comm.igather(r * r, algorithm=for_objects("gather", alg))
         req.wait()
         return (recv.tolist() if recv is not None else None), oreq.wait()
 

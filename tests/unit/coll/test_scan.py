@@ -9,11 +9,12 @@ import functools
 
 import numpy as np
 import pytest
-from coll_helpers import CONCAT, KINDS, MATMUL, SIZES, algs, summand
+from coll_helpers import CONCAT, KINDS, MATMUL, SIZES, algs, for_objects, rank_error, summand
 
 from minimpi.coll.registry import algorithms
 from minimpi.constants import IN_PLACE
 from minimpi.data import ops
+from minimpi.errors import AlgorithmError
 from minimpi.runtime.inproc import run_threads
 
 #: (collective, algorithm): every registered scan and exscan algorithm
@@ -46,6 +47,12 @@ def _scan_ref(p, kind, exclusive):
 @pytest.mark.parametrize("p", SIZES, ids="p{}".format)
 @pytest.mark.parametrize("kind", KINDS)
 def test_scan_sum(coll, alg, p, kind):
+    if kind == "object" and not algorithms(coll)[alg].objects:
+        exc = rank_error(p, lambda comm: _call(comm, coll, objects=True)(1, algorithm=alg),
+                         AlgorithmError)
+        assert "moves buffers only" in str(exc)
+        return
+
     def body(comm):
         mine = summand(comm.rank, kind)
         if kind == "object":
@@ -71,7 +78,8 @@ def test_scan_non_commutative(coll, alg, p):
         recv = np.full(12, -1.0)
         _call(comm, coll)(MATMUL.operand(comm.rank, 3, "f8").reshape(-1), recv, op=MATMUL.op,
                           algorithm=alg)
-        return recv, _call(comm, coll, objects=True)(str(comm.rank), op=CONCAT, algorithm=alg)
+        return recv, _call(comm, coll, objects=True)(str(comm.rank), op=CONCAT,
+                                                     algorithm=for_objects(coll, alg))
 
     for r, (buf, text) in enumerate(run_threads(p, body)):
         upto = r if coll == "exscan" else r + 1
@@ -125,7 +133,8 @@ def test_iscan_iexscan(alg):
         a, b = np.zeros(2, "i4"), np.zeros(2, "i4")
         reqs = [comm.Iscan(np.full(2, comm.rank + 1, "i4"), a, algorithm=alg),
                 comm.Iexscan(np.full(2, comm.rank + 1, "i4"), b, algorithm=alg),
-                comm.iscan(comm.rank, algorithm=alg), comm.iexscan(comm.rank, algorithm=alg)]
+                comm.iscan(comm.rank, algorithm=for_objects("scan", alg)),
+                comm.iexscan(comm.rank, algorithm=for_objects("exscan", alg))]
         res = [req.wait() for req in reqs]
         return a.tolist(), b.tolist(), res[2], res[3]
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from coll_helpers import KINDS, ROOTED, algs, contribution, everyone, rank_error, rooted
+from coll_helpers import (
+    KINDS,
+    ROOTED,
+    algs,
+    contribution,
+    everyone,
+    for_objects,
+    rank_error,
+    rooted,
+)
 
 from minimpi.coll.registry import algorithms
 from minimpi.constants import IN_PLACE
@@ -27,6 +36,11 @@ def test_registered():
 @pytest.mark.parametrize("kind", KINDS)
 def test_scatter(alg, p, root, kind):
     n = 3
+    if kind == "object" and not algorithms("scatter")[alg].objects:
+        exc = rank_error(p, lambda comm: comm.scatter(list(range(p)), root=root, algorithm=alg),
+                         AlgorithmError)
+        assert "moves buffers only" in str(exc)
+        return
 
     def body(comm):
         send = everyone(p, n, kind) if comm.rank == root else None
@@ -125,7 +139,8 @@ def test_iscatter(alg):
         send = np.arange(8, dtype="i4") if root else None
         recv = np.zeros(2, "i4")
         req = comm.Iscatter(send, recv, root=2, algorithm=alg)
-        oreq = comm.iscatter(list("abcd") if root else None, root=2, algorithm=alg)
+        oreq = comm.iscatter(list("abcd") if root else None, root=2,
+                            algorithm=for_objects("scatter", alg))
         vrecv = np.full([1, 0, 2, 1][comm.rank], -1.0)
         vreq = comm.Iscatterv([np.arange(4.0), ([1, 0, 2, 1], None), DOUBLE] if root else None,
                               vrecv, root=2, algorithm=alg)

@@ -30,7 +30,7 @@ import numpy as np
 from ..constants import IN_PLACE
 from ..errors import CollectiveAbortedError, CollectiveMismatchError, JobAbortedError, PeerLostError
 from .mismatch import abort_slot, open_slot
-from .segment import HostSegment, MemoryWait
+from .segment import CALL_SHIFT, SIG_MASK, HostSegment, MemoryWait
 from .slots import SEQ_MASK
 
 _MIN, _ANY = np.minimum.reduce, np.logical_or.reduce
@@ -177,7 +177,7 @@ class FusedAllreduce(FusedCall):
             seg.publish(k, self.sig, call=self.waiting)
             if int(_MIN(seg.seqs)) < k:
                 self.meet(k, self.everyone)
-            if _ANY(seg.sigs[:, parity] != self.sig):
+            if _ANY(seg.sigs[:, parity] != (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
             self.ufunc.reduce(self.stacked[parity], axis=0, out=recvbuf.reshape(-1))
             seg.finished(k)
@@ -203,7 +203,7 @@ class FusedBarrier(FusedCall):
             seg.publish(k, self.sig, call=self.waiting)
             if int(_MIN(seg.seqs)) < k:
                 self.meet(k, self.everyone)
-            if _ANY(seg.sigs[:, k & 1] != self.sig):
+            if _ANY(seg.sigs[:, k & 1] != (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
             seg.finished(k)
         except BaseException as exc:

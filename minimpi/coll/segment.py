@@ -12,8 +12,11 @@ removed once every member has it mapped)::
 
     header   64 B     magic, members p, creator's pid  (as an inbox: ``minimpi clean``)
     mapped   p B      1 once member i has the segment mapped (rounded up to 64 B)
-    slot i   64 B     seq (the member's last published call), two signatures (call k's
-                      at k % 2), done (the last call whose slots it finished reading),
+    slot i   64 B     seq (the member's last published call), two signed calls (call k's
+                      at k % 2: its signature and the low 32 bits of k, one word - so a
+                      reader never takes the signature of a call being published for that
+                      of the call before it), done (the last call whose slots it finished
+                      reading),
                       wants (1 while it waits for the others' done)
              2 x S    two data areas: call k writes area k % 2
 
@@ -62,6 +65,14 @@ _CTL = 64
 #: the calls of each parity (call k's at SIG + k % 2), the last call read to the end, and
 #: whether the member waits for the others' reads
 _SEQ, _SIG, _DONE, _WANTS = 0, 1, 3, 4
+#: a signature word holds the call's number (low 32 bits) above the signature (< 2**17)
+CALL_SHIFT = 32
+SIG_MASK = (1 << CALL_SHIFT) - 1
+
+
+def signed_call(k: int, sig: int) -> int:
+    """The signature word member writes for call ``k`` of signature ``sig``."""
+    return (k & SIG_MASK) << CALL_SHIFT | sig
 
 
 def pieces(nbytes: int, slot: int, unit: int = 1) -> List[range]:
@@ -159,8 +170,8 @@ class HostSegment:
         stride = _CTL + 2 * slot
         ctl = np.lib.stride_tricks.as_strided(
             raw[slots_at:].view(np.uint64), shape=(p, _CTL // 8), strides=(stride, 8))
-        #: every member's last published call, and the signatures of its calls of each
-        #: parity (live views)
+        #: every member's last published call, and the signed calls (:func:`signed_call`)
+        #: of its calls of each parity (live views)
         self.seqs = ctl[:, _SEQ]
         self.sigs = ctl[:, _SIG:_SIG + 2]
         #: the last call each member finished reading; whether it waits for the others' reads
@@ -285,10 +296,11 @@ class HostSegment:
         for alone). ``call``: the call's channel (its tag and mismatch bookkeeping)."""
         parity = k & 1
         earlier = self._mine[parity]
+        word = (k & SIG_MASK) << CALL_SHIFT | sig          # signed_call(k, sig), inline
         if earlier is not None and _ANY(self.sigs[:, parity] != earlier[0]):
             self._cross_check(k, parity, *earlier)
-        self._mine[parity] = (sig, call.tag, call.watch) if call is not None else None
-        self.sigs[self.rank, parity] = sig
+        self._mine[parity] = (word, call.tag, call.watch) if call is not None else None
+        self.sigs[self.rank, parity] = word
         self.seqs[self.rank] = k
         self.published = k
         if not self.others:
@@ -300,15 +312,20 @@ class HostSegment:
                 return
         transport.wake_peers(self.others)
 
-    def _cross_check(self, k: int, parity: int, sig: int, tag: int, watch: Any,
+    def _cross_check(self, k: int, parity: int, word: int, tag: int, watch: Any,
                      members: Sequence[int] = ()) -> None:
-        """Raise the mismatch of this member's call ``k - 2`` (signature ``sig``) with a member
-        that published that call (and not yet ``k``) with another signature."""
+        """Raise the mismatch of this member's call ``k - 2`` (signed call ``word``) with a
+        member that published that call with another signature. A member whose word already
+        names a later call (it is publishing call ``k`` this moment: the word is stored
+        before its seq) is passed over - call k's own checks compare that one."""
         sigs, seqs = self.sigs[:, parity], self.seqs
+        call = word >> CALL_SHIFT
         for m in members or range(self.p):
-            if m != self.rank and k - 2 <= seqs[m] < k and int(sigs[m]) != sig:
+            theirs = int(sigs[m])
+            if (m != self.rank and k - 2 <= seqs[m] < k and theirs != word
+                    and theirs >> CALL_SHIFT == call):
                 self._mine[parity] = None
-                raise self.mismatch(watch, tag, m, int(sigs[m]))
+                raise self.mismatch(watch, tag, m, theirs & SIG_MASK)
 
     def leftovers(self, finished: Sequence[int]) -> Tuple[List[str], List[str]]:
         """At finalize, what the slots of the members in ``finished`` (they made all their
@@ -330,7 +347,7 @@ class HostSegment:
             if m != self.rank and theirs > self.published:
                 fewer.append(f"rank {m} made {theirs - self.published} more collective "
                              f"call(s) on {self.ep.name} than rank {self.rank}, the last "
-                             f"{describe_signature(int(self.sigs[m, theirs & 1]))}; every rank "
+                             f"{describe_signature(int(self.sigs[m, theirs & 1]) & SIG_MASK)}; every rank "
                              f"of a communicator must call the same collectives in the same "
                              f"order")
         return errors, fewer
@@ -343,10 +360,10 @@ class HostSegment:
         """After the wait: every one of ``members`` called the same collective (signature)
         as this one, else the :class:`CollectiveMismatchError` a message of theirs would
         have caused (``call``: the call's channel - its tag and mismatch bookkeeping)."""
-        sigs = self.sigs[:, k & 1]
+        sigs, word = self.sigs[:, k & 1], signed_call(k, sig)
         for m in members:
-            if int(sigs[m]) != sig:
-                raise self.mismatch(call.watch, call.tag, m, int(sigs[m]))
+            if int(sigs[m]) != word:
+                raise self.mismatch(call.watch, call.tag, m, int(sigs[m]) & SIG_MASK)
 
     def mismatch(self, watch: Any, tag: int, member: int, theirs: int) -> BaseException:
         """The error of this rank's call (signed ``tag``) against member ``member``'s call of
@@ -387,4 +404,5 @@ class HostSegment:
         return None
 
 
-__all__: List[str] = ["HostSegment", "MemoryWait", "SLOT_BYTES", "segment_bytes", "pieces"]
+__all__: List[str] = ["HostSegment", "MemoryWait", "SLOT_BYTES", "segment_bytes", "pieces", "signed_call",
+                      "CALL_SHIFT", "SIG_MASK"]

@@ -33,6 +33,20 @@ EVERY = """
             comm.Alltoall(np.arange(3 * p, dtype=float) + 100 * r, t, algorithm=alg)
             want = np.concatenate([np.arange(3 * r, 3 * r + 3) + 100 * j for j in range(p)])
             assert (t == want).all(), t
+            gat = np.empty(2 * p) if r == root else None
+            comm.Gather(np.full(2, float(r + i)), gat, root=root, algorithm=alg)
+            assert r != root or (gat == np.repeat(np.arange(p) + i, 2)).all(), gat
+            sc = np.empty(2)
+            comm.Scatter(np.arange(2.0 * p) + i if r == root else None, sc, root=root,
+                         algorithm=alg)
+            assert (sc == np.arange(2 * r, 2 * r + 2) + i).all(), sc
+            s, e = np.empty(1), np.full(1, -1.0)
+            comm.Scan(np.array([r + 1.0]), s, algorithm=alg)
+            comm.Exscan(np.array([r + 1.0]), e, algorithm=alg)
+            assert s[0] == (r + 1) * (r + 2) / 2 and (r == 0 or e[0] == r * (r + 1) / 2), (s, e)
+            rs = np.empty(2)
+            comm.Reduce_scatter_block(np.arange(2.0 * p) + r, rs, algorithm=alg)
+            assert (rs == p * np.arange(2 * r, 2 * r + 2) + sum(range(p))).all(), rs
             comm.Barrier(algorithm=alg)
     from minimpi.runtime.world import world_state
     job = world_state().info.job_id

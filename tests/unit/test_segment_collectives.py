@@ -164,6 +164,65 @@ def test_two_ranks_that_both_take_themselves_for_the_root_are_told():
     assert "root" in str(info.value.__cause__)
 
 
+
+class _Members:
+    """Two members of one segment in this process (no transport: fences and wake-ups are
+    no-ops), to stop one of them halfway through a publish."""
+
+    class Transport:
+        def fence(self):
+            pass
+
+        def wake_peers(self, ranks):
+            pass
+
+        def release_segment(self, key):
+            pass
+
+    class Engine:
+        def __init__(self):
+            self.transport = _Members.Transport()
+
+    class Endpoint:
+        def __init__(self, rank, engine):
+            self.size, self.rank, self.group = 2, rank, [0, 1]
+            self.engine, self.context, self.name = engine, 4, "COMM_WORLD"
+
+    class Call:
+        tag, watch = 7, None
+
+    def __init__(self):
+        from minimpi.coll.segment import HostSegment, segment_bytes
+        mem = memoryview(bytearray(segment_bytes(2, 64)))
+        engine = self.Engine()
+        self.seg = [HostSegment(self.Endpoint(r, engine), mem, "c4r0", 64) for r in (0, 1)]
+
+    def publish(self, r, k, sig):
+        self.seg[r].publish(k, sig, call=self.Call())
+
+
+def test_a_member_caught_halfway_through_a_publish_is_no_mismatch():
+    """A member stores its signature word before its seq: the other member's look at the
+    call two back (its cross-check) must not take the new word for the old call's (it did:
+    a job at n=5 ended in a false 'Reduce ... while rank 2 called Alltoall')."""
+    from minimpi.coll.segment import signed_call
+    reduce_sig, allgather_sig, alltoall_sig = 0x111, 0x222, 0x333
+    m = _Members()
+    for r in (0, 1):
+        m.publish(r, 1, reduce_sig)
+        m.publish(r, 2, allgather_sig)
+    # member 1 is publishing call 3: its word is there, its seq still says 2
+    m.seg[1].sigs[1, 1] = signed_call(3, alltoall_sig)
+    m.publish(0, 3, alltoall_sig)                   # no error: call 1 agreed
+    # the same look does see a real difference in call 1
+    m = _Members()
+    m.publish(0, 1, reduce_sig)
+    m.publish(1, 1, 0x444)
+    m.publish(0, 2, allgather_sig)
+    with pytest.raises(CollectiveMismatchError):
+        m.publish(0, 3, alltoall_sig)
+
+
 def _noncommutative():
     """``a (op) b = 2·a + b`` elementwise: the order of the operands shows in the result."""
     def fn(invec, inoutvec, datatype):

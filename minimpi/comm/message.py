@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -82,21 +82,25 @@ def finish_object(req: Request, capacity: Optional[int] = None) -> Any:
 
 
 def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
-                  capacity: Optional[int], rank: int, what: str) -> Any:
+                  capacity: Optional[int], rank: int, what: "str | Callable[[], str]") -> Any:
     """The object in ``buf``, a message from ``source`` with ``tag`` (``status``, if given,
-    gets its source, tag and mpi4py's count: the pickled size). See :func:`finish_object`."""
+    gets its source, tag and mpi4py's count: the pickled size). ``what``: the call, as errors
+    name it (or a function that words it: only an error needs the words). See
+    :func:`finish_object`."""
     parts = serialization.layout_if_ours(buf)
     nbytes = _pickled_size(parts) if parts is not None else len(buf)
     if status is not None:
         status.source, status.tag, status.nbytes = source, tag, nbytes
     if capacity is not None and nbytes > capacity:
         raise TruncationError(
-            f"rank {rank}: {what}: the object from rank {source} takes {nbytes} bytes but "
+            f"rank {rank}: {what() if callable(what) else what}: the object from rank "
+            f"{source} takes {nbytes} bytes but "
             f"the buf argument allows {capacity} (mpi4py truncates there too); drop buf - "
             f"recv needs no buffer")
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
+        what = what() if callable(what) else what
         if not looks_pickled(buf):   # a buffer sent with Send, received with recv
             raise SerializationError(not_an_object(rank, what, source, len(buf))) from exc
         raise SerializationError(

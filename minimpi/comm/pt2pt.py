@@ -211,7 +211,7 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
         inc = ep.engine.take_now(ep.context, source, tag, None)
         if inc is not None:
             return decode_object(inc.buffer, inc.source, inc.tag, status, None, ep.rank,
-                                 "recv")
+                                 lambda: f"recv(source={source}, tag={tag}) on {comm.name}")
     try:
         capacity = recv_capacity(buf, "recv", warn=True)
     except TypeError as exc:              # data = {}; comm.recv(data): say the fix

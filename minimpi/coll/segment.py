@@ -134,12 +134,22 @@ class MemoryWait:
         self.error = seg.failure(self.ch, self.members)
         return self.error is not None
 
-    @property
-    def description(self) -> tuple:
+    def missing(self) -> int:
+        """The first member (communicator rank) the wait still waits for (-1: none)."""
         seg = self.segment
         words = seg.done_words if self.free else seg.seqs
-        missing = next((m for m in self.members if words[m] < self.k), -1)
-        return (self.ch.call, "source", missing, 0, self.ch.ep.name)
+        return next((m for m in self.members if words[m] < self.k), -1)
+
+    @property
+    def description(self) -> tuple:
+        return (self.ch.call, "source", self.missing(), 0, self.ch.ep.name)
+
+    @property
+    def world(self) -> Optional[int]:
+        """The world rank of the member the wait still waits for (the deadlock report's
+        wait-for edge), None when it waits for no one."""
+        m = self.missing()
+        return self.segment.ep.group[m] if m >= 0 else None
 
     def wait(self) -> None:
         if self.error is not None:

@@ -320,10 +320,11 @@ def test_a_world_of_one_waits_for_its_other_thread():
         time.sleep(0.3)
         comm.send("to myself", dest=0, tag=2)
 
+    before = set(threading.enumerate())     # (earlier tests' executors may live on)
     got, _ = in_threads(lambda: comm.recv(source=0, tag=2), late_sender)
     assert got == "to myself"
     others = [t.name for t in threading.enumerate()
-              if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+              if t not in before and not t.daemon and t.is_alive()]
     assert not others, others
     with pytest.raises(errors.MPITimeoutError, match="alone"):
         comm.recv(source=0, tag=3)      # (this thread is the only one)
@@ -389,7 +390,7 @@ def test_reporter_a_waiting_thread_beside_a_computing_one_is_not_blocked():
             assert computing.wait(LIMIT)
             time.sleep(1.0)                      # rank 0 is reported meanwhile, or not
             comm.send("late", dest=0, tag=4)
-            time.sleep(1.0)
+            time.sleep(2.0)                      # (1.5 s of rank 0 blocked: reported)
             comm.send("later", dest=0, tag=5)
             return None
         engine = comm._ep.engine

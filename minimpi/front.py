@@ -264,7 +264,50 @@ class Fronted(type):
             publish = kind != "staticmethod" and (
                 attr in calls if calls is not None else not attr.startswith(NOT_CALLS))
             routed = routed_class and attr not in NOT_ROUTED
-            wrapped = front_method(fn, attr, routed=routed, publish=publish, kind=kind)
-            setattr(cls, attr, classmethod(wrapped) if kind == "classmethod" else
-                    staticmethod(wrapped) if kind == "staticmethod" else wrapped)
+            setattr(cls, attr, _Unmade(cls, fn, attr, routed, publish, kind))
         return cls
+
+
+class _Unmade:
+    """A front method decided when its class was created and made at its first lookup.
+
+    The API classes have ~400 public methods and a program calls a few dozen: making each
+    front method (its signature read, its code compiled or shared, its name given) was
+    ~60 ms of every ``import minimpi.MPI`` - of every job's start. Looked up (on the class
+    or an object, ``getattr``, ``inspect.signature``, ``help``), this descriptor makes the
+    front method once, puts it in its place in the class (so later lookups find the method
+    itself) and returns it bound as the method would be: what a program sees is the same.
+    """
+
+    __slots__ = ("owner", "fn", "name", "routed", "publish", "kind")
+
+    def __init__(self, owner: type, fn: Callable[..., Any], name: str, routed: bool,
+                 publish: bool, kind: str) -> None:
+        self.owner, self.fn, self.name = owner, fn, name
+        self.routed, self.publish, self.kind = routed, publish, kind
+
+    def make(self) -> Any:
+        """The front method (wrapped as the original was: classmethod, staticmethod), in
+        its class from now on."""
+        wrapped = front_method(self.fn, self.name, routed=self.routed, publish=self.publish,
+                               kind=self.kind)
+        made = classmethod(wrapped) if self.kind == "classmethod" else \
+            staticmethod(wrapped) if self.kind == "staticmethod" else wrapped
+        if self.owner.__dict__.get(self.name) is self:   # (two threads may both make it)
+            type.__setattr__(self.owner, self.name, made)
+        return made
+
+    def __get__(self, obj: Any, objtype: Optional[type] = None) -> Any:
+        return self.make().__get__(obj, objtype)
+
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        return self.fn
+
+
+def make_front_methods(cls: type) -> None:
+    """Make every front method ``cls`` has now (not at its first lookup)."""
+    for klass in cls.__mro__:
+        for value in list(vars(klass).values()):
+            if isinstance(value, _Unmade) and value.owner is klass:
+                value.make()

@@ -38,7 +38,7 @@ class Session:
         self.dir = tempfile.mkdtemp(prefix=f"minimpi-observe-{os.getpid()}-")
 
     def env(self) -> dict:
-        from minimpi.runtime.trace import ENV_DIR, ENV_STATS, ENV_TRACE
+        from minimpi.runtime.observe_env import ENV_DIR, ENV_STATS, ENV_TRACE
         env = {ENV_DIR: self.dir}
         if self.trace:
             env[ENV_TRACE] = "1"

@@ -278,12 +278,6 @@ def _comm_lock_table(comm) -> dict:
     return comm.__dict__.setdefault("_lock_table", {})
 
 
-# -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
-
-
-from .io.datarep import Register_datarep  # noqa: E402,F401
-
-
 # -- the rest of mpi4py 4.1.2's names (tests/unit/data/mpi4py_412_names.txt) -----------------
 # Aliases mpi4py defines for names above (MPI.pyx, Datatype.pyx, File.pyx).
 WIN_FLAVOR = WIN_CREATE_FLAVOR  # noqa: F405  (the keyval)
@@ -405,6 +399,7 @@ def _bind_worlds() -> None:
 _LAZY = {
     "Win": ("minimpi.rma", "Win"), "WIN_NULL": ("minimpi.rma", "WIN_NULL"),
     "File": ("minimpi.io", "File"), "FILE_NULL": ("minimpi.io", "FILE_NULL"),
+    "Register_datarep": ("minimpi.io.datarep", "Register_datarep"),
     "Session": ("minimpi.runtime.session", "Session"),
     "SESSION_NULL": ("minimpi.runtime.session", "SESSION_NULL"),
 }

@@ -107,7 +107,7 @@ PR_SET_PDEATHSIG = 1
 ENV_NO_PDEATHSIG = "MINIMPI_LAUNCHER_NO_PDEATHSIG"
 #: ``minimpi run --verbose`` / ``--stats``: the template says how the ranks start
 ENV_VERBOSE = minimpi_rank.ENV_VERBOSE
-ENV_STATS = "MINIMPI_STATS"      # minimpi.runtime.trace.ENV_STATS
+ENV_STATS = "MINIMPI_STATS"      # minimpi.runtime.observe_env.ENV_STATS
 SERVER_SCRIPT = os.path.abspath(__file__)
 
 

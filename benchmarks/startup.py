@@ -1,24 +1,34 @@
 """Start-up: time from launching a job to its first ``Barrier``, minimpi beside MPICH.
 
     python benchmarks/startup.py                          # 32, 64, 128 ranks; 5 runs each
-    python benchmarks/startup.py -n 32,64 --runs 7 --mpich /tmp/mpich-venv
+    python benchmarks/startup.py -n 32,64 --runs 7 --mpich ~/.cache/minimpi-peers/mpich
     python benchmarks/startup.py -n 64 --phases           # where each rank's time goes
+    python benchmarks/startup.py -n 4 --runs 15 --systems minimpi,mpich   # a small job
 
 Every system runs the same mpi4py program (``from mpi4py import MPI``; under ``minimpi run``
 that is minimpi): rank 0 prints the wall-clock time right after the first
-``COMM_WORLD.Barrier()``. The figure is that time less the time the launcher was started,
-so it includes the interpreter's start, the imports, the rendezvous and the connections,
-not the job's end. The runs of the systems are interleaved (minimpi with the fork server,
+``COMM_WORLD.Barrier()``. The first figure is that time less the time the launcher was
+started, so it includes the interpreter's start, the imports, the rendezvous and the
+connections, not the job's end; the second is the whole command, start to exit (what a user
+waits for: finalize and the teardown included), and the third the CPU seconds of every
+process of the job. The runs of the systems are interleaved (minimpi with the fork server,
 minimpi with ``--no-fork-server``, MPICH, then again), so drift on a shared machine hits
-them alike; each figure is the median of ``--runs`` runs, and the table gives the ratios
-to MPICH measured in the same run. The share of CPU time other processes took meanwhile is
-printed: above a few percent, the machine was busy and only the ratios mean much.
+them alike; each figure is the median of ``--runs`` runs with the fastest and slowest run
+beside it, and the ratios to MPICH are medians of the ratios of runs made one after the
+other. The share of CPU time other processes took meanwhile is printed: above a few
+percent, the machine was busy and only the ratios mean much.
+
+MPICH is the ``mpich`` virtualenv of benchmarks/peers/setup.sh (``--mpich``, or
+``MINIMPI_MPICH``; default ``~/.cache/minimpi-peers/mpich``). Bytecode of minimpi is compiled
+first, and the jobs run without ``PYTHONDONTWRITEBYTECODE``: an installed minimpi has its
+bytecode, and a user's machine does not set that variable.
 
 ``--phases`` also runs a program that records, per rank, when its process started (from
 /proc), when the program's first line ran (the interpreter and the imports done), when
-``from mpi4py import MPI`` returned (rendezvous and connections done) and when the first
-``Barrier`` returned, and prints the median and the slowest rank of each phase, measured
-from the launcher's start.
+``from mpi4py import MPI`` returned (rendezvous and connections done), when the first
+``Barrier`` returned and when MPI's finalize had run (the program's last exit handler), and
+when the whole command ended; it prints the median and the slowest rank of each phase,
+measured from the launcher's start.
 """
 from __future__ import annotations
 
@@ -45,7 +55,7 @@ if MPI.COMM_WORLD.Get_rank() == 0:
 """
 
 PHASES_PROGRAM = """\
-import os, time
+import atexit, os, time
 t_program = time.time()
 def _started():
     with open("/proc/self/stat") as f:
@@ -54,13 +64,18 @@ def _started():
         uptime = float(f.read().split()[0])
     return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 t_process = _started()
+def _finalized():   # registered before MPI is imported: runs after MPI's finalize
+    print("PHASES", rank, repr(t_process), repr(t_program), repr(t_init), repr(t_barrier),
+          repr(time.time()), flush=True)
+atexit.register(_finalized)
 from mpi4py import MPI
 t_init = time.time()
 MPI.COMM_WORLD.Barrier()
 t_barrier = time.time()
-print("PHASES", MPI.COMM_WORLD.Get_rank(), repr(t_process), repr(t_program), repr(t_init),
-      repr(t_barrier), flush=True)
+rank = MPI.COMM_WORLD.Get_rank()
 """
+#: where the peers' virtualenvs are made (benchmarks/peers/setup.sh)
+PEERS = os.environ.get("MINIMPI_PEERS_DIR", os.path.expanduser("~/.cache/minimpi-peers"))
 
 
 def busy_share() -> tuple[float, float]:
@@ -86,32 +101,55 @@ def children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def run_once(cmd: List[str], timeout: float) -> tuple[Optional[float], float, str]:
-    """Seconds from start to rank 0's first Barrier (None on failure), the CPU seconds the
-    whole job used (every process of it, to its end), and the output."""
+def run_once(cmd: List[str], timeout: float, env: Dict[str, str]
+             ) -> tuple[Optional[float], float, float, str]:
+    """Seconds from start to rank 0's first Barrier (None on failure), seconds of the whole
+    command, the CPU seconds the whole job used (every process of it, to its end), and the
+    output."""
     cpu0 = children_cpu()
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
-        return None, 0.0, f"timed out after {timeout} s: {exc.stdout or ''}{exc.stderr or ''}"
+        return None, 0.0, 0.0, f"timed out after {timeout} s: {exc.stdout or ''}{exc.stderr or ''}"
+    whole = time.time() - t0
     cpu = children_cpu() - cpu0
     for line in proc.stdout.splitlines():
-        if line.startswith("BARRIER "):
-            return float(line.split()[1]) - t0, cpu, proc.stdout
-    return None, cpu, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        if line.startswith("BARRIER ") and proc.returncode == 0:
+            return float(line.split()[1]) - t0, whole, cpu, proc.stdout
+    return None, whole, cpu, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
 
 
-def phases_once(cmd: List[str], timeout: float) -> Optional[Dict[str, List[float]]]:
+def phases_once(cmd: List[str], timeout: float, env: Dict[str, str]
+                ) -> Optional[Dict[str, List[float]]]:
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    t_end = time.time() - t0
     rows = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("PHASES ")]
     if not rows:
         print(proc.stdout, proc.stderr, file=sys.stderr)
         return None
     cols = list(zip(*[[float(x) - t0 for x in row[1:]] for row in rows]))
-    return dict(zip(("process started", "program's first line", "MPI imported (rendezvous)",
-                     "first Barrier"), [list(c) for c in cols]))
+    phases = dict(zip(("process started", "program's first line", "MPI imported (rendezvous)",
+                       "first Barrier", "finalized (last exit handler)"),
+                      [list(c) for c in cols]))
+    phases["command ended"] = [t_end]
+    return phases
+
+
+def spread(values: List[float]) -> str:
+    """``median (fastest-slowest)``"""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def paired_ratio(ours: List[Optional[float]], theirs: List[Optional[float]]) -> str:
+    """The median of the ratios of runs made one after the other, and their spread."""
+    ratios = [a / b for a, b in zip(ours, theirs) if a is not None and b]
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def main() -> int:
@@ -119,7 +157,8 @@ def main() -> int:
     ap.add_argument("-n", default="32,64,128", help="rank counts (comma-separated)")
     ap.add_argument("--runs", type=int, default=5, help="runs per system and size")
     ap.add_argument("--systems", default="minimpi,minimpi-no-fork-server,mpich")
-    ap.add_argument("--mpich", default=os.environ.get("MINIMPI_MPICH", "/tmp/mpich-venv"),
+    ap.add_argument("--mpich", default=os.environ.get("MINIMPI_MPICH",
+                                                      os.path.join(PEERS, "mpich")),
                     help="a virtualenv with mpi4py on MPICH (bin/mpiexec, bin/python)")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--phases", action="store_true", help="also time each phase per rank")
@@ -130,14 +169,14 @@ def main() -> int:
     if "mpich" in systems and not os.path.exists(os.path.join(args.mpich, "bin", "mpiexec")):
         print(f"no MPICH at {args.mpich}: left out", file=sys.stderr)
         systems.remove("mpich")
-    # an installed minimpi has its bytecode compiled; a checkout run with
-    # PYTHONDONTWRITEBYTECODE=1 would compile every module in every rank instead
+    # an installed minimpi has its bytecode compiled, and users do not set
+    # PYTHONDONTWRITEBYTECODE (this machine's environment may)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     import minimpi
     subprocess.run([sys.executable, "-m", "compileall", "-q",
                     os.path.dirname(os.path.abspath(minimpi.__file__)),
                     os.path.join(REPO, "launcher")],
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-                   stdout=subprocess.DEVNULL, check=False)
+                   env=env, stdout=subprocess.DEVNULL, check=False)
     tmp = tempfile.mkdtemp(prefix="minimpi-startup-")
     barrier = os.path.join(tmp, "first_barrier.py")
     phases = os.path.join(tmp, "phases.py")
@@ -146,47 +185,45 @@ def main() -> int:
     with open(phases, "w") as f:
         f.write(PHASES_PROGRAM)
 
-    samples: Dict[str, Dict[int, List[float]]] = {s: {n: [] for n in sizes} for s in systems}
-    cpus: Dict[str, Dict[int, List[float]]] = {s: {n: [] for n in sizes} for s in systems}
+    #: system -> n -> one entry per run (None: the run failed), in the order of the runs
+    first: Dict[str, Dict[int, List[Optional[float]]]] = {s: {n: [] for n in sizes}
+                                                          for s in systems}
+    whole = {s: {n: [] for n in sizes} for s in systems}
+    cpus = {s: {n: [] for n in sizes} for s in systems}
     total0, busy0 = busy_share()
     ours0 = children_cpu()
     for n in sizes:
         for i in range(args.runs):
             for system in systems[i % len(systems):] + systems[:i % len(systems)]:
-                seconds, cpu, out = run_once(commands(system, n, barrier, args.mpich),
-                                             args.timeout)
+                seconds, command, cpu, out = run_once(commands(system, n, barrier, args.mpich),
+                                                      args.timeout, env)
+                first[system][n].append(seconds)
+                whole[system][n].append(command if seconds is not None else None)
+                cpus[system][n].append(cpu if seconds is not None else None)
                 if seconds is None:
                     print(f"{system} n={n}: failed: {out[-2000:]}", file=sys.stderr)
                     continue
-                samples[system][n].append(seconds)
-                cpus[system][n].append(cpu)
-                print(f"  {system:24s} n={n:4d} run {i + 1}: {seconds:6.2f} s "
-                      f"(job CPU {cpu:6.2f} s)", flush=True)
+                print(f"  {system:24s} n={n:4d} run {i + 1}: {seconds:6.2f} s to the first "
+                      f"Barrier, {command:6.2f} s in all (job CPU {cpu:6.2f} s)", flush=True)
     total1, busy1 = busy_share()
     ours = children_cpu() - ours0
     load = os.getloadavg()
 
-    print()
-    print(f"time to the first Barrier, median of {args.runs} runs (s); ratio to MPICH")
-    head = f"| {'n':>4} | " + " | ".join(f"{s:>24}" for s in systems)
-    if "mpich" in systems:
-        head += " | " + " | ".join(f"{s + ' / mpich':>24}" for s in systems if s != "mpich")
-    print(head + " |")
-    for n in sizes:
-        med = {s: statistics.median(samples[s][n]) if samples[s][n] else float("nan")
-               for s in systems}
-        row = f"| {n:>4} | " + " | ".join(f"{med[s]:>24.2f}" for s in systems)
+    for title, table in (("time to the first Barrier", first), ("the whole command", whole),
+                         ("CPU seconds of the whole job (every process, to its end)", cpus)):
+        print(f"\n{title}, s: median (fastest-slowest) of {args.runs} runs; ratio to MPICH: "
+              f"median (spread) of the ratios of runs made one after the other")
+        head = f"| {'n':>4} | " + " | ".join(f"{s:>26}" for s in systems)
         if "mpich" in systems:
-            row += " | " + " | ".join(f"{med[s] / med['mpich']:>24.2f}"
-                                      for s in systems if s != "mpich")
-        print(row + " |")
-    print()
-    print("CPU seconds of the whole job (every process, to its end), median")
-    print(f"| {'n':>4} | " + " | ".join(f"{s:>24}" for s in systems) + " |")
-    for n in sizes:
-        print(f"| {n:>4} | " + " | ".join(
-            f"{statistics.median(cpus[s][n]) if cpus[s][n] else float('nan'):>24.2f}"
-            for s in systems) + " |")
+            head += " | " + " | ".join(f"{s + ' / mpich':>26}" for s in systems if s != "mpich")
+        print(head + " |")
+        for n in sizes:
+            row = f"| {n:>4} | " + " | ".join(
+                f"{spread([v for v in table[s][n] if v is not None]):>26}" for s in systems)
+            if "mpich" in systems:
+                row += " | " + " | ".join(f"{paired_ratio(table[s][n], table['mpich'][n]):>26}"
+                                          for s in systems if s != "mpich")
+            print(row + " |")
     hz = os.sysconf("SC_CLK_TCK")
     others = max(0.0, (busy1 - busy0) / hz - ours)
     print(f"\nother processes used {100 * others / max(1e-9, (total1 - total0) / hz):.0f}% of "
@@ -196,15 +233,16 @@ def main() -> int:
     if args.phases:
         for system in [s for s in systems if s != "mpich"]:
             for n in sizes:
-                got = phases_once(commands(system, n, phases, args.mpich), args.timeout)
+                got = phases_once(commands(system, n, phases, args.mpich), args.timeout, env)
                 if got is None:
                     continue
                 print(f"\n{system}, n={n}: seconds after the launcher started (median / slowest rank)")
                 for name, values in got.items():
-                    print(f"  {name:28s} {statistics.median(values):6.2f} / {max(values):6.2f}")
+                    print(f"  {name:30s} {statistics.median(values):6.2f} / {max(values):6.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"samples": samples, "cpu": cpus, "load": load}, f, indent=1)
+            json.dump({"first_barrier": first, "whole_command": whole, "cpu": cpus,
+                       "load": load}, f, indent=1)
     return 0
 
 

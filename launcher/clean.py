@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from minimpi.runtime.bootstrap import ENV_JOBID
+from minimpi.runtime.observe_env import ENV_DIR as ENV_OBSERVE_DIR
 from minimpi.transports.shm import PREFIX, SHM_DIR, owner_alive
 
 OBSERVE_PREFIX = "minimpi-observe-"
@@ -188,7 +189,6 @@ def _pid_alive(pid: int) -> bool:
 
 def _running_jobs() -> tuple[set[str], set[str]]:
     """Job ids and observe directories named in the environment of this user's processes."""
-    from minimpi.runtime.trace import ENV_DIR as ENV_OBSERVE_DIR  # (only when needed: slow)
     jobs: set[str] = set()
     dirs: set[str] = set()
     uid = os.getuid()

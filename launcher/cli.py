@@ -36,6 +36,8 @@ def _top_help() -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    if argv is None:                 # the minimpi command itself (not a caller's function call)
+        end_without_collections()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
@@ -57,6 +59,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         args = parser.parse_args(rest)
     return int(module.main(args) or 0)
+
+
+def end_without_collections() -> None:
+    """Freeze the heap once the exit handlers ran, so that the interpreter's exit does not
+    run garbage collections over it (~25 ms, a tenth of a small job's whole command): for
+    the ``minimpi`` (and ``mpiexec``) command's own process only, whose objects need no
+    finalizer at exit (what they hold is closed by then)."""
+    import atexit
+    import gc
+    atexit.register(gc.freeze)     # registered first: runs after every other exit handler
 
 
 def entry_point() -> None:

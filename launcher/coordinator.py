@@ -110,7 +110,7 @@ class RankState:
 
 def format_state(state: dict) -> str:
     if isinstance(state, dict) and "blocked" in state:   # a minimpi.runtime.diagnose report
-        from minimpi.runtime.diagnose import format_state as diagnose_format
+        from minimpi.runtime.states import format_state as diagnose_format
         return diagnose_format(state)
     return ", ".join(f"{k}={v}" for k, v in state.items()) if state else "{}"
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from minimpi.runtime.diagnose import (
+from minimpi.runtime.states import (
     edge_text,
     format_state,
     wait_targets,

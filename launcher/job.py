@@ -55,7 +55,7 @@ from minimpi.runtime.bootstrap import (
     ENV_STARTUP_TIMEOUT,
     ENV_UNIVERSE_SIZE,
 )
-from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
+from minimpi.runtime.states import ENV_DEADLOCK_TIMEOUT
 from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
 from .coordinator import Coordinator, new_job_id, new_secret

@@ -286,6 +286,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "mpiexec"
     if name not in ("mpiexec", "mpirun"):
         name = "mpiexec"
+    if argv is None:                 # the command itself
+        from .cli import end_without_collections
+        end_without_collections()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         translation = translate(args, name)

@@ -53,9 +53,9 @@ from minimpi.runtime.bootstrap import (
     ENV_STARTUP_TIMEOUT,
     ENV_UNIVERSE_SIZE,
 )
-from minimpi.runtime.diagnose import ENV_DEADLOCK_TIMEOUT
 from minimpi.runtime.netaddr import AddressError, interface_addresses, is_loopback, route_source
 from minimpi.runtime.sources import in_slurm_step
+from minimpi.runtime.states import ENV_DEADLOCK_TIMEOUT
 from minimpi.transports.shm import cleanup_job
 
 from .agent import MAGIC, RESULT, STDERR, STDOUT, FrameReader, ProtocolError, encode

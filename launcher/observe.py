@@ -16,14 +16,8 @@ import sys
 import tempfile
 from typing import Optional, TextIO
 
-from minimpi.runtime.trace import (
-    ENV_DIR,
-    ENV_STATS,
-    ENV_TRACE,
-    format_stats,
-    load_rank_files,
-    merge_traces,
-)
+# (minimpi.runtime.trace is imported by a Session only: it loads the communicator layer,
+# which a run without --trace/--stats does not need in the launcher)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +38,7 @@ class Session:
         self.dir = tempfile.mkdtemp(prefix=f"minimpi-observe-{os.getpid()}-")
 
     def env(self) -> dict:
+        from minimpi.runtime.observe_env import ENV_DIR, ENV_STATS, ENV_TRACE
         env = {ENV_DIR: self.dir}
         if self.trace:
             env[ENV_TRACE] = "1"
@@ -52,6 +47,7 @@ class Session:
         return env
 
     def finish(self, stderr: TextIO = sys.stderr) -> None:
+        from minimpi.runtime.trace import format_stats, load_rank_files, merge_traces
         try:
             docs = load_rank_files(self.dir)
             if self.trace:

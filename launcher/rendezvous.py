@@ -78,10 +78,9 @@ def serve(config: dict, stdin_fd: int) -> int:
                 except OSError:
                     return 0
             if monitor in ready:
-                from zmq.utils.monitor import recv_monitor_message
                 while monitor.poll(0):
-                    recv_monitor_message(monitor)
-                    failed_handshakes += 1
+                    monitor.recv_multipart()     # (each a failed handshake: the only events
+                    failed_handshakes += 1       # asked for)
             if coord.socket in ready:
                 for ev in coord.receive():
                     if ev.kind == "registered" and first_registered is None \

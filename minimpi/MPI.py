@@ -46,10 +46,6 @@ from .comm.persistent import Prequest  # noqa: F401
 from .comm.grequest import Grequest  # noqa: F401
 from .comm.topology import TopologyError as _TopologyError  # noqa: F401
 from .comm.topology import compute_dims as Compute_dims  # noqa: F401
-from .io import FILE_NULL, File  # noqa: F401
-from .rma import WIN_NULL, Win  # noqa: F401
-from .rma import ERROR_CLASSES as _RMA_ERROR_CLASSES
-from .rma import window as _rma_window
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE  # noqa: F401
 from .constants import THREAD_MULTIPLE as _THREAD_PROVIDED
@@ -69,7 +65,6 @@ from .errors import UnsupportedError, error_string as _error_string  # noqa: F40
 from .errors import USER_ERRORS as _USER_ERRORS, error_class_of as _error_class_of
 from .p2p.request import REQUEST_NULL, Request, Status  # noqa: F401
 from .runtime import world as _runtime
-from .runtime.session import SESSION_NULL, Session  # noqa: F401,E402
 
 # Attribute keyvals for Comm.Get_attr (after the star imports: constants.TAG_UB is the value,
 # MPI.TAG_UB the keyval, as in mpi4py).
@@ -77,10 +72,6 @@ from .comm.communicator import (KEYVAL_APPNUM as APPNUM, KEYVAL_HOST as HOST,  #
                                 KEYVAL_IO as IO, KEYVAL_LASTUSEDCODE as LASTUSEDCODE,
                                 KEYVAL_TAG_UB as TAG_UB, KEYVAL_UNIVERSE_SIZE as UNIVERSE_SIZE,
                                 KEYVAL_WTIME_IS_GLOBAL as WTIME_IS_GLOBAL)
-
-# -- one-sided communication: the RMA error classes; Win.Create(..., comm=None) is COMM_SELF
-globals().update(_RMA_ERROR_CLASSES)
-_rma_window.default_comm = _runtime.comm_self
 
 # -- every predefined datatype under its MPI name (``getattr(MPI, "2INT")`` included) --------
 globals().update(_PREDEFINED_TYPES)
@@ -125,6 +116,7 @@ ERR_KEYVAL = 48
 ERR_RMA_CONFLICT = 49
 ERR_RMA_SYNC = 50
 ERR_SIZE = 51
+ERR_DISP = 52
 ERR_ASSERT = 53
 ERR_RMA_RANGE = 55
 ERR_RMA_ATTACH = 56
@@ -286,12 +278,6 @@ def _comm_lock_table(comm) -> dict:
     return comm.__dict__.setdefault("_lock_table", {})
 
 
-# -- out-of-scope classes and functions: a clear NotImplementedError --------------------------
-
-
-from .io.datarep import Register_datarep  # noqa: E402,F401
-
-
 # -- the rest of mpi4py 4.1.2's names (tests/unit/data/mpi4py_412_names.txt) -----------------
 # Aliases mpi4py defines for names above (MPI.pyx, Datatype.pyx, File.pyx).
 WIN_FLAVOR = WIN_CREATE_FLAVOR  # noqa: F405  (the keyval)
@@ -405,7 +391,36 @@ def _bind_worlds() -> None:
     g["COMM_SELF"] = _runtime.comm_self()
 
 
+# -- the layers a program may never use, loaded at its first use of one of their names -------
+#: name -> (module, its name there). Windows (minimpi.rma), files (minimpi.io) and sessions
+#: load when the program first reaches ``MPI.Win``, ``MPI.File``, ``MPI.Session`` or their
+#: null handles: ``from mpi4py import MPI`` in a program that uses none of them (most do not)
+#: starts without their modules (tests/integration/test_startup_imports.py).
+_LAZY = {
+    "Win": ("minimpi.rma", "Win"), "WIN_NULL": ("minimpi.rma", "WIN_NULL"),
+    "File": ("minimpi.io", "File"), "FILE_NULL": ("minimpi.io", "FILE_NULL"),
+    "Register_datarep": ("minimpi.io.datarep", "Register_datarep"),
+    "Session": ("minimpi.runtime.session", "Session"),
+    "SESSION_NULL": ("minimpi.runtime.session", "SESSION_NULL"),
+}
+
+
+def _load(name: str):
+    """Import the layer behind lazy name ``name`` and bind its names here (once)."""
+    import importlib
+    module = importlib.import_module(_LAZY[name][0])
+    if module.__name__ == "minimpi.rma":
+        module.window.default_comm = _runtime.comm_self   # Win.Create(..., comm=None)
+    g = globals()
+    for lazy, (where, attr) in _LAZY.items():
+        if where == module.__name__:
+            g[lazy] = getattr(module, attr)
+    return g[name]
+
+
 def __getattr__(name: str):
+    if name in _LAZY:
+        return _load(name)
     # Only reached before initialization (mpi4py.rc.initialize = False): the first use of a
     # world communicator initializes, as a late MPI.Init() would.
     if name in ("COMM_WORLD", "COMM_SELF"):
@@ -414,6 +429,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'mpi4py.MPI' (minimpi) has no attribute {name!r}")
 
 
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+
 _rcobj = _rc()
 if _rcobj is None or getattr(_rcobj, "initialize", True):
     Init()
+
+#: ``from mpi4py.MPI import *``: every public name, the lazy ones included (they load then)
+__all__ = sorted({n for n in globals() if not n.startswith("_")} | set(_LAZY))

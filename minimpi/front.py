@@ -115,6 +115,10 @@ def published(target: Any, call: str, fn: Callable[..., Any], args: tuple,
             s.call_left(qualified, error)
 
 
+#: generated source of a front method's shape -> its compiled module code (front_method)
+_SHAPES: Dict[str, Any] = {}
+
+
 def front_method(fn: Callable[..., Any], name: str, *, routed: bool, publish: bool,
                  kind: str = "method") -> Callable[..., Any]:
     """The front method for ``fn`` (see the module docstring); ``kind`` is "method",
@@ -178,7 +182,7 @@ def front_method(fn: Callable[..., Any], name: str, *, routed: bool, publish: bo
             kw = f"{{**{kw}, **{varkw}}}"
         body = [
             "    if _Bus.call_listeners:",
-            f"        return _published({first}, {name!r}, _fn, {tup}, {kw}, _names, {routed})",
+            f"        return _published({first}, _call, _fn, {tup}, {kw}, _names, {routed})",
         ]
         if routed:
             body += ["    try:", f"        return _fn({direct})",
@@ -186,15 +190,28 @@ def front_method(fn: Callable[..., Any], name: str, *, routed: bool, publish: bo
                      "        raise"]
         else:
             body += [f"    return _fn({direct})"]
-    source = f"def {name}({', '.join(header)}):\n" + "\n".join(body) + "\n"
+    # Methods of one shape (the same parameters, the same kind of body) share one compiled
+    # code object: ~500 front methods have ~130 shapes, and compiling each was most of the
+    # cost of importing minimpi.MPI. Each gets its own name and file name (code.replace).
+    shape = f"def _front({', '.join(header)}):\n" + "\n".join(body) + "\n"
+    code = _SHAPES.get(shape)
+    if code is None:
+        code = _SHAPES[shape] = compile(shape, "<front>", "exec")
+    namespace["_call"] = name
     # The front's frames are minimpi's own, wherever stacks are read: the module name (the
     # finalize ledger looks for the user's frame by it), a file name inside the package (the
     # deadlock report does), and its source in linecache (tracebacks show it).
     namespace["__name__"] = fn.__module__
     filename = os.path.join(_HERE, f"<front of {fn.__module__}.{fn.__qualname__}>")
+    source = shape.replace("def _front(", f"def {name}(", 1)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)   # noqa: S102 - built once per class
-    method = namespace[name]
+    exec(code, namespace)   # noqa: S102 - built once per class
+    method = namespace["_front"]
+    names = {"co_name": name, "co_filename": filename}
+    if hasattr(method.__code__, "co_qualname"):
+        names["co_qualname"] = fn.__qualname__
+    method.__code__ = method.__code__.replace(**names)
+    method.__name__ = name
     method.__doc__ = fn.__doc__
     method.__module__ = fn.__module__
     method.__qualname__ = fn.__qualname__
@@ -203,6 +220,21 @@ def front_method(fn: Callable[..., Any], name: str, *, routed: bool, publish: bo
     method.__signature__ = sig
     method._minimpi_front = True
     return method
+
+
+def _class_attribute(cls: type, name: str) -> Any:
+    """What ``inspect.getattr_static(cls, name)`` gives for a name a class or one of its
+    bases defines (the first entry in the dicts of its MRO, no descriptor called); None for
+    one only the metaclass has. A class's creation asks for every name it has: this lookup
+    is what keeps making the ~20 API classes (~400 front methods) cheap at import."""
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return None
+
+
+_MISSING = object()
 
 
 class Fronted(type):
@@ -220,7 +252,7 @@ class Fronted(type):
         for attr in dir(cls):
             if attr.startswith("_"):
                 continue
-            raw = inspect.getattr_static(cls, attr)
+            raw = _class_attribute(cls, attr)
             kind, fn = "method", raw
             if isinstance(raw, classmethod):
                 kind, fn = "classmethod", raw.__func__
@@ -232,7 +264,50 @@ class Fronted(type):
             publish = kind != "staticmethod" and (
                 attr in calls if calls is not None else not attr.startswith(NOT_CALLS))
             routed = routed_class and attr not in NOT_ROUTED
-            wrapped = front_method(fn, attr, routed=routed, publish=publish, kind=kind)
-            setattr(cls, attr, classmethod(wrapped) if kind == "classmethod" else
-                    staticmethod(wrapped) if kind == "staticmethod" else wrapped)
+            setattr(cls, attr, _Unmade(cls, fn, attr, routed, publish, kind))
         return cls
+
+
+class _Unmade:
+    """A front method decided when its class was created and made at its first lookup.
+
+    The API classes have ~400 public methods and a program calls a few dozen: making each
+    front method (its signature read, its code compiled or shared, its name given) was
+    ~60 ms of every ``import minimpi.MPI`` - of every job's start. Looked up (on the class
+    or an object, ``getattr``, ``inspect.signature``, ``help``), this descriptor makes the
+    front method once, puts it in its place in the class (so later lookups find the method
+    itself) and returns it bound as the method would be: what a program sees is the same.
+    """
+
+    __slots__ = ("owner", "fn", "name", "routed", "publish", "kind")
+
+    def __init__(self, owner: type, fn: Callable[..., Any], name: str, routed: bool,
+                 publish: bool, kind: str) -> None:
+        self.owner, self.fn, self.name = owner, fn, name
+        self.routed, self.publish, self.kind = routed, publish, kind
+
+    def make(self) -> Any:
+        """The front method (wrapped as the original was: classmethod, staticmethod), in
+        its class from now on."""
+        wrapped = front_method(self.fn, self.name, routed=self.routed, publish=self.publish,
+                               kind=self.kind)
+        made = classmethod(wrapped) if self.kind == "classmethod" else \
+            staticmethod(wrapped) if self.kind == "staticmethod" else wrapped
+        if self.owner.__dict__.get(self.name) is self:   # (two threads may both make it)
+            type.__setattr__(self.owner, self.name, made)
+        return made
+
+    def __get__(self, obj: Any, objtype: Optional[type] = None) -> Any:
+        return self.make().__get__(obj, objtype)
+
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        return self.fn
+
+
+def make_front_methods(cls: type) -> None:
+    """Make every front method ``cls`` has now (not at its first lookup)."""
+    for klass in cls.__mro__:
+        for value in list(vars(klass).values()):
+            if isinstance(value, _Unmade) and value.owner is klass:
+                value.make()

@@ -40,7 +40,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, TextIO
 
-from minimpi.runtime.dashboard import DEFAULT_INTERVAL, ENV_LIVE, ENV_LIVE_INTERVAL
+from minimpi.runtime.observe_env import DEFAULT_INTERVAL, ENV_LIVE, ENV_LIVE_INTERVAL
 
 ENV_DASHBOARD = "MINIMPI_DASHBOARD"
 DEFAULT_BIND = "127.0.0.1"

@@ -29,7 +29,7 @@ from collections import Counter, deque
 from typing import Any, Dict, List, Optional, Tuple
 
 from minimpi.runtime.dashboard import INTERNAL_CONTEXTS
-from minimpi.runtime.diagnose import edge_text, format_state
+from minimpi.runtime.states import edge_text, format_state
 
 from ..deadlock import build_report, find_cycle, wait_for_edges
 from .pictures import Pictures, split_call

@@ -81,13 +81,19 @@ else:
     from . import minimpi_rank
     from .sitehooks import per_process_hooks
 
-#: what a rank imports before its first Barrier, beyond numpy and minimpi (``minimpi.MPI``
-#: itself starts the runtime: it is imported by the program, in the rank)
+#: what a rank imports before its first ``Barrier``, beyond numpy and minimpi's root: what
+#: ``from mpi4py import MPI`` imports (``minimpi.MPI`` itself starts the runtime: the
+#: program imports it, in the rank), what starting the runtime imports (the control plane,
+#: the transports ``auto`` tries, finalize's check, the deadlock reports) and the collective
+#: algorithms (the first collective call loads them all). Nothing a program only may use:
+#: windows (``minimpi.rma``), files (``minimpi.io``) and sessions load in the rank that
+#: uses them, as they would in a fresh interpreter (a forked rank's ``sys.modules`` is what
+#: that rank would have imported itself; tests/integration/test_startup_imports.py).
 PRELOAD = (
-    "runpy", "pkgutil", "zmq", "zmq.utils.z85", "msgpack", "logging", "string", "traceback",
-    "minimpi.rc",
-    "minimpi.runtime.world", "minimpi.runtime.diagnose", "minimpi.runtime.leftovers",
-    "minimpi.comm.communicator", "minimpi.dynamic", "minimpi.io", "minimpi.rma",
+    "runpy", "pkgutil", "zmq", "zmq.utils.z85", "msgpack",
+    "minimpi.rc", "minimpi.comm.communicator", "minimpi.comm.grequest",
+    "minimpi.dynamic", "minimpi.runtime.world", "minimpi.runtime.diagnose",
+    "minimpi.runtime.leftovers", "minimpi.runtime.launcher_link",
     "minimpi.transports.shm", "minimpi.transports.tcp", "minimpi.transports.router",
     "minimpi.transports.verbs", "minimpi.transports.verbs_compat",
     "minimpi.coll.registry", "minimpi._start.binding",
@@ -101,7 +107,7 @@ PR_SET_PDEATHSIG = 1
 ENV_NO_PDEATHSIG = "MINIMPI_LAUNCHER_NO_PDEATHSIG"
 #: ``minimpi run --verbose`` / ``--stats``: the template says how the ranks start
 ENV_VERBOSE = minimpi_rank.ENV_VERBOSE
-ENV_STATS = "MINIMPI_STATS"      # minimpi.runtime.trace.ENV_STATS
+ENV_STATS = "MINIMPI_STATS"      # minimpi.runtime.observe_env.ENV_STATS
 SERVER_SCRIPT = os.path.abspath(__file__)
 
 
@@ -113,7 +119,13 @@ def _startup_variable(name: str) -> bool:
 
 def preload() -> None:
     """Import what every rank needs, then freeze the heap so that the ranks' garbage
-    collections do not touch (and so copy) the pages they share with the server."""
+    collections do not touch (and so copy) the pages they share with the server.
+
+    The collector is off from the template's start (:func:`main`) to here: imports make
+    tens of thousands of objects, and the collections they set off cost ~50 ms of the
+    template's start, which every job waits for; the little garbage they leave is frozen
+    with the rest (shared by the ranks, never collected) rather than collected for another
+    ~20 ms. Each rank turns the collector back on (:func:`start_rank`)."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -121,7 +133,6 @@ def preload() -> None:
             pass     # an optional piece (e.g. a transport's library): the rank imports it itself
     from minimpi.coll.registry import algorithms
     algorithms("bcast")          # loads every collective algorithm module
-    gc.collect()
     gc.freeze()
 
 
@@ -288,6 +299,7 @@ def start_rank(server: _Server, args: list) -> None:
     plan = minimpi_rank.plan_for(args, os.environ)
     minimpi_rank.become(plan, args, context_applied=False, start_env=server.child_env,
                         fresh_reason=server.fresh_reason or server.child_reason)
+    gc.enable()                          # as in a fresh interpreter (off in the template)
     minimpi_rank.bind_cpus()             # before numpy's threads start again
     reseed()
     server.restart_blas_threads()
@@ -395,6 +407,7 @@ def say(text: str) -> None:
 def main() -> None:
     fd = int(sys.argv[1])
     start_with_job_flags(fd)
+    gc.disable()       # while the template imports (see preload); each rank turns it on
     environ = started_environ()
     hooks = per_process_hooks()
     reason = None

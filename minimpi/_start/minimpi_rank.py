@@ -28,6 +28,7 @@ what ``python OPTIONS PROGRAM`` started there would be. The fork server's templa
 same for its children (``minimpi/_start/forkserver.py``).
 """
 import builtins
+import contextlib
 import json
 import os
 import sys
@@ -150,10 +151,37 @@ def load_minimpi() -> None:
     # only, and a handler never runs half-way through a frame's delivery (see
     # minimpi.transports.signal_guard).
     from minimpi.transports.signal_guard import threads_started_blocked
-    with threads_started_blocked():
+    with threads_started_blocked(), short_blas_spin():
         import numpy  # noqa: F401
 
         import minimpi  # noqa: F401  (imported first: the program's directory cannot shadow it)
+
+
+#: how long (2**N CPU cycles) an idle OpenBLAS thread of a rank polls for work before it
+#: sleeps; OpenBLAS's own default, 2**28 (~0.1 s), has every BLAS thread of every rank
+#: spin for that long when it starts, and after each BLAS call, on cores the other ranks
+#: need: with 4 ranks on 2 cores a rank's start took 3x the CPU (~60 ms instead of ~20);
+#: 2**20 (~0.4 ms) keeps the threads hot through back-to-back calls
+BLAS_SPIN = 20
+#: the variables OpenBLAS reads it from (once, when the library loads); a value the user
+#: set is kept
+_BLAS_TIMEOUT_VARS = ("OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT")
+
+
+@contextlib.contextmanager
+def short_blas_spin():
+    """While numpy loads OpenBLAS: a short idle spin for its threads (:data:`BLAS_SPIN`),
+    unless the environment sets one. The variable is gone again afterwards, so the program
+    sees the environment it was given (a fork of the template has the same library state as
+    a fresh rank: the template loads numpy through here too)."""
+    if any(os.environ.get(name) for name in _BLAS_TIMEOUT_VARS):
+        yield
+        return
+    os.environ[_BLAS_TIMEOUT_VARS[0]] = str(BLAS_SPIN)
+    try:
+        yield
+    finally:
+        os.environ.pop(_BLAS_TIMEOUT_VARS[0], None)
 
 
 def run_program(args: list, flags: list = ()) -> None:

@@ -55,11 +55,8 @@ from ..bus import Subscriber
 from ..comm.communicator import endpoint_of
 from ..transports.signal_guard import start_thread_blocked
 from .bootstrap import BootInfo, CoordinatorClient
+from .observe_env import DEFAULT_INTERVAL, ENV_LIVE, ENV_LIVE_INTERVAL
 
-ENV_LIVE = "MINIMPI_LIVE"
-ENV_LIVE_INTERVAL = "MINIMPI_LIVE_INTERVAL"
-#: seconds between two snapshots of a rank (the page needs at least two a second)
-DEFAULT_INTERVAL = 0.25
 #: at most this many (context, destination) counters go in one snapshot (the largest)
 MAX_COUNTERS = 4096
 #: contexts at or above this (with the partitioned bit and the collective bit cleared) are

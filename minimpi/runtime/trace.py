@@ -37,10 +37,7 @@ from ..comm.communicator import endpoint_of
 from ..data.units import format_size
 from ..rma.window import Win
 from .leftovers import FINAL_CONTEXT
-
-ENV_TRACE = "MINIMPI_TRACE"
-ENV_STATS = "MINIMPI_STATS"
-ENV_DIR = "MINIMPI_OBSERVE_DIR"
+from .observe_env import ENV_DIR, ENV_STATS, ENV_TRACE  # noqa: F401  (trace.ENV_TRACE...)
 
 #: private context id for the clock exchange (never allocated to a communicator)
 CLOCK_CONTEXT = 0x7FFFFFF0

@@ -23,7 +23,6 @@ from ..dynamic import join_parent, set_launcher_link
 from ..errors import CollectiveMismatchError, JobAbortedError, MinimpiError
 from ..p2p.engine import Engine, eager_limit_from_env
 from ..p2p.progress import ProgressPolicy
-from ..rma import finish_wait, finish_windows, serving_receives, stop_serving
 from . import failures
 from .bootstrap import BootInfo, bootstrap, host_identity
 from .diagnose import install as install_diagnostics
@@ -178,14 +177,17 @@ def finalize(at_exit: bool = False) -> None:
         # would only stall the exit for MINIMPI_FLUSH_TIMEOUT. Leave now; the launcher
         # names this rank as the one that ended first.
         state.failing = True
+    rma = _rma()
     if state.failing or engine.aborted is not None:
-        stop_serving(engine)
+        if rma is not None:
+            rma.stop_serving(engine)
     else:
         # windows not freed: serve them until their other ranks finish too (one that
         # owns a window may end while the others still Lock/Get/Unlock it)
-        finish_windows(engine, finish_wait(state.info.env), lambda text: print(
-            f"minimpi rank {state.info.rank}: warning at finalize: {text}", file=sys.stderr,
-            flush=True))
+        if rma is not None:
+            rma.finish_windows(engine, rma.finish_wait(state.info.env), lambda text: print(
+                f"minimpi rank {state.info.rank}: warning at finalize: {text}",
+                file=sys.stderr, flush=True))
         try:
             flushed = engine.flush(timeout=float(state.info.env.get("MINIMPI_FLUSH_TIMEOUT", "30")))
         except Exception:   # engine state cut mid-update by an exception from a signal handler
@@ -244,6 +246,12 @@ def _finalize_at_exit() -> None:
         os._exit(1)
 
 
+def _rma():
+    """The one-sided layer, if this process loaded it (``MPI.Win``): without it there is no
+    window to serve or stop at finalize, and a program without windows never loads it."""
+    return sys.modules.get("minimpi.rma")
+
+
 def _inside_a_call(engine: Engine) -> bool:
     """Whether receives are still posted or operations still running: the process is
     exiting from the middle of communication rather than after its last call. The
@@ -255,7 +263,8 @@ def _inside_a_call(engine: Engine) -> bool:
     stats = engine.match_stats()
     if not stats.communicating():
         return False
-    own = {id(req) for req in serving_receives(engine)}
+    rma = _rma()
+    own = {id(req) for req in rma.serving_receives(engine)} if rma is not None else set()
     if stats.rendezvous_receives or stats.active > len(own):
         return True
     return any(id(req) not in own for context in engine.contexts()

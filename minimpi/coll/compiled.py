@@ -32,9 +32,10 @@ from .schedule import Channel, Schedule, run, start
 
 #: how many idle channels a signature keeps for nonblocking calls in flight at once
 IDLE_CHANNELS = 4
-#: the most working-buffer bytes a communicator's compiled calls keep between calls (a job
-#: whose calls see ever-new sizes must not grow without bound; the plan counts them)
-KEEP_BYTES = 256 << 20
+#: the working-buffer bytes a communicator's compiled calls keep between calls: a job whose
+#: calls see ever-new sizes must not grow without bound (the plan counts them, and lets the
+#: least recently used go first); one call's buffers larger than this are still kept, alone
+KEEP_BYTES = 32 << 20
 
 
 class CompiledCall:
@@ -86,13 +87,23 @@ class CompiledCall:
                            self.objects, self.typename)
 
     def release(self, ch: Channel) -> None:
-        """``ch``'s call is over: keep it (and its working buffers) for the next one, while
-        the communicator keeps at most :data:`KEEP_BYTES` of them."""
+        """``ch``'s call is over: keep it (and its working buffers) for the next one. The
+        communicator keeps at most :data:`KEEP_BYTES` of them (or one call's, if larger):
+        the idle channels of the calls used least recently are let go to make room."""
         if len(self._idle) < IDLE_CHANNELS:
             kept = ch.temps.nbytes
-            if self.plan.kept_bytes + kept <= KEEP_BYTES:
-                self.plan.kept_bytes += kept
-                self._idle.append(ch)
+            plan = self.plan
+            if plan.kept_bytes + kept > KEEP_BYTES:
+                plan.make_room(KEEP_BYTES - kept, self)
+            plan.kept_bytes += kept
+            self._idle.append(ch)
+            plan.keeping(self)
+
+    def let_go(self) -> int:
+        """Drop this call's idle channels (the plan makes room); the bytes they kept."""
+        freed = sum(ch.temps.nbytes for ch in self._idle)
+        self._idle.clear()
+        return freed
 
     def run(self, ch: Channel, invoke: Callable[[Algorithm, Channel], Schedule]) -> Any:
         """Run the call on ``ch`` (from :meth:`channel`) to the end; the algorithm's result."""

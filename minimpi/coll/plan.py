@@ -66,7 +66,7 @@ INFO_PREFIX = "minimpi_"
 #: how many distinct signatures one communicator decides and prepares before starting over
 #: (a job whose calls see ever-new byte counts - Allgatherv with varying counts - must not
 #: grow without bound)
-TABLE_SIZE = 4096
+TABLE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Plan:
     """
 
     __slots__ = ("size", "rank", "settings", "model", "layout", "groups", "leaders",
-                 "intra_wire", "_decisions", "calls", "kept_bytes", "segment_bytes",
+                 "intra_wire", "_decisions", "calls", "kept_bytes", "keepers", "segment_bytes",
                  "_segment", "fused")
 
     def __init__(self, size: int, rank: int, hosts: Sequence[int], settings: Settings,
@@ -153,8 +153,10 @@ class Plan:
         #: call signature -> what the API layer prepared for it (:meth:`prepare`): its
         #: compiled call (:mod:`.compiled`)
         self.calls: Dict[tuple, Any] = {}
-        #: the working-buffer bytes the compiled calls keep between calls
+        #: the working-buffer bytes the compiled calls keep between calls, and the calls that
+        #: keep some, least recently used first (:meth:`make_room`)
         self.kept_bytes = 0
+        self.keepers: Dict[Any, None] = {}
         #: the slot of the shared segment the ranks can meet in (:mod:`.segment`): all on
         #: this host over shared memory (0: no segment)
         self.segment_bytes = SLOT_BYTES if size == 1 or (
@@ -226,9 +228,27 @@ class Plan:
         if len(self.calls) >= TABLE_SIZE:
             self.calls.clear()
             self.fused.clear()
+            self.keepers.clear()
             self.kept_bytes = 0
         self.calls[key] = value
         return value
+
+    def keeping(self, call: Any) -> None:
+        """Compiled call ``call`` just kept an idle channel: it is the most recently used."""
+        keepers = self.keepers
+        if call in keepers:
+            del keepers[call]
+        keepers[call] = None
+
+    def make_room(self, budget: int, caller: Any) -> None:
+        """Let the idle channels of the least recently used calls (``caller``'s too) go until
+        the kept bytes fit in ``budget`` or nothing else is kept."""
+        keepers = self.keepers
+        for call in list(keepers):
+            if self.kept_bytes <= budget:
+                return
+            self.kept_bytes -= call.let_go()
+            del keepers[call]
 
     def with_hints(self, hints: Mapping[str, str], where: str = "info") -> "Plan":
         """A plan for the same ranks with ``hints`` (info keys) applied to its settings."""
@@ -240,7 +260,7 @@ class Plan:
         plan.layout, plan.groups, plan.leaders = self.layout, self.groups, self.leaders
         plan.intra_wire = self.intra_wire
         plan.model = priced_for(settings, self.intra_wire)
-        plan._decisions, plan.calls, plan.kept_bytes = {}, {}, 0
+        plan._decisions, plan.calls, plan.kept_bytes, plan.keepers = {}, {}, 0, {}
         plan.segment_bytes, plan._segment = self.segment_bytes, self._segment
         plan.fused = {}
         return plan

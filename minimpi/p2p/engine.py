@@ -1102,7 +1102,21 @@ class Engine(FrameSink):
     def wait_until(self, done: Callable[[], bool], waiting_on: List[Request],
                    timeout: Optional[float] = None) -> None:
         """Make progress until ``done()``; sleep only in the transport's poll (the progress
-        owner) or on ``_turn`` (the other threads' waits: module docstring, Threads)."""
+        owner) or on ``_turn`` (the other threads' waits: module docstring, Threads).
+
+        Signal handlers are held back for the whole wait (:mod:`~minimpi.transports.
+        signal_guard`) except while the transport sleeps and at one point of each turn on
+        ``_turn``: a handler that raises (``KeyboardInterrupt``, a ``SIGALRM`` timeout the
+        program catches) never cuts the bookkeeping of who runs progress and who waits
+        short - a progress owner left behind made the next wait wait for itself."""
+        held = signal_guard.hold()      # (a pending handler raises here: nothing changed yet)
+        try:
+            self._wait_until(done, waiting_on, timeout)
+        finally:
+            signal_guard.release(held)  # handlers held back meanwhile run (and may raise) here
+
+    def _wait_until(self, done: Callable[[], bool], waiting_on: List[Request],
+                    timeout: Optional[float]) -> None:
         try:
             with self.lock:
                 self._check_alive()
@@ -1156,6 +1170,9 @@ class Engine(FrameSink):
                                 self._turn.notify_all()
                         else:
                             moved = self._wait_turn(me, waiting_on)
+                            # (Condition.wait is no place for a handler to raise: it may
+                            # leave the lock released; here everything is consistent)
+                            signal_guard.let_handlers_run()
                             if self.active:
                                 self.advance_active()
                             if transport is None and not done():
@@ -1203,7 +1220,7 @@ class Engine(FrameSink):
         self._waiting[me] = waiting_on
         self._waiters += 1
         try:
-            signal_guard.interruptible(self._turn.wait, POLL_INTERVAL)
+            self._turn.wait(POLL_INTERVAL)
         finally:
             self._waiters -= 1
             if outer is None:

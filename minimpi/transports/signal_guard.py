@@ -163,6 +163,13 @@ def interruptible(wait: Callable[..., Any], *args: Any) -> Any:
             signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
 
 
+def let_handlers_run() -> None:
+    """Inside a :func:`hold`, a point where the caller's state is consistent: the handlers
+    of signals that arrived meanwhile run now (and may raise from here); signals are held
+    back again before this returns. Nothing happens outside a hold or in another thread."""
+    interruptible(_handlers_run_here)
+
+
 def block_in_this_thread() -> None:
     """Block asynchronous signals in the calling thread for the rest of its life, unless it
     is the main thread (which takes them): process-directed signals then go to the main

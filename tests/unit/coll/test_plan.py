@@ -152,3 +152,26 @@ def test_forced_algorithm_refusal_names_its_source():
     plan = Plan(3, 0, (0, 0, 0), settings)
     with pytest.raises(AlgorithmError, match="from MINIMPI_ALLREDUCE"):
         plan.algorithm("allreduce", 0, None, objects=True, call="allreduce")
+
+
+def test_calls_of_ever_new_sizes_keep_bounded_working_buffers():
+    """A program whose collectives see ever-new sizes (the soak's mix) must not grow: the
+    compiled calls keep at most KEEP_BYTES of working buffers, letting the least recently
+    used go - and a repeated large call still keeps its own (no new buffers per call)."""
+    from minimpi.coll.compiled import KEEP_BYTES
+
+    def body(comm):
+        for i in range(48):           # 48 sizes of 1-1.4 MiB: ~58 MiB if all were kept
+            n = (1 << 17) + 1024 * i
+            out = np.empty(n)
+            comm.Allreduce(np.ones(n), out, algorithm="recursive_doubling")
+            assert out[0] == comm.size
+        kept_mixed = comm._plan.kept_bytes
+        big = np.empty(9 << 19)           # 36 MiB: more than KEEP_BYTES alone
+        comm.Allreduce(np.ones(9 << 19), big, algorithm="recursive_doubling")
+        comm.Allreduce(np.ones(9 << 19), big, algorithm="recursive_doubling")
+        return kept_mixed, comm._plan.kept_bytes
+
+    for kept_mixed, kept_big in run_threads(3, body, timeout=120):
+        assert 0 < kept_mixed <= KEEP_BYTES, kept_mixed
+        assert kept_big > KEEP_BYTES, kept_big          # the large call's own, alone

@@ -699,15 +699,18 @@ class ShmTransport(Transport):
                 f"(-x MINIMPI_SHM_RING=32KiB), or run with --transport tcp")
 
     def _remove_wake_socket(self) -> None:
-        """Unlink our wake-up socket; the last rank of the job here removes the directory."""
+        """Unlink our wake-up socket; the last rank of the job here removes the directory
+        (tried again at close: a rank that unlinked its socket early, once every peer had
+        connected, may not be the last to go)."""
         name = self._wake_name(self.rank)
-        if self._wake_sock is None or name.startswith(b"\0") or self._wake_removed:
+        if self._wake_sock is None or name.startswith(b"\0"):
             return
-        self._wake_removed = True
-        try:
-            os.unlink(name)
-        except OSError:
-            pass
+        if not self._wake_removed:
+            self._wake_removed = True
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
         try:
             os.rmdir(self._wake_dir)
         except OSError:              # others still bound there, or gone already

@@ -67,7 +67,9 @@ def test_readme_is_short_and_keeps_its_two_commands():
     assert len(text.splitlines()) <= 150
     assert ("python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && "
             ".venv/bin/minimpi run -n 4 examples/hello.py") in text
-    assert ".venv/bin/python -m pytest -q" in text
+    assert ".venv/bin/python -m pytest -q -n 2" in text
+    with open(os.path.join(REPO, ".ci", "run")) as f:      # CI runs README's test command
+        assert "exec .venv/bin/python -m pytest -q -n 2\n" in f.read()
 
 
 def test_the_options_table_lists_every_option_of_minimpi_run():

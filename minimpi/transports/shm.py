@@ -585,8 +585,10 @@ class ShmTransport(Transport):
         ctl[C_MAGIC] = MAGIC                 # last: the inbox is ready
         self._wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
-            self._make_wake_dir()
-            self._wake_sock.bind(self._wake_name(self.rank))
+            name = self._wake_name(self.rank)
+            if not name.startswith(b"\0"):     # (an abstract name needs no directory)
+                self._make_wake_dir()
+            self._wake_sock.bind(name)
         except OSError as exc:
             self.close()
             raise TransportError(f"rank {self.rank}: cannot bind the shared-memory wake-up "

@@ -37,9 +37,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def small_shm(tmp_path):
-    where = tmp_path / "shm"
+@pytest.fixture(params=["short", "long"])
+def small_shm(tmp_path, request):
+    # "long": a directory whose wake-up socket paths are too long for AF_UNIX, so the ranks
+    # bind abstract names instead (they made the directory anyway, and it was left behind)
+    where = tmp_path / ("shm" if request.param == "short" else "shm-" + "x" * 100)
     where.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")

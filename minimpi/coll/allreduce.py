@@ -34,7 +34,7 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
-from .segment import pieces
+from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
 
 
@@ -407,9 +407,6 @@ def allreduce_segment(ch: Channel, red: Operand, data: np.ndarray,
         seg.publish(k, sig, call=ch)
         yield [seg.wait_for(ch, k, everyone)]
         seg.check(k, sig, everyone, ch)
-        acc = out[lo:hi].view(dtype)
-        acc[...] = seg.area(0, k, hi - lo).view(dtype)
-        for r in range(1, p):
-            red.into_lower(acc, seg.area(r, k, hi - lo).view(dtype))
+        reduce_slots(seg, k, hi - lo, everyone, red, out[lo:hi].view(dtype))
         seg.finished(k)
     return data

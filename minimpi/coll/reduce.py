@@ -36,7 +36,7 @@ from .peers import (
 from .reduction import Operand, fold_in, received
 from .registry import algorithm, flat_cost
 from .schedule import Channel, Schedule
-from .segment import pieces
+from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
 
 
@@ -270,9 +270,6 @@ def reduce_segment(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sc
             continue
         yield [seg.wait_for(ch, k, everyone)]
         seg.check(k, sig, everyone, ch)
-        acc = mine[lo:hi].view(dtype)
-        acc[...] = seg.area(0, k, hi - lo).view(dtype)
-        for r in range(1, p):
-            red.into_lower(acc, seg.area(r, k, hi - lo).view(dtype))
+        reduce_slots(seg, k, hi - lo, everyone, red, mine[lo:hi].view(dtype))
         seg.finished(k)
     return data

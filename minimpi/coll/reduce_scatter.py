@@ -30,7 +30,7 @@ from .reduce import reduce_binomial
 from .reduction import Operand, fold_in
 from .registry import algorithm
 from .schedule import Channel, Schedule
-from .segment import pieces
+from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
 
 
@@ -220,9 +220,8 @@ def reduce_scatter_segment(ch: Channel, red: Operand, send: np.ndarray, recv: np
         seg.check(k, sig, everyone, ch)
         first, last = max(lo, block_lo), min(hi, block_hi)
         if first < last:                         # my block's part in this piece
-            acc = result[first - block_lo:last - block_lo].view(dtype)
-            acc[...] = seg.area(0, k, hi - lo)[first - lo:last - lo].view(dtype)
-            for r in range(1, p):
-                red.into_lower(acc, seg.area(r, k, hi - lo)[first - lo:last - lo].view(dtype))
+            reduce_slots(seg, k, hi - lo, everyone, red,
+                         result[first - block_lo:last - block_lo].view(dtype),
+                         slice(first - lo, last - lo))
         seg.finished(k)
     return recv

@@ -17,7 +17,7 @@ from .cost import segments, xor_exchanges
 from .reduction import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
-from .segment import pieces
+from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
 
 
@@ -165,10 +165,7 @@ def _in_segment(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool)
         if below:
             yield [seg.wait_for(ch, k, below)]
             seg.check(k, sig, below, ch)
-            acc = result[lo:hi].view(dtype)
-            acc[...] = seg.area(0, k, hi - lo).view(dtype)
-            for r in below[1:]:                  # in rank order: any op
-                red.into_lower(acc, seg.area(r, k, hi - lo).view(dtype))
+            reduce_slots(seg, k, hi - lo, below, red, result[lo:hi].view(dtype))
         seg.finished(k)
     return out if below else None
 

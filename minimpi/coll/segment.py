@@ -98,6 +98,16 @@ def segments_of(engine: Any) -> List["HostSegment"]:
     return list(_SEGMENTS.get(id(engine), ()))
 
 
+def reduce_slots(seg: "HostSegment", k: int, nbytes: int, members: Sequence[int], red: Any,
+                 acc: np.ndarray, within: slice = slice(None)) -> None:
+    """``acc`` = the areas of call ``k`` (their first ``nbytes``; of each, the bytes
+    ``within``) of ``members``, reduced with ``red`` in rank order (so any op)."""
+    dtype = acc.dtype
+    acc[...] = seg.area(members[0], k, nbytes)[within].view(dtype)
+    for r in members[1:]:
+        red.into_lower(acc, seg.area(r, k, nbytes)[within].view(dtype))
+
+
 class MemoryWait:
     """What a segment algorithm yields for a step: "wait until these members published call
     ``k``" (or, ``free``: until every member finished reading call k and this member
@@ -414,5 +424,5 @@ class HostSegment:
         return None
 
 
-__all__: List[str] = ["HostSegment", "MemoryWait", "SLOT_BYTES", "segment_bytes", "pieces", "signed_call",
+__all__: List[str] = ["HostSegment", "MemoryWait", "SLOT_BYTES", "segment_bytes", "pieces", "reduce_slots", "signed_call",
                       "CALL_SHIFT", "SIG_MASK"]

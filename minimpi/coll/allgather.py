@@ -8,6 +8,8 @@ lie back to back) or a list of objects. ``n`` in the costs is the byte count of 
 """
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
 from .blocks import Blocks, as_bytes
 from .cost import Layout, ceil_log2, floor_log2, tree_volume
 from .groups import GroupBlocks, GroupChannel
@@ -21,7 +23,7 @@ from .peers import (
     subtree_end,
     unfold_rank,
 )
-from .registry import algorithm, flat_cost
+from .registry import INTER, algorithm, flat_cost
 from .schedule import Channel, Schedule
 from .segment import pieces
 from .slots import SEQ_BITS
@@ -275,3 +277,21 @@ def allgather_segment(ch: Channel, blocks: Blocks) -> Schedule:
                 target[...] = seg.area(r, k, target.nbytes)
         seg.finished(k)
     return blocks
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("allgather", "direct", kinds=(INTER,),
+           formula="α + n·β", messages=lambda m, p, n: 2 * p * p,
+           volume=lambda p, n: 2 * p * n)
+def allgather_direct(remote: Channel, local: Channel, send: Any,
+                     blocks: Optional[Sequence[Any]]) -> Schedule:
+    """Every rank sends its block to every rank of the other group and receives theirs, in
+    one step (p·p messages each way): α + n·β for n bytes gathered.
+
+    Remote rank j's ``send`` lands in ``blocks[j]``. Object mode: returns the list of the
+    remote group's objects.
+    """
+    into = [None] * remote.size if remote.objects else blocks
+    reqs = [remote.irecv(into[j], j) for j in range(remote.size)]
+    yield reqs + [remote.isend(send, j) for j in range(remote.size)]
+    return [r.wait() for r in reqs] if remote.objects else None

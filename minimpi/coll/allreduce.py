@@ -24,15 +24,16 @@ from .blocks import as_bytes, even_bounds
 from .cost import Layout, ceil_log2, floor_log2, not_pow2, segments
 from .groups import GroupChannel
 from .peers import (
+    GROUP_LEADER,
     fold_power_of_two,
     host_leaders,
     host_of,
     ring_neighbours,
     unfold_rank,
 )
-from .reduce import reduce_binomial
+from .reduce import reduce_and_swap, reduce_binomial
 from .reduction import Operand, fold_in, received
-from .registry import algorithm, algorithms, cheapest, flat_cost
+from .registry import INTER, algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
 from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
@@ -410,3 +411,24 @@ def allreduce_segment(ch: Channel, red: Operand, data: np.ndarray,
         reduce_slots(seg, k, hi - lo, everyone, red, out[lo:hi].view(dtype))
         seg.finished(k)
     return data
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("allreduce", "leaders_swap", kinds=(INTER,),
+           formula="(2·⌈log2 p⌉ + 1)·(α + n·β) + ⌈log2 p⌉·n·γ",
+           messages=lambda m, p, n: 4 * p - 2, volume=lambda p, n: (4 * p - 2) * n,
+           local=lambda p, n: 2 * (p - 1) * n)
+def allreduce_leaders_swap(remote: Channel, local: Channel, red: Operand, data: Any,
+                           out: Any) -> Schedule:
+    """Each group reduces to its leader, the leaders swap their results, each leader
+    broadcasts what it received in its group: (2·⌈log2 p⌉ + 1)·(α + n·β) + ⌈log2 p⌉·n·γ.
+
+    So each group gets the reduction of the other group's data (in ``out``). Object mode:
+    returns the reduced object.
+    """
+    into = None if remote.objects else out
+    result = yield from reduce_and_swap(remote, local, red, data, into)
+    if local.rank != GROUP_LEADER:
+        result = into
+    local.phase("3. broadcast in each group")
+    return (yield from bcast_binomial(local, result, GROUP_LEADER))

@@ -13,9 +13,11 @@ every rank must make alike) depends on p alone: its costs are given for n = 0.
 """
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
 from .blocks import Blocks, as_bytes
 from .cost import ceil_log2
-from .registry import algorithm
+from .registry import INTER, algorithm
 from .schedule import Channel, Schedule
 from .segment import pieces
 from .slots import SEQ_BITS
@@ -173,3 +175,24 @@ def alltoall_segment(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
             incoming[j][lo:hi] = seg.area(j, k, p * m)[rank * m:(rank + 1) * m]
         seg.finished(k)
     return recv
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("alltoallv", "direct", kinds=(INTER,),
+           formula="α + n·β", messages=lambda m, p, n: 2 * p * p,
+           volume=lambda p, n: 2 * p * n)
+@algorithm("alltoall", "direct", kinds=(INTER,),
+           formula="α + n·β", messages=lambda m, p, n: 2 * p * p,
+           volume=lambda p, n: 2 * p * n)
+def alltoall_direct(remote: Channel, local: Channel, sends: Sequence[Any],
+                    blocks: Optional[Sequence[Any]]) -> Schedule:
+    """Block j goes straight to rank j of the other group, pairwise in one step (p·p
+    messages each way): α + n·β for n bytes sent.
+
+    Remote rank j's block for this rank lands in ``blocks[j]``. Object mode: returns the
+    received list.
+    """
+    into = [None] * remote.size if remote.objects else blocks
+    reqs = [remote.irecv(into[j], j) for j in range(remote.size)]
+    yield reqs + [remote.isend(sends[j], j) for j in range(remote.size)]
+    return [r.wait() for r in reqs] if remote.objects else None

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bcast import bcast_binomial
 from .cost import ceil_log2
-from .peers import binomial_children, binomial_parent, ring_neighbours
-from .registry import algorithm
+from .peers import GROUP_LEADER, binomial_children, binomial_parent, ring_neighbours
+from .registry import INTER, algorithm
 from .schedule import Channel, Schedule
 from .slots import SEQ_BITS
 
@@ -99,3 +100,35 @@ def barrier_segment(ch: Channel) -> Schedule:
     yield [seg.wait_for(ch, k, range(ch.size))]
     seg.check(k, sig, range(ch.size), ch)
     seg.finished(k)
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+def _arrive(local: Channel) -> Schedule:
+    """Binomial fan-in of "arrived" to the local leader."""
+    token = np.empty(0, np.uint8)
+    for child in reversed(binomial_children(local.rank, local.size)):
+        yield [local.irecv(token, child)]
+    if local.rank != GROUP_LEADER:
+        yield [local.isend(token, binomial_parent(local.rank))]
+
+
+@algorithm("barrier", "leaders", kinds=(INTER,),
+           formula="(2·⌈log2 p⌉ + 1)·α", messages=lambda m, p, n: 4 * p - 2,
+           volume=lambda p, n: 0)
+def barrier_leaders(remote: Channel, local: Channel) -> Schedule:
+    """Each group fans in to its leader, the two leaders swap an empty message, each leader
+    releases its group: every rank of both groups has arrived before any leaves.
+
+    1. each group fans in to its leader (binomial tree);
+    2. the two leaders swap an empty message (each now knows both groups arrived);
+    3. each leader releases its group (binomial broadcast of an empty message).
+    Time: (2·⌈log2 p⌉ + 1)·α for groups of p.
+    """
+    local.phase("1. arrive in each group")
+    yield from _arrive(local)
+    if local.rank == GROUP_LEADER:
+        local.phase("2. the leaders swap")
+        token = np.empty(0, np.uint8)
+        yield [remote.irecv(token, GROUP_LEADER), remote.isend(token, GROUP_LEADER)]
+    local.phase("3. release each group")
+    yield from bcast_binomial(local, np.empty(0, np.uint8), GROUP_LEADER)

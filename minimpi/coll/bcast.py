@@ -14,10 +14,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..constants import PROC_NULL, ROOT
 from .blocks import as_bytes, segment_bounds
 from .cost import Layout, segments, tree_volume
 from .groups import GroupChannel
 from .peers import (
+    GROUP_LEADER,
     absolute,
     binomial_children,
     binomial_parent,
@@ -28,7 +30,7 @@ from .peers import (
     subtree_end,
 )
 from .reduction import received
-from .registry import algorithm, algorithms, cheapest, flat_cost
+from .registry import INTER, algorithm, algorithms, cheapest, flat_cost
 from .schedule import Channel, Schedule
 from .segment import pieces
 from .slots import SEQ_BITS
@@ -226,3 +228,32 @@ def bcast_segment(ch: Channel, data: np.ndarray, root: int) -> Schedule:
         mine[lo:hi] = seg.area(root, k, hi - lo)
         seg.finished(k)
     return data
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("bcast", "via_leader", kinds=(INTER,),
+           formula="(1 + ⌈log2 p⌉)·(α + n·β)", messages=lambda m, p, n: p,
+           volume=lambda p, n: p * n)
+def bcast_via_leader(remote: Channel, local: Channel, data: Any, root: int) -> Schedule:
+    """The root sends its data to the other group's leader, which broadcasts it in its
+    group (binomial tree): (1 + ⌈log2 p⌉)·(α + n·β) for a receiving group of p.
+
+    ``root``: ``ROOT`` on the root, ``PROC_NULL`` on the rest of its group, the root's rank
+    on the receiving side. Returns the data on the receiving side (the object in object
+    mode), None (objects) or ``data`` on the root's side.
+    """
+    leader = GROUP_LEADER
+    if root == ROOT:
+        yield [remote.isend(data, leader)]
+        return None if remote.objects else data
+    if root == PROC_NULL:
+        return None if remote.objects else data
+    if local.rank == leader:
+        into = None if remote.objects else data
+        req = remote.irecv(into, root)
+        yield [req]
+        data = received(req, into)
+    return (yield from bcast_binomial(local, data, leader))
+
+
+

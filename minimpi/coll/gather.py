@@ -10,10 +10,13 @@ root knows every size, so every rank chooses on ``p`` alone).
 """
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
+from ..constants import PROC_NULL, ROOT
 from .blocks import EqualBlocks, RootedBlocks
 from .cost import segments, tree_volume
 from .peers import binomial_children, binomial_parent, subtree_end
-from .registry import algorithm
+from .registry import INTER, algorithm
 from .schedule import Channel, Schedule
 from .segment import pieces
 from .slots import SEQ_BITS
@@ -143,4 +146,27 @@ def gather_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 
             if r != rank:
                 blocks.store.view(r)[lo:hi] = seg.area(r, k, hi - lo)
         seg.finished(k)
+    return None
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("gather", "direct", kinds=(INTER,),
+           formula="α + n·β", messages=lambda m, p, n: p, volume=lambda p, n: n)
+def gather_direct(remote: Channel, local: Channel, send: Any,
+                  blocks: Optional[Sequence[Any]], root: int) -> Schedule:
+    """Each rank of the other group sends its block straight to the root (one step, p
+    messages): α + n·β for n bytes in all.
+
+    Rank i's ``send`` lands in ``blocks[i]`` at the root. Object mode: the root returns the
+    list of objects; others None.
+    """
+    if root == ROOT:
+        if remote.objects:
+            reqs = [remote.irecv(None, i) for i in range(remote.size)]
+            yield reqs
+            return [r.wait() for r in reqs]
+        yield [remote.irecv(blocks[i], i) for i in range(remote.size)]
+        return None
+    if root != PROC_NULL:
+        yield [remote.isend(send, root)]
     return None

@@ -530,6 +530,33 @@ def abort_slot(ep: Any, exc: BaseException, low: Optional[int] = None,
         pass
 
 
+def abort_groups(remote: Any, local: Any, exc: BaseException,
+                 lows: Optional[Tuple[int, int]] = None, call: str = "collective") -> None:
+    """:func:`abort_slot` for an intercommunicator's call: consume its slot on both
+    endpoints (``lows``, or the next ones if the call failed before taking them) and send
+    every other process of both groups an abort marker on **both** collective contexts - a
+    rank may be waiting on either (a leader on its group, its group on the leader). Both
+    groups use the same context ids and draw the same slot numbers, so one marker means the
+    same call everywhere. Never raises."""
+    try:
+        error_class = getattr(exc, "error_class", slots.ERR_OTHER)
+        markers = []
+        for ep, low in zip((remote, local), lows or (None, None)):
+            watch = watch_of(ep)
+            if low is None:
+                seq = ep.next_coll_tag()
+                low = watch.register(seq, slots.marker_tag(seq, 0), 0, "aborted", call)
+            watch.abort(ep.engine, ep.coll_context, low, exc)
+            markers.append((ep.coll_context, slots.marker_tag(low, error_class)))
+        for ep, everyone in ((remote, True), (local, False)):
+            for dest in range(ep.size):
+                if everyone or dest != ep.rank:   # the remote group: every rank
+                    for context, tag in markers:
+                        ep.isend((), 0, dest, tag, 0, "collective abort", context)
+    except Exception:  # noqa: S110 - the caller's own error is what must surface
+        pass
+
+
 def call_of(ep: Any, tag: int) -> Optional[Call]:
     """This rank's recent collective call with channel tag ``tag`` on endpoint ``ep`` (for
     deadlock reports)."""

@@ -49,6 +49,9 @@ from __future__ import annotations
 
 from typing import Hashable, List, Optional, Sequence, Tuple
 
+#: the rank of each group of an intercommunicator that talks to the other group
+GROUP_LEADER = 0
+
 
 # ============================================================================ relative ranks
 def relative(rank: int, root: int, p: int) -> int:

@@ -37,7 +37,7 @@ from ..errors import AlgorithmError
 from .cost import FIELDS, CostModel, Layout, model_sources
 from .mismatch import KINDS
 from .peers import host_groups, host_leaders
-from .registry import Algorithm, algorithms, choose_among
+from .registry import INTRA, KIND_NAMES, Algorithm, algorithms, choose_among, forced
 from .segment import SLOT_BYTES, HostSegment
 
 #: Built-in terms of the link between two ranks of one host, per transport that can carry it:
@@ -130,17 +130,22 @@ class Plan:
 
     ``hosts``: the host index of each rank of the communicator (``Endpoint.hosts``);
     ``intra_wire``: the transport between two of its ranks on one host (None: unknown, or
-    no two ranks share a host).
+    no two ranks share a host); ``kind``: the communicator's kind (``registry.INTRA``, or
+    ``registry.INTER`` for an intercommunicator: then ``size`` and ``hosts`` are the remote
+    group's, and its collectives choose among the intercommunicator algorithms).
     """
 
     __slots__ = ("size", "rank", "settings", "model", "layout", "groups", "leaders",
                  "intra_wire", "_decisions", "calls", "kept_bytes", "keepers", "segment_bytes",
-                 "_segment", "fused")
+                 "_segment", "fused", "kind")
 
     def __init__(self, size: int, rank: int, hosts: Sequence[int], settings: Settings,
-                 intra_wire: Optional[str] = None) -> None:
+                 intra_wire: Optional[str] = None, kind: str = INTRA) -> None:
+        if kind not in KIND_NAMES:
+            raise ValueError(f"Plan: kind must be one of {sorted(KIND_NAMES)}, got {kind!r}")
         self.size = size
         self.rank = rank
+        self.kind = kind
         self.settings = settings
         self.intra_wire = intra_wire
         self.layout: Layout = Layout.of(hosts)
@@ -191,20 +196,13 @@ class Plan:
         where = f"rank {self.rank}: "
         call = call or collective
         if requested is not None:
-            alg = table.get(requested)
-            if alg is None:
-                raise AlgorithmError(f"{where}{call}: unknown algorithm {requested!r} (from "
-                                     f"{source}); {collective} has: {', '.join(table)}, auto")
-            why = alg.refusal(self.size, nbytes, op, objects, self.layout, self.segment_bytes)
-            if why:
-                raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) "
-                                     f"cannot serve this call: it {why}")
-            return alg
+            return forced(table, collective, requested, source, f"{where}{call}", self.size,
+                          nbytes, op, objects, self.layout, self.segment_bytes, self.kind)
         # auto meets in a segment over shared memory between processes; between the
         # threads of one process (tests, drawings) only an algorithm= asks for it
         auto_segment = self.segment_bytes if self.intra_wire == "shm" else 0
         return choose_among(table, self.size, nbytes, op, objects, self.layout, self.model,
-                            f"{where}{call}", auto_segment)
+                            f"{where}{call}", auto_segment, self.kind)
 
     def segment(self, ep: Any) -> HostSegment:
         """The communicator's shared segment (mapped on first use; ``ep``: its endpoint)."""
@@ -257,6 +255,7 @@ class Plan:
             return self
         plan = Plan.__new__(Plan)
         plan.size, plan.rank, plan.settings = self.size, self.rank, settings
+        plan.kind = self.kind
         plan.layout, plan.groups, plan.leaders = self.layout, self.groups, self.leaders
         plan.intra_wire = self.intra_wire
         plan.model = priced_for(settings, self.intra_wire)

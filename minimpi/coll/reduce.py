@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from ..constants import PROC_NULL, ROOT
 from .blocks import as_bytes, even_bounds
 from .cost import Layout, floor_log2, tree_volume
 from .groups import GroupChannel
 from .peers import (
+    GROUP_LEADER,
     absolute,
     binomial_children,
     binomial_parent,
@@ -34,7 +36,7 @@ from .peers import (
     unfold_rank,
 )
 from .reduction import Operand, fold_in, received
-from .registry import algorithm, flat_cost
+from .registry import INTER, algorithm, flat_cost
 from .schedule import Channel, Schedule
 from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
@@ -273,3 +275,47 @@ def reduce_segment(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Sc
         reduce_slots(seg, k, hi - lo, everyone, red, mine[lo:hi].view(dtype))
         seg.finished(k)
     return data
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("reduce", "via_leader", kinds=(INTER,),
+           formula="(⌈log2 p⌉ + 1)·(α + n·β) + ⌈log2 p⌉·n·γ",
+           messages=lambda m, p, n: p, volume=lambda p, n: p * n,
+           local=lambda p, n: (p - 1) * n)
+def reduce_via_leader(remote: Channel, local: Channel, red: Operand, data: Any, out: Any,
+                      root: int) -> Schedule:
+    """The other group reduces to its leader, which sends the result to the root:
+    (⌈log2 p⌉ + 1)·(α + n·β) + ⌈log2 p⌉·n·γ for a sending group of p.
+
+    The reduction is :func:`reduce_binomial` rooted at the leader (rank 0, so a
+    non-commutative op keeps rank order); the root receives it into ``out``. Object mode:
+    the root returns the reduced object.
+    """
+    if root == ROOT:
+        into = None if remote.objects else out
+        req = remote.irecv(into, GROUP_LEADER)
+        yield [req]
+        return received(req, into)
+    if root == PROC_NULL:
+        return None
+    local.phase("1. reduce to the leader")
+    acc = yield from reduce_binomial(local, red, red.mine(data), GROUP_LEADER)
+    if local.rank == GROUP_LEADER:
+        local.phase("2. the leader sends to the root")
+        yield [remote.isend(acc, root)]
+    return None
+
+
+def reduce_and_swap(remote: Channel, local: Channel, red: Operand, data: Any,
+                    into: Any) -> Schedule:
+    """Reduce each group's data to its leader; the two leaders swap their results. Returns
+    what the leader received (None on other ranks): the first half of the
+    intercommunicator reductions that every group receives."""
+    local.phase("1. reduce to each leader")
+    acc = yield from reduce_binomial(local, red, red.mine(data), GROUP_LEADER)
+    if local.rank != GROUP_LEADER:
+        return None
+    local.phase("2. the leaders swap")
+    req = remote.irecv(into, GROUP_LEADER)
+    yield [req, remote.isend(acc, GROUP_LEADER)]
+    return received(req, into)

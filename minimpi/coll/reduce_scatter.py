@@ -11,13 +11,14 @@ recursive halving combine in a different order and are ``commutative_only``.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List, Sequence
 
 import numpy as np
 
 from .blocks import as_bytes, running_sum
 from .cost import floor_log2, tree_volume
 from .peers import (
+    GROUP_LEADER,
     binomial_children,
     binomial_parent,
     first_real,
@@ -26,9 +27,9 @@ from .peers import (
     subtree_end,
     unfold_rank,
 )
-from .reduce import reduce_binomial
+from .reduce import reduce_and_swap, reduce_binomial
 from .reduction import Operand, fold_in
-from .registry import algorithm
+from .registry import INTER, algorithm
 from .schedule import Channel, Schedule
 from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
@@ -225,3 +226,30 @@ def reduce_scatter_segment(ch: Channel, red: Operand, send: np.ndarray, recv: np
                          slice(first - lo, last - lo))
         seg.finished(k)
     return recv
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("reduce_scatter", "leaders_swap", kinds=(INTER,),
+           formula="(⌈log2 p⌉ + 2)·α + (⌈log2 p⌉ + 2)·n·β + ⌈log2 p⌉·n·γ",
+           messages=lambda m, p, n: 4 * p - 2, volume=lambda p, n: (2 * p + 2) * n,
+           local=lambda p, n: 2 * (p - 1) * n)
+def reduce_scatter_leaders_swap(remote: Channel, local: Channel, red: Operand,
+                                data: np.ndarray, out: np.ndarray,
+                                elems: Sequence[int]) -> Schedule:
+    """Each group reduces to its leader, the leaders swap their results, each leader sends
+    block i to its rank i: (⌈log2 p⌉ + 2)·(α + n·β) + ⌈log2 p⌉·n·γ.
+
+    So rank i of each group gets ``elems[i]`` items (block i) of the reduction of the other
+    group's vectors, in ``out``.
+    """
+    whole: Any = red.slot(data, "remote result") if local.rank == GROUP_LEADER else None
+    yield from reduce_and_swap(remote, local, red, data, whole)
+    local.phase("3. scatter in each group")
+    if local.rank != GROUP_LEADER:
+        yield [local.irecv(out, GROUP_LEADER)]
+        return None
+    starts = np.concatenate(([0], np.cumsum(elems))).astype(int)
+    out[...] = whole[:elems[GROUP_LEADER]]
+    yield [local.isend(whole[starts[i]:starts[i + 1]], i) for i in range(local.size)
+           if i != GROUP_LEADER]
+    return None

@@ -20,6 +20,15 @@ predictions - algorithms at their contention bound within :data:`TIE` of the lea
 is the same bytes on the same cores, differing only in message counts - the one whose
 formula (its critical path) is least, then the one registered first (:func:`tie_key`).
 
+**Communicator kinds.** An algorithm serves intracommunicators (one group: the default) or
+intercommunicators (two groups, and the data crosses between them: ``kinds=(INTER,)``);
+one registry holds both, each collective's algorithms in its own module. A communicator
+chooses among the algorithms of its kind (:meth:`Algorithm.refusal` refuses the others,
+so ``auto`` never picks them, and a forced name of the other kind is an error that says
+so). An intercommunicator algorithm is a generator of two channels - ``remote`` over the
+other group, ``local`` over its own (:mod:`minimpi.coll.twogroups`) - and its formula's
+``p`` is the size of each group.
+
 **Hosts.** Predictions and refusals also take the call's :class:`~minimpi.coll.cost.Layout`
 (how many ranks each host has; default: all on one host). A flat algorithm's formula is
 evaluated over the slowest link the call may cross; a ``hierarchical`` algorithm's cost
@@ -36,6 +45,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AlgorithmError
 from .cost import CostModel, Layout, Link, contention, default_model, formula_values
+
+#: communicator kinds an algorithm may serve: one group, or two groups (an intercommunicator)
+INTRA = "intra"
+INTER = "inter"
+#: how messages name each kind
+KIND_NAMES = {INTRA: "intracommunicators", INTER: "intercommunicators"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,8 @@ class Algorithm:
     #: it meets in the communicator's shared segment (:mod:`minimpi.coll.segment`): only
     #: for ranks that all share one host over shared memory (or are threads of a process)
     segment: bool = False
+    #: the communicator kinds it serves (:data:`INTRA`, :data:`INTER`)
+    kinds: Tuple[str, ...] = (INTRA,)
 
     def __call__(self, *args, **kwargs):
         """Run the algorithm: its schedule generator."""
@@ -98,9 +115,14 @@ class Algorithm:
         return max(formula, crowd), formula, crowd
 
     def refusal(self, p: int, nbytes: int, op=None, objects: bool = False,
-                layout: Optional[Layout] = None, segment_bytes: int = 0) -> Optional[str]:
+                layout: Optional[Layout] = None, segment_bytes: int = 0,
+                kind: str = INTRA) -> Optional[str]:
         """Why this algorithm cannot serve the call, or None when it can. ``segment_bytes``:
-        the slot a shared segment offers the communicator (0: it has none)."""
+        the slot a shared segment offers the communicator (0: it has none); ``kind``: the
+        communicator's kind (:data:`INTRA`, :data:`INTER`)."""
+        if kind not in self.kinds:
+            return (f"serves {' and '.join(KIND_NAMES[k] for k in self.kinds)} only, and "
+                    f"this call is on an {KIND_NAMES[kind][:-1]}")
         if objects and not self.objects:
             return "moves buffers only (the lowercase, Python-object call cannot use it)"
         if self.segment and not segment_bytes:
@@ -130,10 +152,14 @@ def algorithm(collective: str, name: str, *,
               reads_sendbuf: bool = False, hierarchical: bool = False,
               order_needs_contiguous_hosts: bool = False,
               phases: Optional[Callable[..., List[Tuple[str, float]]]] = None,
-              formula: str = "", segment: bool = False) -> Callable:
+              formula: str = "", segment: bool = False,
+              kinds: Tuple[str, ...] = (INTRA,)) -> Callable:
     """Decorator: register an algorithm function under (collective, name). Without
     ``cost``, the cost is ``formula`` evaluated (:func:`~minimpi.coll.cost.formula_values`):
-    the cost written once."""
+    the cost written once. ``kinds``: the communicator kinds it serves."""
+    if not kinds or set(kinds) - set(KIND_NAMES):
+        raise ValueError(f"algorithm {collective}/{name}: kinds must be some of "
+                         f"{sorted(KIND_NAMES)}, got {kinds!r}")
     if cost is None:
         if not formula:
             raise ValueError(f"algorithm {collective}/{name}: give its formula (or cost)")
@@ -143,7 +169,7 @@ def algorithm(collective: str, name: str, *,
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
             first_sentence(fn.__doc__ or ""), volume, local, messages, hierarchical,
-            order_needs_contiguous_hosts, phases, formula, segment)
+            order_needs_contiguous_hosts, phases, formula, segment, tuple(kinds))
         return fn
     return register
 
@@ -226,16 +252,42 @@ def best_of(candidates: Sequence[Tuple[float, float, float, "Algorithm"]]) -> "A
     return min(tied, key=lambda c: tie_key(c[1], 0.0))[3]
 
 
+def serving(table: Dict[str, Algorithm], kind: str) -> List[str]:
+    """The names of ``table``'s algorithms that serve communicators of ``kind``."""
+    return [name for name, alg in table.items() if kind in alg.kinds]
+
+
+def forced(table: Dict[str, Algorithm], collective: str, requested: str, source: str,
+           where: str, p: int, nbytes: int, op: Any, objects: bool, layout: Layout,
+           segment_bytes: int, kind: str) -> Algorithm:
+    """The algorithm ``requested`` by name (from ``source``: ``algorithm=``, a variable, an
+    info key), or AlgorithmError naming why it cannot serve the call - an unknown name, or
+    a restriction (another communicator kind among them) - and the names that can."""
+    on = "" if kind == INTRA else f" on an {KIND_NAMES[kind][:-1]}"
+    alg = table.get(requested)
+    if alg is None:
+        raise AlgorithmError(f"{where}: unknown algorithm {requested!r} (from {source}); "
+                             f"{collective}{on} has: {', '.join(serving(table, kind))}, auto")
+    why = alg.refusal(p, nbytes, op, objects, layout, segment_bytes, kind)
+    if why:
+        hint = (f" ({collective}{on} has: {', '.join(serving(table, kind))}, auto)"
+                if kind not in alg.kinds else "")
+        raise AlgorithmError(f"{where}: algorithm {requested!r} (from {source}) cannot "
+                             f"serve this call: it {why}{hint}")
+    return alg
+
+
 def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[str] = None,
            *, objects: bool = False, rank: int = -1, call: str = "",
            layout: Optional[Layout] = None, model: Optional[CostModel] = None,
-           segment_bytes: int = 0) -> Algorithm:
+           segment_bytes: int = 0, kind: str = INTRA) -> Algorithm:
     """The algorithm a call would run (see the module docstring for the order of choice),
     read from this process's environment now: what ``minimpi explain`` and the tests ask.
     A communicator decides through its plan instead (:class:`minimpi.coll.plan.Plan`, the
     same rules on settings read once). ``layout``: where the p ranks run (default: one
     host); ``model``: another cost model than the environment's (``explain --cores``);
-    ``segment_bytes``: the slot of a shared segment (0: none, as on several hosts)."""
+    ``segment_bytes``: the slot of a shared segment (0: none, as on several hosts);
+    ``kind``: the communicator's kind (:data:`INTRA`, :data:`INTER`)."""
     table = algorithms(collective)
     layout = layout or Layout.one_host(p)
     source = "algorithm="
@@ -247,27 +299,20 @@ def choose(collective: str, p: int, nbytes: int, op=None, requested: Optional[st
     where = f"rank {rank}: " if rank >= 0 else ""
     call = call or collective
     if requested is not None and requested != "auto":
-        alg = table.get(requested)
-        if alg is None:
-            raise AlgorithmError(f"{where}{call}: unknown algorithm {requested!r} (from {source}); "
-                                 f"{collective} has: {', '.join(table)}, auto")
-        why = alg.refusal(p, nbytes, op, objects, layout, segment_bytes)
-        if why:
-            raise AlgorithmError(f"{where}{call}: algorithm {requested!r} (from {source}) cannot "
-                                 f"serve this call: it {why}")
-        return alg
+        return forced(table, collective, requested, source, f"{where}{call}", p, nbytes, op,
+                      objects, layout, segment_bytes, kind)
     return choose_among(table, p, nbytes, op, objects, layout, model or default_model(),
-                        f"{where}{call}", segment_bytes)
+                        f"{where}{call}", segment_bytes, kind)
 
 
 def choose_among(table: Dict[str, Algorithm], p: int, nbytes: int, op: Any, objects: bool,
                  layout: Layout, model: CostModel, what: str,
-                 segment_bytes: int = 0) -> Algorithm:
+                 segment_bytes: int = 0, kind: str = INTRA) -> Algorithm:
     """``auto``: the algorithm of ``table`` with the least predicted time under ``model``
-    among those whose restrictions allow the call (:func:`best_of`); ``what`` names the
-    call in the error when none can serve it."""
+    among those whose restrictions (the communicator ``kind`` among them) allow the call
+    (:func:`best_of`); ``what`` names the call in the error when none can serve it."""
     candidates = [(*alg.predict(model, p, nbytes, layout), alg) for alg in table.values()
-                  if alg.refusal(p, nbytes, op, objects, layout, segment_bytes) is None]
+                  if alg.refusal(p, nbytes, op, objects, layout, segment_bytes, kind) is None]
     if not candidates:  # pragma: no cover - every collective has an unrestricted algorithm
         raise AlgorithmError(f"{what}: no algorithm can serve this call")
     return best_of(candidates)

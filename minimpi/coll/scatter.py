@@ -11,10 +11,14 @@ root knows every size, so every rank chooses on ``p`` alone).
 """
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
+from ..constants import PROC_NULL, ROOT
 from .blocks import EqualBlocks, RootedBlocks
 from .cost import segments, tree_volume
 from .peers import binomial_children, binomial_parent, subtree_end
-from .registry import algorithm
+from .reduction import received
+from .registry import INTER, algorithm
 from .schedule import Channel, Schedule
 from .segment import pieces
 from .slots import SEQ_BITS
@@ -145,3 +149,24 @@ def scatter_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int =
                 seg.area(root, k, hi - lo)[first - lo:last - lo]
         seg.finished(k)
     return None
+
+
+# -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
+@algorithm("scatter", "direct", kinds=(INTER,),
+           formula="α + n·β", messages=lambda m, p, n: p, volume=lambda p, n: n)
+def scatter_direct(remote: Channel, local: Channel, blocks: Optional[Sequence[Any]],
+                   recv: Any, root: int) -> Schedule:
+    """The root sends block i straight to rank i of the other group (one step, p
+    messages): α + n·β for n bytes in all.
+
+    The receiver takes it into ``recv``. Object mode: returns the received object.
+    """
+    if root == ROOT:
+        yield [remote.isend(blocks[i], i) for i in range(remote.size)]
+        return None
+    if root == PROC_NULL:
+        return None
+    into = None if remote.objects else recv
+    req = remote.irecv(into, root)
+    yield [req]
+    return received(req, into)

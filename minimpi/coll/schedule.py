@@ -22,10 +22,7 @@ import numpy as np
 
 from ..data import serialization
 from ..errors import (
-    CollectiveAbortedError,
     CollectiveMismatchError,
-    JobAbortedError,
-    PeerLostError,
     TruncationError,
 )
 from ..p2p.endpoint import Endpoint
@@ -36,7 +33,7 @@ from .cost import CostModel, default_model
 from .mismatch import abort_slot, watch_if_any
 from .peers import host_groups
 from .scratch import Scratch
-from .slots import SEQ_MASK
+from .slots import NOT_ANNOUNCED, SEQ_MASK
 
 Step = List[Request]
 Schedule = Generator[Step, None, Any]
@@ -114,6 +111,14 @@ class Channel:
         if watch is None or not watch.aborted:
             return None
         return watch.aborted.get(self.tag & SEQ_MASK)
+
+    def slot(self) -> Any:
+        """The slot this call holds (what :meth:`abort` consumes)."""
+        return self.tag & SEQ_MASK
+
+    def abort(self, exc: BaseException) -> None:
+        """This rank failed in the call: consume its slot and tell the other members."""
+        abort_slot(self.ep, exc, self.tag & SEQ_MASK, self.call)
 
     def _failed(self, err: BaseException) -> Request:
         return failed_request(err)
@@ -274,9 +279,8 @@ class CollectiveRequest(Request):
         except Exception as exc:  # the error surfaces from wait()/test()
             if self._release is not None:
                 self._release(ch)
-            if not isinstance(exc, (CollectiveAbortedError, CollectiveMismatchError,
-                                    PeerLostError, JobAbortedError)):   # tell the others
-                abort_slot(ch.ep, exc, ch.tag & SEQ_MASK, ch.call)
+            if not isinstance(exc, NOT_ANNOUNCED):   # tell the others
+                ch.abort(exc)
                 exc._minimpi_slot_aborted = True
             self._fail(exc)
             return True

@@ -44,8 +44,17 @@ from ..errors import (
     ERR_TRUNCATE,
     ERR_TYPE,
     CollectiveAbortedError,
+    CollectiveMismatchError,
+    JobAbortedError,
+    PeerLostError,
     error_string,
 )
+
+#: errors a rank does not announce to the other members when its collective call fails
+#: with one: caused by another rank's failure, a mismatch (which the mismatch checks report
+#: on every side), or the job going down
+NOT_ANNOUNCED = (CollectiveAbortedError, CollectiveMismatchError, PeerLostError,
+                 JobAbortedError)
 
 SEQ_BITS = 14
 SEQ_MASK = (1 << SEQ_BITS) - 1

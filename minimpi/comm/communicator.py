@@ -32,9 +32,9 @@ import sys
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from ..coll.intercomm import inter_exchange
 from ..coll.mismatch import check_marker, watch_of
 from ..coll.plan import Plan, Settings
+from ..coll.registry import INTER, INTRA
 from ..coll.slots import SEQ_MASK, create_group_tag
 from ..constants import (
     ANY_SOURCE,
@@ -62,18 +62,20 @@ from ..p2p.request import Request
 from ..transports.frames import F_OBJECT
 from . import graph, intercomm, management, persistent_coll, pt2pt, ulfm
 from . import topology as cartesian
-from .collectives import allgather as allgather_calls
-from .collectives import allreduce as allreduce_calls
-from .collectives import alltoall as alltoall_calls
-from .collectives import barrier as barrier_calls
-from .collectives import bcast as bcast_calls
-from .collectives import gather as gather_calls
-from .collectives import inter as inter_calls
-from .collectives import neighbor as neighbor_calls
-from .collectives import reduce as reduce_calls
-from .collectives import reduce_scatter as reduce_scatter_calls
-from .collectives import scan as scan_calls
-from .collectives import scatter as scatter_calls
+from .collectives import (
+    allgather_calls,
+    allreduce_calls,
+    alltoall_calls,
+    barrier_calls,
+    bcast_calls,
+    gather_calls,
+    inter_calls,
+    neighbor_calls,
+    reduce_calls,
+    reduce_scatter_calls,
+    scan_calls,
+    scatter_calls,
+)
 from .collectives.common import note_slot
 from .errhandlers import handle_error
 from .graph import cart_neighbours
@@ -148,9 +150,12 @@ class Comm(Attributed, IntConversions, metaclass=Fronted):
 
     def _make_plan(self) -> Plan:
         """This communicator's collective plan, made once (again only after ``Set_info``)."""
-        ep = self._ep
+        # an intercommunicator's calls choose among the algorithms that serve two groups,
+        # planned over its own group (its ``_ep`` addresses the remote one)
+        local = self.__dict__.get("_local_endpoint")
+        ep = self._ep if local is None else local
         plan = self._plan = Plan(ep.size, ep.rank, ep.hosts, self._settings,
-                                 ep.wire_within_host())
+                                 ep.wire_within_host(), INTRA if local is None else INTER)
         return plan
 
     # -- basic properties ---------------------------------------------------------------
@@ -851,9 +856,7 @@ class Intercomm(Comm):
     # -- agreement over the intercommunicator ----------------------------------------------
     def _agree(self, value: Any, what: str) -> Tuple[List[Any], List[Any]]:
         """Every member's ``value``, of both groups (a collective of both groups)."""
-        return inter_calls._inter_collective(self, 
-            "exchange", what, lambda: lambda remote, local: inter_exchange(remote, local, value),
-            objects=True)
+        return inter_calls.agree(self, value, what)
 
     def _derived(self, local: Sequence[int], remote: Sequence[int], rank: int, context: int,
                  name: str) -> "Intercomm":
@@ -921,7 +924,7 @@ class Intercomm(Comm):
     def is_intra(self) -> bool:
         return not self.Is_inter()
 
-    # -- the collectives between the two groups (collectives/inter.py) -----------------
+    # -- the collectives between the two groups (collectives/inter_calls.py) -----------------
     Barrier, Ibarrier = inter_calls.Barrier, inter_calls.Ibarrier
     barrier, ibarrier = inter_calls.barrier, inter_calls.ibarrier
     Bcast, Ibcast = inter_calls.Bcast, inter_calls.Ibcast

@@ -9,7 +9,7 @@ An :class:`Intercomm` holds two endpoints (:class:`~minimpi.p2p.endpoint.Endpoin
   engine. Its two contexts carry point-to-point messages and the collectives' traffic
   between the groups.
 * ``_local_endpoint``, an ordinary endpoint over the local group (two more contexts): the steps of a
-  collective that stay inside one group (:mod:`minimpi.coll.intercomm`).
+  collective that stay inside one group (:mod:`minimpi.coll.twogroups`).
 
 So an intercommunicator takes four consecutive context ids, the same in both groups: each
 process proposes its lowest free id, each group gathers its members' proposals at its
@@ -17,7 +17,7 @@ leader, the two leaders swap the maxima and each group learns the larger one, wh
 in every process of both groups. ``Create_intercomm`` does this through ``local_comm``'s own
 collectives and one exchange between the leaders over ``peer_comm`` (``tag``); ``Dup``,
 ``Split``, ``Create`` and ``Merge`` through an exchange over the intercommunicator itself
-(:func:`~minimpi.coll.intercomm.inter_exchange`).
+(:func:`~minimpi.coll.twogroups.exchange_leaders`).
 """
 from __future__ import annotations
 

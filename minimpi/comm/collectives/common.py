@@ -1,10 +1,12 @@
 """Shared mechanics of the collective API methods: argument checks, choosing, running.
 
-Every collective method follows the same three lines: parse and check its arguments,
-:func:`execute` the chosen algorithm's schedule (blocking, or as a request for the ``I``
-variants), then finish (copy back temporaries, unpickle). The algorithm choice depends only
-on values every rank has (size, byte count, op, environment, which ranks share a host), so
-all ranks pick the same one.
+Every collective method - of an intracommunicator or an intercommunicator, blocking,
+nonblocking or (through its nonblocking form) persistent - follows the same three lines:
+parse and check its arguments, :func:`execute` the chosen algorithm's schedule (blocking,
+or as a request for the ``I`` variants), then finish (copy back temporaries, unpickle).
+The algorithm choice depends only on values every rank has (size, byte count, op,
+environment, which ranks share a host, the communicator's kind), so all ranks pick the
+same one; :func:`collective` guards every method the same way when it fails on one rank.
 """
 from __future__ import annotations
 
@@ -16,32 +18,18 @@ from typing import Any, Callable, Optional, TypeVar
 import numpy as np
 
 from ...coll.compiled import CompiledCall
-from ...coll.mismatch import abort_slot
-from ...coll.registry import Algorithm
+from ...coll.mismatch import abort_groups, abort_slot
+from ...coll.registry import INTRA, Algorithm
 from ...coll.schedule import Channel, Schedule
-from ...coll.slots import SEQ_MASK
+from ...coll.slots import NOT_ANNOUNCED, SEQ_MASK
+from ...coll.twogroups import TwoGroupCall
 from ...constants import IN_PLACE
 from ...data.cint import as_int
 from ...data.ops import Op
-from ...errors import (
-    CollectiveAbortedError,
-    CollectiveMismatchError,
-    CountError,
-    DatatypeError,
-    JobAbortedError,
-    OpError,
-    PeerLostError,
-    RootError,
-)
+from ...errors import CountError, DatatypeError, OpError, RootError
 from ..ulfm import check_not_revoked
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: errors a rank does not announce to the others: caused by another rank's failure, a
-#: mismatch (which the mismatch checks report on every side), or the job going down
-_NOT_ANNOUNCED = (CollectiveAbortedError, CollectiveMismatchError, PeerLostError,
-                  JobAbortedError)
-
 
 def collective(method: F) -> F:
     """Make a collective method safe when it fails on this rank only.
@@ -51,7 +39,8 @@ def collective(method: F) -> F:
     the other members (:func:`minimpi.coll.mismatch.abort_slot`), so they raise
     ``CollectiveAbortedError`` naming this rank instead of waiting forever, and the next
     collective works on every rank. An error this rank got *because* another rank failed is
-    not announced again.
+    not announced again. On an intercommunicator the slot is taken on both endpoints and
+    every member of both groups is told (:func:`abort_call`).
     """
     @functools.wraps(method)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -61,9 +50,9 @@ def collective(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            if self and not isinstance(exc, _NOT_ANNOUNCED) \
+            if self and not isinstance(exc, NOT_ANNOUNCED) \
                     and not getattr(exc, "_minimpi_slot_aborted", False):
-                abort_slot(self._ep, exc, opened[-1] if opened else None,
+                abort_call(self, exc, opened[-1] if opened else None,
                            method.__name__.strip("_"))
                 try:
                     exc._minimpi_slot_aborted = True
@@ -73,6 +62,17 @@ def collective(method: F) -> F:
         finally:
             stack.pop()
     return guarded  # type: ignore[return-value]
+
+
+def abort_call(comm: Any, exc: BaseException, slot: Any, call: str) -> None:
+    """``comm``'s collective call failed on this rank with ``exc``: consume its slot
+    (``slot``, or the next one if the call failed before taking it) and tell the other
+    members - of both groups on an intercommunicator (both slots). Never raises."""
+    local = comm.__dict__.get("_local_endpoint")
+    if local is None:
+        abort_slot(comm._ep, exc, slot, call)
+    else:
+        abort_groups(comm._ep, local, exc, slot, call)
 
 
 def note_slot(comm: Any, seq: int) -> None:
@@ -99,7 +99,8 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
             invoke: Callable[[Algorithm, Channel], Schedule], *, op: Any = None,
             algorithm: Optional[str] = None, objects: bool = False, nonblocking: bool = False,
             finalize: Optional[Callable[[Any], Any]] = None, root: Optional[int] = None,
-            datatype: Any = None, fuse: Optional[Callable[[CompiledCall], None]] = None) -> Any:
+            datatype: Any = None, fuse: Optional[Callable[[CompiledCall], None]] = None,
+            fixed: Optional[Algorithm] = None) -> Any:
     """Run ``invoke(algorithm, channel)``'s schedule as the compiled call of this signature
     (an :class:`~minimpi.coll.registry.Algorithm` is called like its function).
 
@@ -115,13 +116,19 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     objects it was made for) and only runs it. ``fuse(compiled)``: called after a blocking
     call whose algorithm meets in the shared segment, to keep the fused form of the next
     calls (:func:`keep_fused`).
+
+    On an intercommunicator (its plan's kind is ``inter``) the compiled call is a
+    :class:`~minimpi.coll.twogroups.TwoGroupCall`: its channel carries the local group's
+    channel too (``ch.local``), which ``invoke`` passes to the algorithm; its front passes
+    no byte count, root or datatype (the two groups' differ by definition). ``fixed``: an
+    algorithm outside the registry (an intercommunicator's creation exchange).
     """
     compiled = compiled_call(comm, collective, call, nbytes, op, algorithm, objects, root,
-                             datatype)
+                             datatype, fixed)
     ch = compiled.channel()
     stack = comm.__dict__.get("_slot_stack")
     if stack:                   # the slot this call takes, for the abort path of @collective
-        stack[-1].append(ch.tag & SEQ_MASK)
+        stack[-1].append(ch.tag & SEQ_MASK if type(ch) is Channel else ch.slot())
     compiled.sign(ch)
     if nonblocking:
         return compiled.start(ch, invoke, finalize)
@@ -137,7 +144,8 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
 
 def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = None,
                   algorithm: Optional[str] = None, objects: bool = False,
-                  root: Optional[int] = None, datatype: Any = None) -> CompiledCall:
+                  root: Optional[int] = None, datatype: Any = None,
+                  fixed: Optional[Algorithm] = None) -> CompiledCall:
     """The :class:`~minimpi.coll.compiled.CompiledCall` of this call signature on ``comm``:
     made on its first call (checking the communicator first), then looked up."""
     if comm._freed:
@@ -151,10 +159,14 @@ def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = 
     # (ids are keys: the weak references say whether they still name these very objects)
     if (compiled is None or (op is not None and compiled.op_ref() is not op)
             or (datatype is not None and compiled.datatype_ref() is not datatype)):
+        if plan.kind == INTRA:
+            made = CompiledCall(ep, plan, collective, call, nbytes, op, algorithm, objects,
+                                root, datatype)
+        else:
+            made = TwoGroupCall(ep, comm._local_endpoint, plan, collective, call, op,
+                                algorithm, objects, fixed)
         compiled = plan.prepare((collective, call, nbytes, id(op), algorithm, objects, root,
-                                 id(datatype)),
-                                CompiledCall(ep, plan, collective, call, nbytes, op,
-                                             algorithm, objects, root, datatype))
+                                 id(datatype)), made)
     return compiled
 
 

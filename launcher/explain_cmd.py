@@ -4,6 +4,7 @@
     minimpi explain allreduce --bytes 64 -n 6 --op noncommutative
     minimpi explain bcast --bytes 1MiB -n 4 --objects      # the lowercase, object call
     minimpi explain allreduce --bytes 64MiB --hosts 2x4     # 2 hosts of 4 ranks: flat or hierarchical
+    minimpi explain allreduce --bytes 64 -n 3 --inter      # on an intercommunicator (two groups of 3)
     minimpi explain --list                                  # every collective and algorithm
     minimpi explain io -n 4 --bytes 64MiB --pattern strided --block 4096   # collective I/O
     minimpi explain --calibrate [--save [PATH]]             # measure alpha, beta, gamma here
@@ -186,7 +187,7 @@ def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
 
 
 def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: bool,
-                      layout, out: TextIO) -> None:
+                      layout, out: TextIO, kind: str = "intra") -> None:
     """auto's pick as the cores the ranks share go from one to a core per rank."""
     from dataclasses import replace
 
@@ -198,7 +199,7 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
         try:
             name = registry.choose(collective, p, nbytes, op, "auto", objects=objects,
                                    layout=layout, model=replace(model, cores=cores),
-                                   segment_bytes=_segment_bytes(layout)).name
+                                   segment_bytes=_segment_bytes(layout), kind=kind).name
         except AlgorithmError:
             name = "(none)"
         note = " (this model)" if cores == model.cores else ""
@@ -218,11 +219,13 @@ def _segment_bytes(layout) -> int:
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
-            out: Optional[TextIO] = None, layout=None, cores: Optional[int] = None) -> int:
+            out: Optional[TextIO] = None, layout=None, cores: Optional[int] = None,
+            inter: bool = False) -> int:
     """Print the model, every algorithm's prediction or refusal, each prediction taken apart
     and auto's pick as the cores change. Returns an exit code. ``layout``: where the ranks
     run (a :class:`~minimpi.coll.cost.Layout`; None: one host); ``cores``: the cores the
-    ranks share, instead of the model's."""
+    ranks share, instead of the model's; ``inter``: the call on an intercommunicator (two
+    groups of p ranks), which chooses among the algorithms that serve two groups."""
     out = out or sys.stdout
     from dataclasses import replace
 
@@ -230,10 +233,17 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     from minimpi.errors import AlgorithmError
 
     from . import explain_hosts
+    kind = registry.INTER if inter else registry.INTRA
     try:
         table = registry.algorithms(collective)
     except AlgorithmError as e:
         print(f"minimpi explain: {e}", file=sys.stderr)
+        return 2
+    # the algorithms of the communicator's kind: the others are never candidates
+    table = {name: alg for name, alg in table.items() if kind in alg.kinds}
+    if not table:
+        print(f"minimpi explain: {collective} has no algorithm for "
+              f"{registry.KIND_NAMES[kind]}", file=sys.stderr)
         return 2
     model, sources = cost.model_sources()
     if cores is not None:
@@ -244,12 +254,14 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     if op is not None:
         op_text = (f", op {getattr(op, 'name', op)} "
                    f"({'commutative' if op.Is_commutative() else 'non-commutative'})")
-    print(f"\n{collective} of {_fmt_bytes(nbytes)} on {p} rank{'s' if p != 1 else ''}"
+    where = (f"an intercommunicator of two groups of {p} rank{'s' if p != 1 else ''}" if inter
+             else f"{p} rank{'s' if p != 1 else ''}")
+    print(f"\n{collective} of {_fmt_bytes(nbytes)} on {where}"
           f"{op_text}, {'Python objects' if objects else 'buffers'}:", file=out)
     rows = []
     terms = {}
     for alg in table.values():
-        why = alg.refusal(p, nbytes, op, objects, layout, _segment_bytes(layout))
+        why = alg.refusal(p, nbytes, op, objects, layout, _segment_bytes(layout), kind)
         predicted = None
         if why is None:
             try:
@@ -264,7 +276,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     try:
         picked = registry.choose(collective, p, nbytes, op, None, objects=objects,
                                  layout=layout, model=model,
-                                 segment_bytes=_segment_bytes(layout)).name
+                                 segment_bytes=_segment_bytes(layout), kind=kind).name
     except AlgorithmError as e:
         pick_error = str(e)
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
@@ -288,9 +300,10 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     elif forced and forced != "auto":
         print(f"\n* {picked}: forced by {env_var}={forced} (auto is overridden)", file=out)
     else:
-        print(f"\n* {picked}: what auto picks (least predicted time among the algorithms "
-              f"that can serve the call - within {registry.TIE:.0%} of it, the least formula; "
-              f"{env_var} is not set)", file=out)
+        among = f" for {registry.KIND_NAMES[kind]}" if inter else ""
+        print(f"\n* {picked}: what auto picks (least predicted time among the algorithms"
+              f"{among} that can serve the call - within {registry.TIE:.0%} of it, the least "
+              f"formula; {env_var} is not set)", file=out)
     print(f"\nhow each prediction is made (n = {nbytes} B, p = {p}):", file=out)
     for alg, predicted, why in rows:
         if predicted is not None:
@@ -299,7 +312,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     for line in textwrap.wrap(CONTENTION_WHY, 100):
         print(line, file=out)
     print("", file=out)
-    _cores_comparison(collective, model, p, nbytes, op, objects, layout, out)
+    _cores_comparison(collective, model, p, nbytes, op, objects, layout, out, kind)
     return 0 if pick_error is None else 1
 
 
@@ -318,6 +331,8 @@ def list_all(out: Optional[TextIO] = None) -> int:
                 notes.append("commutative ops only")
             if not alg.objects:
                 notes.append("buffers only")
+            if registry.INTRA not in alg.kinds:
+                notes.append("intercommunicators: explain with --inter")
             note = f" [{'; '.join(notes)}]" if notes else ""
             print(f"  {name.ljust(width)}  {summary(alg)}{note}", file=out)
     return 0
@@ -406,6 +421,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cores", type=positive_int, default=None, metavar="N",
                    help="cores the ranks share (default: MINIMPI_COST_CORES, the calibration "
                         "file or this host's): compare a laptop (2) with a cluster (-n P)")
+    p.add_argument("--inter", action="store_true",
+                   help="the call on an intercommunicator: two groups of P ranks (-n), the "
+                        "algorithms that serve two groups")
     p.add_argument("--objects", action="store_true",
                    help="the lowercase call on Python objects (some algorithms take buffers only)")
     p.add_argument("--pattern", choices=["strided", "subarray", "contiguous"],
@@ -463,4 +481,5 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"minimpi explain: {e}", file=sys.stderr)
         return 2
-    return explain(name, args.bytes, p, op, args.objects, layout=layout, cores=args.cores)
+    return explain(name, args.bytes, p, op, args.objects, layout=layout, cores=args.cores,
+                   inter=args.inter)

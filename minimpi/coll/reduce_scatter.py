@@ -229,7 +229,7 @@ def reduce_scatter_segment(ch: Channel, red: Operand, send: np.ndarray, recv: np
 
 
 # -- intercommunicators (two groups; see minimpi.coll.twogroups) -------------------------
-@algorithm("reduce_scatter", "leaders_swap", kinds=(INTER,),
+@algorithm("reduce_scatter", "leaders_swap", kinds=(INTER,), objects=False,
            formula="(⌈log2 p⌉ + 2)·α + (⌈log2 p⌉ + 2)·n·β + ⌈log2 p⌉·n·γ",
            messages=lambda m, p, n: 4 * p - 2, volume=lambda p, n: (2 * p + 2) * n,
            local=lambda p, n: 2 * (p - 1) * n)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..bus import Subscriber
-from ..coll.registry import REGISTRY, algorithms, load_all
+from ..coll.registry import INTRA, REGISTRY, algorithms, load_all, serving
 from ..coll.segment import SLOT_BYTES
 from ..comm.communicator import endpoint_of
 from ..data.ops import SUM
@@ -484,6 +484,11 @@ def record(collective: str, algorithm: str, p: int, root: int = 0,
     if algorithm not in table:
         raise DrawError(f"{collective} has no algorithm {algorithm!r}; it has: "
                         f"{', '.join(table)}")
+    if INTRA not in table[algorithm].kinds:
+        raise DrawError(f"{collective} {algorithm} serves intercommunicators (two groups), "
+                        f"which minimpi draw does not draw yet; `minimpi explain {collective} "
+                        f"--inter` shows its formula and cost. It draws: "
+                        f"{', '.join(serving(table, INTRA))}")
     driver = DRIVERS.get(collective)
     if driver is None:
         raise DrawError(f"minimpi draw does not know how to call {collective!r} yet; it can draw: "
@@ -1125,7 +1130,9 @@ def list_text() -> str:
         lines.append(f"{coll}{mark}")
         for name, alg in REGISTRY[coll].items():
             # the whole first sentence, wrapped under itself: never cut mid-sentence
-            lines.extend(textwrap.wrap(alg.summary, TEXT_WIDTH, initial_indent=f"  {name:<20} ",
+            summary = alg.summary if INTRA in alg.kinds else \
+                f"{alg.summary} (intercommunicators: not drawn)"
+            lines.extend(textwrap.wrap(summary, TEXT_WIDTH, initial_indent=f"  {name:<20} ",
                                        subsequent_indent=" " * 23, break_long_words=False,
                                        break_on_hyphens=False))
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import xml.dom.minidom
 import pytest
 
 from minimpi.coll.cost import Layout
-from minimpi.coll.registry import REGISTRY, load_all
+from minimpi.coll.registry import INTRA, REGISTRY, load_all, serving
 from minimpi.data.ops import SUM
 from minimpi.tools import draw
 
@@ -59,7 +59,7 @@ def test_every_registered_algorithm_draws(collective):
     load_all()
     if collective not in REGISTRY:
         pytest.skip(f"{collective} is not implemented yet")
-    for alg in REGISTRY[collective]:
+    for alg in serving(REGISTRY[collective], INTRA):
         for p, root in ((4, 0), (5, 2)):
             s = draw.record(collective, alg, p, root)
             # (the segment algorithms meet in shared memory: no message, only states)
@@ -130,7 +130,7 @@ def test_png_or_clear_error(tmp_path):
 def _drawable():
     load_all()
     for collective in sorted(draw.DRIVERS):
-        for alg in REGISTRY.get(collective, {}):
+        for alg in serving(REGISTRY.get(collective, {}), INTRA):
             yield collective, alg
 
 
@@ -298,3 +298,13 @@ def test_layout_check_can_fail():
            '<text x="90" y="40">clipped</text></svg>')
     problems = _layout_problems(svg)
     assert any("overlaps" in p for p in problems) and any("outside" in p for p in problems)
+
+
+def test_an_intercommunicator_algorithm_is_refused_clearly():
+    """The registry holds the two-group algorithms too; draw names what it cannot draw and
+    where to look instead, rather than failing inside the run."""
+    load_all()
+    with pytest.raises(draw.DrawError, match=r"allreduce leaders_swap serves intercommunicators"
+                                             r".*minimpi explain allreduce --inter"):
+        draw.record("allreduce", "leaders_swap", 4)
+    assert "leaders_swap" in draw.list_text()

@@ -67,14 +67,20 @@ def test_every_registered_algorithm_has_a_time_or_a_reason(p):
     for collective in sorted(registry.REGISTRY):
         if collective == FAKE:
             continue
+        table = registry.REGISTRY[collective]
         for op in (None, make_op("sum"), make_op("noncommutative")):
-            text = run_explain(collective, 4 << 20, p, op)
-            got = rows(text)
-            assert set(got) == set(registry.REGISTRY[collective]), (collective, text)
-            marked = [name for name, (star, _) in got.items() if star]
-            assert len(marked) == 1, text
-            for name, (_, rest) in got.items():
-                assert re.match(r"[\d.]+ (us|ms|s) ", rest) or rest.startswith("refused "), rest
+            for inter in (False, True):
+                kind = registry.INTER if inter else registry.INTRA
+                if not registry.serving(table, kind):
+                    continue
+                text = run_explain(collective, 4 << 20, p, op, inter=inter)
+                got = rows(text)
+                # the algorithms of the communicator's kind, each with a time or a reason
+                assert set(got) == set(registry.serving(table, kind)), (collective, text)
+                marked = [name for name, (star, _) in got.items() if star]
+                assert len(marked) == 1, text
+                for name, (_, rest) in got.items():
+                    assert re.match(r"[\d.]+ (us|ms|s) ", rest) or rest.startswith("refused "), rest
 
 
 def test_marks_the_algorithm_auto_chooses(fake_collective):

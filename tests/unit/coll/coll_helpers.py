@@ -22,7 +22,7 @@ from typing import List, Optional
 import numpy as np
 import pytest
 
-from minimpi.coll.registry import algorithms
+from minimpi.coll.registry import INTRA, algorithms
 from minimpi.data.datatypes import INT64_T, Datatype
 from minimpi.data.ops import Op
 from minimpi.runtime.inproc import RankFailed, run_threads
@@ -42,11 +42,12 @@ ROOTED = rooted((p, root) for p in SIZES for root in sorted({0, p // 2, p - 1}))
 
 
 def algs(collective: str, *, objects: Optional[bool] = None,
-         commutative_only: Optional[bool] = None) -> List[str]:
-    """Names of the registered algorithms of ``collective``, in registration order; with
+         commutative_only: Optional[bool] = None, kind: str = INTRA) -> List[str]:
+    """Names of the registered algorithms of ``collective`` that serve communicators of
+    ``kind`` (default: intracommunicators), in registration order; with
     ``objects=``/``commutative_only=``, only those whose restriction has that value."""
     return [name for name, a in algorithms(collective).items()
-            if (objects is None or a.objects == objects)
+            if kind in a.kinds and (objects is None or a.objects == objects)
             and (commutative_only is None or a.commutative_only == commutative_only)]
 
 

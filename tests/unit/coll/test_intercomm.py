@@ -488,3 +488,53 @@ def test_calls_that_need_the_other_kind_of_communicator():
         return True
 
     assert run_threads(3, body) == [True] * 3
+
+
+# ------------------------------------------------------ the registry's two-group algorithms
+def test_the_plan_chooses_among_the_intercommunicator_algorithms():
+    """An intercommunicator's plan is of kind inter: auto picks from the algorithms that
+    serve two groups, and the call is labelled with the one it runs."""
+    def body(world):
+        color, inter = make(world, 2)
+        out = np.empty(N)
+        inter.Allreduce(value(world.rank), out)
+        plan = inter._plan
+        picked = (plan.kind, plan.algorithm("allreduce", 0, SUM).name,
+                  plan.algorithm("bcast", 0).name)
+        req = inter.Ibarrier()
+        label = req.channel.call
+        req.Wait()
+        inter.Free()
+        return picked, label
+
+    assert run_threads(5, body) == [(("inter", "leaders_swap", "via_leader"),
+                                     "Ibarrier[leaders]")] * 5
+
+
+def test_a_forced_algorithm_of_the_other_kind_is_refused_by_name():
+    """Forcing an intracommunicator algorithm on an intercommunicator (an info key, as
+    MINIMPI_<COLLECTIVE> does for a job) fails on every rank with the reason and the names
+    that can serve it - and the next call works; the reverse is refused too."""
+    from minimpi import MPI
+    from minimpi.errors import AlgorithmError
+
+    def body(world):
+        with pytest.raises(AlgorithmError, match=r"'leaders_swap' \(from algorithm=\) cannot "
+                           r"serve this call: it serves intercommunicators only, and this "
+                           r"call is on an intracommunicator"):
+            world.Allreduce(np.zeros(2), np.empty(2), algorithm="leaders_swap")
+        color, inter = make(world, 2)
+        info = MPI.Info.Create()
+        info.Set("minimpi_bcast", "binomial")
+        inter.Set_info(info)
+        root = 0 if color == 1 else (ROOT if inter.rank == 0 else PROC_NULL)
+        with pytest.raises(AlgorithmError, match=r"algorithm 'binomial' \(from .*minimpi_bcast\) "
+                           r"cannot serve this call: it serves intracommunicators only, and "
+                           r"this call is on an intercommunicator \(bcast on an "
+                           r"intercommunicator has: via_leader, auto\)"):
+            inter.Bcast(np.zeros(3), root=root)
+        got = inter.allreduce(1)
+        inter.Free()
+        return got
+
+    assert run_threads(5, body, timeout=20) == [3, 3, 2, 2, 2]

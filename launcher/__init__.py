@@ -3,7 +3,7 @@
 * ``cli``         the ``minimpi`` command and its subcommand registry
 * ``run``         ``minimpi run``: options -> a JobSpec
 * ``job``         one local job: spawn, event loop, failure policy, exit code
-* ``spawn``       starting/stopping rank processes (process groups, PDEATHSIG)
+* ``processes``   starting/stopping rank processes (process groups, PDEATHSIG)
 * ``output``      forwarding rank output with ``[rank] `` prefixes
 * ``coordinator`` the control plane (pyzmq ROUTER, HMAC-authenticated msgpack)
 * ``hosts``       host lists, hostfiles, Slurm node lists, placement
@@ -15,4 +15,5 @@
 * ``keygen``      ``minimpi keygen``: the per-user key file of launcher-less jobs
 * ``clean``       ``minimpi clean``: what jobs killed outright left (segments, directories)
 * ``dashboard``   ``minimpi run --dashboard``: a live page of the job; ``minimpi view TRACE``
+* ``tracing``     ``minimpi run --trace FILE`` / ``--stats``: the launcher's half
 """

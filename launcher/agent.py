@@ -92,7 +92,7 @@ from minimpi.runtime.bootstrap import (
 from minimpi.runtime.netaddr import AddressError, data_plane_address, is_loopback
 from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
-from .spawn import RankProcess, spawn_rank
+from .processes import RankProcess, spawn_rank
 
 ENV_RESULT_FD = "MINIMPI_RESULT_FD"    # where a rank of minimpi.launch writes its result
 MAX_FRAME = 256 << 20

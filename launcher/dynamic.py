@@ -66,7 +66,7 @@ from minimpi.transports.shm import cleanup_job
 from .coordinator import CoordEvent, Coordinator
 from .deadlock import EXIT_DEADLOCK
 from .forkserver import StartInterrupted
-from .spawn import (
+from .processes import (
     EXIT_UNRESPONSIVE,
     RankProcess,
     describe_returncode,

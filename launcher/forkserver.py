@@ -6,7 +6,7 @@ each import numpy and minimpi. ``--no-fork-server`` (``JobSpec.fork_server = Fal
 starts every rank as a fresh interpreter, as before.
 
 What the job sees is the same either way: :meth:`ForkServer.start_rank` returns the
-:class:`~minimpi.launcher.spawn.RankProcess` that :func:`~minimpi.launcher.spawn.spawn_rank`
+:class:`~minimpi.launcher.processes.RankProcess` that :func:`~minimpi.launcher.processes.spawn_rank`
 returns, around a :class:`ForkedProcess` that answers ``pid``, ``stdout``, ``stderr``,
 ``poll()`` and ``wait()`` as ``subprocess.Popen`` does. The rank's stdin, stdout and stderr
 are the launcher's pipes (passed with ``SCM_RIGHTS``), it leads its own session (the job's
@@ -40,7 +40,7 @@ from typing import Callable, Optional
 
 from minimpi import _start  # the folder only: its scripts import minimpi, run in the ranks
 
-from .spawn import RankProcess, _make_preexec
+from .processes import RankProcess, _make_preexec
 
 #: the server's script, and the start script whose semantics it reproduces
 _START_DIR = os.path.dirname(os.path.abspath(_start.__file__))

@@ -63,7 +63,7 @@ from .deadlock import EXIT_DEADLOCK, DeadlockDetector, build_report
 from .dynamic import DynamicProcesses
 from .forkserver import ForkServer, StartInterrupted
 from .output import OutputForwarder
-from .spawn import (
+from .processes import (
     EXIT_UNRESPONSIVE,
     RankProcess,
     describe_returncode,
@@ -71,7 +71,7 @@ from .spawn import (
     rank_command,
     spawn_rank,
 )
-from .spawn import process_state as _process_state
+from .processes import process_state as _process_state
 
 #: how long the end of a job may wait, in all, for its processes to go once they were
 #: sent SIGKILL (each is reaped as soon as it is gone)

@@ -74,7 +74,7 @@ from .hosts import (
 )
 from .job import Failure, Job, JobSpec, _ranks, heartbeat_interval
 from .output import OutputForwarder, _Stream
-from .spawn import _make_preexec, describe_returncode
+from .processes import _make_preexec, describe_returncode
 from .spawners import LocalSpawner, RshSpawner, SrunSpawner, remote_python, rsh_from
 
 EXIT_HOST_LOST = 255
@@ -697,7 +697,7 @@ class MultiHostJob(Job):
         self._install_signals()
         start = time.monotonic()
         try:
-            from .spawn import rank_command
+            from .processes import rank_command
             argv = rank_command(spec.program, spec.module, spec.args)[1:]
             try:
                 self.start_agents(argv)

@@ -156,8 +156,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind", default=None, metavar="HOST",
                    help="address the ranks' data plane listens on (default 127.0.0.1; on "
                         "several hosts see --iface)")
-    from . import observe
-    observe.add_arguments(p)   # --trace FILE, --stats
+    from . import tracing
+    tracing.add_arguments(p)   # --trace FILE, --stats
     from . import multihost
     multihost.add_arguments(p)   # --hosts, --hostfile, --launcher, --rsh, --remote-python, --iface
     from . import dashboard
@@ -531,8 +531,8 @@ def main(args: argparse.Namespace) -> int:
                             f"{args.dashboard}: {exc.strerror or exc}")
     if board is not None:
         runner = partial(board.run, runner)
-    from . import observe
-    session = observe.prepare(args, " : ".join(app.command.shown for app in apps))
+    from . import tracing
+    session = tracing.prepare(args, " : ".join(app.command.shown for app in apps))
     if session is None:
         return runner(spec)
     spec.env = {**session.env(), **spec.env}

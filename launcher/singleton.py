@@ -42,8 +42,8 @@ from minimpi.transports.tcp import UID_SHIFT
 
 from .forkserver import ForkServer
 from .job import Failure, Job, JobSpec
+from .processes import RankProcess
 from .run import extra_env, rank_start
-from .spawn import RankProcess
 
 #: seconds the spawned processes still running may take to end by themselves once the
 #: singleton finalized MPI and ended

@@ -39,7 +39,7 @@ from .comm.management import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,  # noq
 from .comm.pt2pt import flush_buffered as _flush_buffered
 from .comm.communicator import COMM_NULL  # noqa: F401
 from .comm.group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
-from .comm.handles import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
+from .comm.handle_types import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: F401
                            ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info, refusing)
 from .comm.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .comm.persistent import Prequest  # noqa: F401

@@ -86,7 +86,7 @@ class LiveDashboard:
     def __init__(self, title: str, nprocs: int, port: int, bind: str = DEFAULT_BIND,
                  interval: float = DEFAULT_INTERVAL) -> None:
         from .live import LiveState
-        from .server import DashboardServer, Hub
+        from .web import DashboardServer, Hub
         self.interval = interval
         self.state = LiveState(title, nprocs, interval)
         self.hub = Hub()

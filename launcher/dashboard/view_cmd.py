@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from .replay import TraceError, TraceReplay, load
-    from .server import DashboardServer, Hub
+    from .web import DashboardServer, Hub
     try:
         replay = TraceReplay(load(args.trace), title=os.path.basename(args.trace))
     except TraceError as exc:

@@ -80,7 +80,7 @@ from .collectives.common import note_slot
 from .errhandlers import handle_error
 from .graph import cart_neighbours
 from .group import Group, GroupError, create_group, group_of
-from .handles import ERRORS_RETURN, Errhandler, Info, refusing
+from .handle_types import ERRORS_RETURN, Errhandler, Info, refusing
 from .management import dynamic_call
 from .null import null_state, set_comm_null
 from .topology import DimsError, TopologyError, keep_class

@@ -23,7 +23,7 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import SUCCESS, MinimpiError, error_string
-from .handles import ERRORS_ABORT, ERRORS_ARE_FATAL, Errhandler
+from .handle_types import ERRORS_ABORT, ERRORS_ARE_FATAL, Errhandler
 
 
 def invoke(obj: Any, handler: Errhandler, errorcode: int, message: str,

@@ -17,7 +17,7 @@ from ..coll.slots import create_group_tag
 from ..constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..data.cint import as_int
 from ..errors import ERR_GROUP, MinimpiError, RankError
-from .handles import IntHandles
+from .handle_types import IntHandles
 from .null import comm_null
 
 

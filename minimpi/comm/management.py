@@ -18,7 +18,7 @@ from ..p2p.request import CompletedRequest, Request
 from .collectives.common import collective
 from .errhandlers import call_errhandler
 from .group import comm_group, create, create_group
-from .handles import Errhandler, Info, checked_errhandler, create_errhandler, unsupported
+from .handle_types import Errhandler, Info, checked_errhandler, create_errhandler, unsupported
 from .null import comm_null
 
 #: Split_type kinds (MPICH's values) and the one hardware resource type minimpi knows

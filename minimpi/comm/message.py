@@ -33,7 +33,7 @@ from ..p2p.request import (
     set_finish,
 )
 from ..transports.frames import F_OBJECT
-from .handles import IntHandles
+from .handle_types import IntHandles
 from .hints import looks_pickled, not_an_object
 from .ulfm import check_probe
 

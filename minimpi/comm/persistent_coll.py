@@ -24,7 +24,7 @@ from ..data.buffers import persistent_buffer
 from ..data.ops import SUM
 from ..errors import ArgumentError, CountError
 from .collectives.common import check_op, check_root
-from .handles import Info
+from .handle_types import Info
 from .persistent import Prequest
 
 _NO_DEFAULT = object()

@@ -40,7 +40,7 @@ from ..p2p.request import (
 )
 from ..transports import signal_guard
 from ..transports.frames import F_OBJECT, F_SYNC
-from .handles import INFO_NULL, Info
+from .handle_types import INFO_NULL, Info
 from .hints import recv_buf_error, recv_buffer_error
 from .ledger import note, note_send
 from .message import ProbeWait, decode_object, finish_object, probe_status, recv_capacity

@@ -5,7 +5,7 @@ view.py       file views: etype/filetype/disp -> file byte runs; datareps
 independent.py explicit offsets, individual and shared file pointers, ordered access
 two_phase.py  collective access: the plan (cost model) and the two-phase schedule
 shared.py     where the shared file pointer lives (memory, or a lock file)
-memory.py     the user's buffer as packed bytes and back
+userbuf.py    the user's buffer as packed bytes and back
 runs.py       vectorised arithmetic on file byte runs
 posix.py      pread/pwrite of whole runs; OS errors as MPI error classes
 state.py      an open file's state; the error agreement of collective calls

@@ -24,7 +24,7 @@ import os
 from typing import Any, Optional
 
 from ..comm.errhandlers import call_errhandler, handle_error
-from ..comm.handles import (
+from ..comm.handle_types import (
     ERRORS_RETURN,
     INFO_NULL,
     Errhandler,
@@ -87,7 +87,7 @@ def _info_dict(info: Any) -> dict:
 class File(IntHandles, metaclass=Fronted):
     """An MPI file handle (``MPI.File``); ``MPI.File()`` and ``MPI.FILE_NULL`` are null.
     ``handle``/``toint``/``py2f`` and ``fromhandle``/``fromint``/``f2py`` as in
-    :class:`~minimpi.comm.handles.IntHandles`."""
+    :class:`~minimpi.comm.handle_types.IntHandles`."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "File":
         # mpi4py's subclassing idiom ``MPI.File.__new__(cls, file)``: the handle is made by

@@ -1,6 +1,6 @@
 """Independent data access: explicit offsets, individual and shared file pointers.
 
-Every access is: the user's buffer as packed bytes (memory.py) -> the view's file runs
+Every access is: the user's buffer as packed bytes (userbuf.py) -> the view's file runs
 for those bytes (view.py) -> one ``pwrite``/``preadv`` per run (posix.py). Positions and
 offsets count etypes of the view. A read that reaches the end of the file stops there;
 its status counts the bytes read.
@@ -18,9 +18,9 @@ from ..constants import ANY_SOURCE, ANY_TAG, SEEK_CUR, SEEK_END, SEEK_SET
 from ..errors import ArgumentError
 from ..p2p.request import Status
 from .datarep import from_file, to_file
-from .memory import Incoming, Outgoing
 from .posix import read_runs, write_runs
 from .state import OpenFile, agree
+from .userbuf import Incoming, Outgoing
 
 
 def io_status(nbytes: int) -> Status:

@@ -11,7 +11,7 @@ from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..comm.handles import ERRORS_RETURN, Info
+from ..comm.handle_types import ERRORS_RETURN, Info
 from ..constants import (
     PROC_NULL,
     WIN_FLAVOR_DYNAMIC,

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..comm.errhandlers import call_errhandler, handle_error
 from ..comm.group import Group
-from ..comm.handles import (
+from ..comm.handle_types import (
     ERRORS_RETURN,
     Errhandler,
     Info,
@@ -58,7 +58,7 @@ class Win(Attributed, Operations, Synchronisation, IntHandles, metaclass=Fronted
     """An RMA window (``MPI.Win``). Make one with :meth:`Create`, :meth:`Allocate`,
     :meth:`Allocate_shared` or :meth:`Create_dynamic` (collective over the communicator).
     Integer handles (``handle``, ``toint``, ``fromhandle``...) as
-    :class:`~minimpi.comm.handles.IntHandles`."""
+    :class:`~minimpi.comm.handle_types.IntHandles`."""
 
     __slots__ = ("_int_handle",)
 

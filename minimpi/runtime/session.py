@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..comm.errhandlers import call_errhandler, handle_error
-from ..comm.handles import (
+from ..comm.handle_types import (
     ERRORS_RETURN,
     INFO_NULL,
     Errhandler,

@@ -19,7 +19,7 @@ from minimpi.launcher.dashboard import port_number
 from minimpi.launcher.dashboard.live import LiveState
 from minimpi.launcher.dashboard.pictures import Pictures, split_call
 from minimpi.launcher.dashboard.replay import TraceReplay
-from minimpi.launcher.dashboard.server import DashboardServer, Hub
+from minimpi.launcher.dashboard.web import DashboardServer, Hub
 from minimpi.launcher.run import add_arguments, split_argv
 
 from minimpi.comm.communicator import endpoint_of

@@ -11,7 +11,7 @@ import pytest
 from jobhelpers import run_minimpi
 from minimpi.launcher.coordinator import RankState
 from minimpi.launcher.job import Job, JobSpec, user_traceback
-from minimpi.launcher.spawn import RankProcess
+from minimpi.launcher.processes import RankProcess
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

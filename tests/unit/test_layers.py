@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import functools
 import pathlib
-from typing import Dict, List, Set, Tuple
+from typing import Dict, Iterable, List, Set, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -385,3 +385,60 @@ def test_the_private_name_check_sees_a_violation():
 
 def _layer_name(level: int) -> str:
     return "/".join(p.split(".", 1)[-1] for p, lv in LAYERS if lv == level)
+
+
+# -- one name, one job -------------------------------------------------------------------
+#: module names two layers share because the two modules do one job, each from its side;
+#: any other module name found in two layers fails the test below (rename one of them by
+#: what it holds: comm/collectives/allreduce_calls.py beside coll/allreduce.py)
+SHARED_NAMES = {
+    "__main__": "Python's name for `python -m`",
+    "MPI": "mpi4py's module: minimpi.MPI, and the _shim's mpi4py.MPI, which is that module",
+    "errors": "error classes: minimpi's, and one-sided communication's own (rma/errors.py)",
+    "forkserver": "the fork server's two ends: the template process (_start/) and the "
+                  "launcher's end",
+    "inproc": "worlds of threads of one process: running one (runtime/) and the transport "
+              "between its threads (transports/)",
+    "dashboard": "the live page's two ends: each rank's sampler (runtime/) and the "
+                 "launcher's page (launcher/dashboard/)",
+    "dynamic": "dynamic processes' two ends: Spawn, ports and Join in the ranks (dynamic/) "
+               "and the launcher's half (launcher/dynamic.py)",
+}
+
+
+def names_in_several_layers(names: Iterable[str]) -> Dict[str, List[str]]:
+    """Module (or package) names - the last part of the dotted name - that modules of more
+    than one layer carry, with those modules; ``__init__`` files name their package."""
+    found: Dict[str, Dict[int, List[str]]] = {}
+    for module in names:
+        if module == "minimpi":
+            continue
+        found.setdefault(module.rsplit(".", 1)[-1], {}).setdefault(
+            layer_of(module), []).append(module)
+    return {name: sorted(m for mods in levels.values() for m in mods)
+            for name, levels in found.items() if len(levels) > 1}
+
+
+def test_no_two_layers_use_one_name_for_two_jobs():
+    """A newcomer finds a module by its path: ``allreduce`` is the allreduce algorithms
+    (coll/), not also the Allreduce method's argument handling (comm/). A name in two
+    layers is allowed only where both modules do one job (SHARED_NAMES says which)."""
+    clashes = {name: mods for name, mods in names_in_several_layers(modules()).items()
+               if name not in SHARED_NAMES}
+    assert not clashes, (
+        "module names in more than one layer (rename one by what it holds, or - if both "
+        "do one job from two sides - add the name to SHARED_NAMES with the reason):\n" +
+        "\n".join(f"  {name}: {', '.join(mods)}" for name, mods in sorted(clashes.items())))
+    unused = set(SHARED_NAMES) - set(names_in_several_layers(modules()))
+    assert not unused, f"SHARED_NAMES lists names no longer shared: {sorted(unused)}"
+
+
+def test_the_name_check_sees_a_planted_duplicate():
+    """The check above would see two layers' modules of one name (the layout it replaced:
+    coll/allreduce.py and comm/collectives/allreduce.py), and not a name inside one layer."""
+    planted = list(modules()) + ["minimpi.comm.collectives.allreduce",
+                                 "minimpi.coll.segment_copy", "minimpi.coll.extra.segment_copy"]
+    clashes = names_in_several_layers(planted)
+    assert clashes["allreduce"] == ["minimpi.coll.allreduce",
+                                    "minimpi.comm.collectives.allreduce"]
+    assert "segment_copy" not in clashes

@@ -207,7 +207,7 @@ def test_launcher_names_the_first_real_failure():
 
     from minimpi.launcher.coordinator import RankState
     from minimpi.launcher.job import Job, JobSpec
-    from minimpi.launcher.spawn import RankProcess
+    from minimpi.launcher.processes import RankProcess
 
     from minimpi.errors import PeerLostError
     from minimpi.runtime.diagnose import failure_state, format_state

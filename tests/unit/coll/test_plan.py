@@ -10,7 +10,7 @@ import pytest
 
 from minimpi.coll import cost, registry
 from minimpi.coll.plan import LINK_TERMS, TABLE_SIZE, Plan, Settings, priced_for
-from minimpi.comm.handles import Info
+from minimpi.comm.handle_types import Info
 from minimpi.data import ops
 from minimpi.errors import AlgorithmError
 from minimpi.runtime.inproc import run_threads

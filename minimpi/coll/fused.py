@@ -28,17 +28,12 @@ from typing import Any, List
 import numpy as np
 
 from ..constants import IN_PLACE
-from ..errors import CollectiveAbortedError, CollectiveMismatchError, JobAbortedError, PeerLostError
 from .mismatch import abort_slot, open_slot
 from .segment import CALL_SHIFT, SIG_MASK, HostSegment, MemoryWait
-from .slots import SEQ_MASK
+from .slots import NOT_ANNOUNCED, SEQ_MASK
 
 _MIN, _ANY = np.minimum.reduce, np.logical_or.reduce
 _sched_yield = os.sched_yield
-
-#: errors a rank does not announce to the others (caused by another rank, or the job ending)
-_NOT_ANNOUNCED = (CollectiveAbortedError, CollectiveMismatchError, PeerLostError,
-                  JobAbortedError)
 
 
 class _WaitOf:
@@ -110,7 +105,7 @@ class FusedCall:
     def announce(self, exc: BaseException, tag: int) -> None:
         """This rank failed inside its call: tell the others (unless another rank's failure
         is the cause), as every collective does."""
-        if not isinstance(exc, _NOT_ANNOUNCED) and not getattr(exc, "_minimpi_slot_aborted",
+        if not isinstance(exc, NOT_ANNOUNCED) and not getattr(exc, "_minimpi_slot_aborted",
                                                                   False):
             abort_slot(self.ep, exc, tag & SEQ_MASK, self.compiled.call)
             try:

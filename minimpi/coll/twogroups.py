@@ -78,6 +78,8 @@ class TwoGroupCall(CompiledCall):
     def __init__(self, ep: Any, local_ep: Any, plan: Any, collective: str, call: str,
                  op: Any, requested: Optional[str], objects: bool,
                  fixed: Optional[Algorithm] = None) -> None:
+        # (every field set here rather than by CompiledCall's constructor, which chooses
+        # and signs with the byte count and root that two groups do not share)
         self.ep = ep
         self.local_ep = local_ep
         self.plan = plan

@@ -60,3 +60,46 @@ def test_intercomm_across_processes(tmp_path, transport):
     assert sorted(line for line in result.stdout.splitlines() if "ok" in line) == \
         [f"[{r}] rank {r} ok" for r in range(5)]
     assert_no_leftovers(marker)
+
+
+FORCED = r'''
+import numpy as np
+from mpi4py import MPI
+
+world = MPI.COMM_WORLD
+rank = world.Get_rank()
+buf = np.full(2, float(rank))
+world.Bcast(buf, root=0)                       # --coll bcast=binomial serves this one
+color = rank % 2
+local = world.Split(color, key=rank)
+inter = local.Create_intercomm(0, world, 1 - color, tag=5)
+root = 0 if color == 1 else (MPI.ROOT if inter.rank == 0 else MPI.PROC_NULL)
+try:
+    inter.Bcast(buf, root=root)
+    print(f"rank {rank} ran it")
+except MPI.Exception as exc:
+    print(f"rank {rank} refused: {exc}")
+inter.Barrier()                                # and the next call works
+print(f"rank {rank} ok")
+'''
+
+
+def test_a_job_wide_algorithm_of_the_other_kind_is_refused_on_an_intercomm(tmp_path):
+    """``minimpi run --coll bcast=binomial`` forces an intracommunicator algorithm: an
+    intercommunicator's Bcast refuses it on every rank with the names that can serve,
+    and nothing hangs."""
+    prog = tmp_path / "forced.py"
+    prog.write_text(FORCED)
+    marker = f"intercomm-forced-{tmp_path.name}"
+    result = run_minimpi("-n", "4", "--timeout", "60", "--coll", "bcast=binomial",
+                         *marker_args(marker), str(prog), timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    refused = [line for line in result.stdout.splitlines() if "refused" in line]
+    assert len(refused) == 4, result.stdout
+    for line in refused:
+        assert ("algorithm 'binomial' (from MINIMPI_BCAST) cannot serve this call: it serves "
+                "intracommunicators only, and this call is on an intercommunicator (bcast on "
+                "an intercommunicator has: via_leader, auto)") in line, line
+    assert sorted(line for line in result.stdout.splitlines() if line.endswith(" ok")) == \
+        [f"[{r}] rank {r} ok" for r in range(4)]
+    assert_no_leftovers(marker)

@@ -1,4 +1,7 @@
-"""The mpi4py-facing allreduce methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``."""
+"""The mpi4py-facing allreduce methods of ``Intracomm``: arguments, buffers, ``IN_PLACE``.
+
+The algorithms they run are :mod:`minimpi.coll.allreduce`'s (chosen by the communicator's plan).
+"""
 from __future__ import annotations
 
 from typing import Any

@@ -294,7 +294,8 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
             print(f"  {mark} {alg.name.ljust(width)}  {_fmt_time(predicted):>11}  "
                   f"{ratio:6.2f}x  {_fmt_time(formula):>11}  {_fmt_time(crowd):>11}  "
                   f"{summary(alg)}", file=out)
-    explain_hosts.describe_steps(table, model, p, nbytes, layout, op, objects, out)
+    if not inter:           # (the two-group algorithms have no per-host steps)
+        explain_hosts.describe_steps(table, model, p, nbytes, layout, op, objects, out)
     if pick_error:
         print(f"\nauto cannot pick: {pick_error}", file=out)
     elif forced and forced != "auto":

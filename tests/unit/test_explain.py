@@ -331,3 +331,24 @@ def test_a_hierarchical_algorithm_is_explained_by_its_steps():
     assert block.startswith("    time       = the sum of its steps: ")
     assert "1. " in details.split("\n  hierarchical: ", 1)[1] and \
            "/ sum over hosts of min(ranks, cores=" in details
+
+
+def test_inter_explains_the_intercommunicator_algorithms(monkeypatch):
+    """``--inter``: the algorithms that serve two groups, priced, picked and taken apart;
+    the intracommunicator ones are not candidates there (nor the reverse), and a forced
+    name of the other kind is named as the reason auto cannot pick."""
+    registry.algorithms("bcast")
+    monkeypatch.delenv("MINIMPI_ALLREDUCE", raising=False)
+    text = run_explain("allreduce", 64, 3, make_op("sum"), inter=True)
+    assert "on an intercommunicator of two groups of 3 ranks" in text
+    assert rows(text) == {"leaders_swap": (True, rows(text)["leaders_swap"][1])}
+    assert "leaders_swap: what auto picks (least predicted time among the algorithms for " \
+           "intercommunicators" in text
+    assert "time       = (2·⌈log2 p⌉ + 1)·(α + n·β) + ⌈log2 p⌉·n·γ" in text
+    assert "leaders_swap" not in rows(run_explain("allreduce", 64, 3, make_op("sum")))
+    monkeypatch.setenv("MINIMPI_ALLREDUCE", "ring")
+    forced = run_explain("allreduce", 64, 3, make_op("sum"), inter=True)
+    assert ("auto cannot pick: allreduce: algorithm 'ring' (from MINIMPI_ALLREDUCE) cannot "
+            "serve this call: it serves intracommunicators only, and this call is on an "
+            "intercommunicator (allreduce on an intercommunicator has: leaders_swap, auto)"
+            ) in forced

@@ -33,7 +33,6 @@ from .mismatch import abort_slot, open_slot
 from .segment import CALL_SHIFT, SIG_MASK, HostSegment, MemoryWait
 from .slots import SEQ_MASK
 
-_MIN, _ANY = np.minimum.reduce, np.logical_or.reduce
 _sched_yield = os.sched_yield
 
 #: errors a rank does not announce to the others (caused by another rank, or the job ending)
@@ -86,7 +85,7 @@ class FusedCall:
         engine's spin budget (no call, nothing to build: the peers of one host are usually
         a few microseconds behind), then the engine's wait (spin or sleep as its policy
         says, progress on every connection; an error ends it)."""
-        seqs = self.seg.seqs
+        words, at = self.seg.words, self.seg.seq_at
         policy = self.engine.progress_policy
         if policy.spin:
             clock = time.perf_counter
@@ -94,7 +93,7 @@ class FusedCall:
             yield_ = policy.yield_
             while True:
                 for m in members:
-                    if seqs[m] < k:
+                    if words[at[m]] < k:
                         break
                 else:
                     return
@@ -138,7 +137,7 @@ class FusedAllreduce(FusedCall):
     """``Allreduce`` of ``count`` items of a numpy ``dtype`` with a predefined elementwise op,
     fitting one slot: the fused form of ``allreduce_segment``."""
 
-    __slots__ = ("dtype", "count", "ufunc", "nbytes")
+    __slots__ = ("dtype", "count", "ufunc", "nbytes", "mine")
 
     def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int,
                  ufunc: Any) -> None:
@@ -148,6 +147,8 @@ class FusedAllreduce(FusedCall):
         self.ufunc = ufunc
         self.nbytes = count * np.dtype(dtype).itemsize
         self.stacked = self.stack(self.nbytes, dtype)
+        #: this member's area of each parity, as ``count`` items of ``dtype``
+        self.mine = [seg.areas[seg.rank][a][:self.nbytes].view(dtype) for a in (0, 1)]
 
     def run(self, sendbuf: Any, recvbuf: Any) -> bool:
         """Run the call, or decline (False) before anything happened."""
@@ -167,19 +168,20 @@ class FusedAllreduce(FusedCall):
         engine = self.engine
         if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
                 or engine.aborted is not None or engine.faults or seg.published != k - 1
-                or int(_MIN(seg.done_words)) < k - 2):
+                or seg.lowest_done() < k - 2):
             return False                        # (what usable() says, inline: a hot path)
         tag = self.open()
         seg.calls = k
         try:
             parity = k & 1
-            seg.areas[seg.rank][parity][:self.nbytes] = mine.reshape(-1).view(np.uint8)
+            self.mine[parity][...] = mine if mine.ndim == 1 else mine.reshape(-1)
             seg.publish(k, self.sig, call=self.waiting)
-            if int(_MIN(seg.seqs)) < k:
+            if seg.lowest_seq() < k:
                 self.meet(k, self.everyone)
-            if _ANY(seg.sigs[:, parity] != (k & SIG_MASK) << CALL_SHIFT | self.sig):
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
-            self.ufunc.reduce(self.stacked[parity], axis=0, out=recvbuf.reshape(-1))
+            self.ufunc.reduce(self.stacked[parity], axis=0,
+                              out=recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1))
             seg.finished(k)
         except BaseException as exc:
             self.announce(exc, tag)
@@ -195,15 +197,15 @@ class FusedBarrier(FusedCall):
     def run(self) -> bool:
         seg = self.seg
         k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or int(_MIN(seg.done_words)) < k - 2:
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
             return False
         tag = self.open()
         seg.calls = k
         try:
             seg.publish(k, self.sig, call=self.waiting)
-            if int(_MIN(seg.seqs)) < k:
+            if seg.lowest_seq() < k:
                 self.meet(k, self.everyone)
-            if _ANY(seg.sigs[:, k & 1] != (k & SIG_MASK) << CALL_SHIFT | self.sig):
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
             seg.finished(k)
         except BaseException as exc:
@@ -234,7 +236,7 @@ class FusedBcast(FusedCall):
         if rank != root and not buf.flags.writeable:
             return False
         k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or int(_MIN(seg.done_words)) < k - 2:
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
             return False
         tag = self.open()
         seg.calls = k

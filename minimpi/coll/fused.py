@@ -256,3 +256,116 @@ class FusedBcast(FusedCall):
             self.announce(exc, tag)
             raise
         return True
+
+
+class FusedAllgather(FusedCall):
+    """``Allgather`` of equal blocks of ``count`` items of a numpy ``dtype``, each fitting a
+    slot: the fused form of ``allgather_segment`` (every member writes its block once; each
+    then copies the p areas into its receive buffer in one step)."""
+
+    __slots__ = ("dtype", "count", "nbytes", "mine")
+
+    def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int) -> None:
+        super().__init__(compiled, seg)
+        self.dtype = dtype
+        self.count = count
+        self.nbytes = count * np.dtype(dtype).itemsize
+        self.stacked = self.stack(self.nbytes, dtype)
+        self.mine = [seg.areas[seg.rank][a][:self.nbytes].view(dtype) for a in (0, 1)]
+
+    def run(self, sendbuf: Any, recvbuf: Any) -> bool:
+        """Run the call, or decline (False) before anything happened."""
+        p, count = self.seg.p, self.count
+        if type(recvbuf) is not np.ndarray or recvbuf.dtype != self.dtype \
+                or recvbuf.size != p * count:
+            return False
+        flags = recvbuf.flags
+        if not (flags.c_contiguous and flags.writeable):
+            return False
+        seg = self.seg
+        out = recvbuf.reshape(p, count)
+        if sendbuf is IN_PLACE:
+            mine = out[seg.rank]
+        elif (type(sendbuf) is np.ndarray and sendbuf.dtype == self.dtype
+              and sendbuf.size == count and sendbuf.flags.c_contiguous):
+            mine = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+        else:
+            return False
+        k = seg.calls + 1
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+            return False
+        tag = self.open()
+        seg.calls = k
+        try:
+            parity = k & 1
+            self.mine[parity][...] = mine
+            seg.publish(k, self.sig, call=self.waiting)
+            if seg.lowest_seq() < k:
+                self.meet(k, self.everyone)
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            out[...] = self.stacked[parity]
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True
+
+
+class FusedAlltoall(FusedCall):
+    """``Alltoall`` of ``count`` items of a numpy ``dtype`` per pair, a rank's whole send
+    buffer fitting a slot: the fused form of ``alltoall_segment`` (every member writes its
+    send buffer once; each then copies block ``rank`` of every area in one step)."""
+
+    __slots__ = ("dtype", "count", "nbytes", "mine")
+
+    def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int) -> None:
+        super().__init__(compiled, seg)
+        self.dtype = dtype
+        self.count = count
+        item = np.dtype(dtype).itemsize
+        self.nbytes = count * item
+        p, rank = seg.p, seg.rank
+        self.mine = [seg.areas[rank][a][:p * self.nbytes].view(dtype) for a in (0, 1)]
+        # of each parity, block ``rank`` of every member's area, as one (p, count) view
+        self.stacked = []
+        for parity in (0, 1):
+            first = seg.areas[0][parity]
+            stride = (seg.areas[1][parity].ctypes.data - first.ctypes.data) if p > 1 \
+                else p * self.nbytes
+            at = rank * self.nbytes
+            self.stacked.append(np.lib.stride_tricks.as_strided(
+                first[at:at + self.nbytes].view(dtype), shape=(p, count),
+                strides=(stride, item), writeable=False))
+
+    def run(self, sendbuf: Any, recvbuf: Any) -> bool:
+        """Run the call, or decline (False) before anything happened."""
+        p, count = self.seg.p, self.count
+        if (type(recvbuf) is not np.ndarray or recvbuf.dtype != self.dtype
+                or recvbuf.size != p * count or type(sendbuf) is not np.ndarray
+                or sendbuf.dtype != self.dtype or sendbuf.size != p * count
+                or not sendbuf.flags.c_contiguous):
+            return False
+        flags = recvbuf.flags
+        if not (flags.c_contiguous and flags.writeable) or np.may_share_memory(sendbuf, recvbuf):
+            return False
+        seg = self.seg
+        k = seg.calls + 1
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+            return False
+        tag = self.open()
+        seg.calls = k
+        try:
+            parity = k & 1
+            self.mine[parity][...] = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+            seg.publish(k, self.sig, call=self.waiting)
+            if seg.lowest_seq() < k:
+                self.meet(k, self.everyone)
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            recvbuf.reshape(p, count)[...] = self.stacked[parity]
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True

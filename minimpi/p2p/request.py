@@ -248,9 +248,7 @@ class Request(IntConversions, metaclass=Fronted):
             # ``MPI.Grequest(MPI.REQUEST_NULL)``)
             self._make_null()
         elif isinstance(request, Request):
-            target = request._target()
-            self._check_handle_type(target)
-            self._orig = target
+            self._orig = request._target()
         else:
             raise TypeError(f"MPI.{type(self).__name__}({request!r:.40}): expected a request "
                             f"to make another handle of, or nothing (the null request)")
@@ -275,9 +273,6 @@ class Request(IntConversions, metaclass=Fronted):
 
     def _make_null(self) -> None:
         self.done, self._pending, self._inactive = True, 0, True
-
-    def _check_handle_type(self, target: "Request") -> None:
-        """Which requests a handle of this class may name (Grequest: only generalized ones)."""
 
     def _target(self) -> "Request":
         """The request this handle names (itself, unless it is a second handle)."""
@@ -736,7 +731,10 @@ class CombinedRequest(Request):
                 first = first or exc
         if first is not None:
             raise first
-        return None
+        if self._finish is not None:       # (set_finish: one-sided results, for one)
+            finish, self._finish = self._finish, None
+            self._result = finish()
+        return self._result
 
     def Cancel(self) -> None:
         for r in self._parts:
@@ -756,6 +754,20 @@ class PairRequest(CombinedRequest):
 
     def __init__(self, recv: Request, send: Request, description: str = "sendrecv") -> None:
         super().__init__((recv, send), description)
+
+
+class TransportRequest(Request):
+    """A request the transport completes itself (an RDMA write or read): it calls
+    :meth:`transport_done` once the operation is over."""
+
+    __slots__ = ()
+
+    def __init__(self, engine: "RequestEngine", description: Any) -> None:
+        self._setup(engine, description)
+
+    def transport_done(self, failure: Optional[str] = None) -> None:
+        """The operation completed, or failed with ``failure`` (the transport's words)."""
+        self._sent(failure)
 
 
 class SendRequest(Request):

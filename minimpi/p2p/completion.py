@@ -221,7 +221,10 @@ class LayeredRequest(Request):
         self._how.fail(error)
 
     def _collect(self, status: Optional[Status]) -> Any:
-        return self._how.collect(status)
+        how = self._how
+        if not how.done:        # (Waitall over requests no engine progresses)
+            how.wait(self)
+        return how.collect(status)
 
     def _wait(self, status: Optional[Status] = None) -> Any:
         how = self._how

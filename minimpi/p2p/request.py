@@ -317,9 +317,10 @@ class Request(IntConversions, metaclass=Fronted):
         return self._result
 
     # -- mpi4py API ----------------------------------------------------------------------
-    # ``wait``/``test``/``Wait``/``Test`` all run ``_wait``/``_test`` (which the request
-    # kinds redefine), so a user subclass may redefine ``test()``/``wait()`` with other
-    # signatures on top of ``Test``/``Wait``, as mpi4py's test_subclass does.
+    # ``wait``/``test``/``Wait``/``Test`` all run ``_wait``/``_test`` (which a request
+    # holding a Completion redefines: minimpi.p2p.completion), so a user subclass may
+    # redefine ``test()``/``wait()`` with other signatures on top of ``Test``/``Wait``, as
+    # mpi4py's test_subclass does.
     def wait(self, status: Optional[Status] = None) -> Any:
         """Block until complete; return the received object (None for sends and buffers)."""
         return self._wait(status)

@@ -222,13 +222,14 @@ def run(ch: Channel, schedule: Schedule) -> Any:
 class CollectiveRequest(LayeredRequest):
     """A nonblocking collective: the schedule advances whenever its current step is done."""
 
-    __slots__ = ("_ch", "_schedule", "_step", "_finalize", "_release")
+    __slots__ = ("_ch", "_schedule", "_step", "_finalize", "_release", "_outcome")
 
     def __init__(self, ch: Channel, schedule: Schedule,
                  finalize: Optional[Callable[[Any], Any]] = None,
                  release: Optional[Callable[[Channel], None]] = None) -> None:
         engine = ch.ep.engine
-        hold(self, Completion(engine), ch.call)
+        self._outcome = Completion(engine)      # (what completion returns, kept at hand)
+        hold(self, self._outcome, ch.call)
         self._ch = ch
         self._schedule = schedule
         self._step: Optional[Step] = None
@@ -249,7 +250,7 @@ class CollectiveRequest(LayeredRequest):
 
     def advance(self) -> bool:
         """Advance as far as completed messages allow; True once the collective is done."""
-        if self.done:
+        if self._outcome.done:
             return True
         ch = self._ch
         try:
@@ -270,7 +271,7 @@ class CollectiveRequest(LayeredRequest):
                 self._release(ch)
             if self._finalize is not None:
                 result = self._finalize(result)
-            self.completion.complete(result)
+            self._outcome.complete(result)
             return True
         except Exception as exc:  # the error surfaces from wait()/test()
             if self._release is not None:
@@ -279,7 +280,7 @@ class CollectiveRequest(LayeredRequest):
                                     PeerLostError, JobAbortedError)):   # tell the others
                 abort_slot(ch.ep, exc, ch.tag & SEQ_MASK, ch.call)
                 exc._minimpi_slot_aborted = True
-            self.completion.fail(exc)
+            self._outcome.fail(exc)
             return True
 
 

@@ -27,7 +27,7 @@ from ..data.buffers import byte_view, hold_datatypes
 from ..data.cint import as_int
 from ..errors import ArgumentError, CountError, RequestError
 from ..p2p.completion import Completion, layered
-from ..p2p.request import CompletedRequest, Request, Status
+from ..p2p.request import CompletedRequest, Request, Status, collect
 from .persistent import Prequest
 
 
@@ -96,7 +96,7 @@ class _SendRound(Completion):
             raise RequestError(f"rank {self._ep.rank}: partitioned send to {self._dest}: "
                                f"partitions {missing} were never declared ready (Pready)")
         for s in self._sends:
-            s.wait()
+            collect(s)
 
 
 class _RecvRound(Completion):
@@ -140,7 +140,7 @@ class _RecvRound(Completion):
 
     def _finish_parts(self) -> None:
         for r in self._recvs:
-            r.wait()
+            collect(r)
         if self._spec is not None:
             self._spec.finish(self._nbytes)
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..errors import RequestError
 from ..p2p.completion import Completion, LayeredRequest, held
-from ..p2p.request import Request, Status, assign_status
+from ..p2p.request import Request, Status, assign_status, collect
 
 
 class Persistent(Completion):
@@ -70,7 +70,7 @@ class Persistent(Completion):
             if status is not None:
                 assign_status(status, Status())
             return None
-        return op.wait(status)      # (complete already: returns at once)
+        return collect(op, status)      # (done already)
 
     def cancel(self) -> None:
         if self.op is not None:

@@ -17,14 +17,15 @@ The owner works through public methods only:
   into the origin's buffer...);
 * a kind whose state comes from other requests (a persistent request's current operation,
   a partitioned round's parts) subclasses :class:`Completion` and redefines the public
-  properties (``done``, ``error``, ``status``, ``active``) and methods (``wait``,
-  ``progress``, ``collect``, ``cancel``, ``free``, ``is_null``) it needs.
+  attributes (``done``, ``error``, ``status``, ``active``, as properties) and methods
+  (``wait``, ``progress``, ``collect``, ``cancel``, ``free``, ``is_null``) it needs.
 
 :func:`hold` gives a request its completion; :func:`held` makes a request of a class
 holding one. Two handles on one request (``MPI.Prequest(p)``) share its completion.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable, Optional, Tuple, Type, TypeVar
 
 from ..errors import MinimpiError, RequestError
@@ -35,15 +36,23 @@ _NO_MESSAGE = Status()
 
 
 class Completion:
-    """The completion of one operation: its state (``done``, ``error``, ``status``,
-    ``result``, ``active``), what runs when a waiter completes it (:meth:`on_complete`) and
-    how waits and tests progress it (through ``engine``, the point-to-point engine, or
-    None where only the program completes it)."""
+    """The completion of one operation: its state, what runs when a waiter completes it
+    (:meth:`on_complete`) and how waits and tests progress it.
+
+    Attributes: ``engine`` (the point-to-point engine whose progress completes it, or None
+    where only the program does), ``done`` (complete: a wait would not block), ``error``
+    (what it ended with; the wait raises it), ``status`` (what its status reports),
+    ``result`` (what ``wait()`` returns), ``active`` (False once a wait or test completed
+    the request, or it was freed: the handle then equals ``REQUEST_NULL``; a persistent
+    request is inactive until its next ``Start``). A kind whose state derives from other
+    requests redefines ``done``, ``error``, ``status`` or ``active`` as read-only
+    properties, and the methods that would set them.
+    """
 
     #: what a handle of this kind names, for error messages (``MPI.Grequest(req)``...)
     kind = "request"
 
-    __slots__ = ("engine", "result", "finish", "_done", "_error", "_status", "_active")
+    __slots__ = ("engine", "result", "finish", "done", "error", "status", "active")
 
     def __init__(self, engine: Optional[RequestEngine] = None,
                  status: Optional[Status] = None) -> None:
@@ -52,56 +61,35 @@ class Completion:
         self.result: Any = None
         #: run once by the waiter that completes the request (see :meth:`on_complete`)
         self.finish: Optional[Callable[[], Any]] = None
-        self._done = False
-        self._error: Optional[BaseException] = None
-        self._status = _NO_MESSAGE if status is None else status
-        self._active = True
+        # The state, written through the slots themselves: a kind whose state derives from
+        # other requests redefines these names as properties (and the methods that set them)
+        _set_done(self, False)                  # whether the operation is complete
+        _set_error(self, None)                  # the error it ended with (the wait raises it)
+        _set_status(self, _NO_MESSAGE if status is None else status)  # what its status says
+        # False once a wait or test completed the request, or it was freed: the handle then
+        # equals REQUEST_NULL (a persistent request: inactive until its next Start)
+        _set_active(self, True)
 
     @classmethod
     def null(cls) -> "Completion":
         """The completion of a null handle (``MPI.Grequest()``): complete and inactive."""
         how = cls.__new__(cls)
         Completion.__init__(how)
-        how._done, how._active = True, False
+        _set_done(how, True)
+        _set_active(how, False)
         return how
-
-    # -- state ---------------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        """Whether the operation is complete (a wait would not block)."""
-        return self._done
-
-    @property
-    def error(self) -> Optional[BaseException]:
-        """The error the operation ended with (raised by the wait that completes it)."""
-        return self._error
-
-    @property
-    def status(self) -> Status:
-        """What the operation's status reports (source, tag, count...)."""
-        return self._status
-
-    @status.setter
-    def status(self, value: Status) -> None:
-        self._status = value
-
-    @property
-    def active(self) -> bool:
-        """False once a wait or test completed the request, or it was freed: the handle is
-        then ``REQUEST_NULL`` (a persistent request: inactive until its next ``Start``)."""
-        return self._active
 
     # -- what the owner reports ----------------------------------------------------------
     def complete(self, result: Any = None) -> None:
         """The operation ended; ``result`` is what ``wait()`` returns."""
         self.result = result
-        self._done = True
+        self.done = True
 
     def fail(self, error: BaseException) -> None:
         """The operation ended with ``error`` (kept if it already has one)."""
-        if self._error is None:
-            self._error = error
-        self._done = True
+        if self.error is None:
+            self.error = error
+        self.done = True
 
     def on_complete(self, finish: Optional[Callable[[], Any]]) -> None:
         """Run ``finish()`` once, in the waiter whose wait or test completes the request
@@ -116,7 +104,7 @@ class Completion:
         if not self.done:
             if self.engine is None:
                 raise RequestError(f"{request!r}: waited on, but nothing can complete it")
-            self.engine.wait_for(request)
+            self.engine.wait_until(lambda: self.done, [request])
 
     def progress(self) -> None:
         """One round of progress without blocking (what a test does before it looks)."""
@@ -127,17 +115,17 @@ class Completion:
         """The operation is complete: make the request inactive, run the finishing work,
         fill ``status``; raise the error or return the result. A repeated wait on a
         completed request returns (or raises) the same again."""
-        self._active = False
+        self.active = False
         finish, self.finish = self.finish, None
-        if finish is not None and self._error is None and not self.status.cancelled:
+        if finish is not None and self.error is None and not self.status.cancelled:
             try:
                 self.result = finish()
             except MinimpiError as exc:
-                self._error = exc
+                self.error = exc
         if status is not None:
             assign_status(status, self.status)
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
         return self.result
 
     def cancel(self) -> None:
@@ -149,11 +137,18 @@ class Completion:
         if self.is_null():
             raise RequestError(f"Request.Free on {request!r}: the request is already "
                                f"null (completed by a wait/test, or freed): nothing to free")
-        self._active = False
+        self.active = False
 
     def is_null(self) -> bool:
         """Whether the handle now equals ``REQUEST_NULL``."""
-        return not self._active
+        return not self.active
+
+
+# (the slots themselves, past a subclass's properties of the same names)
+_set_done = Completion.done.__set__         # type: ignore[attr-defined]
+_set_error = Completion.error.__set__       # type: ignore[attr-defined]
+_set_status = Completion.status.__set__     # type: ignore[attr-defined]
+_set_active = Completion.active.__set__     # type: ignore[attr-defined]
 
 
 class LayeredRequest(Request):
@@ -171,38 +166,26 @@ class LayeredRequest(Request):
         if request is self:                     # Request(req) of req's own type (__new__)
             return
         if request is None or (isinstance(request, Request) and request._is_null()):
-            self._hold(completion_type.null(), "REQUEST_NULL")
+            hold(self, completion_type.null(), "REQUEST_NULL")
         elif isinstance(request, LayeredRequest) and \
                 isinstance(request._target()._how, completion_type):
             target = request._target()
-            self._hold(target._how, target.description)
+            hold(self, target._how, target.description)
             self._orig = target
         else:
             raise TypeError(f"MPI.{type(self).__name__}({request!r:.60}): expected a "
                             f"{completion_type.kind}, or nothing (a null handle)")
-
-    def _hold(self, how: Completion, description: Any) -> None:
-        self._how = how
-        self._engine = how.engine
-        self._finish = None
-        self._result = None
-        self.description = description
-        self._pending = 0
-        self._orig = None
-        self._handle = 0
 
     @property
     def completion(self) -> Completion:
         """The completion this request holds (shared by every handle on it)."""
         return self._how
 
-    # the state is the completion's
-    done = property(lambda self: self._how.done,
-                    doc="Whether the operation is complete.")
-    error = property(lambda self: self._how.error,
-                     doc="The error the operation ended with, if any.")
-    status = property(lambda self: self._how.status,
-                      doc="The operation's status (source, tag, count...).")
+    # the state is the completion's (read by C getters: no Python call per look, which
+    # progress loops make many of)
+    done = property(attrgetter("_how.done"), doc="Whether the operation is complete.")
+    error = property(attrgetter("_how.error"), doc="The error the operation ended with.")
+    status = property(attrgetter("_how.status"), doc="The operation's status.")
 
     @property
     def _inactive(self) -> bool:
@@ -270,13 +253,20 @@ R = TypeVar("R", bound=LayeredRequest)
 def hold(request: LayeredRequest, completion: Completion, description: Any) -> None:
     """Make ``request`` (new, not yet initialized) a live request holding ``completion``;
     ``description`` names it in errors and deadlock reports."""
-    request._hold(completion, description)
+    request._how = completion
+    request._engine = completion.engine
+    request._finish = None
+    request._result = None
+    request.description = description
+    request._pending = 0
+    request._orig = None
+    request._handle = 0
 
 
 def held(cls: Type[R], completion: Completion, description: Any) -> R:
     """A new request of class ``cls`` holding ``completion``."""
     request = cls.__new__(cls)
-    request._hold(completion, description)
+    hold(request, completion, description)
     return request
 
 

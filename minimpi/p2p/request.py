@@ -820,6 +820,13 @@ def set_finish(req: Request, finish: Optional[Callable[[], Any]]) -> None:
     req._finish = finish
 
 
+def collect(req: Request, status: Optional[Status] = None) -> Any:
+    """Complete ``req``, which is done (``req.done``): fill ``status``, raise its error or
+    return its result, as its wait would - without the API front (a request of another
+    layer collecting the operations it is made of)."""
+    return req._collect(status)
+
+
 def has_finish(req: Request) -> bool:
     """Whether ``req`` still has finishing work (see :func:`set_finish`) to run."""
     return req._finish is not None

@@ -53,7 +53,7 @@ from ..constants import ANY_SOURCE, LOCK_EXCLUSIVE
 from ..data.ops import PREDEFINED_OPS
 from ..errors import ERR_OTHER, MinimpiError
 from ..p2p.endpoint import Endpoint
-from ..p2p.request import CombinedRequest, RecvRequest, Request, set_finish
+from ..p2p.request import CombinedRequest, RecvRequest, Request, collect, set_finish
 from .errors import ERR_RMA_RANGE, ERR_RMA_SYNC, RmaRangeError, RmaSyncError
 from .layout import Layout, byte_index, gather, scatter
 
@@ -468,7 +468,7 @@ class Origin:
         first: Optional[BaseException] = None
         for r in reqs:
             try:
-                r.wait()
+                collect(r)
             except MinimpiError as exc:
                 first = first or exc
         if first is not None:

@@ -228,7 +228,7 @@ class CollectiveRequest(LayeredRequest):
                  finalize: Optional[Callable[[Any], Any]] = None,
                  release: Optional[Callable[[Channel], None]] = None) -> None:
         engine = ch.ep.engine
-        self._outcome = Completion(engine)      # (what completion returns, kept at hand)
+        self._outcome = Completion(engine)   # (its completion at hand: advance() reads it often)
         hold(self, self._outcome, ch.call)
         self._ch = ch
         self._schedule = schedule

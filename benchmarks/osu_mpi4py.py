@@ -23,6 +23,8 @@ Tests (``--test NAME:SIZE,SIZE,...``, repeatable; sizes in bytes):
   "Avg Latency"); the slowest rank's mean is recorded too.
 * ``obj_allreduce``: lowercase ``allreduce`` (SUM) of a float32 numpy array of S bytes, as
   a Python object (pickled).
+* ``barrier``: ``Barrier``, timed alone like the other collectives (give a size of 0:
+  ``barrier:0``; it is not used).
 * One-sided, between ranks 0 and 1 (OSU's ``osu_put_latency``, ``osu_get_bw``,
   ``osu_acc_latency`` with their default passive-target synchronisation): every rank
   allocates a window (``Win.Allocate``, S bytes; ``--win create``: ``Win.Create`` over a
@@ -46,7 +48,7 @@ import json
 import os
 import time
 
-COLLECTIVES = ("allreduce", "bcast", "allgather", "alltoall", "obj_allreduce")
+COLLECTIVES = ("allreduce", "bcast", "allgather", "alltoall", "obj_allreduce", "barrier")
 P2P_TESTS = ("latency", "bandwidth", "obj_latency")
 RMA_TESTS = ("put_latency", "get_bandwidth", "acc_latency")
 TESTS = P2P_TESTS + RMA_TESTS + COLLECTIVES
@@ -268,6 +270,8 @@ def main(argv=None) -> None:
         if test == "alltoall":
             send, recv = np.ones(block * p, np.uint8), np.empty(block * p, np.uint8)
             return lambda: comm.Alltoall(send, recv)
+        if test == "barrier":                   # (the size is not used: barrier:0)
+            return comm.Barrier
         obj = f32(size)                         # obj_allreduce
         return lambda: comm.allreduce(obj, op=MPI.SUM)
 

@@ -3,20 +3,25 @@
     python benchmarks/small_messages.py --runs 5                  # quiet machine
     python benchmarks/small_messages.py --runs 5 --busy           # one unrelated busy process
     python benchmarks/small_messages.py --runs 5 --out /tmp/sm    # results.json and table.md there
+    python benchmarks/small_messages.py --runs 5 --p 2,4          # only the jobs of these sizes
 
-Every run starts one job per system and size of job (p = 2, p = 4, and minimpi at p = 32), each
-a separate ``osu_mpi4py.py`` program (the one benchmarks/compare.py runs unchanged under every
-MPI), in an order rotated from run to run so that drift on a shared machine does not favour
-one system. A job's figure is the median of its samples; across the ``--runs`` separate jobs
-the table gives the median and the 90th percentile, and p90/median: how steady it is. A
-target is met only by the median, and only if p90 is within 2x of it.
+Every run starts one job per system and size of job, each a separate ``osu_mpi4py.py``
+program (the one benchmarks/compare.py runs unchanged under every MPI), in an order rotated
+from run to run so that drift on a shared machine does not favour one system. A job's figure
+is the median of its samples; across the ``--runs`` separate jobs the table gives the median
+and the 90th percentile, and p90/median: how steady it is. A target is met only by the
+median, and only if p90 is within 1.5x of it.
 
-Measured, at p = 2 (each rank has a core on a 2-core machine): 8 B one-way ``Send/Recv``
-(``latency``), lowercase ``send/recv`` of 8 bytes (``obj_latency``), ``Allreduce`` and ``Bcast`` of
-8 B; at p = 4 (ranks outnumber cores): ``Allreduce`` 8 B and 1 MiB, ``Bcast`` 1 MiB; minimpi's
-8 B ``Allreduce`` at p = 32. ``--busy`` runs ``sh -c 'while :; do :; done'`` for the whole
-measurement, as a laptop's browser would take a core. Peers come from benchmarks/peers/setup.sh
-(``--peers-dir``); a missing one is skipped with a note.
+Measured (the jobs of :data:`JOBS`): at p = 2 (each rank has a core on a 2-core machine) 8 B
+one-way ``Send/Recv`` (``latency``), lowercase ``send/recv`` of 8 bytes (``obj_latency``),
+``Allreduce`` of 8 B and ``Barrier``; at p = 4 (ranks outnumber cores) also ``Bcast``,
+``Allgather`` and ``Alltoall`` of 1 KiB; at p = 8, 16 and 32 ``Allreduce`` 8 B and
+``Barrier``. minimpi over TCP and Open MPI over TCP run the p = 2 point-to-point job.
+``--busy`` runs ``sh -c 'while :; do :; done'`` for the whole measurement, as a laptop's
+browser would take a core, and measures 8 B one-way at p = 2 alone. Peers come from
+benchmarks/peers/setup.sh (``--peers-dir``); a missing one is skipped with a note. The
+targets are those of the small-message issue: within 2x (3x) of MPICH measured in the same
+run.
 """
 from __future__ import annotations
 
@@ -34,12 +39,20 @@ sys.path.insert(0, HERE)
 import compare  # noqa: E402  (benchmarks/compare.py: the systems and how to start them)
 
 MiB = 1 << 20
+KiB = 1 << 10
 JOBS: Dict[int, Dict[str, List[int]]] = {
-    2: {"latency": [8], "obj_latency": [8], "allreduce": [8], "bcast": [8]},
-    4: {"allreduce": [8, MiB], "bcast": [MiB]},
-    32: {"allreduce": [8]},
+    2: {"latency": [8], "obj_latency": [8], "allreduce": [8], "barrier": [0]},
+    4: {"allreduce": [8], "barrier": [0], "bcast": [KiB], "allgather": [KiB],
+        "alltoall": [KiB]},
+    8: {"allreduce": [8], "barrier": [0]},
+    16: {"allreduce": [8], "barrier": [0]},
+    32: {"allreduce": [8], "barrier": [0]},
 }
-SYSTEMS = ("minimpi-shm", "mpich", "openmpi", "openmpi-tcp")
+#: what a busy machine is measured with, and what the TCP systems run
+BUSY_JOBS: Dict[int, Dict[str, List[int]]] = {2: {"latency": [8]}}
+TCP_JOBS: Dict[int, Dict[str, List[int]]] = {2: {"latency": [8]}}
+TCP_SYSTEMS = ("minimpi-tcp", "openmpi-tcp")
+SYSTEMS = ("minimpi-shm", "mpich", "openmpi", "minimpi-tcp", "openmpi-tcp")
 Key = Tuple[str, int, str, int]          # system, p, test, size
 
 
@@ -50,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--busy", action="store_true", help="one unrelated busy process throughout")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help=f"comma-separated subset of {', '.join(SYSTEMS)}")
-    ap.add_argument("--no-p32", action="store_true", help="skip minimpi's p = 32 job")
+    ap.add_argument("--p", default=",".join(map(str, JOBS)),
+                    help="the job sizes to run (default every one: %(default)s)")
     ap.add_argument("--out", default=os.path.join(HERE, "small-messages-results"))
     ap.add_argument("--target", type=float, default=0.1, help="seconds per sample (default 0.1)")
     ap.add_argument("--reps", type=int, default=5, help="samples per job (default 5)")
@@ -73,11 +87,13 @@ def measure(args, systems: Dict[str, "compare.System"], log) -> Dict[Key, List[f
     """{key: one figure per run}: each figure the median of one job's samples."""
     per_run: Dict[Key, List[float]] = {}
     order = [k for k in systems if systems[k].runnable]
+    sizes = {int(p) for p in args.p.split(",") if p}
     for run in range(args.runs):
         rotated = order[run % len(order):] + order[:run % len(order)]
         for key in rotated:
-            for p, tests in JOBS.items():
-                if p == 32 and (args.no_p32 or key != "minimpi-shm"):
+            jobs = BUSY_JOBS if args.busy else TCP_JOBS if key in TCP_SYSTEMS else JOBS
+            for p, tests in jobs.items():
+                if p not in sizes:
                     continue
                 t0 = time.monotonic()
                 data = systems[key].run(p, tests) or {}
@@ -119,36 +135,31 @@ def targets(stats: Dict[Key, dict], busy: bool) -> List[str]:
     def get(system, p, test, size):
         return stats.get((system, p, test, size))
 
-    def check(text, a, bound, how):
-        if a is None or bound is None:
+    def check(text, system, p, test, size, ref_system, factor):
+        a, ref = get(system, p, test, size), get(ref_system, p, test, size)
+        if a is None or ref is None:
             out.append(f"- not measured: {text}")
             return
-        steady = a["p90"] <= 2 * a["median"]
-        ok = a["median"] <= bound and steady
-        out.append(f"- {'met' if ok else 'MISSED'}: {text}: median {us(a['median'])} us, "
-                   f"p90 {us(a['p90'])} us (p90/median {a['p90'] / a['median']:.2f}); {how}")
+        steady = a["p90"] <= 1.5 * a["median"]
+        ratio = a["median"] / ref["median"]
+        ok = ratio <= factor and steady
+        out.append(f"- {'met' if ok else 'MISSED'}: {text}: {us(a['median'])} us vs "
+                   f"{us(ref['median'])} us, {ratio:.2f}x (target {factor:g}x); p90/median "
+                   f"{a['p90'] / a['median']:.2f}{'' if steady else ' (not steady)'}")
 
     mine = "minimpi-shm"
     if busy:
-        ref = get("mpich", 2, "latency", 8)
-        check("with a busy process, 8 B one-way latency within 3x of MPICH's",
-              get(mine, 2, "latency", 8), ref and 3 * ref["median"],
-              f"MPICH {us(ref and ref['median'])} us")
+        check("with a busy process, 8 B one-way Send/Recv", mine, 2, "latency", 8, "mpich", 3)
         return out
-    check("8 B one-way Send/Recv over shm <= 3.5 us", get(mine, 2, "latency", 8), 3.5e-6, "")
-    check("8 B lowercase send/recv <= 6 us", get(mine, 2, "obj_latency", 8), 6e-6, "")
-    check("Allreduce 8 B, p=2 <= 10 us", get(mine, 2, "allreduce", 8), 10e-6, "")
-    check("Bcast 8 B, p=2 <= 6 us", get(mine, 2, "bcast", 8), 6e-6, "")
-    ref = get("openmpi-tcp", 4, "allreduce", 8)
-    check("Allreduce 8 B, p=4 <= 2x Open MPI over TCP", get(mine, 4, "allreduce", 8),
-          ref and 2 * ref["median"], f"Open MPI TCP {us(ref and ref['median'])} us")
-    for test in ("allreduce", "bcast"):
-        ref = get("openmpi", 4, test, MiB)
-        check(f"{test} 1 MiB, p=4 within 1.5x of Open MPI's default", get(mine, 4, test, MiB),
-              ref and 1.5 * ref["median"], f"Open MPI {us(ref and ref['median'])} us")
-    ref = get(mine, 4, "allreduce", 8)
-    check("Allreduce 8 B at p=32 <= 8x its p=4 time", get(mine, 32, "allreduce", 8),
-          ref and 8 * ref["median"], f"p=4 {us(ref and ref['median'])} us")
+    check("8 B one-way Send/Recv, p=2", mine, 2, "latency", 8, "mpich", 2)
+    check("8 B object send/recv, p=2", mine, 2, "obj_latency", 8, "mpich", 3)
+    for p in JOBS:
+        for test, size in (("allreduce", 8), ("barrier", 0)):
+            check(f"{test} {size} B, p={p}", mine, p, test, size, "mpich", 3 if p == 2 else 2)
+    for test in ("bcast", "allgather", "alltoall"):
+        check(f"{test} 1 KiB, p=4", mine, 4, test, KiB, "mpich", 2)
+    check("8 B one-way over TCP vs Open MPI over TCP", "minimpi-tcp", 2, "latency", 8,
+          "openmpi-tcp", 2)
     return out
 
 

@@ -32,7 +32,6 @@ from .mismatch import abort_slot, open_slot
 from .segment import CALL_SHIFT, SIG_MASK, HostSegment, MemoryWait
 from .slots import NOT_ANNOUNCED, SEQ_MASK
 
-_MIN, _ANY = np.minimum.reduce, np.logical_or.reduce
 _sched_yield = os.sched_yield
 
 
@@ -81,7 +80,7 @@ class FusedCall:
         engine's spin budget (no call, nothing to build: the peers of one host are usually
         a few microseconds behind), then the engine's wait (spin or sleep as its policy
         says, progress on every connection; an error ends it)."""
-        seqs = self.seg.seqs
+        words, at = self.seg.words, self.seg.seq_at
         policy = self.engine.progress_policy
         if policy.spin:
             clock = time.perf_counter
@@ -89,7 +88,7 @@ class FusedCall:
             yield_ = policy.yield_
             while True:
                 for m in members:
-                    if seqs[m] < k:
+                    if words[at[m]] < k:
                         break
                 else:
                     return
@@ -133,7 +132,7 @@ class FusedAllreduce(FusedCall):
     """``Allreduce`` of ``count`` items of a numpy ``dtype`` with a predefined elementwise op,
     fitting one slot: the fused form of ``allreduce_segment``."""
 
-    __slots__ = ("dtype", "count", "ufunc", "nbytes")
+    __slots__ = ("dtype", "count", "ufunc", "nbytes", "mine")
 
     def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int,
                  ufunc: Any) -> None:
@@ -143,6 +142,8 @@ class FusedAllreduce(FusedCall):
         self.ufunc = ufunc
         self.nbytes = count * np.dtype(dtype).itemsize
         self.stacked = self.stack(self.nbytes, dtype)
+        #: this member's area of each parity, as ``count`` items of ``dtype``
+        self.mine = [seg.areas[seg.rank][a][:self.nbytes].view(dtype) for a in (0, 1)]
 
     def run(self, sendbuf: Any, recvbuf: Any) -> bool:
         """Run the call, or decline (False) before anything happened."""
@@ -162,19 +163,20 @@ class FusedAllreduce(FusedCall):
         engine = self.engine
         if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
                 or engine.aborted is not None or engine.faults or seg.published != k - 1
-                or int(_MIN(seg.done_words)) < k - 2):
+                or seg.lowest_done() < k - 2):
             return False                        # (what usable() says, inline: a hot path)
         tag = self.open()
         seg.calls = k
         try:
             parity = k & 1
-            seg.areas[seg.rank][parity][:self.nbytes] = mine.reshape(-1).view(np.uint8)
+            self.mine[parity][...] = mine if mine.ndim == 1 else mine.reshape(-1)
             seg.publish(k, self.sig, call=self.waiting)
-            if int(_MIN(seg.seqs)) < k:
+            if seg.lowest_seq() < k:
                 self.meet(k, self.everyone)
-            if _ANY(seg.sigs[:, parity] != (k & SIG_MASK) << CALL_SHIFT | self.sig):
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
-            self.ufunc.reduce(self.stacked[parity], axis=0, out=recvbuf.reshape(-1))
+            self.ufunc.reduce(self.stacked[parity], axis=0,
+                              out=recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1))
             seg.finished(k)
         except BaseException as exc:
             self.announce(exc, tag)
@@ -190,15 +192,15 @@ class FusedBarrier(FusedCall):
     def run(self) -> bool:
         seg = self.seg
         k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or int(_MIN(seg.done_words)) < k - 2:
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
             return False
         tag = self.open()
         seg.calls = k
         try:
             seg.publish(k, self.sig, call=self.waiting)
-            if int(_MIN(seg.seqs)) < k:
+            if seg.lowest_seq() < k:
                 self.meet(k, self.everyone)
-            if _ANY(seg.sigs[:, k & 1] != (k & SIG_MASK) << CALL_SHIFT | self.sig):
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
             seg.finished(k)
         except BaseException as exc:
@@ -229,7 +231,7 @@ class FusedBcast(FusedCall):
         if rank != root and not buf.flags.writeable:
             return False
         k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or int(_MIN(seg.done_words)) < k - 2:
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
             return False
         tag = self.open()
         seg.calls = k
@@ -244,6 +246,119 @@ class FusedBcast(FusedCall):
                 self.meet(k, (root,))
                 seg.check(k, self.sig, (root,), self.waiting)
                 data[...] = area[root][k & 1][:self.nbytes]
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True
+
+
+class FusedAllgather(FusedCall):
+    """``Allgather`` of equal blocks of ``count`` items of a numpy ``dtype``, each fitting a
+    slot: the fused form of ``allgather_segment`` (every member writes its block once; each
+    then copies the p areas into its receive buffer in one step)."""
+
+    __slots__ = ("dtype", "count", "nbytes", "mine")
+
+    def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int) -> None:
+        super().__init__(compiled, seg)
+        self.dtype = dtype
+        self.count = count
+        self.nbytes = count * np.dtype(dtype).itemsize
+        self.stacked = self.stack(self.nbytes, dtype)
+        self.mine = [seg.areas[seg.rank][a][:self.nbytes].view(dtype) for a in (0, 1)]
+
+    def run(self, sendbuf: Any, recvbuf: Any) -> bool:
+        """Run the call, or decline (False) before anything happened."""
+        p, count = self.seg.p, self.count
+        if type(recvbuf) is not np.ndarray or recvbuf.dtype != self.dtype \
+                or recvbuf.size != p * count:
+            return False
+        flags = recvbuf.flags
+        if not (flags.c_contiguous and flags.writeable):
+            return False
+        seg = self.seg
+        out = recvbuf.reshape(p, count)
+        if sendbuf is IN_PLACE:
+            mine = out[seg.rank]
+        elif (type(sendbuf) is np.ndarray and sendbuf.dtype == self.dtype
+              and sendbuf.size == count and sendbuf.flags.c_contiguous):
+            mine = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+        else:
+            return False
+        k = seg.calls + 1
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+            return False
+        tag = self.open()
+        seg.calls = k
+        try:
+            parity = k & 1
+            self.mine[parity][...] = mine
+            seg.publish(k, self.sig, call=self.waiting)
+            if seg.lowest_seq() < k:
+                self.meet(k, self.everyone)
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            out[...] = self.stacked[parity]
+            seg.finished(k)
+        except BaseException as exc:
+            self.announce(exc, tag)
+            raise
+        return True
+
+
+class FusedAlltoall(FusedCall):
+    """``Alltoall`` of ``count`` items of a numpy ``dtype`` per pair, a rank's whole send
+    buffer fitting a slot: the fused form of ``alltoall_segment`` (every member writes its
+    send buffer once; each then copies block ``rank`` of every area in one step)."""
+
+    __slots__ = ("dtype", "count", "nbytes", "mine")
+
+    def __init__(self, compiled: Any, seg: HostSegment, dtype: Any, count: int) -> None:
+        super().__init__(compiled, seg)
+        self.dtype = dtype
+        self.count = count
+        item = np.dtype(dtype).itemsize
+        self.nbytes = count * item
+        p, rank = seg.p, seg.rank
+        self.mine = [seg.areas[rank][a][:p * self.nbytes].view(dtype) for a in (0, 1)]
+        # of each parity, block ``rank`` of every member's area, as one (p, count) view
+        self.stacked = []
+        for parity in (0, 1):
+            first = seg.areas[0][parity]
+            stride = (seg.areas[1][parity].ctypes.data - first.ctypes.data) if p > 1 \
+                else p * self.nbytes
+            at = rank * self.nbytes
+            self.stacked.append(np.lib.stride_tricks.as_strided(
+                first[at:at + self.nbytes].view(dtype), shape=(p, count),
+                strides=(stride, item), writeable=False))
+
+    def run(self, sendbuf: Any, recvbuf: Any) -> bool:
+        """Run the call, or decline (False) before anything happened."""
+        p, count = self.seg.p, self.count
+        if (type(recvbuf) is not np.ndarray or recvbuf.dtype != self.dtype
+                or recvbuf.size != p * count or type(sendbuf) is not np.ndarray
+                or sendbuf.dtype != self.dtype or sendbuf.size != p * count
+                or not sendbuf.flags.c_contiguous):
+            return False
+        flags = recvbuf.flags
+        if not (flags.c_contiguous and flags.writeable) or np.may_share_memory(sendbuf, recvbuf):
+            return False
+        seg = self.seg
+        k = seg.calls + 1
+        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+            return False
+        tag = self.open()
+        seg.calls = k
+        try:
+            parity = k & 1
+            self.mine[parity][...] = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+            seg.publish(k, self.sig, call=self.waiting)
+            if seg.lowest_seq() < k:
+                self.meet(k, self.everyone)
+            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            recvbuf.reshape(p, count)[...] = self.stacked[parity]
             seg.finished(k)
         except BaseException as exc:
             self.announce(exc, tag)

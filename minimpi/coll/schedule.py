@@ -25,6 +25,7 @@ from ..errors import (
     CollectiveMismatchError,
     TruncationError,
 )
+from ..p2p.completion import Completion, LayeredRequest, hold
 from ..p2p.endpoint import Endpoint
 from ..p2p.request import Request, failed_request, has_finish, set_finish
 from ..transports.frames import F_OBJECT
@@ -223,15 +224,17 @@ def run(ch: Channel, schedule: Schedule) -> Any:
         return done.value
 
 
-class CollectiveRequest(Request):
+class CollectiveRequest(LayeredRequest):
     """A nonblocking collective: the schedule advances whenever its current step is done."""
 
-    __slots__ = ("_ch", "_schedule", "_step", "_finalize", "_release")
+    __slots__ = ("_ch", "_schedule", "_step", "_finalize", "_release", "_outcome")
 
     def __init__(self, ch: Channel, schedule: Schedule,
                  finalize: Optional[Callable[[Any], Any]] = None,
                  release: Optional[Callable[[Channel], None]] = None) -> None:
-        self._setup(ch.ep.engine, ch.call)
+        engine = ch.ep.engine
+        self._outcome = Completion(engine)   # (its completion at hand: advance() reads it often)
+        hold(self, self._outcome, ch.call)
         self._ch = ch
         self._schedule = schedule
         self._step: Optional[Step] = None
@@ -239,7 +242,7 @@ class CollectiveRequest(Request):
         #: called with the channel once the collective is over (a compiled collective
         #: takes its channel back for the next call)
         self._release = release
-        self._engine.add_active(self)
+        engine.add_active(self)
 
     @property
     def channel(self) -> Channel:
@@ -252,7 +255,7 @@ class CollectiveRequest(Request):
 
     def advance(self) -> bool:
         """Advance as far as completed messages allow; True once the collective is done."""
-        if self.done:
+        if self._outcome.done:
             return True
         ch = self._ch
         try:
@@ -273,8 +276,7 @@ class CollectiveRequest(Request):
                 self._release(ch)
             if self._finalize is not None:
                 result = self._finalize(result)
-            self._result = result
-            self._complete()
+            self._outcome.complete(result)
             return True
         except Exception as exc:  # the error surfaces from wait()/test()
             if self._release is not None:
@@ -282,7 +284,7 @@ class CollectiveRequest(Request):
             if not isinstance(exc, NOT_ANNOUNCED):   # tell the others
                 ch.abort(exc)
                 exc._minimpi_slot_aborted = True
-            self._fail(exc)
+            self._outcome.fail(exc)
             return True
 
 

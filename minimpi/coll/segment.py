@@ -55,9 +55,6 @@ from .slots import SEQ_BITS, SEQ_MASK
 #: the bytes each member may write per call (per area); larger data goes through in pieces
 #: (the segment algorithms' formulas count them: ⌈n/16384⌉)
 SLOT_BYTES = 16 * 1024
-#: min and max of a view as one C call (ndarray.min() goes through a Python-level wrapper)
-_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
-_ANY = np.logical_or.reduce
 _MAGIC = 0x314745534D50494D        # b"MIPMSEG1" little-endian
 _HEADER = 64
 _CTL = 64
@@ -135,9 +132,9 @@ class MemoryWait:
                 return True
         else:
             k = self.k
-            seqs = seg.seqs
+            words, at = seg.words, seg.seq_at
             for m in self.members:
-                if seqs[m] < k:
+                if words[at[m]] < k:
                     break
             else:
                 return True
@@ -174,7 +171,8 @@ class HostSegment:
 
     __slots__ = ("ep", "p", "rank", "key", "mem", "seqs", "sigs", "done_words", "wants",
                  "areas", "calls", "published", "_finished", "_mapped", "_released", "others",
-                 "slot", "_mine", "__weakref__")
+                 "slot", "_mine", "words", "seq_at", "sig_at", "done_at", "wants_at",
+                 "__weakref__")
 
     def __init__(self, ep: Any, mem: memoryview, key: str, slot: int) -> None:
         self.ep = ep
@@ -197,6 +195,15 @@ class HostSegment:
         #: the last call each member finished reading; whether it waits for the others' reads
         self.done_words = ctl[:, _DONE]
         self.wants = ctl[:, _WANTS]
+        #: the same control words as Python integers (``words[seq_at[m]]``...): a small
+        #: segment's calls read a few words each, and a numpy call costs ~1 us where a
+        #: memoryview index costs ~50 ns
+        self.words = mem.cast("Q")
+        base, step = slots_at // 8, stride // 8
+        self.seq_at = tuple(base + i * step + _SEQ for i in range(p))
+        self.sig_at = tuple(tuple(base + i * step + _SIG + a for i in range(p)) for a in (0, 1))
+        self.done_at = tuple(base + i * step + _DONE for i in range(p))
+        self.wants_at = tuple(base + i * step + _WANTS for i in range(p))
         #: areas[i][a]: member i's data area a (uint8)
         self.areas = [[raw[slots_at + i * stride + _CTL + a * slot:
                            slots_at + i * stride + _CTL + (a + 1) * slot] for a in (0, 1)]
@@ -265,6 +272,18 @@ class HostSegment:
         """The first ``nbytes`` of member ``member``'s area for call ``k`` (uint8)."""
         return self.areas[member][k & 1][:nbytes]
 
+    def lowest_seq(self) -> int:
+        """The lowest call number any member published."""
+        return min(map(self.words.__getitem__, self.seq_at))
+
+    def lowest_done(self) -> int:
+        """The lowest call number every member finished reading."""
+        return min(map(self.words.__getitem__, self.done_at))
+
+    def all_signed(self, k: int, word: int) -> bool:
+        """Whether every member's signature word of call ``k``'s parity is ``word``."""
+        return [*map(self.words.__getitem__, self.sig_at[k & 1])].count(word) == self.p
+
     def free_for(self, ch: Any, k: int) -> MemoryWait:
         """What a member waits for before it writes (and publishes) call ``k``: it published
         k - 1, and every member finished reading call k - 2, the last that used the area
@@ -275,33 +294,37 @@ class HostSegment:
         """Whether this member may write call ``k`` now (see :meth:`free_for`)."""
         if self.published != k - 1:
             return False
-        if int(_MIN(self.done_words)) >= k - 2:
-            if self.wants[self.rank]:
-                self.wants[self.rank] = 0
+        words, wants = self.words, self.wants_at[self.rank]
+        if self.lowest_done() >= k - 2:
+            if words[wants]:
+                words[wants] = 0
             return True
         # about to wait (maybe sleep) for the others' reads: say so first, then look again
         # (a reader stores its done word, fences, then looks at who wants it)
-        self.wants[self.rank] = 1
+        words[wants] = 1
         if self.others:
             self.ep.engine.transport.fence()
-        return int(_MIN(self.done_words)) >= k - 2
+        return self.lowest_done() >= k - 2
 
     def finished(self, k: int) -> None:
         """This member finished reading the slots of call ``k`` (or had none to read):
         advance its ``done`` word over every call finished in order, and wake the members
         that wait for it."""
-        self._finished.add(k)
-        done = int(self.done_words[self.rank])
+        words, mine = self.words, self.done_at[self.rank]
+        done = words[mine]
         if k != done + 1:
+            self._finished.add(k)
             return                        # an earlier call is still being read
-        while done + 1 in self._finished:
-            done += 1
-            self._finished.discard(done)
-        self.done_words[self.rank] = done
+        done = k
+        if self._finished:
+            while done + 1 in self._finished:
+                done += 1
+                self._finished.discard(done)
+        words[mine] = done
         if self.others:
             transport = self.ep.engine.transport
             transport.fence()             # our done word first, then who wants it
-            if int(_MAX(self.wants)):
+            if any(map(words.__getitem__, self.wants_at)):
                 transport.wake_peers(self.others)
 
     def publish(self, k: int, sig: int, root: bool = False, call: Any = None) -> None:
@@ -317,18 +340,19 @@ class HostSegment:
         parity = k & 1
         earlier = self._mine[parity]
         word = (k & SIG_MASK) << CALL_SHIFT | sig          # signed_call(k, sig), inline
-        if earlier is not None and _ANY(self.sigs[:, parity] != earlier[0]):
+        if earlier is not None and not self.all_signed(parity, earlier[0]):
             self._cross_check(k, parity, *earlier)
         self._mine[parity] = (word, call.tag, call.watch) if call is not None else None
-        self.sigs[self.rank, parity] = word
-        self.seqs[self.rank] = k
+        words = self.words
+        words[self.sig_at[parity][self.rank]] = word
+        words[self.seq_at[self.rank]] = k
         self.published = k
         if not self.others:
             return
         transport = self.ep.engine.transport
         if not root:
             transport.fence()               # our seq first, then the others'
-            if int(_MIN(self.seqs)) < k:
+            if self.lowest_seq() < k:
                 return
         transport.wake_peers(self.others)
 
@@ -338,12 +362,12 @@ class HostSegment:
         member that published that call with another signature. A member whose word already
         names a later call (it is publishing call ``k`` this moment: the word is stored
         before its seq) is passed over - call k's own checks compare that one."""
-        sigs, seqs = self.sigs[:, parity], self.seqs
+        words, sig_at, seq_at = self.words, self.sig_at[parity], self.seq_at
         call = word >> CALL_SHIFT
         for m in members or range(self.p):
-            theirs = int(sigs[m])
-            if (m != self.rank and k - 2 <= seqs[m] < k and theirs != word
-                    and theirs >> CALL_SHIFT == call):
+            theirs = words[sig_at[m]]
+            if (theirs != word and theirs >> CALL_SHIFT == call and m != self.rank
+                    and k - 2 <= words[seq_at[m]] < k):
                 self._mine[parity] = None
                 raise self.mismatch(watch, tag, m, theirs & SIG_MASK)
 
@@ -363,11 +387,11 @@ class HostSegment:
                 except CollectiveMismatchError as exc:
                     errors.append(str(exc))
         for m in finished:
-            theirs = int(self.seqs[m])
+            theirs = self.words[self.seq_at[m]]
             if m != self.rank and theirs > self.published:
                 fewer.append(f"rank {m} made {theirs - self.published} more collective "
                              f"call(s) on {self.ep.name} than rank {self.rank}, the last "
-                             f"{describe_signature(int(self.sigs[m, theirs & 1]) & SIG_MASK)}; every rank "
+                             f"{describe_signature(self.words[self.sig_at[theirs & 1][m]] & SIG_MASK)}; every rank "
                              f"of a communicator must call the same collectives in the same "
                              f"order")
         return errors, fewer
@@ -380,10 +404,10 @@ class HostSegment:
         """After the wait: every one of ``members`` called the same collective (signature)
         as this one, else the :class:`CollectiveMismatchError` a message of theirs would
         have caused (``call``: the call's channel - its tag and mismatch bookkeeping)."""
-        sigs, word = self.sigs[:, k & 1], signed_call(k, sig)
+        words, at, word = self.words, self.sig_at[k & 1], signed_call(k, sig)
         for m in members:
-            if int(sigs[m]) != word:
-                raise self.mismatch(call.watch, call.tag, m, int(sigs[m]) & SIG_MASK)
+            if words[at[m]] != word:
+                raise self.mismatch(call.watch, call.tag, m, words[at[m]] & SIG_MASK)
 
     def mismatch(self, watch: Any, tag: int, member: int, theirs: int) -> BaseException:
         """The error of this rank's call (signed ``tag``) against member ``member``'s call of

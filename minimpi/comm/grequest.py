@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Callable, Optional, Tuple
 
 from ..errors import ERR_OTHER, MinimpiError, RequestError
+from ..p2p.completion import Completion, LayeredRequest, held
 from ..p2p.request import Request, Status, assign_status
 
 #: how long one nap of a wait on the completion event lasts (seconds)
@@ -40,15 +41,61 @@ def _callback(fn: Optional[Callable[..., Any]], call: str, *args: Any, **kwargs:
                            ERR_OTHER) from exc
 
 
-class Grequest(Request):
+class Generalized(Completion):
+    """The completion of a generalized request: the program reports it (``Complete``,
+    from any thread); collecting it runs ``query_fn`` then ``free_fn``."""
+
+    kind = "generalized request (Grequest.Start)"
+
+    __slots__ = ("query_fn", "free_fn", "cancel_fn", "args", "kwargs", "event")
+
+    def __init__(self, query_fn: Any, free_fn: Any, cancel_fn: Any, args: Tuple[Any, ...],
+                 kwargs: dict) -> None:
+        super().__init__(None, Status())
+        self.query_fn, self.free_fn, self.cancel_fn = query_fn, free_fn, cancel_fn
+        self.args, self.kwargs = args, kwargs
+        self.event = threading.Event()
+
+    def complete(self, result: Any = None) -> None:
+        if not self.active or self.done:
+            raise RequestError("Grequest.Complete: generalized request is already complete")
+        super().complete(result)
+        self.event.set()
+
+    def wait(self, request: Request) -> None:
+        while not self.done:       # (Waitall over generalized requests only waits here)
+            self.event.wait(_NAP)
+
+    def collect(self, status: Optional[Status]) -> Any:
+        if not self.active:         # already waited for: an inactive request
+            if status is not None:
+                assign_status(status, Status())
+            return None
+        self.wait(None)
+        got = Status()
+        try:
+            super().collect(None)   # (inactive from here on, even if a callback raises)
+            _callback(self.query_fn, "query_fn", got, *self.args, **self.kwargs)
+        finally:
+            _callback(self.free_fn, "free_fn", *self.args, **self.kwargs)
+        if status is not None:
+            assign_status(status, got)
+        return self.result
+
+    def cancel(self) -> None:
+        """Call ``cancel_fn(completed)``; the operation itself is the program's to stop."""
+        if self.active:
+            _callback(self.cancel_fn, "cancel_fn", self.done, *self.args, **self.kwargs)
+
+
+class Grequest(LayeredRequest):
     """A generalized request (``MPI.Grequest``); ``MPI.Grequest()`` is a null handle and
     ``Grequest(req)`` of another kind of request a TypeError (as in mpi4py)."""
 
-    __slots__ = ("_query", "_free", "_cancel", "_args", "_kwargs", "_event", "_collected")
+    __slots__ = ()
 
-    def _check_handle_type(self, target: Request) -> None:
-        if not isinstance(target, Grequest):
-            raise TypeError(f"MPI.Grequest({target!r:.60}): not a generalized request")
+    def __init__(self, request: Optional[Request] = None) -> None:
+        super().__init__(request, completion_type=Generalized)
 
     @classmethod
     def Start(cls, query_fn: Optional[Callable[..., Any]] = None,
@@ -62,65 +109,18 @@ class Grequest(Request):
             if fn is not None and not callable(fn):
                 raise TypeError(f"Grequest.Start: {name} must be callable or None, got "
                                 f"{type(fn).__name__}")
-        req = cls.__new__(cls)
-        req._init_generalized(query_fn, free_fn, cancel_fn, tuple(args or ()), dict(kwargs or {}))
-        return req
-
-    def _init_generalized(self, query_fn: Any, free_fn: Any, cancel_fn: Any, args: Tuple[Any, ...],
-               kwargs: dict) -> None:
-        self._setup(None, "generalized request")
-        self._query, self._free, self._cancel = query_fn, free_fn, cancel_fn
-        self._args, self._kwargs = args, kwargs
-        self._event = threading.Event()
-        self._collected = False
+        how = Generalized(query_fn, free_fn, cancel_fn, tuple(args or ()), dict(kwargs or {}))
+        return held(cls, how, "generalized request")
 
     def Complete(self) -> None:
         """Report that the operation is complete (from any thread)."""
-        target = self._target()
-        if target._inactive or target.done:
-            raise RequestError(f"Grequest.Complete: {target.description} is already "
-                               f"complete")
-        target.status = Status()
-        target.done = True
-        target._pending = 0
-        target._event.set()
+        how = self.completion
+        how.complete(how.result)
 
     def complete(self, obj: Any = None) -> None:
         """``Complete``, and make ``obj`` what ``wait()``/``test()`` return."""
-        self._target()._result = obj
-        self.Complete()
-
-    def Cancel(self) -> None:
-        """Call ``cancel_fn(completed)``; the operation itself is the program's to stop."""
-        target = self._target()
-        if not target._inactive:
-            _callback(target._cancel, "cancel_fn", target.done, *target._args,
-                      **target._kwargs)
-
-    cancel = Cancel
-
-    def _collect(self, status: Optional[Status]) -> Any:
-        if self._collected:         # already waited for: an inactive request
-            if status is not None:
-                assign_status(status, Status())
-            return None
-        while not self.done:      # Waitall over generalized requests only: wait here
-            self._event.wait(_NAP)
-        self._collected = True
-        self._inactive = True
-        got = Status()
-        try:
-            _callback(self._query, "query_fn", got, *self._args, **self._kwargs)
-        finally:
-            _callback(self._free, "free_fn", *self._args, **self._kwargs)
-        if status is not None:
-            assign_status(status, got)
-        return self._result
-
-    def _wait(self, status: Optional[Status] = None) -> Any:
-        return self._target()._collect(status)   # (naps until complete)
+        self.completion.complete(obj)
 
     def __repr__(self) -> str:
-        state = "null" if self._is_null() else ("complete" if self._target().done else
-                                                "active")
+        state = "null" if not self else ("complete" if self.completion.done else "active")
         return f"<Grequest ({state})>"

@@ -20,13 +20,14 @@ MPI forbids wildcards here: ``ANY_SOURCE``/``ANY_TAG`` are refused.
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Sequence
 
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..data.buffers import byte_view, hold_datatypes
 from ..data.cint import as_int
 from ..errors import ArgumentError, CountError, RequestError
-from ..p2p.request import CompletedRequest, Request, Status, assign_status
+from ..p2p.completion import Completion, layered
+from ..p2p.request import CompletedRequest, Request, Status, collect
 from .persistent import Prequest
 
 
@@ -48,31 +49,27 @@ def _part_bytes(comm: Any, nbytes: int, partitions: int, call: str) -> int:
     return nbytes // partitions
 
 
-class _SendRound(Request):
+class _SendRound(Completion):
     """One started partitioned send: the parts declared ready, and the sends of those that
     left (in index order)."""
 
-    __slots__ = ("_ep", "_context", "_buf", "_view", "_repack", "_parts", "_size", "_dest",
+    __slots__ = ("_ep", "_context", "_buf", "_view", "_repack", "_count", "_size", "_dest",
                  "_tag", "_ready", "_next", "_sends")
 
     def __init__(self, preq: "PartitionedRequest") -> None:
-        self._setup(preq._ep.engine, f"partitioned send to {preq._peer}")
-        self._pending = 0
+        super().__init__(preq._ep.engine)
         self._ep, self._context = preq._ep, preq._context
         self._buf, self._view, self._repack = preq._buf, preq._view, preq._repack
-        self._parts, self._size = preq._parts, preq._part_size
+        self._count, self._size = preq._nparts, preq._part_size
         self._dest, self._tag = preq._peer, preq._tag
-        self._ready = [False] * self._parts
+        self._ready = [False] * self._count
         self._next = 0
         self._sends: List[Request] = []
+        self.on_complete(self._check_sent)
 
     @property
     def done(self) -> bool:
-        return self._next == self._parts and all(s.done for s in self._sends)
-
-    @done.setter
-    def done(self, value: bool) -> None:   # set only by _setup
-        pass
+        return self._next == self._count and all(s.done for s in self._sends)
 
     def mark_ready(self, indices: Sequence[int], call: str) -> None:
         for i in indices:
@@ -81,10 +78,10 @@ class _SendRound(Request):
                                    f"{i} was already declared ready since Start")
             self._ready[i] = True
         if self._dest == PROC_NULL:      # nothing travels: done once every part is ready
-            self._next = self._parts if all(self._ready) else 0
+            self._next = self._count if all(self._ready) else 0
             return
         first = self._next
-        while self._next < self._parts and self._ready[self._next]:
+        while self._next < self._count and self._ready[self._next]:
             self._next += 1
         if self._next > first:
             view = byte_view(self._buf, False, "Pready")[0] if self._repack else self._view
@@ -93,76 +90,66 @@ class _SendRound(Request):
                 self._sends.append(self._ep.isend((part,), self._size, self._dest, self._tag,
                                                   0, "Psend_init", self._context))
 
-    def _collect(self, status: Optional[Status]) -> Any:
-        if self._next != self._parts:
+    def _check_sent(self) -> None:
+        if self._next != self._count:
             missing = [i for i, r in enumerate(self._ready) if not r]
             raise RequestError(f"rank {self._ep.rank}: partitioned send to {self._dest}: "
                                f"partitions {missing} were never declared ready (Pready)")
         for s in self._sends:
-            s._collect(None)
-        if status is not None:
-            assign_status(status, Status())
-        return None
+            collect(s)
 
 
-class _RecvRound(Request):
+class _RecvRound(Completion):
     """One started partitioned receive: one posted receive per part, in order."""
 
-    __slots__ = ("_ep", "_recvs", "_spec", "_nbytes", "_source", "_tag")
+    __slots__ = ("_ep", "_recvs", "_spec", "_nbytes")
 
     def __init__(self, preq: "PartitionedRequest") -> None:
-        self._setup(preq._ep.engine, f"partitioned receive from {preq._peer}")
-        self._pending = 0
+        source, tag = preq._peer, preq._tag
+        self._nbytes = preq._part_size * preq._nparts
+        super().__init__(preq._ep.engine,
+                         Status(PROC_NULL, ANY_TAG, 0) if source == PROC_NULL else
+                         Status(source, tag, self._nbytes))
         self._ep = preq._ep
-        self._source, self._tag = preq._peer, preq._tag
-        self._nbytes = preq._part_size * preq._parts
         self._recvs: List[Request] = []
         self._spec = None
-        if self._source == PROC_NULL:
-            self._recvs = [CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))] * preq._parts
+        self.on_complete(self._finish_parts)
+        if source == PROC_NULL:
+            self._recvs = [CompletedRequest(Status(PROC_NULL, ANY_TAG, 0))] * preq._nparts
             return
         view, spec = byte_view(preq._buf, True, "Precv_init")
         self._spec = spec if spec is not None and spec.is_temporary else None
         size = preq._part_size
-        self._recvs = [self._ep.irecv(view[i * size:(i + 1) * size], self._source, self._tag,
+        self._recvs = [self._ep.irecv(view[i * size:(i + 1) * size], source, tag,
                                       "Precv_init", preq._context)
-                       for i in range(preq._parts)]
+                       for i in range(preq._nparts)]
 
     @property
     def done(self) -> bool:
         return all(r.done for r in self._recvs)
 
-    @done.setter
-    def done(self, value: bool) -> None:   # set only by _setup
-        pass
-
     def arrived(self, index: int) -> bool:
         recv = self._recvs[index]
         if not recv.done:
-            self._engine.poll()
+            self.engine.poll()
             if not recv.done:
                 # Programs ask in a loop (``while not Parrived(k)``): give the core to a
                 # rank that shares it - maybe the sender - instead of spinning it out.
                 os.sched_yield()
         return recv.done
 
-    def _collect(self, status: Optional[Status]) -> Any:
+    def _finish_parts(self) -> None:
         for r in self._recvs:
-            r._collect(None)
+            collect(r)
         if self._spec is not None:
             self._spec.finish(self._nbytes)
-        if status is not None:
-            got = Status(PROC_NULL, ANY_TAG, 0) if self._source == PROC_NULL else \
-                Status(self._source, self._tag, self._nbytes)
-            assign_status(status, got)
-        return None
 
 
 class PartitionedRequest(Prequest):
     """A partitioned send or receive (``Psend_init``/``Precv_init``): a ``Prequest`` with
     ``Pready*`` (sender) and ``Parrived`` (receiver)."""
 
-    __slots__ = ("_ep", "_context", "_buf", "_view", "_repack", "_parts", "_part_size",
+    __slots__ = ("_ep", "_context", "_buf", "_view", "_repack", "_nparts", "_part_size",
                  "_peer", "_tag", "_sending")
 
     @classmethod
@@ -183,39 +170,42 @@ class PartitionedRequest(Prequest):
         view, spec = byte_view(buf, not sending, call)
         size = _part_bytes(comm, view.nbytes, parts, call)
         ep = comm.endpoint
-        preq = cls.__new__(cls)
         kind = _SendRound if sending else _RecvRound
-        preq._init_persistent(lambda: kind(preq), ep.engine,
-                              f"{call}({parts} partitions, {'dest' if sending else 'source'}="
-                              f"{peer}, tag={tag}) on {comm.name}")
+        description = (f"{call}({parts} partitions, {'dest' if sending else 'source'}="
+                       f"{peer}, tag={tag}) on {comm.name}")
+        round_text = f"partitioned {'send to' if sending else 'receive from'} {peer}"
+        preq = cls._create(lambda: layered(kind(preq), round_text), ep.engine, description)
         preq._ep, preq._context = ep, ep.use_partitioned_context()
         preq._buf, preq._view = hold_datatypes(buf), view   # (every round repacks it)
         preq._repack = spec is not None and spec.is_temporary
-        preq._parts, preq._part_size, preq._peer, preq._tag = parts, size, peer, tag
+        preq._nparts, preq._part_size, preq._peer, preq._tag = parts, size, peer, tag
         preq._sending = sending
         return preq
 
     def _round(self, call: str, sending: bool, inactive_ok: bool = False) -> Any:
-        if self._freed_p:
+        how = self.completion
+        if how.freed:
             raise RequestError(f"Prequest.{call}: the request was freed")
         if self._sending is not sending:
             side = "a partitioned send (Psend_init)" if sending else \
                 "a partitioned receive (Precv_init)"
             raise RequestError(f"Prequest.{call}: only {side} has it; this is "
                                f"{self.description}")
-        if self._op is None and not inactive_ok:
-            raise RequestError(f"Prequest.{call}: {self.description} is not active; Start "
-                               f"it first")
-        return self._op
+        if how.op is None:
+            if not inactive_ok:
+                raise RequestError(f"Prequest.{call}: {self.description} is not active; "
+                                   f"Start it first")
+            return None
+        return how.op.completion
 
     def _index(self, partition: Any, call: str) -> int:
         try:
             i = as_int(partition)
         except (TypeError, ValueError, OverflowError):
             i = -1
-        if not 0 <= i < self._parts:
+        if not 0 <= i < self._nparts:
             raise ArgumentError(f"Prequest.{call}({partition!r}): expected a partition "
-                                f"0..{self._parts - 1}")
+                                f"0..{self._nparts - 1}")
         return i
 
     def Pready(self, partition: int) -> None:

@@ -12,109 +12,106 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import RequestError
-from ..p2p.request import Request, Status, assign_status
+from ..p2p.completion import Completion, LayeredRequest, held
+from ..p2p.request import Request, Status, assign_status, collect
 
 
-class Prequest(Request):
+class Persistent(Completion):
+    """The completion of a persistent request: the state of the operation its last
+    ``Start`` began (``op``), or of none - an inactive request is complete, with an empty
+    status."""
+
+    kind = "persistent request (from Send_init, Recv_init...)"
+
+    __slots__ = ("starter", "op", "freed")
+
+    def __init__(self, starter: Optional[Callable[[], Request]], engine: Any) -> None:
+        super().__init__(engine)
+        #: begins the operation (a fresh request) at every ``Start``
+        self.starter = starter
+        #: the operation now running (None: inactive)
+        self.op: Optional[Request] = None
+        #: freed (or the null persistent request): equal to ``REQUEST_NULL``
+        self.freed = starter is None
+
+    @classmethod
+    def null(cls) -> "Persistent":
+        return cls(None, None)
+
+    @property
+    def done(self) -> bool:
+        return self.op is None or self.op.done
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        return None if self.op is None else self.op.error
+
+    @property
+    def status(self) -> Status:
+        return Status() if self.op is None else self.op.status
+
+    @property
+    def active(self) -> bool:
+        return self.op is not None
+
+    def wait(self, request: Request) -> None:
+        op = self.op
+        if op is not None and not op.done:
+            self.engine.wait_for(op)
+
+    def progress(self) -> None:
+        op = self.op
+        if op is not None and not op.done:
+            self.engine.poll()
+
+    def collect(self, status: Optional[Status]) -> Any:
+        op, self.op = self.op, None
+        if op is None:   # inactive: complete at once with an empty status
+            if status is not None:
+                assign_status(status, Status())
+            return None
+        return collect(op, status)      # (done already)
+
+    def cancel(self) -> None:
+        if self.op is not None:
+            self.op.Cancel()
+
+    def free(self, request: Request) -> None:
+        self.freed = True           # (an operation still running completes anyway)
+
+    def is_null(self) -> bool:
+        return self.freed
+
+
+class Prequest(LayeredRequest):
     """A persistent communication request (``MPI.Prequest``)."""
 
-    __slots__ = ("_starter", "_op", "_freed_p")
+    __slots__ = ()
 
     def __init__(self, request: Optional[Request] = None) -> None:
-        if request is self:                 # Prequest(p): p itself (Request.__new__)
-            return
-        if isinstance(request, Prequest) and not request._is_null():
-            # a handle of another class (a user subclass: MyPrequest(p)) on the same
-            # persistent request: Start, Wait, Test, Cancel and Free act on that one
-            target = request._request_named()
-            self._init_persistent(None, None, target.description)
-            self._orig = target
-            return
-        if request is not None and not (isinstance(request, Request) and request._is_null()):
-            raise TypeError(f"MPI.{type(self).__name__}({request!r:.60}): expected a "
-                            f"persistent request (from Send_init, Recv_init...) or nothing")
-        self._init_persistent(None, None, "null persistent request")
-
-    def _request_named(self) -> "Prequest":
-        """The persistent request this handle names (itself, unless a second handle)."""
-        return self._target()
+        # Prequest(p) of another class than p's (a user subclass: MyPrequest(p)) is a
+        # second handle on the same persistent request: Start, Wait, Test, Cancel and Free
+        # act on that one; a null or no request gives the null persistent request
+        super().__init__(request, completion_type=Persistent)
 
     @classmethod
     def _create(cls, starter: Callable[[], Request], engine: Any,
                 description: Any = "persistent request") -> "Prequest":
         """A persistent request that runs ``starter()`` at every ``Start``."""
-        preq = cls.__new__(cls)
-        preq._init_persistent(starter, engine, description)
-        return preq
-
-    def _init_persistent(self, starter: Optional[Callable[[], Request]], engine: Any,
-                         description: Any) -> None:
-        self._engine = engine
-        self._finish = None
-        self._result = None
-        self.description = description
-        self._pending = 0
-        self._orig = None
-        self._handle = 0
-        self._starter = starter
-        self._op: Optional[Request] = None
-        self._freed_p = starter is None
-
-    # The state of the operation now running (or of none: an inactive request is complete).
-    @property
-    def done(self) -> bool:
-        if self._orig is not None:
-            return self._orig.done
-        return self._op is None or self._op.done
-
-    @done.setter
-    def done(self, value: bool) -> None:  # only the base class' setup would set it
-        pass
-
-    @property
-    def error(self) -> Optional[BaseException]:
-        if self._orig is not None:
-            return self._orig.error
-        return None if self._op is None else self._op.error
-
-    @error.setter
-    def error(self, value: Any) -> None:
-        pass
-
-    @property
-    def status(self) -> Status:
-        if self._orig is not None:
-            return self._orig.status
-        return Status() if self._op is None else self._op.status
-
-    @status.setter
-    def status(self, value: Any) -> None:
-        pass
-
-    @property
-    def _inactive(self) -> bool:
-        return self._target()._op is None
-
-    @_inactive.setter
-    def _inactive(self, value: bool) -> None:
-        pass
-
-    def _is_null(self) -> bool:
-        return self._target()._freed_p
+        return held(cls, Persistent(starter, engine), description)
 
     # -- mpi4py API ------------------------------------------------------------------------
     def Start(self) -> None:
         """Begin the operation (again); complete it with Wait/Test before the next Start."""
-        if self._orig is not None:
-            return self._orig.Start()
-        if self._freed_p:
+        how = self.completion
+        if how.freed:
             raise RequestError(f"Prequest.Start: {self.description} was freed (or is the "
                                f"null persistent request); create a new one with Send_init, "
                                f"Recv_init...")
-        if self._op is not None:
+        if how.op is not None:
             raise RequestError(f"Prequest.Start: {self.description} is still active; complete "
                                f"it (Wait/Test) before starting it again")
-        self._op = self._starter()
+        how.op = how.starter()
 
     start = Start
 
@@ -125,62 +122,16 @@ class Prequest(Request):
 
     startall = Startall
 
-    def _collect(self, status: Optional[Status]) -> Any:
-        if self._orig is not None:
-            return self._orig._collect(status)
-        op, self._op = self._op, None
-        if op is None:   # inactive: complete at once with an empty status
-            if status is not None:
-                assign_status(status, Status())
-            return None
-        return op._collect(status)
-
-    def _wait(self, status: Optional[Status] = None) -> Any:
-        if self._orig is not None:
-            return self._orig._wait(status)
-        if self._op is not None and not self._op.done:
-            self._engine.wait_for(self._op)
-        return self._collect(status)
-
-    def _test(self, status: Optional[Status] = None):
-        if self._orig is not None:
-            return self._orig._test(status)
-        if self._op is not None and not self._op.done:
-            self._engine.poll()
-            if not self._op.done:
-                return False, None
-        return True, self._collect(status)
-
-    def Get_status(self, status: Optional[Status] = None) -> bool:
-        if self._orig is not None:
-            return self._orig.Get_status(status)
-        if self._op is None:
-            if status is not None:
-                assign_status(status, Status())
-            return True
-        return self._op.Get_status(status)
-
-    get_status = Get_status
-
-    def Cancel(self) -> None:
-        if self._orig is not None:
-            return self._orig.Cancel()
-        if self._op is not None:
-            self._op.Cancel()
-
-    cancel = Cancel
-
     def Free(self) -> None:
         """Release the request: it becomes equal to ``MPI.REQUEST_NULL`` (falsy). An
         operation still running completes in the background."""
-        self._target()._freed_p = True
+        self.completion.free(self)
 
     free = Free
 
     def __repr__(self) -> str:
-        if self._orig is not None:
-            return f"<{type(self).__name__} handle on {self._orig!r}>"
-        state = "freed" if self._freed_p else ("active" if self._op is not None else "inactive")
+        how = self.completion
+        state = "freed" if how.freed else ("active" if how.op is not None else "inactive")
         return f"<Prequest {self.description} ({state})>"
 
     # MPI-4 partitioned communication: the requests of Psend_init/Precv_init

@@ -208,9 +208,9 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
             and (0 <= source < comm._ep.size or source == ANY_SOURCE)
             and (0 <= tag <= TAG_UB or tag == ANY_TAG)):                # the express lane
         ep = comm._ep
-        inc = ep.engine.take_now(ep.context, source, tag, None)
-        if inc is not None:
-            return decode_object(inc.buffer, inc.source, inc.tag, status, None, ep.rank,
+        got = ep.engine.receive_now(ep.context, source, tag, None)
+        if got is not None:
+            return decode_object(got[3], got[0], got[1], status, None, ep.rank,
                                  lambda: f"recv(source={source}, tag={tag}) on {comm.name}")
     try:
         capacity = recv_capacity(buf, "recv", warn=True)
@@ -322,29 +322,28 @@ def Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
         flags = buf.flags
         if flags.c_contiguous and flags.writeable:
             ep = comm._ep
-            inc = ep.engine.take_now(ep.context, source, tag, buf.nbytes)
-            if inc is not None:
-                n = inc.length
-                if n:
-                    view = memoryview(buf).cast("B") if buf.ndim else \
-                        memoryview(buf.reshape(1)).cast("B")
-                    view[:n] = inc.buffer
-                    if n % buf.itemsize:            # ends inside an element: says so
-                        _express_mismatch(comm, buf, inc)
+            view = memoryview(buf).cast("B") if buf.ndim else \
+                memoryview(buf.reshape(1)).cast("B")
+            got = ep.engine.receive_now(ep.context, source, tag, view)
+            if got is not None:
+                n = got[2]
+                if n % buf.itemsize:                # ends inside an element: says so
+                    _express_mismatch(comm, buf, got)
                 if status is not None:
-                    fill_status(status, inc.source, inc.tag, n)
+                    fill_status(status, got[0], got[1], n)
                 return
     # (the function and its arguments, not a lambda: one Python call fewer)
     blocking_recv(recv_buffer, status, comm, buf, source, tag, "Recv")
 
 
-def _express_mismatch(comm, buf, inc) -> None:
-    """The type-signature check of a receive the express lane completed
-    (:func:`~minimpi.data.receive.finish_receive`: raises when it does not match)."""
+def _express_mismatch(comm, buf, got) -> None:
+    """The type-signature check of a receive the express lane completed (``got``: its
+    source, tag and length; :func:`~minimpi.data.receive.finish_receive`: raises when it
+    does not match)."""
     _, check = receive_view(buf, "Recv")
     if check is not None:
         status = Status()
-        fill_status(status, inc.source, inc.tag, inc.length)
+        fill_status(status, got[0], got[1], got[2])
         finish_receive(status, comm, check, "Recv")
 
 

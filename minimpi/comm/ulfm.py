@@ -40,6 +40,7 @@ from ..constants import ANY_SOURCE
 from ..data import serialization
 from ..data.buffers import byte_view
 from ..errors import ProcFailedError, RevokedError, UnsupportedError
+from ..p2p.completion import Completion, LayeredRequest, hold
 from ..p2p.endpoint import PARTITIONED_BIT
 from ..p2p.engine import Engine
 from ..p2p.request import CompletedRequest, Request
@@ -391,17 +392,18 @@ def agree(comm: Any, flag: Any) -> int:
     return int(_run_blocking(agreement)["flag"])
 
 
-class AgreementRequest(Request):
+class AgreementRequest(LayeredRequest):
     """``Comm.Iagree``'s request: the agreement advances within the engine's progress; on
     completion the agreed flag is written into the caller's int buffer."""
 
     __slots__ = ("_agreement", "_target_view")
 
     def __init__(self, agreement: Agreement, target: memoryview) -> None:
-        self._setup(agreement.state.engine, f"Iagree on {agreement.state.name}")
+        engine = agreement.state.engine
+        hold(self, Completion(engine), f"Iagree on {agreement.state.name}")
         self._agreement = agreement
         self._target_view = target
-        self._engine.add_active(self)
+        engine.add_active(self)
 
     def advance(self) -> bool:
         if self.done:
@@ -413,9 +415,9 @@ class AgreementRequest(Request):
         try:
             self._agreement.result()
         except ProcFailedError as exc:
-            self._fail(exc)
+            self.completion.fail(exc)
             return True
-        self._complete()
+        self.completion.complete()
         return True
 
 

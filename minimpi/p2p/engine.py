@@ -60,12 +60,12 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..bus import Bus
-from ..constants import ANY_SOURCE
+from ..constants import ANY_SOURCE, ANY_TAG
 from ..data.units import parse_size
 from ..errors import (
     JobAbortedError,
@@ -141,6 +141,22 @@ class HostTable(tuple):
         return hash((tuple(self), tuple(sorted(self.foreign.items()))))
 
 
+class _Express:
+    """The blocking receive :meth:`Engine.receive_now` polls for: what it accepts, the
+    buffer a matching eager message is copied into (None: an object's bytes are kept), and
+    what it got (source, tag, length, bytes or None)."""
+
+    __slots__ = ("context", "source", "tag", "target", "got")
+
+    def __init__(self, context: int, source: int, tag: int,
+                 target: Optional[memoryview]) -> None:
+        self.context = context
+        self.source = source
+        self.tag = tag
+        self.target = target
+        self.got: Optional[Tuple[int, int, int, Any]] = None
+
+
 class Engine(FrameSink):
     """Matching and protocols for one rank over one transport."""
 
@@ -171,6 +187,7 @@ class Engine(FrameSink):
         # waits of threads that are not the progress owner sleep on this
         self._turn = threading.Condition(self.lock)
         self._owner: Optional[int] = None    # the thread running the transport's progress
+        self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
         self._waiters = 0                    # threads waiting on _turn
         self._rounds = 0                     # progress rounds that moved something
         #: thread ident -> the requests its wait waits for, for the threads waiting on _turn
@@ -540,15 +557,19 @@ class Engine(FrameSink):
                 return True
             return False
 
-    def take_now(self, context: int, source: int, tag: int,
-                 capacity: Optional[int]) -> Optional[Incoming]:
+    def receive_now(self, context: int, source: int, tag: int,
+                    target: Optional[memoryview]) -> Optional[Tuple[int, int, int, Any]]:
         """The eager message a blocking receive for (``source``, ``tag``) on ``context``
-        would get, taken out of the unexpected queue - at once, or after polling the
-        transport for the progress policy's spin - if it holds at most ``capacity`` bytes
-        (None: any size, an object). None: no such message now, or the general path must
-        receive (a receive is posted before this one, the message is a rendezvous or
-        synchronous one, an observer listens, a peer is gone...). It polls the transport
-        only while no other thread runs progress or waits for it (module docstring: Threads)."""
+        would get - from the unexpected queue, or taken as it arrives while the transport
+        is polled for the progress policy's spin - as ``(source, tag, length, data)``.
+        ``target``: a writable byte view the message is copied into (data is None), or None
+        for an object (data: its bytes). A message that arrives during the spin goes from
+        the transport's ring straight into ``target`` (:meth:`eager_arrived`), never through
+        the unexpected queue. None: no such message now, or the general path must receive
+        (a receive is posted before this one, the message is a rendezvous or synchronous
+        one, larger than ``target``, an observer listens, a peer is gone...). It polls the
+        transport only while no other thread runs progress or waits for it (module
+        docstring: Threads)."""
         with self.lock:
             if (self.aborted is not None or self.lost_peers or self.revoked or self.faults
                     or self._failure_notices or self.bus.posted or self.bus.received):
@@ -556,31 +577,51 @@ class Engine(FrameSink):
             q = self._queues.get(context)
             if q is None or q.posted:
                 return None
-            inc = q.find_unexpected(source, tag, False) if q.unexpected else None
-            if inc is None:
-                policy = self.progress_policy
-                transport = self.transport
-                if (transport is None or not policy.spin or self._owner is not None
-                        or self._waiters):
-                    return None
+            if q.unexpected:
+                inc = q.find_unexpected(source, tag, False)
+                if inc is not None:
+                    return self._take_queued(q, inc, target)
+            policy = self.progress_policy
+            transport = self.transport
+            if (transport is None or not policy.spin or self._owner is not None
+                    or self._waiters):
+                return None
+            express = _Express(context, source, tag, target)
+            self._express = express
+            try:
                 clock = time.perf_counter
                 deadline = clock() + policy.spin
                 progress = transport.progress
                 while True:
                     progress(0)
-                    if q.unexpected:
+                    if express.got is not None:
+                        return express.got
+                    if q.unexpected:          # one the lane cannot take (see eager_arrived)
                         inc = q.find_unexpected(source, tag, False)
                         if inc is not None:
-                            break
+                            return self._take_queued(q, inc, target)
                     if q.posted or self.lost_peers or self.faults or clock() >= deadline:
                         return None
                     if policy.yield_:
                         os.sched_yield()
-            if (not inc.arrived or inc.rendezvous or inc.flags & F_SYNC
-                    or inc.waiting is not None or capacity is not None and inc.length > capacity):
-                return None
-            q.unexpected.remove(inc)
-            return inc
+            finally:
+                self._express = None
+
+    @staticmethod
+    def _take_queued(q: MatchQueues, inc: Incoming, target: Optional[memoryview]
+                     ) -> Optional[Tuple[int, int, int, Any]]:
+        """``receive_now``'s result for the queued message ``inc``, taken out of the queue
+        (None, and it stays queued, if the general path must receive it)."""
+        if (not inc.arrived or inc.rendezvous or inc.flags & F_SYNC or inc.waiting is not None
+                or target is not None and inc.length > target.nbytes):
+            return None
+        q.unexpected.remove(inc)
+        n = inc.length
+        if target is None:
+            return inc.source, inc.tag, n, inc.buffer
+        if n:
+            target[:n] = inc.buffer
+        return inc.source, inc.tag, n, None
 
     def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
                       payload: Sequence[memoryview], nbytes: int, flags: int) -> None:
@@ -815,6 +856,24 @@ class Engine(FrameSink):
             return
         if self.revoked and context in self.revoked:
             return                              # (Comm.Revoke drops what arrives for it)
+        express = self._express
+        if (express is not None and express.got is None and context == express.context
+                and (header.source == express.source or express.source == ANY_SOURCE)
+                and (header.tag == express.tag or express.tag == ANY_TAG)
+                and (not q.unexpected
+                     or q.find_unexpected(express.source, express.tag, False) is None)):
+            # the blocking receive that polls for it (receive_now): straight into its buffer
+            # - unless a message it matches came first and was queued (a synchronous or
+            # rendezvous one, one too large for it): that one is its message, not this
+            n, target = header.length, express.target
+            if target is None:
+                express.got = (header.source, header.tag, n, bytearray(payload))
+                return
+            if n <= target.nbytes:
+                if n:
+                    target[:n] = payload
+                express.got = (header.source, header.tag, n, None)
+                return
         inc = Incoming(peer, context, header.source, header.tag, header.flags,
                        header.msg_id, header.length, False)
         inc.buffer = bytearray(payload)

@@ -248,9 +248,7 @@ class Request(IntConversions, metaclass=Fronted):
             # ``MPI.Grequest(MPI.REQUEST_NULL)``)
             self._make_null()
         elif isinstance(request, Request):
-            target = request._target()
-            self._check_handle_type(target)
-            self._orig = target
+            self._orig = request._target()
         else:
             raise TypeError(f"MPI.{type(self).__name__}({request!r:.40}): expected a request "
                             f"to make another handle of, or nothing (the null request)")
@@ -275,9 +273,6 @@ class Request(IntConversions, metaclass=Fronted):
 
     def _make_null(self) -> None:
         self.done, self._pending, self._inactive = True, 0, True
-
-    def _check_handle_type(self, target: "Request") -> None:
-        """Which requests a handle of this class may name (Grequest: only generalized ones)."""
 
     def _target(self) -> "Request":
         """The request this handle names (itself, unless it is a second handle)."""
@@ -322,9 +317,10 @@ class Request(IntConversions, metaclass=Fronted):
         return self._result
 
     # -- mpi4py API ----------------------------------------------------------------------
-    # ``wait``/``test``/``Wait``/``Test`` all run ``_wait``/``_test`` (which the request
-    # kinds redefine), so a user subclass may redefine ``test()``/``wait()`` with other
-    # signatures on top of ``Test``/``Wait``, as mpi4py's test_subclass does.
+    # ``wait``/``test``/``Wait``/``Test`` all run ``_wait``/``_test`` (which a request
+    # holding a Completion redefines: minimpi.p2p.completion), so a user subclass may
+    # redefine ``test()``/``wait()`` with other signatures on top of ``Test``/``Wait``, as
+    # mpi4py's test_subclass does.
     def wait(self, status: Optional[Status] = None) -> Any:
         """Block until complete; return the received object (None for sends and buffers)."""
         return self._wait(status)
@@ -736,7 +732,10 @@ class CombinedRequest(Request):
                 first = first or exc
         if first is not None:
             raise first
-        return None
+        if self._finish is not None:       # (set_finish: one-sided results, for one)
+            finish, self._finish = self._finish, None
+            self._result = finish()
+        return self._result
 
     def Cancel(self) -> None:
         for r in self._parts:
@@ -756,6 +755,20 @@ class PairRequest(CombinedRequest):
 
     def __init__(self, recv: Request, send: Request, description: str = "sendrecv") -> None:
         super().__init__((recv, send), description)
+
+
+class TransportRequest(Request):
+    """A request the transport completes itself (an RDMA write or read): it calls
+    :meth:`transport_done` once the operation is over."""
+
+    __slots__ = ()
+
+    def __init__(self, engine: "RequestEngine", description: Any) -> None:
+        self._setup(engine, description)
+
+    def transport_done(self, failure: Optional[str] = None) -> None:
+        """The operation completed, or failed with ``failure`` (the transport's words)."""
+        self._sent(failure)
 
 
 class SendRequest(Request):
@@ -805,6 +818,13 @@ def set_finish(req: Request, finish: Optional[Callable[[], Any]]) -> None:
     result becomes the request's result (a received object), and a :class:`MinimpiError`
     it raises becomes the request's error."""
     req._finish = finish
+
+
+def collect(req: Request, status: Optional[Status] = None) -> Any:
+    """Complete ``req``, which is done (``req.done``): fill ``status``, raise its error or
+    return its result, as its wait would - without the API front (a request of another
+    layer collecting the operations it is made of)."""
+    return req._collect(status)
 
 
 def has_finish(req: Request) -> bool:

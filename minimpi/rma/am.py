@@ -53,7 +53,7 @@ from ..constants import ANY_SOURCE, LOCK_EXCLUSIVE
 from ..data.ops import PREDEFINED_OPS
 from ..errors import ERR_OTHER, MinimpiError
 from ..p2p.endpoint import Endpoint
-from ..p2p.request import CombinedRequest, RecvRequest, Request
+from ..p2p.request import CombinedRequest, RecvRequest, Request, collect, set_finish
 from .errors import ERR_RMA_RANGE, ERR_RMA_SYNC, RmaRangeError, RmaSyncError
 from .layout import Layout, byte_index, gather, scatter
 
@@ -379,6 +379,8 @@ class RmaRequest(CombinedRequest):
         self._applied = False
         #: the target's world rank: whom a wait on this request waits for (deadlock report)
         self.world = world
+        if reply is not None:           # completing it delivers the reply
+            set_finish(self, self.apply)
 
     def apply(self) -> None:
         """Deliver the reply (once); raise what the target reported."""
@@ -393,11 +395,6 @@ class RmaRequest(CombinedRequest):
             raise error_from(body[0], bytes(body[1:]).decode(errors="replace"))
         if self._on_reply is not None:
             self._on_reply(body[1:])
-
-    def _collect(self, status: Any) -> Any:
-        super()._collect(status)
-        self.apply()
-        return None
 
 
 class Origin:
@@ -471,7 +468,7 @@ class Origin:
         first: Optional[BaseException] = None
         for r in reqs:
             try:
-                r._collect(None)
+                collect(r)
             except MinimpiError as exc:
                 first = first or exc
         if first is not None:

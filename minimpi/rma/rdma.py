@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..p2p.request import Request, set_finish
+from ..p2p.request import Request, TransportRequest, set_finish
 
 #: a rank's window as its peers reach it: (address, rkey), or None
 Remote = Optional[Tuple[int, int]]
@@ -38,19 +38,15 @@ def transport_of(endpoint: Any) -> Optional[Any]:
     return transport if getattr(transport, "name", None) == "verbs" else None
 
 
-class RdmaRequest(Request):
-    """The request of one RDMA write or read: complete when its work completion is in."""
+class RdmaRequest(TransportRequest):
+    """The request of one RDMA write or read: complete when its work completion is in (the
+    transport calls ``transport_done``)."""
 
     __slots__ = ("_reply",)
 
     def __init__(self, engine: Any, description: tuple) -> None:
-        self._setup(engine, description)
-        self._pending = 1
+        super().__init__(engine, description)
         self._reply = None           # (what Origin's bookkeeping asks of every tracked request)
-
-    def transport_done(self, failure: Optional[str]) -> None:
-        """The transport's callback: the operation completed, or failed with ``failure``."""
-        self._sent(failure)
 
 
 class Windows:

@@ -156,6 +156,12 @@ class RouterTransport(Transport):
             self.send = self.members[0].send
             self.send_now = self.members[0].send_now
             self.progress = self.members[0].progress
+        shm = self.member("shm")
+        if shm is not None:
+            # the segment collectives fence and wake through the shared-memory member on
+            # every call: bound once, not looked up per call
+            self.fence = shm.fence
+            self.wake_peers = shm.wake_peers
 
     def _say_what_was_left_out(self, parsed: Sequence[Tuple[str, Dict[str, str]]]) -> None:
         """One line per host (from its lowest rank) when a network transport that ``auto``

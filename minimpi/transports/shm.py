@@ -423,7 +423,7 @@ class _Out:
     """Our ring in one peer's inbox: we write, the peer reads."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "tail", "head", "queue", "peer_ctl",
-                 "wake", "awaiting", "tokens")
+                 "wake", "awaiting", "tokens", "kicked")
 
     def __init__(self, peer: int, seg: _Segment, index: int, ring: int,
                  wake: Optional[socket.socket]) -> None:
@@ -438,6 +438,9 @@ class _Out:
         self.wake = wake
         self.awaiting: Dict[int, _Frame] = {}   # token -> frame read by reference, not yet ACKed
         self.tokens = 0
+        #: the peer's sleep we last woke (its sleeping word: a number per sleep): one
+        #: doorbell wakes a sleep, so the frames after it need none
+        self.kicked = 0
 
 
 class _In:
@@ -502,6 +505,7 @@ class ShmTransport(Transport):
         self._departed: List[int] = []         # peers that left before we could map them
         self._lost: Dict[int, str] = {}
         self._blocked: List[_Out] = []         # rings with frames waiting for room
+        self._sleeps = 0                        # how many times this rank slept (see _wake)
         self._pulling: List[_In] = []          # rings whose payload we read by reference
         self._pending = 0
         # An exception (sys.exit from a signal handler) escaped from the middle of writing or
@@ -795,8 +799,9 @@ class ShmTransport(Transport):
         out.ctl[R_TAIL] = tail
         self._fence_in()                        # store tail; fence; load the reader's flag
         self._fence_out()
-        if out.peer_ctl[C_SLEEPING]:
-            self._kick(out.wake)
+        sleep = out.peer_ctl[C_SLEEPING]
+        if sleep and sleep != out.kicked:
+            self._wake(out, sleep)
         return True
 
     @staticmethod
@@ -808,7 +813,17 @@ class ShmTransport(Transport):
         out.ctl[R_TAIL] = tail
         self._fence_in()                        # store tail; fence; load the reader's flag
         self._fence_out()
-        if out.peer_ctl[C_SLEEPING]:
+        sleep = out.peer_ctl[C_SLEEPING]
+        if sleep and sleep != out.kicked:
+            self._wake(out, sleep)
+
+    def _wake(self, out: _Out, sleep: int) -> None:
+        """Ring ``out``'s peer's doorbell for its sleep number ``sleep``, once: the datagram
+        stays queued until that sleep ends (the sleeper drains it then), so a second one
+        for the same sleep would only cost both sides a system call. A sleeper numbers each
+        sleep (:meth:`prepare_sleep`), so its next sleep is woken again."""
+        if out.wake is not None:
+            out.kicked = sleep
             self._kick(out.wake)
 
     def _kick(self, sock: Optional[socket.socket]) -> None:
@@ -1131,7 +1146,8 @@ class ShmTransport(Transport):
     def prepare_sleep(self) -> bool:
         """Raise our flags before blocking; False (flags lowered) if work is already here."""
         ctl = self._inbox.ctl
-        ctl[C_SLEEPING] = 1
+        self._sleeps += 1
+        ctl[C_SLEEPING] = self._sleeps          # this sleep's number (see _wake)
         for out in self._blocked:
             out.ctl[R_WANT] = 1
         self._fence_in()                        # store the flags; fence; look at the rings
@@ -1157,8 +1173,10 @@ class ShmTransport(Transport):
         self._fence_out()
         for peer in peers:
             out = self._out[peer] if peer < self.size else None
-            if out is not None and out.peer_ctl[C_SLEEPING]:
-                self._kick(out.wake)
+            if out is not None:
+                sleep = out.peer_ctl[C_SLEEPING]
+                if sleep and sleep != out.kicked:
+                    self._wake(out, sleep)
 
     # -- segments shared by the host's ranks (a communicator's collectives) ----------------
     def shared_segment(self, key: str, nbytes: int) -> Optional[memoryview]:

@@ -1,4 +1,4 @@
-"""The express lane of point-to-point (Engine.send_now / take_now, the shm transport's
+"""The express lane of point-to-point (Engine.send_now / receive_now, the shm transport's
 send_now and eager_arrived): the same results and order as the general path, the general
 path wherever the lane declines, and few Python calls per Send and Recv.
 
@@ -9,6 +9,7 @@ core of its own does in a job) instead of sleeping at once.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -138,6 +139,78 @@ def test_a_message_larger_than_the_receive_buffer_still_raises_truncation():
         return small.tolist()
 
     assert run_threads(2, body, timeout=60, transport="shm")[1] == [0.0, 1.0]
+
+
+def test_messages_that_arrive_while_a_receive_polls():
+    """A blocking receive already polling when its message arrives takes it straight from
+    the ring into its buffer; what it does not match (another tag, a message larger than
+    its buffer, a synchronous send) stays for the receives it belongs to, in order."""
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            time.sleep(0.01)                    # rank 1 is polling by now
+            comm.Send(np.array([1.0]), 1, tag=1)
+            comm.Send(np.array([2.0]), 1, tag=2)
+            comm.Send(np.array([3.0]), 1, tag=1)
+            time.sleep(0.01)
+            comm.Send(np.arange(4, dtype=np.float64), 1, tag=3)    # larger than its buffer
+            comm.Send(np.array([5.0]), 1, tag=3)
+            time.sleep(0.01)
+            comm.Ssend(np.array([6.0]), 1, tag=4)
+            return None
+        got = []
+        one = np.zeros(1)
+        for tag in (2, 1, 1):
+            comm.Recv(one, source=0, tag=tag)
+            got.append(float(one[0]))
+        small = np.zeros(2)
+        with pytest.raises(TruncationError):
+            comm.Recv(small, source=0, tag=3)
+        comm.Recv(one, source=ANY_SOURCE, tag=3)
+        got.append(float(one[0]))
+        st = Status()
+        comm.Recv(one, source=ANY_SOURCE, tag=ANY_TAG, status=st)
+        got.append((float(one[0]), st.Get_source(), st.Get_tag(), st.Get_count()))
+        return got
+
+    assert run_threads(2, body, timeout=60, transport="shm")[1] == \
+        [2.0, 1.0, 3.0, 5.0, (6.0, 0, 4, 8)]
+
+
+@pytest.mark.parametrize("first", ["synchronous", "rendezvous"])
+def test_a_message_the_lane_cannot_take_is_not_overtaken_while_a_receive_polls(first):
+    """A synchronous or rendezvous message, then an eager one with the same tag, both
+    arriving while the receive polls: the receive gets the first (MPI's non-overtaking)."""
+    n = 1 if first == "synchronous" else 20000          # 160 KB: above the eager limit
+
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            time.sleep(0.01)
+            req = comm.Issend(np.full(n, 6.0), 1, tag=4) if first == "synchronous" else \
+                comm.Isend(np.full(n, 6.0), 1, tag=4)
+            comm.Send(np.full(n, 7.0), 1, tag=4)
+            req.Wait()
+            return None
+        a, b = np.zeros(n), np.zeros(n)
+        comm.Recv(a, source=0, tag=4)
+        comm.Recv(b, source=0, tag=4)
+        return float(a.min()), float(a.max()), float(b.min()), float(b.max())
+
+    assert run_threads(2, body, timeout=60, transport="shm")[1] == (6.0, 6.0, 7.0, 7.0)
+
+
+def test_objects_that_arrive_while_a_receive_polls():
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            time.sleep(0.01)
+            comm.send("other tag", 1, tag=8)
+            comm.send({"x": 1}, 1, tag=7)
+            return None
+        return comm.recv(source=0, tag=7), comm.recv(source=ANY_SOURCE, tag=ANY_TAG)
+
+    assert run_threads(2, body, timeout=60, transport="shm")[1] == ({"x": 1}, "other tag")
 
 
 def test_a_message_that_ends_inside_an_element_raises_type_mismatch_on_the_lane_too():

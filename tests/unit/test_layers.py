@@ -442,3 +442,115 @@ def test_the_name_check_sees_a_planted_duplicate():
     assert clashes["allreduce"] == ["minimpi.coll.allreduce",
                                     "minimpi.comm.collectives.allreduce"]
     assert "segment_copy" not in clashes
+
+
+# ----------------------------------------------------------------------------------------
+# requests: the layers above give a request a Completion, never override its private hooks
+# ----------------------------------------------------------------------------------------
+#: the classes of the point-to-point layer other layers build requests from (and where)
+_REQUEST_ROOTS = {"Request": "minimpi.p2p.request", "Completion": "minimpi.p2p.completion"}
+
+
+def _base_names(node: ast.ClassDef) -> Set[str]:
+    return {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+            if isinstance(b, (ast.Name, ast.Attribute))}
+
+
+def _request_family(trees: Dict[str, ast.AST]) -> Set[str]:
+    """The names of the classes that derive from Request or Completion (by base name,
+    followed through every module at or above the point-to-point layer)."""
+    p2p = layer_of("minimpi.p2p.request")
+    family = set(_REQUEST_ROOTS)
+    classes = [node for module, tree in trees.items() if layer_of(module) >= p2p
+               for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    grown = True
+    while grown:
+        grown = False
+        for node in classes:
+            if node.name not in family and _base_names(node) & family:
+                family.add(node.name)
+                grown = True
+    return family
+
+
+def _class_names(node: ast.ClassDef) -> Set[str]:
+    """Private names a class defines: methods, properties, class variables, ``__slots__``
+    entries and ``self._x`` attributes its methods set."""
+    found = _Definitions()
+    for child in node.body:
+        found.visit(child)
+    return {n for n in found.private if _is_private(n)}
+
+
+def _request_hook_uses(trees: Dict[str, ast.AST]) -> List[str]:
+    """Outside the point-to-point layer: a Request or Completion subclass that defines a
+    private name of those classes (overriding a hook, or shadowing its state), ``self._x``
+    of such a name inside one (calling an inherited hook), and ``x._x`` of such a name on
+    anything else (``req._collect(None)``, ``super()._wait()``) - unless the module's layer
+    defines that name itself on a class of its own (a ``Group``'s ``_engine``)."""
+    p2p = layer_of("minimpi.p2p.request")
+    family = _request_family(trees)
+    hooks: Set[str] = set()
+    for module, tree in trees.items():
+        if layer_of(module) == p2p:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.name in family:
+                    hooks |= _class_names(node)
+    own: Dict[int, Set[str]] = {}       # per layer: private names of its other classes
+    for module, tree in trees.items():
+        names = own.setdefault(layer_of(module), set())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name not in family:
+                names |= _class_names(node)
+        names |= {node.name for node in tree.body      # (its module-level functions)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found = []
+    for module, tree in trees.items():
+        layer = layer_of(module)
+        if layer == p2p:
+            continue
+        inside: Set[int] = set()        # nodes within a request class's body
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in family:
+                for name in sorted(_class_names(node) & hooks):
+                    found.append(f"{module}:{node.lineno} class {node.name} defines {name}")
+                inside |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr not in hooks:
+                continue
+            if _is_self(node.value):
+                if id(node) in inside:
+                    found.append(f"{module}:{node.lineno} uses {ast.unparse(node)}")
+            elif node.attr not in own.get(layer, set()):
+                found.append(f"{module}:{node.lineno} uses {ast.unparse(node)}")
+    return found
+
+
+def test_no_layer_overrides_or_calls_a_requests_private_hooks():
+    found = _request_hook_uses(_layer_names()[2])
+    assert not found, ("a request kind of another layer holds a Completion (minimpi.p2p."
+                       "completion) and uses its public methods; it never overrides or "
+                       "calls Request's private hooks:\n" + "\n".join(found))
+
+
+def test_the_request_hook_check_sees_a_violation():
+    trees = dict(_layer_names()[2])
+    trees["minimpi.comm.example"] = ast.parse(
+        "from ..p2p.request import Request\n"
+        "from .persistent import Prequest\n"
+        "class Mine(Prequest):\n"
+        "    __slots__ = ('_pending',)\n"
+        "    def _collect(self, status):\n"
+        "        return self._wait(status)\n"
+        "    def Wait(self, status=None):\n"
+        "        return True\n"
+        "def finish(req):\n"
+        "    req._complete()\n")
+    found = _request_hook_uses(trees)
+    planted = [f for f in found if f.startswith("minimpi.comm.example:")]
+    assert sorted(planted) == sorted([
+        "minimpi.comm.example:3 class Mine defines _collect",
+        "minimpi.comm.example:3 class Mine defines _pending",
+        "minimpi.comm.example:6 uses self._wait",
+        "minimpi.comm.example:10 uses req._complete"]), planted
+    assert planted == found, found     # and the project itself has none

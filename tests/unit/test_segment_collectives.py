@@ -303,12 +303,28 @@ def test_gather_scatter_scan_exscan_and_reduce_scatter_in_the_segment(p, n):
         assert np.array_equal(out["reduce_scatter_v"], expected)
 
 
-def test_a_repeated_small_allreduce_costs_few_python_calls():
+#: a repeated small call of each fused collective at p = 2: its buffers, and the call
+CALLS = {
+    "Allreduce": (lambda: (np.ones(1), np.empty(1)),
+                  lambda comm, send, recv: comm.Allreduce(send, recv, op=ops.SUM)),
+    "Allgather": (lambda: (np.ones(1), np.empty(2)),
+                  lambda comm, send, recv: comm.Allgather(send, recv)),
+    "Alltoall": (lambda: (np.ones(2), np.empty(2)),
+                 lambda comm, send, recv: comm.Alltoall(send, recv)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_repeated_small_collective_costs_few_python_calls(name):
+    """8 B from each rank, repeated: the fused form, within the issue's bound of 25 calls
+    per 8 B Allreduce (Allgather and Alltoall alike)."""
+    buffers, call = CALLS[name]
+
     def body(comm):
         spinning(comm)
-        a, b = np.ones(1), np.empty(1)
+        send, recv = buffers()
         for _ in range(30):
-            comm.Allreduce(a, b, op=ops.SUM)
+            call(comm, send, recv)
         comm.Barrier()
         count = [0]
 
@@ -323,7 +339,7 @@ def test_a_repeated_small_allreduce_costs_few_python_calls():
             count[0] = 0
             sys.setprofile(profile)
             try:
-                comm.Allreduce(a, b, op=ops.SUM)
+                call(comm, send, recv)
             finally:
                 sys.setprofile(None)
             per_call.append(count[0])
@@ -331,3 +347,57 @@ def test_a_repeated_small_allreduce_costs_few_python_calls():
 
     counts = run_threads(2, body, timeout=60, transport="shm")
     assert max(counts) <= ALLREDUCE_CALLS, counts
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_fused_allgather_and_alltoall_repeat_right_and_step_aside(p):
+    """Repeated small Allgather and Alltoall take their fused form after the first call and
+    give what the general path gives: IN_PLACE, another block size, another dtype, a forced
+    algorithm and overlapping buffers (Alltoall) in between, in any order."""
+    def body(comm):
+        spinning(comm)
+        r = comm.rank
+        for i in range(10):
+            send = np.arange(3, dtype=np.int64) + 10 * r + i
+            for _ in range(2):                  # (the second call: the fused form)
+                got = np.empty(3 * p, dtype=np.int64)
+                comm.Allgather(send, got)
+                assert got.tolist() == [10 * s + i + j for s in range(p) for j in range(3)]
+            inplace = np.zeros((p, 2))
+            inplace[r] = r + i
+            comm.Allgather(MPI.IN_PLACE, inplace)
+            assert (inplace == (np.arange(p) + i)[:, None]).all()
+            other = np.empty(5 * p, dtype=np.float32)
+            comm.Allgather(np.full(5, r, dtype=np.float32), other)
+            assert (other.reshape(p, 5) == np.arange(p)[:, None]).all()
+            a2a_send = (np.arange(p * 2, dtype=np.int32) + 100 * r + i).reshape(p, 2)
+            for _ in range(2):
+                a2a_recv = np.empty((p, 2), dtype=np.int32)
+                comm.Alltoall(a2a_send, a2a_recv)
+                assert a2a_recv.tolist() == [[100 * s + i + 2 * r, 100 * s + i + 2 * r + 1]
+                                             for s in range(p)]
+            tree = np.empty((p, 2), dtype=np.int32)
+            comm.Alltoall(a2a_send, tree, algorithm="bruck")
+            assert (tree == a2a_recv).all()
+            same = a2a_send.copy()
+            comm.Alltoall(MPI.IN_PLACE, same)
+            assert (same == a2a_recv).all()
+        return sorted({k[0] for k in comm._plan.fused})
+
+    for fused in run_threads(p, body, timeout=120, transport="shm"):
+        assert fused == ["allgather", "alltoall"]
+
+
+def test_a_fused_allgather_against_an_alltoall_is_a_mismatch():
+    def body(comm):
+        spinning(comm)
+        for _ in range(3):
+            comm.Allgather(np.ones(2), np.empty(2 * comm.size))
+        if comm.rank == 0:
+            comm.Allgather(np.ones(2), np.empty(2 * comm.size))
+        else:
+            comm.Alltoall(np.ones(2 * comm.size), np.empty(2 * comm.size))
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, body, timeout=60, transport="shm")
+    assert isinstance(info.value.__cause__, CollectiveMismatchError)

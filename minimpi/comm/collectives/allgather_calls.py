@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...coll.blocks import Blocks, as_bytes
+from ...coll.fused import FusedAllgather
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
 from ...errors import CountError
-from .common import collective, execute, in_place
+from .common import collective, execute, in_place, keep_fused
 
 
 def Allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
@@ -18,6 +21,10 @@ def Allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
 
     ``sendbuf`` may be ``MPI.IN_PLACE`` (this rank's block is already in ``recvbuf``).
     """
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("allgather", algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run(in_place(sendbuf), recvbuf):
+        return
     _allgather_buf(comm, sendbuf, recvbuf, algorithm, "Allgather", False, False)
 
 
@@ -55,10 +62,25 @@ def _allgather_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector)
         if send.nbytes:
             as_bytes(recv.block(rank))[...] = as_bytes(send.array)
     blocks = Blocks.of_vbuffer(recv)
+    fuse = None if nonblocking or vector else \
+        (lambda compiled: _fuse(comm, compiled, recv, algorithm))
     return execute(comm, "allgather", call, recv.total_count * recv.datatype.size,
                    lambda alg, ch: alg(ch, blocks), algorithm=algorithm,
                    nonblocking=nonblocking, finalize=lambda _: recv.finish(),
-                   datatype=recv.datatype)
+                   datatype=recv.datatype, fuse=fuse)
+
+
+def _fuse(comm, compiled, recv, algorithm) -> None:
+    """After a blocking segment ``Allgather``, keep its fused form (:mod:`minimpi.coll.fused`)
+    when the next calls can use it: a plain array of a predefined type, a block fitting a
+    slot."""
+    plan = comm._plan
+    block = recv.counts[0] * recv.datatype.size
+    if (recv.datatype.is_predefined and not recv.is_temporary
+            and type(recv.array) is np.ndarray and block <= plan.segment_bytes):
+        keep_fused(comm, ("allgather", algorithm),
+                   FusedAllgather(compiled, plan.segment(comm._ep), recv.array.dtype,
+                                  recv.counts[0]))
 
 
 @collective

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from ...coll.blocks import Blocks, as_bytes, running_sum
+from ...coll.fused import FusedAlltoall
 from ...constants import IN_PLACE
 from ...data.buffers import parse_vbuffer, parse_wbuffer
 from ...errors import CountError
-from .common import collective, execute, in_place, nothing
+from .common import collective, execute, in_place, keep_fused, nothing
 
 
 def _packed(blocks: Any, counts: Any) -> Blocks:
@@ -25,6 +26,10 @@ def _packed(blocks: Any, counts: Any) -> Blocks:
 def Alltoall(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
     """Send block j of ``sendbuf`` to rank j; receive rank i's block into block i of
     ``recvbuf`` (p equal blocks each). ``sendbuf`` may be ``MPI.IN_PLACE``."""
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("alltoall", algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run(sendbuf, recvbuf):
+        return
     _alltoall_buf(comm, sendbuf, recvbuf, algorithm, "Alltoall", False, False)
 
 
@@ -80,9 +85,25 @@ def _alltoall_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
                 f"block to itself) differ: {mine} vs "
                 f"{rblocks.counts[rank] * rblocks.array.itemsize} bytes")
         nbytes = 0                                # counts differ per rank: choose by p alone
+    fuse = None if nonblocking or vector or send is IN_PLACE else \
+        (lambda compiled: _fuse(comm, compiled, send, recv, algorithm))
     return execute(comm, "alltoallv" if vector else "alltoall", call, nbytes,
                    lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
-                   nonblocking=nonblocking, finalize=lambda _: recv.finish())
+                   nonblocking=nonblocking, finalize=lambda _: recv.finish(), fuse=fuse)
+
+
+def _fuse(comm, compiled, send, recv, algorithm) -> None:
+    """After a blocking segment ``Alltoall``, keep its fused form (:mod:`minimpi.coll.fused`)
+    when the next calls can use it: plain arrays of one predefined type, a rank's p blocks
+    fitting a slot."""
+    plan = comm._plan
+    if (recv.datatype.is_predefined and send.datatype is recv.datatype
+            and not recv.is_temporary and not send.is_temporary
+            and type(recv.array) is np.ndarray and send.array.dtype == recv.array.dtype
+            and sum(send.counts) * send.datatype.size <= plan.segment_bytes):
+        keep_fused(comm, ("alltoall", algorithm),
+                   FusedAlltoall(compiled, plan.segment(comm._ep), recv.array.dtype,
+                                 recv.counts[0]))
 
 
 @collective

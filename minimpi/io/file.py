@@ -54,8 +54,8 @@ from . import two_phase
 from .datarep import lookup as lookup_datarep
 from .datarep import type_extent
 from .posix import os_error
-from .shared import UnavailablePointer, shared_pointer
-from .state import OpenFile, agree
+from .shared_pointer import UnavailablePointer, shared_pointer
+from .open_file import OpenFile, agree
 from .view import FileView
 
 _default_errhandler = [ERRORS_RETURN]     # what FILE_NULL.Set_errhandler changes

@@ -19,7 +19,7 @@ from ..errors import ArgumentError
 from ..p2p.request import Status
 from .datarep import from_file, to_file
 from .posix import read_runs, write_runs
-from .state import OpenFile, agree
+from .open_file import OpenFile, agree
 from .userbuf import Incoming, Outgoing
 
 

@@ -106,6 +106,10 @@ def test_minimpi_clean_removes_what_a_killed_launcher_left(killed_at_startup):
     assert os.path.basename(observe).startswith("minimpi-observe-")
     res = clean("--dry-run")
     assert res.returncode == 0, res.stderr
+    if "nothing left behind" in res.stdout and not any(map(os.path.exists, left + [observe])):
+        # every `minimpi run` sweeps what dead jobs left (the next test checks that), and
+        # under pytest -n the other worker starts jobs all the time: one of them came first
+        pytest.skip("a minimpi run of another test swept this job's leftovers first")
     for path in left + [observe]:
         assert f"would remove {path} " in res.stdout, res.stdout
     # (a test of another checkout running at the same time may remove the inboxes of jobs

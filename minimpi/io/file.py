@@ -53,9 +53,9 @@ from . import independent as ind
 from . import two_phase
 from .datarep import lookup as lookup_datarep
 from .datarep import type_extent
+from .open_file import OpenFile, agree
 from .posix import os_error
 from .shared_pointer import UnavailablePointer, shared_pointer
-from .open_file import OpenFile, agree
 from .view import FileView
 
 _default_errhandler = [ERRORS_RETURN]     # what FILE_NULL.Set_errhandler changes

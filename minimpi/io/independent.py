@@ -18,8 +18,8 @@ from ..constants import ANY_SOURCE, ANY_TAG, SEEK_CUR, SEEK_END, SEEK_SET
 from ..errors import ArgumentError
 from ..p2p.request import Status
 from .datarep import from_file, to_file
-from .posix import read_runs, write_runs
 from .open_file import OpenFile, agree
+from .posix import read_runs, write_runs
 from .userbuf import Incoming, Outgoing
 
 

@@ -48,8 +48,8 @@ from ..p2p.request import Status
 from . import runs as R
 from .datarep import from_file, to_file
 from .independent import io_status
-from .posix import SIEVE_BUFFER, SIEVE_MAX_HOLE, read_runs, write_runs
 from .open_file import OpenFile, agree, failure_of
+from .posix import SIEVE_BUFFER, SIEVE_MAX_HOLE, read_runs, write_runs
 from .userbuf import Incoming, Outgoing
 
 # cost model (seconds), measured on a 2-core development machine with the page cache

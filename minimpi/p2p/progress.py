@@ -2,9 +2,11 @@
 
 On the virtual machines CI and cloud users run on, a process that blocks in ``poll`` lets
 its virtual CPU halt, and waking it again costs about 30-35 us - several times what a small
-message takes. A rank that keeps making non-blocking progress for a few tens of
-microseconds before it sleeps catches most replies without paying that. Spinning only pays
-while every rank has a core of its own, though: ranks that outnumber cores would take turns
+message takes; and on a machine where another process takes a core, the peer a rank waits
+for is often descheduled for a scheduler slice (milliseconds), after which a sleeping rank
+pays that wake-up on top, per message. A rank that keeps making non-blocking progress for
+up to a few milliseconds before it sleeps catches those replies without paying it.
+Spinning only pays while every rank has a core of its own, though: ranks that outnumber cores would take turns
 spinning while the rank that has the data waits for a core. Hence the policies
 (``minimpi run --progress``, env ``MINIMPI_PROGRESS``):
 
@@ -44,8 +46,12 @@ from typing import Mapping, Optional
 from ..errors import ArgumentError
 
 MODES = ("auto", "spin", "yield", "block")
-#: the longest spin before sleeping (s): about two VM wake-ups
-MAX_SPIN = 100e-6
+#: the longest spin before sleeping (s). Longer than a wake-up: on a machine where another
+#: process takes a core, the peer waits its turn for a scheduler slice (milliseconds); a rank
+#: that slept meanwhile paid a wake-up per message on top (8 B one-way with one busy process
+#: on 2 cores: 175 us with a 100 us spin, 13-50 us with 3-10 ms). Waits that outlast it turn
+#: it down to MIN_SPIN (below), so an idle rank still sleeps within a few milliseconds.
+MAX_SPIN = 3e-3
 #: with yield, ranks share cores: shorter spins
 MAX_YIELD_SPIN = 30e-6
 #: the budget never adapts below this (s)

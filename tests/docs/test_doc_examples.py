@@ -159,4 +159,5 @@ def test_example_runs(block, request):
         actual = result.stderr if "stderr" in modes else result.stdout
         problem = match_output(shown.text, actual, sort="sorted" in modes)
         assert problem is None, (f"{shown.where}: the output shown differs from the run's "
-                                 f"{'stderr' if 'stderr' in modes else 'stdout'}\n{problem}")
+                                 f"{'stderr' if 'stderr' in modes else 'stdout'}\n{problem}\n"
+                                 f"{report}")

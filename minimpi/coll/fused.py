@@ -60,11 +60,27 @@ class FusedCall:
         self.waiting = _WaitOf(self.ep, compiled.watch, compiled.label)
         self.stacked: List[np.ndarray] = []
 
-    def usable(self) -> bool:
-        """Whether the fused form may run now (else the general path)."""
-        engine = self.engine
-        return not (engine.bus.steps or engine.bus.scratch or engine.lost_peers
-                    or engine.revoked or engine.aborted is not None or engine.faults)
+    def next_call(self) -> int:
+        """The number of the call the fused form would make now, or 0 when it must leave it
+        to the general path: someone watches the algorithms' steps, the engine has something
+        unusual to report, or the segment's area is not free yet."""
+        engine, seg = self.engine, self.seg
+        k = seg.calls + 1
+        if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
+                or engine.aborted is not None or engine.faults or seg.published != k - 1
+                or seg.lowest_done() < k - 2):
+            return 0
+        return k
+
+    def meet_everyone(self, k: int) -> None:
+        """Publish call ``k`` (this member's data is written), wait until every member has,
+        and check that they all made the same call (raises the mismatch otherwise)."""
+        seg = self.seg
+        seg.publish(k, self.sig, call=self.waiting)
+        if seg.lowest_seq() < k:
+            self.meet(k, self.everyone)
+        if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
+            seg.check(k, self.sig, self.everyone, self.waiting)   # raises
 
     def open(self) -> int:
         """Take the call's slot of the communicator's sequence; its signed tag."""
@@ -158,13 +174,15 @@ class FusedAllreduce(FusedCall):
             mine = sendbuf
         else:
             return False
+        # next_call() and meet_everyone(), inline: the repeated small Allreduce is the
+        # hottest collective, and the two calls are 2 of its ~20 Python calls
         seg = self.seg
         k = seg.calls + 1
         engine = self.engine
         if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
                 or engine.aborted is not None or engine.faults or seg.published != k - 1
                 or seg.lowest_done() < k - 2):
-            return False                        # (what usable() says, inline: a hot path)
+            return False
         tag = self.open()
         seg.calls = k
         try:
@@ -190,18 +208,14 @@ class FusedBarrier(FusedCall):
     __slots__ = ()
 
     def run(self) -> bool:
-        seg = self.seg
-        k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+        k = self.next_call()
+        if not k:
             return False
         tag = self.open()
+        seg = self.seg
         seg.calls = k
         try:
-            seg.publish(k, self.sig, call=self.waiting)
-            if seg.lowest_seq() < k:
-                self.meet(k, self.everyone)
-            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
-                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            self.meet_everyone(k)
             seg.finished(k)
         except BaseException as exc:
             self.announce(exc, tag)
@@ -230,8 +244,8 @@ class FusedBcast(FusedCall):
         rank, root = seg.rank, self.root
         if rank != root and not buf.flags.writeable:
             return False
-        k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+        k = self.next_call()
+        if not k:
             return False
         tag = self.open()
         seg.calls = k
@@ -286,19 +300,15 @@ class FusedAllgather(FusedCall):
             mine = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
         else:
             return False
-        k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+        k = self.next_call()
+        if not k:
             return False
         tag = self.open()
         seg.calls = k
         try:
             parity = k & 1
             self.mine[parity][...] = mine
-            seg.publish(k, self.sig, call=self.waiting)
-            if seg.lowest_seq() < k:
-                self.meet(k, self.everyone)
-            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
-                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            self.meet_everyone(k)
             out[...] = self.stacked[parity]
             seg.finished(k)
         except BaseException as exc:
@@ -345,19 +355,15 @@ class FusedAlltoall(FusedCall):
         if not (flags.c_contiguous and flags.writeable) or np.may_share_memory(sendbuf, recvbuf):
             return False
         seg = self.seg
-        k = seg.calls + 1
-        if not self.usable() or seg.published != k - 1 or seg.lowest_done() < k - 2:
+        k = self.next_call()
+        if not k:
             return False
         tag = self.open()
         seg.calls = k
         try:
             parity = k & 1
             self.mine[parity][...] = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
-            seg.publish(k, self.sig, call=self.waiting)
-            if seg.lowest_seq() < k:
-                self.meet(k, self.everyone)
-            if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
-                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            self.meet_everyone(k)
             recvbuf.reshape(p, count)[...] = self.stacked[parity]
             seg.finished(k)
         except BaseException as exc:

@@ -167,6 +167,35 @@ def test_benchmark_figures_are_read_from_results_md():
         bench.select("no such section", 0, "", "")
 
 
+def test_a_table_under_a_dated_subsection_belongs_to_its_section(tmp_path):
+    from minimpi_sphinx import bench
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\n## Small things: `cmd`\n\n### 2026-12-05, today\n\n"
+                       "| p | us |\n|---|---|\n| 2 | 16.0 |\n\n## Other\n\n"
+                       "| p | us |\n|---|---|\n| 4 | 9.0 |\n")
+    tables = bench.read_tables(str(results))
+    assert [t.section for t in tables] == ["2026-12-05, today", "Other"]
+    assert "Small things" in tables[0].path and "Small things" not in tables[1].path
+
+
+def test_every_benchmark_figure_on_the_pages_names_a_table_that_exists():
+    from minimpi_sphinx import bench
+    directive = re.compile(r"```\{benchmark-(?:table|plot)\}\n((?::[a-z]+:.*\n)+)")
+    checked = 0
+    for root, _, files in os.walk(DOCS):
+        for name in files:
+            if not name.endswith(".md") or "_build" in root:
+                continue
+            with open(os.path.join(root, name)) as f:
+                text = f.read()
+            for found in directive.finditer(text):
+                options = dict(re.findall(r":([a-z]+):\s*(.*)", found.group(1)))
+                bench.select(options["section"], int(options.get("table", 0)),
+                             options.get("rows", ""), options.get("columns", ""))
+                checked += 1
+    assert checked >= 5
+
+
 def test_docs_extension_imports_without_sphinx_state():
     for name in ("cli_options", "figures", "bench", "api", "docstrings", "links", "trace_svg"):
         importlib.import_module(f"minimpi_sphinx.{name}")

@@ -25,8 +25,11 @@ PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 
 
 class Table:
-    def __init__(self, section: str, header: List[str], rows: List[List[str]]) -> None:
-        self.section, self.header, self.rows = section, header, rows
+    """One table: the heading it sits under, every heading above it, its header and rows."""
+
+    def __init__(self, section: str, path: str, header: List[str],
+                 rows: List[List[str]]) -> None:
+        self.section, self.path, self.header, self.rows = section, path, header, rows
 
 
 def _cells(line: str) -> List[str]:
@@ -34,14 +37,21 @@ def _cells(line: str) -> List[str]:
 
 
 def read_tables(path: str = RESULTS) -> List[Table]:
-    """Every markdown table of RESULTS.md with the heading of the section it sits in."""
+    """Every markdown table of RESULTS.md with the headings of the sections it sits in.
+
+    A table under a dated subsection still belongs to its section: a page naming the
+    section finds the subsection's tables, the first of them first.
+    """
     with open(path) as f:
         lines = f.read().splitlines()
-    tables, section, i = [], "", 0
+    tables, headings, i = [], [], 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("#") and not line.startswith("#!"):
-            section = line.lstrip("#").strip()
+        heading = re.match(r"^(#{1,6})\s+(.*)$", line)
+        if heading:
+            level = len(heading.group(1))
+            headings = [(lv, text) for lv, text in headings if lv < level]
+            headings.append((level, heading.group(2).strip()))
         if (line.startswith("|") and i + 1 < len(lines)
                 and re.match(r"^\|[\s:|-]+\|$", lines[i + 1].strip())):
             header = _cells(line)
@@ -49,7 +59,8 @@ def read_tables(path: str = RESULTS) -> List[Table]:
             while i < len(lines) and lines[i].startswith("|"):
                 rows.append(_cells(lines[i]))
                 i += 1
-            tables.append(Table(section, header, rows))
+            tables.append(Table(headings[-1][1] if headings else "",
+                                " / ".join(text for _, text in headings), header, rows))
             continue
         i += 1
     return tables
@@ -65,7 +76,7 @@ def number(cell: str) -> Optional[float]:
 
 def select(section: str, index: int, rows: str, columns: str):
     """(table, chosen header indexes, chosen rows) of RESULTS.md, or ValueError."""
-    found = [t for t in read_tables() if section.lower() in t.section.lower()]
+    found = [t for t in read_tables() if section.lower() in t.path.lower()]
     if len(found) <= index:
         raise ValueError(f"benchmarks/RESULTS.md has no table {index} in a section named like "
                          f"{section!r}")

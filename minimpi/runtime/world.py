@@ -356,8 +356,10 @@ def _install_excepthook() -> None:
         # for sends that no one will receive.
         if _state is not None:
             _state.failing = True
-            if getattr(_state, "reporter", None) is not None:
-                _state.reporter.failed(exc)   # lets the launcher name the first real failure
+        # the traceback first: once the launcher has the report it may end the job at any
+        # moment, and a rank it reports as failed must have left its traceback behind
         previous(exc_type, exc, tb)
+        if _state is not None and getattr(_state, "reporter", None) is not None:
+            _state.reporter.failed(exc)   # lets the launcher name the first real failure
 
     sys.excepthook = hook

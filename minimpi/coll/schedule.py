@@ -23,6 +23,7 @@ import numpy as np
 from ..data import serialization
 from ..errors import (
     CollectiveMismatchError,
+    PeerLostError,
     TruncationError,
 )
 from ..p2p.completion import Completion, LayeredRequest, hold
@@ -189,14 +190,17 @@ class Channel:
                 f"matching counts and datatypes (and the same root and op)")
 
 
-def _finish_step(ch: Channel, step: Step) -> None:
+def _finish_step(ch: Channel, step: Step, blocking: bool = False) -> None:
     """Surface the errors of a completed step, check that each buffer receive got as many
-    bytes as it expected, and run the receives' finishing work."""
+    bytes as it expected, and run the receives' finishing work. ``blocking``: the call's
+    own thread runs it (not the engine's progress), so it may poll for an abort marker."""
     for req in step:
         target = getattr(req, "target", None)
         if target is not None and req.error is None and req.status.nbytes != target.nbytes:
             ch._check_size(req, target.nbytes)
         if req.error is not None or (ch.finishing and has_finish(req)):
+            if isinstance(req.error, PeerLostError):
+                _explained(ch, req.error, blocking)
             try:
                 req.wait()
             except TruncationError as exc:
@@ -204,6 +208,20 @@ def _finish_step(ch: Channel, step: Step) -> None:
                     f"rank {ch.rank}: {ch.call} on {ch.ep.name}: rank {req.status.source} sent "
                     f"{req.status.nbytes} bytes, more than this rank expected; every rank must pass "
                     f"matching counts and datatypes (and the same root and op)") from exc
+
+
+def _explained(ch: Channel, lost: PeerLostError, poll: bool) -> None:
+    """A peer of this call is gone: if it aborted the call before it went (its marker may
+    still be on its way in, behind the failed send to it: ``poll`` takes it in), raise
+    that error - it names the rank and its mistake - instead of the bare loss."""
+    if poll:
+        try:
+            ch.ep.engine.poll()
+        except PeerLostError:     # (the loss itself: raised below if nothing explains it)
+            pass
+    err = ch._aborted()
+    if err is not None:
+        raise err from lost
 
 
 def run(ch: Channel, schedule: Schedule) -> Any:
@@ -218,7 +236,7 @@ def run(ch: Channel, schedule: Schedule) -> Any:
             ch.step_index += 1
             if step:
                 engine.wait_all(step)
-                _finish_step(ch, step)
+                _finish_step(ch, step, True)
             step = schedule.send(None)
     except StopIteration as done:
         return done.value

@@ -13,7 +13,7 @@ from ...coll.fused import FusedAllgather
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
 from ...errors import CountError
-from .common import collective, execute, in_place, keep_fused
+from .common import Prepared, collective, execute, in_place, keep_fused
 
 
 def Allgather(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:
@@ -43,6 +43,13 @@ def Iallgatherv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
 
 @collective
 def _allgather_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    return prepare_allgather(comm, call, sendbuf, recvbuf, algorithm, vector).execute(
+        comm, nonblocking)
+
+
+def prepare_allgather(comm, call: str, sendbuf: Any, recvbuf: Any, algorithm: str = None,
+                      vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     p, rank = comm.size, comm.rank
     recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
                          keep=in_place(sendbuf) is IN_PLACE)
@@ -59,15 +66,20 @@ def _allgather_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector)
                 f"rank {rank}: {call}: sendbuf has {send.count} x {send.datatype.name} "
                 f"({send.nbytes} bytes) but this rank's block of recvbuf is "
                 f"{recv.counts[rank]} x {recv.datatype.name} ({recv.block_nbytes(rank)} bytes)")
-        if send.nbytes:
-            as_bytes(recv.block(rank))[...] = as_bytes(send.array)
+    own = None if send is IN_PLACE or not send.nbytes else \
+        (as_bytes(recv.block(rank)), as_bytes(send.array))
     blocks = Blocks.of_vbuffer(recv)
-    fuse = None if nonblocking or vector else \
-        (lambda compiled: _fuse(comm, compiled, recv, algorithm))
-    return execute(comm, "allgather", call, recv.total_count * recv.datatype.size,
-                   lambda alg, ch: alg(ch, blocks), algorithm=algorithm,
-                   nonblocking=nonblocking, finalize=lambda _: recv.finish(),
-                   datatype=recv.datatype, fuse=fuse)
+
+    def invoke(alg, ch):
+        if own is not None:                   # this rank's block: a local copy
+            own[0][...] = own[1]
+        return alg(ch, blocks)
+    return Prepared("allgather", call, recv.total_count * recv.datatype.size, invoke,
+                    algorithm=algorithm, finalize=lambda _: recv.finish(),
+                    datatype=recv.datatype,
+                    fuse=None if vector else (lambda compiled: _fuse(comm, compiled, recv,
+                                                                     algorithm)),
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def _fuse(comm, compiled, recv, algorithm) -> None:

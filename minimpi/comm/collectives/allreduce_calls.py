@@ -14,6 +14,7 @@ from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
 from ...data.ops import SUM
 from .common import (
+    Prepared,
     check_op,
     check_reduction,
     collective,
@@ -40,6 +41,13 @@ def Iallreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str =
 
 @collective
 def _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, call, nonblocking):
+    return prepare_allreduce(comm, call, sendbuf, recvbuf, op, algorithm).execute(
+        comm, nonblocking)
+
+
+def prepare_allreduce(comm, call: str, sendbuf: Any, recvbuf: Any, op: Any = SUM,
+                      algorithm: str = None) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     op = check_op(comm, op, call)
     if sendbuf is None:                           # mpi4py: None means IN_PLACE here
         sendbuf = IN_PLACE
@@ -60,12 +68,10 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, call, nonblocking):
             recv.array[...] = mine
         return alg(ch, red, recv.array)
 
-    result = execute(comm, "allreduce", call, nbytes, invoke,
-                     op=op, algorithm=algorithm, nonblocking=nonblocking,
-                     datatype=recv.datatype, finalize=lambda _: recv.finish(),
-                     fuse=None if nonblocking else lambda compiled: _fuse(comm, compiled, op,
-                                                                          algorithm, recv))
-    return result
+    return Prepared("allreduce", call, nbytes, invoke, op=op, algorithm=algorithm,
+                    datatype=recv.datatype, finalize=lambda _: recv.finish(),
+                    fuse=lambda compiled: _fuse(comm, compiled, op, algorithm, recv),
+                    specs=((recvbuf, recv), (sendbuf, send)))
 
 
 def _fuse(comm, compiled, op, algorithm, recv) -> None:

@@ -13,7 +13,7 @@ from ...coll.fused import FusedAlltoall
 from ...constants import IN_PLACE
 from ...data.buffers import parse_vbuffer, parse_wbuffer
 from ...errors import CountError
-from .common import collective, execute, in_place, keep_fused, nothing
+from .common import Prepared, collective, execute, in_place, keep_fused, nothing
 
 
 def _packed(blocks: Any, counts: Any) -> Blocks:
@@ -49,14 +49,21 @@ def Ialltoallv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
 
 @collective
 def _alltoall_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    return prepare_alltoall(comm, call, sendbuf, recvbuf, algorithm, vector).execute(
+        comm, nonblocking)
+
+
+def prepare_alltoall(comm, call: str, sendbuf: Any, recvbuf: Any, algorithm: str = None,
+                     vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     p, rank = comm.size, comm.rank
     recv = parse_vbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf",
                          keep=in_place(sendbuf) is IN_PLACE)
     send = parse_vbuffer(in_place(sendbuf), p, writable=False, call=call, arg="sendbuf",
                          allow_in_place=True)
     rblocks = Blocks.of_vbuffer(recv)
-    if send is IN_PLACE:                          # send from a copy of recvbuf's data
-        sblocks = Blocks(recv.array.copy(), rblocks.counts, rblocks.displs)
+    if send is IN_PLACE:      # sends from a copy of recvbuf's data, taken by each call
+        sblocks = Blocks(recv.array, rblocks.counts, rblocks.displs)
     else:
         sblocks = Blocks.of_vbuffer(send)
         if send.array.dtype != recv.array.dtype:  # different datatypes: move bytes
@@ -85,11 +92,16 @@ def _alltoall_buf(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
                 f"block to itself) differ: {mine} vs "
                 f"{rblocks.counts[rank] * rblocks.array.itemsize} bytes")
         nbytes = 0                                # counts differ per rank: choose by p alone
-    fuse = None if nonblocking or vector or send is IN_PLACE else \
+    fuse = None if vector or send is IN_PLACE else \
         (lambda compiled: _fuse(comm, compiled, send, recv, algorithm))
-    return execute(comm, "alltoallv" if vector else "alltoall", call, nbytes,
-                   lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
-                   nonblocking=nonblocking, finalize=lambda _: recv.finish(), fuse=fuse)
+
+    def invoke(alg, ch):
+        if send is IN_PLACE:
+            return alg(ch, Blocks(recv.array.copy(), sblocks.counts, sblocks.displs), rblocks)
+        return alg(ch, sblocks, rblocks)
+    return Prepared("alltoallv" if vector else "alltoall", call, nbytes, invoke,
+                    algorithm=algorithm, finalize=lambda _: recv.finish(), fuse=fuse,
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def _fuse(comm, compiled, send, recv, algorithm) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...coll.fused import FusedBarrier
-from .common import collective, execute, keep_fused
+from .common import Prepared, collective, keep_fused
 
 
 def Barrier(comm, algorithm: str = None) -> None:
@@ -33,9 +33,13 @@ def ibarrier(comm, algorithm: str = None):
 
 @collective
 def _barrier(comm, call: str, algorithm: Any, nonblocking: bool):
-    return execute(comm, "barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
-                   nonblocking=nonblocking,
-                   fuse=lambda compiled: keep_fused(   # the fused form for the next calls
-                       comm, ("barrier", 0, algorithm),
-                       FusedBarrier(compiled, comm._plan.segment(comm._ep)))
-                   if call == "Barrier" else None)
+    return prepare_barrier(comm, call, algorithm).execute(comm, nonblocking)
+
+
+def prepare_barrier(comm, call: str, algorithm: str = None) -> Prepared:
+    """The call (:class:`~minimpi.comm.collectives.common.Prepared`)."""
+    return Prepared("barrier", call, 0, lambda alg, ch: alg(ch), algorithm=algorithm,
+                    fuse=lambda compiled: keep_fused(   # the fused form for the next calls
+                        comm, ("barrier", 0, algorithm),
+                        FusedBarrier(compiled, comm._plan.segment(comm._ep)))
+                    if call == "Barrier" else None)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...coll.fused import FusedBcast
 from ...data.buffers import parse_buffer
-from .common import check_root, collective, execute, keep_fused
+from .common import Prepared, check_root, collective, execute, keep_fused
 
 
 def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
@@ -26,15 +26,18 @@ def Ibcast(comm, buf: Any, root: int = 0, algorithm: str = None):
 
 @collective
 def _ibcast(comm, buf, root, algorithm, call, nonblocking):
+    return prepare_bcast(comm, call, buf, root, algorithm).execute(comm, nonblocking)
+
+
+def prepare_bcast(comm, call: str, buf: Any, root: int = 0, algorithm: str = None) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     root = check_root(comm, root, call)
     spec = parse_buffer(buf, writable=comm.rank != root, call=call, arg="buf")
-    result = execute(comm, "bcast", call, spec.nbytes,
-                     lambda alg, ch: alg(ch, spec.array, root), root=root, algorithm=algorithm,
-                     nonblocking=nonblocking, finalize=lambda _: spec.finish(),
-                     datatype=spec.datatype,
-                     fuse=None if nonblocking else lambda compiled: _fuse(comm, compiled, spec,
-                                                                          root, algorithm))
-    return result
+    return Prepared("bcast", call, spec.nbytes, lambda alg, ch: alg(ch, spec.array, root),
+                    root=root, algorithm=algorithm, finalize=lambda _: spec.finish(),
+                    datatype=spec.datatype,
+                    fuse=lambda compiled: _fuse(comm, compiled, spec, root, algorithm),
+                    specs=((buf, spec),))
 
 
 def _fuse(comm, compiled, spec, root, algorithm) -> None:

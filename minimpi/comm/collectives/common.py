@@ -125,6 +125,14 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     """
     compiled = compiled_call(comm, collective, call, nbytes, op, algorithm, objects, root,
                              datatype, fixed)
+    return begin(comm, compiled, invoke, finalize, nonblocking, objects, fuse)
+
+
+def begin(comm: Any, compiled: CompiledCall, invoke: Callable[[Algorithm, Channel], Schedule],
+          finalize: Optional[Callable[[Any], Any]] = None, nonblocking: bool = False,
+          objects: bool = False, fuse: Optional[Callable[[CompiledCall], None]] = None) -> Any:
+    """Run one call of ``compiled`` (see :func:`execute`): take its channel and slot, sign
+    it, then run it to the end (blocking) or start it (its request)."""
     ch = compiled.channel()
     stack = comm.__dict__.get("_slot_stack")
     if stack:                   # the slot this call takes, for the abort path of @collective
@@ -133,7 +141,7 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     if nonblocking:
         return compiled.start(ch, invoke, finalize)
     if objects:   # as mpi4py: one thread at a time per lowercase collective and communicator
-        with comm_lock(comm, collective):
+        with comm_lock(comm, compiled.collective):
             result = compiled.run(ch, invoke)
     else:
         result = compiled.run(ch, invoke)
@@ -142,17 +150,76 @@ def execute(comm: Any, collective: str, call: str, nbytes: int,
     return finalize(result) if finalize is not None else result
 
 
+class Prepared:
+    """A buffer collective's call with its arguments parsed and checked, nothing run yet.
+
+    Each buffer collective has a ``prepare_<collective>`` function making one: its blocking
+    and nonblocking methods :meth:`execute` it at once; a persistent collective
+    (``*_init``, :mod:`minimpi.comm.persistent_coll`) keeps it, with its compiled call,
+    for every ``Start``. So ``invoke`` - not the prepare function - does whatever reads
+    the buffers' contents or keeps state for one call (the input copied into ``recvbuf``,
+    the root's own block, a reduction's operand): MPI reads the buffers at ``Start``.
+
+    ``specs``: (the user's buffer argument, its parsed spec) pairs, for
+    :meth:`in_user_memory`.
+    """
+
+    __slots__ = ("collective", "call", "nbytes", "invoke", "finalize", "op", "algorithm",
+                 "root", "datatype", "fuse", "specs")
+
+    def __init__(self, collective: str, call: str, nbytes: int,
+                 invoke: Callable[[Algorithm, Channel], Schedule], *,
+                 finalize: Optional[Callable[[Any], Any]] = None, op: Any = None,
+                 algorithm: Optional[str] = None, root: Optional[int] = None,
+                 datatype: Any = None, fuse: Optional[Callable[[CompiledCall], None]] = None,
+                 specs: tuple = ()) -> None:
+        self.collective, self.call, self.nbytes, self.invoke = collective, call, nbytes, invoke
+        self.finalize, self.op, self.algorithm, self.root = finalize, op, algorithm, root
+        self.datatype, self.fuse, self.specs = datatype, fuse, specs
+
+    def execute(self, comm: Any, nonblocking: bool) -> Any:
+        """Run the call now (blocking) or start it (nonblocking: its request)."""
+        compiled = compiled_call(comm, self.collective, self.call, self.nbytes, self.op,
+                                 self.algorithm, False, self.root, self.datatype)
+        return begin(comm, compiled, self.invoke, self.finalize, nonblocking, False,
+                     None if nonblocking else self.fuse)
+
+    def compiled(self, comm: Any) -> CompiledCall:
+        """The compiled call this call runs (made now if it is the signature's first)."""
+        return compiled_call(comm, self.collective, self.call, self.nbytes, self.op,
+                             self.algorithm, False, self.root, self.datatype)
+
+    def in_user_memory(self) -> bool:
+        """Whether every buffer the call reads or writes is the user's own memory: no
+        temporary (the packed items of a non-contiguous datatype, a copy from a device or
+        from ``MPI.BOTTOM`` addresses) that would hold the contents of the first call."""
+        return all(user_memory(arg, spec) for arg, spec in self.specs)
+
+
+def user_memory(arg: Any, spec: Any) -> bool:
+    """Whether the parsed buffer ``spec`` of the argument ``arg`` is ``arg``'s own memory."""
+    if spec is None or spec is IN_PLACE:
+        return True
+    if getattr(spec, "is_temporary", True):   # (a copy back to do; or a kind not known here)
+        return False
+    buf = arg[0] if type(arg) in (list, tuple) and arg else arg
+    try:
+        own = np.asarray(memoryview(buf)) if not isinstance(buf, np.ndarray) else buf
+    except (TypeError, ValueError):
+        return False
+    array = spec.array
+    return array.size == 0 or bool(np.may_share_memory(array, own))
+
+
 def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = None,
                   algorithm: Optional[str] = None, objects: bool = False,
                   root: Optional[int] = None, datatype: Any = None,
                   fixed: Optional[Algorithm] = None) -> CompiledCall:
     """The :class:`~minimpi.coll.compiled.CompiledCall` of this call signature on ``comm``:
     made on its first call (checking the communicator first), then looked up."""
-    if comm._freed:
-        comm._alive(call)
     ep = comm._ep
-    if ep.engine.revoked:   # (a call of one rank sends nothing, so the engine cannot tell)
-        check_not_revoked(comm, call)
+    if comm._freed or ep.engine.revoked:
+        check_usable(comm, call)
     plan = comm._plan or comm._make_plan()
     compiled = plan.calls.get((collective, call, nbytes, id(op), algorithm, objects, root,
                                id(datatype)))
@@ -168,6 +235,14 @@ def compiled_call(comm: Any, collective: str, call: str, nbytes: int, op: Any = 
         compiled = plan.prepare((collective, call, nbytes, id(op), algorithm, objects, root,
                                  id(datatype)), made)
     return compiled
+
+
+def check_usable(comm: Any, call: str) -> None:
+    """Raise, naming ``call``, if ``comm`` was freed or revoked."""
+    if comm._freed:
+        comm._alive(call)
+    if comm._ep.engine.revoked:   # (a call of one rank sends nothing: the engine cannot tell)
+        check_not_revoked(comm, call)
 
 
 def keep_fused(comm: Any, key: tuple, fused: Any) -> None:

@@ -10,7 +10,15 @@ from ...coll.blocks import EqualBlocks, ListedBlocks, as_bytes
 from ...coll.cost import default_model
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
-from .common import check_equal_blocks, check_root, collective, execute, in_place, nothing
+from .common import (
+    Prepared,
+    check_equal_blocks,
+    check_root,
+    collective,
+    execute,
+    in_place,
+    nothing,
+)
 
 
 def Gather(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
@@ -34,6 +42,13 @@ def Igatherv(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = N
 
 @collective
 def _gather_buf(comm, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
+    return prepare_gather(comm, call, sendbuf, recvbuf, root, algorithm, vector).execute(
+        comm, nonblocking)
+
+
+def prepare_gather(comm, call: str, sendbuf: Any, recvbuf: Any, root: int = 0,
+                   algorithm: str = None, vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     root = check_root(comm, root, call)
     p, at_root = comm.size, comm.rank == root
     send = parse_buffer(in_place(sendbuf) if at_root else sendbuf, writable=False, call=call,
@@ -54,12 +69,16 @@ def _gather_buf(comm, sendbuf, recvbuf, root, algorithm, call, vector, nonblocki
         nbytes = recv.block_nbytes(0) if inplace else send.nbytes
         everything = as_bytes(recv.array)[:p * nbytes] if at_root else None
         src = None if inplace else as_bytes(send.array)
-        if at_root and src is not None:         # the root's own block: a local copy
-            everything[root * nbytes:(root + 1) * nbytes] = src
-        make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, src=src)
-    return execute(comm, "gather", call, nbytes,
-                   lambda alg, ch: alg(ch, make(ch), root, model.segment),
-                   root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=(lambda _: recv.finish()) if at_root else nothing)
+
+        def make(ch):
+            if at_root and src is not None:     # the root's own block: a local copy
+                everything[root * nbytes:(root + 1) * nbytes] = src
+            return EqualBlocks(ch, root, nbytes, everything=everything, src=src)
+    return Prepared("gather", call, nbytes,
+                    lambda alg, ch: alg(ch, make(ch), root, model.segment),
+                    root=root, algorithm=algorithm,
+                    finalize=(lambda _: recv.finish()) if at_root else nothing,
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def gather(comm, sendobj: Any, root: int = 0, algorithm: str = None) -> Any:

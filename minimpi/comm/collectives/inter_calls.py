@@ -29,7 +29,7 @@ from ...data.buffers import parse_buffer, parse_vbuffer, parse_wbuffer
 from ...data.cint import as_int
 from ...data.ops import SUM
 from ...errors import CountError, DatatypeError, RootError
-from .common import check_op, collective, execute, same_datatype
+from .common import Prepared, check_op, collective, execute, same_datatype
 
 
 def _signed(op: Any) -> Any:
@@ -56,6 +56,13 @@ def _run(comm: Any, collective: str, call: str, invoke: Any, *, objects: bool = 
     no byte count, root or datatype, which differ between the groups."""
     return execute(comm, collective, call, 0, invoke, op=op, algorithm=algorithm,
                    objects=objects, nonblocking=nonblocking, finalize=finalize)
+
+
+def _prepared(collective: str, call: str, invoke: Any, *, op: Any = None,
+              finalize: Any = None, specs: tuple = ()) -> Prepared:
+    """A buffer call prepared (:class:`~minimpi.comm.collectives.common.Prepared`) as
+    :func:`_run` runs one: no byte count, root or datatype."""
+    return Prepared(collective, call, 0, invoke, op=op, finalize=finalize, specs=specs)
 
 
 @collective
@@ -102,9 +109,13 @@ def ibarrier(comm) -> Any:
 
 @collective
 def _barrier(comm, call, nonblocking):
+    return prepare_barrier(comm, call).execute(comm, nonblocking)
+
+
+def prepare_barrier(comm, call: str) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
-    return _run(comm, "barrier", call, lambda alg, ch: alg(ch, ch.local),
-                nonblocking=nonblocking)
+    return _prepared("barrier", call, lambda alg, ch: alg(ch, ch.local))
 
 
 # -- bcast -----------------------------------------------------------------------------
@@ -120,14 +131,18 @@ def Ibcast(comm, buf: Any, root: int = 0) -> Any:
 
 @collective
 def _bcast_buf(comm, buf: Any, root: int, call: str, nonblocking: bool) -> Any:
+    return prepare_bcast(comm, call, buf, root).execute(comm, nonblocking)
+
+
+def prepare_bcast(comm, call: str, buf: Any, root: int = 0) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     r = _check_root(comm, root, call)
     if r == PROC_NULL:
-        return _run(comm, "bcast", call, lambda alg, ch: alg(ch, ch.local, None, r),
-                    nonblocking=nonblocking)
+        return _prepared("bcast", call, lambda alg, ch: alg(ch, ch.local, None, r))
     spec = parse_buffer(buf, writable=r != ROOT, call=call, arg="buf")
-    return _run(comm, "bcast", call, lambda alg, ch: alg(ch, ch.local, spec.array, r),
-                nonblocking=nonblocking, finalize=lambda _: spec.finish())
+    return _prepared("bcast", call, lambda alg, ch: alg(ch, ch.local, spec.array, r),
+                     finalize=lambda _: spec.finish(), specs=((buf, spec),))
 
 
 def bcast(comm, obj: Any = None, root: int = 0) -> Any:
@@ -169,6 +184,12 @@ def Igatherv(comm, sendbuf: Any, recvbuf: Any, root: int = 0) -> Any:
 
 @collective
 def _gather_buf(comm, sendbuf, recvbuf, root, call, vector, nonblocking):
+    return prepare_gather(comm, call, sendbuf, recvbuf, root, vector).execute(comm, nonblocking)
+
+
+def prepare_gather(comm, call: str, sendbuf: Any, recvbuf: Any, root: int = 0,
+                   vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     collective = "gatherv" if vector else "gather"
     r = _check_root(comm, root, call)
@@ -177,12 +198,13 @@ def _gather_buf(comm, sendbuf, recvbuf, root, call, vector, nonblocking):
         if not vector:
             _equal(comm, call, recv, "recvbuf", "Gatherv")
         blocks = _blocks(recv, comm._ep.size)
-        return _run(comm, collective, call, lambda alg, ch: alg(ch, ch.local, None, blocks, r),
-                    nonblocking=nonblocking, finalize=lambda _: recv.finish())
+        return _prepared(collective, call, lambda alg, ch: alg(ch, ch.local, None, blocks, r),
+                         finalize=lambda _: recv.finish(), specs=((recvbuf, recv),))
     send = None if r == PROC_NULL else \
-        parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf").array
-    return _run(comm, collective, call, lambda alg, ch: alg(ch, ch.local, send, None, r),
-                nonblocking=nonblocking)
+        parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
+    data = None if send is None else send.array
+    return _prepared(collective, call, lambda alg, ch: alg(ch, ch.local, data, None, r),
+                     specs=((sendbuf, send),))
 
 
 def gather(comm, sendobj: Any, root: int = 0) -> Optional[list]:
@@ -223,6 +245,12 @@ def Iscatterv(comm, sendbuf: Any, recvbuf: Any, root: int = 0) -> Any:
 
 @collective
 def _scatter_buf(comm, sendbuf, recvbuf, root, call, vector, nonblocking):
+    return prepare_scatter(comm, call, sendbuf, recvbuf, root, vector).execute(comm, nonblocking)
+
+
+def prepare_scatter(comm, call: str, sendbuf: Any, recvbuf: Any, root: int = 0,
+                    vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     collective = "scatterv" if vector else "scatter"
     r = _check_root(comm, root, call)
@@ -231,14 +259,13 @@ def _scatter_buf(comm, sendbuf, recvbuf, root, call, vector, nonblocking):
         if not vector:
             _equal(comm, call, send, "sendbuf", "Scatterv")
         blocks = _blocks(send, comm._ep.size)
-        return _run(comm, collective, call, lambda alg, ch: alg(ch, ch.local, blocks, None, r),
-                    nonblocking=nonblocking)
+        return _prepared(collective, call, lambda alg, ch: alg(ch, ch.local, blocks, None, r),
+                         specs=((sendbuf, send),))
     if r == PROC_NULL:
-        return _run(comm, collective, call, lambda alg, ch: alg(ch, ch.local, None, None, r),
-                    nonblocking=nonblocking)
+        return _prepared(collective, call, lambda alg, ch: alg(ch, ch.local, None, None, r))
     recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
-    return _run(comm, collective, call, lambda alg, ch: alg(ch, ch.local, None, recv.array, r),
-                nonblocking=nonblocking, finalize=lambda _: recv.finish())
+    return _prepared(collective, call, lambda alg, ch: alg(ch, ch.local, None, recv.array, r),
+                     finalize=lambda _: recv.finish(), specs=((recvbuf, recv),))
 
 
 def scatter(comm, sendobj: Any, root: int = 0) -> Any:
@@ -294,15 +321,21 @@ def Iallgatherv(comm, sendbuf: Any, recvbuf: Any) -> Any:
 
 @collective
 def _allgather_buf(comm, sendbuf, recvbuf, call, vector, nonblocking):
+    return prepare_allgather(comm, call, sendbuf, recvbuf, vector).execute(comm, nonblocking)
+
+
+def prepare_allgather(comm, call: str, sendbuf: Any, recvbuf: Any,
+                      vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
     recv = parse_vbuffer(recvbuf, comm._ep.size, writable=True, call=call, arg="recvbuf")
     if not vector:
         _equal(comm, call, recv, "recvbuf", "Allgatherv")
     blocks = _blocks(recv, comm._ep.size)
-    return _run(comm, "allgatherv" if vector else "allgather", call,
-                lambda alg, ch: alg(ch, ch.local, send.array, blocks),
-                nonblocking=nonblocking, finalize=lambda _: recv.finish())
+    return _prepared("allgatherv" if vector else "allgather", call,
+                     lambda alg, ch: alg(ch, ch.local, send.array, blocks),
+                     finalize=lambda _: recv.finish(), specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def allgather(comm, sendobj: Any) -> list:
@@ -342,6 +375,12 @@ def Ialltoallv(comm, sendbuf: Any, recvbuf: Any) -> Any:
 
 @collective
 def _alltoall_buf(comm, sendbuf, recvbuf, call, vector, nonblocking):
+    return prepare_alltoall(comm, call, sendbuf, recvbuf, vector).execute(comm, nonblocking)
+
+
+def prepare_alltoall(comm, call: str, sendbuf: Any, recvbuf: Any,
+                     vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     q = comm._ep.size
     send = parse_vbuffer(sendbuf, q, writable=False, call=call, arg="sendbuf")
@@ -350,9 +389,9 @@ def _alltoall_buf(comm, sendbuf, recvbuf, call, vector, nonblocking):
         _equal(comm, call, send, "sendbuf", "Alltoallv")
         _equal(comm, call, recv, "recvbuf", "Alltoallv")
     sends, blocks = _blocks(send, q), _blocks(recv, q)
-    return _run(comm, "alltoallv" if vector else "alltoall", call,
-                lambda alg, ch: alg(ch, ch.local, sends, blocks),
-                nonblocking=nonblocking, finalize=lambda _: recv.finish())
+    return _prepared("alltoallv" if vector else "alltoall", call,
+                     lambda alg, ch: alg(ch, ch.local, sends, blocks),
+                     finalize=lambda _: recv.finish(), specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def Alltoallw(comm, sendbuf: Any, recvbuf: Any) -> None:
@@ -405,6 +444,12 @@ def Ireduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> A
 
 @collective
 def _reduce_buf(comm, sendbuf, recvbuf, op, root, call, nonblocking):
+    return prepare_reduce(comm, call, sendbuf, recvbuf, op, root).execute(comm, nonblocking)
+
+
+def prepare_reduce(comm, call: str, sendbuf: Any, recvbuf: Any, op: Any = SUM,
+                   root: int = 0) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     signed = _signed(op)
     op = check_op(comm, op, call)
@@ -412,17 +457,17 @@ def _reduce_buf(comm, sendbuf, recvbuf, op, root, call, nonblocking):
     if r == ROOT:
         recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf")
         op.check_datatype(recv.datatype, call)
-        return _run(comm, "reduce", call,
-                    lambda alg, ch: alg(ch, ch.local, None, None, recv.array, r),
-                    op=signed, nonblocking=nonblocking, finalize=lambda _: recv.finish())
+        return _prepared("reduce", call,
+                         lambda alg, ch: alg(ch, ch.local, None, None, recv.array, r),
+                         op=signed, finalize=lambda _: recv.finish(), specs=((recvbuf, recv),))
     if r == PROC_NULL:
-        return _run(comm, "reduce", call, lambda alg, ch: alg(ch, ch.local, None, None, None, r),
-                    op=signed, nonblocking=nonblocking)
+        return _prepared("reduce", call, lambda alg, ch: alg(ch, ch.local, None, None, None, r),
+                         op=signed)
     send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
     op.check_datatype(send.datatype, call)
-    return _run(comm, "reduce", call, lambda alg, ch: alg(
+    return _prepared("reduce", call, lambda alg, ch: alg(
         ch, ch.local, Operand(op, False, send.datatype, ch.call).on(ch), send.array, None, r),
-        op=signed, nonblocking=nonblocking)
+        op=signed, specs=((sendbuf, send),))
 
 
 def reduce(comm, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
@@ -457,6 +502,11 @@ def Iallreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Any:
 
 @collective
 def _allreduce_buf(comm, sendbuf, recvbuf, op, call, nonblocking):
+    return prepare_allreduce(comm, call, sendbuf, recvbuf, op).execute(comm, nonblocking)
+
+
+def prepare_allreduce(comm, call: str, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     signed = _signed(op)
     op = check_op(comm, op, call)
@@ -464,9 +514,10 @@ def _allreduce_buf(comm, sendbuf, recvbuf, op, call, nonblocking):
     send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
     _same_shape(comm, call, send, recv)
     op.check_datatype(recv.datatype, call)
-    return _run(comm, "allreduce", call, lambda alg, ch: alg(
+    return _prepared("allreduce", call, lambda alg, ch: alg(
         ch, ch.local, Operand(op, False, recv.datatype, ch.call).on(ch), send.array,
-        recv.array), op=signed, nonblocking=nonblocking, finalize=lambda _: recv.finish())
+        recv.array), op=signed, finalize=lambda _: recv.finish(),
+        specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def allreduce(comm, sendobj: Any, op: Any = SUM) -> Any:
@@ -528,6 +579,13 @@ def Ireduce_scatter_block(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> An
 
 @collective
 def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call, block, nonblocking):
+    return prepare_reduce_scatter(comm, call, sendbuf, recvbuf, recvcounts, op,
+                                  block).execute(comm, nonblocking)
+
+
+def prepare_reduce_scatter(comm, call: str, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                           op: Any = SUM, block: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     comm._alive(call)
     p, rank = comm.size, comm.rank
     signed = _signed(op)
@@ -558,11 +616,12 @@ def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call, block, nonbloc
     k = recv.datatype.base_count
     elems = [c * k for c in counts]
     out = recv.array[:elems[rank]]
-    return _run(comm, "reduce_scatter_block" if block else "reduce_scatter", call,
-                lambda alg, ch: alg(ch, ch.local,
-                                    Operand(op, False, recv.datatype, ch.call).on(ch),
-                                    send.array, out, elems),
-                op=signed, nonblocking=nonblocking, finalize=lambda _: recv.finish())
+    return _prepared("reduce_scatter_block" if block else "reduce_scatter", call,
+                     lambda alg, ch: alg(ch, ch.local,
+                                         Operand(op, False, recv.datatype, ch.call).on(ch),
+                                         send.array, out, elems),
+                     op=signed, finalize=lambda _: recv.finish(),
+                     specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def _counts(comm, recvcounts: Sequence[int], call: str) -> List[int]:

@@ -15,7 +15,7 @@ import numpy as np
 from ...coll.blocks import Blocks, as_bytes, running_sum
 from ...data.buffers import parse_buffer, parse_vbuffer, parse_wbuffer
 from ...errors import CountError
-from .common import collective, execute, nothing
+from .common import Prepared, collective, execute, nothing
 
 
 def _byte_blocks(spec: Any) -> Blocks:
@@ -60,6 +60,13 @@ def Ineighbor_allgatherv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None
 
 @collective
 def _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    return prepare_neighbor_allgather(comm, call, sendbuf, recvbuf, algorithm,
+                                      vector).execute(comm, nonblocking)
+
+
+def prepare_neighbor_allgather(comm, call: str, sendbuf: Any, recvbuf: Any,
+                               algorithm: str = None, vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     sources, destinations, order = comm._neighbours()
     send = parse_buffer(sendbuf, writable=False, call=call, arg="sendbuf")
     recv = _vbuffer(recvbuf, len(sources), True, call, "recvbuf")
@@ -74,10 +81,11 @@ def _neighbor_allgather(comm, sendbuf, recvbuf, algorithm, call, nonblocking, ve
             f"rank {comm.rank}: {call}: sendbuf has {send.nbytes} bytes but recvbuf's "
             f"blocks are {rblocks.counts[0]} bytes; they must match")
     sblocks = Blocks(as_bytes(send.array), [send.nbytes], [0])
-    return execute(comm, "neighbor_allgather", call, 0,
-                   lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
-                   algorithm=algorithm, nonblocking=nonblocking,
-                   finalize=(lambda _: recv.finish()) if recv is not None else nothing)
+    return Prepared("neighbor_allgather", call, 0,
+                    lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
+                    algorithm=algorithm,
+                    finalize=(lambda _: recv.finish()) if recv is not None else nothing,
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 @collective
@@ -116,6 +124,13 @@ def Ineighbor_alltoallv(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None)
 
 @collective
 def _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vector):
+    return prepare_neighbor_alltoall(comm, call, sendbuf, recvbuf, algorithm,
+                                     vector).execute(comm, nonblocking)
+
+
+def prepare_neighbor_alltoall(comm, call: str, sendbuf: Any, recvbuf: Any,
+                              algorithm: str = None, vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     sources, destinations, order = comm._neighbours()
     recv = _vbuffer(recvbuf, len(sources), True, call, "recvbuf")
     send = _vbuffer(sendbuf, len(destinations), False, call, "sendbuf")
@@ -128,10 +143,11 @@ def _neighbor_alltoall(comm, sendbuf, recvbuf, algorithm, call, nonblocking, vec
                     f"rank {comm.rank}: {call}: {name} does not split into {len(b.counts)} "
                     f"equal blocks (one per {what}-neighbour); give [buf, count, TYPE] or "
                     f"use Neighbor_alltoallv")
-    return execute(comm, "neighbor_alltoall", call, 0,
-                   lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
-                   algorithm=algorithm, nonblocking=nonblocking,
-                   finalize=(lambda _: recv.finish()) if recv is not None else nothing)
+    return Prepared("neighbor_alltoall", call, 0,
+                    lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
+                    algorithm=algorithm,
+                    finalize=(lambda _: recv.finish()) if recv is not None else nothing,
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def Neighbor_alltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None) -> None:

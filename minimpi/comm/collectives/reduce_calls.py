@@ -10,7 +10,16 @@ from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
 from ...data.ops import SUM
-from .common import check_op, check_root, collective, execute, in_place, send_as_recv
+from .common import (
+    Prepared,
+    check_op,
+    check_root,
+    collective,
+    execute,
+    in_place,
+    nothing,
+    send_as_recv,
+)
 
 
 def Reduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
@@ -27,16 +36,34 @@ def Ireduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
 
 @collective
 def _reduce_buf(comm, sendbuf, recvbuf, op, root, algorithm, call, nonblocking):
+    return prepare_reduce(comm, call, sendbuf, recvbuf, op, root, algorithm).execute(
+        comm, nonblocking)
+
+
+def prepare_reduce(comm, call: str, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0,
+                   algorithm: str = None) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     root = check_root(comm, root, call)
     op = check_op(comm, op, call)
     at_root = comm.rank == root
-    acc, datatype, finish = _reduce_operands(comm, sendbuf, recvbuf, call, use_recv=at_root)
+    send = parse_buffer(in_place(sendbuf) if at_root else sendbuf, writable=False, call=call,
+                        arg="sendbuf", allow_in_place=at_root)
+    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
+                        keep=send is IN_PLACE) if at_root else None
+    # the root reduces into recvbuf, holding its input (copied from sendbuf unless
+    # IN_PLACE, which None also means); elsewhere the input is sendbuf itself (read-only)
+    acc, datatype = (recv.array, recv.datatype) if at_root else (send.array, send.datatype)
+    own = send_as_recv(comm, call, send, recv) if at_root and send is not IN_PLACE else None
     op.check_datatype(datatype, call)
-    red = Operand(op, False, datatype, call)
-    acc = red.mine(acc, readonly=not at_root)
-    return execute(comm, "reduce", call, acc.nbytes,
-                   lambda alg, ch: alg(ch, red.on(ch), acc, root), op=op, root=root, algorithm=algorithm,
-                   nonblocking=nonblocking, finalize=lambda _: finish(), datatype=datatype)
+
+    def invoke(alg, ch):
+        red = Operand(op, False, datatype, call)     # (one per call: it tracks the copy
+        if own is not None:                          # a read-only input needs)
+            acc[...] = own
+        return alg(ch, red.on(ch), red.mine(acc, readonly=not at_root), root)
+    return Prepared("reduce", call, acc.nbytes, invoke, op=op, root=root, algorithm=algorithm,
+                    finalize=(lambda _: recv.finish()) if at_root else nothing,
+                    datatype=datatype, specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def reduce(comm, sendobj: Any, op: Any = SUM, root: int = 0, algorithm: str = None) -> Any:
@@ -56,17 +83,3 @@ def _reduce_obj(comm, sendobj, op, root, algorithm, call, nonblocking):
     return execute(comm, "reduce", call, 0, lambda alg, ch: alg(ch, red.on(ch), sendobj, root),
                    op=op, root=root, algorithm=algorithm, objects=True, nonblocking=nonblocking)
 
-
-def _reduce_operands(comm: Any, sendbuf: Any, recvbuf: Any, call: str, *, use_recv: bool):
-    """(accumulator, datatype, finish): with ``use_recv`` (the root) the accumulator is the receive
-    buffer holding this rank's input (copied from ``sendbuf`` unless ``IN_PLACE``, which
-    ``None`` also means); elsewhere, the send buffer itself (read-only; ``recvbuf`` is
-    ignored)."""
-    send = parse_buffer(in_place(sendbuf) if use_recv else sendbuf, writable=False, call=call, arg="sendbuf",
-                        allow_in_place=use_recv)
-    if not use_recv:
-        return send.array, send.datatype, lambda: None
-    recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf", keep=send is IN_PLACE)
-    if send is not IN_PLACE:
-        recv.array[...] = send_as_recv(comm, call, send, recv)
-    return recv.array, recv.datatype, recv.finish

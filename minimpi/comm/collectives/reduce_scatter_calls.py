@@ -11,7 +11,7 @@ from ...constants import IN_PLACE
 from ...data.buffers import int_list, parse_buffer
 from ...data.ops import SUM
 from ...errors import CountError, DatatypeError
-from .common import check_op, collective, execute, in_place, same_datatype
+from .common import Prepared, check_op, collective, in_place, same_datatype
 
 
 def Reduce_scatter(comm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,
@@ -53,6 +53,15 @@ def Ireduce_scatter_block(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM,
 @collective
 def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, algorithm, call, nonblocking,
                     block):
+    return prepare_reduce_scatter(comm, call, sendbuf, recvbuf, recvcounts, op, algorithm,
+                                  block).execute(comm, nonblocking)
+
+
+def prepare_reduce_scatter(comm, call: str, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                           op: Any = SUM, algorithm: str = None,
+                           block: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`);
+    ``block``: ``Reduce_scatter_block``."""
     p, rank = comm.size, comm.rank
     op = check_op(comm, op, call)
     recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
@@ -98,13 +107,12 @@ def _reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, algorithm, call, non
                 f"fewer than this rank's block (recvcounts[{rank}]) of {counts[rank]}")
     k = recv.datatype.base_count
     elems = [c * k for c in counts]
-    if inplace:
-        vector = recv.array.copy()                # the input; the result overwrites the start
-    else:
-        vector = send.array
     out = recv.array[:elems[rank]]
-    return execute(comm, "reduce_scatter", call, total * recv.datatype.size,
-                   lambda alg, ch: alg(ch, Operand(op, False, recv.datatype, ch.call).on(ch), vector,
-                                     out, elems),
-                   datatype=recv.datatype, op=op, algorithm=algorithm, nonblocking=nonblocking,
-                   finalize=lambda _: recv.finish())
+
+    def invoke(alg, ch):
+        # IN_PLACE: the input is a copy of recvbuf (the result overwrites its start)
+        vector = recv.array.copy() if inplace else send.array
+        return alg(ch, Operand(op, False, recv.datatype, ch.call).on(ch), vector, out, elems)
+    return Prepared("reduce_scatter", call, total * recv.datatype.size, invoke,
+                    datatype=recv.datatype, op=op, algorithm=algorithm,
+                    finalize=lambda _: recv.finish(), specs=((sendbuf, send), (recvbuf, recv)))

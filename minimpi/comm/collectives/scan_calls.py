@@ -11,7 +11,7 @@ from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
 from ...data.ops import SUM
-from .common import check_op, collective, execute, in_place, send_as_recv
+from .common import Prepared, check_op, collective, execute, in_place, send_as_recv
 
 
 def Scan(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
@@ -34,22 +34,30 @@ def Iexscan(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = No
 
 @collective
 def _scan_buf(comm, sendbuf, recvbuf, op, algorithm, collective, call, nonblocking):
+    return prepare_scan(comm, call, sendbuf, recvbuf, op, algorithm, collective).execute(
+        comm, nonblocking)
+
+
+def prepare_scan(comm, call: str, sendbuf: Any, recvbuf: Any, op: Any = SUM,
+                 algorithm: str = None, collective: str = "scan") -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`);
+    ``collective``: "scan" or "exscan"."""
     op = check_op(comm, op, call)
     recv = parse_buffer(recvbuf, writable=True, call=call, arg="recvbuf",
                         keep=in_place(sendbuf) is IN_PLACE)
     send = parse_buffer(in_place(sendbuf), writable=False, call=call, arg="sendbuf",
                         allow_in_place=True)
-    if send is IN_PLACE:
-        data = recv.array.copy()
-    else:
-        data = send_as_recv(comm, call, send, recv)
+    data = None if send is IN_PLACE else send_as_recv(comm, call, send, recv)
     op.check_datatype(recv.datatype, call)
-    red = Operand(op, False, recv.datatype, call)
     segment = default_model().segment
-    return execute(comm, collective, call, recv.nbytes,
-                   lambda alg, ch: alg(ch, red.on(ch), data, recv.array, segment), op=op,
-                   algorithm=algorithm, nonblocking=nonblocking, datatype=recv.datatype,
-                   finalize=lambda _: recv.finish())
+
+    def invoke(alg, ch):
+        red = Operand(op, False, recv.datatype, call).on(ch)
+        # IN_PLACE: the input is recvbuf's contents at the start of the call
+        return alg(ch, red, recv.array.copy() if data is None else data, recv.array, segment)
+    return Prepared(collective, call, recv.nbytes, invoke, op=op, algorithm=algorithm,
+                    datatype=recv.datatype, finalize=lambda _: recv.finish(),
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def scan(comm, sendobj: Any, op: Any = SUM, algorithm: str = None) -> Any:

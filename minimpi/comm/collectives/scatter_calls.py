@@ -11,7 +11,14 @@ from ...coll.cost import default_model
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer, parse_vbuffer
 from ...errors import CountError
-from .common import check_equal_blocks, check_root, collective, execute, in_place
+from .common import (
+    Prepared,
+    check_equal_blocks,
+    check_root,
+    collective,
+    execute,
+    in_place,
+)
 
 
 def Scatter(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = None) -> None:
@@ -35,6 +42,13 @@ def Iscatterv(comm, sendbuf: Any, recvbuf: Any, root: int = 0, algorithm: str = 
 
 @collective
 def _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, call, vector, nonblocking):
+    return prepare_scatter(comm, call, sendbuf, recvbuf, root, algorithm, vector).execute(
+        comm, nonblocking)
+
+
+def prepare_scatter(comm, call: str, sendbuf: Any, recvbuf: Any, root: int = 0,
+                    algorithm: str = None, vector: bool = False) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`)."""
     root = check_root(comm, root, call)
     p, at_root = comm.size, comm.rank == root
     recv = parse_buffer(in_place(recvbuf) if at_root else recvbuf, writable=True, call=call,
@@ -57,9 +71,11 @@ def _scatter_buf(comm, sendbuf, recvbuf, root, algorithm, call, vector, nonblock
         everything = as_bytes(send.array)[:p * nbytes] if at_root else None
         dst = None if inplace else as_bytes(recv.array)
         make = lambda ch: EqualBlocks(ch, root, nbytes, everything=everything, dst=dst)
-    return execute(comm, "scatter", call, nbytes,
-                   lambda alg, ch: alg(ch, make(ch), root, model.segment),
-                   root=root, algorithm=algorithm, nonblocking=nonblocking, finalize=(lambda _: None) if inplace else (lambda _: recv.finish()))
+    return Prepared("scatter", call, nbytes,
+                    lambda alg, ch: alg(ch, make(ch), root, model.segment),
+                    root=root, algorithm=algorithm,
+                    finalize=(lambda _: None) if inplace else (lambda _: recv.finish()),
+                    specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def scatter(comm, sendobj: Any = None, root: int = 0, algorithm: str = None) -> Any:

@@ -2,15 +2,24 @@
 
 A persistent collective is made once and started many times. ``X_init(args, info)`` checks
 what can be checked without touching the buffers' contents - the communicator, the root,
-the op, ``info``, the number of ``recvcounts`` - once, and remembers the call; every
-``Start()`` then runs exactly the schedule of the nonblocking ``IX(args)`` (the same
-algorithm choice, the same mismatch signature, the same finishing), so a persistent call
-and its nonblocking twin can never disagree. The buffers are re-read at each ``Start``, as
-MPI reads them then: the program may change their contents between starts.
+the op, ``info``, the number of ``recvcounts`` - and prepares the call as its blocking and
+nonblocking forms do (``prepare_<collective>`` of :mod:`.collectives`: the buffers parsed,
+the counts checked, a :class:`~.collectives.common.Prepared`), then finds its compiled call
+(:class:`~minimpi.coll.compiled.CompiledCall`: the algorithm, the mismatch signature, the
+working buffers). The request it returns holds both (:class:`PersistentCollective`): each
+``Start()`` only takes the compiled call's channel and starts it - no parsing, no lookup.
 
-An error the nonblocking path finds only when it parses a buffer is raised by ``Start`` on
-that rank, and the other members are told through the collective's slot (as any failed
-collective does), so nobody waits for it.
+MPI reads the buffers at ``Start``, and so does every ``Start``: the prepared call holds
+views of the program's own memory, and whatever copies data (an ``IN_PLACE`` input, the
+root's own block) is done by the call itself, at each start. A buffer that is not the
+program's memory as a whole - the packed items of a non-contiguous datatype, ``MPI.BOTTOM``
+addresses, an ``Alltoallw`` block list, a device array copied to the host - would hold the
+first start's contents: such a call is prepared anew at each ``Start`` (as the nonblocking
+form is), with the compiled call found by its one lookup.
+
+An error the prepared call finds only when it parses a buffer is raised by ``Start`` on
+that rank (the call is then prepared at each ``Start``), and the other members are told
+through the collective's slot (as any failed collective does), so nobody waits for it.
 
 The ``*_init`` of a collective exist wherever its nonblocking form does: ``Intracomm`` and
 ``Intercomm`` (``Comm`` handles run them as their kind), ``Scan_init``/``Exscan_init`` on
@@ -18,12 +27,29 @@ intracommunicators only, the ``Neighbor_*_init`` on topology communicators.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Sequence, Tuple
+import functools
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..data.buffers import persistent_buffer
 from ..data.ops import SUM
-from ..errors import ArgumentError, CountError
-from .collectives.common import check_op, check_root
+from ..errors import ArgumentError, CountError, MinimpiError
+from ..front import route
+from ..p2p.request import Request
+from .collectives import (
+    allgather_calls,
+    allreduce_calls,
+    alltoall_calls,
+    barrier_calls,
+    bcast_calls,
+    gather_calls,
+    inter_calls,
+    neighbor_calls,
+    reduce_calls,
+    reduce_scatter_calls,
+    scan_calls,
+    scatter_calls,
+)
+from .collectives.common import Prepared, begin, check_op, check_root, check_usable, collective
 from .handle_types import Info
 from .persistent import Prequest
 
@@ -85,19 +111,63 @@ def _check_once(comm: Any, call: str, bound: Dict[str, Any]) -> Dict[str, Any]:
     return bound
 
 
-def persistent(name: str, nonblocking: str,
-               params: Sequence[Tuple[str, Any]]) -> Callable[..., Prequest]:
-    """The method ``name`` (``Bcast_init``...): checks once, then each ``Start`` calls the
-    communicator's ``nonblocking`` method (``Ibcast``...) with the same arguments."""
+class PersistentCollective:
+    """What a persistent collective's ``Start`` runs: its call prepared at ``*_init``
+    (:class:`~.collectives.common.Prepared`) and the compiled call it runs, or - for buffers
+    that are not the program's own memory - the way to prepare it anew at each start."""
+
+    __slots__ = ("comm", "prepare", "prepared", "compiled")
+
+    def __init__(self, comm: Any, prepare: Callable[[], Prepared]) -> None:
+        self.comm = comm
+        #: prepares the call (with the arguments of ``*_init``)
+        self.prepare = prepare
+        self.prepared: Optional[Prepared] = None
+        self.compiled: Any = None
+        try:
+            prepared = prepare()
+        except Exception:     # raised by Start, which tells the other members (see above)
+            return
+        if prepared.in_user_memory():
+            self.prepared, self.compiled = prepared, prepared.compiled(comm)
+
+    def start(self) -> Request:
+        """Begin one run of the call (the request ``Prequest.Start`` waits for); an error
+        goes to the communicator's error handler, as the call's own would."""
+        try:
+            return _started(self.comm, self)
+        except MinimpiError as exc:
+            route(self.comm, exc)
+            raise
+
+
+@collective
+def _started(comm: Any, op: PersistentCollective) -> Request:
+    prepared = op.prepared
+    if prepared is None:        # prepared at each start: parsed now, found by one lookup
+        return op.prepare().execute(comm, True)
+    if comm._freed or comm._ep.engine.revoked:
+        check_usable(comm, prepared.call)
+    return begin(comm, op.compiled, prepared.invoke, prepared.finalize, True)
+
+
+def persistent(name: str, params: Sequence[Tuple[str, Any]], intra: Callable[..., Prepared],
+               inter: Optional[Callable[..., Prepared]] = None,
+               **fixed: Any) -> Callable[..., Prequest]:
+    """The method ``name`` (``Bcast_init``...): checks once, prepares the call with
+    ``intra`` (or ``inter`` on an intercommunicator; ``fixed``: their keyword arguments
+    that the name decides, such as ``vector=True``) and returns the persistent request
+    whose every ``Start`` runs it."""
     def init(self: Any, *args: Any, **kwargs: Any) -> Prequest:
         bound = _check_once(self, name, _bind(name, params, args, kwargs))
-        start = getattr(self, nonblocking)   # the bound method, looked up once
-        return Prequest._create(lambda: start(**bound), self._ep.engine,
-                                f"{name} on {self.name}")
+        prepare = inter if self.Is_inter() else intra
+        op = PersistentCollective(self, functools.partial(prepare, self, name, **bound,
+                                                          **fixed))
+        return Prequest._create(op.start, self._ep.engine, f"{name} on {self.name}")
     init.__name__ = init.__qualname__ = name
     shown = ", ".join(p if d is _NO_DEFAULT else f"{p}={_shown(d)}" for p, d in params)
-    init.__doc__ = (f"``{name}({shown})``: a persistent request; each ``Start()`` runs "
-                    f"``{nonblocking}`` with these arguments (MPI-4).")
+    init.__doc__ = (f"``{name}({shown})``: a persistent request; each ``Start()`` runs the "
+                    f"call prepared here (MPI-4).")
     return init
 
 
@@ -114,51 +184,67 @@ _SEND = ("sendbuf", _NO_DEFAULT)
 _RECV = ("recvbuf", _NO_DEFAULT)
 _ROOT = ("root", 0)
 _OP = ("op", SUM)
+_BUF = ("buf", _NO_DEFAULT)
+_COUNTS = ("recvcounts", None)
 
 
-def _nonblocking_name(init_name: str) -> str:
-    """``Bcast_init`` -> ``Ibcast``, ``Neighbor_allgather_init`` -> ``Ineighbor_allgather``."""
-    base = init_name[:-len("_init")]
-    return "I" + base[0].lower() + base[1:]
+def _made(name: str, params: Sequence[Tuple[str, Any]], intra: Callable[..., Prepared],
+          inter: Optional[Callable[..., Prepared]] = None, **fixed: Any) -> Tuple[str, Any]:
+    return name, persistent(name, params, intra, inter, **fixed)
 
 
-#: the collectives of every communicator (intra and inter) and their parameters
-COMM_INITS: Dict[str, Sequence[Tuple[str, Any]]] = {
-    "Barrier_init": (_INFO,),
-    "Bcast_init": (("buf", _NO_DEFAULT), _ROOT, _INFO),
-    "Gather_init": (_SEND, _RECV, _ROOT, _INFO),
-    "Gatherv_init": (_SEND, _RECV, _ROOT, _INFO),
-    "Scatter_init": (_SEND, _RECV, _ROOT, _INFO),
-    "Scatterv_init": (_SEND, _RECV, _ROOT, _INFO),
-    "Allgather_init": (_SEND, _RECV, _INFO),
-    "Allgatherv_init": (_SEND, _RECV, _INFO),
-    "Alltoall_init": (_SEND, _RECV, _INFO),
-    "Alltoallv_init": (_SEND, _RECV, _INFO),
-    "Alltoallw_init": (_SEND, _RECV, _INFO),
-    "Reduce_init": (_SEND, _RECV, _OP, _ROOT, _INFO),
-    "Allreduce_init": (_SEND, _RECV, _OP, _INFO),
-    "Reduce_scatter_block_init": (_SEND, _RECV, _OP, _INFO),
-    "Reduce_scatter_init": (_SEND, _RECV, ("recvcounts", None), _OP, _INFO),
-}
-#: intracommunicators only
-SCAN_INITS: Dict[str, Sequence[Tuple[str, Any]]] = {
-    "Scan_init": (_SEND, _RECV, _OP, _INFO),
-    "Exscan_init": (_SEND, _RECV, _OP, _INFO),
-}
-#: topology communicators only
-NEIGHBOR_INITS: Dict[str, Sequence[Tuple[str, Any]]] = {
-    f"Neighbor_{kind}_init": (_SEND, _RECV, _INFO)
-    for kind in ("allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw")}
+_ALL: Dict[str, Any] = dict([
+    # the collectives of every communicator (intra and inter) and their parameters
+    _made("Barrier_init", (_INFO,), barrier_calls.prepare_barrier, inter_calls.prepare_barrier),
+    _made("Bcast_init", (_BUF, _ROOT, _INFO), bcast_calls.prepare_bcast,
+          inter_calls.prepare_bcast),
+    _made("Gather_init", (_SEND, _RECV, _ROOT, _INFO), gather_calls.prepare_gather,
+          inter_calls.prepare_gather),
+    _made("Gatherv_init", (_SEND, _RECV, _ROOT, _INFO), gather_calls.prepare_gather,
+          inter_calls.prepare_gather, vector=True),
+    _made("Scatter_init", (_SEND, _RECV, _ROOT, _INFO), scatter_calls.prepare_scatter,
+          inter_calls.prepare_scatter),
+    _made("Scatterv_init", (_SEND, _RECV, _ROOT, _INFO), scatter_calls.prepare_scatter,
+          inter_calls.prepare_scatter, vector=True),
+    _made("Allgather_init", (_SEND, _RECV, _INFO), allgather_calls.prepare_allgather,
+          inter_calls.prepare_allgather),
+    _made("Allgatherv_init", (_SEND, _RECV, _INFO), allgather_calls.prepare_allgather,
+          inter_calls.prepare_allgather, vector=True),
+    _made("Alltoall_init", (_SEND, _RECV, _INFO), alltoall_calls.prepare_alltoall,
+          inter_calls.prepare_alltoall),
+    _made("Alltoallv_init", (_SEND, _RECV, _INFO), alltoall_calls.prepare_alltoall,
+          inter_calls.prepare_alltoall, vector=True),
+    _made("Alltoallw_init", (_SEND, _RECV, _INFO), alltoall_calls.prepare_alltoallw,
+          inter_calls.prepare_alltoallw),
+    _made("Reduce_init", (_SEND, _RECV, _OP, _ROOT, _INFO), reduce_calls.prepare_reduce,
+          inter_calls.prepare_reduce),
+    _made("Allreduce_init", (_SEND, _RECV, _OP, _INFO), allreduce_calls.prepare_allreduce,
+          inter_calls.prepare_allreduce),
+    _made("Reduce_scatter_block_init", (_SEND, _RECV, _OP, _INFO),
+          reduce_scatter_calls.prepare_reduce_scatter, inter_calls.prepare_reduce_scatter,
+          block=True),
+    _made("Reduce_scatter_init", (_SEND, _RECV, _COUNTS, _OP, _INFO),
+          reduce_scatter_calls.prepare_reduce_scatter, inter_calls.prepare_reduce_scatter),
+    # intracommunicators only
+    _made("Scan_init", (_SEND, _RECV, _OP, _INFO), scan_calls.prepare_scan,
+          collective="scan"),
+    _made("Exscan_init", (_SEND, _RECV, _OP, _INFO), scan_calls.prepare_scan,
+          collective="exscan"),
+    # topology communicators only
+    _made("Neighbor_allgather_init", (_SEND, _RECV, _INFO),
+          neighbor_calls.prepare_neighbor_allgather),
+    _made("Neighbor_allgatherv_init", (_SEND, _RECV, _INFO),
+          neighbor_calls.prepare_neighbor_allgather, vector=True),
+    _made("Neighbor_alltoall_init", (_SEND, _RECV, _INFO),
+          neighbor_calls.prepare_neighbor_alltoall),
+    _made("Neighbor_alltoallv_init", (_SEND, _RECV, _INFO),
+          neighbor_calls.prepare_neighbor_alltoall, vector=True),
+    _made("Neighbor_alltoallw_init", (_SEND, _RECV, _INFO),
+          neighbor_calls.prepare_neighbor_alltoallw),
+])
 
 
-def _defined(table: Dict[str, Sequence[Tuple[str, Any]]]) -> Dict[str, Any]:
-    return {name: persistent(name, _nonblocking_name(name), params)
-            for name, params in table.items()}
-
-
-# One function per persistent collective, made from the tables above (the communicator
-# classes name them: ``Bcast_init = persistent_coll.Bcast_init``).
-_ALL = {**_defined(COMM_INITS), **_defined(SCAN_INITS), **_defined(NEIGHBOR_INITS)}
+# (the communicator classes name them: ``Bcast_init = persistent_coll.Bcast_init``)
 Barrier_init = _ALL["Barrier_init"]
 Bcast_init = _ALL["Bcast_init"]
 Gather_init = _ALL["Gather_init"]

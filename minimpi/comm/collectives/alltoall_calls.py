@@ -133,6 +133,14 @@ def Ialltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None):
 
 @collective
 def _alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
+    return prepare_alltoallw(comm, call, sendbuf, recvbuf, algorithm).execute(comm, nonblocking)
+
+
+def prepare_alltoallw(comm, call: str, sendbuf: Any, recvbuf: Any,
+                      algorithm: str = None) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`).
+    Its blocks are packed here (a W buffer is not the user's memory as a whole: a
+    persistent call prepares it anew at each Start)."""
     p, rank = comm.size, comm.rank
     recv = parse_wbuffer(recvbuf, p, writable=True, call=call, arg="recvbuf")
     rcounts = [recv.block_nbytes(i) for i in range(p)]
@@ -162,9 +170,9 @@ def _alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
             for i, block in enumerate(recv.blocks):
                 block[...] = rblocks.view(i)
             recv.finish()    # blocks of non-contiguous datatypes: into their layouts
-    return execute(comm, "alltoallv", call, 0,
-                   lambda alg, ch: alg(ch, sblocks, rblocks), algorithm=algorithm,
-                   nonblocking=nonblocking, finalize=finish)
+    return Prepared("alltoallv", call, 0, lambda alg, ch: alg(ch, sblocks, rblocks),
+                    algorithm=algorithm, finalize=finish,
+                    specs=((sendbuf, None if sendbuf is IN_PLACE else send), (recvbuf, recv)))
 
 
 def alltoall(comm, sendobj: Any, algorithm: str = None) -> list:

@@ -405,13 +405,22 @@ def Ialltoallw(comm, sendbuf: Any, recvbuf: Any) -> Any:
 
 @collective
 def _alltoallw(comm, sendbuf, recvbuf, call, nonblocking):
+    return prepare_alltoallw(comm, call, sendbuf, recvbuf).execute(comm, nonblocking)
+
+
+def prepare_alltoallw(comm, call: str, sendbuf: Any, recvbuf: Any) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`).
+    Its blocks are packed here (a W buffer is not the user's memory as a whole: a
+    persistent call prepares it anew at each Start)."""
     comm._alive(call)
     q = comm._ep.size
     send = parse_wbuffer(sendbuf, q, writable=False, call=call, arg="sendbuf")
     recv = parse_wbuffer(recvbuf, q, writable=True, call=call, arg="recvbuf")
-    return _run(comm, "alltoallw", call,
-                lambda alg, ch: alg(ch, ch.local, send.blocks, recv.blocks),
-                nonblocking=nonblocking)
+    # (blocks of non-contiguous receive datatypes arrive in temporaries: finish scatters
+    # them into their layouts)
+    return _prepared("alltoallw", call,
+                     lambda alg, ch: alg(ch, ch.local, send.blocks, recv.blocks),
+                     finalize=lambda _: recv.finish(), specs=((sendbuf, send), (recvbuf, recv)))
 
 
 def alltoall(comm, sendobj: Any) -> list:

@@ -162,6 +162,15 @@ def Ineighbor_alltoallw(comm, sendbuf: Any, recvbuf: Any, algorithm: str = None)
 
 @collective
 def _neighbor_alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
+    return prepare_neighbor_alltoallw(comm, call, sendbuf, recvbuf, algorithm).execute(
+        comm, nonblocking)
+
+
+def prepare_neighbor_alltoallw(comm, call: str, sendbuf: Any, recvbuf: Any,
+                               algorithm: str = None) -> Prepared:
+    """The call parsed and checked (:class:`~minimpi.comm.collectives.common.Prepared`).
+    Its blocks are packed here (a W buffer is not the user's memory as a whole: a
+    persistent call prepares it anew at each Start)."""
     sources, destinations, order = comm._neighbours()
     finish = nothing
     if sources:
@@ -194,9 +203,11 @@ def _neighbor_alltoallw(comm, sendbuf, recvbuf, algorithm, call, nonblocking):
                              scounts, running_sum(scounts)[:-1])
     else:
         sblocks = _empty()
-    return execute(comm, "neighbor_alltoall", call, 0,
-                   lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
-                   algorithm=algorithm, nonblocking=nonblocking, finalize=finish)
+    return Prepared("neighbor_alltoall", call, 0,
+                    lambda alg, ch: alg(ch, sources, destinations, order, sblocks, rblocks),
+                    algorithm=algorithm, finalize=finish,
+                    specs=((sendbuf, None if not destinations else send),
+                           (recvbuf, None if not sources else recv)))
 
 
 @collective

@@ -329,6 +329,30 @@ def test_alltoallw_between_groups():
     assert out[:2] == [[2.0, 3.0, 4.0]] * 2 and out[2:] == [[0.0, 1.0]] * 3
 
 
+def test_alltoallw_between_groups_into_a_strided_datatype():
+    """Each block lands in every other element of its slice (a vector datatype): the
+    received temporaries are scattered into that layout."""
+    from minimpi.data.datatypes import DOUBLE
+
+    def body(world):
+        color, inter = make(world, 2)
+        q = inter.Get_remote_size()
+        strided = DOUBLE.Create_vector(2, 1, 2).Commit()      # elements 0 and 2 of 3
+        send = np.array([[world.rank, 10 + world.rank]] * q, dtype=np.float64).ravel()
+        recv = np.full(4 * q, -1.0)
+        sdispls, rdispls = [16 * j for j in range(q)], [32 * j for j in range(q)]
+        inter.Alltoallw([send, ([2] * q, sdispls), [DOUBLE] * q],
+                        [recv, ([1] * q, rdispls), [strided] * q])
+        strided.Free()
+        inter.Free()
+        return recv.reshape(q, 4).tolist()
+
+    out = run_threads(5, body)
+    for r, got in enumerate(out):
+        remote = [2, 3, 4] if r < 2 else [0, 1]
+        assert got == [[j, -1.0, 10 + j, -1.0] for j in remote], (r, got)
+
+
 @pytest.mark.parametrize("a,b", SIZES)
 @pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
 @pytest.mark.parametrize("transport", ["inproc", "tcp"])

@@ -55,7 +55,8 @@ def _profile(op: Callable[[], None], repeats: int) -> Tuple[float, float]:
 
 
 def per_call(repeats: int = 200) -> Dict[str, Tuple[float, float]]:
-    """(Python calls, file moves) per repeated 8 B Allreduce, Send and Recv on rank 0 (p = 2,
+    """(Python calls, file moves) per repeated 8 B Allreduce (blocking, and a persistent
+    one's Start + Wait), Send and Recv on rank 0 (p = 2,
     in-process transport: what the API, collective and engine layers cost, without a wire)."""
     from minimpi.data import ops
     from minimpi.runtime.inproc import run_threads
@@ -68,6 +69,14 @@ def per_call(repeats: int = 200) -> Dict[str, Tuple[float, float]]:
             allreduce()
         comm.Barrier()
         out["Allreduce 8 B"] = _profile(allreduce, repeats)
+        comm.Barrier()
+        persistent = comm.Allreduce_init(a, b, op=ops.SUM)
+        started = lambda: (persistent.Start(), persistent.Wait())  # noqa: E731
+        for _ in range(20):
+            started()
+        comm.Barrier()
+        out["Allreduce_init: Start + Wait"] = _profile(started, repeats)
+        persistent.Free()
         comm.Barrier()
         # ping-pong: rank 0 counts its Sends, rank 1 its Recvs (each side's own calls)
         peer = 1 - comm.rank
@@ -89,6 +98,7 @@ def per_call(repeats: int = 200) -> Dict[str, Tuple[float, float]]:
     ranks = run_threads(2, body, timeout=120)
     # the ping-pong figures are of a Send + Recv pair: split by the other rank's pair
     return {"Allreduce 8 B": ranks[0]["Allreduce 8 B"],
+            "Allreduce_init: Start + Wait": ranks[0]["Allreduce_init: Start + Wait"],
             "Send + Recv pair (rank 0)": ranks[0]["Send 8 B"],
             "Recv + Send pair (rank 1)": ranks[1]["Recv 8 B"]}
 

@@ -629,7 +629,7 @@ class Comm(Attributed, IntConversions, metaclass=Fronted):
     Reduce_scatter, Ireduce_scatter = (_run_as_kind("Reduce_scatter"),
                                        _run_as_kind("Ireduce_scatter"))
 
-    # -- persistent collectives (persistent_coll.py): each Start runs the I-form
+    # -- persistent collectives (persistent_coll.py): prepared and compiled at *_init
     Barrier_init, Bcast_init = persistent_coll.Barrier_init, persistent_coll.Bcast_init
     Gather_init, Gatherv_init = persistent_coll.Gather_init, persistent_coll.Gatherv_init
     Scatter_init, Scatterv_init = persistent_coll.Scatter_init, persistent_coll.Scatterv_init

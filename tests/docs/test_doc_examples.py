@@ -122,7 +122,14 @@ def _wait_for_leftovers(marker: str, wait: float = 3.0) -> list:
 class _Runner:
     """Runs every block in the background, CONCURRENT at a time, in page order: most of a
     small job's time is start-up and waiting, so a few at once finish the set sooner than
-    one after the other; each test then waits for its own block's outcome."""
+    one after the other; each test then waits for its own block's outcome.
+
+    Under pytest-xdist every worker collects every block but runs only the tests it is
+    handed, which no worker knows beforehand: running them all ahead would run each block
+    once per worker - twice the work, and two copies of a block that listens on a fixed
+    port (the environment-rendezvous loop of docs/guide/hosts.md) failing each other. So
+    there each worker runs its own blocks as their tests come (the workers are the
+    concurrency)."""
 
     def __init__(self) -> None:
         self.pool = None
@@ -143,8 +150,9 @@ _RUNNER = _Runner()
 
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.where for b in RUN_BLOCKS])
 def test_example_runs(block, request):
-    selected = [item.callspec.params["block"] for item in request.session.items
-                if getattr(item, "originalname", None) == "test_example_runs"]
+    selected = [] if os.environ.get("PYTEST_XDIST_WORKER") else \
+        [item.callspec.params["block"] for item in request.session.items
+         if getattr(item, "originalname", None) == "test_example_runs"]
     result = _RUNNER.outcome(block, selected)
     report = f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     assert not result.failure, f"{block.where}: {result.failure}\n{report}"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, List, Optional
 
-from .mismatch import op_name, open_slot, signature, type_name, watch_of
+from .mismatch import call_fields, op_name, open_recorded, signature, type_name, watch_of
 from .registry import Algorithm
 from .schedule import Channel, Schedule, run, start
 
@@ -43,7 +43,7 @@ class CompiledCall:
 
     __slots__ = ("ep", "plan", "collective", "call", "algorithm", "label", "sig", "watch",
                  "root", "opname", "nbytes", "objects", "typename", "op_ref", "datatype_ref",
-                 "_idle")
+                 "fields", "_idle")
 
     def __init__(self, ep: Any, plan: Any, collective: str, call: str, nbytes: int, op: Any,
                  requested: Optional[str], objects: bool, root: Optional[int],
@@ -62,6 +62,9 @@ class CompiledCall:
         self.sig = signature(collective, alg.name, root, self.opname, nbytes, objects,
                              self.typename)
         self.watch = watch_of(ep)
+        #: what the mismatch bookkeeping records of each call (the same for every call)
+        self.fields = call_fields(self.sig, collective, call, alg.name, root, self.opname,
+                                  nbytes, objects, self.typename)
         self.op_ref = None if op is None else weakref.ref(op)
         self.datatype_ref = None if datatype is None else weakref.ref(datatype)
         self._idle: List[Channel] = []
@@ -82,9 +85,7 @@ class CompiledCall:
         """Give ``ch`` the call's signed tag and check it against what already arrived
         (:func:`~minimpi.coll.mismatch.open_slot`: a mismatch raises here)."""
         ch.watch = self.watch
-        ch.tag = open_slot(self.ep, self.watch, ch.tag, self.sig, self.collective, self.call,
-                           self.algorithm.name, self.root, self.opname, self.nbytes,
-                           self.objects, self.typename)
+        ch.tag = open_recorded(self.ep, self.watch, ch.tag, self.fields)
 
     def release(self, ch: Channel) -> None:
         """``ch``'s call is over: keep it (and its working buffers) for the next one. The

@@ -319,12 +319,17 @@ class Watch:
                  algorithm: str = "", root: Optional[int] = None, op: Any = None,
                  nbytes: int = 0, objects: bool = False, typename: Optional[str] = None) -> int:
         """Record slot ``seq`` as this rank's call (kept for :data:`HISTORY` calls)."""
-        low = seq & SEQ_MASK
-        self.aborted.pop(low, None)          # a new call in this slot (after wrap-around)
         if op is not None and not isinstance(op, str):
             op = _op_name(op)
-        self.calls[low] = (seq, tag, sig, collective, call, algorithm, root, op, nbytes,
-                           objects, typename)
+        return self.record(seq, tag, (sig, collective, call, algorithm, root, op, nbytes,
+                                      objects, typename))
+
+    def record(self, seq: int, tag: int, fields: tuple) -> int:
+        """:meth:`register` with the call's fields from :func:`call_fields` (a compiled call
+        makes them once)."""
+        low = seq & SEQ_MASK
+        self.aborted.pop(low, None)          # a new call in this slot (after wrap-around)
+        self.calls[low] = (seq, tag, *fields)
         order = self.order
         order.append(low)
         if len(order) > HISTORY:
@@ -456,18 +461,31 @@ def open_signed(ch: Any, watch: "Watch", sig: int, collective: str, call: str,
                        nbytes, objects, typename)
 
 
+def call_fields(sig: int, collective: str, call: str, algorithm: str, root: Optional[int],
+                opname: Optional[str], nbytes: int, objects: bool,
+                typename: Optional[str] = None) -> tuple:
+    """What the bookkeeping records of a call besides its slot and tag (:func:`open_slot`):
+    the same for every call of a compiled signature, so made once for it."""
+    return (sig, collective, call, algorithm, root, opname, nbytes, objects, typename)
+
+
 def open_slot(ep: Any, watch: "Watch", seq: int, sig: int, collective: str, call: str,
               algorithm: str, root: Optional[int], opname: Optional[str], nbytes: int,
               objects: bool, typename: Optional[str] = None) -> int:
     """The signed tag of the call in slot ``seq`` (drawn from the endpoint), recorded in the
     communicator's bookkeeping and checked against what already arrived: raises the error a
     message of this slot with another signature, or an earlier call, left."""
+    return open_recorded(ep, watch, seq, call_fields(sig, collective, call, algorithm, root,
+                                                     opname, nbytes, objects, typename))
+
+
+def open_recorded(ep: Any, watch: "Watch", seq: int, fields: tuple) -> int:
+    """:func:`open_slot` with the call's :func:`call_fields`, made once for its signature."""
     if watch.error is not None:
         err, watch.error = watch.error, None
         raise err
-    tag = (seq & SEQ_MASK) | sig << SEQ_BITS
-    low = watch.register(seq, tag, sig, collective, call, algorithm, root, opname, nbytes,
-                         objects, typename)
+    tag = (seq & SEQ_MASK) | fields[0] << SEQ_BITS
+    low = watch.record(seq, tag, fields)
     waiting = ep.engine.unexpected_messages(ep.coll_context)
     # a message of this very call (the common case: a peer was first) needs no look
     for inc in waiting:

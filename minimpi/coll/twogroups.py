@@ -32,7 +32,7 @@ import weakref
 from typing import Any, List, Optional, Tuple
 
 from .compiled import CompiledCall
-from .mismatch import abort_groups, op_name, open_slot, signature, watch_of
+from .mismatch import abort_groups, call_fields, op_name, open_recorded, signature, watch_of
 from .peers import GROUP_LEADER
 from .registry import INTER, Algorithm
 from .schedule import Channel, Schedule
@@ -96,6 +96,8 @@ class TwoGroupCall(CompiledCall):
         self.sig = signature(collective, alg.name, None, self.opname, 0, objects, None)
         self.watch = watch_of(ep)
         self.local_watch = watch_of(local_ep)
+        self.fields = call_fields(self.sig, collective, call, alg.name, None, self.opname, 0,
+                                  objects, None)
         self.op_ref = None if op is None else weakref.ref(op)
         self.datatype_ref = None
         self._idle: List[Channel] = []
@@ -112,9 +114,7 @@ class TwoGroupCall(CompiledCall):
         super().sign(ch)
         local = ch.local
         local.watch = self.local_watch
-        local.tag = open_slot(self.local_ep, self.local_watch, local.tag, self.sig,
-                              self.collective, self.call, self.algorithm.name, None,
-                              self.opname, 0, self.objects, None)
+        local.tag = open_recorded(self.local_ep, self.local_watch, local.tag, self.fields)
 
 
 def exchange_leaders(remote: Channel, local: Channel, value: Any) -> Schedule:

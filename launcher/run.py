@@ -139,10 +139,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "env MINIMPI_TRANSPORT")
     p.add_argument("--progress", choices=("auto", "spin", "yield", "block"),
                    metavar="{auto,spin,yield,block}",
-                   help="how a waiting rank waits: spin (poll up to 100 us, then sleep), yield "
-                        "(shorter spins that give the core away), block (sleep at once); auto "
-                        "(default): spin while ranks on a host <= its cores, yield up to twice "
-                        "that, block beyond; env MINIMPI_PROGRESS")
+                   help="how a waiting rank waits: spin (poll up to 3 ms, then sleep), yield "
+                        "(the same, giving the core away between polls), block (sleep at "
+                        "once); auto (default): spin while ranks on a host <= its cores, "
+                        "yield up to 8 times that, block beyond; env MINIMPI_PROGRESS")
     p.add_argument("--coll", action="append", type=key_value, default=[], metavar="NAME=ALG",
                    help="collective algorithm, e.g. bcast=ring (sets MINIMPI_BCAST=ring); repeatable")
     p.add_argument("-x", "--env", action="append", type=key_value, default=[], metavar="KEY=VALUE",

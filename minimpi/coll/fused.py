@@ -61,16 +61,41 @@ class FusedCall:
         self.stacked: List[np.ndarray] = []
 
     def next_call(self) -> int:
-        """The number of the call the fused form would make now, or 0 when it must leave it
-        to the general path: someone watches the algorithms' steps, the engine has something
-        unusual to report, or the segment's area is not free yet."""
+        """The number of the call the fused form makes now, once its area is free (see
+        :meth:`wait_free`), or 0 when it must leave it to the general path: someone
+        watches the algorithms' steps, or the engine has something unusual to report."""
         engine, seg = self.engine, self.seg
         k = seg.calls + 1
         if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
-                or engine.aborted is not None or engine.faults or seg.published != k - 1
-                or seg.lowest_done() < k - 2):
+                or engine.aborted is not None or engine.faults or seg.published != k - 1):
             return 0
+        if seg.lowest_done() < k - 2:
+            self.wait_free(k)
         return k
+
+    def wait_free(self, k: int) -> None:
+        """Wait until every member finished reading call ``k - 2``, whose area call ``k``
+        writes: a member that waits for no one - the root of a ``Bcast`` - runs up to two
+        calls ahead of the others and then waits here (it used to leave each such call
+        to the general path, several times slower). A look for the spin budget first, as
+        :meth:`meet`, then the engine's wait."""
+        seg = self.seg
+        policy = self.engine.progress_policy
+        if policy.spin:
+            clock = time.perf_counter
+            deadline = clock() + policy.spin
+            yield_ = policy.yield_
+            while seg.lowest_done() < k - 2:
+                if clock() >= deadline:
+                    break
+                if yield_:
+                    _sched_yield()
+            else:
+                return
+        wait = MemoryWait(seg, self.waiting, k, self.everyone, free=True)
+        if not wait.done:
+            self.engine.wait_all([wait])
+        wait.wait()
 
     def meet_everyone(self, k: int) -> None:
         """Publish call ``k`` (this member's data is written), wait until every member has,

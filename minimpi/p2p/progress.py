@@ -19,8 +19,12 @@ spinning while the rank that has the data waits for a core. Hence the policies
     sleep in ``progress(timeout)`` at once: an idle rank costs no CPU at all.
 ``auto`` (default)
     ``spin`` when the ranks on this host are no more than the cores this process may run
-    on (``os.sched_getaffinity``), ``yield`` up to twice that, ``block`` beyond - so 32
-    ranks on 2 cores never spin each other out.
+    on (``os.sched_getaffinity``), ``yield`` up to :data:`YIELD_UP_TO` times that, ``block``
+    beyond. A rank that yields gives its core to a rank that has work, so ranks that
+    outnumber cores can wait as long as spinning ranks do: 8 B ``Allreduce`` on 2 cores
+    at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with a 30 us yield budget (p = 8 and
+    16 then blocked) and 35 / 106 / 784 us with 3 ms (a sleeping rank pays a wake-up per
+    call, and so does the rank that wakes it); at p = 32 the two are alike.
 
 The budget follows whether spinning pays, over the last :data:`WINDOW` waits: a wait
 *paid* when its message came while it spun, or so soon after it gave up (within
@@ -52,8 +56,10 @@ MODES = ("auto", "spin", "yield", "block")
 #: on 2 cores: 175 us with a 100 us spin, 13-50 us with 3-10 ms). Waits that outlast it turn
 #: it down to MIN_SPIN (below), so an idle rank still sleeps within a few milliseconds.
 MAX_SPIN = 3e-3
-#: with yield, ranks share cores: shorter spins
-MAX_YIELD_SPIN = 30e-6
+#: with yield the budget is as long: a yielding rank hands its core to one with work
+MAX_YIELD_SPIN = MAX_SPIN
+#: ``auto`` yields up to this many ranks per core, and blocks beyond
+YIELD_UP_TO = 8
 #: the budget never adapts below this (s)
 MIN_SPIN = 5e-6
 #: how many recent waits decide whether spinning pays
@@ -111,7 +117,7 @@ class ProgressPolicy:
         cores = usable_cores() if cores is None else cores
         if ranks_here <= cores:
             mode = "spin"
-        elif ranks_here <= 2 * cores:
+        elif ranks_here <= YIELD_UP_TO * cores:
             mode = "yield"
         else:
             mode = "block"

@@ -83,12 +83,14 @@ class FusedCall:
         policy = self.engine.progress_policy
         if policy.spin:
             clock = time.perf_counter
-            deadline = clock() + policy.spin
-            yield_ = policy.yield_
+            start = clock()
+            deadline = start + policy.spin
+            yield_from = start + policy.yield_after
             while seg.lowest_done() < k - 2:
-                if clock() >= deadline:
+                now = clock()
+                if now >= deadline:
                     break
-                if yield_:
+                if now >= yield_from:
                     _sched_yield()
             else:
                 return
@@ -123,17 +125,19 @@ class FusedCall:
         policy = self.engine.progress_policy
         if policy.spin:
             clock = time.perf_counter
-            deadline = clock() + policy.spin
-            yield_ = policy.yield_
+            start = clock()
+            deadline = start + policy.spin
+            yield_from = start + policy.yield_after
             while True:
                 for m in members:
                     if words[at[m]] < k:
                         break
                 else:
                     return
-                if clock() >= deadline:
+                now = clock()
+                if now >= deadline:
                     break
-                if yield_:
+                if now >= yield_from:
                     _sched_yield()
         wait = MemoryWait(self.seg, self.waiting, k, members)
         if not wait.done:

@@ -590,7 +590,9 @@ class Engine(FrameSink):
             self._express = express
             try:
                 clock = time.perf_counter
-                deadline = clock() + policy.spin
+                start = clock()
+                deadline = start + policy.spin
+                yield_from = start + policy.yield_after
                 progress = transport.progress
                 while True:
                     progress(0)
@@ -600,9 +602,10 @@ class Engine(FrameSink):
                         inc = q.find_unexpected(source, tag, False)
                         if inc is not None:
                             return self._take_queued(q, inc, target)
-                    if q.posted or self.lost_peers or self.faults or clock() >= deadline:
+                    now = clock()
+                    if q.posted or self.lost_peers or self.faults or now >= deadline:
                         return None
-                    if policy.yield_:
+                    if now >= yield_from:
                         os.sched_yield()
             finally:
                 self._express = None

@@ -80,20 +80,8 @@ class FusedCall:
         to the general path, several times slower). A look for the spin budget first, as
         :meth:`meet`, then the engine's wait."""
         seg = self.seg
-        policy = self.engine.progress_policy
-        if policy.spin:
-            clock = time.perf_counter
-            start = clock()
-            deadline = start + policy.spin
-            yield_from = start + policy.yield_after
-            while seg.lowest_done() < k - 2:
-                now = clock()
-                if now >= deadline:
-                    break
-                if now >= yield_from:
-                    _sched_yield()
-            else:
-                return
+        if self.engine.progress_policy.spin_until(lambda: seg.lowest_done() >= k - 2):
+            return
         wait = MemoryWait(seg, self.waiting, k, self.everyone, free=True)
         if not wait.done:
             self.engine.wait_all([wait])
@@ -123,7 +111,7 @@ class FusedCall:
         says, progress on every connection; an error ends it)."""
         words, at = self.seg.words, self.seg.seq_at
         policy = self.engine.progress_policy
-        if policy.spin:
+        if policy.spin:      # (inline, not spin_until: no Python call per look)
             clock = time.perf_counter
             start = clock()
             deadline = start + policy.spin

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from ..errors import ArgumentError
 
@@ -166,6 +166,25 @@ class ProgressPolicy:
         moved = progress(timeout)
         self._paid(moved and clock() - start < NEAR * self.max_spin)
         return moved
+
+    def spin_until(self, ready: Callable[[], bool]) -> bool:
+        """Look at ``ready()`` for the spin budget (yielding the core between looks as
+        :meth:`wait` does): whether it came true. A wait on memory another process writes
+        (a shared segment) calls this before it waits through the engine."""
+        spin = self.spin
+        if not spin:
+            return ready()
+        clock = time.perf_counter
+        start = clock()
+        deadline = start + spin
+        yield_from = start + self.yield_after
+        while not ready():
+            now = clock()
+            if now >= deadline:
+                return False
+            if now >= yield_from:
+                os.sched_yield()
+        return True
 
     def _paid(self, paid: bool) -> None:
         """Record whether this wait's spin paid, and set the budget from the last WINDOW."""

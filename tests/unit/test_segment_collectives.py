@@ -401,3 +401,39 @@ def test_a_fused_allgather_against_an_alltoall_is_a_mismatch():
     with pytest.raises(RankFailed) as info:
         run_threads(2, body, timeout=60, transport="shm")
     assert isinstance(info.value.__cause__, CollectiveMismatchError)
+
+
+@pytest.mark.parametrize("p", [3, 4])
+def test_a_bcast_root_ahead_of_its_readers_waits_on_the_fused_path(p):
+    """The root of a repeated Bcast waits for no one and runs ahead; two calls ahead, its
+    area is still being read: it waits for the readers there (every value arrives, in
+    order) and never leaves the call to the general path."""
+    import time
+
+    def body(comm):
+        spinning(comm)
+        buf = np.zeros(4)
+        comm.Bcast(buf, root=0)
+        comm.Bcast(buf, root=0)                   # the fused form from here on
+        general = []
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == "execute":
+                general.append(1)
+        got = []
+        if comm.rank == 0:
+            sys.setprofile(profile)
+        for i in range(12):
+            if comm.rank == 0:
+                buf[:] = i
+            else:
+                time.sleep(0.002)                 # the readers lag behind
+            comm.Bcast(buf, root=0)
+            got.append(buf[0])
+        sys.setprofile(None)
+        return got, len(general)
+
+    for r, (got, general) in enumerate(run_threads(p, body, timeout=120, transport="shm")):
+        assert got == list(range(12))
+        if r == 0:
+            assert general == 0

@@ -460,3 +460,17 @@ def test_same_host_name_but_another_dev_shm_or_network_namespace_goes_over_tcp()
     finally:
         close_all(ts)
         cleanup_job(name)
+
+
+def test_spin_until_looks_for_the_budget_and_yields_after_the_first_moments():
+    from minimpi.p2p.progress import SPIN_ALONE
+    policy = ProgressPolicy("spin", max_spin=0.01)
+    assert policy.yield_after == SPIN_ALONE and ProgressPolicy("yield").yield_after == 0
+    at = time.perf_counter() + 0.002
+    assert policy.spin_until(lambda: time.perf_counter() >= at)       # came true in time
+    start = time.perf_counter()
+    assert not policy.spin_until(lambda: False)                        # the budget ran out
+    assert 0.009 < time.perf_counter() - start < 1.0
+    looks = []
+    assert not ProgressPolicy("block").spin_until(lambda: looks.append(1))   # one look
+    assert looks == [1]

@@ -118,12 +118,14 @@ class PersistentCollective:
 
     __slots__ = ("comm", "prepare", "prepared", "compiled")
 
-    def __init__(self, comm: Any, prepare: Callable[[], Prepared]) -> None:
+    def __init__(self, comm: Any, prepare: Callable[[], Prepared], at_init: bool = True) -> None:
         self.comm = comm
         #: prepares the call (with the arguments of ``*_init``)
         self.prepare = prepare
         self.prepared: Optional[Prepared] = None
         self.compiled: Any = None
+        if not at_init:       # preparing is a collective of its own: each Start does it
+            return
         try:
             prepared = prepare()
         except Exception:     # raised by Start, which tells the other members (see above)
@@ -152,17 +154,21 @@ def _started(comm: Any, op: PersistentCollective) -> Request:
 
 
 def persistent(name: str, params: Sequence[Tuple[str, Any]], intra: Callable[..., Prepared],
-               inter: Optional[Callable[..., Prepared]] = None,
+               inter: Optional[Callable[..., Prepared]] = None, gathered: str = "",
                **fixed: Any) -> Callable[..., Prequest]:
     """The method ``name`` (``Bcast_init``...): checks once, prepares the call with
     ``intra`` (or ``inter`` on an intercommunicator; ``fixed``: their keyword arguments
     that the name decides, such as ``vector=True``) and returns the persistent request
-    whose every ``Start`` runs it."""
+    whose every ``Start`` runs it. ``gathered``: an argument that, left None, the call
+    gathers from every member (``Reduce_scatter``'s ``recvcounts``): preparing is then a
+    collective of its own, done at each ``Start`` as before, so that a rank whose
+    ``*_init`` fails leaves no other waiting in it."""
     def init(self: Any, *args: Any, **kwargs: Any) -> Prequest:
         bound = _check_once(self, name, _bind(name, params, args, kwargs))
         prepare = inter if self.Is_inter() else intra
+        at_init = not gathered or bound.get(gathered) is not None
         op = PersistentCollective(self, functools.partial(prepare, self, name, **bound,
-                                                          **fixed))
+                                                          **fixed), at_init)
         return Prequest._create(op.start, self._ep.engine, f"{name} on {self.name}")
     init.__name__ = init.__qualname__ = name
     shown = ", ".join(p if d is _NO_DEFAULT else f"{p}={_shown(d)}" for p, d in params)
@@ -189,8 +195,9 @@ _COUNTS = ("recvcounts", None)
 
 
 def _made(name: str, params: Sequence[Tuple[str, Any]], intra: Callable[..., Prepared],
-          inter: Optional[Callable[..., Prepared]] = None, **fixed: Any) -> Tuple[str, Any]:
-    return name, persistent(name, params, intra, inter, **fixed)
+          inter: Optional[Callable[..., Prepared]] = None, gathered: str = "",
+          **fixed: Any) -> Tuple[str, Any]:
+    return name, persistent(name, params, intra, inter, gathered, **fixed)
 
 
 _ALL: Dict[str, Any] = dict([
@@ -224,7 +231,8 @@ _ALL: Dict[str, Any] = dict([
           reduce_scatter_calls.prepare_reduce_scatter, inter_calls.prepare_reduce_scatter,
           block=True),
     _made("Reduce_scatter_init", (_SEND, _RECV, _COUNTS, _OP, _INFO),
-          reduce_scatter_calls.prepare_reduce_scatter, inter_calls.prepare_reduce_scatter),
+          reduce_scatter_calls.prepare_reduce_scatter, inter_calls.prepare_reduce_scatter,
+          gathered="recvcounts"),
     # intracommunicators only
     _made("Scan_init", (_SEND, _RECV, _OP, _INFO), scan_calls.prepare_scan,
           collective="scan"),

@@ -336,3 +336,25 @@ def test_persistent_collectives_of_an_intercommunicator_restart():
         remote = [2, 3, 4] if r < 2 else [0, 1]
         for k, got in enumerate(out):
             np.testing.assert_array_equal(got, [sum(remote), k * len(remote)])
+
+
+def test_reduce_scatter_init_without_counts_gathers_them_at_each_start():
+    """Reduce_scatter_init(recvcounts=None): the counts are each rank's recvbuf count,
+    gathered from every member - a collective of its own, made at each Start."""
+    def prog(comm):
+        r, p = comm.rank, comm.size
+        send = np.zeros(sum(range(1, p + 1)))
+        recv = np.zeros(r + 1)
+        req = comm.Reduce_scatter_init(send, recv)
+        out = []
+        for k in range(2):
+            send[:] = np.arange(send.size) + k
+            req.Start(); req.Wait()
+            out.append(recv.copy())
+        return out
+
+    p = 3
+    offsets = np.cumsum([0] + list(range(1, p + 1)))
+    for r, out in enumerate(run_threads(p, prog)):
+        for k, got in enumerate(out):
+            np.testing.assert_array_equal(got, p * (np.arange(offsets[r], offsets[r + 1]) + k))

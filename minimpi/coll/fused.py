@@ -96,6 +96,7 @@ class FusedCall:
             self.meet(k, self.everyone)
         if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
             seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+        seg.verified(k)
 
     def open(self) -> int:
         """Take the call's slot of the communicator's sequence; its signed tag."""
@@ -211,6 +212,7 @@ class FusedAllreduce(FusedCall):
                 self.meet(k, self.everyone)
             if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
                 seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+            seg.verified(k)
             out = recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)
             if self.pairs is not None:
                 self.ufunc(*self.pairs[parity], out=out)

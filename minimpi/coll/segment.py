@@ -396,6 +396,12 @@ class HostSegment:
                              f"order")
         return errors, fewer
 
+    def verified(self, k: int) -> None:
+        """Every member signed call ``k`` alike (the call checked it after all of them
+        published): nothing of it is left to cross-check when its parity comes round again
+        (:meth:`publish`)."""
+        self._mine[k & 1] = None
+
     def wait_for(self, ch: Any, k: int, members: Sequence[int]) -> MemoryWait:
         """The step's wait: until ``members`` published call ``k``."""
         return MemoryWait(self, ch, k, members)

@@ -51,14 +51,13 @@ from typing import Callable, Mapping, Optional
 from ..errors import ArgumentError
 
 MODES = ("auto", "spin", "yield", "block")
-#: the longest spin before sleeping (s). Longer than a wake-up: on a machine where another
+#: the longest spin (or yield) before sleeping (s), in both modes: a yielding rank hands
+#: its core to one with work. Longer than a wake-up: on a machine where another
 #: process takes a core, the peer waits its turn for a scheduler slice (milliseconds); a rank
 #: that slept meanwhile paid a wake-up per message on top (8 B one-way with one busy process
 #: on 2 cores: 175 us with a 100 us spin, 13-50 us with 3-10 ms). Waits that outlast it turn
 #: it down to MIN_SPIN (below), so an idle rank still sleeps within a few milliseconds.
 MAX_SPIN = 3e-3
-#: with yield the budget is as long: a yielding rank hands its core to one with work
-MAX_YIELD_SPIN = MAX_SPIN
 #: ``auto`` yields up to this many ranks per core, and blocks beyond
 YIELD_UP_TO = 8
 #: how long a spinning wait polls alone; after that it yields the core between polls, so
@@ -91,23 +90,19 @@ def usable_cores() -> int:
 class ProgressPolicy:
     """Spin, yield or block before/while waiting (see the module docstring)."""
 
-    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_", "yield_after", "reason",
-                 "recent")
+    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_after", "reason", "recent")
 
     def __init__(self, mode: str = "block", max_spin: Optional[float] = None,
                  reason: str = "") -> None:
         if mode not in MODES[1:]:
             raise ArgumentError(f"progress policy {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
-        self.yield_ = mode == "yield"
         #: how long a wait polls before each further poll also yields the core (s)
-        self.yield_after = 0.0 if self.yield_ else SPIN_ALONE
+        self.yield_after = 0.0 if mode == "yield" else SPIN_ALONE
         if mode == "block":
             self.max_spin = 0.0
-        elif max_spin is not None:
-            self.max_spin = max_spin
         else:
-            self.max_spin = MAX_YIELD_SPIN if self.yield_ else MAX_SPIN
+            self.max_spin = MAX_SPIN if max_spin is None else max_spin
         self.min_spin = min(MIN_SPIN, self.max_spin)
         self.spin = self.max_spin
         #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid

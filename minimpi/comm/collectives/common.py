@@ -179,6 +179,7 @@ class Prepared:
 
     def execute(self, comm: Any, nonblocking: bool) -> Any:
         """Run the call now (blocking) or start it (nonblocking: its request)."""
+        # (compiled()'s lookup, inline: every blocking call runs this, one Python call fewer)
         compiled = compiled_call(comm, self.collective, self.call, self.nbytes, self.op,
                                  self.algorithm, False, self.root, self.datatype)
         return begin(comm, compiled, self.invoke, self.finalize, nonblocking, False,

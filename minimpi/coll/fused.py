@@ -30,7 +30,7 @@ import numpy as np
 from ..constants import IN_PLACE
 from .mismatch import abort_slot, open_recorded
 from .segment import CALL_SHIFT, SIG_MASK, HostSegment, MemoryWait
-from .slots import NOT_ANNOUNCED, SEQ_MASK
+from .slots import SEQ_MASK, announced
 
 _sched_yield = os.sched_yield
 
@@ -136,8 +136,7 @@ class FusedCall:
     def announce(self, exc: BaseException, tag: int) -> None:
         """This rank failed inside its call: tell the others (unless another rank's failure
         is the cause), as every collective does."""
-        if not isinstance(exc, NOT_ANNOUNCED) and not getattr(exc, "_minimpi_slot_aborted",
-                                                                  False):
+        if announced(exc) and not getattr(exc, "_minimpi_slot_aborted", False):
             abort_slot(self.ep, exc, tag & SEQ_MASK, self.compiled.call)
             try:
                 exc._minimpi_slot_aborted = True

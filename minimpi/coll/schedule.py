@@ -35,7 +35,7 @@ from .cost import CostModel, default_model
 from .mismatch import abort_slot, watch_if_any
 from .peers import host_groups
 from .scratch import Scratch
-from .slots import NOT_ANNOUNCED, SEQ_MASK
+from .slots import SEQ_MASK, announced
 
 Step = List[Request]
 Schedule = Generator[Step, None, Any]
@@ -299,7 +299,7 @@ class CollectiveRequest(LayeredRequest):
         except Exception as exc:  # the error surfaces from wait()/test()
             if self._release is not None:
                 self._release(ch)
-            if not isinstance(exc, NOT_ANNOUNCED):   # tell the others
+            if announced(exc):   # tell the others
                 ch.abort(exc)
                 exc._minimpi_slot_aborted = True
             self._outcome.fail(exc)

@@ -56,6 +56,15 @@ from ..errors import (
 NOT_ANNOUNCED = (CollectiveAbortedError, CollectiveMismatchError, PeerLostError,
                  JobAbortedError)
 
+
+def announced(exc: BaseException) -> bool:
+    """Whether a rank whose collective call ends with ``exc`` tells the other members.
+    Only errors are: a ``SystemExit`` or ``KeyboardInterrupt`` raised inside the call (a
+    signal handler's, say) means this rank is going away, and the others must learn that
+    from its exit - its code is the job's - not from an abort marker that makes them exit
+    with an error of their own first."""
+    return isinstance(exc, Exception) and not isinstance(exc, NOT_ANNOUNCED)
+
 SEQ_BITS = 14
 SEQ_MASK = (1 << SEQ_BITS) - 1
 

@@ -8,6 +8,8 @@ POINT   rendezvous  the victim faults after connecting to the coordinator, befor
                     DELAY s after a first Barrier
         transfer    everyone passes 64 MiB around a ring with Sendrecv; the victim faults
                     DELAY s after a first Barrier (mid-transfer, as a transfer takes longer)
+        waiting     the victim faults DELAY s into a second Barrier that the others enter
+                    only after DELAY + 2 s: always inside a collective's wait
 METHOD  sys.exit | os._exit | exit0 (sys.exit(0): a clean exit too early) | SIGKILL | SIGSTOP
 
 The victim faults from a SIGALRM handler, i.e. at whatever bytecode the main thread is
@@ -65,6 +67,10 @@ if point == "collective":
         comm.Allreduce(x, y)
         comm.Bcast(y, root=int(n % size))
         comm.Alltoall(np.ones(size * 8), np.empty(size * 8))
+elif point == "waiting":
+    if rank != victim:
+        time.sleep(delay + 2)
+    comm.Barrier()
 elif point == "transfer":
     big = np.full(8 << 20, float(rank))   # 64 MiB
     got = np.empty_like(big)

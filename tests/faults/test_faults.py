@@ -95,6 +95,22 @@ def test_sys_exit_mid_collective_is_blamed_every_time(attempt, tmp_path, job_mar
     left.check()
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "binomial"])
+def test_sys_exit_inside_a_collective_wait_is_the_jobs_exit(algorithm, tmp_path, job_marker):
+    # The victim exits (SystemExit from a signal handler) while it waits in a Barrier the
+    # others have not entered yet. An exit is not an error of the call: the others must not
+    # be told "rank 2 failed in this call" and exit 1 before the victim's own code 7 is seen
+    # (the shared-segment Barrier announced it, 1 CI run in ~30).
+    left = Leftovers(job_marker, tmp_path)
+    res = run_minimpi("-n", N, *left.args(), "--coll", f"barrier={algorithm}", PROGRAM,
+                      VICTIM, "waiting", "sys.exit", 7, "0.3", tmp_path, timeout=60)
+    assert res.returncode == 7, res.stderr[-3000:]
+    first = next(ln for ln in res.stderr.splitlines() if ln.startswith("minimpi: "))
+    assert first == f"minimpi: rank {VICTIM} exited with code 7", res.stderr[-3000:]
+    assert "failed in this call" not in res.stderr, res.stderr[-3000:]
+    left.check()
+
+
 def test_launcher_killed_mid_collective_takes_every_rank_with_it(tmp_path, job_marker):
     left = Leftovers(job_marker, tmp_path)
     # the victim's fault is far away: the launcher is what dies here

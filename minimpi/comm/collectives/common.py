@@ -21,7 +21,7 @@ from ...coll.compiled import CompiledCall
 from ...coll.mismatch import abort_groups, abort_slot
 from ...coll.registry import INTRA, Algorithm
 from ...coll.schedule import Channel, Schedule
-from ...coll.slots import NOT_ANNOUNCED, SEQ_MASK
+from ...coll.slots import SEQ_MASK, announced
 from ...coll.twogroups import TwoGroupCall
 from ...constants import IN_PLACE
 from ...data.cint import as_int
@@ -50,7 +50,7 @@ def collective(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            if self and not isinstance(exc, NOT_ANNOUNCED) \
+            if self and announced(exc) \
                     and not getattr(exc, "_minimpi_slot_aborted", False):
                 abort_call(self, exc, opened[-1] if opened else None,
                            method.__name__.strip("_"))

@@ -188,6 +188,7 @@ class Engine(FrameSink):
         self._turn = threading.Condition(self.lock)
         self._owner: Optional[int] = None    # the thread running the transport's progress
         self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
+        self._readers: Dict[int, Any] = {}   # world rank -> the transport's eager reader
         self._waiters = 0                    # threads waiting on _turn
         self._rounds = 0                     # progress rounds that moved something
         #: thread ident -> the requests its wait waits for, for the threads waiting on _turn
@@ -569,7 +570,13 @@ class Engine(FrameSink):
         (a receive is posted before this one, the message is a rendezvous or synchronous
         one, larger than ``target``, an observer listens, a peer is gone...). It polls the
         transport only while no other thread runs progress or waits for it (module
-        docstring: Threads)."""
+        docstring: Threads).
+
+        From a named source whose transport has an eager reader (shared memory), the frame
+        at the head of that peer's stream is looked at and taken in place (the reader's
+        ``take`` is one store): a signal handler raising before it leaves the message there,
+        so this needs no signal mask, which costs two system calls per message where the
+        transport's ``progress`` delivers (:mod:`minimpi.transports.signal_guard`)."""
         with self.lock:
             if (self.aborted is not None or self.lost_peers or self.revoked or self.faults
                     or self._failure_notices or self.bus.posted or self.bus.received):
@@ -586,6 +593,7 @@ class Engine(FrameSink):
             if (transport is None or not policy.spin or self._owner is not None
                     or self._waiters):
                 return None
+            reader = None if source < 0 else self._reader(context, source)
             express = _Express(context, source, tag, target)
             self._express = express
             try:
@@ -594,8 +602,33 @@ class Engine(FrameSink):
                 deadline = start + policy.spin
                 yield_from = start + policy.yield_after
                 progress = transport.progress
+                polls = 0
                 while True:
-                    progress(0)
+                    ahead = None if reader is None else reader.look()
+                    if ahead is None:
+                        # the transport's progress moves everything else (other peers,
+                        # frames the reader does not hand over, queued sends, liveness);
+                        # beside a reader only every few looks, so that the frame awaited
+                        # is seldom found by progress, which delivers under a signal mask
+                        polls += 1
+                        if reader is None or not polls & 7:
+                            progress(0)
+                    else:
+                        header, payload, end = ahead
+                        n = header[7]
+                        if (header[3] == context and header[4] == source
+                                and (header[5] == tag or tag == ANY_TAG)
+                                and not header[1] & F_SYNC and not self.bus.received
+                                and (target is None or n <= target.nbytes)):
+                            if target is None:
+                                data = bytearray(payload)
+                            else:
+                                data = None
+                                if n:
+                                    target[:n] = payload
+                            if reader.take(end, n):
+                                return header[4], header[5], n, data
+                        progress(0)
                     if express.got is not None:
                         return express.got
                     if q.unexpected:          # one the lane cannot take (see eager_arrived)
@@ -609,6 +642,18 @@ class Engine(FrameSink):
                         os.sched_yield()
             finally:
                 self._express = None
+
+    def _reader(self, context: int, source: int) -> Any:
+        """The transport's eager reader (:meth:`Transport.eager_reader`) of the world rank
+        that is rank ``source`` of ``context``'s group, or None; looked up once per peer."""
+        group = self._groups.get(context)
+        if group is None or source >= len(group):
+            return None
+        peer = group[source]
+        readers = self._readers
+        if peer not in readers:
+            readers[peer] = self.transport.eager_reader(peer)
+        return readers[peer]
 
     @staticmethod
     def _take_queued(q: MatchQueues, inc: Incoming, target: Optional[memoryview]

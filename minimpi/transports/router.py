@@ -28,7 +28,7 @@ from __future__ import annotations
 import select
 import sys
 import urllib.parse
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TransportError
 from . import signal_guard
@@ -249,6 +249,10 @@ class RouterTransport(Transport):
                  nbytes: int) -> bool:
         t = self._route[peer] if peer < self.size else self._foreign
         return t is not None and t.send_now(peer, header, payload, nbytes)
+
+    def eager_reader(self, peer: int) -> Any:
+        t = self._route[peer] if peer < self.size else self._foreign
+        return None if t is None else t.eager_reader(peer)
 
     def progress(self, timeout: Optional[float]) -> bool:
         members = self.members

@@ -444,14 +444,24 @@ class _Out:
 
 
 class _In:
-    """A ring in our inbox that one peer writes and we read."""
+    """A ring in our inbox that one peer writes and we read.
+
+    Besides the transport's :meth:`ShmTransport.progress`, a blocking receive reads it
+    through :meth:`look` and :meth:`take` (the transport's :meth:`ShmTransport.eager_reader`):
+    the ring's shared head word is where the reader is, and :meth:`take` moves it in one
+    store, so a signal handler that raises anywhere before that store leaves the frame in the
+    ring, whole, for the next receive - no signal mask needed (see :mod:`.signal_guard`).
+    ``head`` is a copy of that word that :meth:`progress` polls; the word is the truth."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
-                 "d_skip",
+                 "d_skip", "gone", "owner",
                  "pid", "x_header", "x_target", "x_base", "x_pos", "x_entries", "x_token")
 
-    def __init__(self, peer: int, seg: _Segment, ring: int, pid: int) -> None:
+    def __init__(self, peer: int, seg: _Segment, ring: int, pid: int,
+                 owner: "ShmTransport") -> None:
         self.peer = peer
+        self.owner = owner
+        self.gone = False        # the peer is given up or the transport closed: no reads
         self.ctl, self.data = seg.ring(peer, ring)
         self.cap = ring
         self.mask = ring - 1
@@ -466,6 +476,43 @@ class _In:
         self.x_target: Optional[memoryview] = None
         self.x_base = self.x_pos = self.x_token = 0
         self.x_entries: List[List[int]] = []      # [address, length] still to read
+
+    def look(self) -> Optional[Tuple[Header, memoryview, int]]:
+        """The frame at the head of the ring, if it is a whole eager frame in one piece and
+        nothing is half-delivered: (header, its payload in the ring, where the ring's head
+        goes once it is taken). The frame stays in the ring; None: the ring is empty or
+        :meth:`ShmTransport.progress` must deliver what is there."""
+        if self.gone:
+            return None
+        ctl = self.ctl
+        head = ctl[R_HEAD]
+        tail = ctl[R_TAIL]
+        if tail == head or self.d_target is not None or self.d_skip \
+                or self.x_target is not None:
+            return None
+        pos = head & self.mask
+        cap = self.cap
+        if cap - pos < HEADER_SIZE:
+            return None
+        header = tuple.__new__(Header, HEADER.unpack_from(self.data, pos))
+        pos += HEADER_SIZE
+        end = pos + header[7]
+        if header[0] != EAGER or header[2] & BY_REFERENCE or end > cap \
+                or head + HEADER_SIZE + header[7] > tail:
+            return None
+        return header, self.data[pos:end], head + HEADER_SIZE + header[7]
+
+    def take(self, end: int, length: int) -> bool:
+        """Take the frame :meth:`look` found (``end``: where it said the head goes; ``length``:
+        its payload's): one store of the shared head word commits it. False, nothing taken,
+        if the head moved meanwhile (a signal handler that received it first)."""
+        ctl = self.ctl
+        if self.gone or ctl[R_HEAD] != end - HEADER_SIZE - length:
+            return False
+        ctl[R_HEAD] = end
+        self.head = end
+        self.owner.taken(self)
+        return True
 
 
 class ShmTransport(Transport):
@@ -623,7 +670,7 @@ class ShmTransport(Transport):
             self._pids[peer] = pid
             # what the peer sends us lands in our own inbox, whatever becomes of it
             self._reserve(peer)           # before anything reads or writes that ring
-            self._in.append(_In(peer, self._inbox, self.ring, pid))
+            self._in.append(_In(peer, self._inbox, self.ring, pid, self))
             seg = self._map_inbox(peer)
             if seg is None:               # it has finished already (and removed its inbox)
                 self._departed.append(peer)
@@ -803,6 +850,22 @@ class ShmTransport(Transport):
         if sleep and sleep != out.kicked:
             self._wake(out, sleep)
         return True
+
+    def eager_reader(self, peer: int) -> Optional[_In]:
+        """The reader of ``peer``'s ring for a blocking receive (:meth:`Transport.eager_reader`):
+        its ``look()`` and ``take()`` need no signal mask (see :class:`_In`)."""
+        for inc in self._in:
+            if inc.peer == peer:
+                return inc
+        return None
+
+    def taken(self, inc: _In) -> None:
+        """A receive took a frame out of ``inc`` (:meth:`_In.take`): if the peer waits for
+        room in that ring, ring its doorbell."""
+        self._fence_in()                        # store head; fence; load the writer's flag
+        self._fence_out()
+        if inc.ctl[R_WANT]:
+            self._kick(self._kicks.get(inc.peer))
 
     @staticmethod
     def _refresh(out: _Out) -> int:
@@ -997,7 +1060,7 @@ class ShmTransport(Transport):
         be given up (its large payload could not be read), else None."""
         sink, data, cap, mask, peer = self._sink, inc.data, inc.cap, inc.mask, inc.peer
         unpack, new = HEADER.unpack_from, tuple.__new__
-        head = start = inc.head
+        head = start = inc.ctl[R_HEAD]          # (the truth: see _In; inc.head may lag)
         tail = inc.ctl[R_TAIL]
         payload_at = -1                           # where the payload being delivered begins
         length = 0
@@ -1258,6 +1321,7 @@ class ShmTransport(Transport):
         for inc in self._in:
             if inc.peer == peer:
                 self._in.remove(inc)
+                inc.gone = True
                 if inc in self._pulling:
                     self._pulling.remove(inc)
                 if inc.ctl[R_TAIL] != inc.head and not reason.startswith("failed"):
@@ -1329,6 +1393,8 @@ class ShmTransport(Transport):
             os.close(fd)
         self._pidfds.clear()
         # drop our views into the rings before unmapping
+        for inc in self._in:
+            inc.gone = True
         self._in.clear()
         self._out = [None] * self.size
         self._blocked.clear()

@@ -16,7 +16,7 @@ the line known:
 
 The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
 have none and skip this. It costs a dictionary update and a walk of two or three stack
-frames per point-to-point call (about a microsecond). Memory is bounded: at most
+frames per point-to-point call (about half a microsecond). Memory is bounded: at most
 :data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones), and
 open requests are pruned (finished and dropped ones go) whenever the table has doubled, so
 it never holds more than twice the requests the program itself holds open, plus 64 - a
@@ -36,8 +36,23 @@ MAX_SITES = 10_000
 #: where a call came from: (code object, line number) of the user's frame; made into
 #: ``script.py:12`` only when a leftover is reported (see :func:`line_text`)
 Site = Tuple[Any, int]
-#: (site, call, how many) of sends, by (destination world rank, context, tag)
-Sites = Dict[Tuple[int, int, int], Tuple[Site, str, int]]
+
+
+class SendSite:
+    """The last send to one (destination, context, tag): its site and call, and how many
+    sends there were. Updated in place without a lock (it is on every send): a send made at
+    the same moment by another thread may be missed in ``count``, nothing else."""
+
+    __slots__ = ("site", "call", "count")
+
+    def __init__(self, site: Site, call: str) -> None:
+        self.site = site
+        self.call = call
+        self.count = 1
+
+
+#: the last send and how many, by (destination world rank, context, tag)
+Sites = Dict[Tuple[int, int, int], SendSite]
 
 
 def user_site() -> Site:
@@ -69,11 +84,24 @@ class Ledger:
     def sent(self, dest: int, context: int, tag: int, call: str, site: Site) -> None:
         """A send to world rank ``dest`` on ``context`` with ``tag``, from ``site``."""
         key = (dest, context, tag)
+        rec = self.sites.get(key)
+        if rec is None:
+            self.first_send(key, site, call)
+        else:
+            rec.site = site
+            rec.call = call
+            rec.count += 1
+
+    def first_send(self, key: Tuple[int, int, int], site: Site, call: str) -> None:
+        """The first send to ``key`` (destination, context, tag): a new record, unless the
+        table is full (:data:`MAX_SITES`)."""
         with self._lock:
-            old = self.sites.get(key)
-            if old is None and len(self.sites) >= MAX_SITES:
-                return
-            self.sites[key] = (site, call, (old[2] if old else 0) + 1)
+            if key not in self.sites and len(self.sites) < MAX_SITES:
+                self.sites[key] = SendSite(site, call)
+            elif key in self.sites:
+                rec = self.sites[key]
+                rec.site, rec.call = site, call
+                rec.count += 1
 
     def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
@@ -88,8 +116,8 @@ class Ledger:
         """(context, tag) -> (file:line, call, count) of the sends to world rank ``dest``."""
         with self._lock:
             sites = list(self.sites.items())
-        return {(c, t): (line_text(site), call, n)
-                for (d, c, t), (site, call, n) in sites if d == dest}
+        return {(c, t): (line_text(rec.site), rec.call, rec.count)
+                for (d, c, t), rec in sites if d == dest}
 
     def never_completed(self) -> List[Tuple[Any, str]]:
         """Requests still alive that no wait or test completed (nor Free), with their
@@ -122,7 +150,15 @@ def note_send(ep: Any, dest: int, tag: int, call: str) -> None:
     name = f.f_globals.get("__name__", "")
     site = (f.f_code, f.f_lineno) if not name.startswith(("minimpi.", "runpy")) \
         and name != "minimpi" else user_site()
-    ep.engine.ledger.sent(ep.group[dest], ep.context, tag, call, site)
+    ledger = ep.engine.ledger
+    key = (ep.group[dest], ep.context, tag)
+    rec = ledger.sites.get(key)     # (Ledger.sent, inline: this is on every express send)
+    if rec is None:
+        ledger.first_send(key, site, call)
+    else:
+        rec.site = site
+        rec.call = call
+        rec.count += 1
 
 
 def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:

@@ -31,6 +31,9 @@ HEAD_SIZE = _COUNT.size
 _LEN = struct.Struct("<Q")
 _ALIGN = 16
 _ZEROS = bytes(_ALIGN)
+#: a pickle up to this size is sent with its head as one segment
+_JOIN_BELOW = 2048
+_NO_BUFFERS: Tuple[int, ...] = ()
 
 
 def _pad(offset: int) -> int:
@@ -45,7 +48,7 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
     """
     buffers: List[pickle.PickleBuffer] = []
     try:
-        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        data = pickle.dumps(obj, 5, buffer_callback=buffers.append)
     except Exception as exc:  # pickling can raise almost anything (TypeError, PicklingError, ...)
         where = f"rank {rank}: " if rank >= 0 else ""
         raise SerializationError(
@@ -55,6 +58,9 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
         buffers = []
         data = pickle.dumps(obj, protocol=5)
     if not buffers:   # the common small object: the head and the pickle, nothing to align
+        if len(data) <= _JOIN_BELOW:      # one segment: a copy of a few bytes is cheaper
+            whole = memoryview(_COUNT.pack(0, len(data)) + data)
+            return [whole], whole.nbytes
         return [memoryview(_COUNT.pack(0, len(data))), memoryview(data)], _COUNT.size + len(data)
     raws = []
     for b in buffers:
@@ -108,6 +114,13 @@ def layout_if_ours(payload: "bytearray | memoryview | None") -> "Tuple[int, List
     (a buffer sent with ``Send``) or no payload."""
     if payload is None:
         return None
+    if type(payload) is bytearray:     # what a receive gives: the common small object first
+        n = len(payload)
+        if n < HEAD_SIZE or payload[0] >= _PROTO:
+            return None
+        nbuf, plen = _COUNT.unpack_from(payload, 0)
+        if not nbuf:
+            return (plen, _NO_BUFFERS, HEAD_SIZE) if HEAD_SIZE + plen == n else None
     view = memoryview(payload)
     return layout(view) if in_layout(view) else None
 

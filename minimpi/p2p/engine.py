@@ -107,6 +107,8 @@ FIRST_FREE_CONTEXT = 4
 
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
+#: looks at a peer's ring per round of an express receive's spin (see receive_now)
+LOOKS = 16
 
 _get_ident = threading.get_ident
 _MAIN_THREAD = threading.main_thread().ident
@@ -594,8 +596,7 @@ class Engine(FrameSink):
                     or self._waiters):
                 return None
             reader = None if source < 0 else self._reader(context, source)
-            express = _Express(context, source, tag, target)
-            self._express = express
+            express = None      # (made for the transport's progress only when it runs)
             try:
                 clock = time.perf_counter
                 start = clock()
@@ -604,16 +605,8 @@ class Engine(FrameSink):
                 progress = transport.progress
                 polls = 0
                 while True:
-                    ahead = None if reader is None else reader.look()
-                    if ahead is None:
-                        # the transport's progress moves everything else (other peers,
-                        # frames the reader does not hand over, queued sends, liveness);
-                        # beside a reader only every few looks, so that the frame awaited
-                        # is seldom found by progress, which delivers under a signal mask
-                        polls += 1
-                        if reader is None or not polls & 7:
-                            progress(0)
-                    else:
+                    ahead = None if reader is None else reader.look(LOOKS)
+                    if ahead is not None:
                         header, payload, end = ahead
                         n = header[7]
                         if (header[3] == context and header[4] == source
@@ -628,13 +621,22 @@ class Engine(FrameSink):
                                     target[:n] = payload
                             if reader.take(end, n):
                                 return header[4], header[5], n, data
+                    # the transport's progress moves everything else (other peers, frames
+                    # the reader does not hand over, queued sends, liveness); beside a
+                    # reader with nothing to hand over only every few rounds of looks, so
+                    # that the frame awaited is seldom delivered by progress, which holds
+                    # signals back for it (two system calls)
+                    polls += 1
+                    if reader is None or ahead is not None or not polls & 3:
+                        if express is None:
+                            express = self._express = _Express(context, source, tag, target)
                         progress(0)
-                    if express.got is not None:
-                        return express.got
-                    if q.unexpected:          # one the lane cannot take (see eager_arrived)
-                        inc = q.find_unexpected(source, tag, False)
-                        if inc is not None:
-                            return self._take_queued(q, inc, target)
+                        if express.got is not None:
+                            return express.got
+                        if q.unexpected:      # one the lane cannot take (see eager_arrived)
+                            inc = q.find_unexpected(source, tag, False)
+                            if inc is not None:
+                                return self._take_queued(q, inc, target)
                     now = clock()
                     if q.posted or self.lost_peers or self.faults or now >= deadline:
                         return None

@@ -109,9 +109,9 @@ class Transport(ABC):
     def eager_reader(self, peer: int) -> Any:
         """For a blocking receive from ``peer``, an object to read that peer's frames with,
         one at a time and without a signal mask, or None (this transport has none: the
-        receive waits through :meth:`progress`). Its ``look()`` returns the next frame from
-        ``peer`` if it is a whole eager one - ``(header, payload, end)``, the frame left where
-        it is - or None; its ``take(end, length)`` takes that frame, in one step that a signal
+        receive waits through :meth:`progress`). Its ``look(times)`` returns the next frame
+        from ``peer`` if it is a whole eager one - ``(header, payload, end)``, the frame left
+        where it is - or None (looking up to ``times`` times while there is none); its ``take(end, length)`` takes that frame, in one step that a signal
         handler raising before it leaves undone, and says whether it did (False: something
         else took it first). Frames it does not hand over are :meth:`progress`'s, in order.
         The engine's express receive (:meth:`Engine.receive_now`)."""

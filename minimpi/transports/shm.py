@@ -477,16 +477,20 @@ class _In:
         self.x_base = self.x_pos = self.x_token = 0
         self.x_entries: List[List[int]] = []      # [address, length] still to read
 
-    def look(self) -> Optional[Tuple[Header, memoryview, int]]:
+    def look(self, times: int = 1) -> Optional[Tuple[Header, memoryview, int]]:
         """The frame at the head of the ring, if it is a whole eager frame in one piece and
         nothing is half-delivered: (header, its payload in the ring, where the ring's head
         goes once it is taken). The frame stays in the ring; None: the ring is empty or
-        :meth:`ShmTransport.progress` must deliver what is there."""
+        :meth:`ShmTransport.progress` must deliver what is there. An empty ring is looked
+        at again, up to ``times`` looks in all (a fraction of a microsecond each)."""
         if self.gone:
             return None
         ctl = self.ctl
         head = ctl[R_HEAD]
         tail = ctl[R_TAIL]
+        while tail == head and times > 1:
+            times -= 1
+            tail = ctl[R_TAIL]
         if tail == head or self.d_target is not None or self.d_skip \
                 or self.x_target is not None:
             return None

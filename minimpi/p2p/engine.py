@@ -190,7 +190,8 @@ class Engine(FrameSink):
         self._turn = threading.Condition(self.lock)
         self._owner: Optional[int] = None    # the thread running the transport's progress
         self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
-        self._readers: Dict[int, Any] = {}   # world rank -> the transport's eager reader
+        #: (context, rank in its group) -> the transport's eager reader of that peer
+        self._readers: Dict[Tuple[int, int], Any] = {}
         self._waiters = 0                    # threads waiting on _turn
         self._rounds = 0                     # progress rounds that moved something
         #: thread ident -> the requests its wait waits for, for the threads waiting on _turn
@@ -367,6 +368,9 @@ class Engine(FrameSink):
         """Route ``context``'s messages among ``group`` (world ranks); ``kind`` is one of
         :data:`CONTEXT_KINDS` (it decides how a process failure touches the context)."""
         with self.lock:
+            old = self._groups.get(context)
+            for source in range(len(old) if old is not None and self._readers else 0):
+                self._readers.pop((context, source), None)     # (readers of the old group)
             self._groups[context] = tuple(group)
             self._queues.setdefault(context, MatchQueues())
             if kind == "collective":
@@ -380,7 +384,9 @@ class Engine(FrameSink):
         """The communicator of ``context`` is freed: forget its group and watcher, and its
         queues once nothing waits in them (a message still arriving for it keeps them)."""
         with self.lock:
-            self._groups.pop(context, None)
+            group = self._groups.pop(context, None)
+            for source in range(len(group) if group is not None and self._readers else 0):
+                self._readers.pop((context, source), None)
             self._unexpected_watchers.pop(context, None)
             self._collective_contexts.discard(context)
             self._control_contexts.discard(context)
@@ -595,7 +601,9 @@ class Engine(FrameSink):
             if (transport is None or not policy.spin or self._owner is not None
                     or self._waiters):
                 return None
-            reader = None if source < 0 else self._reader(context, source)
+            reader = None if source < 0 else self._readers.get((context, source), False)
+            if reader is False:
+                reader = self._reader(context, source)
             express = None      # (made for the transport's progress only when it runs)
             try:
                 clock = time.perf_counter
@@ -627,7 +635,7 @@ class Engine(FrameSink):
                     # that the frame awaited is seldom delivered by progress, which holds
                     # signals back for it (two system calls)
                     polls += 1
-                    if reader is None or ahead is not None or not polls & 3:
+                    if reader is None or ahead is not None or not polls & 7:
                         if express is None:
                             express = self._express = _Express(context, source, tag, target)
                         progress(0)
@@ -647,15 +655,13 @@ class Engine(FrameSink):
 
     def _reader(self, context: int, source: int) -> Any:
         """The transport's eager reader (:meth:`Transport.eager_reader`) of the world rank
-        that is rank ``source`` of ``context``'s group, or None; looked up once per peer."""
+        that is rank ``source`` of ``context``'s group, or None; kept per (context, source)
+        until the context is released."""
         group = self._groups.get(context)
         if group is None or source >= len(group):
             return None
-        peer = group[source]
-        readers = self._readers
-        if peer not in readers:
-            readers[peer] = self.transport.eager_reader(peer)
-        return readers[peer]
+        reader = self._readers[(context, source)] = self.transport.eager_reader(group[source])
+        return reader
 
     @staticmethod
     def _take_queued(q: MatchQueues, inc: Incoming, target: Optional[memoryview]

@@ -515,7 +515,11 @@ class _In:
             return False
         ctl[R_HEAD] = end
         self.head = end
-        self.owner.taken(self)
+        owner = self.owner
+        owner._fence_in()                       # store head; fence; load the writer's flag
+        owner._fence_out()
+        if ctl[R_WANT]:                         # the peer waits for room in this ring
+            owner.kick_peer(self.peer)
         return True
 
 
@@ -863,13 +867,9 @@ class ShmTransport(Transport):
                 return inc
         return None
 
-    def taken(self, inc: _In) -> None:
-        """A receive took a frame out of ``inc`` (:meth:`_In.take`): if the peer waits for
-        room in that ring, ring its doorbell."""
-        self._fence_in()                        # store head; fence; load the writer's flag
-        self._fence_out()
-        if inc.ctl[R_WANT]:
-            self._kick(self._kicks.get(inc.peer))
+    def kick_peer(self, peer: int) -> None:
+        """Ring ``peer``'s doorbell (it waits for room in its ring in our inbox)."""
+        self._kick(self._kicks.get(peer))
 
     @staticmethod
     def _refresh(out: _Out) -> int:

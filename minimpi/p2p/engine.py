@@ -190,6 +190,8 @@ class Engine(FrameSink):
         self._turn = threading.Condition(self.lock)
         self._owner: Optional[int] = None    # the thread running the transport's progress
         self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
+        #: world rank -> the transport's eager writer to it (Transport.eager_writer)
+        self._writers: Dict[int, Any] = {}
         #: (context, rank in its group) -> the transport's eager reader of that peer
         self._readers: Dict[Tuple[int, int], Any] = {}
         self._waiters = 0                    # threads waiting on _turn
@@ -557,8 +559,13 @@ class Engine(FrameSink):
                     or self.transport is None):
                 return False
             msg_id = self._next_msg_id
-            if self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag,
-                                                   msg_id, nbytes), payload, nbytes):
+            writer = self._writers.get(dest, False) if dest < self.size else None
+            if writer is False:
+                writer = self._writers[dest] = self.transport.eager_writer(dest)
+            if writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes) \
+                    if writer is not None else \
+                    self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag,
+                                                        msg_id, nbytes), payload, nbytes):
                 self._next_msg_id = msg_id + 1
                 if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
                     for o in self.bus.sent:

@@ -106,15 +106,27 @@ class Transport(ABC):
         uses :meth:`send`. The express lane of the engine (:meth:`Engine.send_now`)."""
         return False
 
+    def eager_writer(self, peer: int) -> Any:
+        """For the engine's express send to ``peer``, an object whose ``send_eager(flags,
+        context, source, tag, msg_id, payload, nbytes)`` does what :meth:`send_now` does
+        with an EAGER header of those fields, the header made where the frame goes; None
+        where this transport has none (then :meth:`send_now` is used). Asked once per peer:
+        it stays valid while the peer is not lost."""
+        return None
+
     def eager_reader(self, peer: int) -> Any:
         """For a blocking receive from ``peer``, an object to read that peer's frames with,
         one at a time and without a signal mask, or None (this transport has none: the
         receive waits through :meth:`progress`). Its ``look(times)`` returns the next frame
-        from ``peer`` if it is a whole eager one - ``(header, payload, end)``, the frame left
-        where it is - or None (looking up to ``times`` times while there is none); its ``take(end, length)`` takes that frame, in one step that a signal
-        handler raising before it leaves undone, and says whether it did (False: something
-        else took it first). Frames it does not hand over are :meth:`progress`'s, in order.
-        The engine's express receive (:meth:`Engine.receive_now`)."""
+        from ``peer`` if it is a whole eager one - ``(header, payload, end)``: the header's
+        fields as a tuple in :class:`~minimpi.transports.frames.Header`'s order, the payload
+        where it lies, and where the stream's head goes once it is taken; the frame stays -
+        or None (looking up to ``times`` times while there is none). Its ``take(end,
+        length)`` takes that frame in one step, which a signal handler raising before it
+        leaves undone, and says whether it did (False: something else took it first).
+        Frames it does not hand over are :meth:`progress`'s, in order. The engine's express
+        receive (:meth:`Engine.receive_now`).
+        """
         return None
 
     @abstractmethod

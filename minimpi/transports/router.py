@@ -250,6 +250,10 @@ class RouterTransport(Transport):
         t = self._route[peer] if peer < self.size else self._foreign
         return t is not None and t.send_now(peer, header, payload, nbytes)
 
+    def eager_writer(self, peer: int) -> Any:
+        t = self._route[peer] if peer < self.size else self._foreign
+        return None if t is None else t.eager_writer(peer)
+
     def eager_reader(self, peer: int) -> Any:
         t = self._route[peer] if peer < self.size else self._foreign
         return None if t is None else t.eager_reader(peer)

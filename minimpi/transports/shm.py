@@ -420,14 +420,17 @@ class _Frame:
 
 
 class _Out:
-    """Our ring in one peer's inbox: we write, the peer reads."""
+    """Our ring in one peer's inbox: we write, the peer reads. Besides the transport's
+    queue, the engine's express send writes a whole eager frame into it at once
+    (:meth:`send_eager`, the transport's :meth:`ShmTransport.eager_writer`)."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "tail", "head", "queue", "peer_ctl",
-                 "wake", "awaiting", "tokens", "kicked")
+                 "wake", "awaiting", "tokens", "kicked", "owner")
 
     def __init__(self, peer: int, seg: _Segment, index: int, ring: int,
-                 wake: Optional[socket.socket]) -> None:
+                 wake: Optional[socket.socket], owner: "ShmTransport") -> None:
         self.peer = peer
+        self.owner = owner
         self.ctl, self.data = seg.ring(index, ring)
         self.cap = ring
         self.mask = ring - 1
@@ -441,6 +444,38 @@ class _Out:
         #: the peer's sleep we last woke (its sleeping word: a number per sleep): one
         #: doorbell wakes a sleep, so the frames after it need none
         self.kicked = 0
+
+    def send_eager(self, flags: int, context: int, source: int, tag: int, msg_id: int,
+                   payload: Sequence[memoryview], nbytes: int) -> bool:
+        """Write an EAGER frame (its header made in place from the fields) and its
+        ``payload`` (``nbytes`` in all) into the ring if nothing waits before it and it fits
+        before the ring's end: True if it is on its way, False if not (then nothing is
+        written). The express lane of :meth:`Transport.send_now`."""
+        if self.queue:
+            return False
+        tail = self.tail
+        pos = tail & self.mask
+        n = HEADER_SIZE + nbytes
+        cap = self.cap
+        if pos + n > cap or (tail + n - self.head > cap
+                             and tail + n - ShmTransport._refresh(self) > cap):
+            return False
+        data = self.data
+        HEADER.pack_into(data, pos, EAGER, flags, 0, context, source, tag, msg_id, nbytes)
+        pos += HEADER_SIZE
+        for seg in payload:
+            end = pos + seg.nbytes
+            data[pos:end] = seg
+            pos = end
+        self.tail = tail = tail + n
+        self.ctl[R_TAIL] = tail
+        owner = self.owner
+        owner._fence_in()                       # store tail; fence; load the reader's flag
+        owner._fence_out()
+        sleep = self.peer_ctl[C_SLEEPING]
+        if sleep and sleep != self.kicked:
+            owner._wake(self, sleep)
+        return True
 
 
 class _In:
@@ -477,10 +512,10 @@ class _In:
         self.x_base = self.x_pos = self.x_token = 0
         self.x_entries: List[List[int]] = []      # [address, length] still to read
 
-    def look(self, times: int = 1) -> Optional[Tuple[Header, memoryview, int]]:
+    def look(self, times: int = 1) -> Optional[Tuple[Tuple[int, ...], memoryview, int]]:
         """The frame at the head of the ring, if it is a whole eager frame in one piece and
-        nothing is half-delivered: (header, its payload in the ring, where the ring's head
-        goes once it is taken). The frame stays in the ring; None: the ring is empty or
+        nothing is half-delivered: (its header's fields - a tuple in :class:`Header`'s order -,
+        its payload in the ring, where the ring's head goes once it is taken). The frame stays in the ring; None: the ring is empty or
         :meth:`ShmTransport.progress` must deliver what is there. An empty ring is looked
         at again, up to ``times`` looks in all (a fraction of a microsecond each)."""
         if self.gone:
@@ -498,7 +533,7 @@ class _In:
         cap = self.cap
         if cap - pos < HEADER_SIZE:
             return None
-        header = tuple.__new__(Header, HEADER.unpack_from(self.data, pos))
+        header = HEADER.unpack_from(self.data, pos)     # (a plain tuple: no Header to build)
         pos += HEADER_SIZE
         end = pos + header[7]
         if header[0] != EAGER or header[2] & BY_REFERENCE or end > cap \
@@ -684,7 +719,8 @@ class ShmTransport(Transport):
                 self._departed.append(peer)
                 continue
             self._segments[peer] = seg
-            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._connect_wake(peer))
+            self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._connect_wake(peer),
+                                   self)
             fd = _pidfd(pid)
             if fd is not None:
                 self._pidfds[fd] = peer
@@ -832,32 +868,19 @@ class ShmTransport(Transport):
 
     def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
                  nbytes: int) -> bool:
-        """The express lane (:meth:`Transport.send_now`): copy header and payload into the
-        peer's ring if nothing waits before them and they fit before the end of the ring."""
+        """The express lane (:meth:`Transport.send_now`): an EAGER frame goes into the
+        peer's ring if nothing waits before it and it fits before the end of the ring."""
         out = self._out[peer]
-        if out is None or out.queue:
+        if out is None:
             return False
-        tail = out.tail
-        pos = tail & out.mask
-        n = HEADER_SIZE + nbytes
-        cap = out.cap
-        if pos + n > cap or (tail + n - out.head > cap and tail + n - self._refresh(out) > cap):
-            return False
-        data = out.data
-        data[pos:pos + HEADER_SIZE] = header
-        pos += HEADER_SIZE
-        for seg in payload:
-            end = pos + seg.nbytes
-            data[pos:end] = seg
-            pos = end
-        out.tail = tail = tail + n
-        out.ctl[R_TAIL] = tail
-        self._fence_in()                        # store tail; fence; load the reader's flag
-        self._fence_out()
-        sleep = out.peer_ctl[C_SLEEPING]
-        if sleep and sleep != out.kicked:
-            self._wake(out, sleep)
-        return True
+        kind, flags, _, context, source, tag, msg_id, _ = HEADER.unpack(header)
+        return kind == EAGER and out.send_eager(flags, context, source, tag, msg_id,
+                                                payload, nbytes)
+
+    def eager_writer(self, peer: int) -> Optional[_Out]:
+        """The writer of our ring in ``peer``'s inbox for the engine's express send
+        (:meth:`Transport.eager_writer`); None if ``peer`` is not reached through it."""
+        return self._out[peer] if 0 <= peer < len(self._out) else None
 
     def eager_reader(self, peer: int) -> Optional[_In]:
         """The reader of ``peer``'s ring for a blocking receive (:meth:`Transport.eager_reader`):

@@ -87,6 +87,13 @@ def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
     gets its source, tag and mpi4py's count: the pickled size). ``what``: the call, as errors
     name it (or a function that words it: only an error needs the words). See
     :func:`finish_object`."""
+    if status is None and capacity is None:    # the common small object: one look
+        try:
+            obj = serialization.loads_plain(buf)
+        except Exception as exc:   # unpickling can raise almost anything
+            raise _unpickle_error(buf, source, rank, what, exc) from exc
+        if obj is not serialization.NOT_PLAIN:
+            return obj
     parts = serialization.layout_if_ours(buf)
     nbytes = _pickled_size(parts) if parts is not None else len(buf)
     if status is not None:
@@ -100,12 +107,18 @@ def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
-        what = what() if callable(what) else what
-        if not looks_pickled(buf):   # a buffer sent with Send, received with recv
-            raise SerializationError(not_an_object(rank, what, source, len(buf))) from exc
-        raise SerializationError(
-            f"rank {rank}: {what}: cannot unpickle the object sent by rank "
-            f"{source}: {type(exc).__name__}: {exc}") from exc
+        raise _unpickle_error(buf, source, rank, what, exc) from exc
+
+
+def _unpickle_error(buf: Any, source: int, rank: int, what: "str | Callable[[], str]",
+                    exc: Exception) -> SerializationError:
+    """The error of a received object that could not be unpickled (``exc``), in words."""
+    what = what() if callable(what) else what
+    if not looks_pickled(buf):   # a buffer sent with Send, received with recv
+        return SerializationError(not_an_object(rank, what, source, len(buf)))
+    return SerializationError(
+        f"rank {rank}: {what}: cannot unpickle the object sent by rank "
+        f"{source}: {type(exc).__name__}: {exc}")
 
 
 def recv_capacity(buf: Any, call: str, warn: bool) -> Optional[int]:

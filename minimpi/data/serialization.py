@@ -31,6 +31,8 @@ HEAD_SIZE = _COUNT.size
 _LEN = struct.Struct("<Q")
 _ALIGN = 16
 _ZEROS = bytes(_ALIGN)
+#: types whose pickles never have out-of-band buffers
+_IN_BAND = frozenset((bytes, str, int, float, bool, complex, type(None)))
 #: a pickle up to this size is sent with its head as one segment
 _JOIN_BELOW = 2048
 _NO_BUFFERS: Tuple[int, ...] = ()
@@ -48,7 +50,9 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
     """
     buffers: List[pickle.PickleBuffer] = []
     try:
-        data = pickle.dumps(obj, 5, buffer_callback=buffers.append)
+        # (objects of these types are pickled in band whatever the callback: none needed)
+        data = pickle.dumps(obj, 5) if type(obj) in _IN_BAND else \
+            pickle.dumps(obj, 5, buffer_callback=buffers.append)
     except Exception as exc:  # pickling can raise almost anything (TypeError, PicklingError, ...)
         where = f"rank {rank}: " if rank >= 0 else ""
         raise SerializationError(
@@ -123,6 +127,25 @@ def layout_if_ours(payload: "bytearray | memoryview | None") -> "Tuple[int, List
             return (plen, _NO_BUFFERS, HEAD_SIZE) if HEAD_SIZE + plen == n else None
     view = memoryview(payload)
     return layout(view) if in_layout(view) else None
+
+
+#: what :func:`loads_plain` returns for a payload it leaves to :func:`loads`
+NOT_PLAIN = object()
+
+
+def loads_plain(payload: Any) -> Any:
+    """The object of a received payload (a ``bytearray``) in minimpi's layout without
+    out-of-band buffers - the common small object - or :data:`NOT_PLAIN` for anything
+    else (then :func:`loads` decodes it). Raises what unpickling raises."""
+    if type(payload) is not bytearray:
+        return NOT_PLAIN
+    n = len(payload)
+    if n < HEAD_SIZE or payload[0] >= _PROTO:
+        return NOT_PLAIN
+    nbuf, plen = _COUNT.unpack_from(payload, 0)
+    if nbuf or HEAD_SIZE + plen != n:
+        return NOT_PLAIN
+    return pickle.loads(memoryview(payload)[HEAD_SIZE:])
 
 
 def loads(payload: "bytearray | memoryview | None",

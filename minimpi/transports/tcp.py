@@ -39,7 +39,7 @@ from typing import Deque, Dict, List, Optional, Sequence
 from ..errors import TransportError
 from . import signal_guard
 from .base import FrameSink, OnSent, Transport
-from .frames import HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+from .frames import EAGER, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 MAGIC = b"MINIMPI1"
 _HELLO = struct.Struct("<8sI16s")     # magic, universe id, nonce_c
@@ -52,6 +52,9 @@ UID_RANK_MASK = (1 << UID_SHIFT) - 1
 _REPLY_SIZE = 16 + 32                 # nonce_a, mac
 _PROOF_SIZE = 32
 STAGING = 256 * 1024
+#: the most an express receive looks at in the socket without taking it (larger frames are
+#: read by progress)
+PEEK_BYTES = 4096
 IOV_MAX = 512
 MAX_CHUNK = 1 << 30                   # largest single recv_into / sendmsg request
 HANDSHAKE_TIMEOUT = 10.0
@@ -274,6 +277,8 @@ class _InConn:
         self.d_target: Optional[memoryview] = None
         self.d_pos = 0
         self.d_skip = 0     # payload bytes to drop (their frame failed in the engine)
+        #: bytes taken out of the socket once ready (where in the stream it stands)
+        self.consumed = 0
         transport._register(self, _POLLIN)
 
     def refuse(self, why: str) -> None:
@@ -335,6 +340,7 @@ class _InConn:
                 return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
             self.state = self.READY
             self.t._ready_in.add(self.peer)
+            self.t._in_by_peer[self.peer] = self
             self.t._handshaking.pop(self, None)
             self.buf = bytearray(STAGING)
             self.view = memoryview(self.buf)
@@ -362,6 +368,7 @@ class _InConn:
                 return self.lost(str(exc))
             if n == 0:
                 return self.lost("connection closed in the middle of a message")
+            self.consumed += n
             self.d_skip -= n
             return
         if self.d_target is not None:
@@ -375,6 +382,7 @@ class _InConn:
                 return self.lost(str(exc))
             if n == 0:
                 return self.lost("connection closed in the middle of a message")
+            self.consumed += n
             self.d_pos += n
             if self.d_pos == self.d_target.nbytes:
                 header, target = self.d_header, self.d_target
@@ -390,6 +398,7 @@ class _InConn:
             return self.lost(str(exc))
         if n == 0:
             return self.lost("exited (connection closed)")
+        self.consumed += n
         self.end += n
         start, end = self.start, self.end
         unpack, new = HEADER.unpack_from, tuple.__new__
@@ -436,6 +445,82 @@ class _InConn:
         peer = self.peer
         self.close()
         self.t._sink.peer_lost(peer, reason)
+
+    # -- the express receive (TcpTransport.eager_reader) ----------------------------------
+    def look(self, times: int = 1) -> Optional[tuple]:
+        """The next frame of this connection if it is a whole eager frame of at most
+        :data:`PEEK_BYTES`: (header fields, payload, where taking it ends: a position in the
+        bytes read, or minus one in the stream) - from the bytes already read, or peeked at
+        in the socket (``MSG_PEEK``: nothing is taken). None: nothing there (after ``times``
+        looks) or :meth:`read_frames` must read it."""
+        if self.state != self.READY or self.d_skip or self.d_target is not None:
+            return None
+        start, end = self.start, self.end
+        if start != end:                       # bytes read already come first
+            if end - start < HEADER_SIZE:
+                return None
+            header = HEADER.unpack_from(self.view, start)
+            stop = start + HEADER_SIZE + header[7]
+            if header[0] != EAGER or stop > end:
+                return None
+            return header, self.view[start + HEADER_SIZE:stop], stop
+        peek = self.t._peek
+        while True:
+            try:
+                n = self.sock.recv_into(peek, PEEK_BYTES, socket.MSG_PEEK)
+                break
+            except (BlockingIOError, InterruptedError):
+                times -= 1
+                if times <= 0:
+                    return None
+            except OSError:                    # progress finds out and says what
+                return None
+        if n < HEADER_SIZE:                    # (0: closed - progress says so)
+            return None
+        header = HEADER.unpack_from(peek, 0)
+        stop = HEADER_SIZE + header[7]
+        if header[0] != EAGER or stop > n:
+            return None
+        return header, self.t._peek_view[HEADER_SIZE:stop], -(self.consumed + stop)
+
+    def take(self, end: int, length: int) -> bool:
+        """Take the frame :meth:`look` found: from the bytes read (one store of the read
+        position), or out of the socket (one ``recv`` of exactly that frame, which a
+        signal handler raising before it leaves there). False: it is not first any more."""
+        if end >= 0:
+            if self.start != end - HEADER_SIZE - length or self.state != self.READY:
+                return False
+            self.start = end
+            return True
+        want = -end - self.consumed            # (the frame is next in the socket: its size)
+        if want != HEADER_SIZE + length or self.start != self.end or self.state != self.READY:
+            return False
+        try:
+            n = self.sock.recv_into(self.t._discard, want)
+        except OSError:
+            return False
+        self.consumed += n
+        if n != want:     # the peeked bytes are always there to take: a broken stream
+            self.lost(f"a frame of {want} bytes it had shown arrived as {n}")
+        return True
+
+
+class _InReader:
+    """:meth:`TcpTransport.eager_reader`: the peer's incoming connection once it is ready."""
+
+    __slots__ = ("t", "peer")
+
+    def __init__(self, transport: "TcpTransport", peer: int) -> None:
+        self.t = transport
+        self.peer = peer
+
+    def look(self, times: int = 1) -> Optional[tuple]:
+        conn = self.t._in_by_peer.get(self.peer)
+        return None if conn is None else conn.look(times)
+
+    def take(self, end: int, length: int) -> bool:
+        conn = self.t._in_by_peer.get(self.peer)
+        return conn is not None and conn.take(end, length)
 
 
 class _Waker:
@@ -547,6 +632,10 @@ class TcpTransport(Transport):
         self._refusal_logged_at = 0.0
         self._ready_out = set()  # peers whose connection from / to this rank was ever ready
         self._ready_in = set()
+        self._in_by_peer: Dict[int, _InConn] = {}     # ready incoming connection by peer
+        self._peek = bytearray(PEEK_BYTES)
+        self._peek_view = memoryview(self._peek)
+        self._discard = bytearray(PEEK_BYTES)
         self._out_errors: Dict[int, str] = {}   # peer -> why the last connection to it failed
         self._pending = 0
         self._listener: Optional[_Listener] = None
@@ -641,6 +730,12 @@ class TcpTransport(Transport):
     def _reached(self) -> List[int]:
         """The peers this transport carries messages to (a router gives others None)."""
         return [p for p, a in enumerate(self._addresses) if a and p != self.rank]
+
+    def eager_reader(self, peer: int) -> "_InReader":
+        """The express receive's reader of ``peer``'s connection (:meth:`Transport.eager_reader`):
+        it peeks at the socket instead of reading it, so taking a frame is one ``recv`` of
+        exactly that frame, and no signal mask is needed around it."""
+        return _InReader(self, peer)
 
     def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
                  nbytes: int) -> bool:

@@ -97,62 +97,6 @@ def test_frames_of_every_size_wrap_around_a_small_ring_in_order():
         close_all(ts)
 
 
-def test_a_reader_takes_whole_eager_frames_in_place_and_progress_delivers_the_rest():
-    # the blocking receive's reader (eager_reader: look, take) beside progress, over a ring
-    # small enough that frames wrap, straddle its end and stream through it: each frame is
-    # handed over exactly once, in order, by one or the other
-    ts, sinks, _ = pair(ring=512)
-    try:
-        sizes = [0, 1, 7, 31, 100, 480, 200, 5000, 3, 64, 150, 150, 150, 9, 1500, 40] * 3
-        for i, n in enumerate(sizes):
-            ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, i, n),
-                       [memoryview(payload_of(i, n))], None)
-        reader = ts[1].eager_reader(0)
-        assert ts[1].eager_reader(1) is None          # (itself: no ring)
-        taken, deadline = [], time.monotonic() + 20
-        while len(taken) + len(sinks[1].events) < len(sizes):
-            assert time.monotonic() < deadline, (taken, sinks[1].events)
-            ahead = reader.look()
-            if ahead is not None:
-                header, payload, end = ahead
-                assert reader.look()[2] == end          # looking takes nothing
-                data = bytes(payload)
-                header = frames.Header(*header)
-                assert reader.take(end, header.length)
-                taken.append(("frame", 0, header.msg_id, data))
-            else:
-                ts[1].progress(0)
-            ts[0].progress(0)                         # the writer flushes what waited for room
-        merged = sorted(taken + sinks[1].events, key=lambda e: e[2])
-        assert [e[2] for e in merged] == list(range(len(sizes)))
-        assert all(e[3] == payload_of(e[2], sizes[e[2]]) for e in merged)
-        assert taken and sinks[1].events              # both ways were taken
-        assert ts[0].pending_sends() == 0 and reader.look() is None
-    finally:
-        close_all(ts)
-
-
-def test_a_reader_takes_nothing_when_the_frame_it_looked_at_was_taken_meanwhile():
-    # (a signal handler that received the message between the look and the take)
-    ts, sinks, _ = pair()
-    try:
-        for i in range(2):
-            ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, i, 8),
-                       [memoryview(payload_of(i, 8))], None)
-        reader = ts[1].eager_reader(0)
-        header, _, end = reader.look()
-        inner = reader.look()                         # the handler's receive
-        assert frames.Header(*inner[0]).msg_id == 0 and reader.take(inner[2], 8)
-        assert not reader.take(end, frames.Header(*header).length)   # it must look again
-        again = reader.look()
-        assert frames.Header(*again[0]).msg_id == 1 and bytes(again[1]) == payload_of(1, 8)
-        assert reader.take(again[2], 8) and reader.look() is None
-        ts[1].progress(0)
-        assert sinks[1].events == []                  # nothing delivered twice
-    finally:
-        close_all(ts)
-
-
 @pytest.mark.parametrize("cma", [True, False])
 def test_large_data_frame_by_reference_completes_only_once_read(cma):
     ts, sinks, _ = pair(ring=4096, cma=cma)

@@ -1,0 +1,132 @@
+"""The transports' eager readers (``Transport.eager_reader``), which a blocking receive uses
+to take a peer's next eager frame without a signal mask: beside ``progress`` every frame is
+handed over exactly once and in order, whichever of the two takes it; frames a reader does
+not hand over (rendezvous headers, payloads larger than it looks at) stay ``progress``'s;
+and a take after something else took the frame takes nothing."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from jobhelpers import progress_until
+
+from minimpi.transports import frames
+from minimpi.transports.base import FrameSink
+from minimpi.transports.shm import ShmTransport
+from minimpi.transports.tcp import PEEK_BYTES, TcpTransport
+
+
+class Sink(FrameSink):
+    """Records every whole frame ``progress`` delivers: (msg_id, kind, payload)."""
+
+    def __init__(self) -> None:
+        self.frames = []
+
+    def frame_arrived(self, peer, header):
+        if header.kind in frames.HAS_PAYLOAD:
+            return memoryview(bytearray(header.length))
+        self.frames.append((header.msg_id, header.kind, b""))
+        return None
+
+    def payload_arrived(self, peer, header, buffer):
+        self.frames.append((header.msg_id, header.kind, bytes(buffer)))
+
+    def peer_lost(self, peer, reason):
+        raise AssertionError(f"rank {peer} lost: {reason}")
+
+
+def payload_of(i: int, n: int) -> bytes:
+    return bytes((i * 13 + k) % 251 for k in range(n))
+
+
+def wired(kind: str):
+    """Two transports of this process (ranks 0 and 1), connected both ways."""
+    if kind == "shm":
+        job = "test" + os.urandom(6).hex()
+        ts = [ShmTransport(r, 2, job, ring=1024) for r in range(2)]
+    else:
+        ts = [TcpTransport(r, 2, b"s" * 32) for r in range(2)]
+    sinks = [Sink() for _ in ts]
+    for t, s in zip(ts, sinks):
+        t.attach(s)
+    addresses = [t.listen() for t in ts]
+    for t in ts:
+        t.set_peers(addresses)
+    if kind == "tcp":      # a frame each way makes both connections
+        for r in (0, 1):
+            ts[r].send(1 - r, frames.pack(frames.SYNC_ACK, 0, 0, 0, 0, 10 ** 6, 0), (), None)
+        progress_until(ts, lambda: all(len(s.frames) == 1 for s in sinks))
+        for s in sinks:
+            s.frames.clear()
+    return ts, sinks
+
+
+@pytest.mark.parametrize("kind", ["shm", "tcp"])
+def test_reader_and_progress_hand_over_every_frame_once_in_order(kind):
+    # eager frames of many sizes (over shm, some straddle the ring's end or stream through
+    # it; over TCP, some are larger than a reader looks at) and rendezvous headers between
+    ts, sinks = wired(kind)
+    try:
+        sizes = [0, 8, 31, 100, 700, 5000, 3, PEEK_BYTES + 100, 64, 900, 16, 1] * 4
+        expect = []
+        for i, n in enumerate(sizes):
+            if i % 7 == 6:
+                ts[0].send(1, frames.pack(frames.RTS, 0, 0, 0, 0, i, n), (), None)
+                expect.append((i, frames.RTS, b""))
+            else:
+                data = payload_of(i, n)
+                ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, i, n), [memoryview(data)],
+                           None)
+                expect.append((i, frames.EAGER, data))
+        reader = ts[1].eager_reader(0)
+        taken, deadline = [], time.monotonic() + 20
+        while len(taken) + len(sinks[1].frames) < len(expect):
+            assert time.monotonic() < deadline, (len(taken), sinks[1].frames[-3:])
+            ahead = reader.look(4)
+            if ahead is not None:
+                header, payload, end = ahead
+                header = frames.Header(*header)
+                data = bytes(payload)
+                assert reader.look()[2] == end            # looking takes nothing
+                assert reader.take(end, header.length)
+                taken.append((header.msg_id, header.kind, data))
+            else:
+                ts[1].progress(0)
+            ts[0].progress(0)
+        got = sorted(taken + sinks[1].frames)
+        assert got == expect
+        assert taken and sinks[1].frames                  # both took some
+        assert all(kind == frames.EAGER for _, kind, _ in taken)
+        assert reader.look() is None
+    finally:
+        for t in ts:
+            t.close()
+
+
+@pytest.mark.parametrize("kind", ["shm", "tcp"])
+def test_a_take_after_the_frame_was_taken_meanwhile_takes_nothing(kind):
+    # (a signal handler's receive took it between the look and the take)
+    ts, sinks = wired(kind)
+    try:
+        for i in range(2):
+            ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, i, 8),
+                       [memoryview(payload_of(i, 8))], None)
+        reader = ts[1].eager_reader(0)
+        progress_until([ts[0]], lambda: reader.look() is not None)
+        header, _, end = reader.look()
+        inner = reader.look()
+        assert frames.Header(*inner[0]).msg_id == 0 and reader.take(inner[2], 8)
+        assert not reader.take(end, frames.Header(*header).length)
+        deadline = time.monotonic() + 5
+        again = reader.look()
+        while again is None:
+            assert time.monotonic() < deadline
+            again = reader.look()
+        assert frames.Header(*again[0]).msg_id == 1 and bytes(again[1]) == payload_of(1, 8)
+        assert reader.take(again[2], 8)
+        ts[1].progress(0)
+        assert sinks[1].frames == []                       # nothing twice
+    finally:
+        for t in ts:
+            t.close()

@@ -325,7 +325,11 @@ class HostSegment:
             transport = self.ep.engine.transport
             transport.fence()             # our done word first, then who wants it
             if any(map(words.__getitem__, self.wants_at)):
-                transport.wake_peers(self.others)
+                # only the members that wait for the area (not every sleeper: on a full
+                # host most of them sleep for something else and would wake for nothing)
+                group = self.ep.group
+                transport.wake_peers([group[m] for m, at in enumerate(self.wants_at)
+                                      if words[at] and m != self.rank])
 
     def publish(self, k: int, sig: int, root: bool = False, call: Any = None) -> None:
         """This member's data for call ``k`` is written: publish it (signature ``sig``).

@@ -602,6 +602,7 @@ class ShmTransport(Transport):
         # reading a ring: offsets may be half-updated, so nothing more may be sent (as TCP)
         self.interrupted = False
         self._until_check = CHECK_EVERY
+        self._watch: Optional[List[Tuple[int, Optional[memoryview], int]]] = None
         # a lock's acquire and release (locked instructions): a full memory fence. The
         # acquire never blocks: a signal handler that raised between the two calls left the
         # lock held, and a blocking acquire would then wait forever; a failed try-acquire is
@@ -711,6 +712,7 @@ class ShmTransport(Transport):
             pid, probe = (int(x) for x in address.split(",")[:2])
             self._peers.append(peer)
             self._pids[peer] = pid
+            self._watch = None
             # what the peer sends us lands in our own inbox, whatever becomes of it
             self._reserve(peer)           # before anything reads or writes that ring
             self._in.append(_In(peer, self._inbox, self.ring, pid, self))
@@ -1322,16 +1324,18 @@ class ShmTransport(Transport):
         self._departed = []
         ended: list[int] = []           # their processes are over (not just closed)
         if self._pidfds:
-            ended = [self._pidfds[fd] for fd, _ in self._pid_poller.poll(timeout)]
-            gone += ended
-        watched = set(self._pidfds.values())
-        for peer in self._peers:
-            if peer in gone:
-                continue
-            seg = self._segments.get(peer)
-            if seg is not None and seg.ctl[C_CLOSED]:
-                gone.append(peer)
-            elif peer not in watched and not _alive(self._pids[peer]):
+            events = self._pid_poller.poll(timeout)
+            if events:
+                ended = [self._pidfds[fd] for fd, _ in events]
+                gone += ended
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = self._watch_list()
+        for peer, ctl, pid in watch:
+            if ctl is not None and ctl[C_CLOSED]:
+                if peer not in gone:
+                    gone.append(peer)
+            elif pid and not _alive(pid) and peer not in gone:
                 gone.append(peer)
                 ended.append(peer)
         for peer in gone:
@@ -1340,10 +1344,23 @@ class ShmTransport(Transport):
             self._remove_remains(peer)
         return bool(gone)
 
+    def _watch_list(self) -> List[Tuple[int, Optional[memoryview], int]]:
+        """What :meth:`_check_peers` looks at for each peer: (peer, the control words of its
+        inbox - its closed flag -, its pid where no pidfd watches it, else 0). Made again
+        after the peers or their pidfds change (``_watch = None``)."""
+        watched = set(self._pidfds.values())
+        out = []
+        for peer in self._peers:
+            seg = self._segments.get(peer)
+            out.append((peer, seg.ctl if seg is not None else None,
+                        0 if peer in watched else self._pids[peer]))
+        return out
+
     def _peer_gone(self, peer: int, reason: str) -> None:
         """Deliver what ``peer`` wrote before it went, then fail everything that needs it."""
         if peer in self._lost:
             return
+        self._watch = None
         self._lost[peer] = reason
         for inc in self._in:
             if inc.peer == peer:
@@ -1425,6 +1442,7 @@ class ShmTransport(Transport):
         self._in.clear()
         self._out = [None] * self.size
         self._blocked.clear()
+        self._watch = []
         for seg in self._segments.values():
             seg.close()
         self._segments.clear()

@@ -16,8 +16,10 @@ a hold, so Ctrl-C still interrupts a blocked receive at once.
 Costs one pair of ``pthread_sigmask`` calls per round that delivers something (about
 1-2 us where system calls are slow, well under 1 us on bare metal); nothing while idle,
 nothing in threads other than the main one (only the main thread runs Python handlers).
-A blocking receive holds them for its whole call (see ``comm.communicator.blocking_recv``);
+A blocking receive holds them for its whole call (see ``comm.pt2pt.blocking_recv``);
 transports sleep through :func:`interruptible`, so a signal still ends the sleep at once.
+The express receive needs no hold: it takes a frame through the transport's eager reader,
+in one step a handler cannot split (:meth:`minimpi.transports.base.Transport.eager_reader`).
 
 Threads minimpi starts itself are started with these signals blocked
 (:func:`start_thread_blocked`), so the kernel never hands a process-directed signal to one of

@@ -603,6 +603,7 @@ class ShmTransport(Transport):
         self.interrupted = False
         self._until_check = CHECK_EVERY
         self._watch: Optional[List[Tuple[int, Optional[memoryview], int]]] = None
+        self._pidless = False           # a peer no pidfd watches (see _unwatched)
         # a lock's acquire and release (locked instructions): a full memory fence. The
         # acquire never blocks: a signal handler that raised between the two calls left the
         # lock held, and a blocking acquire would then wait forever; a failed try-acquire is
@@ -1246,7 +1247,8 @@ class ShmTransport(Transport):
         self._fence_out()
         check = self._sleep_check
         ready = any(inc.ctl[R_TAIL] != inc.head for inc in self._in) or \
-            (self._blocked and self._unblock()) or self._check_peers(0) or \
+            (self._blocked and self._unblock()) or \
+            (self._unwatched() and self._check_peers(0)) or \
             (check is not None and check())
         if ready:
             self.end_sleep()
@@ -1344,6 +1346,15 @@ class ShmTransport(Transport):
             self._remove_remains(peer)
         return bool(gone)
 
+    def _unwatched(self) -> bool:
+        """Whether a peer's end could go unnoticed by a sleep: one without a pidfd in the
+        sleep's poller, or one found gone while mapping. (A peer that exits makes its pidfd
+        readable; one that closes its transport rings our doorbell, whose datagram waits in
+        the socket until we drain it after a sleep - and then look: ``end_sleep``.)"""
+        if self._watch is None:
+            self._watch = self._watch_list()
+        return bool(self._departed) or self._pidless
+
     def _watch_list(self) -> List[Tuple[int, Optional[memoryview], int]]:
         """What :meth:`_check_peers` looks at for each peer: (peer, the control words of its
         inbox - its closed flag -, its pid where no pidfd watches it, else 0). Made again
@@ -1354,6 +1365,7 @@ class ShmTransport(Transport):
             seg = self._segments.get(peer)
             out.append((peer, seg.ctl if seg is not None else None,
                         0 if peer in watched else self._pids[peer]))
+        self._pidless = any(pid for _, _, pid in out)
         return out
 
     def _peer_gone(self, peer: int, reason: str) -> None:

@@ -185,11 +185,13 @@ def main(argv=None) -> int:
     started = time.time()
     try:
         per_run = measure(args, systems, log)
+        # (before the busy process is reaped: a waited-for child's time counts as this
+        # run's own, and the note says the busy process is included)
+        share = other.share()
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
-    share = other.share()
     stats = summary(per_run)
     shown = [k for k in wanted if systems[k].runnable]
     note = (f"{args.runs} runs, {'with' if args.busy else 'without'} a busy process; other "

@@ -707,6 +707,7 @@ class ShmTransport(Transport):
 
     def set_peers(self, addresses: Sequence[Optional[str]]) -> None:
         """Map the inbox of every peer with an address (peers routed elsewhere have None)."""
+        expected = set(self._expected)
         for peer, address in enumerate(addresses):
             if peer == self.rank or not address:
                 continue
@@ -714,10 +715,13 @@ class ShmTransport(Transport):
             self._peers.append(peer)
             self._pids[peer] = pid
             self._watch = None
-            # what the peer sends us lands in our own inbox, whatever becomes of it
-            self._reserve(peer)           # before anything reads or writes that ring
+            # what the peer sends us lands in our own inbox, whatever becomes of it: its
+            # ring is reserved before anything reads or writes it (listen reserved the
+            # rings of the peers the launcher started here)
+            if peer not in expected:
+                self._reserve(peer)
             self._in.append(_In(peer, self._inbox, self.ring, pid, self))
-            seg = self._map_inbox(peer)
+            seg = self._map_inbox(peer, reserved=peer in expected)
             if seg is None:               # it has finished already (and removed its inbox)
                 self._departed.append(peer)
                 continue
@@ -739,8 +743,10 @@ class ShmTransport(Transport):
                 self._kick(self._kicks.get(peer))
         self._maybe_unlink()
 
-    def _map_inbox(self, peer: int) -> Optional[_Segment]:
-        """Map ``peer``'s inbox; None if it is gone (a peer removes it when it closes)."""
+    def _map_inbox(self, peer: int, reserved: bool = False) -> Optional[_Segment]:
+        """Map ``peer``'s inbox; None if it is gone (a peer removes it when it closes).
+        ``reserved``: the peer reserved our ring in it before it published its address (the
+        launcher started both here: each reserved the rings of the other's list)."""
         path = os.path.join(self.directory, segment_name(self.job_id, peer))
         try:
             fd = os.open(path, os.O_RDWR)
@@ -754,7 +760,8 @@ class ShmTransport(Transport):
             # them, whether or not its owner has reserved them yet
             offset = _rings_offset(self.size) + self.rank * (RING_CTL + self.ring)
             try:
-                os.posix_fallocate(fd, offset, RING_CTL + self.ring)
+                if not reserved:
+                    os.posix_fallocate(fd, offset, RING_CTL + self.ring)
             except OSError as exc:
                 raise TransportError(
                     f"rank {self.rank}: cannot reserve {self.ring} bytes of shared memory in "

@@ -621,7 +621,7 @@ class Engine(FrameSink):
                 polls = 0
                 while True:
                     ahead = None if reader is None else reader.look(LOOKS)
-                    if ahead is not None:
+                    if ahead:
                         header, payload, end = ahead
                         n = header[7]
                         if (header[3] == context and header[4] == source
@@ -637,8 +637,8 @@ class Engine(FrameSink):
                             if reader.take(end, n):
                                 return header[4], header[5], n, data
                     # the transport's progress moves everything else (other peers, frames
-                    # the reader does not hand over, queued sends, liveness); beside a
-                    # reader with nothing to hand over only every few rounds of looks, so
+                    # the reader does not hand over - at once -, queued sends, liveness);
+                    # beside a reader that found nothing only every few rounds of looks, so
                     # that the frame awaited is seldom delivered by progress, which holds
                     # signals back for it (two system calls)
                     polls += 1

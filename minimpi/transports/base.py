@@ -121,7 +121,8 @@ class Transport(ABC):
         from ``peer`` if it is a whole eager one - ``(header, payload, end)``: the header's
         fields as a tuple in :class:`~minimpi.transports.frames.Header`'s order, the payload
         where it lies, and where the stream's head goes once it is taken; the frame stays -
-        or None (looking up to ``times`` times while there is none). Its ``take(end,
+        None when there is nothing (after looking up to ``times`` times), or ``()`` when
+        something is there that :meth:`progress` must deliver. Its ``take(end,
         length)`` takes that frame in one step, which a signal handler raising before it
         leaves undone, and says whether it did (False: something else took it first).
         Frames it does not hand over are :meth:`progress`'s, in order. The engine's express

@@ -512,12 +512,13 @@ class _In:
         self.x_base = self.x_pos = self.x_token = 0
         self.x_entries: List[List[int]] = []      # [address, length] still to read
 
-    def look(self, times: int = 1) -> Optional[Tuple[Tuple[int, ...], memoryview, int]]:
+    def look(self, times: int = 1) -> Optional[tuple]:
         """The frame at the head of the ring, if it is a whole eager frame in one piece and
-        nothing is half-delivered: (its header's fields - a tuple in :class:`Header`'s order -,
-        its payload in the ring, where the ring's head goes once it is taken). The frame stays in the ring; None: the ring is empty or
-        :meth:`ShmTransport.progress` must deliver what is there. An empty ring is looked
-        at again, up to ``times`` looks in all (a fraction of a microsecond each)."""
+        nothing is half-delivered: (its header's fields - a tuple in :class:`Header`'s
+        order -, its payload in the ring, where the ring's head goes once it is taken). The
+        frame stays in the ring. None: the ring is empty (looked at up to ``times`` times, a
+        fraction of a microsecond each); ``()``: something is there that
+        :meth:`ShmTransport.progress` must deliver."""
         if self.gone:
             return None
         ctl = self.ctl
@@ -526,19 +527,20 @@ class _In:
         while tail == head and times > 1:
             times -= 1
             tail = ctl[R_TAIL]
-        if tail == head or self.d_target is not None or self.d_skip \
-                or self.x_target is not None:
+        if tail == head:
             return None
+        if self.d_target is not None or self.d_skip or self.x_target is not None:
+            return ()
         pos = head & self.mask
         cap = self.cap
         if cap - pos < HEADER_SIZE:
-            return None
+            return ()
         header = HEADER.unpack_from(self.data, pos)     # (a plain tuple: no Header to build)
         pos += HEADER_SIZE
         end = pos + header[7]
         if header[0] != EAGER or header[2] & BY_REFERENCE or end > cap \
                 or head + HEADER_SIZE + header[7] > tail:
-            return None
+            return ()
         return header, self.data[pos:end], head + HEADER_SIZE + header[7]
 
     def take(self, end: int, length: int) -> bool:

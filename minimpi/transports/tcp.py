@@ -452,17 +452,19 @@ class _InConn:
         :data:`PEEK_BYTES`: (header fields, payload, where taking it ends: a position in the
         bytes read, or minus one in the stream) - from the bytes already read, or peeked at
         in the socket (``MSG_PEEK``: nothing is taken). None: nothing there (after ``times``
-        looks) or :meth:`read_frames` must read it."""
-        if self.state != self.READY or self.d_skip or self.d_target is not None:
+        looks); ``()``: something is there that :meth:`read_frames` must read."""
+        if self.state != self.READY:
             return None
+        if self.d_skip or self.d_target is not None:
+            return ()
         start, end = self.start, self.end
         if start != end:                       # bytes read already come first
             if end - start < HEADER_SIZE:
-                return None
+                return ()
             header = HEADER.unpack_from(self.view, start)
             stop = start + HEADER_SIZE + header[7]
             if header[0] != EAGER or stop > end:
-                return None
+                return ()
             return header, self.view[start + HEADER_SIZE:stop], stop
         peek = self.t._peek
         while True:
@@ -476,11 +478,11 @@ class _InConn:
             except OSError:                    # progress finds out and says what
                 return None
         if n < HEADER_SIZE:                    # (0: closed - progress says so)
-            return None
+            return ()
         header = HEADER.unpack_from(peek, 0)
         stop = HEADER_SIZE + header[7]
         if header[0] != EAGER or stop > n:
-            return None
+            return ()
         return header, self.t._peek_view[HEADER_SIZE:stop], -(self.consumed + stop)
 
     def take(self, end: int, length: int) -> bool:

@@ -80,23 +80,25 @@ def test_reader_and_progress_hand_over_every_frame_once_in_order(kind):
                            None)
                 expect.append((i, frames.EAGER, data))
         reader = ts[1].eager_reader(0)
-        taken, deadline = [], time.monotonic() + 20
+        taken, deadline, seen_other = [], time.monotonic() + 20, False
         while len(taken) + len(sinks[1].frames) < len(expect):
             assert time.monotonic() < deadline, (len(taken), sinks[1].frames[-3:])
             ahead = reader.look(4)
-            if ahead is not None:
+            if ahead:
                 header, payload, end = ahead
                 header = frames.Header(*header)
                 data = bytes(payload)
                 assert reader.look()[2] == end            # looking takes nothing
                 assert reader.take(end, header.length)
                 taken.append((header.msg_id, header.kind, data))
-            else:
+            else:                  # None: nothing yet; (): progress's to deliver
+                seen_other = seen_other or ahead == ()
                 ts[1].progress(0)
             ts[0].progress(0)
         got = sorted(taken + sinks[1].frames)
         assert got == expect
         assert taken and sinks[1].frames                  # both took some
+        assert seen_other              # a reader says when a frame there is not one for it
         assert all(kind == frames.EAGER for _, kind, _ in taken)
         assert reader.look() is None
     finally:
@@ -113,14 +115,14 @@ def test_a_take_after_the_frame_was_taken_meanwhile_takes_nothing(kind):
             ts[0].send(1, frames.pack(frames.EAGER, 0, 0, 0, 0, i, 8),
                        [memoryview(payload_of(i, 8))], None)
         reader = ts[1].eager_reader(0)
-        progress_until([ts[0]], lambda: reader.look() is not None)
+        progress_until([ts[0]], lambda: bool(reader.look()))
         header, _, end = reader.look()
         inner = reader.look()
         assert frames.Header(*inner[0]).msg_id == 0 and reader.take(inner[2], 8)
         assert not reader.take(end, frames.Header(*header).length)
         deadline = time.monotonic() + 5
         again = reader.look()
-        while again is None:
+        while not again:
             assert time.monotonic() < deadline
             again = reader.look()
         assert frames.Header(*again[0]).msg_id == 1 and bytes(again[1]) == payload_of(1, 8)

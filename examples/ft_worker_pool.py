@@ -5,7 +5,9 @@ and collects the results with wildcard receives; ranks 1.. are workers. Run it a
 
     minimpi run -n 4 --fault-tolerant examples/ft_worker_pool.py --kill-worker 2
 
-and worker 2 dies (``os._exit``) in the middle of its second task. Without
+and worker 2 dies (``os._exit``) in the middle of its first task (every worker is handed
+one at the start; a later one is not certain: the others may finish every task first).
+Without
 ``--fault-tolerant`` the launcher would end the whole job, naming rank 2; with it, the job
 goes on:
 
@@ -110,8 +112,8 @@ def worker() -> int:
         task = comm.recv(source=0, tag=MPI.ANY_TAG, status=status)
         if status.Get_tag() == STOP:
             return tasks
-        if rank == kill and tasks == 1:
-            os._exit(1)                  # dies in the middle of its second task
+        if rank == kill and tasks == 0:
+            os._exit(1)                  # dies in the middle of its first task
         comm.send(task_value(task), dest=0, tag=RESULT)
         tasks += 1
 

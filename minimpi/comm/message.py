@@ -32,16 +32,17 @@ from ..p2p.request import (
     null_status,
     set_finish,
 )
-from ..transports.frames import F_OBJECT
+from ..transports.frames import F_OBJECT, F_PICKLE
 from .handle_types import IntHandles
 from .hints import looks_pickled, not_an_object
 from .ulfm import check_probe
 
 
-def object_count(total: int, payload: Any = None) -> int:
-    """mpi4py's count for an object message of ``total`` bytes (``payload`` if at hand)."""
+def object_count(total: int, payload: Any = None, flags: int = 0) -> int:
+    """mpi4py's count for an object message of ``total`` bytes (``payload`` if at hand;
+    ``flags``: its frame's, which say whether it is a bare pickle)."""
     if payload is None:
-        return max(total - serialization.HEAD_SIZE, 0)
+        return total if flags & F_PICKLE else max(total - serialization.HEAD_SIZE, 0)
     parts = serialization.layout_if_ours(payload)
     return total if parts is None else _pickled_size(parts)   # (None: plain bytes from Send)
 
@@ -56,7 +57,7 @@ def incoming_status(inc: Any) -> Status:
     """The status a probe reports for an unexpected message (object counts as mpi4py)."""
     n = inc.length
     if inc.flags & F_OBJECT:
-        n = object_count(inc.length, inc.buffer if inc.arrived else None)
+        n = object_count(inc.length, inc.buffer if inc.arrived else None, inc.flags)
     return Status(inc.source, inc.tag, n)
 
 
@@ -91,7 +92,7 @@ def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
         try:
             obj = serialization.loads_plain(buf)
         except Exception as exc:   # unpickling can raise almost anything
-            raise _unpickle_error(buf, source, rank, what, exc) from exc
+            raise unpickle_error(buf, source, rank, what, exc) from exc
         if obj is not serialization.NOT_PLAIN:
             return obj
     parts = serialization.layout_if_ours(buf)
@@ -107,10 +108,10 @@ def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
     try:
         return serialization.loads(buf, parts)
     except Exception as exc:   # unpickling can raise almost anything
-        raise _unpickle_error(buf, source, rank, what, exc) from exc
+        raise unpickle_error(buf, source, rank, what, exc) from exc
 
 
-def _unpickle_error(buf: Any, source: int, rank: int, what: "str | Callable[[], str]",
+def unpickle_error(buf: Any, source: int, rank: int, what: "str | Callable[[], str]",
                     exc: Exception) -> SerializationError:
     """The error of a received object that could not be unpickled (``exc``), in words."""
     what = what() if callable(what) else what

@@ -15,6 +15,7 @@ them.
 """
 from __future__ import annotations
 
+import pickle
 from functools import partial
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -25,6 +26,7 @@ from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer, persistent_buffer
 from ..data.memory import attachable_buffer
 from ..data.receive import finish_receive, receive_view
+from ..data.serialization import PICKLE_PROTO
 from ..errors import BufferSpecError
 from ..p2p.request import (
     CombinedRequest,
@@ -39,11 +41,18 @@ from ..p2p.request import (
     set_finish,
 )
 from ..transports import signal_guard
-from ..transports.frames import F_OBJECT, F_SYNC
+from ..transports.frames import F_OBJECT, F_PICKLE, F_SYNC
 from .handle_types import INFO_NULL, Info
 from .hints import recv_buf_error, recv_buffer_error
 from .ledger import note, note_send
-from .message import ProbeWait, decode_object, finish_object, probe_status, recv_capacity
+from .message import (
+    ProbeWait,
+    decode_object,
+    finish_object,
+    probe_status,
+    recv_capacity,
+    unpickle_error,
+)
 from .message import mprobe as _mprobe
 from .partitioned import PartitionedRequest
 from .persistent import Prequest
@@ -109,10 +118,11 @@ def send_object(comm, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
         if checked is None:
             return CompletedRequest()
         dest, tag = checked
-    payload, nbytes = serialization.dumps(obj, rank=comm.rank, call=call)
+    payload, nbytes, bare = serialization.encode(obj, comm.rank, call)
+    flags |= F_OBJECT | F_PICKLE if bare else F_OBJECT
     send = (lambda *args: _bsend_bytes(comm, *args)) if buffered else comm._ep.isend
-    return note(comm._ep, send(payload, nbytes, dest, tag, flags | F_OBJECT, call), dest,
-                tag, call, True)
+    return note(comm._ep, send(payload, nbytes, dest, tag, flags, call), dest, tag, call,
+                True)
 
 
 def recv_object(comm, source: int, tag: int, call: str, context: Optional[int] = None) -> Request:
@@ -166,9 +176,9 @@ def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
     if (type(dest) is int and type(tag) is int and not comm._freed
             and 0 <= dest < comm._ep.size and 0 <= tag <= TAG_UB):     # the express lane
         ep = comm._ep
-        payload, nbytes = serialization.dumps(obj, rank=ep.rank, call="send")
+        payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
         if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, payload, nbytes,
-                              F_OBJECT):
+                              F_OBJECT | F_PICKLE if bare else F_OBJECT):
             if ep.engine.ledger is not None:
                 note_send(ep, dest, tag, "send")
             return
@@ -210,7 +220,14 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
         ep = comm._ep
         got = ep.engine.receive_now(ep.context, source, tag, None)
         if got is not None:
-            return decode_object(got[3], got[0], got[1], status, None, ep.rank,
+            data = got[3]
+            if status is None and data and data[0] == PICKLE_PROTO:   # a bare pickle
+                try:
+                    return pickle.loads(data)
+                except Exception as exc:   # unpickling can raise almost anything
+                    raise unpickle_error(data, got[0], ep.rank, f"recv(source={source}, "
+                                         f"tag={tag}) on {comm.name}", exc) from exc
+            return decode_object(data, got[0], got[1], status, None, ep.rank,
                                  lambda: f"recv(source={source}, tag={tag}) on {comm.name}")
     try:
         capacity = recv_capacity(buf, "recv", warn=True)
@@ -254,10 +271,11 @@ def sendrecv(comm, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = Non
     recvtag = comm._check_recv_tag(recvtag, call)
     payload = None
     if dest != PROC_NULL:
-        payload = serialization.dumps(sendobj, rank=comm.rank, call=call)
+        payload = serialization.encode(sendobj, comm.rank, call)
     rreq = _capped(recv_object(comm, source, recvtag, call), capacity)
     sreq = CompletedRequest() if payload is None else \
-        comm._ep.isend(payload[0], payload[1], dest, sendtag, F_OBJECT, call)
+        comm._ep.isend(payload[0], payload[1], dest, sendtag,
+                       F_OBJECT | F_PICKLE if payload[2] else F_OBJECT, call)
     comm._ep.engine.wait_all([rreq, sreq])
     sreq.wait()
     return rreq.wait(status)

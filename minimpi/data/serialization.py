@@ -9,11 +9,16 @@ pickle: they travel as their own segments of one ``sendmsg`` call, and on the re
 unpickled arrays are views of the single receive buffer. Each out-of-band buffer starts at a
 16-byte aligned offset so that received numpy arrays are aligned.
 
+An object with no out-of-band buffer (most small ones: numbers, strings, lists, dicts) is
+sent as its bare pickle, without that head: one segment, nothing to pack, and the receiver
+unpickles the payload as it is.
+
 What a lowercase receive accepts besides that layout (mpi4py's rules, so a message sent with
 ``Send`` can be received with ``recv``): an empty message is ``None``, and a message that is
-plain pickle bytes (``MPI.pickle.dumps(obj)``, ``pickle.dumps(obj)``) is unpickled as such. A
-payload in minimpi's layout never starts with pickle's PROTO opcode (0x80) - at most 127
-buffers go out of band - and its lengths must add up exactly, so the two cannot be confused.
+plain pickle bytes (``MPI.pickle.dumps(obj)``, ``pickle.dumps(obj)``, or minimpi's own bare
+pickle) is unpickled as such. A payload in minimpi's layout never starts with pickle's PROTO
+opcode (0x80) - at most 127 buffers go out of band - and its lengths must add up exactly, so
+the two cannot be confused.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ from ..errors import SerializationError
 _COUNT = struct.Struct("<IQ")
 _MAX_OOB = 127
 _PROTO = 0x80   # pickle's PROTO opcode: how every protocol >= 2 pickle starts
+#: the first byte of every protocol >= 2 pickle (never of a payload in minimpi's layout)
+PICKLE_PROTO = _PROTO
 #: bytes of the fixed part of the layout (buffer count and pickle length)
 HEAD_SIZE = _COUNT.size
 _LEN = struct.Struct("<Q")
@@ -33,8 +40,6 @@ _ALIGN = 16
 _ZEROS = bytes(_ALIGN)
 #: types whose pickles never have out-of-band buffers
 _IN_BAND = frozenset((bytes, str, int, float, bool, complex, type(None)))
-#: a pickle up to this size is sent with its head as one segment
-_JOIN_BELOW = 2048
 _NO_BUFFERS: Tuple[int, ...] = ()
 
 
@@ -48,24 +53,30 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
     Raises :class:`SerializationError` at the sender, before anything is sent, when ``obj``
     cannot be pickled.
     """
+    segments, nbytes, _ = encode(obj, rank, call)
+    return segments, nbytes
+
+
+def encode(obj: Any, rank: int = -1, call: str = "send") -> Tuple[List[memoryview], int, bool]:
+    """:func:`dumps`, and whether the payload is the bare pickle (no out-of-band buffer, so no
+    layout head): a point-to-point send says so in its frame (``F_PICKLE``), which lets a
+    probe count a message whose payload has not arrived yet."""
+    if type(obj) in _IN_BAND:      # (their pickles never have out-of-band buffers)
+        data = pickle.dumps(obj, 5)
+        return [memoryview(data)], len(data), True
     buffers: List[pickle.PickleBuffer] = []
     try:
-        # (objects of these types are pickled in band whatever the callback: none needed)
-        data = pickle.dumps(obj, 5) if type(obj) in _IN_BAND else \
-            pickle.dumps(obj, 5, buffer_callback=buffers.append)
+        data = pickle.dumps(obj, 5, buffer_callback=buffers.append)
     except Exception as exc:  # pickling can raise almost anything (TypeError, PicklingError, ...)
         where = f"rank {rank}: " if rank >= 0 else ""
         raise SerializationError(
             f"{where}{call}: cannot pickle object of type {type(obj).__name__}: {exc}"
         ) from exc
+    if not buffers:   # the common small object: its pickle is the whole payload
+        return [memoryview(data)], len(data), True
     if len(buffers) > _MAX_OOB:     # keep the first byte (buffer count) below 0x80
-        buffers = []
         data = pickle.dumps(obj, protocol=5)
-    if not buffers:   # the common small object: the head and the pickle, nothing to align
-        if len(data) <= _JOIN_BELOW:      # one segment: a copy of a few bytes is cheaper
-            whole = memoryview(_COUNT.pack(0, len(data)) + data)
-            return [whole], whole.nbytes
-        return [memoryview(_COUNT.pack(0, len(data))), memoryview(data)], _COUNT.size + len(data)
+        return [memoryview(data)], len(data), True
     raws = []
     for b in buffers:
         try:
@@ -85,9 +96,7 @@ def dumps(obj: Any, *, rank: int = -1, call: str = "send") -> Tuple[List[memoryv
             total += pad
         segments.append(r)
         total += r.nbytes
-    return segments, total
-
-
+    return segments, total, False
 
 
 def layout(payload: "bytearray | memoryview") -> Tuple[int, List[int], int]:
@@ -134,13 +143,16 @@ NOT_PLAIN = object()
 
 
 def loads_plain(payload: Any) -> Any:
-    """The object of a received payload (a ``bytearray``) in minimpi's layout without
-    out-of-band buffers - the common small object - or :data:`NOT_PLAIN` for anything
-    else (then :func:`loads` decodes it). Raises what unpickling raises."""
-    if type(payload) is not bytearray:
+    """The object of a received payload (a ``bytearray``) that is a bare pickle or in
+    minimpi's layout without out-of-band buffers - the common small object - or
+    :data:`NOT_PLAIN` for anything else (then :func:`loads` decodes it). Raises what
+    unpickling raises."""
+    if type(payload) is not bytearray or not payload:
         return NOT_PLAIN
+    if payload[0] == _PROTO:
+        return pickle.loads(payload)
     n = len(payload)
-    if n < HEAD_SIZE or payload[0] >= _PROTO:
+    if n < HEAD_SIZE or payload[0] > _PROTO:
         return NOT_PLAIN
     nbuf, plen = _COUNT.unpack_from(payload, 0)
     if nbuf or HEAD_SIZE + plen != n:

@@ -32,6 +32,7 @@ SYNC_ACK = 5
 # flags
 F_OBJECT = 1  # payload is a serialized Python object (see minimpi.data.serialization)
 F_SYNC = 2    # synchronous send: the receiver acknowledges the match
+F_PICKLE = 4  # an object's payload is its bare pickle, without the layout's head
 
 #: frames that carry ``length`` bytes of payload after the header
 HAS_PAYLOAD = frozenset((EAGER, DATA))

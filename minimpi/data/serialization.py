@@ -39,7 +39,7 @@ _LEN = struct.Struct("<Q")
 _ALIGN = 16
 _ZEROS = bytes(_ALIGN)
 #: types whose pickles never have out-of-band buffers
-_IN_BAND = frozenset((bytes, str, int, float, bool, complex, type(None)))
+IN_BAND = frozenset((bytes, str, int, float, bool, complex, type(None)))
 _NO_BUFFERS: Tuple[int, ...] = ()
 
 
@@ -61,7 +61,7 @@ def encode(obj: Any, rank: int = -1, call: str = "send") -> Tuple[List[memoryvie
     """:func:`dumps`, and whether the payload is the bare pickle (no out-of-band buffer, so no
     layout head): a point-to-point send says so in its frame (``F_PICKLE``), which lets a
     probe count a message whose payload has not arrived yet."""
-    if type(obj) in _IN_BAND:      # (their pickles never have out-of-band buffers)
+    if type(obj) in IN_BAND:      # (their pickles never have out-of-band buffers)
         data = pickle.dumps(obj, 5)
         return [memoryview(data)], len(data), True
     buffers: List[pickle.PickleBuffer] = []

@@ -16,7 +16,7 @@ the line known:
 
 The runtime of a real job installs one on the engine (``engine.ledger``); worlds of threads
 have none and skip this. It costs a dictionary update and a walk of two or three stack
-frames per point-to-point call (about half a microsecond). Memory is bounded: at most
+frames per point-to-point call (a few tenths of a microsecond). Memory is bounded: at most
 :data:`MAX_SITES` send sites (a program using ever new tags stops recording new ones), and
 open requests are pruned (finished and dropped ones go) whenever the table has doubled, so
 it never holds more than twice the requests the program itself holds open, plus 64 - a
@@ -25,6 +25,7 @@ line, however many are in flight, so the report names exactly those never comple
 """
 from __future__ import annotations
 
+import dis
 import os
 import sys
 import threading
@@ -33,9 +34,28 @@ from typing import Any, Dict, List, Optional, Tuple
 
 MAX_SITES = 10_000
 
-#: where a call came from: (code object, line number) of the user's frame; made into
-#: ``script.py:12`` only when a leftover is reported (see :func:`line_text`)
+#: where a call came from: (code object, offset of the calling instruction) of the user's
+#: frame; made into ``script.py:12`` only when a leftover is reported (see :func:`line_text`:
+#: a frame's line number is worked out from its code's line table, which costs more than
+#: the rest of the record on every send)
 Site = Tuple[Any, int]
+
+#: id of a code object -> whether it is the program's (not minimpi's, nor runpy's, which may
+#: start it); by id, since a code object's hash is worked out from its whole contents each
+#: time, and the code objects stay alive (_CODES), so an id is never another's
+_USER_CODE: Dict[int, bool] = {}
+_CODES: List[Any] = []
+
+
+def _is_user_frame(f: Any) -> bool:
+    code = f.f_code
+    user = _USER_CODE.get(id(code))
+    if user is None:
+        name = f.f_globals.get("__name__", "")
+        _CODES.append(code)
+        user = _USER_CODE[id(code)] = (not name.startswith(("minimpi.", "runpy"))
+                                       and name != "minimpi")
+    return user
 
 
 class SendSite:
@@ -59,16 +79,29 @@ def user_site() -> Site:
     """The innermost frame outside the minimpi package (and runpy, which may start it)."""
     f = sys._getframe(1)
     while f is not None:
-        name = f.f_globals.get("__name__", "")
-        if not name.startswith(("minimpi.", "runpy")) and name != "minimpi":
-            return f.f_code, f.f_lineno
+        if _is_user_frame(f):
+            return f.f_code, f.f_lasti
         f = f.f_back
     return None, 0
 
 
 def line_text(site: Site) -> str:
-    code, line = site
-    return f"{os.path.basename(code.co_filename)}:{line}" if code is not None else "?"
+    code, offset = site
+    if code is None:
+        return "?"
+    return f"{os.path.basename(code.co_filename)}:{line_of(code, offset)}"
+
+
+def line_of(code: Any, offset: int) -> int:
+    """The line of ``code`` that its instruction at byte ``offset`` (a frame's ``f_lasti``)
+    belongs to."""
+    line = code.co_firstlineno
+    for start, lineno in dis.findlinestarts(code):
+        if start > offset:
+            break
+        if lineno is not None:
+            line = lineno
+    return line
 
 
 class Ledger:
@@ -147,9 +180,10 @@ def note_send(ep: Any, dest: int, tag: int, call: str) -> None:
     """Record a blocking send of the express lane (``pt2pt.Send`` called through the API
     front: the caller's frame is two up, so the site costs a frame look, not a walk)."""
     f = sys._getframe(3)
-    name = f.f_globals.get("__name__", "")
-    site = (f.f_code, f.f_lineno) if not name.startswith(("minimpi.", "runpy")) \
-        and name != "minimpi" else user_site()
+    user = _USER_CODE.get(id(f.f_code))          # (_is_user_frame, inline)
+    if user is None:
+        user = _is_user_frame(f)
+    site = (f.f_code, f.f_lasti) if user else user_site()
     ledger = ep.engine.ledger
     key = (ep.group[dest], ep.context, tag)
     rec = ledger.sites.get(key)     # (Ledger.sent, inline: this is on every express send)

@@ -3,8 +3,11 @@ exchange, then collective messages never received (a mismatch naming both calls)
 point-to-point messages never received, receives never matched, requests never completed."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from minimpi.comm import ledger
 from minimpi.data.ops import SUM
 from minimpi.runtime import leftovers
 from minimpi.runtime.inproc import run_threads
@@ -194,3 +197,25 @@ def test_the_ledger_names_every_open_request_and_stays_bounded():
         ledger.started(r, (None, 3))
         assert len(ledger.open) <= 2 * (i + 1) + 64
     assert len(ledger.never_completed()) == 5000
+
+
+def _site_here(*args):
+    """The ledger's site of the caller's call, and the line Python says that frame is at."""
+    f = sys._getframe(1)
+    return (f.f_code, f.f_lasti), f.f_lineno
+
+
+def test_a_site_is_reported_at_the_line_python_gives_its_frame():
+    # the ledger keeps the calling instruction's offset and finds its line only to report
+    # it: for a call written across lines too, that is the line Python itself names
+    one = _site_here(1)
+    spread = _site_here(
+        "a",
+        "b",
+    )
+    nested = [_site_here(i,
+                         i + 1) for i in range(1)][0]
+    for site, line in (one, spread, nested):
+        assert ledger.line_of(*site) == line
+        assert ledger.line_text(site) == f"test_leftovers.py:{line}"
+    assert ledger.line_text((None, 0)) == "?"

@@ -205,7 +205,8 @@ def worker(args) -> None:
 
     Plan.algorithm = recording_algorithm
     collective = args.collective
-    names = list(registry.algorithms(collective)) + (["auto"] if args.measure_auto else [])
+    names = [name for name, alg in registry.algorithms(collective).items()
+             if registry.INTRA in alg.kinds] + (["auto"] if args.measure_auto else [])
     sizes = [0] if collective == "barrier" else [int(s) for s in args.sizes.split(",")]
     out = {"collective": collective, "p": comm.size, "results": {}, "auto": {}, "errors": {}}
 

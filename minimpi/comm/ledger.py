@@ -78,8 +78,12 @@ Sites = Dict[Tuple[int, int, int], SendSite]
 def user_site() -> Site:
     """The innermost frame outside the minimpi package (and runpy, which may start it)."""
     f = sys._getframe(1)
+    known = _USER_CODE.get
     while f is not None:
-        if _is_user_frame(f):
+        user = known(id(f.f_code))          # (_is_user_frame, inline: a call per frame
+        if user is None:                    # costs more than the look)
+            user = _is_user_frame(f)
+        if user:
             return f.f_code, f.f_lasti
         f = f.f_back
     return None, 0

@@ -1281,7 +1281,8 @@ class Engine(FrameSink):
                                 if self._waiters:   # others wait for this round: no spin, sleep now
                                     moved = transport.progress(POLL_INTERVAL)
                                 else:
-                                    moved = self.progress_policy.wait(transport, POLL_INTERVAL)
+                                    moved = self.progress_policy.wait(transport, POLL_INTERVAL,
+                                                                      ready)
                             finally:
                                 self._owner = None
                                 transport.set_sleep_check(None)

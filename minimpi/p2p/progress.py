@@ -138,9 +138,13 @@ class ProgressPolicy:
             raise ArgumentError(f"MINIMPI_SPIN_US={spin_us!r} is not a number") from None
         return cls.choose(env.get("MINIMPI_PROGRESS", "auto"), ranks_here, max_spin=max_spin)
 
-    def wait(self, transport, timeout: float) -> bool:
+    def wait(self, transport, timeout: float,
+             ready: Optional[Callable[[], bool]] = None) -> bool:
         """One round of waiting: spin on ``progress(0)`` for the budget, then sleep at most
-        ``timeout`` s. True if anything moved."""
+        ``timeout`` s. True if anything moved. ``ready``: what the wait waits for, when
+        it may come true without a message (memory a peer writes: a shared segment); the
+        spin looks at it too, and ends when it is true (else such a wait would spin its
+        whole budget, up to milliseconds, for data that came in microseconds)."""
         spin = self.spin
         if not spin:
             return transport.progress(timeout)
@@ -150,7 +154,7 @@ class ProgressPolicy:
         deadline = start + spin
         yield_from = start + self.yield_after
         while True:
-            if progress(0):
+            if progress(0) or ready is not None and ready():
                 self._paid(True)
                 return True
             now = clock()

@@ -358,6 +358,34 @@ def test_block_never_polls_and_spin_catches_early_replies_without_sleeping():
     assert 0.25 not in quick.calls and quick.calls[0] == 0
 
 
+class _Silent:
+    """A transport on which nothing ever arrives (what a wait on shared memory sees)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def progress(self, timeout):
+        self.calls.append(timeout)
+        return False
+
+
+def test_spin_ends_when_memory_a_peer_writes_is_ready_without_a_message():
+    # a segment collective's step waits for memory, not for a frame: the spin looks at
+    # what it waits for too, and ends with it - it used to spin its whole budget (up to
+    # 3 ms, then a sleep's check) for data that came in microseconds
+    for mode in ("spin", "yield"):
+        silent = _Silent()
+        looks = []
+
+        def ready():
+            looks.append(1)
+            return len(looks) >= 3
+
+        policy = ProgressPolicy(mode, max_spin=30.0)
+        assert policy.wait(silent, 0.25, ready)
+        assert silent.calls == [0, 0, 0] and len(looks) == 3
+
+
 def test_spin_budget_shrinks_when_waits_are_long_and_grows_back_when_short():
     # real clocks: a rank descheduled for milliseconds in the middle (a loaded 2-core CI
     # machine) sees other delays than the ones set up, so the scenario gets three tries

@@ -25,7 +25,6 @@ line, however many are in flight, so the report names exactly those never comple
 """
 from __future__ import annotations
 
-import dis
 import os
 import sys
 import threading
@@ -99,6 +98,8 @@ def line_text(site: Site) -> str:
 def line_of(code: Any, offset: int) -> int:
     """The line of ``code`` that its instruction at byte ``offset`` (a frame's ``f_lasti``)
     belongs to."""
+    import dis  # (only when a leftover is reported)
+
     line = code.co_firstlineno
     for start, lineno in dis.findlinestarts(code):
         if start > offset:

@@ -1281,8 +1281,10 @@ class Engine(FrameSink):
                                 if self._waiters:   # others wait for this round: no spin, sleep now
                                     moved = transport.progress(POLL_INTERVAL)
                                 else:
+                                    # (done, not ready: operations in flight advance
+                                    # after a round that moved something, as before)
                                     moved = self.progress_policy.wait(transport, POLL_INTERVAL,
-                                                                      ready)
+                                                                      done)
                             finally:
                                 self._owner = None
                                 transport.set_sleep_check(None)

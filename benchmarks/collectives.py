@@ -61,6 +61,8 @@ FULL_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 <<
 QUICK_SIZES = [8, 4 << 10, 256 << 10, 4 << 20]
 NPROCS = [2, 4, 8]
 FLAG = 1.2
+#: how close to the fastest algorithm auto's pick counts as right in the summary's share
+WITHIN = 1.25
 #: what "fastest" means when auto is judged: the slowest rank's time, i.e. when the call is
 #: complete everywhere (what the cost model predicts); OSU's headline "avg" flatters chains,
 #: whose first ranks leave early
@@ -368,6 +370,11 @@ def print_auto_summary(verdicts: List[dict], sizes: List[int], out) -> None:
         print(f"  p={v['p']} {v['collective']:<15} {fmt_size(v['size']) if v['size'] else '-':>7}: "
               f"auto picked {v['auto']} {v['auto_us']:.1f} us, best {v['best']} "
               f"{v['best_us']:.1f} us ({v['auto_us'] / v['best_us']:.2f}x)", file=out)
+    judged = [v for v in verdicts if v["auto_us"]]
+    within = sum(1 for v in judged if v["auto_us"] <= WITHIN * v["best_us"])
+    if judged:
+        print(f"# auto within {WITHIN}x of the best: {within} of {len(judged)} cases "
+              f"({100 * within / len(judged):.1f}%)", file=out)
 
 
 def main() -> int:

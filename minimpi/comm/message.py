@@ -112,7 +112,7 @@ def decode_object(buf: Any, source: int, tag: int, status: Optional[Status],
 
 
 def unpickle_error(buf: Any, source: int, rank: int, what: "str | Callable[[], str]",
-                    exc: Exception) -> SerializationError:
+                   exc: Exception) -> SerializationError:
     """The error of a received object that could not be unpickled (``exc``), in words."""
     what = what() if callable(what) else what
     if not looks_pickled(buf):   # a buffer sent with Send, received with recv

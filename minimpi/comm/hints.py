@@ -72,7 +72,8 @@ def looks_pickled(payload: Any) -> bool:
     or plain pickle bytes (``Send(pickle.dumps(obj))``, which mpi4py's ``recv`` accepts),
     which start with pickle's PROTO opcode. The bytes of an array practically never do."""
     view = memoryview(payload).cast("B")
-    return serialization.in_layout(view) or (view.nbytes > 0 and view[0] == 0x80)
+    return serialization.in_layout(view) or (
+        view.nbytes > 0 and view[0] == serialization.PICKLE_PROTO)
 
 
 def not_an_object(rank: int, what: str, source: int, nbytes: int) -> str:

@@ -58,6 +58,10 @@ from .partitioned import PartitionedRequest
 from .persistent import Prequest
 from .ulfm import check_probe
 
+#: an object message's frame flags, by whether its payload is the bare pickle
+#: (serialization.encode's third value)
+_OBJECT_FLAGS = (F_OBJECT, F_OBJECT | F_PICKLE)
+
 #: buffered sends of every communicator not yet delivered (MPI.Flush_buffer waits for them)
 PENDING_BSENDS: list = []
 
@@ -119,7 +123,7 @@ def send_object(comm, obj: Any, dest: int, tag: int, call: str, flags: int = 0,
             return CompletedRequest()
         dest, tag = checked
     payload, nbytes, bare = serialization.encode(obj, comm.rank, call)
-    flags |= F_OBJECT | F_PICKLE if bare else F_OBJECT
+    flags |= _OBJECT_FLAGS[bare]
     send = (lambda *args: _bsend_bytes(comm, *args)) if buffered else comm._ep.isend
     return note(comm._ep, send(payload, nbytes, dest, tag, flags, call), dest, tag, call,
                 True)
@@ -178,10 +182,10 @@ def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
         ep = comm._ep
         if type(obj) in IN_BAND:    # (serialization.encode's first case, one call fewer)
             data = pickle.dumps(obj, 5)
-            payload, nbytes, flags = (memoryview(data),), len(data), F_OBJECT | F_PICKLE
+            payload, nbytes, flags = (memoryview(data),), len(data), _OBJECT_FLAGS[True]
         else:
             payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
-            flags = F_OBJECT | F_PICKLE if bare else F_OBJECT
+            flags = _OBJECT_FLAGS[bare]
         if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, payload, nbytes,
                               flags):
             if ep.engine.ledger is not None:
@@ -280,7 +284,7 @@ def sendrecv(comm, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = Non
     rreq = _capped(recv_object(comm, source, recvtag, call), capacity)
     sreq = CompletedRequest() if payload is None else \
         comm._ep.isend(payload[0], payload[1], dest, sendtag,
-                       F_OBJECT | F_PICKLE if payload[2] else F_OBJECT, call)
+                       _OBJECT_FLAGS[payload[2]], call)
     comm._ep.engine.wait_all([rreq, sreq])
     sreq.wait()
     return rreq.wait(status)

@@ -30,9 +30,9 @@ from ..errors import SerializationError
 
 _COUNT = struct.Struct("<IQ")
 _MAX_OOB = 127
-_PROTO = 0x80   # pickle's PROTO opcode: how every protocol >= 2 pickle starts
-#: the first byte of every protocol >= 2 pickle (never of a payload in minimpi's layout)
-PICKLE_PROTO = _PROTO
+#: pickle's PROTO opcode, the first byte of every protocol >= 2 pickle (never of a payload in
+#: minimpi's layout)
+PICKLE_PROTO = 0x80
 #: bytes of the fixed part of the layout (buffer count and pickle length)
 HEAD_SIZE = _COUNT.size
 _LEN = struct.Struct("<Q")
@@ -110,7 +110,7 @@ def layout(payload: "bytearray | memoryview") -> Tuple[int, List[int], int]:
 
 def in_layout(view: memoryview) -> bool:
     """Whether a payload is in minimpi's layout (not plain pickle bytes)."""
-    if view.nbytes < HEAD_SIZE or view[0] >= _PROTO:
+    if view.nbytes < HEAD_SIZE or view[0] >= PICKLE_PROTO:
         return False
     nbuf, plen = _COUNT.unpack_from(view, 0)
     end = HEAD_SIZE + _LEN.size * nbuf
@@ -129,7 +129,7 @@ def layout_if_ours(payload: "bytearray | memoryview | None") -> "Tuple[int, List
         return None
     if type(payload) is bytearray:     # what a receive gives: the common small object first
         n = len(payload)
-        if n < HEAD_SIZE or payload[0] >= _PROTO:
+        if n < HEAD_SIZE or payload[0] >= PICKLE_PROTO:
             return None
         nbuf, plen = _COUNT.unpack_from(payload, 0)
         if not nbuf:
@@ -149,10 +149,10 @@ def loads_plain(payload: Any) -> Any:
     unpickling raises."""
     if type(payload) is not bytearray or not payload:
         return NOT_PLAIN
-    if payload[0] == _PROTO:
+    if payload[0] == PICKLE_PROTO:
         return pickle.loads(payload)
     n = len(payload)
-    if n < HEAD_SIZE or payload[0] > _PROTO:
+    if n < HEAD_SIZE or payload[0] > PICKLE_PROTO:
         return NOT_PLAIN
     nbuf, plen = _COUNT.unpack_from(payload, 0)
     if nbuf or HEAD_SIZE + plen != n:

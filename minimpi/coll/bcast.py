@@ -222,7 +222,7 @@ def bcast_segment(ch: Channel, data: np.ndarray, root: int) -> Schedule:
             seg.publish(k, sig, root=True, call=ch)   # the others wait for this slot alone
             seg.finished(k)
             continue
-        seg.publish(k, sig, call=ch)
+        seg.publish(k, sig, call=ch, quiet=True)     # (nobody waits for this slot)
         yield [seg.wait_for(ch, k, (root,))]
         seg.check(k, sig, (root,), ch)
         mine[lo:hi] = seg.area(root, k, hi - lo)

@@ -51,9 +51,8 @@ each blocked rank is in. A ``detail`` difference escapes the signature with prob
 """
 from __future__ import annotations
 
-import collections
 import zlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import CollectiveMismatchError
 from . import slots
@@ -304,16 +303,24 @@ class Watch:
     the communicator is freed (``Engine.release_context``).
     """
 
-    __slots__ = ("ep", "calls", "order", "error", "aborted")
+    __slots__ = ("ep", "recent", "error", "aborted", "unlooked")
 
     def __init__(self, ep: Any) -> None:
         self.ep = ep
-        # seq mod 2**14 -> the recent call, as the tuple of Call's fields (cheap to make)
-        self.calls: Dict[int, tuple] = {}
-        self.order: collections.deque = collections.deque()
+        #: the last HISTORY calls, call ``low`` (seq mod 2**14) at ``low % HISTORY``, each as
+        #: the tuple (seq, tag, Call's fields...) (cheap to make: one store per call)
+        self.recent: List[Optional[tuple]] = [None] * HISTORY
         self.error: Optional[CollectiveMismatchError] = None
         #: seq mod 2**14 -> the error that aborted that slot here (see minimpi.coll.slots)
         self.aborted: Dict[int, BaseException] = {}
+        #: a message went to this context's unexpected queue since :func:`open_recorded`
+        #: last found it empty (while False, a call need not look at the queue)
+        self.unlooked = True
+
+    def fields(self, low: int) -> Optional[tuple]:
+        """Call ``low``'s record, if it is one of this rank's last :data:`HISTORY` calls."""
+        entry = self.recent[low % HISTORY]
+        return entry if entry is not None and entry[0] & SEQ_MASK == low else None
 
     def register(self, seq: int, tag: int, sig: int, collective: str, call: str,
                  algorithm: str = "", root: Optional[int] = None, op: Any = None,
@@ -328,14 +335,9 @@ class Watch:
         """:meth:`register` with the call's fields from :func:`call_fields` (a compiled call
         makes them once)."""
         low = seq & SEQ_MASK
-        self.aborted.pop(low, None)          # a new call in this slot (after wrap-around)
-        self.calls[low] = (seq, tag, *fields)
-        order = self.order
-        order.append(low)
-        if len(order) > HISTORY:
-            old = order.popleft()
-            if old != low:
-                self.calls.pop(old, None)
+        if self.aborted:
+            self.aborted.pop(low, None)      # a new call in this slot (after wrap-around)
+        self.recent[low % HISTORY] = (seq, tag, *fields)
         return low
 
     def abort(self, engine: Any, context: int, low: int, err: BaseException) -> None:
@@ -347,7 +349,7 @@ class Watch:
     def _marker(self, engine: Any, inc: Any) -> None:
         """Another rank's abort marker arrived (see :mod:`minimpi.coll.slots`)."""
         low = inc.tag & SEQ_MASK
-        fields = self.calls.get(low)
+        fields = self.fields(low)
         if fields is None:
             behind = (self.ep.coll_calls - low) & SEQ_MASK
             if 0 < behind < (SEQ_MASK + 1) // 2:   # a call finished long ago: nothing to do
@@ -361,7 +363,7 @@ class Watch:
             slots.purge_slot(engine, inc.context, low)
 
     def call(self, low: int) -> Optional[Call]:
-        fields = self.calls.get(low)
+        fields = self.fields(low)
         return None if fields is None else Call(*fields)
 
     def error_for(self, mine: Call, source: int, their_tag: int, length: int,
@@ -404,9 +406,10 @@ class Watch:
         running, since the communicator is out of step from here on - or, when none is
         pending, from this rank's next collective call on the communicator.
         """
+        self.unlooked = True
         try:
             low = inc.tag & SEQ_MASK
-            fields = self.calls.get(low)
+            fields = self.fields(low)
             if low not in self.aborted and inc.tag & slots.KIND_MASK and (
                     fields is None or fields[1] == inc.tag):
                 # a call's message (no marker): of the call this rank is in - all is well -
@@ -421,7 +424,7 @@ class Watch:
             if low in self.aborted:     # a late message of a failed call: never matched
                 slots.purge_slot(engine, inc.context, low)
                 return
-            fields = self.calls.get(low)
+            fields = self.fields(low)
             if fields is None or fields[1] == inc.tag:
                 return
             err = self.error_for(Call(*fields), inc.source, inc.tag, inc.length, inc.rendezvous)
@@ -486,7 +489,14 @@ def open_recorded(ep: Any, watch: "Watch", seq: int, fields: tuple) -> int:
         raise err
     tag = (seq & SEQ_MASK) | fields[0] << SEQ_BITS
     low = watch.record(seq, tag, fields)
+    if not watch.unlooked:        # nothing arrived unexpected since the queue was empty
+        return tag
+    # (cleared before the look: a message arriving meanwhile, in another thread's progress,
+    # sets it again)
+    watch.unlooked = False
     waiting = ep.engine.unexpected_messages(ep.coll_context)
+    if waiting:
+        watch.unlooked = True
     # a message of this very call (the common case: a peer was first) needs no look
     for inc in waiting:
         if inc.tag != tag and (inc.tag & SEQ_MASK) == low:

@@ -140,7 +140,7 @@ def scatter_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int =
             seg.publish(k, sig, root=True, call=ch)   # the others wait for this slot alone
             seg.finished(k)
             continue
-        seg.publish(k, sig, call=ch)
+        seg.publish(k, sig, call=ch, quiet=True)     # (nobody waits for this slot)
         yield [seg.wait_for(ch, k, (root,))]
         seg.check(k, sig, (root,), ch)
         first, last = max(lo, rank * b), min(hi, (rank + 1) * b)

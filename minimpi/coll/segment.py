@@ -331,7 +331,8 @@ class HostSegment:
                 transport.wake_peers([group[m] for m, at in enumerate(self.wants_at)
                                       if words[at] and m != self.rank])
 
-    def publish(self, k: int, sig: int, root: bool = False, call: Any = None) -> None:
+    def publish(self, k: int, sig: int, root: bool = False, call: Any = None,
+                quiet: bool = False) -> None:
         """This member's data for call ``k`` is written: publish it (signature ``sig``).
         First, the call that used this parity before (k - 2) is checked against every
         member that has not gone past it: a rooted call whose ranks did not all wait for
@@ -340,18 +341,27 @@ class HostSegment:
         if this may have ended their wait: when every member has now published ``k`` (the
         call's last writer: whatever anyone waits for in a call - all members, the root,
         the members before it - is complete), or ``root`` (a root whose data the others wait
-        for alone). ``call``: the call's channel (its tag and mismatch bookkeeping)."""
+        for alone). ``call``: the call's channel (its tag and mismatch bookkeeping).
+        ``quiet``: no member's wait can end with this publish - a ``Bcast``'s non-root, whose
+        slot nobody waits for - so it wakes no one (and spends no fence on looking).
+
+        The check of call k - 2 looks further (:meth:`_cross_check`) only when a member's
+        word is neither that call's, as this member signed it, nor call k's, as this member
+        signs it now (a member that went on to call k alike cannot have signed k - 2
+        otherwise in a way the look could still see: its word is overwritten)."""
         parity = k & 1
         earlier = self._mine[parity]
         word = (k & SIG_MASK) << CALL_SHIFT | sig          # signed_call(k, sig), inline
-        if earlier is not None and not self.all_signed(parity, earlier[0]):
-            self._cross_check(k, parity, *earlier)
+        if earlier is not None:
+            theirs = [*map(self.words.__getitem__, self.sig_at[parity])]
+            if theirs.count(earlier[0]) + theirs.count(word) != self.p:
+                self._cross_check(k, parity, *earlier)
         self._mine[parity] = (word, call.tag, call.watch) if call is not None else None
         words = self.words
         words[self.sig_at[parity][self.rank]] = word
         words[self.seq_at[self.rank]] = k
         self.published = k
-        if not self.others:
+        if quiet or not self.others:
             return
         transport = self.ep.engine.transport
         if not root:

@@ -187,7 +187,7 @@ def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
 
 
 def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: bool,
-                      layout, out: TextIO, kind: str = "intra") -> None:
+                      layout, out: TextIO, kind: str = "intra", segment_bytes: int = 0) -> None:
     """auto's pick as the cores the ranks share go from one to a core per rank."""
     from dataclasses import replace
 
@@ -199,7 +199,7 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
         try:
             name = registry.choose(collective, p, nbytes, op, "auto", objects=objects,
                                    layout=layout, model=replace(model, cores=cores),
-                                   segment_bytes=_segment_bytes(layout), kind=kind).name
+                                   segment_bytes=segment_bytes, kind=kind).name
         except AlgorithmError:
             name = "(none)"
         note = " (this model)" if cores == model.cores else ""
@@ -211,21 +211,45 @@ def _cores_comparison(collective: str, model, p: int, nbytes: int, op, objects: 
         print(f"  {line}", file=out)
 
 
-def _segment_bytes(layout) -> int:
-    """The shared segment a job's communicator has: on one host, ranks meet in memory
-    (their transport there is shared memory, as ``minimpi run`` gives them by default)."""
+def _segment_bytes(layout, wire: str) -> int:
+    """The shared segment a job's communicator has: on one host over shared memory (what
+    ``minimpi run`` gives ranks of one host by default), ranks meet in memory."""
     from minimpi.coll.segment import SLOT_BYTES
-    return SLOT_BYTES if layout is None or layout.hosts == 1 else 0
+    return SLOT_BYTES if wire == "shm" and (layout is None or layout.hosts == 1) else 0
+
+
+def intra_wire(transport: str) -> str:
+    """The transport between two ranks of one host under ``minimpi run --transport
+    TRANSPORT``: ``auto`` takes shared memory where this host can (as a job does)."""
+    if transport != "auto":
+        return transport
+    from minimpi.transports.shm import available
+    return "shm" if available() is None else "tcp"
+
+
+def describe_wire(plain, priced, wire: str, transport: str, out: TextIO) -> None:
+    """Which transport the prices are for, and what it changes in the model."""
+    how = "minimpi run's default here" if transport == "auto" else "--transport"
+    names = {"shm": "shared memory", "tcp": "TCP"}
+    line = f"  within a host: {names.get(wire, wire)} ({how})"
+    if priced.beta_intra != plain.beta_intra and priced.beta_intra is not None:
+        line += (f": beta = {priced.beta_intra * 1e9:.4f} ns per byte "
+                 f"({1 / priced.beta_intra / 1e9:.2f} GB/s), built in for {wire}")
+    if wire != "shm":
+        line += "; no shared segment to meet in (that needs shared memory)"
+    print(line, file=out)
 
 
 def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False,
             out: Optional[TextIO] = None, layout=None, cores: Optional[int] = None,
-            inter: bool = False) -> int:
+            inter: bool = False, transport: str = "auto") -> int:
     """Print the model, every algorithm's prediction or refusal, each prediction taken apart
     and auto's pick as the cores change. Returns an exit code. ``layout``: where the ranks
     run (a :class:`~minimpi.coll.cost.Layout`; None: one host); ``cores``: the cores the
     ranks share, instead of the model's; ``inter``: the call on an intercommunicator (two
-    groups of p ranks), which chooses among the algorithms that serve two groups."""
+    groups of p ranks), which chooses among the algorithms that serve two groups;
+    ``transport``: ``minimpi run --transport``'s (auto, shm, tcp), which sets the price of
+    the link between ranks of one host and whether they have a shared segment."""
     out = out or sys.stdout
     from dataclasses import replace
 
@@ -249,6 +273,14 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     if cores is not None:
         model, sources = replace(model, cores=cores), {**sources, "cores": "--cores"}
     describe_model(model, sources, out)
+    from minimpi.coll.plan import priced_model
+    wire = intra_wire(transport)
+    plain, model = model, priced_model(model, wire)
+    describe_wire(plain, model, wire, transport, out)
+    for field in ("alpha_intra", "beta_intra"):
+        if getattr(model, field) != getattr(plain, field):
+            sources = {**sources, field: f"built in for {wire}"}
+    segment_bytes = _segment_bytes(layout, wire)
     explain_hosts.describe_links(model, sources, layout, out)
     op_text = ""
     if op is not None:
@@ -261,7 +293,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     rows = []
     terms = {}
     for alg in table.values():
-        why = alg.refusal(p, nbytes, op, objects, layout, _segment_bytes(layout), kind)
+        why = alg.refusal(p, nbytes, op, objects, layout, segment_bytes, kind)
         predicted = None
         if why is None:
             try:
@@ -276,7 +308,7 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     try:
         picked = registry.choose(collective, p, nbytes, op, None, objects=objects,
                                  layout=layout, model=model,
-                                 segment_bytes=_segment_bytes(layout), kind=kind).name
+                                 segment_bytes=segment_bytes, kind=kind).name
     except AlgorithmError as e:
         pick_error = str(e)
     rows.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0.0))
@@ -313,7 +345,8 @@ def explain(collective: str, nbytes: int, p: int, op=None, objects: bool = False
     for line in textwrap.wrap(CONTENTION_WHY, 100):
         print(line, file=out)
     print("", file=out)
-    _cores_comparison(collective, model, p, nbytes, op, objects, layout, out, kind)
+    _cores_comparison(collective, model, p, nbytes, op, objects, layout, out, kind,
+                      segment_bytes)
     return 0 if pick_error is None else 1
 
 
@@ -419,6 +452,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the hosts), as one string")
     p.add_argument("--op", type=make_op, default=None, metavar="OP",
                    help=f"reduction op: {', '.join(OP_NAMES)} (default: sum for reductions)")
+    p.add_argument("--transport", choices=("auto", "shm", "tcp"), default="auto",
+                   help="the transport between ranks of one host, as minimpi run --transport "
+                        "(default auto: shared memory where this host has it, as a job): it "
+                        "prices that link and decides whether the segment algorithms serve")
     p.add_argument("--cores", type=positive_int, default=None, metavar="N",
                    help="cores the ranks share (default: MINIMPI_COST_CORES, the calibration "
                         "file or this host's): compare a laptop (2) with a cluster (-n P)")
@@ -483,4 +520,4 @@ def main(args: argparse.Namespace) -> int:
         print(f"minimpi explain: {e}", file=sys.stderr)
         return 2
     return explain(name, args.bytes, p, op, args.objects, layout=layout, cores=args.cores,
-                   inter=args.inter)
+                   inter=args.inter, transport=args.transport)

@@ -272,11 +272,17 @@ class Plan:
 
 
 def priced_for(settings: Settings, intra_wire: Optional[str]) -> CostModel:
-    """The model with the intra-host link priced for ``intra_wire``: that transport's
+    """The model of ``settings`` with the intra-host link priced for ``intra_wire``
+    (:func:`priced_model`)."""
+    return priced_model(settings.model, intra_wire)
+
+
+def priced_model(model: CostModel, intra_wire: Optional[str]) -> CostModel:
+    """``model`` with the intra-host link priced for ``intra_wire``: that transport's
     built-in terms (:data:`LINK_TERMS`) for each intra-host field nobody set (a calibration
-    file, ``MINIMPI_COST_*_INTRA`` or an info key wins)."""
+    file, ``MINIMPI_COST_*_INTRA`` or an info key wins). ``minimpi explain`` prices with it
+    too, so that it shows what a job picks."""
     terms = LINK_TERMS.get(intra_wire or "")
-    model = settings.model
     if terms is None:
         return model
     alpha, beta = terms

@@ -247,7 +247,8 @@ def test_terms_add_up_and_show_the_numbers():
             continue
         a, b, g = cost.split_terms(alg.cost, model, 8, 1 << 20)
         assert a + b + g == pytest.approx(alg.cost(model, 8, 1 << 20))
-    text = run_explain("allreduce", 4 << 20, 8, make_op("sum"))
+    # (over TCP: the model's own beta, which the figures below are written with)
+    text = run_explain("allreduce", 4 << 20, 8, make_op("sum"), transport="tcp")
     details = text.split("how each prediction is made", 1)[1]
     for name in ("ring", "rabenseifner", "binomial", "recursive_doubling"):
         block = details.split(f"\n  {name}: ", 1)[1].split("\n  ", 1)[1]
@@ -352,3 +353,32 @@ def test_inter_explains_the_intercommunicator_algorithms(monkeypatch):
             "serve this call: it serves intracommunicators only, and this call is on an "
             "intercommunicator (allreduce on an intercommunicator has: leaders_swap, auto)"
             ) in forced
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_explain_picks_what_a_job_over_that_transport_picks(transport, monkeypatch):
+    """explain prices the link between ranks of one host as the job's plan does (shared
+    memory moves bytes faster than TCP, and only it has a segment), so its pick is the
+    job's: once it priced every job as over TCP and named binomial for a 256 KiB Allreduce
+    at p = 4 that the job ran with Rabenseifner."""
+    from minimpi.coll.plan import Plan, Settings
+    for var in [f for f, _ in cost.FIELDS.values()] + ["MINIMPI_COST_FILE"]:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MINIMPI_COST_FILE", "")
+    monkeypatch.setenv("MINIMPI_COST_CORES", "2")
+    cost.clear_cache()
+    differ = 0
+    for collective, p, nbytes in [("allreduce", 4, 256 << 10), ("allreduce", 3, 256 << 10),
+                                  ("allgather", 5, 4 << 20), ("bcast", 4, 8),
+                                  ("reduce_scatter", 4, 4 << 20), ("allreduce", 4, 8)]:
+        op = make_op("sum") if "reduce" in collective else None
+        plan = Plan(p, 0, [0] * p, Settings.from_environment(), intra_wire=transport)
+        job = plan.algorithm(collective, nbytes, op).name
+        got = rows(run_explain(collective, nbytes, p, op, transport=transport))
+        marked = [name for name, (star, _) in got.items() if star]
+        assert marked == [job], (collective, p, nbytes, transport, marked, job)
+        other = rows(run_explain(collective, nbytes, p, op,
+                                 transport="tcp" if transport == "shm" else "shm"))
+        differ += [n for n, (star, _) in other.items() if star] != marked
+    assert differ, "the transport changed no pick: the test would not see the old bug"
+    cost.clear_cache()

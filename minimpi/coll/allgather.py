@@ -248,7 +248,7 @@ def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "segment", segment=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)/p·n·β; c = max(1, ⌈n/p/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           formula="c·α/2 + (p-1)/p·n·β; c = max(1, ⌈n/p/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: p * n)
 def allgather_segment(ch: Channel, blocks: Blocks) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank copies its

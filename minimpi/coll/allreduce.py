@@ -376,7 +376,7 @@ def allreduce_hierarchical_ring(ch: Channel, red: Operand, data: np.ndarray) -> 
 
 
 @algorithm("allreduce", "segment", segment=True, reads_sendbuf=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)",
+           formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)",
            messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: p * p * n)
 def allreduce_segment(ch: Channel, red: Operand, data: np.ndarray,

@@ -143,7 +143,7 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
 
 
 @algorithm("alltoall", "segment", segment=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)/p·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           formula="c·α/2 + (p-1)/p·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: n)
 def alltoall_segment(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank copies all

@@ -200,7 +200,7 @@ def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
 
 
 @algorithm("bcast", "segment", segment=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: p * n)
 def bcast_segment(ch: Channel, data: np.ndarray, root: int) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): the root copies its

@@ -368,9 +368,6 @@ def segments(n: int, segment: int) -> int:
 SYMBOLS = {
     "f": "1 when p is not a power of two (the fold costs extra steps), else 0",
     "q": "2^⌊log2 p⌋, the ranks left after the fold",
-    "o": "max(0, p - cores), the ranks beyond the cores they share: a shared segment's meet "
-         "of every member after the first waits for each of them to be scheduled in, "
-         "about α apiece",
 }
 
 #: display notation -> Python, in this order
@@ -390,7 +387,6 @@ def formula_values(formula: str, model: CostModel, p: int, n: float) -> Tuple[fl
     names: Dict[str, object] = {
         "p": p, "n": n, "alpha": model.alpha, "beta": model.beta, "gamma": model.gamma,
         "segment": model.segment, "f": not_pow2(p), "q": 1 << floor_log2(p),
-        "o": max(0, p - model.cores),
         "ceil_log2": ceil_log2, "floor_log2": floor_log2, "_ceil": math.ceil,
         "min": min, "max": max, "__builtins__": {}}
     defined: Dict[str, float] = {}

@@ -114,7 +114,7 @@ def gather_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0
 
 
 @algorithm("gather", "segment", segment=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
+           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
            volume=lambda p, n: 0, local=lambda p, n: p * n)
 def gather_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank but the

@@ -245,7 +245,7 @@ def reduce_hierarchical(ch: Channel, red: Operand, data: Any, root: int) -> Sche
 
 
 @algorithm("reduce", "segment", segment=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
+           formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
            volume=lambda p, n: 0, local=lambda p, n: p * n)
 def reduce_segment(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank copies

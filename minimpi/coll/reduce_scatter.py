@@ -193,7 +193,7 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
 
 
 @algorithm("reduce_scatter", "segment", segment=True, objects=False,
-           formula="c·α/2 + (c-1)·o·α + (p-1)·n/p·(β + γ) + n·β; c = max(1, ⌈n/16384⌉)",
+           formula="c·α/2 + (p-1)·n/p·(β + γ) + n·β; c = max(1, ⌈n/16384⌉)",
            messages=lambda m, p, n: p, volume=lambda p, n: 0, local=lambda p, n: p * n)
 def reduce_scatter_segment(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                            counts: List[int]) -> Schedule:

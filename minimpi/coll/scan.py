@@ -143,7 +143,7 @@ def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 2
 
 #: every rank writes its vector once; rank r reads and reduces the r (or r + 1) below it
 SEGMENT_COST = dict(
-    formula="c·α/2 + (c-1)·o·α + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", objects=False, segment=True,
+    formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", objects=False, segment=True,
     messages=lambda m, p, n: p, volume=lambda p, n: 0, local=lambda p, n: p * n)
 
 

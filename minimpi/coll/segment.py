@@ -7,12 +7,6 @@ waits until the slots it needs carry that number, and reads (and reduces) them. 
 wakes at most once per collective, whatever ``p``. The ``segment`` algorithms of the
 collective modules (``coll/allreduce.py``...) are written on this object.
 
-Their formulas price a meet at α/2; data larger than a slot meets once per piece (c of
-them), and when the members outnumber the cores each meet after the first also waits for
-the o = p - cores members beyond them to be scheduled in, about α apiece:
-``c·α/2 + (c-1)·o·α`` (measured on 2 cores, 4 MiB ``Allgather``: 70 us a meet at p = 3,
-150 us at p = 5, against 20 us at p = 2).
-
 Layout (one file under /dev/shm per communicator, mapped by its members; its name is
 removed once every member has it mapped)::
 

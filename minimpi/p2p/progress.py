@@ -25,7 +25,12 @@ spinning while the rank that has the data waits for a core. Hence the policies
     outnumber cores can wait as long as spinning ranks do: 8 B ``Allreduce`` on 2 cores
     at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with a 30 us yield budget (p = 8 and
     16 then blocked) and 35 / 106 / 784 us with 3 ms (a sleeping rank pays a wake-up per
-    call, and so does the rank that wakes it); at p = 32 the two are alike.
+    call, and so does the rank that wakes it). With the collectives that meet in a shared
+    segment, a repeated 8 B ``Allreduce`` + ``Barrier`` on 2 cores took 526 / 2386 / 25693 us
+    per pair yielding at p = 16 / 32 / 64 and 2154 / 8665 / 25039 us blocking (the cores
+    busy either way: blocking, the kernel's sleeps and wake-ups took the CPU time - 16.4 ms
+    of it per pair at p = 32 against 4.7 ms yielding); so ``auto`` yields up to 16 ranks per
+    core, and blocks beyond, where the two are alike.
 
 The budget follows whether spinning pays, over the last :data:`WINDOW` waits: a wait
 *paid* when its message came while it spun, or so soon after it gave up (within
@@ -58,8 +63,16 @@ MODES = ("auto", "spin", "yield", "block")
 #: on 2 cores: 175 us with a 100 us spin, 13-50 us with 3-10 ms). Waits that outlast it turn
 #: it down to MIN_SPIN (below), so an idle rank still sleeps within a few milliseconds.
 MAX_SPIN = 3e-3
+#: the longest yield before sleeping (s) where ranks outnumber cores: a wait there lasts
+#: as long as it takes every rank it waits for to get a core, milliseconds at 16 ranks per
+#: core; a budget shorter than that stops paying, falls to MIN_SPIN, and the ranks then
+#: sleep and wake through the kernel for every wait, which makes the waits longer still (8 B
+#: ``Allreduce`` at p = 32 on 2 cores, five jobs: 747-2884 us with 10 ms, 1273-7838 us with
+#: MAX_SPIN's 3 ms). A yielding rank gives its core to one with work, so the longer budget
+#: costs the others little; an idle rank still sleeps after it.
+MAX_YIELD = 10e-3
 #: ``auto`` yields up to this many ranks per core, and blocks beyond
-YIELD_UP_TO = 8
+YIELD_UP_TO = 16
 #: how long a spinning wait polls alone; after that it yields the core between polls, so
 #: that on a machine where another process takes a core, the peer it waits for (maybe
 #: queued behind us) runs sooner: 8 B one-way with one busy process on 2 cores, median of
@@ -101,8 +114,10 @@ class ProgressPolicy:
         self.yield_after = 0.0 if mode == "yield" else SPIN_ALONE
         if mode == "block":
             self.max_spin = 0.0
+        elif max_spin is not None:
+            self.max_spin = max_spin
         else:
-            self.max_spin = MAX_SPIN if max_spin is None else max_spin
+            self.max_spin = MAX_YIELD if mode == "yield" else MAX_SPIN
         self.min_spin = min(MIN_SPIN, self.max_spin)
         self.spin = self.max_spin
         #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid

@@ -311,7 +311,8 @@ def test_shm_alone_cannot_reach_another_host_and_says_so():
 # --------------------------------------------------------------------------- progress policy
 @pytest.mark.parametrize("ranks, cores, mode", [(2, 2, "spin"), (1, 4, "spin"), (3, 2, "yield"),
                                                 (4, 2, "yield"), (16, 2, "yield"),
-                                                (17, 2, "block"), (32, 2, "block")])
+                                                (32, 2, "yield"), (33, 2, "block"),
+                                                (64, 2, "block")])
 def test_auto_spins_only_while_ranks_have_cores(ranks, cores, mode):
     assert ProgressPolicy.choose("auto", ranks, cores).mode == mode
     assert ProgressPolicy.choose("block", 1, 64).mode == "block"

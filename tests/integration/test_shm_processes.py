@@ -45,8 +45,10 @@ def test_progress_policy_follows_the_option_and_the_core_count(write_script, job
     assert r.returncode == 0 and "[0] policy 0 block" in r.stdout, r.stderr
     r = run_minimpi("-n", str(cores + 1), *marker_args(job_marker), script, timeout=60)
     assert r.returncode == 0 and "[0] policy 0 yield" in r.stdout, r.stderr   # oversubscribed
-    if 8 * cores + 1 <= 33:       # (a job this size on a machine with many cores: too long)
-        r = run_minimpi("-n", str(8 * cores + 1), *marker_args(job_marker), script, timeout=60)
+    from minimpi.p2p.progress import YIELD_UP_TO
+    if YIELD_UP_TO * cores + 1 <= 33:   # (a job this size on a machine with many cores: too long)
+        r = run_minimpi("-n", str(YIELD_UP_TO * cores + 1), *marker_args(job_marker), script,
+                        timeout=60)
         assert r.returncode == 0 and "[0] policy 0 block" in r.stdout, r.stderr  # far more so
 
 

@@ -30,7 +30,8 @@ spinning while the rank that has the data waits for a core. Hence the policies
     per pair yielding at p = 16 / 32 / 64 and 2154 / 8665 / 25039 us blocking (the cores
     busy either way: blocking, the kernel's sleeps and wake-ups took the CPU time - 16.4 ms
     of it per pair at p = 32 against 4.7 ms yielding); so ``auto`` yields up to 16 ranks per
-    core, and blocks beyond, where the two are alike.
+    core, and blocks beyond, where the two are alike. Beyond :data:`CROWDED` ranks per core
+    its budget grows with them (a wait lasts until every rank it waits for had a core).
 
 The budget follows whether spinning pays, over the last :data:`WINDOW` waits: a wait
 *paid* when its message came while it spun, or so soon after it gave up (within
@@ -63,14 +64,17 @@ MODES = ("auto", "spin", "yield", "block")
 #: on 2 cores: 175 us with a 100 us spin, 13-50 us with 3-10 ms). Waits that outlast it turn
 #: it down to MIN_SPIN (below), so an idle rank still sleeps within a few milliseconds.
 MAX_SPIN = 3e-3
-#: the longest yield before sleeping (s) where ranks outnumber cores: a wait there lasts
-#: as long as it takes every rank it waits for to get a core, milliseconds at 16 ranks per
-#: core; a budget shorter than that stops paying, falls to MIN_SPIN, and the ranks then
-#: sleep and wake through the kernel for every wait, which makes the waits longer still (8 B
-#: ``Allreduce`` at p = 32 on 2 cores, five jobs: 747-2884 us with 10 ms, 1273-7838 us with
-#: MAX_SPIN's 3 ms). A yielding rank gives its core to one with work, so the longer budget
-#: costs the others little; an idle rank still sleeps after it.
-MAX_YIELD = 10e-3
+#: beyond this many ranks per core, ``auto``'s yield budget grows with the ranks per core
+#: (MAX_SPIN x ranks per core / CROWDED): a wait there lasts as long as it takes every rank
+#: it waits for to get a core, milliseconds at 16 ranks per core; a budget shorter than that
+#: stops paying, falls to MIN_SPIN, and the ranks then sleep and wake through the kernel for
+#: every wait, which makes the waits longer still (8 B ``Allreduce`` at p = 32 on 2 cores,
+#: five jobs each: 703-1824 us with 6 ms, 1273-7838 us with 3 ms). Not below: where waits
+#: are short, a longer budget keeps idle ranks yielding, and yielding is not free - an
+#: ``mpi4py.futures`` pool of 4 workers on 2 cores ran 17,700 tiny tasks/s with 3 ms and
+#: 11,200 with 10 ms (its manager shares the cores with four yielding workers), and 8 B
+#: ``Allreduce`` at p = 16 took 259 us with 3 ms, 398 us with 6 ms
+CROWDED = 8
 #: ``auto`` yields up to this many ranks per core, and blocks beyond
 YIELD_UP_TO = 16
 #: how long a spinning wait polls alone; after that it yields the core between polls, so
@@ -114,10 +118,8 @@ class ProgressPolicy:
         self.yield_after = 0.0 if mode == "yield" else SPIN_ALONE
         if mode == "block":
             self.max_spin = 0.0
-        elif max_spin is not None:
-            self.max_spin = max_spin
         else:
-            self.max_spin = MAX_YIELD if mode == "yield" else MAX_SPIN
+            self.max_spin = MAX_SPIN if max_spin is None else max_spin
         self.min_spin = min(MIN_SPIN, self.max_spin)
         self.spin = self.max_spin
         #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid
@@ -140,6 +142,8 @@ class ProgressPolicy:
             mode = "spin"
         elif ranks_here <= YIELD_UP_TO * cores:
             mode = "yield"
+            if max_spin is None:
+                max_spin = MAX_SPIN * max(1.0, ranks_here / (CROWDED * cores))
         else:
             mode = "block"
         return cls(mode, max_spin, f"auto: {ranks_here} ranks on this host, {cores} cores")

@@ -182,7 +182,8 @@ def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
         ep = comm._ep
         if type(obj) in IN_BAND:    # (serialization.encode's first case, one call fewer)
             data = pickle.dumps(obj, 5)
-            payload, nbytes, flags = (memoryview(data),), len(data), _OBJECT_FLAGS[True]
+            # (the bytes themselves: a transport's express send takes any bytes-like segment)
+            payload, nbytes, flags = (data,), len(data), _OBJECT_FLAGS[True]
         else:
             payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
             flags = _OBJECT_FLAGS[bare]

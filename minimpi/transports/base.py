@@ -103,7 +103,9 @@ class Transport(ABC):
         """Hand one small frame (``header`` and ``payload``, ``nbytes`` in all) to ``peer`` now,
         whole, with nothing queued: True if done (the frame is on its way, nothing to wait
         for), False if it cannot (queued frames, no room, no such fast path) - then the caller
-        uses :meth:`send`. The express lane of the engine (:meth:`Engine.send_now`)."""
+        uses :meth:`send`. The express lane of the engine (:meth:`Engine.send_now`).
+        ``payload``: byte-format memoryviews, or one bytes-like segment of any kind (a pickle
+        as ``pickle.dumps`` made it), here and in the eager writer's ``send_eager``."""
         return False
 
     def eager_writer(self, peer: int) -> Any:

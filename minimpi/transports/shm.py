@@ -463,10 +463,13 @@ class _Out:
         data = self.data
         HEADER.pack_into(data, pos, EAGER, flags, 0, context, source, tag, msg_id, nbytes)
         pos += HEADER_SIZE
-        for seg in payload:
-            end = pos + seg.nbytes
-            data[pos:end] = seg
-            pos = end
+        if len(payload) == 1:       # (its length is nbytes: it may be bytes, no memoryview)
+            data[pos:pos + nbytes] = payload[0]
+        else:
+            for seg in payload:
+                end = pos + seg.nbytes
+                data[pos:end] = seg
+                pos = end
         self.tail = tail = tail + n
         self.ctl[R_TAIL] = tail
         owner = self.owner

@@ -1250,7 +1250,10 @@ class ShmTransport(Transport):
 
     def prepare_sleep(self) -> bool:
         """Raise our flags before blocking; False (flags lowered) if work is already here."""
-        ctl = self._inbox.ctl
+        inbox = self._inbox
+        if inbox is None:       # closed meanwhile (another thread finalized): do not sleep;
+            return False        # the caller's wait finds out why and says so
+        ctl = inbox.ctl
         self._sleeps += 1
         ctl[C_SLEEPING] = self._sleeps          # this sleep's number (see _wake)
         for out in self._blocked:
@@ -1318,7 +1321,10 @@ class ShmTransport(Transport):
             del self._shared[key]     # (the name is not removed: it may be a new segment's)
 
     def end_sleep(self) -> None:
-        self._inbox.ctl[C_SLEEPING] = 0
+        inbox = self._inbox
+        if inbox is None:       # closed meanwhile (see prepare_sleep)
+            return
+        inbox.ctl[C_SLEEPING] = 0
         for out in self._blocked:
             out.ctl[R_WANT] = 0
         while True:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import os
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .bus import Bus
 from .errors import MinimpiError
@@ -113,6 +113,23 @@ def published(target: Any, call: str, fn: Callable[..., Any], args: tuple,
         bus.depth = 0
         for s in listeners:
             s.call_left(qualified, error)
+
+
+def hand_written(general: Callable[..., Any], name: str) -> Tuple[Callable[..., Any], Callable]:
+    """For a method whose every microsecond counts (``Comm.Send``, ``Comm.recv``...): the
+    front method of ``general`` (its general path, published and routed as any other) and a
+    decorator that marks the hand-written method as a front method, so the class leaves it
+    as written. The hand-written method saves the front's frame on its express lane and
+    must do there what a made front does: take the general path whenever
+    :attr:`Bus.call_listeners` is set (so the call is published), and hand a
+    :class:`MinimpiError` its lane raises to :func:`route` before raising it."""
+    made = front_method(general, name, routed=True, publish=True)
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn._minimpi_front = True
+        fn.__wrapped__ = general
+        return fn
+    return made, mark
 
 
 #: generated source of a front method's shape -> its compiled module code (front_method)

@@ -182,9 +182,10 @@ def _pending(ref: Any) -> bool:
 
 
 def note_send(ep: Any, dest: int, tag: int, call: str) -> None:
-    """Record a blocking send of the express lane (``pt2pt.Send`` called through the API
-    front: the caller's frame is two up, so the site costs a frame look, not a walk)."""
-    f = sys._getframe(3)
+    """Record a blocking send of the express lane (called by ``pt2pt.Send`` or ``send``,
+    hand-written front methods called by the program: the caller's frame is two up, so the
+    site costs a frame look, not a walk)."""
+    f = sys._getframe(2)
     user = _USER_CODE.get(id(f.f_code))          # (_is_user_frame, inline)
     if user is None:
         user = _is_user_frame(f)

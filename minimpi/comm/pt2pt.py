@@ -21,13 +21,15 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from numpy import ndarray
 
+from ..bus import Bus
 from ..constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB
 from ..data import serialization
 from ..data.buffers import byte_view, parse_buffer, persistent_buffer
 from ..data.memory import attachable_buffer
 from ..data.receive import finish_receive, receive_view
 from ..data.serialization import IN_BAND, PICKLE_PROTO
-from ..errors import BufferSpecError
+from ..errors import BufferSpecError, MinimpiError
+from ..front import hand_written, route
 from ..p2p.request import (
     CombinedRequest,
     CompletedRequest,
@@ -175,24 +177,40 @@ def recv_buffer(comm, buf: Any, source: int, tag: int, call: str) -> Request:
 
 
 # -- lowercase: Python objects -------------------------------------------------------
+# send, recv, Send and Recv are hand-written front methods (front.hand_written): on their
+# express lane the API front's frame would cost as much as a quarter of the call.
+def _send(comm, obj: Any, dest: int, tag: int = 0) -> None:
+    send_object(comm, obj, dest, tag, "send").wait()
+
+
+_send_front, _own_front = hand_written(_send, "send")
+
+
+@_own_front
 def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
     """Send a Python object (standard mode: small ones complete without a receive)."""
     if (type(dest) is int and type(tag) is int and not comm._freed
-            and 0 <= dest < comm._ep.size and 0 <= tag <= TAG_UB):     # the express lane
+            and 0 <= dest < comm._ep.size and 0 <= tag <= TAG_UB
+            and not Bus.call_listeners):                                # the express lane
         ep = comm._ep
-        if type(obj) in IN_BAND:    # (serialization.encode's first case, one call fewer)
-            data = pickle.dumps(obj, 5)
-            # (the bytes themselves: a transport's express send takes any bytes-like segment)
-            payload, nbytes, flags = (data,), len(data), _OBJECT_FLAGS[True]
-        else:
-            payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
-            flags = _OBJECT_FLAGS[bare]
-        if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, payload, nbytes,
-                              flags):
-            if ep.engine.ledger is not None:
-                note_send(ep, dest, tag, "send")
-            return
-    send_object(comm, obj, dest, tag, "send").wait()
+        try:
+            if type(obj) in IN_BAND:    # (serialization.encode's first case, one call fewer)
+                data = pickle.dumps(obj, 5)
+                # (the bytes themselves: a transport's express send takes any bytes-like
+                # segment)
+                payload, nbytes, flags = (data,), len(data), _OBJECT_FLAGS[True]
+            else:
+                payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
+                flags = _OBJECT_FLAGS[bare]
+            if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, payload, nbytes,
+                                  flags):
+                if ep.engine.ledger is not None:
+                    note_send(ep, dest, tag, "send")
+                return
+        except MinimpiError as exc:
+            route(comm, exc)
+            raise
+    _send_front(comm, obj, dest, tag)
 
 
 def ssend(comm, obj: Any, dest: int, tag: int = 0) -> None:
@@ -215,6 +233,20 @@ def issend(comm, obj: Any, dest: int, tag: int = 0) -> Request:
     return send_object(comm, obj, dest, tag, "issend", F_SYNC)
 
 
+def _recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+          status: Optional[Status] = None) -> Any:
+    try:
+        capacity = recv_capacity(buf, "recv", warn=True)
+    except TypeError as exc:              # data = {}; comm.recv(data): say the fix
+        raise recv_buf_error(comm, buf, "recv", source, tag, exc) from None
+    return blocking_recv(lambda: _capped(recv_object(comm, source, tag, "recv"), capacity),
+                         status)
+
+
+_recv_front, _own_front = hand_written(_recv, "recv")
+
+
+@_own_front
 def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
          status: Optional[Status] = None) -> Any:
     """Receive a Python object (any size: no buffer needed).
@@ -226,25 +258,26 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
     """
     if (buf is None and type(source) is int and type(tag) is int and not comm._freed
             and (0 <= source < comm._ep.size or source == ANY_SOURCE)
-            and (0 <= tag <= TAG_UB or tag == ANY_TAG)):                # the express lane
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG)
+            and not Bus.call_listeners):                                # the express lane
         ep = comm._ep
-        got = ep.engine.receive_now(ep.context, source, tag, None)
-        if got is not None:
-            data = got[3]
-            if status is None and data and data[0] == PICKLE_PROTO:   # a bare pickle
-                try:
-                    return pickle.loads(data)
-                except Exception as exc:   # unpickling can raise almost anything
-                    raise unpickle_error(data, got[0], ep.rank, f"recv(source={source}, "
-                                         f"tag={tag}) on {comm.name}", exc) from exc
-            return decode_object(data, got[0], got[1], status, None, ep.rank,
-                                 lambda: f"recv(source={source}, tag={tag}) on {comm.name}")
-    try:
-        capacity = recv_capacity(buf, "recv", warn=True)
-    except TypeError as exc:              # data = {}; comm.recv(data): say the fix
-        raise recv_buf_error(comm, buf, "recv", source, tag, exc) from None
-    return blocking_recv(lambda: _capped(recv_object(comm, source, tag, "recv"), capacity),
-                         status)
+        try:
+            got = ep.engine.receive_now(ep.context, source, tag, None)
+            if got is not None:
+                data = got[3]
+                if status is None and data and data[0] == PICKLE_PROTO:   # a bare pickle
+                    try:
+                        return pickle.loads(data)
+                    except Exception as exc:   # unpickling can raise almost anything
+                        raise unpickle_error(data, got[0], ep.rank, f"recv(source={source}, "
+                                             f"tag={tag}) on {comm.name}", exc) from exc
+                return decode_object(data, got[0], got[1], status, None, ep.rank,
+                                     lambda: f"recv(source={source}, tag={tag}) on "
+                                             f"{comm.name}")
+        except MinimpiError as exc:
+            route(comm, exc)
+            raise
+    return _recv_front(comm, buf, source, tag, status)
 
 
 def irecv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
@@ -302,18 +335,32 @@ def iprobe(comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[
 
 
 # -- Capitalized: buffers ----------------------------------------------------------------
+def _Send(comm, buf: Any, dest: int, tag: int = 0) -> None:
+    send_buffer(comm, buf, dest, tag, "Send").wait()
+
+
+_Send_front, _own_front = hand_written(_Send, "Send")
+
+
+@_own_front
 def Send(comm, buf: Any, dest: int, tag: int = 0) -> None:
     """Send a buffer; above the eager limit this waits for the matching receive."""
     if (type(buf) is ndarray and buf.flags.c_contiguous and type(dest) is int
             and type(tag) is int and not comm._freed and 0 <= dest < comm._ep.size
-            and 0 <= tag <= TAG_UB):                                    # the express lane
+            and 0 <= tag <= TAG_UB and not Bus.call_listeners):          # the express lane
         ep = comm._ep
-        view = memoryview(buf).cast("B") if buf.ndim else memoryview(buf.reshape(1)).cast("B")
-        if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, (view,), view.nbytes):
-            if ep.engine.ledger is not None:
-                note_send(ep, dest, tag, "Send")
-            return
-    send_buffer(comm, buf, dest, tag, "Send").wait()
+        try:
+            # (the array itself: a transport's express send takes any bytes-like segment,
+            # and a C-contiguous array is one)
+            if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, (buf,),
+                                  buf.nbytes):
+                if ep.engine.ledger is not None:
+                    note_send(ep, dest, tag, "Send")
+                return
+        except MinimpiError as exc:
+            route(comm, exc)
+            raise
+    _Send_front(comm, buf, dest, tag)
 
 
 def Ssend(comm, buf: Any, dest: int, tag: int = 0) -> None:
@@ -341,27 +388,41 @@ def Irsend(comm, buf: Any, dest: int, tag: int = 0) -> Request:
     return send_buffer(comm, buf, dest, tag, "Irsend")
 
 
+def _Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+          status: Optional[Status] = None) -> None:
+    # (the function and its arguments, not a lambda: one Python call fewer)
+    blocking_recv(recv_buffer, status, comm, buf, source, tag, "Recv")
+
+
+_Recv_front, _own_front = hand_written(_Recv, "Recv")
+
+
+@_own_front
 def Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
          status: Optional[Status] = None) -> None:
     """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
     if (type(buf) is ndarray and type(source) is int and type(tag) is int
             and not comm._freed and (0 <= source < comm._ep.size or source == ANY_SOURCE)
-            and (0 <= tag <= TAG_UB or tag == ANY_TAG)):                # the express lane
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG)
+            and not Bus.call_listeners):                                # the express lane
         flags = buf.flags
         if flags.c_contiguous and flags.writeable:
             ep = comm._ep
-            view = memoryview(buf).cast("B") if buf.ndim else \
-                memoryview(buf.reshape(1)).cast("B")
-            got = ep.engine.receive_now(ep.context, source, tag, view)
-            if got is not None:
-                n = got[2]
-                if n % buf.itemsize:                # ends inside an element: says so
-                    _express_mismatch(comm, buf, got)
-                if status is not None:
-                    fill_status(status, got[0], got[1], n)
-                return
-    # (the function and its arguments, not a lambda: one Python call fewer)
-    blocking_recv(recv_buffer, status, comm, buf, source, tag, "Recv")
+            try:
+                view = memoryview(buf).cast("B") if buf.ndim else \
+                    memoryview(buf.reshape(1)).cast("B")
+                got = ep.engine.receive_now(ep.context, source, tag, view)
+                if got is not None:
+                    n = got[2]
+                    if n % buf.itemsize:                # ends inside an element: says so
+                        _express_mismatch(comm, buf, got)
+                    if status is not None:
+                        fill_status(status, got[0], got[1], n)
+                    return
+            except MinimpiError as exc:
+                route(comm, exc)
+                raise
+    _Recv_front(comm, buf, source, tag, status)
 
 
 def _express_mismatch(comm, buf, got) -> None:

@@ -192,6 +192,10 @@ class Engine(FrameSink):
         self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
         #: world rank -> the transport's eager writer to it (Transport.eager_writer)
         self._writers: Dict[int, Any] = {}
+        #: the writers send_now may use without looking at anything else: filled while no
+        #: abort, lost peer or revoked communicator stops express sends, emptied when one
+        #: does (:meth:`_close_lane`)
+        self._lane: Dict[int, Any] = {}
         #: (context, rank in its group) -> the transport's eager reader of that peer
         self._readers: Dict[Tuple[int, int], Any] = {}
         self._waiters = 0                    # threads waiting on _turn
@@ -554,24 +558,46 @@ class Engine(FrameSink):
         without a request: True if it is on its way (the send is complete), False if the
         general path must send it (:meth:`isend`)."""
         with self.lock:
-            if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
-                    or self.aborted is not None or self.lost_peers or self.revoked
-                    or self.transport is None):
+            writer = self._lane.get(dest)
+            if writer is None:
+                return self._send_now_checked(context, dest, source, tag, payload, nbytes,
+                                              flags)
+            if nbytes > self.eager_limit or flags & F_SYNC:
                 return False
             msg_id = self._next_msg_id
-            writer = self._writers.get(dest, False) if dest < self.size else None
-            if writer is False:
-                writer = self._writers[dest] = self.transport.eager_writer(dest)
-            if writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes) \
-                    if writer is not None else \
-                    self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag,
-                                                        msg_id, nbytes), payload, nbytes):
+            if writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes):
                 self._next_msg_id = msg_id + 1
                 if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
                     for o in self.bus.sent:
                         o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
                 return True
             return False
+
+    def _send_now_checked(self, context: int, dest: int, source: int, tag: int,
+                          payload: Sequence[memoryview], nbytes: int, flags: int) -> bool:
+        """:meth:`send_now` where ``dest`` has no writer in the lane yet (the lock held):
+        every condition looked at, and the transport's writer put in the lane when nothing
+        stops express sends."""
+        if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
+                or self.aborted is not None or self.lost_peers or self.revoked
+                or self.transport is None):
+            return False
+        msg_id = self._next_msg_id
+        writer = self._writers.get(dest, False) if dest < self.size else None
+        if writer is False:
+            writer = self._writers[dest] = self.transport.eager_writer(dest)
+        if writer is not None:
+            self._lane[dest] = writer
+        if writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes) \
+                if writer is not None else \
+                self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag,
+                                                    msg_id, nbytes), payload, nbytes):
+            self._next_msg_id = msg_id + 1
+            if self.bus.sent:
+                for o in self.bus.sent:
+                    o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
+            return True
+        return False
 
     def receive_now(self, context: int, source: int, tag: int,
                     target: Optional[memoryview]) -> Optional[Tuple[int, int, int, Any]]:
@@ -972,6 +998,7 @@ class Engine(FrameSink):
 
     def peer_lost(self, peer: int, reason: str) -> None:
         self.lost_peers.setdefault(peer, reason)
+        self._close_lane()
         for key in [k for k in self._rndv_sends if k[0] == peer]:
             req = self._rndv_sends.pop(key)[0]
             req._fail(self.lost_error(peer, describe(req)))
@@ -1048,6 +1075,7 @@ class Engine(FrameSink):
             if context in self.revoked:
                 return
             self.revoked[context] = why
+            self._close_lane()
             self._fail_each(context, lambda req: RevokedError(
                 f"rank {self.rank}: {describe(req)}: {why}"))
             self.drop_unexpected(context, lambda tag: True)
@@ -1414,14 +1442,20 @@ class Engine(FrameSink):
         if self.faults:
             raise self.faults.pop(0)
 
+    def _close_lane(self) -> None:
+        """Stop express sends (:meth:`send_now` looks at every condition again)."""
+        self._lane.clear()
+
     def abort(self, reason: str) -> None:
         """Make every current and future wait of this engine raise :class:`JobAbortedError`
         (also those of other threads, woken now). Safe from any thread."""
         self.aborted = reason
+        self._close_lane()
         if self.transport is not None:
             self.transport.wake()
         if self.lock.acquire(timeout=1.0):   # (a thread stuck holding it: its wait ends anyway)
             try:
+                self._close_lane()      # (again: a send_now under way may have filled it)
                 self._turn.notify_all()
             finally:
                 self.lock.release()
@@ -1492,6 +1526,7 @@ class Engine(FrameSink):
                 self._closed_why = why or "MPI was finalized while this thread waited in it"
                 self._park = at_exit
                 self.aborted = self._closed_why
+                self._close_lane()
                 if transport is not None:
                     transport.wake()
                 self._turn.notify_all()

@@ -370,8 +370,13 @@ class _Segment:
 
     def ring(self, index: int, ring: int) -> Tuple[memoryview, memoryview]:
         """(control words, data area) of ring ``index``."""
-        start = _rings_offset(self.ctl[C_SLOTS]) + index * (RING_CTL + ring)
+        start = self.ring_start(index, ring)
         return self.view[start:start + RING_CTL].cast("Q"), self.view[start + RING_CTL:start + RING_CTL + ring]
+
+    def ring_start(self, index: int, ring: int) -> int:
+        """Where ring ``index``'s control words begin in the mapping (its data area follows
+        them)."""
+        return _rings_offset(self.ctl[C_SLOTS]) + index * (RING_CTL + ring)
 
     def close(self) -> None:
         self.ctl.release()
@@ -425,13 +430,17 @@ class _Out:
     (:meth:`send_eager`, the transport's :meth:`ShmTransport.eager_writer`)."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "tail", "head", "queue", "peer_ctl",
-                 "wake", "awaiting", "tokens", "kicked", "owner")
+                 "wake", "awaiting", "tokens", "kicked", "owner", "map", "base")
 
     def __init__(self, peer: int, seg: _Segment, index: int, ring: int,
                  wake: Optional[socket.socket], owner: "ShmTransport") -> None:
         self.peer = peer
         self.owner = owner
         self.ctl, self.data = seg.ring(index, ring)
+        # the mapping itself and where the data area lies in it: a slice of an mmap takes
+        # any C-contiguous buffer (a numpy array too), a memoryview only bytes
+        self.map = seg.map
+        self.base = seg.ring_start(index, ring) + RING_CTL
         self.cap = ring
         self.mask = ring - 1
         self.tail = self.ctl[R_TAIL]
@@ -463,8 +472,9 @@ class _Out:
         data = self.data
         HEADER.pack_into(data, pos, EAGER, flags, 0, context, source, tag, msg_id, nbytes)
         pos += HEADER_SIZE
-        if len(payload) == 1:       # (its length is nbytes: it may be bytes, no memoryview)
-            data[pos:pos + nbytes] = payload[0]
+        if len(payload) == 1:   # (any C-contiguous buffer of nbytes: bytes, a numpy array)
+            start = self.base + pos
+            self.map[start:start + nbytes] = payload[0]
         else:
             for seg in payload:
                 end = pos + seg.nbytes

@@ -307,3 +307,119 @@ def test_few_python_calls_per_send_and_recv_on_the_lane():
     send, recv = run_threads(2, body, timeout=60, transport="shm")
     assert send <= 12, send
     assert recv <= 12, recv
+
+
+def test_arrays_of_any_dtype_and_shape_cross_the_lane_byte_for_byte():
+    """Send hands a C-contiguous array itself to the shm writer (no byte view): what
+    arrives is its bytes, whatever the dtype and shape; a strided array takes the general
+    path, which refuses it as mpi4py does."""
+    from minimpi.errors import BufferAccessError
+    sent = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array(7, dtype=np.int16),
+            np.array([True, False, True]), np.array([1 + 2j, -3j]),
+            np.arange(12, dtype=np.int64).reshape(3, 4)[:, 1:3].copy()]
+
+    def body(comm):
+        spinning(comm)
+        if comm.rank == 0:
+            with pytest.raises(BufferAccessError, match="not contiguous"):
+                comm.Send(np.arange(10)[::2], 1, tag=99)
+            for i, a in enumerate(sent):
+                comm.Send(a, 1, tag=i)
+            return None
+        got = []
+        for i, a in enumerate(sent):
+            b = np.empty(a.shape, a.dtype)
+            comm.Recv(b, source=0, tag=i)
+            got.append(b)
+        return got
+
+    got = run_threads(2, body, timeout=60, transport="shm")[1]
+    for a, b in zip(sent, got):
+        assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+
+
+def test_an_error_on_the_lane_goes_to_the_communicators_handler_once():
+    """Send and Recv are hand-written front methods: an error their lane raises is routed
+    to the error handler as a made front routes it (once), then raised."""
+    from minimpi import MPI
+
+    def body(comm):
+        spinning(comm)
+        seen = []
+        eh = MPI.Comm.Create_errhandler(lambda c, code: seen.append(code))
+        comm.Set_errhandler(eh)
+        if comm.rank == 0:
+            comm.Send(np.arange(3, dtype=np.int32), 1, tag=1)
+            comm.Barrier()
+            return seen
+        comm.Barrier()                          # the message is here: the lane takes it
+        with pytest.raises(TypeMismatchError):
+            comm.Recv(np.zeros(2), source=0, tag=1)
+        return seen
+
+    seen0, seen1 = run_threads(2, body, timeout=60, transport="shm")
+    assert seen0 == [] and seen1 == [MPI.ERR_TYPE]
+
+
+def test_calls_are_published_while_someone_listens_and_the_lane_returns_after():
+    """While a subscriber listens to calls, Send/Recv/send/recv take their general path,
+    which publishes them; once it leaves, the lane serves them again."""
+    from tests.unit.test_bus import Calls
+
+    def body(comm):
+        spinning(comm)
+        engine = comm.endpoint.engine
+        calls = Calls()
+        engine.bus.subscribe(calls)
+        peer = 1 - comm.rank
+        buf = np.zeros(1)
+        if comm.rank == 0:
+            comm.Send(buf, peer, tag=1)
+            comm.send("x", peer, tag=2)
+        else:
+            comm.Recv(buf, peer, tag=1)
+            comm.recv(source=peer, tag=2)
+        engine.bus.unsubscribe(calls)
+        general = [0]
+        isend = engine.isend
+
+        def counted_isend(*args, **kwargs):
+            general[0] += 1
+            return isend(*args, **kwargs)
+
+        engine.isend = counted_isend
+        if comm.rank == 0:
+            comm.Send(buf, peer, tag=3)
+        else:
+            comm.Recv(buf, peer, tag=3)
+        del engine.isend
+        return [c for kind, c, _ in calls.log if kind == "enter"], general[0]
+
+    (calls0, general0), (calls1, _) = run_threads(2, body, timeout=60, transport="shm")
+    assert calls0 == ["Intracomm.Send", "Intracomm.send"] and general0 == 0
+    assert calls1 == ["Intracomm.Recv", "Intracomm.recv"]
+
+
+def test_the_lane_closes_when_a_peer_is_lost():
+    """send_now keeps the writers it may use without looking at anything else; a lost
+    peer (as an abort or a revoked communicator) empties that lane, so the next send goes
+    to the general path, which says what happened."""
+    def body(comm):
+        spinning(comm)
+        engine = comm.endpoint.engine
+        peer = 1 - comm.rank
+        buf = np.zeros(1)
+        if comm.rank == 0:
+            comm.Send(buf, peer, tag=1)
+            before = engine.send_now(0, peer, 0, 99, (b"12345678",), 8)   # context 0: unused
+            comm.Barrier()
+            with engine.lock:
+                engine.peer_lost(peer, "test: gone")
+            after = engine.send_now(0, peer, 0, 99, (b"12345678",), 8)
+            return before, after
+        comm.Recv(buf, peer, tag=1)
+        comm.Barrier()
+        return None
+
+    before, after = run_threads(2, body, timeout=60, transport="shm")[0]
+    assert before is True and after is False

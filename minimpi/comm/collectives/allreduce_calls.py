@@ -8,11 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from ...bus import Bus
 from ...coll.fused import FusedAllreduce
 from ...coll.reduction import Operand
 from ...constants import IN_PLACE
 from ...data.buffers import parse_buffer
 from ...data.ops import SUM
+from ...errors import MinimpiError
+from ...front import hand_written, route
 from .common import (
     Prepared,
     check_op,
@@ -23,6 +26,20 @@ from .common import (
 )
 
 
+def _Allreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
+    # the general path: the fused form too, for a call published to its listeners
+    plan = comm._plan
+    fused = plan.fused.get(("allreduce", id(op), algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and fused.run(sendbuf, recvbuf):
+        return
+    _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, "Allreduce", False)
+
+
+# a hand-written front method (front.hand_written): the fused call without the front's frame
+_Allreduce_front, _own_front = hand_written(_Allreduce, "Allreduce")
+
+
+@_own_front
 def Allreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
     """Reduce every rank's ``sendbuf`` with ``op`` (default SUM) into every ``recvbuf``.
 
@@ -30,9 +47,14 @@ def Allreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = 
     """
     plan = comm._plan             # (a hot path: the fused form is looked up inline)
     fused = plan.fused.get(("allreduce", id(op), algorithm)) if plan is not None else None
-    if fused is not None and not comm._freed and fused.run(sendbuf, recvbuf):
-        return
-    _allreduce_buf(comm, sendbuf, recvbuf, op, algorithm, "Allreduce", False)
+    if fused is not None and not comm._freed and not Bus.call_listeners:
+        try:
+            if fused.run(sendbuf, recvbuf):
+                return
+        except MinimpiError as exc:
+            route(comm, exc)
+            raise
+    _Allreduce_front(comm, sendbuf, recvbuf, op, algorithm)
 
 
 def Iallreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None):

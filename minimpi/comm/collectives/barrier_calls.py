@@ -6,17 +6,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...bus import Bus
 from ...coll.fused import FusedBarrier
+from ...errors import MinimpiError
+from ...front import hand_written, route
 from .common import Prepared, collective, keep_fused
 
 
-def Barrier(comm, algorithm: str = None) -> None:
-    """Block until every rank of the communicator has called Barrier."""
-    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+def _Barrier(comm, algorithm: str = None) -> None:
+    # the general path: the fused form too, for a call published to its listeners
+    plan = comm._plan
     fused = plan.fused.get(("barrier", 0, algorithm)) if plan is not None else None
     if fused is not None and not comm._freed and fused.run():
         return
     _barrier(comm, "Barrier", algorithm, False)
+
+
+# a hand-written front method (front.hand_written): the fused call without the front's frame
+_Barrier_front, _own_front = hand_written(_Barrier, "Barrier")
+
+
+@_own_front
+def Barrier(comm, algorithm: str = None) -> None:
+    """Block until every rank of the communicator has called Barrier."""
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("barrier", 0, algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and not Bus.call_listeners:
+        try:
+            if fused.run():
+                return
+        except MinimpiError as exc:
+            route(comm, exc)
+            raise
+    _Barrier_front(comm, algorithm)
 
 
 def barrier(comm, algorithm: str = None) -> None:

@@ -6,18 +6,40 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...bus import Bus
 from ...coll.fused import FusedBcast
 from ...data.buffers import parse_buffer
+from ...errors import MinimpiError
+from ...front import hand_written, route
 from .common import Prepared, check_root, collective, execute, keep_fused
 
 
-def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
-    """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
-    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+def _Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
+    # the general path: the fused form too, for a call published to its listeners
+    plan = comm._plan
     fused = plan.fused.get(("bcast", root, algorithm)) if plan is not None else None
     if fused is not None and not comm._freed and fused.run(buf):
         return
     _ibcast(comm, buf, root, algorithm, "Bcast", False)
+
+
+# a hand-written front method (front.hand_written): the fused call without the front's frame
+_Bcast_front, _own_front = hand_written(_Bcast, "Bcast")
+
+
+@_own_front
+def Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
+    """Broadcast the root's buffer into every rank's ``buf`` (``algorithm``: see registry)."""
+    plan = comm._plan             # (a hot path: the fused form is looked up inline)
+    fused = plan.fused.get(("bcast", root, algorithm)) if plan is not None else None
+    if fused is not None and not comm._freed and not Bus.call_listeners:
+        try:
+            if fused.run(buf):
+                return
+        except MinimpiError as exc:
+            route(comm, exc)
+            raise
+    _Bcast_front(comm, buf, root, algorithm)
 
 
 def Ibcast(comm, buf: Any, root: int = 0, algorithm: str = None):

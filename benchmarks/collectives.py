@@ -422,12 +422,19 @@ def main() -> int:
              else QUICK_SIZES if args.quick else FULL_SIZES)
     out = sys.stdout
     started = time.perf_counter()
-    print(f"# minimpi collectives over TCP (loopback), {os.cpu_count()} cores; "
+    wire = "tcp" if args.transport == "tcp" else "shm"
+    link = "TCP (loopback)" if wire == "tcp" else "shared memory"
+    print(f"# minimpi collectives over {link}, {os.cpu_count()} cores; "
           f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}", file=out)
     from minimpi.coll.cost import model_sources
+    from minimpi.coll.plan import priced_model
     model, sources = model_sources()
-    print(f"# cost model: {model.describe()} ({', '.join(sorted(set(sources.values())))})",
-          file=out)
+    # (the model as a job over this link prices it: shared memory's own bandwidth)
+    model = priced_model(model, wire)
+    intra = model.intra
+    print(f"# cost model: {model.describe()} ({', '.join(sorted(set(sources.values())))}); "
+          f"within a host over {link}: alpha = {intra.alpha * 1e6:.1f} us, "
+          f"beta = {1 / intra.beta / 1e9:.2f} GB/s", file=out)
     everything = {"model": model.__dict__, "jobs": [], "peers": None}
     verdicts = []
     if not args.peers_only:

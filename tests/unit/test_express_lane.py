@@ -43,6 +43,20 @@ def calls_of(fn, repeats: int = 100) -> float:
     return count[0] / repeats
 
 
+def count_general_sends(engine) -> list:
+    """Count the sends that take the engine's general path (``isend``) from now on, in the
+    returned one-item list; ``del engine.isend`` ends it."""
+    general = [0]
+    isend = engine.isend
+
+    def counted_isend(*args, **kwargs):
+        general[0] += 1
+        return isend(*args, **kwargs)
+
+    engine.isend = counted_isend
+    return general
+
+
 class Counts(Subscriber):
     """Counts the messages sent (a listener of ``message_sent``, as the live view's counter:
     the lane publishes the event itself rather than step aside)."""
@@ -240,14 +254,7 @@ def test_a_listener_of_sends_sees_every_message_and_the_lane_stays_open():
         counts = Counts()
         engine = comm.endpoint.engine
         engine.bus.subscribe(counts)
-        general = [0]
-        isend = engine.isend
-
-        def counted_isend(*args, **kwargs):
-            general[0] += 1
-            return isend(*args, **kwargs)
-
-        engine.isend = counted_isend
+        general = count_general_sends(engine)
         peer = 1 - comm.rank
         buf = np.zeros(1)
         for i in range(10):
@@ -256,7 +263,7 @@ def test_a_listener_of_sends_sees_every_message_and_the_lane_stays_open():
             else:
                 comm.Recv(buf, peer, tag=i)
         engine.bus.unsubscribe(counts)
-        del engine.isend
+        del engine.isend                        # (count_general_sends' wrapper)
         return counts.sent, general[0]
 
     assert run_threads(2, body, timeout=60, transport="shm") == [(10, 0), (0, 0)]
@@ -380,19 +387,12 @@ def test_calls_are_published_while_someone_listens_and_the_lane_returns_after():
             comm.Recv(buf, peer, tag=1)
             comm.recv(source=peer, tag=2)
         engine.bus.unsubscribe(calls)
-        general = [0]
-        isend = engine.isend
-
-        def counted_isend(*args, **kwargs):
-            general[0] += 1
-            return isend(*args, **kwargs)
-
-        engine.isend = counted_isend
+        general = count_general_sends(engine)
         if comm.rank == 0:
             comm.Send(buf, peer, tag=3)
         else:
             comm.Recv(buf, peer, tag=3)
-        del engine.isend
+        del engine.isend                        # (count_general_sends' wrapper)
         return [c for kind, c, _ in calls.log if kind == "enter"], general[0]
 
     (calls0, general0), (calls1, _) = run_threads(2, body, timeout=60, transport="shm")

@@ -11,10 +11,12 @@ spinning while the rank that has the data waits for a core. Hence the policies
 (``minimpi run --progress``, env ``MINIMPI_PROGRESS``):
 
 ``spin``
-    call ``progress(0)`` for up to the spin budget, then sleep in ``progress(timeout)``;
-    after :data:`SPIN_ALONE` of it, each poll also yields the core (``sched_yield()``).
+    call ``progress(0)`` for up to the spin budget (:data:`SPIN_BUDGET`), then sleep in
+    ``progress(timeout)``; after :data:`SPIN_ALONE` of it, each poll also yields the core
+    (``sched_yield()``).
 ``yield``
-    the same with ``sched_yield()`` between polls and a shorter budget, so that a rank
+    the same with ``sched_yield()`` between polls and a shorter budget (:data:`MAX_SPIN`,
+    more where ranks crowd the cores), so that a rank
     sharing our core (maybe the one we wait for) runs instead of us.
 ``block``
     sleep in ``progress(timeout)`` at once: an idle rank costs no CPU at all.
@@ -64,6 +66,14 @@ MODES = ("auto", "spin", "yield", "block")
 #: on 2 cores: 175 us with a 100 us spin, 13-50 us with 3-10 ms). Waits that outlast it turn
 #: it down to MIN_SPIN (below), so an idle rank still sleeps within a few milliseconds.
 MAX_SPIN = 3e-3
+#: the longest spin of a ``spin`` rank (each rank has a core): longer, since yielding costs
+#: such a rank nothing while its peers run, and an unrelated busy process deschedules a peer
+#: for a scheduler slice (milliseconds); a rank that gave up and slept meanwhile paid a
+#: wake-up, and several such waits turned its budget down to MIN_SPIN (8 B one-way with a
+#: busy shell loop on 2 cores, 3 pairs of runs of 5 jobs each, the same run's MPICH at
+#: 2.8-3.5 us: 14.5 / 10.2 / 10.8 us, p90/median 1.29 / 2.34 / 2.30 with 3 ms; 10.7 / 10.2 /
+#: 10.3 us, p90/median 1.42 / 1.18 / 1.02 with 10 ms). An idle rank still sleeps after it.
+SPIN_BUDGET = 10e-3
 #: beyond this many ranks per core, ``auto``'s yield budget grows with the ranks per core
 #: (MAX_SPIN x ranks per core / CROWDED): a wait there lasts as long as it takes every rank
 #: it waits for to get a core, milliseconds at 16 ranks per core; a budget shorter than that
@@ -118,8 +128,10 @@ class ProgressPolicy:
         self.yield_after = 0.0 if mode == "yield" else SPIN_ALONE
         if mode == "block":
             self.max_spin = 0.0
+        elif max_spin is not None:
+            self.max_spin = max_spin
         else:
-            self.max_spin = MAX_SPIN if max_spin is None else max_spin
+            self.max_spin = SPIN_BUDGET if mode == "spin" else MAX_SPIN
         self.min_spin = min(MIN_SPIN, self.max_spin)
         self.spin = self.max_spin
         #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid

@@ -74,21 +74,25 @@ def test_kill_9_in_the_middle_of_a_large_message_ends_the_job_and_leaves_nothing
     assert "rank 1" in r.stderr and "SIGKILL" in r.stderr
 
 
-def test_a_rank_that_dies_during_start_up_leaves_no_segment(write_script, job_marker):
+def test_a_rank_that_dies_during_start_up_leaves_no_segment(write_script, job_marker,
+                                                            tmp_path):
     # rank 0 creates its segment and waits for the others; rank 1 never initializes, so
-    # nobody maps rank 0's segment and only the launcher can remove it
-    script = write_script("early_death.py", """
+    # nobody maps rank 0's segment and only the launcher can remove it. Only this job's
+    # files are looked at (rank 1 says its id): other jobs may run meanwhile.
+    job_file = tmp_path / "job_id"
+    script = write_script("early_death.py", f"""
         import os, sys, time
         if os.environ["MINIMPI_RANK"] == "1":
+            open({str(job_file)!r}, "w").write(os.environ["MINIMPI_JOBID"])
             time.sleep(0.5)
             sys.exit(5)
         from minimpi import MPI
         MPI.COMM_WORLD.Barrier()
     """)
-    jobs_before = set(glob.glob("/dev/shm/minimpi-*"))
     r = run_minimpi("-n", "2", "--transport", "shm", *marker_args(job_marker), script, timeout=30)
     assert r.returncode == 5, r.stderr
-    assert set(glob.glob("/dev/shm/minimpi-*")) <= jobs_before
+    job_id = job_file.read_text()
+    assert job_id and glob.glob(f"/dev/shm/minimpi-*{job_id}*") == []
 
 
 WAIT_CPU = """

@@ -318,12 +318,14 @@ def test_auto_spins_only_while_ranks_have_cores(ranks, cores, mode):
 
 
 def test_a_crowded_host_yields_longer_and_an_asked_budget_stays():
-    from minimpi.p2p.progress import CROWDED, MAX_SPIN
+    from minimpi.p2p.progress import CROWDED, MAX_SPIN, SPIN_BUDGET
     assert ProgressPolicy.choose("auto", CROWDED * 2, 2).max_spin == MAX_SPIN
     assert ProgressPolicy.choose("auto", 5, 2).max_spin == MAX_SPIN       # a futures pool
     assert ProgressPolicy.choose("auto", 32, 2).max_spin == pytest.approx(MAX_SPIN * 16 / CROWDED)
     assert ProgressPolicy.choose("auto", 32, 2, max_spin=1e-3).max_spin == 1e-3
-    assert ProgressPolicy.choose("auto", 2, 2).max_spin == MAX_SPIN       # spin: as before
+    assert ProgressPolicy.choose("auto", 2, 2).max_spin == SPIN_BUDGET   # spin: a core each
+    assert ProgressPolicy.choose("spin", 8, 2).max_spin == SPIN_BUDGET
+    assert ProgressPolicy.choose("yield", 2, 2).max_spin == MAX_SPIN
     assert ProgressPolicy.choose("block", 1, 64).mode == "block"
     assert ProgressPolicy.choose("spin", 64, 1).mode == "spin"
 

@@ -86,6 +86,8 @@ def test_a_full_destination_stops_reading_its_pipes_until_the_reader_catches_up(
         if select.select([out_r], [], [], 0.05)[0]:
             got += os.read(out_r, 1 << 16)
         assert time.monotonic() < deadline, "no room after the reader caught up"
+    # the writer thread makes room, then (out of its lock) writes the wake-up: wait for it
+    assert select.select([fwd.writers.wake_fd], [], [], 10)[0], "room, but no wake-up"
     assert os.read(fwd.writers.wake_fd, 16)
     os.close(rank_w)
     while fwd.read(fd):

@@ -143,6 +143,23 @@ class HostTable(tuple):
         return hash((tuple(self), tuple(sorted(self.foreign.items()))))
 
 
+class _FrameSender:
+    """The eager writer of a transport without one of its own
+    (:meth:`Transport.eager_writer` is None): the header is packed here and the frame handed
+    to :meth:`Transport.send_now`."""
+
+    __slots__ = ("transport", "dest")
+
+    def __init__(self, transport: Any, dest: int) -> None:
+        self.transport = transport
+        self.dest = dest
+
+    def send_eager(self, flags: int, context: int, source: int, tag: int, msg_id: int,
+                   payload: Sequence[memoryview], nbytes: int) -> bool:
+        return self.transport.send_now(self.dest, _pack(EAGER, flags, 0, context, source,
+                                                        tag, msg_id, nbytes), payload, nbytes)
+
+
 class _Express:
     """The blocking receive :meth:`Engine.receive_now` polls for: what it accepts, the
     buffer a matching eager message is copied into (None: an object's bytes are kept), and
@@ -190,7 +207,7 @@ class Engine(FrameSink):
         self._turn = threading.Condition(self.lock)
         self._owner: Optional[int] = None    # the thread running the transport's progress
         self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
-        #: world rank -> the transport's eager writer to it (Transport.eager_writer)
+        #: world rank -> the eager writer to it (Transport.eager_writer, or a _FrameSender)
         self._writers: Dict[int, Any] = {}
         #: the writers send_now may use without looking at anything else: filled while no
         #: abort, lost peer or revoked communicator stops express sends, emptied when one
@@ -560,44 +577,36 @@ class Engine(FrameSink):
         with self.lock:
             writer = self._lane.get(dest)
             if writer is None:
-                return self._send_now_checked(context, dest, source, tag, payload, nbytes,
-                                              flags)
-            if nbytes > self.eager_limit or flags & F_SYNC:
+                writer = self._open_lane(dest, nbytes, flags)
+                if writer is None:
+                    return False
+            elif nbytes > self.eager_limit or flags & F_SYNC:
                 return False
             msg_id = self._next_msg_id
-            if writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes):
-                self._next_msg_id = msg_id + 1
-                if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
-                    for o in self.bus.sent:
-                        o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
-                return True
-            return False
-
-    def _send_now_checked(self, context: int, dest: int, source: int, tag: int,
-                          payload: Sequence[memoryview], nbytes: int, flags: int) -> bool:
-        """:meth:`send_now` where ``dest`` has no writer in the lane yet (the lock held):
-        every condition looked at, and the transport's writer put in the lane when nothing
-        stops express sends."""
-        if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
-                or self.aborted is not None or self.lost_peers or self.revoked
-                or self.transport is None):
-            return False
-        msg_id = self._next_msg_id
-        writer = self._writers.get(dest, False) if dest < self.size else None
-        if writer is False:
-            writer = self._writers[dest] = self.transport.eager_writer(dest)
-        if writer is not None:
-            self._lane[dest] = writer
-        if writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes) \
-                if writer is not None else \
-                self.transport.send_now(dest, _pack(EAGER, flags, 0, context, source, tag,
-                                                    msg_id, nbytes), payload, nbytes):
+            if not writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes):
+                return False
             self._next_msg_id = msg_id + 1
-            if self.bus.sent:
+            if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
                 for o in self.bus.sent:
                     o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
             return True
-        return False
+
+    def _open_lane(self, dest: int, nbytes: int, flags: int) -> Any:
+        """:meth:`send_now` where ``dest`` has no writer in the lane yet (the lock held):
+        every condition looked at; the writer to use, put in the lane, or None when the
+        general path must send (express sends stopped, a frame too large or synchronous)."""
+        if (nbytes > self.eager_limit or flags & F_SYNC or dest == self.rank
+                or self.aborted is not None or self.lost_peers or self.revoked
+                or self.transport is None):
+            return None
+        writer = self._writers.get(dest)
+        if writer is None:
+            writer = self.transport.eager_writer(dest)
+            if writer is None:
+                writer = _FrameSender(self.transport, dest)
+            self._writers[dest] = writer
+        self._lane[dest] = writer
+        return writer
 
     def receive_now(self, context: int, source: int, tag: int,
                     target: Optional[memoryview]) -> Optional[Tuple[int, int, int, Any]]:

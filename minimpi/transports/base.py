@@ -104,8 +104,9 @@ class Transport(ABC):
         whole, with nothing queued: True if done (the frame is on its way, nothing to wait
         for), False if it cannot (queued frames, no room, no such fast path) - then the caller
         uses :meth:`send`. The express lane of the engine (:meth:`Engine.send_now`).
-        ``payload``: byte-format memoryviews, or one bytes-like segment of any kind (a pickle
-        as ``pickle.dumps`` made it), here and in the eager writer's ``send_eager``."""
+        ``payload``: byte-format memoryviews, or one C-contiguous buffer of any kind (a
+        pickle as ``pickle.dumps`` made it, the numpy array of a ``Send``), here and in the
+        eager writer's ``send_eager``."""
         return False
 
     def eager_writer(self, peer: int) -> Any:

@@ -27,8 +27,9 @@ from .common import (
 
 
 def _Allreduce(comm, sendbuf: Any, recvbuf: Any, op: Any = SUM, algorithm: str = None) -> None:
-    # the general path: the fused form too, for a call published to its listeners
-    plan = comm._plan
+    # the general path; the fused form too for a call published to its listeners (the
+    # hand-written method tried it already otherwise)
+    plan = comm._plan if Bus.call_listeners else None
     fused = plan.fused.get(("allreduce", id(op), algorithm)) if plan is not None else None
     if fused is not None and not comm._freed and fused.run(sendbuf, recvbuf):
         return

@@ -15,8 +15,9 @@ from .common import Prepared, check_root, collective, execute, keep_fused
 
 
 def _Bcast(comm, buf: Any, root: int = 0, algorithm: str = None) -> None:
-    # the general path: the fused form too, for a call published to its listeners
-    plan = comm._plan
+    # the general path; the fused form too for a call published to its listeners (the
+    # hand-written method tried it already otherwise)
+    plan = comm._plan if Bus.call_listeners else None
     fused = plan.fused.get(("bcast", root, algorithm)) if plan is not None else None
     if fused is not None and not comm._freed and fused.run(buf):
         return

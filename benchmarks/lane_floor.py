@@ -15,7 +15,8 @@ this machine. Each step is one minimpi's express lane takes too:
   woken;
 * ``recv``: the argument checks, a spin on the ring's tail, the header unpacked and
   matched (context, source, tag), the length checked against the buffer, the payload
-  copied out, the head stored.
+  copied out, the head stored, a fence, and a look at the writer's flag (it waits for room
+  in a full ring: without the look it could never be woken).
 
 Left out (each of which a real MPI needs): a lock for threads, the unexpected queue,
 wildcards, an error handler, a communicator's state (freed, revoked, lost peers), message
@@ -41,8 +42,8 @@ import numpy as np
 HEADER = struct.Struct("<BBHIiiQQ")      # kind, flags, spare, context, source, tag, id, length
 RING = 1 << 16
 TAG_UB = (1 << 31) - 1
-#: offsets in the shared mapping: two rings, each with its control line (tail, head) and
-#: the owner's sleeping flag on a line of its own
+#: each ring's control words (tail, head, the writer's want-room flag; the reader's sleeping
+#: flag on a line of its own) before its data
 CTL = 128
 
 
@@ -51,7 +52,7 @@ def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
     the one at ``in_at``."""
     words = memoryview(mem).cast("Q")
     out_tail, out_sleep = out_at // 8, out_at // 8 + 8
-    in_tail, in_head = in_at // 8, in_at // 8 + 1
+    in_tail, in_head, in_want = in_at // 8, in_at // 8 + 1, in_at // 8 + 2
     out_data, in_data = out_at + CTL, in_at + CTL
     view = memoryview(mem)
     fence = threading.Lock()
@@ -96,6 +97,10 @@ def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
         memoryview(buf).cast("B")[:n] = view[start:start + n]
         head += (HEADER.size + n + 63) // 64 * 64
         words[in_head] = head
+        acquire(False)
+        release()
+        if words[in_want]:
+            raise RuntimeError("the writer waits for room: a real lane would wake it here")
 
     return send, recv
 
@@ -190,6 +195,8 @@ STEPS = (
     ("recv: matched (context, source, tag, length)", "c != 7 or s != 0 or t2 != 1 or n > 8"),
     ("recv: payload copied out", "memoryview(a).cast('B')[:8] = view[64:72]"),
     ("recv: head stored", "words[1] = 64"),
+    ("recv: fence", "acquire(False); release()"),
+    ("recv: the writer's flag read", "words[2]"),
 )
 
 

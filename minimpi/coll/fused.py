@@ -287,7 +287,7 @@ class FusedBcast(FusedCall):
             flat = buf if buf.ndim == 1 else buf.reshape(-1)
             if is_root:
                 area[...] = flat
-                seg.publish(k, self.sig, root=True, call=self.waiting)
+                seg.publish(k, self.sig, root=True, call=self.waiting, finished=True)
             else:
                 seg.publish(k, self.sig, call=self.waiting, quiet=True)
                 words = seg.words
@@ -296,7 +296,7 @@ class FusedBcast(FusedCall):
                 if words[seg.sig_at[k & 1][root]] != (k & SIG_MASK) << CALL_SHIFT | self.sig:
                     seg.check(k, self.sig, (root,), self.waiting)      # raises
                 flat[...] = area
-            seg.finished(k)
+                seg.finished(k)
         except BaseException as exc:
             self.announce(exc, tag)
             raise

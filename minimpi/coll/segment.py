@@ -172,7 +172,7 @@ class HostSegment:
     __slots__ = ("ep", "p", "rank", "key", "mem", "seqs", "sigs", "done_words", "wants",
                  "areas", "calls", "published", "_finished", "_mapped", "_released", "others",
                  "slot", "_mine", "words", "seq_at", "sig_at", "done_at", "wants_at",
-                 "__weakref__")
+                 "_transport", "__weakref__")
 
     def __init__(self, ep: Any, mem: memoryview, key: str, slot: int) -> None:
         self.ep = ep
@@ -218,6 +218,8 @@ class HostSegment:
         self._mine: List[Any] = [None, None]
         #: the other members, as world ranks (whom a publish may wake)
         self.others = [w for i, w in enumerate(ep.group) if i != ep.rank]
+        #: the engine's transport (it made the memory of a segment with others)
+        self._transport = ep.engine.transport
         self._mapped = raw[flags_at:flags_at + p]
         self._released = False
         if head[0] == 0 and self.rank == 0:
@@ -303,7 +305,7 @@ class HostSegment:
         # (a reader stores its done word, fences, then looks at who wants it)
         words[wants] = 1
         if self.others:
-            self.ep.engine.transport.fence()
+            self._transport.fence()
         return self.lowest_done() >= k - 2
 
     def finished(self, k: int) -> None:
@@ -322,7 +324,7 @@ class HostSegment:
                 self._finished.discard(done)
         words[mine] = done
         if self.others:
-            transport = self.ep.engine.transport
+            transport = self._transport
             transport.fence()             # our done word first, then who wants it
             if any(map(words.__getitem__, self.wants_at)):
                 # only the members that wait for the area (not every sleeper: on a full
@@ -332,7 +334,7 @@ class HostSegment:
                                       if words[at] and m != self.rank])
 
     def publish(self, k: int, sig: int, root: bool = False, call: Any = None,
-                quiet: bool = False) -> None:
+                quiet: bool = False, finished: bool = False) -> None:
         """This member's data for call ``k`` is written: publish it (signature ``sig``).
         First, the call that used this parity before (k - 2) is checked against every
         member that has not gone past it: a rooted call whose ranks did not all wait for
@@ -344,6 +346,9 @@ class HostSegment:
         for alone). ``call``: the call's channel (its tag and mismatch bookkeeping).
         ``quiet``: no member's wait can end with this publish - a ``Bcast``'s non-root, whose
         slot nobody waits for - so it wakes no one (and spends no fence on looking).
+        ``finished`` (with ``root``): this member reads nothing of call ``k`` - a ``Bcast``'s
+        root - so it is done with it too (:meth:`finished`, in the same fence: the root wakes
+        every member that sleeps, those that wait for its done word among them).
 
         The check of call k - 2 looks further (:meth:`_cross_check`) only when a member's
         word is neither that call's, as this member signed it, nor call k's, as this member
@@ -361,13 +366,21 @@ class HostSegment:
         words[self.sig_at[parity][self.rank]] = word
         words[self.seq_at[self.rank]] = k
         self.published = k
+        if finished:
+            at = self.done_at[self.rank]
+            if words[at] == k - 1 and not self._finished:
+                words[at] = k
+            else:
+                self.finished(k)            # (out of order: the general bookkeeping)
         if quiet or not self.others:
             return
-        transport = self.ep.engine.transport
+        transport = self._transport
         if not root:
             transport.fence()               # our seq first, then the others'
             if self.lowest_seq() < k:
                 return
+            transport.wake_peers(self.others, fenced=True)
+            return
         transport.wake_peers(self.others)
 
     def _cross_check(self, k: int, parity: int, word: int, tag: int, watch: Any,

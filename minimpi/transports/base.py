@@ -181,9 +181,11 @@ class Transport(ABC):
         """A full memory fence: this process's stores before it, its loads after (a writer
         of shared memory between publishing and looking at who sleeps)."""
 
-    def wake_peers(self, peers: Sequence[int]) -> None:
+    def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
         """Wake those of ``peers`` (world ranks on this host) that sleep in this transport,
-        after this process wrote memory they may wait for (see :meth:`set_sleep_check`)."""
+        after this process wrote memory they may wait for (see :meth:`set_sleep_check`).
+        ``fenced``: the caller called :meth:`fence` after its last store (it is not
+        repeated)."""
 
     def pending_sends(self) -> int:
         """Number of frames queued but not yet handed off (used to flush at exit)."""

@@ -130,7 +130,7 @@ class InprocTransport(Transport):
             if fabric.segments.get(key) is mem.obj:   # not a new communicator's already
                 del fabric.segments[key]
 
-    def wake_peers(self, peers: Sequence[int]) -> None:
+    def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
         # (after the shared memory was written: a peer that looked before sleeps only until
         # this marker, one that looks after sees the memory)
         for peer in peers:

@@ -240,10 +240,10 @@ class RouterTransport(Transport):
         if member is not None:
             member.fence()
 
-    def wake_peers(self, peers: Sequence[int]) -> None:
+    def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
         member = self.member("shm")
         if member is not None:
-            member.wake_peers(peers)
+            member.wake_peers(peers, fenced)
 
     def send_now(self, peer: int, header: bytes, payload: Sequence[memoryview],
                  nbytes: int) -> bool:

@@ -1287,9 +1287,10 @@ class ShmTransport(Transport):
         self._fence_in()
         self._fence_out()
 
-    def wake_peers(self, peers: Sequence[int]) -> None:
-        self._fence_in()                        # our stores first; then their flags
-        self._fence_out()
+    def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
+        if not fenced:
+            self._fence_in()                    # our stores first; then their flags
+            self._fence_out()
         for peer in peers:
             out = self._out[peer] if peer < self.size else None
             if out is not None:

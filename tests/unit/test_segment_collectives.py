@@ -173,7 +173,7 @@ class _Members:
         def fence(self):
             pass
 
-        def wake_peers(self, ranks):
+        def wake_peers(self, ranks, fenced=False):
             pass
 
         def release_segment(self, key):

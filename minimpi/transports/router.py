@@ -85,7 +85,10 @@ class RouterTransport(Transport):
 
     def member(self, name: str) -> Optional[Transport]:
         """The member transport called ``name`` ("tcp", "shm"), if this router has it."""
-        return next((t for t in self.members if t.name == name), None)
+        for t in self.members:     # (a loop, not a generator: fence() asks on every call)
+            if t.name == name:
+                return t
+        return None
 
     def routes(self) -> List[Optional[str]]:
         """The member that carries messages to each peer (None for this rank itself)."""

@@ -23,7 +23,8 @@ wildcards, an error handler, a communicator's state (freed, revoked, lost peers)
 ordering across transports, the ring's wrap-around and a full ring, request objects.
 
 It prints the bare floor (an 8-byte copy and a sequence word each way), the lane floor
-above, and the lane floor's steps one by one (each timed in a loop of its own in one
+above, the lane floor with what minimpi's lane must do besides (``make_side``'s
+``duties``: a lock for threads, the failure state, the unexpected queue), and the lane floor's steps one by one (each timed in a loop of its own in one
 process: what the ping-pong pays beyond their sum is cache lines moving between cores and
 the spin's detection).
 """
@@ -47,9 +48,22 @@ TAG_UB = (1 << 31) - 1
 CTL = 128
 
 
-def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
+class _State:
+    """What a real MPI looks at before it touches a ring: why it may not (see ``duties``)."""
+
+    __slots__ = ("aborted", "lost_peers", "revoked")
+
+    def __init__(self) -> None:
+        self.aborted, self.lost_peers, self.revoked = None, set(), set()
+
+
+def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int,
+              duties: bool = False):
     """The ``send`` and ``recv`` of one process: it writes the ring at ``out_at`` and reads
-    the one at ``in_at``."""
+    the one at ``in_at``. ``duties``: each call also does what minimpi's lane must besides -
+    a re-entrant lock held (threads may call at once), the failure state looked at (an
+    abort, lost peers, revoked communicators), and on receive the unexpected queue looked
+    at first (an earlier message may match)."""
     words = memoryview(mem).cast("Q")
     out_tail, out_sleep = out_at // 8, out_at // 8 + 8
     in_tail, in_head, in_want = in_at // 8, in_at // 8 + 1, in_at // 8 + 2
@@ -59,12 +73,17 @@ def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
     acquire, release = fence.acquire, fence.release
     tail = head = msg_id = 0
     context = 7
+    lock, state, unexpected = threading.RLock(), _State(), {context: []}
 
     def send(buf, dest, tag):
         nonlocal tail, msg_id
         if not (type(buf) is np.ndarray and buf.flags.c_contiguous and type(dest) is int
                 and type(tag) is int and 0 <= dest < size and 0 <= tag <= TAG_UB):
             raise ValueError("bad arguments")
+        if duties:
+            lock.acquire()
+            if state.aborted is not None or state.lost_peers or state.revoked:
+                raise RuntimeError("a real lane would leave this to the general path")
         n = buf.nbytes
         pos = out_data + (tail & (RING - 1))
         msg_id += 1
@@ -77,6 +96,8 @@ def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
         release()
         if words[out_sleep]:
             raise RuntimeError("the peer sleeps: a real lane would wake it here")
+        if duties:
+            lock.release()
 
     def recv(buf, source, tag):
         nonlocal head
@@ -85,6 +106,11 @@ def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
                 and type(source) is int and type(tag) is int and 0 <= source < size
                 and 0 <= tag <= TAG_UB):
             raise ValueError("bad arguments")
+        if duties:
+            lock.acquire()
+            if (state.aborted is not None or state.lost_peers or state.revoked
+                    or unexpected.get(context)):
+                raise RuntimeError("a real lane would leave this to the general path")
         while words[in_tail] == head:
             pass
         pos = in_data + (head & (RING - 1))
@@ -101,11 +127,13 @@ def make_side(mem: mmap.mmap, out_at: int, in_at: int, rank: int, size: int):
         release()
         if words[in_want]:
             raise RuntimeError("the writer waits for room: a real lane would wake it here")
+        if duties:
+            lock.release()
 
     return send, recv
 
 
-def pingpong(iters: int, runs: int, warm: int = 2000) -> list:
+def pingpong(iters: int, runs: int, warm: int = 2000, duties: bool = False) -> list:
     ring_bytes = CTL + RING
     mem = mmap.mmap(-1, 2 * ring_bytes)
     total = warm + iters * runs
@@ -115,12 +143,12 @@ def pingpong(iters: int, runs: int, warm: int = 2000) -> list:
     # consumed before the next is written, so the ring is never full)
     pid = os.fork()
     if pid == 0:
-        send, recv = make_side(mem, ring_bytes, 0, 1, 2)
+        send, recv = make_side(mem, ring_bytes, 0, 1, 2, duties)
         for _ in range(total):
             recv(b, 0, 1)
             send(b, 0, 1)
         os._exit(0)
-    send, recv = make_side(mem, 0, ring_bytes, 0, 2)
+    send, recv = make_side(mem, 0, ring_bytes, 0, 2, duties)
     for _ in range(warm):
         send(a, 1, 1)
         recv(b, 1, 1)
@@ -220,7 +248,9 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args(argv)
     for name, fn in (("bare floor (copy + sequence word)", bare),
-                     ("lane floor (send/recv with MPI's steps)", pingpong)):
+                     ("lane floor (send/recv with MPI's steps)", pingpong),
+                     ("lane floor + lock, failure state, queue",
+                      lambda i, r: pingpong(i, r, duties=True))):
         res = fn(args.iters, args.runs)
         print(f"{name:42s} one-way median {statistics.median(res):.2f} us  "
               f"runs {[round(x, 2) for x in res]}")

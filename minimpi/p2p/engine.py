@@ -655,22 +655,14 @@ class Engine(FrameSink):
                 progress = transport.progress
                 polls = 0
                 while True:
-                    ahead = None if reader is None else reader.look(LOOKS)
-                    if ahead:
-                        header, payload, end = ahead
-                        n = header[7]
-                        if (header[3] == context and header[4] == source
-                                and (header[5] == tag or tag == ANY_TAG)
-                                and not header[1] & F_SYNC and not self.bus.received
-                                and (target is None or n <= target.nbytes)):
-                            if target is None:
-                                data = bytearray(payload)
-                            else:
-                                data = None
-                                if n:
-                                    target[:n] = payload
-                            if reader.take(end, n):
-                                return header[4], header[5], n, data
+                    if reader is None:
+                        ahead = None
+                    elif self.bus.received:     # (an observer came meanwhile: progress's)
+                        ahead = ()
+                    else:
+                        ahead = reader.take_matching(context, source, tag, target, LOOKS)
+                        if ahead:               # (tag, length, data): taken
+                            return source, ahead[0], ahead[1], ahead[2]
                     # the transport's progress moves everything else (other peers, frames
                     # the reader does not hand over - at once -, queued sends, liveness);
                     # beside a reader that found nothing only every few rounds of looks, so

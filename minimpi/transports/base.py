@@ -34,7 +34,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Optional, Sequence
 
-from .frames import Header
+from .frames import F_SYNC, Header
 
 #: called with None once a frame is handed off, or with the reason it never can be
 OnSent = Optional[Callable[[Optional[str]], None]]
@@ -128,6 +128,8 @@ class Transport(ABC):
         something is there that :meth:`progress` must deliver. Its ``take(end,
         length)`` takes that frame in one step, which a signal handler raising before it
         leaves undone, and says whether it did (False: something else took it first).
+        Its ``take_matching(context, source, tag, target, times)`` does both for the frame
+        a blocking receive wants (:func:`take_matching`, which a reader may do in one step).
         Frames it does not hand over are :meth:`progress`'s, in order. The engine's express
         receive (:meth:`Engine.receive_now`).
         """
@@ -198,3 +200,29 @@ class Transport(ABC):
 
     def close(self) -> None:
         """Close every connection (queued frames are dropped; flush first with progress)."""
+
+
+def take_matching(reader: Any, context: int, source: int, tag: int,
+                  target: Optional[memoryview], times: int) -> Optional[tuple]:
+    """An eager reader's ``take_matching`` (:meth:`Transport.eager_reader`) from its
+    ``look`` and ``take``: the frame at the head of the peer's stream, taken if a blocking
+    receive for (``context``, ``source``, ``tag``; a negative tag: any) gets it - a whole
+    eager frame, not synchronous, fitting ``target`` (a writable byte view it is copied
+    into; None: the bytes are returned). ``(tag, length, data)`` when taken (data: the
+    bytes when ``target`` is None, else None); None when nothing is there (after ``times``
+    looks); ``()`` when something is there that is not taken (progress delivers it)."""
+    ahead = reader.look(times)
+    if not ahead:
+        return ahead
+    header, payload, end = ahead
+    n = header[7]
+    if (header[3] != context or header[4] != source or header[5] != tag and tag >= 0
+            or header[1] & F_SYNC or target is not None and n > target.nbytes):
+        return ()
+    if target is None:
+        data = bytearray(payload)
+    else:
+        data = None
+        if n:
+            target[:n] = payload
+    return (header[5], n, data) if reader.take(end, n) else ()

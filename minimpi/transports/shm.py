@@ -69,7 +69,7 @@ from ..data.units import parse_size
 from ..errors import TransportError
 from . import signal_guard
 from .base import FrameSink, OnSent, Transport
-from .frames import DATA, EAGER, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+from .frames import DATA, EAGER, F_SYNC, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 SHM_DIR = "/dev/shm"
 PREFIX = "minimpi-"
@@ -555,6 +555,54 @@ class _In:
                 or head + HEADER_SIZE + header[7] > tail:
             return ()
         return header, self.data[pos:end], head + HEADER_SIZE + header[7]
+
+    def take_matching(self, context: int, source: int, tag: int,
+                      target: Optional[memoryview], times: int) -> Optional[tuple]:
+        """:func:`~minimpi.transports.base.take_matching` in one step: :meth:`look` and
+        :meth:`take` for the frame a blocking receive wants (one Python call a message)."""
+        if self.gone:
+            return None
+        ctl = self.ctl
+        head = ctl[R_HEAD]
+        tail = ctl[R_TAIL]
+        while tail == head and times > 1:
+            times -= 1
+            tail = ctl[R_TAIL]
+        if tail == head:
+            return None
+        if self.d_target is not None or self.d_skip or self.x_target is not None:
+            return ()
+        pos = head & self.mask
+        if self.cap - pos < HEADER_SIZE:
+            return ()
+        header = HEADER.unpack_from(self.data, pos)
+        n = header[7]
+        pos += HEADER_SIZE
+        stop = pos + n
+        end = head + HEADER_SIZE + n
+        if (header[0] != EAGER or header[2] & BY_REFERENCE or stop > self.cap or end > tail
+                or header[3] != context or header[4] != source
+                or header[5] != tag and tag >= 0 or header[1] & F_SYNC):
+            return ()
+        if target is None:
+            data = bytearray(self.data[pos:stop])
+        elif n > target.nbytes:
+            return ()
+        else:
+            data = None
+            if n:
+                target[:n] = self.data[pos:stop]
+        # take it (take(), inline): one store of the shared head word commits it
+        if self.gone or ctl[R_HEAD] != head:
+            return ()
+        ctl[R_HEAD] = end
+        self.head = end
+        owner = self.owner
+        owner._fence_in()                       # store head; fence; load the writer's flag
+        owner._fence_out()
+        if ctl[R_WANT]:                         # the peer waits for room in this ring
+            owner.kick_peer(self.peer)
+        return header[5], n, data
 
     def take(self, end: int, length: int) -> bool:
         """Take the frame :meth:`look` found (``end``: where it said the head goes; ``length``:

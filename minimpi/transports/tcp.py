@@ -38,7 +38,7 @@ from typing import Deque, Dict, List, Optional, Sequence
 
 from ..errors import TransportError
 from . import signal_guard
-from .base import FrameSink, OnSent, Transport
+from .base import FrameSink, OnSent, Transport, take_matching
 from .frames import EAGER, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
 
 MAGIC = b"MINIMPI1"
@@ -523,6 +523,10 @@ class _InReader:
     def take(self, end: int, length: int) -> bool:
         conn = self.t._in_by_peer.get(self.peer)
         return conn is not None and conn.take(end, length)
+
+    def take_matching(self, context: int, source: int, tag: int,
+                      target: Optional[memoryview], times: int) -> Optional[tuple]:
+        return take_matching(self, context, source, tag, target, times)
 
 
 class _Waker:

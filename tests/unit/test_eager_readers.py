@@ -132,3 +132,50 @@ def test_a_take_after_the_frame_was_taken_meanwhile_takes_nothing(kind):
     finally:
         for t in ts:
             t.close()
+
+
+@pytest.mark.parametrize("kind", ["shm", "tcp"])
+def test_take_matching_takes_only_what_the_receive_wants(kind):
+    # a blocking receive for (context 5, source 0, tag 7) into 16 bytes, one frame at a time
+    # at the head of the stream: frames of another context, source or tag, a synchronous
+    # one and one too large are not taken (progress delivers them, once)
+    ts, sinks = wired(kind)
+    try:
+        envelopes = [  # (flags, context, source, tag, length, the receive takes it)
+            (0, 5, 0, 7, 8, True), (0, 6, 0, 7, 8, False), (0, 5, 1, 7, 8, False),
+            (0, 5, 0, 8, 8, False), (frames.F_SYNC, 5, 0, 7, 8, False),
+            (0, 5, 0, 7, 17, False), (0, 5, 0, 7, 0, True), (0, 5, 0, 7, 16, True)]
+        reader = ts[1].eager_reader(0)
+        target = memoryview(bytearray(16))
+        deadline = time.monotonic() + 20
+        for i, (flags, context, source, tag, n, takes) in enumerate(envelopes):
+            data = payload_of(i, n)
+            ts[0].send(1, frames.pack(frames.EAGER, flags, context, source, tag, i, n),
+                       [memoryview(data)], None)
+            before = len(sinks[1].frames)
+            while True:
+                assert time.monotonic() < deadline, (i, sinks[1].frames)
+                ts[0].progress(0)
+                got = reader.take_matching(5, 0, 7, target, 4)
+                if got:
+                    assert takes, i
+                    assert got == (7, n, None) and bytes(target[:n]) == data
+                    break
+                if got == ():      # not one for this receive: progress delivers it
+                    assert not takes, i
+                    ts[1].progress(0)
+                    assert sinks[1].frames[before:] == [(i, frames.EAGER, data)]
+                    break
+        # an object receive (no target) of any tag gets the bytes
+        ts[0].send(1, frames.pack(frames.EAGER, 0, 5, 0, 3, 99, 5),
+                   [memoryview(payload_of(99, 5))], None)
+        got = None
+        while not got:
+            assert time.monotonic() < deadline
+            ts[0].progress(0)
+            got = reader.take_matching(5, 0, -1, None, 4)
+        assert got == (3, 5, bytearray(payload_of(99, 5)))
+        assert reader.take_matching(5, 0, -1, None, 2) is None
+    finally:
+        for t in ts:
+            t.close()

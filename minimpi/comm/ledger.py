@@ -32,6 +32,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 MAX_SITES = 10_000
+_getframe = sys._getframe
 
 #: where a call came from: (code object, offset of the calling instruction) of the user's
 #: frame; made into ``script.py:12`` only when a leftover is reported (see :func:`line_text`:
@@ -58,16 +59,27 @@ def _is_user_frame(f: Any) -> bool:
 
 
 class SendSite:
-    """The last send to one (destination, context, tag): its site and call, and how many
-    sends there were. Updated in place without a lock (it is on every send): a send made at
-    the same moment by another thread may be missed in ``count``, nothing else."""
+    """The last send to one (destination, context, tag): its site (the code object and
+    offset of a :data:`Site`) and call, and how many sends there were. Updated in place
+    without a lock (it is on every send): a send made at the same moment by another thread
+    may be missed in ``count``, nothing else."""
 
-    __slots__ = ("site", "call", "count")
+    __slots__ = ("code", "offset", "call", "count")
 
     def __init__(self, site: Site, call: str) -> None:
-        self.site = site
+        self.code, self.offset = site
         self.call = call
         self.count = 1
+
+    @property
+    def site(self) -> Site:
+        return self.code, self.offset
+
+    def again(self, site: Site, call: str) -> None:
+        """Another send to the same key."""
+        self.code, self.offset = site
+        self.call = call
+        self.count += 1
 
 
 #: the last send and how many, by (destination world rank, context, tag)
@@ -126,9 +138,7 @@ class Ledger:
         if rec is None:
             self.first_send(key, site, call)
         else:
-            rec.site = site
-            rec.call = call
-            rec.count += 1
+            rec.again(site, call)
 
     def first_send(self, key: Tuple[int, int, int], site: Site, call: str) -> None:
         """The first send to ``key`` (destination, context, tag): a new record, unless the
@@ -137,9 +147,7 @@ class Ledger:
             if key not in self.sites and len(self.sites) < MAX_SITES:
                 self.sites[key] = SendSite(site, call)
             elif key in self.sites:
-                rec = self.sites[key]
-                rec.site, rec.call = site, call
-                rec.count += 1
+                self.sites[key].again(site, call)
 
     def started(self, req: Any, site: Site) -> None:
         """A nonblocking request the user must complete with a wait or test."""
@@ -181,24 +189,27 @@ def _pending(ref: Any) -> bool:
     return req is not None and bool(req)
 
 
-def note_send(ep: Any, dest: int, tag: int, call: str) -> None:
-    """Record a blocking send of the express lane (called by ``pt2pt.Send`` or ``send``,
-    hand-written front methods called by the program: the caller's frame is two up, so the
-    site costs a frame look, not a walk)."""
-    f = sys._getframe(2)
+def note_send(ledger: Ledger, dest: int, context: int, tag: int, call: str) -> None:
+    """Record a blocking send of the express lane to world rank ``dest`` (called by
+    ``pt2pt.Send`` or ``send``, hand-written front methods called by the program: the
+    caller's frame is two up, so the site costs a frame look, not a walk)."""
+    f = _getframe(2)
+    key = (dest, context, tag)
+    rec = ledger.sites.get(key)     # (Ledger.sent, inline: this is on every express send)
+    if rec is not None and rec.code is f.f_code and rec.call is call:
+        # the same code as the last send to this key: the program's (it was when
+        # recorded), so no look at whose frame it is
+        rec.offset = f.f_lasti
+        rec.count += 1
+        return
     user = _USER_CODE.get(id(f.f_code))          # (_is_user_frame, inline)
     if user is None:
         user = _is_user_frame(f)
     site = (f.f_code, f.f_lasti) if user else user_site()
-    ledger = ep.engine.ledger
-    key = (ep.group[dest], ep.context, tag)
-    rec = ledger.sites.get(key)     # (Ledger.sent, inline: this is on every express send)
     if rec is None:
         ledger.first_send(key, site, call)
     else:
-        rec.site = site
-        rec.call = call
-        rec.count += 1
+        rec.again(site, call)
 
 
 def note(ep: Any, req: Any, peer: int, tag: int, call: str, sending: bool) -> Any:

@@ -202,10 +202,10 @@ def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
             else:
                 payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
                 flags = _OBJECT_FLAGS[bare]
-            if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, payload, nbytes,
-                                  flags):
-                if ep.engine.ledger is not None:
-                    note_send(ep, dest, tag, "send")
+            engine, world_dest, context = ep.engine, ep.group[dest], ep.context
+            if engine.send_now(context, world_dest, ep.rank, tag, payload, nbytes, flags):
+                if engine.ledger is not None:
+                    note_send(engine.ledger, world_dest, context, tag, "send")
                 return
         except MinimpiError as exc:
             route(comm, exc)
@@ -352,10 +352,10 @@ def Send(comm, buf: Any, dest: int, tag: int = 0) -> None:
         try:
             # (the array itself: a transport's express send takes any bytes-like segment,
             # and a C-contiguous array is one)
-            if ep.engine.send_now(ep.context, ep.group[dest], ep.rank, tag, (buf,),
-                                  buf.nbytes):
-                if ep.engine.ledger is not None:
-                    note_send(ep, dest, tag, "Send")
+            engine, world_dest, context = ep.engine, ep.group[dest], ep.context
+            if engine.send_now(context, world_dest, ep.rank, tag, (buf,), buf.nbytes):
+                if engine.ledger is not None:
+                    note_send(engine.ledger, world_dest, context, tag, "Send")
                 return
         except MinimpiError as exc:
             route(comm, exc)

@@ -79,17 +79,23 @@ def test_unreceived_messages_name_source_tag_size_and_line():
             comm.Send(np.zeros(4), dest=1, tag=5)
             for _ in range(3):
                 comm.send(None, dest=1, tag=6)
+            comm.Send(np.zeros(1), dest=1, tag=7)
+            comm.Send(np.zeros(1), dest=1, tag=7)                # the last of 2: reported
         return finish(comm)
     errors, warnings = run_threads(2, body, ledger=True)[1]
     assert errors == [] and len(warnings) == 1
     text = warnings[0]
-    assert text.startswith("5 messages sent to this rank were never received")
+    assert text.startswith("7 messages sent to this rank were never received")
     assert "from rank 0: tag 2, a pickled object of " in text
     assert "on COMM_WORLD, sent by send at test_leftovers.py:" in text
     line = int(text.split("sent by send at test_leftovers.py:")[1].split()[0].rstrip(","))
     assert "comm.send({\"x\": 1}, dest=1, tag=2)" in open(__file__).read().splitlines()[line - 1]
     assert "from rank 0: tag 5, 32 B, on COMM_WORLD, sent by Send at test_leftovers.py:" in text
     assert "sent by send (the last of 3 such sends was at test_leftovers.py:" in text
+    # the same code sending again to the same key from another line: that line is reported
+    line = int(text.split("sent by Send (the last of 2 such sends was at test_leftovers.py:")[1]
+               .split(")")[0])
+    assert "# the last of 2: reported" in open(__file__).read().splitlines()[line - 1]
 
 
 def test_receives_never_matched_and_requests_never_completed():

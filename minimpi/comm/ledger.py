@@ -32,7 +32,6 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 MAX_SITES = 10_000
-_getframe = sys._getframe
 
 #: where a call came from: (code object, offset of the calling instruction) of the user's
 #: frame; made into ``script.py:12`` only when a leftover is reported (see :func:`line_text`:
@@ -193,7 +192,7 @@ def note_send(ledger: Ledger, dest: int, context: int, tag: int, call: str) -> N
     """Record a blocking send of the express lane to world rank ``dest`` (called by
     ``pt2pt.Send`` or ``send``, hand-written front methods called by the program: the
     caller's frame is two up, so the site costs a frame look, not a walk)."""
-    f = _getframe(2)
+    f = sys._getframe(2)
     key = (dest, context, tag)
     rec = ledger.sites.get(key)     # (Ledger.sent, inline: this is on every express send)
     if rec is not None and rec.code is f.f_code and rec.call is call:

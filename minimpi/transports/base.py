@@ -120,18 +120,13 @@ class Transport(ABC):
     def eager_reader(self, peer: int) -> Any:
         """For a blocking receive from ``peer``, an object to read that peer's frames with,
         one at a time and without a signal mask, or None (this transport has none: the
-        receive waits through :meth:`progress`). Its ``look(times)`` returns the next frame
-        from ``peer`` if it is a whole eager one - ``(header, payload, end)``: the header's
-        fields as a tuple in :class:`~minimpi.transports.frames.Header`'s order, the payload
-        where it lies, and where the stream's head goes once it is taken; the frame stays -
-        None when there is nothing (after looking up to ``times`` times), or ``()`` when
-        something is there that :meth:`progress` must deliver. Its ``take(end,
-        length)`` takes that frame in one step, which a signal handler raising before it
-        leaves undone, and says whether it did (False: something else took it first).
-        Its ``take_matching(context, source, tag, target, times)`` does both for the frame
-        a blocking receive wants (:func:`take_matching`, which a reader may do in one step).
-        Frames it does not hand over are :meth:`progress`'s, in order. The engine's express
-        receive (:meth:`Engine.receive_now`).
+        receive waits through :meth:`progress`). Its ``take_matching(context, source, tag,
+        target, times)`` takes the frame at the head of ``peer``'s stream if it is the one
+        the receive wants (:func:`take_matching` says what it returns), in one step - one
+        store of a ring's head word, one ``recv`` of exactly that frame - which a signal
+        handler raising before it leaves undone: the message stays whole for the next
+        receive. Frames it does not hand over are :meth:`progress`'s, in order. The
+        engine's express receive (:meth:`Engine.receive_now`).
         """
         return None
 
@@ -204,13 +199,19 @@ class Transport(ABC):
 
 def take_matching(reader: Any, context: int, source: int, tag: int,
                   target: Optional[memoryview], times: int) -> Optional[tuple]:
-    """An eager reader's ``take_matching`` (:meth:`Transport.eager_reader`) from its
-    ``look`` and ``take``: the frame at the head of the peer's stream, taken if a blocking
-    receive for (``context``, ``source``, ``tag``; a negative tag: any) gets it - a whole
-    eager frame, not synchronous, fitting ``target`` (a writable byte view it is copied
-    into; None: the bytes are returned). ``(tag, length, data)`` when taken (data: the
-    bytes when ``target`` is None, else None); None when nothing is there (after ``times``
-    looks); ``()`` when something is there that is not taken (progress delivers it)."""
+    """An eager reader's ``take_matching`` (:meth:`Transport.eager_reader`) for a reader
+    that shows a frame and takes it in two steps: ``look(times)`` (the next frame if it is
+    a whole eager one - its header's fields as a tuple in
+    :class:`~minimpi.transports.frames.Header`'s order, its payload where it lies, and where
+    the stream's head goes once it is taken -; None if nothing is there; ``()`` if something
+    is there that progress must deliver) and ``take(end, length)`` (True if it took it,
+    False if something else took it first). The frame at the head of the peer's stream is
+    taken if a blocking receive for (``context``, ``source``, ``tag``; a negative tag: any)
+    gets it - a whole eager frame, not synchronous, fitting ``target`` (a writable byte view
+    it is copied into; None: the bytes are returned). Returns ``(tag, length, data)`` when
+    taken (data: the bytes when ``target`` is None, else None); None when nothing is there
+    (after ``times`` looks); ``()`` when something is there that is not taken (progress
+    delivers it)."""
     ahead = reader.look(times)
     if not ahead:
         return ahead

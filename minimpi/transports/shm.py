@@ -495,10 +495,10 @@ class _In:
     """A ring in our inbox that one peer writes and we read.
 
     Besides the transport's :meth:`ShmTransport.progress`, a blocking receive reads it
-    through :meth:`look` and :meth:`take` (the transport's :meth:`ShmTransport.eager_reader`):
-    the ring's shared head word is where the reader is, and :meth:`take` moves it in one
-    store, so a signal handler that raises anywhere before that store leaves the frame in the
-    ring, whole, for the next receive - no signal mask needed (see :mod:`.signal_guard`).
+    through :meth:`take_matching` (the transport's :meth:`ShmTransport.eager_reader`): the
+    ring's shared head word is where the reader is, and one store of it takes a frame, so a
+    signal handler that raises anywhere before that store leaves the frame in the ring,
+    whole, for the next receive - no signal mask needed (see :mod:`.signal_guard`).
     ``head`` is a copy of that word that :meth:`progress` polls; the word is the truth."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
@@ -525,41 +525,12 @@ class _In:
         self.x_base = self.x_pos = self.x_token = 0
         self.x_entries: List[List[int]] = []      # [address, length] still to read
 
-    def look(self, times: int = 1) -> Optional[tuple]:
-        """The frame at the head of the ring, if it is a whole eager frame in one piece and
-        nothing is half-delivered: (its header's fields - a tuple in :class:`Header`'s
-        order -, its payload in the ring, where the ring's head goes once it is taken). The
-        frame stays in the ring. None: the ring is empty (looked at up to ``times`` times, a
-        fraction of a microsecond each); ``()``: something is there that
-        :meth:`ShmTransport.progress` must deliver."""
-        if self.gone:
-            return None
-        ctl = self.ctl
-        head = ctl[R_HEAD]
-        tail = ctl[R_TAIL]
-        while tail == head and times > 1:
-            times -= 1
-            tail = ctl[R_TAIL]
-        if tail == head:
-            return None
-        if self.d_target is not None or self.d_skip or self.x_target is not None:
-            return ()
-        pos = head & self.mask
-        cap = self.cap
-        if cap - pos < HEADER_SIZE:
-            return ()
-        header = HEADER.unpack_from(self.data, pos)     # (a plain tuple: no Header to build)
-        pos += HEADER_SIZE
-        end = pos + header[7]
-        if header[0] != EAGER or header[2] & BY_REFERENCE or end > cap \
-                or head + HEADER_SIZE + header[7] > tail:
-            return ()
-        return header, self.data[pos:end], head + HEADER_SIZE + header[7]
-
     def take_matching(self, context: int, source: int, tag: int,
                       target: Optional[memoryview], times: int) -> Optional[tuple]:
-        """:func:`~minimpi.transports.base.take_matching` in one step: :meth:`look` and
-        :meth:`take` for the frame a blocking receive wants (one Python call a message)."""
+        """The frame at the head of the ring, taken if a blocking receive for (``context``,
+        ``source``, ``tag``) gets it (see :func:`~minimpi.transports.base.take_matching`),
+        in one Python call: nothing half-delivered before it, a whole eager frame in one
+        piece, not by reference."""
         if self.gone:
             return None
         ctl = self.ctl
@@ -592,7 +563,8 @@ class _In:
             data = None
             if n:
                 target[:n] = self.data[pos:stop]
-        # take it (take(), inline): one store of the shared head word commits it
+        # take it: one store of the shared head word commits it (unless a signal handler's
+        # receive took it meanwhile)
         if self.gone or ctl[R_HEAD] != head:
             return ()
         ctl[R_HEAD] = end
@@ -604,21 +576,6 @@ class _In:
             owner.kick_peer(self.peer)
         return header[5], n, data
 
-    def take(self, end: int, length: int) -> bool:
-        """Take the frame :meth:`look` found (``end``: where it said the head goes; ``length``:
-        its payload's): one store of the shared head word commits it. False, nothing taken,
-        if the head moved meanwhile (a signal handler that received it first)."""
-        ctl = self.ctl
-        if self.gone or ctl[R_HEAD] != end - HEADER_SIZE - length:
-            return False
-        ctl[R_HEAD] = end
-        self.head = end
-        owner = self.owner
-        owner._fence_in()                       # store head; fence; load the writer's flag
-        owner._fence_out()
-        if ctl[R_WANT]:                         # the peer waits for room in this ring
-            owner.kick_peer(self.peer)
-        return True
 
 
 class ShmTransport(Transport):
@@ -957,7 +914,7 @@ class ShmTransport(Transport):
 
     def eager_reader(self, peer: int) -> Optional[_In]:
         """The reader of ``peer``'s ring for a blocking receive (:meth:`Transport.eager_reader`):
-        its ``look()`` and ``take()`` need no signal mask (see :class:`_In`)."""
+        its ``take_matching()`` needs no signal mask (see :class:`_In`)."""
         for inc in self._in:
             if inc.peer == peer:
                 return inc

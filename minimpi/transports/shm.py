@@ -536,36 +536,36 @@ class _In:
         ctl = self.ctl
         head = ctl[R_HEAD]
         tail = ctl[R_TAIL]
-        while tail == head and times > 1:
+        while tail == head:
+            if times <= 1:
+                return None
             times -= 1
             tail = ctl[R_TAIL]
-        if tail == head:
-            return None
         if self.d_target is not None or self.d_skip or self.x_target is not None:
             return ()
         pos = head & self.mask
+        ring = self.data
         if self.cap - pos < HEADER_SIZE:
             return ()
-        header = HEADER.unpack_from(self.data, pos)
-        n = header[7]
+        kind, flags, extra, hcontext, hsource, htag, _, n = HEADER.unpack_from(ring, pos)
         pos += HEADER_SIZE
         stop = pos + n
         end = head + HEADER_SIZE + n
-        if (header[0] != EAGER or header[2] & BY_REFERENCE or stop > self.cap or end > tail
-                or header[3] != context or header[4] != source
-                or header[5] != tag and tag >= 0 or header[1] & F_SYNC):
+        if (kind != EAGER or extra & BY_REFERENCE or stop > self.cap or end > tail
+                or hcontext != context or hsource != source or htag != tag and tag >= 0
+                or flags & F_SYNC):
             return ()
         if target is None:
-            data = bytearray(self.data[pos:stop])
+            data = bytearray(ring[pos:stop])
         elif n > target.nbytes:
             return ()
         else:
             data = None
             if n:
-                target[:n] = self.data[pos:stop]
+                target[:n] = ring[pos:stop]
         # take it: one store of the shared head word commits it (unless a signal handler's
         # receive took it meanwhile)
-        if self.gone or ctl[R_HEAD] != head:
+        if ctl[R_HEAD] != head or self.gone:
             return ()
         ctl[R_HEAD] = end
         self.head = end
@@ -574,7 +574,7 @@ class _In:
         owner._fence_out()
         if ctl[R_WANT]:                         # the peer waits for room in this ring
             owner.kick_peer(self.peer)
-        return header[5], n, data
+        return htag, n, data
 
 
 

@@ -379,9 +379,7 @@ class HostSegment:
             transport.fence()               # our seq first, then the others'
             if self.lowest_seq() < k:
                 return
-            transport.wake_peers(self.others, fenced=True)
-            return
-        transport.wake_peers(self.others)
+        transport.wake_peers(self.others, fenced=not root)
 
     def _cross_check(self, k: int, parity: int, word: int, tag: int, watch: Any,
                      members: Sequence[int] = ()) -> None:

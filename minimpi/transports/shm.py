@@ -577,7 +577,6 @@ class _In:
         return htag, n, data
 
 
-
 class ShmTransport(Transport):
     """Frames through shared-memory rings between the ranks of one host."""
 

@@ -189,27 +189,28 @@ _send_front, _own_front = hand_written(_send, "send")
 @_own_front
 def send(comm, obj: Any, dest: int, tag: int = 0) -> None:
     """Send a Python object (standard mode: small ones complete without a receive)."""
-    if (type(dest) is int and type(tag) is int and not comm._freed
-            and 0 <= dest < comm._ep.size and 0 <= tag <= TAG_UB
-            and not Bus.call_listeners):                                # the express lane
-        ep = comm._ep
-        try:
-            if type(obj) in IN_BAND:    # (serialization.encode's first case, one call fewer)
-                data = pickle.dumps(obj, 5)
-                # (the bytes themselves: a transport's express send takes any bytes-like
-                # segment)
-                payload, nbytes, flags = (data,), len(data), _OBJECT_FLAGS[True]
-            else:
-                payload, nbytes, bare = serialization.encode(obj, ep.rank, "send")
-                flags = _OBJECT_FLAGS[bare]
-            engine, world_dest, context = ep.engine, ep.group[dest], ep.context
-            if engine.send_now(context, world_dest, ep.rank, tag, payload, nbytes, flags):
-                if engine.ledger is not None:
-                    note_send(engine.ledger, world_dest, context, tag, "send")
-                return
-        except MinimpiError as exc:
-            route(comm, exc)
-            raise
+    if (type(dest) is int and type(tag) is int and dest >= 0 and 0 <= tag <= TAG_UB
+            and not Bus.call_listeners and not comm._freed):             # the express lane
+        engine, group, context, rank = comm._ep.lane_facts
+        if dest < len(group):
+            try:
+                if type(obj) in IN_BAND:    # (serialization.encode's first case, one call fewer)
+                    data = pickle.dumps(obj, 5)
+                    # (the bytes themselves: a transport's express send takes any bytes-like
+                    # segment)
+                    payload, nbytes, flags = (data,), len(data), _OBJECT_FLAGS[True]
+                else:
+                    payload, nbytes, bare = serialization.encode(obj, rank, "send")
+                    flags = _OBJECT_FLAGS[bare]
+                world_dest = group[dest]
+                if engine.send_now(context, world_dest, rank, tag, payload, nbytes, flags):
+                    ledger = engine.ledger
+                    if ledger is not None:
+                        note_send(ledger, world_dest, context, tag, "send")
+                    return
+            except MinimpiError as exc:
+                route(comm, exc)
+                raise
     _send_front(comm, obj, dest, tag)
 
 
@@ -256,13 +257,13 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
     and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
     received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
     """
-    if (buf is None and type(source) is int and type(tag) is int and not comm._freed
-            and (0 <= source < comm._ep.size or source == ANY_SOURCE)
-            and (0 <= tag <= TAG_UB or tag == ANY_TAG)
-            and not Bus.call_listeners):                                # the express lane
+    if (buf is None and type(source) is int and type(tag) is int
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG) and not Bus.call_listeners
+            and not comm._freed):                                       # the express lane
         ep = comm._ep
         try:
-            got = ep.engine.receive_now(ep.context, source, tag, None)
+            got = ep.engine.receive_now(ep.context, source, tag, None) \
+                if 0 <= source < ep.size or source == ANY_SOURCE else None
             if got is not None:
                 data = got[3]
                 if status is None and data and data[0] == PICKLE_PROTO:   # a bare pickle
@@ -345,21 +346,23 @@ _Send_front, _own_front = hand_written(_Send, "Send")
 @_own_front
 def Send(comm, buf: Any, dest: int, tag: int = 0) -> None:
     """Send a buffer; above the eager limit this waits for the matching receive."""
-    if (type(buf) is ndarray and buf.flags.c_contiguous and type(dest) is int
-            and type(tag) is int and not comm._freed and 0 <= dest < comm._ep.size
-            and 0 <= tag <= TAG_UB and not Bus.call_listeners):          # the express lane
-        ep = comm._ep
-        try:
-            # (the array itself: a transport's express send takes any bytes-like segment,
-            # and a C-contiguous array is one)
-            engine, world_dest, context = ep.engine, ep.group[dest], ep.context
-            if engine.send_now(context, world_dest, ep.rank, tag, (buf,), buf.nbytes):
-                if engine.ledger is not None:
-                    note_send(engine.ledger, world_dest, context, tag, "Send")
-                return
-        except MinimpiError as exc:
-            route(comm, exc)
-            raise
+    if (type(buf) is ndarray and type(dest) is int and type(tag) is int and dest >= 0
+            and 0 <= tag <= TAG_UB and not Bus.call_listeners and not comm._freed
+            and buf.flags.c_contiguous):                                 # the express lane
+        engine, group, context, rank = comm._ep.lane_facts
+        if dest < len(group):
+            try:
+                # (the array itself: a transport's express send takes any bytes-like
+                # segment, and a C-contiguous array is one)
+                world_dest = group[dest]
+                if engine.send_now(context, world_dest, rank, tag, (buf,), buf.nbytes):
+                    ledger = engine.ledger
+                    if ledger is not None:
+                        note_send(ledger, world_dest, context, tag, "Send")
+                    return
+            except MinimpiError as exc:
+                route(comm, exc)
+                raise
     _Send_front(comm, buf, dest, tag)
 
 
@@ -402,16 +405,16 @@ def Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
          status: Optional[Status] = None) -> None:
     """Receive into a buffer; a larger message raises ``TruncationError`` (ERR_TRUNCATE)."""
     if (type(buf) is ndarray and type(source) is int and type(tag) is int
-            and not comm._freed and (0 <= source < comm._ep.size or source == ANY_SOURCE)
-            and (0 <= tag <= TAG_UB or tag == ANY_TAG)
-            and not Bus.call_listeners):                                # the express lane
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG) and not Bus.call_listeners
+            and not comm._freed):                                       # the express lane
         flags = buf.flags
-        if flags.c_contiguous and flags.writeable:
-            ep = comm._ep
+        engine, group, context, _ = comm._ep.lane_facts
+        if (flags.c_contiguous and flags.writeable
+                and (0 <= source < len(group) or source == ANY_SOURCE)):
             try:
-                view = memoryview(buf).cast("B") if buf.ndim else \
-                    memoryview(buf.reshape(1)).cast("B")
-                got = ep.engine.receive_now(ep.context, source, tag, view)
+                # (the array itself: the express lane copies into any writable C-contiguous
+                # buffer, and a memoryview made of an array costs more than an 8 B copy)
+                got = engine.receive_now(context, source, tag, buf)
                 if got is not None:
                     n = got[2]
                     if n % buf.itemsize:                # ends inside an element: says so

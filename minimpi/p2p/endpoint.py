@@ -30,7 +30,7 @@ class Endpoint:
     """
 
     __slots__ = ("engine", "group", "rank", "size", "context", "coll_context", "name",
-                 "_coll_seq")
+                 "lane_facts", "_coll_seq")
 
     def __init__(self, engine: Engine, group: Sequence[int], rank: int, context: int,
                  name: str) -> None:
@@ -40,6 +40,9 @@ class Endpoint:
         self.size = len(self.group)
         self.context = context
         self.coll_context = context + 1
+        #: ``(engine, group, context, rank)`` in one tuple: what the comm layer's express
+        #: fronts (``Send``, ``Recv``...) read on every call, one load instead of four
+        self.lane_facts = (engine, self.group, context, rank)
         #: a label for error messages ("COMM_WORLD", "COMM_WORLD.split(1)", ...)
         self.name = name
         self._coll_seq = 0

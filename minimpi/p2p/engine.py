@@ -80,7 +80,7 @@ from ..errors import (
 )
 from ..transports import frames, signal_guard
 from ..transports.base import FrameSink, Transport
-from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header
+from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header, copy_into
 from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
 from .observe import Activities, MatchStats
@@ -168,7 +168,7 @@ class _Express:
     __slots__ = ("context", "source", "tag", "target", "got")
 
     def __init__(self, context: int, source: int, tag: int,
-                 target: Optional[memoryview]) -> None:
+                 target: Any) -> None:
         self.context = context
         self.source = source
         self.tag = tag
@@ -609,12 +609,12 @@ class Engine(FrameSink):
         return writer
 
     def receive_now(self, context: int, source: int, tag: int,
-                    target: Optional[memoryview]) -> Optional[Tuple[int, int, int, Any]]:
+                    target: Any) -> Optional[Tuple[int, int, int, Any]]:
         """The eager message a blocking receive for (``source``, ``tag``) on ``context``
         would get - from the unexpected queue, or taken as it arrives while the transport
         is polled for the progress policy's spin - as ``(source, tag, length, data)``.
-        ``target``: a writable byte view the message is copied into (data is None), or None
-        for an object (data: its bytes). A message that arrives during the spin goes from
+        ``target``: a writable C-contiguous buffer the message is copied into (a byte view,
+        a numpy array...; data is None), or None for an object (data: its bytes). A message that arrives during the spin goes from
         the transport's ring straight into ``target`` (:meth:`eager_arrived`), never through
         the unexpected queue. None: no such message now, or the general path must receive
         (a receive is posted before this one, the message is a rendezvous or synchronous
@@ -638,54 +638,65 @@ class Engine(FrameSink):
                 inc = q.find_unexpected(source, tag, False)
                 if inc is not None:
                     return self._take_queued(q, inc, target)
-            policy = self.progress_policy
-            transport = self.transport
-            if (transport is None or not policy.spin or self._owner is not None
-                    or self._waiters):
+            if self._owner is not None or self._waiters or not self.progress_policy.spin:
                 return None
             reader = None if source < 0 else self._readers.get((context, source), False)
             if reader is False:
                 reader = self._reader(context, source)
-            express = None      # (made for the transport's progress only when it runs)
-            try:
-                clock = time.perf_counter
-                start = clock()
-                deadline = start + policy.spin
-                yield_from = start + policy.yield_after
-                progress = transport.progress
-                polls = 0
-                while True:
-                    if reader is None:
-                        ahead = None
-                    elif self.bus.received:     # (an observer came meanwhile: progress's)
-                        ahead = ()
-                    else:
-                        ahead = reader.take_matching(context, source, tag, target, LOOKS)
-                        if ahead:               # (tag, length, data): taken
-                            return source, ahead[0], ahead[1], ahead[2]
-                    # the transport's progress moves everything else (other peers, frames
-                    # the reader does not hand over - at once -, queued sends, liveness);
-                    # beside a reader that found nothing only every few rounds of looks, so
-                    # that the frame awaited is seldom delivered by progress, which holds
-                    # signals back for it (two system calls)
-                    polls += 1
-                    if reader is None or ahead is not None or not polls & 7:
-                        if express is None:
-                            express = self._express = _Express(context, source, tag, target)
-                        progress(0)
-                        if express.got is not None:
-                            return express.got
-                        if q.unexpected:      # one the lane cannot take (see eager_arrived)
-                            inc = q.find_unexpected(source, tag, False)
-                            if inc is not None:
-                                return self._take_queued(q, inc, target)
-                    now = clock()
-                    if q.posted or self.lost_peers or self.faults or now >= deadline:
-                        return None
-                    if now >= yield_from:
-                        os.sched_yield()
-            finally:
-                self._express = None
+            if reader is not None:      # one round of looks before the spin is set up
+                ahead = reader.take_matching(context, source, tag, target, LOOKS)
+                if ahead:               # (tag, length, data): taken
+                    return source, ahead[0], ahead[1], ahead[2]
+            return self._spin_for(q, reader, context, source, tag, target)
+
+    def _spin_for(self, q: MatchQueues, reader: Any, context: int, source: int, tag: int,
+                  target: Any) -> Optional[Tuple[int, int, int, Any]]:
+        """:meth:`receive_now`'s spin (the lock held): the reader's looks, the transport's
+        progress between, until the message comes or the policy's spin ends."""
+        transport = self.transport
+        if transport is None:
+            return None
+        policy = self.progress_policy
+        express = None      # (made for the transport's progress only when it runs)
+        try:
+            clock = time.perf_counter
+            start = clock()
+            deadline = start + policy.spin
+            yield_from = start + policy.yield_after
+            progress = transport.progress
+            polls = 0
+            while True:
+                if reader is None:
+                    ahead = None
+                elif self.bus.received:     # (an observer came meanwhile: progress's)
+                    ahead = ()
+                else:
+                    ahead = reader.take_matching(context, source, tag, target, LOOKS)
+                    if ahead:               # (tag, length, data): taken
+                        return source, ahead[0], ahead[1], ahead[2]
+                # the transport's progress moves everything else (other peers, frames the
+                # reader does not hand over - at once -, queued sends, liveness); beside a
+                # reader that found nothing only every few rounds of looks, so that the
+                # frame awaited is seldom delivered by progress, which holds signals back
+                # for it (two system calls)
+                polls += 1
+                if reader is None or ahead is not None or not polls & 7:
+                    if express is None:
+                        express = self._express = _Express(context, source, tag, target)
+                    progress(0)
+                    if express.got is not None:
+                        return express.got
+                    if q.unexpected:      # one the lane cannot take (see eager_arrived)
+                        inc = q.find_unexpected(source, tag, False)
+                        if inc is not None:
+                            return self._take_queued(q, inc, target)
+                now = clock()
+                if q.posted or self.lost_peers or self.faults or now >= deadline:
+                    return None
+                if now >= yield_from:
+                    os.sched_yield()
+        finally:
+            self._express = None
 
     def _reader(self, context: int, source: int) -> Any:
         """The transport's eager reader (:meth:`Transport.eager_reader`) of the world rank
@@ -698,7 +709,7 @@ class Engine(FrameSink):
         return reader
 
     @staticmethod
-    def _take_queued(q: MatchQueues, inc: Incoming, target: Optional[memoryview]
+    def _take_queued(q: MatchQueues, inc: Incoming, target: Any
                      ) -> Optional[Tuple[int, int, int, Any]]:
         """``receive_now``'s result for the queued message ``inc``, taken out of the queue
         (None, and it stays queued, if the general path must receive it)."""
@@ -710,7 +721,7 @@ class Engine(FrameSink):
         if target is None:
             return inc.source, inc.tag, n, inc.buffer
         if n:
-            target[:n] = inc.buffer
+            copy_into(target, inc.buffer)
         return inc.source, inc.tag, n, None
 
     def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
@@ -961,7 +972,7 @@ class Engine(FrameSink):
                 return
             if n <= target.nbytes:
                 if n:
-                    target[:n] = payload
+                    copy_into(target, payload)
                 express.got = (header.source, header.tag, n, None)
                 return
         inc = Incoming(peer, context, header.source, header.tag, header.flags,

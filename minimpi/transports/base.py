@@ -34,7 +34,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Optional, Sequence
 
-from .frames import F_SYNC, Header
+from .frames import F_SYNC, Header, copy_into
 
 #: called with None once a frame is handed off, or with the reason it never can be
 OnSent = Optional[Callable[[Optional[str]], None]]
@@ -198,7 +198,7 @@ class Transport(ABC):
 
 
 def take_matching(reader: Any, context: int, source: int, tag: int,
-                  target: Optional[memoryview], times: int) -> Optional[tuple]:
+                  target: Any, times: int) -> Optional[tuple]:
     """An eager reader's ``take_matching`` (:meth:`Transport.eager_reader`) for a reader
     that shows a frame and takes it in two steps: ``look(times)`` (the next frame if it is
     a whole eager one - its header's fields as a tuple in
@@ -207,8 +207,8 @@ def take_matching(reader: Any, context: int, source: int, tag: int,
     is there that progress must deliver) and ``take(end, length)`` (True if it took it,
     False if something else took it first). The frame at the head of the peer's stream is
     taken if a blocking receive for (``context``, ``source``, ``tag``; a negative tag: any)
-    gets it - a whole eager frame, not synchronous, fitting ``target`` (a writable byte view
-    it is copied into; None: the bytes are returned). Returns ``(tag, length, data)`` when
+    gets it - a whole eager frame, not synchronous, fitting ``target`` (a writable
+    C-contiguous buffer it is copied into, a numpy array too; None: the bytes are returned). Returns ``(tag, length, data)`` when
     taken (data: the bytes when ``target`` is None, else None); None when nothing is there
     (after ``times`` looks); ``()`` when something is there that is not taken (progress
     delivers it)."""
@@ -225,5 +225,5 @@ def take_matching(reader: Any, context: int, source: int, tag: int,
     else:
         data = None
         if n:
-            target[:n] = payload
+            copy_into(target, payload)
     return (header[5], n, data) if reader.take(end, n) else ()

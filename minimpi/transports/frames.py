@@ -18,10 +18,13 @@ transport (0 from the engine; shm marks a payload it sends by reference there). 
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, Callable, Dict, NamedTuple
 
 HEADER = struct.Struct("<BBHIiiQQ")
 HEADER_SIZE = HEADER.size  # 32
+#: the header as four words: (kind, flags, extra, context), (source, tag), msg_id, length -
+#: what an express receive matches with two comparisons (:data:`WORD0_MASK`)
+HEADER_WORDS = struct.Struct("<QQQQ")
 
 EAGER = 1
 RTS = 2
@@ -36,6 +39,50 @@ F_PICKLE = 4  # an object's payload is its bare pickle, without the layout's hea
 
 #: frames that carry ``length`` bytes of payload after the header
 HAS_PAYLOAD = frozenset((EAGER, DATA))
+
+#: BY_REFERENCE, the bit of ``extra`` with which shm marks a payload sent by reference
+EXTRA_BY_REFERENCE = 1
+#: the bits of the first header word an express receive looks at: the kind, the
+#: synchronous flag, the by-reference mark and the context (an eager frame of ``context``
+#: that is neither: ``EAGER | context << 32``)
+WORD0_MASK = 0xFF | F_SYNC << 8 | EXTRA_BY_REFERENCE << 16 | 0xFFFFFFFF << 32
+#: the low half of a header word (the second word's source)
+LOW_WORD = 0xFFFFFFFF
+
+
+def word_tag(w1: int) -> int:
+    """The tag in a header's second word (a signed 32-bit number)."""
+    tag = w1 >> 32
+    return tag - (1 << 32) if tag & 0x80000000 else tag
+
+
+#: length -> ``pack_into(target, 0, data)`` of a struct of one ``length``-byte string, for
+#: lengths up to :data:`FILL_MAX` (``FILLERS.get(n) or filler(n)``: the copy of an express
+#: receive, without a call when it is cached)
+FILLERS: Dict[int, Callable[..., None]] = {}
+FILL_MAX = 4096
+
+
+def filler(n: int) -> Callable[..., None]:
+    """``fill(target, 0, data)``: copies the ``n`` bytes ``data`` (a bytes object) into the
+    start of ``target``, any writable C-contiguous buffer - a numpy array too, without a
+    memoryview made of it (which costs more than the copy of a small message)."""
+    fill = FILLERS.get(n)
+    if fill is None:
+        fill = struct.Struct(f"{n}s").pack_into
+        if n <= FILL_MAX:
+            FILLERS[n] = fill
+    return fill
+
+
+def copy_into(target: Any, data: Any) -> None:
+    """The bytes of ``data`` (any bytes-like object) into the start of ``target``, any
+    writable C-contiguous buffer at least as long (a byte memoryview, a numpy array...)."""
+    src = data if type(data) is bytes or type(data) is bytearray else \
+        memoryview(data).cast("B")
+    dst = target if type(target) is memoryview and target.format == "B" else \
+        memoryview(target).cast("B")
+    dst[:len(src)] = src
 
 
 class Header(NamedTuple):

@@ -63,13 +63,27 @@ import stat
 import struct
 import sys
 import threading
-from typing import Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..data.units import parse_size
 from ..errors import TransportError
 from . import signal_guard
 from .base import FrameSink, OnSent, Transport
-from .frames import DATA, EAGER, F_SYNC, HAS_PAYLOAD, HEADER, HEADER_SIZE, Header
+from .frames import (
+    DATA,
+    EAGER,
+    EXTRA_BY_REFERENCE,
+    FILLERS,
+    HAS_PAYLOAD,
+    HEADER,
+    HEADER_SIZE,
+    HEADER_WORDS,
+    LOW_WORD,
+    WORD0_MASK,
+    Header,
+    filler,
+    word_tag,
+)
 
 SHM_DIR = "/dev/shm"
 PREFIX = "minimpi-"
@@ -108,7 +122,7 @@ CMA_UNKNOWN, CMA_YES, CMA_NO = 0, 1, 2
 RING_CTL = 256
 
 #: in the header's ``extra`` field: the payload is sent by reference (a descriptor follows)
-BY_REFERENCE = 1
+BY_REFERENCE = EXTRA_BY_REFERENCE
 #: a transport-level record (never shown to the engine): "your by-reference frame was read"
 K_ACK = 0x7F
 _DESC = struct.Struct("<QI4x")      # token, number of (address, length) entries
@@ -502,7 +516,7 @@ class _In:
     ``head`` is a copy of that word that :meth:`progress` polls; the word is the truth."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
-                 "d_skip", "gone", "owner",
+                 "d_skip", "gone", "owner", "map", "base", "fence_in", "fence_out",
                  "pid", "x_header", "x_target", "x_base", "x_pos", "x_entries", "x_token")
 
     def __init__(self, peer: int, seg: _Segment, ring: int, pid: int,
@@ -511,6 +525,11 @@ class _In:
         self.owner = owner
         self.gone = False        # the peer is given up or the transport closed: no reads
         self.ctl, self.data = seg.ring(peer, ring)
+        # the mapping and where the data area lies in it: a slice of an mmap is bytes, what
+        # a small payload's copy into any buffer takes (frames.filler)
+        self.map = seg.map
+        self.base = seg.ring_start(peer, ring) + RING_CTL
+        self.fence_in, self.fence_out = owner._fence_in, owner._fence_out
         self.cap = ring
         self.mask = ring - 1
         self.head = self.ctl[R_HEAD]
@@ -526,7 +545,7 @@ class _In:
         self.x_entries: List[List[int]] = []      # [address, length] still to read
 
     def take_matching(self, context: int, source: int, tag: int,
-                      target: Optional[memoryview], times: int) -> Optional[tuple]:
+                      target: Any, times: int) -> Optional[tuple]:
         """The frame at the head of the ring, taken if a blocking receive for (``context``,
         ``source``, ``tag``) gets it (see :func:`~minimpi.transports.base.take_matching`),
         in one Python call: nothing half-delivered before it, a whole eager frame in one
@@ -544,37 +563,37 @@ class _In:
         if self.d_target is not None or self.d_skip or self.x_target is not None:
             return ()
         pos = head & self.mask
-        ring = self.data
         if self.cap - pos < HEADER_SIZE:
             return ()
-        kind, flags, extra, hcontext, hsource, htag, _, n = HEADER.unpack_from(ring, pos)
-        pos += HEADER_SIZE
-        stop = pos + n
+        # the header as words (frames.HEADER_WORDS): two comparisons match it; the source
+        # is a rank (not negative) here
+        w0, w1, _, n = HEADER_WORDS.unpack_from(self.data, pos)
+        start = pos + HEADER_SIZE
         end = head + HEADER_SIZE + n
-        if (kind != EAGER or extra & BY_REFERENCE or stop > self.cap or end > tail
-                or hcontext != context or hsource != source or htag != tag and tag >= 0
-                or flags & F_SYNC):
+        if (w0 & WORD0_MASK != EAGER | context << 32
+                or (w1 != source | tag << 32 if tag >= 0 else w1 & LOW_WORD != source)
+                or start + n > self.cap or end > tail):
             return ()
         if target is None:
-            data = bytearray(ring[pos:stop])
+            data = bytearray(self.data[start:start + n])
         elif n > target.nbytes:
             return ()
         else:
             data = None
             if n:
-                target[:n] = ring[pos:stop]
+                start += self.base
+                (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
         # take it: one store of the shared head word commits it (unless a signal handler's
         # receive took it meanwhile)
         if ctl[R_HEAD] != head or self.gone:
             return ()
         ctl[R_HEAD] = end
         self.head = end
-        owner = self.owner
-        owner._fence_in()                       # store head; fence; load the writer's flag
-        owner._fence_out()
+        self.fence_in()                         # store head; fence; load the writer's flag
+        self.fence_out()
         if ctl[R_WANT]:                         # the peer waits for room in this ring
-            owner.kick_peer(self.peer)
-        return htag, n, data
+            self.owner.kick_peer(self.peer)
+        return (tag if tag >= 0 else word_tag(w1)), n, data
 
 
 class ShmTransport(Transport):

@@ -176,3 +176,35 @@ def test_take_matching_takes_only_what_the_receive_wants(kind):
     finally:
         for t in ts:
             t.close()
+
+
+@pytest.mark.parametrize("kind", ["shm", "tcp"])
+def test_take_matching_copies_into_numpy_arrays_and_reports_any_tag(kind):
+    # Recv's express lane hands the user's array itself to the reader (no byte view made
+    # of it): the bytes land in float, 0-d and 2-D arrays alike; an object's flags do not
+    # stop a take; a receive of any tag gets the frame's own tag, negative ones included
+    np = pytest.importorskip("numpy")
+    ts, sinks = wired(kind)
+    try:
+        reader = ts[1].eager_reader(0)
+        cases = [(np.zeros(2), 0, 7, np.array([1.5, -2.25])),
+                 (np.zeros((), np.int64), 0, 7, np.array(-5, np.int64)),
+                 (np.zeros((2, 3), np.int32), frames.F_OBJECT | frames.F_PICKLE, 7,
+                  np.arange(6, dtype=np.int32).reshape(2, 3)),
+                 (np.zeros(1, np.uint8), 0, -7, np.array([200], np.uint8))]
+        deadline = time.monotonic() + 20
+        for i, (target, flags, tag, want) in enumerate(cases):
+            data = want.tobytes()
+            ts[0].send(1, frames.pack(frames.EAGER, flags, 5, 0, tag, i, len(data)),
+                       [memoryview(data)], None)
+            got = None
+            while not got:
+                assert time.monotonic() < deadline, i
+                ts[0].progress(0)
+                got = reader.take_matching(5, 0, tag if tag >= 0 else -1, target, 4)
+            assert got == (tag, len(data), None), i
+            assert np.array_equal(target, want), (i, target)
+        assert sinks[1].frames == []
+    finally:
+        for t in ts:
+            t.close()

@@ -614,9 +614,9 @@ class Engine(FrameSink):
         would get - from the unexpected queue, or taken as it arrives while the transport
         is polled for the progress policy's spin - as ``(source, tag, length, data)``.
         ``target``: a writable C-contiguous buffer the message is copied into (a byte view,
-        a numpy array...; data is None), or None for an object (data: its bytes). A message that arrives during the spin goes from
-        the transport's ring straight into ``target`` (:meth:`eager_arrived`), never through
-        the unexpected queue. None: no such message now, or the general path must receive
+        a numpy array...; data is None), or None for an object (data: its bytes). A message
+        that arrives during the spin goes from the transport's ring straight into ``target``
+        (:meth:`eager_arrived`), never through the unexpected queue. None: no such message now, or the general path must receive
         (a receive is posted before this one, the message is a rendezvous or synchronous
         one, larger than ``target``, an observer listens, a peer is gone...). It polls the
         transport only while no other thread runs progress or waits for it (module
@@ -638,7 +638,8 @@ class Engine(FrameSink):
                 inc = q.find_unexpected(source, tag, False)
                 if inc is not None:
                     return self._take_queued(q, inc, target)
-            if self._owner is not None or self._waiters or not self.progress_policy.spin:
+            if (self._owner is not None or self._waiters or not self.progress_policy.spin
+                    or self.transport is None):
                 return None
             reader = None if source < 0 else self._readers.get((context, source), False)
             if reader is False:
@@ -654,8 +655,6 @@ class Engine(FrameSink):
         """:meth:`receive_now`'s spin (the lock held): the reader's looks, the transport's
         progress between, until the message comes or the policy's spin ends."""
         transport = self.transport
-        if transport is None:
-            return None
         policy = self.progress_policy
         express = None      # (made for the transport's progress only when it runs)
         try:

@@ -423,3 +423,15 @@ def test_the_lane_closes_when_a_peer_is_lost():
 
     before, after = run_threads(2, body, timeout=60, transport="shm")[0]
     assert before is True and after is False
+
+
+def test_an_express_receive_in_a_world_of_one_declines_without_a_transport():
+    # a world of one has no transport: with nothing queued, the express receive declines
+    # (the general path receives) instead of asking a missing transport for a reader
+    from minimpi.p2p.endpoint import Endpoint
+    from minimpi.p2p.engine import Engine
+    engine = Engine(0, 1, None)
+    engine.set_progress_policy(ProgressPolicy("spin"))
+    ep = Endpoint(engine, [0], 0, 4, "world of one")
+    assert engine.receive_now(ep.context, 0, 3, np.zeros(2)) is None
+    assert engine.receive_now(ep.context, 0, 3, None) is None

@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, NamedTuple
 
 HEADER = struct.Struct("<BBHIiiQQ")
 HEADER_SIZE = HEADER.size  # 32
-#: the header as four words: (kind, flags, extra, context), (source, tag), msg_id, length -
-#: what an express receive matches with two comparisons (:data:`WORD0_MASK`)
-HEADER_WORDS = struct.Struct("<QQQQ")
+#: the header without its msg_id (skipped): what an express receive reads - seven small
+#: ints, none of which CPython allocates, where a msg_id soon is a new int object
+MATCH_FIELDS = struct.Struct("<BBHIii8xQ")
 
 EAGER = 1
 RTS = 2
@@ -39,22 +39,6 @@ F_PICKLE = 4  # an object's payload is its bare pickle, without the layout's hea
 
 #: frames that carry ``length`` bytes of payload after the header
 HAS_PAYLOAD = frozenset((EAGER, DATA))
-
-#: BY_REFERENCE, the bit of ``extra`` with which shm marks a payload sent by reference
-EXTRA_BY_REFERENCE = 1
-#: the bits of the first header word an express receive looks at: the kind, the
-#: synchronous flag, the by-reference mark and the context (an eager frame of ``context``
-#: that is neither: ``EAGER | context << 32``)
-WORD0_MASK = 0xFF | F_SYNC << 8 | EXTRA_BY_REFERENCE << 16 | 0xFFFFFFFF << 32
-#: the low half of a header word (the second word's source)
-LOW_WORD = 0xFFFFFFFF
-
-
-def word_tag(w1: int) -> int:
-    """The tag in a header's second word (a signed 32-bit number)."""
-    tag = w1 >> 32
-    return tag - (1 << 32) if tag & 0x80000000 else tag
-
 
 #: length -> ``pack_into(target, 0, data)`` of a struct of one ``length``-byte string, for
 #: lengths up to :data:`FILL_MAX` (``FILLERS.get(n) or filler(n)``: the copy of an express

@@ -72,17 +72,14 @@ from .base import FrameSink, OnSent, Transport
 from .frames import (
     DATA,
     EAGER,
-    EXTRA_BY_REFERENCE,
+    F_SYNC,
     FILLERS,
     HAS_PAYLOAD,
     HEADER,
     HEADER_SIZE,
-    HEADER_WORDS,
-    LOW_WORD,
-    WORD0_MASK,
+    MATCH_FIELDS,
     Header,
     filler,
-    word_tag,
 )
 
 SHM_DIR = "/dev/shm"
@@ -122,7 +119,7 @@ CMA_UNKNOWN, CMA_YES, CMA_NO = 0, 1, 2
 RING_CTL = 256
 
 #: in the header's ``extra`` field: the payload is sent by reference (a descriptor follows)
-BY_REFERENCE = EXTRA_BY_REFERENCE
+BY_REFERENCE = 1
 #: a transport-level record (never shown to the engine): "your by-reference frame was read"
 K_ACK = 0x7F
 _DESC = struct.Struct("<QI4x")      # token, number of (address, length) entries
@@ -565,14 +562,12 @@ class _In:
         pos = head & self.mask
         if self.cap - pos < HEADER_SIZE:
             return ()
-        # the header as words (frames.HEADER_WORDS): two comparisons match it; the source
-        # is a rank (not negative) here
-        w0, w1, _, n = HEADER_WORDS.unpack_from(self.data, pos)
+        kind, flags, extra, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
         start = pos + HEADER_SIZE
         end = head + HEADER_SIZE + n
-        if (w0 & WORD0_MASK != EAGER | context << 32
-                or (w1 != source | tag << 32 if tag >= 0 else w1 & LOW_WORD != source)
-                or start + n > self.cap or end > tail):
+        if (kind != EAGER or extra & BY_REFERENCE or start + n > self.cap or end > tail
+                or hcontext != context or hsource != source or htag != tag and tag >= 0
+                or flags & F_SYNC):
             return ()
         if target is None:
             data = bytearray(self.data[start:start + n])
@@ -580,7 +575,11 @@ class _In:
             return ()
         else:
             data = None
-            if n:
+            if not n:
+                pass
+            elif type(target) is memoryview:    # a byte view: the cheapest copy of all
+                target[:n] = self.data[start:start + n]
+            else:                               # (no view made of an array for one copy)
                 start += self.base
                 (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
         # take it: one store of the shared head word commits it (unless a signal handler's
@@ -593,7 +592,7 @@ class _In:
         self.fence_out()
         if ctl[R_WANT]:                         # the peer waits for room in this ring
             self.owner.kick_peer(self.peer)
-        return (tag if tag >= 0 else word_tag(w1)), n, data
+        return htag, n, data
 
 
 class ShmTransport(Transport):

@@ -208,3 +208,31 @@ def test_take_matching_copies_into_numpy_arrays_and_reports_any_tag(kind):
     finally:
         for t in ts:
             t.close()
+
+
+def test_the_shm_express_writer_packs_every_field_of_the_header():
+    # send_eager packs the header as its four words: what progress unpacks field by field
+    # is what was sent, negative tags and every flag included
+    ts, sinks = wired("shm")
+    try:
+        writer = ts[0].eager_writer(1)
+        sent = [(0, 5, 0, 7, 11, b"abcdefgh"), (frames.F_OBJECT | frames.F_PICKLE, 2 ** 32 - 1,
+                                                0, -3, 12, b"xyz"), (0, 9, 0, 2 ** 31 - 1, 13, b"")]
+        for flags, context, source, tag, msg_id, data in sent:
+            assert writer.send_eager(flags, context, source, tag, msg_id, [memoryview(data)],
+                                     len(data))
+        got = []
+
+        class Keep(Sink):
+            def frame_arrived(self, peer, header):
+                got.append(header)
+                return super().frame_arrived(peer, header)
+
+        ts[1].attach(Keep())
+        progress_until(ts, lambda: len(got) == len(sent))
+        assert [(h.kind, h.flags, h.extra, h.context, h.source, h.tag, h.msg_id, h.length)
+                for h in got] == [(frames.EAGER, f, 0, c, s, t, i, len(d))
+                                  for f, c, s, t, i, d in sent]
+    finally:
+        for t in ts:
+            t.close()

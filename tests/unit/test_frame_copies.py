@@ -1,7 +1,6 @@
 """The small copies of the express receive (``minimpi.transports.frames``): ``filler`` and
 ``copy_into`` put a message's bytes into the start of any writable C-contiguous buffer -
-bytearrays, byte views, numpy arrays of any shape and type - and nothing past them;
-``word_tag`` reads a header's tag back, negative ones included."""
+bytearrays, byte views, numpy arrays of any shape and type - and nothing past them."""
 from __future__ import annotations
 
 import pytest
@@ -40,14 +39,3 @@ def test_copy_into_refuses_a_read_only_or_short_buffer():
         frames.copy_into(b"12345678", b"abc")
     with pytest.raises(ValueError):
         frames.copy_into(bytearray(2), b"abc")
-
-
-def test_header_words_match_and_word_tag_reads_the_tag_back():
-    for tag in (0, 7, 2 ** 31 - 1, -1, -7, -(2 ** 31)):
-        raw = frames.pack(frames.EAGER, frames.F_OBJECT, 5, 3, tag, 9, 4)
-        w0, w1, msg_id, length = frames.HEADER_WORDS.unpack(raw)
-        assert frames.word_tag(w1) == tag
-        assert w1 & frames.LOW_WORD == 3 and (msg_id, length) == (9, 4)
-        assert w0 & frames.WORD0_MASK == frames.EAGER | 5 << 32
-    sync = frames.HEADER_WORDS.unpack(frames.pack(frames.EAGER, frames.F_SYNC, 5, 3, 1, 9, 4))
-    assert sync[0] & frames.WORD0_MASK != frames.EAGER | 5 << 32

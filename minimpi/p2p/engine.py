@@ -656,60 +656,56 @@ class Engine(FrameSink):
                 ahead = reader.take_matching(context, source, tag, target, 1)
                 if ahead:               # (tag, length, data): taken
                     return source, ahead[0], ahead[1], ahead[2]
-            return self._spin_for(q, reader, context, source, tag, target)
+            # the spin: the reader's looks, the transport's progress between, until the
+            # message comes or the policy's spin ends
+            transport = self.transport
+            policy = self.progress_policy
+            if target is not None and type(target) is not memoryview:
+                # a byte view of the buffer, made now, while nothing has come: the copy of a
+                # message that comes during the spin is then the cheapest there is
+                target = memoryview(target).cast("B")
+            express = None      # (made for the transport's progress only when it runs)
+            try:
+                clock = time.perf_counter
+                start = clock()
+                deadline = start + policy.spin
+                yield_from = start + policy.yield_after
+                progress = transport.progress
+                polls = 0
+                while True:
+                    if reader is None:
+                        ahead = None
+                    elif self.bus.received:     # (an observer came meanwhile: progress's)
+                        ahead = ()
+                    else:
+                        ahead = reader.take_matching(context, source, tag, target, LOOKS)
+                        if ahead:               # (tag, length, data): taken
+                            return source, ahead[0], ahead[1], ahead[2]
+                    # the transport's progress moves everything else (other peers, frames the
+                    # reader does not hand over - at once -, queued sends, liveness); beside a
+                    # reader that found nothing only every few rounds of looks, so that the
+                    # frame awaited is seldom delivered by progress, which holds signals back
+                    # for it (two system calls)
+                    polls += 1
+                    if reader is None or ahead is not None or not polls & 7:
+                        if express is None:
+                            express = self._express = _Express(context, source, tag, target)
+                        progress(0)
+                        if express.got is not None:
+                            return express.got
+                        if q.unexpected:      # one the lane cannot take (see eager_arrived)
+                            inc = q.find_unexpected(source, tag, False)
+                            if inc is not None:
+                                return self._take_queued(q, inc, target)
+                    now = clock()
+                    if q.posted or self.lost_peers or self.faults or now >= deadline:
+                        return None
+                    if now >= yield_from:
+                        os.sched_yield()
+            finally:
+                self._express = None
         finally:
             self._lock_release()
-
-    def _spin_for(self, q: MatchQueues, reader: Any, context: int, source: int, tag: int,
-                  target: Any) -> Optional[Tuple[int, int, int, Any]]:
-        """:meth:`receive_now`'s spin (the lock held): the reader's looks, the transport's
-        progress between, until the message comes or the policy's spin ends."""
-        transport = self.transport
-        policy = self.progress_policy
-        if target is not None and type(target) is not memoryview:
-            # a byte view of the buffer, made now, while nothing has come: the copy of a
-            # message that comes during the spin is then the cheapest there is
-            target = memoryview(target).cast("B")
-        express = None      # (made for the transport's progress only when it runs)
-        try:
-            clock = time.perf_counter
-            start = clock()
-            deadline = start + policy.spin
-            yield_from = start + policy.yield_after
-            progress = transport.progress
-            polls = 0
-            while True:
-                if reader is None:
-                    ahead = None
-                elif self.bus.received:     # (an observer came meanwhile: progress's)
-                    ahead = ()
-                else:
-                    ahead = reader.take_matching(context, source, tag, target, LOOKS)
-                    if ahead:               # (tag, length, data): taken
-                        return source, ahead[0], ahead[1], ahead[2]
-                # the transport's progress moves everything else (other peers, frames the
-                # reader does not hand over - at once -, queued sends, liveness); beside a
-                # reader that found nothing only every few rounds of looks, so that the
-                # frame awaited is seldom delivered by progress, which holds signals back
-                # for it (two system calls)
-                polls += 1
-                if reader is None or ahead is not None or not polls & 7:
-                    if express is None:
-                        express = self._express = _Express(context, source, tag, target)
-                    progress(0)
-                    if express.got is not None:
-                        return express.got
-                    if q.unexpected:      # one the lane cannot take (see eager_arrived)
-                        inc = q.find_unexpected(source, tag, False)
-                        if inc is not None:
-                            return self._take_queued(q, inc, target)
-                now = clock()
-                if q.posted or self.lost_peers or self.faults or now >= deadline:
-                    return None
-                if now >= yield_from:
-                    os.sched_yield()
-        finally:
-            self._express = None
 
     def _reader(self, context: int, source: int) -> Any:
         """The transport's eager reader (:meth:`Transport.eager_reader`) of the world rank

@@ -435,3 +435,50 @@ def test_an_express_receive_in_a_world_of_one_declines_without_a_transport():
     ep = Endpoint(engine, [0], 0, 4, "world of one")
     assert engine.receive_now(ep.context, 0, 3, np.zeros(2)) is None
     assert engine.receive_now(ep.context, 0, 3, None) is None
+
+
+@pytest.mark.parametrize("lane", ["send_now", "receive_now"])
+def test_the_express_lane_leaves_the_engine_lock_as_it_found_it_even_when_interrupted(lane):
+    # send_now and receive_now take the engine lock without a with statement (half the
+    # cost); a KeyboardInterrupt raised while a contended acquire waited (nothing held)
+    # must come out as itself, and one raised right after the acquire returned must not
+    # leave the lock held - else every other thread waits for it forever
+    import threading
+
+    from minimpi.p2p.endpoint import Endpoint
+    from minimpi.p2p.engine import Engine
+    engine = Engine(0, 1, None)
+    engine.set_progress_policy(ProgressPolicy("spin"))
+    ep = Endpoint(engine, [0], 0, 4, "world of one")
+
+    def call():
+        if lane == "send_now":
+            return engine.send_now(ep.context, 0, 0, 1, (b"12345678",), 8)
+        return engine.receive_now(ep.context, 0, 1, None)
+
+    assert call() in (False, None)
+    assert not engine.lock._is_owned()
+    with engine.lock:                         # a caller that holds it keeps holding it
+        call()
+        assert engine.lock._is_owned()
+    assert not engine.lock._is_owned()
+
+    real = engine._lock_acquire
+
+    def interrupted_wait():
+        raise KeyboardInterrupt
+
+    def interrupted_after():
+        real()
+        raise KeyboardInterrupt
+
+    for acquire in (interrupted_wait, interrupted_after):
+        engine._lock_acquire = acquire
+        with pytest.raises(KeyboardInterrupt):
+            call()
+        engine._lock_acquire = real
+        other = threading.Thread(target=lambda: engine.lock.acquire(timeout=5)
+                                 and engine.lock.release())
+        other.start()
+        other.join(10)
+        assert not other.is_alive() and not engine.lock._is_owned(), acquire.__name__

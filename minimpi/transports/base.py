@@ -208,10 +208,10 @@ def take_matching(reader: Any, context: int, source: int, tag: int,
     False if something else took it first). The frame at the head of the peer's stream is
     taken if a blocking receive for (``context``, ``source``, ``tag``; a negative tag: any)
     gets it - a whole eager frame, not synchronous, fitting ``target`` (a writable
-    C-contiguous buffer it is copied into, a numpy array too; None: the bytes are returned). Returns ``(tag, length, data)`` when
-    taken (data: the bytes when ``target`` is None, else None); None when nothing is there
-    (after ``times`` looks); ``()`` when something is there that is not taken (progress
-    delivers it)."""
+    C-contiguous buffer it is copied into, a numpy array too; None: the bytes are
+    returned). Returns ``(tag, length, data)`` when taken (data: the bytes when ``target``
+    is None, else None); None when nothing is there (after ``times`` looks); ``()`` when
+    something is there that is not taken (progress delivers it)."""
     ahead = reader.look(times)
     if not ahead:
         return ahead

@@ -1545,15 +1545,19 @@ class Engine(FrameSink):
         program: MPI wants every thread's calls finished before ``Finalize``) are ended
         first: their waits raise :class:`JobAbortedError` saying ``why`` (``at_exit``: they
         are daemon threads of an exiting interpreter, parked instead, so that they neither
-        go on nor print tracebacks)."""
+        go on nor print tracebacks); so does every wait begun afterwards, by a thread whose
+        call had not reached its wait yet or that calls later."""
         transport = self.transport
         with self.lock:
             me = _get_ident()
+            # every wait from now on ends saying why: also that of a thread whose call had
+            # not reached its wait yet (between the express lane, which held the lock until
+            # now, and the general path's wait), and of one that calls later
+            self._closed_why = why or "MPI was finalized while this thread waited in it"
+            self._park = at_exit
+            self.aborted = self._closed_why
+            self._close_lane()
             if any(t != me for t in self._waiting) or self._owner not in (None, me):
-                self._closed_why = why or "MPI was finalized while this thread waited in it"
-                self._park = at_exit
-                self.aborted = self._closed_why
-                self._close_lane()
                 if transport is not None:
                     transport.wake()
                 self._turn.notify_all()

@@ -351,6 +351,31 @@ def test_close_ends_the_waits_of_other_threads():
     assert run_threads(2, body) == [["ended", "closed"]] * 2
 
 
+def test_close_ends_a_wait_that_begins_after_it():
+    """A thread whose receive had not reached its wait when MPI.Finalize closed the engine
+    (it was in the express lane, which holds the engine lock, or between it and the general
+    path's wait - nobody is waiting yet) must not then wait forever: the wait it begins
+    raises JobAbortedError saying why."""
+    def body(comm):
+        engine = comm._ep.engine
+        closed = threading.Event()
+
+        def late_waiter():
+            closed.wait(10)
+            with pytest.raises(errors.JobAbortedError, match="finalized before it waited"):
+                comm.recv(source=ANY_SOURCE, tag=98)
+            return "ended"
+
+        def closer():
+            engine.close("finalized before it waited")
+            closed.set()
+            return "closed"
+
+        return in_threads(late_waiter, closer)
+
+    assert run_threads(2, body) == [["ended", "closed"]] * 2
+
+
 def test_threads_that_wait_in_mpi_block_signals_and_leave_the_main_mask_alone():
     """A thread other than the main one blocks asynchronous signals on its first wait (the
     kernel then gives them to the main thread, whose holds keep handlers out of frame

@@ -257,13 +257,13 @@ def recv(comm, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
     and anything else is a ``TypeError``. A message of 0 bytes (an empty ``Send``) is
     received as ``None``; one sent with ``Send`` as plain pickle bytes is unpickled.
     """
-    if (buf is None and type(source) is int and type(tag) is int
-            and (0 <= tag <= TAG_UB or tag == ANY_TAG) and not Bus.call_listeners
-            and not comm._freed):                                       # the express lane
+    if (buf is None and type(source) is int and type(tag) is int and not comm._freed
+            and (0 <= source < comm._ep.size or source == ANY_SOURCE)
+            and (0 <= tag <= TAG_UB or tag == ANY_TAG)
+            and not Bus.call_listeners):                                # the express lane
         ep = comm._ep
         try:
-            got = ep.engine.receive_now(ep.context, source, tag, None) \
-                if 0 <= source < ep.size or source == ANY_SOURCE else None
+            got = ep.engine.receive_now(ep.context, source, tag, None)
             if got is not None:
                 data = got[3]
                 if status is None and data and data[0] == PICKLE_PROTO:   # a bare pickle

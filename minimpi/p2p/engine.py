@@ -628,9 +628,10 @@ class Engine(FrameSink):
         ``target``: a writable C-contiguous buffer the message is copied into (a byte view,
         a numpy array...; data is None), or None for an object (data: its bytes). A message
         that arrives during the spin goes from the transport's ring straight into ``target``
-        (:meth:`eager_arrived`), never through the unexpected queue. None: no such message now, or the general path must receive
-        (a receive is posted before this one, the message is a rendezvous or synchronous
-        one, larger than ``target``, an observer listens, a peer is gone...). It polls the
+        (:meth:`eager_arrived`), never through the unexpected queue. None: no such message
+        now, or the general path must receive (a receive is posted before this one, the
+        message is a rendezvous or synchronous one, larger than ``target``, an observer
+        listens, a peer is gone...). It polls the
         transport only while no other thread runs progress or waits for it (module
         docstring: Threads).
 

@@ -575,11 +575,9 @@ class _In:
             return ()
         else:
             data = None
-            if not n:
-                pass
-            elif type(target) is memoryview:    # a byte view: the cheapest copy of all
+            if type(target) is memoryview:      # a byte view: the cheapest copy of all
                 target[:n] = self.data[start:start + n]
-            else:                               # (no view made of an array for one copy)
+            elif n:                             # (no view made of an array for one copy)
                 start += self.base
                 (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
         # take it: one store of the shared head word commits it (unless a signal handler's

@@ -34,7 +34,7 @@ import socket
 import struct
 import sys
 import time
-from typing import Deque, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from ..errors import TransportError
 from . import signal_guard
@@ -525,7 +525,7 @@ class _InReader:
         return conn is not None and conn.take(end, length)
 
     def take_matching(self, context: int, source: int, tag: int,
-                      target: Optional[memoryview], times: int) -> Optional[tuple]:
+                      target: Any, times: int) -> Optional[tuple]:
         return take_matching(self, context, source, tag, target, times)
 
 

@@ -39,6 +39,11 @@ if it sees the flag. Each side stores, fences, then loads the other's word, so a
 sees the other (Dekker): no lost wake-up, and a syscall only when someone really sleeps. A
 sender waiting for ring space raises ``want_space`` on its ring in the same way; the reader
 wakes it after freeing space. The fence is a lock acquire/release (a locked instruction).
+Where the kernel allows (:mod:`.membarrier`), the fence is asymmetric: a rank that is about
+to sleep issues a process-wide barrier after raising its flags, and then its peers, being
+registered for it, publish with no fence at all - the per-message half of the cost goes,
+the barrier (a microsecond) is paid only by a rank that sleeps. Each rank says in its
+inbox whether it does (``C_BARRIER``); toward a peer that does not, both sides fence.
 That bytes are visible before the counter that publishes them is x86-64's store order
 (Python cannot place a release/acquire barrier cheaply), so the transport is offered on
 x86-64 only; elsewhere ``auto`` uses TCP.
@@ -67,7 +72,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..data.units import parse_size
 from ..errors import TransportError
-from . import signal_guard
+from . import membarrier, signal_guard
 from .base import FrameSink, OnSent, Transport
 from .frames import (
     DATA,
@@ -107,6 +112,7 @@ CHECK_EVERY = 512
 # different cache lines (indices into a 'Q' view)
 C_MAGIC, C_RING, C_SLOTS = 0, 1, 2
 C_OWNER, C_OWNER_NS = 3, 4   # the owner's pid and pid namespace (``minimpi clean`` reads them)
+C_BARRIER = 5            # 1: the owner issues a process-wide barrier before it sleeps (below)
 C_SLEEPING = 8           # byte 64: the owner is (about to be) asleep in poll
 C_CLOSED = 16            # byte 128: the owner closed its transport
 MAPPED_AT = 192          # one byte per sender: it has mapped this inbox
@@ -441,12 +447,15 @@ class _Out:
     (:meth:`send_eager`, the transport's :meth:`ShmTransport.eager_writer`)."""
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "tail", "head", "queue", "peer_ctl",
-                 "wake", "awaiting", "tokens", "kicked", "owner", "map", "base")
+                 "wake", "awaiting", "tokens", "kicked", "owner", "map", "base", "fenced")
 
     def __init__(self, peer: int, seg: _Segment, index: int, ring: int,
-                 wake: Optional[socket.socket], owner: "ShmTransport") -> None:
+                 wake: Optional[socket.socket], owner: "ShmTransport", fenced: bool = True) -> None:
         self.peer = peer
         self.owner = owner
+        #: a publish fences before it looks at the peer's sleeping flag (False: the peer
+        #: issues a process-wide barrier before it sleeps; see the module docstring)
+        self.fenced = fenced
         self.ctl, self.data = seg.ring(index, ring)
         # the mapping itself and where the data area lies in it: a slice of an mmap takes
         # any C-contiguous buffer (a numpy array too), a memoryview only bytes
@@ -493,12 +502,12 @@ class _Out:
                 pos = end
         self.tail = tail = tail + n
         self.ctl[R_TAIL] = tail
-        owner = self.owner
-        owner._fence_in()                       # store tail; fence; load the reader's flag
-        owner._fence_out()
+        if self.fenced:                         # store tail; fence; load the reader's flag
+            self.owner._fence_in()
+            self.owner._fence_out()
         sleep = self.peer_ctl[C_SLEEPING]
         if sleep and sleep != self.kicked:
-            owner._wake(self, sleep)
+            self.owner._wake(self, sleep)
         return True
 
 
@@ -514,7 +523,7 @@ class _In:
 
     __slots__ = ("peer", "ctl", "data", "cap", "mask", "head", "d_header", "d_target", "d_pos",
                  "d_skip", "gone", "owner", "map", "base", "fence_in", "fence_out",
-                 "pid", "x_header", "x_target", "x_base", "x_pos", "x_entries", "x_token")
+                 "fenced", "pid", "x_header", "x_target", "x_base", "x_pos", "x_entries", "x_token")
 
     def __init__(self, peer: int, seg: _Segment, ring: int, pid: int,
                  owner: "ShmTransport") -> None:
@@ -527,6 +536,9 @@ class _In:
         self.map = seg.map
         self.base = seg.ring_start(peer, ring) + RING_CTL
         self.fence_in, self.fence_out = owner._fence_in, owner._fence_out
+        #: taking a frame fences before it looks at the writer's want-room flag (False:
+        #: the writer issues a process-wide barrier before it sleeps; module docstring)
+        self.fenced = True
         self.cap = ring
         self.mask = ring - 1
         self.head = self.ctl[R_HEAD]
@@ -586,8 +598,9 @@ class _In:
             return ()
         ctl[R_HEAD] = end
         self.head = end
-        self.fence_in()                         # store head; fence; load the writer's flag
-        self.fence_out()
+        if self.fenced:                         # store head; fence; load the writer's flag
+            self.fence_in()
+            self.fence_out()
         if ctl[R_WANT]:                         # the peer waits for room in this ring
             self.owner.kick_peer(self.peer)
         return htag, n, data
@@ -602,7 +615,7 @@ class ShmTransport(Transport):
 
     def __init__(self, rank: int, size: int, job_id: str, directory: str = SHM_DIR,
                  ring: Optional[int] = None, cma: bool = True,
-                 local_ranks: Optional[Sequence[int]] = None) -> None:
+                 local_ranks: Optional[Sequence[int]] = None, asymmetric: bool = True) -> None:
         why = available(directory)
         if why is not None:
             raise TransportError(f"rank {rank}: cannot use the shared-memory transport: {why}")
@@ -615,6 +628,10 @@ class ShmTransport(Transport):
             raise TransportError(f"rank {rank}: shared-memory ring size {self.ring} must be a "
                                  f"power of two of at least {4 * HEADER_SIZE} bytes")
         self.cma = cma and _libc is not None
+        #: this rank issues a process-wide barrier before it sleeps, and is registered for
+        #: its peers' barriers: toward a peer that says the same, nobody fences per message
+        #: (module docstring: Sleeping without missing a wake-up)
+        self.asymmetric = asymmetric and membarrier.register()
         #: the peers expected on this host (ENV_LOCAL_RANKS): their rings are reserved in listen
         self._expected = sorted({r for r in local_ranks or () if 0 <= r < size and r != rank})
         self._sink: Optional[FrameSink] = None
@@ -713,6 +730,7 @@ class ShmTransport(Transport):
         ctl = self._inbox.ctl
         ctl[C_RING], ctl[C_SLOTS] = self.ring, self.size
         ctl[C_OWNER], ctl[C_OWNER_NS] = os.getpid(), _pid_namespace()
+        ctl[C_BARRIER] = int(self.asymmetric)
         ctl[C_MAGIC] = MAGIC                 # last: the inbox is ready
         self._wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -761,8 +779,11 @@ class ShmTransport(Transport):
                 self._departed.append(peer)
                 continue
             self._segments[peer] = seg
+            # both of us barrier before we sleep: neither fences to publish to the other
+            fenced = not (self.asymmetric and seg.ctl[C_BARRIER] == 1)
+            self._in[-1].fenced = fenced
             self._out[peer] = _Out(peer, seg, self.rank, self.ring, self._connect_wake(peer),
-                                   self)
+                                   self, fenced)
             fd = _pidfd(pid)
             if fd is not None:
                 self._pidfds[fd] = peer
@@ -946,8 +967,9 @@ class ShmTransport(Transport):
 
     def _publish(self, out: _Out, tail: int) -> None:
         out.ctl[R_TAIL] = tail
-        self._fence_in()                        # store tail; fence; load the reader's flag
-        self._fence_out()
+        if out.fenced:                          # store tail; fence; load the reader's flag
+            self._fence_in()
+            self._fence_out()
         sleep = out.peer_ctl[C_SLEEPING]
         if sleep and sleep != out.kicked:
             self._wake(out, sleep)
@@ -1207,8 +1229,9 @@ class ShmTransport(Transport):
             inc.head = head
             ctl = inc.ctl
             ctl[R_HEAD] = head
-            self._fence_in()                    # store head; fence; load the writer's flag
-            self._fence_out()
+            if inc.fenced:                      # store head; fence; load the writer's flag
+                self._fence_in()
+                self._fence_out()
             if ctl[R_WANT]:
                 self._kick(self._kicks.get(peer))
 
@@ -1288,8 +1311,19 @@ class ShmTransport(Transport):
         ctl[C_SLEEPING] = self._sleeps          # this sleep's number (see _wake)
         for out in self._blocked:
             out.ctl[R_WANT] = 1
-        self._fence_in()                        # store the flags; fence; look at the rings
-        self._fence_out()
+        # store the flags; fence - on every core that runs a peer too, whose publishes to
+        # us carry no fence of their own (module docstring) -; look at the rings
+        if self.asymmetric:
+            try:
+                membarrier.barrier()
+            except OSError as exc:
+                self.end_sleep()
+                raise TransportError(f"rank {self.rank}: the process-wide memory barrier its "
+                                     f"peers rely on failed before a sleep ({exc}); run with "
+                                     f"MINIMPI_SHM_MEMBARRIER=0") from None
+        else:
+            self._fence_in()
+            self._fence_out()
         check = self._sleep_check
         ready = any(inc.ctl[R_TAIL] != inc.head for inc in self._in) or \
             (self._blocked and self._unblock()) or \
@@ -1516,4 +1550,5 @@ def create(info) -> ShmTransport:
     return ShmTransport(info.rank, info.size, info.job_id,
                         ring=ring_bytes(info.size, env.get("MINIMPI_SHM_RING")),
                         cma=env.get("MINIMPI_SHM_CMA", "1") != "0",
+                        asymmetric=env.get("MINIMPI_SHM_MEMBARRIER", "1") != "0",
                         local_ranks=parse_ranks(env.get(ENV_LOCAL_RANKS)))

@@ -135,3 +135,40 @@ def test_stats_say_which_wire_and_progress_policy_each_rank_used(write_script, j
     assert r.returncode == 0, r.stderr
     assert "every rank: shm to 1 peer; progress " in r.stderr
     assert "(auto: 2 ranks on this host, " in r.stderr
+
+
+@pytest.mark.parametrize("barrier", ["1", "0"])
+def test_ranks_that_sleep_before_every_message_are_woken_for_each(barrier, write_script,
+                                                                 job_marker):
+    # --progress block: every wait sleeps at once, so each message meets a sleeping peer;
+    # with the process-wide barrier (1) the writers publish without a fence, without it
+    # (0) both sides fence. A lost wake-up would stall a round trip until the wait's poll
+    # interval (0.25 s) ends it.
+    script = write_script("sleepy_pingpong.py", """
+        import time, numpy as np
+        from minimpi import MPI
+        from minimpi.runtime.world import world_state
+        comm = MPI.COMM_WORLD
+        transport = world_state().engine.transport
+        a = np.zeros(4, np.int64)
+        slowest = 0.0
+        for i in range(300):
+            start = time.monotonic()
+            if comm.rank == 0:
+                comm.Send(np.full(4, i, np.int64), 1, tag=i % 7)
+                comm.Recv(a, 1, tag=i % 7)
+                assert (a == i + 1).all(), (i, a)
+            else:
+                comm.Recv(a, 0, tag=i % 7)
+                assert (a == i).all(), (i, a)
+                comm.Send(a + 1, 0, tag=i % 7)
+            slowest = max(slowest, time.monotonic() - start)
+        print("asymmetric", comm.rank, transport.member("shm").asymmetric, "slowest", slowest)
+    """)
+    r = run_minimpi("-n", "2", "--transport", "shm", "--progress", "block",
+                    "-x", f"MINIMPI_SHM_MEMBARRIER={barrier}", *marker_args(job_marker),
+                    script, timeout=60)
+    assert r.returncode == 0, r.stderr
+    from minimpi.transports import membarrier
+    expected = barrier == "1" and membarrier.supported()
+    assert f"[0] asymmetric 0 {expected} slowest" in r.stdout, r.stdout

@@ -24,7 +24,7 @@ from minimpi import errors
 from minimpi.p2p import progress
 from minimpi.p2p.progress import ProgressPolicy
 from minimpi.runtime.inproc import run_threads
-from minimpi.transports import frames, shm
+from minimpi.transports import frames, membarrier, shm
 from minimpi.transports.base import FrameSink
 from minimpi.transports.router import RouterTransport, parse_address
 from minimpi.transports.shm import ShmTransport, cleanup_job
@@ -54,10 +54,12 @@ def job() -> str:
     return "test" + os.urandom(6).hex()
 
 
-def pair(ring=4096, cma=True, size=2):
-    """``size`` shm transports in this process (ranks as objects), wired and mapped."""
+def pair(ring=4096, cma=True, size=2, asymmetric=(True, True)):
+    """``size`` shm transports in this process (ranks as objects), wired and mapped.
+    ``asymmetric``: per rank, whether it may use the process-wide barrier (else it fences)."""
     name = job()
-    ts = [ShmTransport(r, size, name, ring=ring, cma=cma) for r in range(size)]
+    ts = [ShmTransport(r, size, name, ring=ring, cma=cma, asymmetric=asymmetric[r % 2])
+          for r in range(size)]
     sinks = [Sink() for _ in ts]
     for t, s in zip(ts, sinks):
         t.attach(s)
@@ -130,8 +132,9 @@ def test_descriptor_is_used_exactly_when_the_reader_can_read_us():
         close_all(ts)
 
 
-def test_a_sleeping_reader_is_woken_by_a_frame_and_a_blocked_writer_by_free_space():
-    ts, sinks, _ = pair(ring=1024)
+@pytest.mark.parametrize("asymmetric", [(True, True), (True, False), (False, False)])
+def test_a_sleeping_reader_is_woken_by_a_frame_and_a_blocked_writer_by_free_space(asymmetric):
+    ts, sinks, _ = pair(ring=1024, asymmetric=asymmetric)
     try:
         woke = []
 
@@ -167,6 +170,51 @@ def test_a_sleeping_reader_is_woken_by_a_frame_and_a_blocked_writer_by_free_spac
         th.join(5)
         assert done == [None] and sinks[1].events[-1][3] == big
         assert time.monotonic() - start < 3.0
+    finally:
+        close_all(ts)
+
+
+BARRIER = pytest.mark.skipif(not membarrier.supported(),
+                             reason="this kernel offers no membarrier(GLOBAL_EXPEDITED)")
+
+
+@BARRIER
+@pytest.mark.parametrize("asymmetric", [(True, True), (True, False), (False, True),
+                                        (False, False)])
+def test_publishes_skip_the_fence_only_where_both_ranks_barrier_before_they_sleep(
+        asymmetric, monkeypatch):
+    ts, sinks, _ = pair(asymmetric=asymmetric)
+    try:
+        both = all(asymmetric)
+        assert [t.asymmetric for t in ts] == list(asymmetric)
+        for me, t in enumerate(ts):
+            out, inc = t._out[1 - me], t._in[0]
+            assert (out.fenced, inc.fenced) == (not both, not both)
+        # the rank that may barrier does so before each sleep (its peers may not have
+        # fenced); the other fences, as every rank does without the barrier
+        barriers = []
+        monkeypatch.setattr(shm.membarrier, "barrier", lambda: barriers.append(1))
+        for t in ts:
+            barriers.clear()
+            assert t.prepare_sleep()
+            t.end_sleep()
+            assert len(barriers) == int(t.asymmetric)
+        # and frames still go both ways, fenced or not, through both writers
+        for me, t in enumerate(ts):
+            t.send(1 - me, frames.pack(frames.EAGER, 0, 0, 0, me, 5, 2), [memoryview(b"hi")],
+                   None)
+            assert t._out[1 - me].send_eager(0, 0, me, 6, 9, [memoryview(b"yo")], 2)
+        progress_until(ts, lambda: all(len(s.events) >= 2 for s in sinks))
+        assert [[e[3] for e in s.events] for s in sinks] == [[b"hi", b"yo"]] * 2
+    finally:
+        close_all(ts)
+
+
+def test_without_the_barrier_every_publish_fences():
+    ts, _, _ = pair(asymmetric=(False, False))
+    try:
+        assert not any(t.asymmetric for t in ts)
+        assert all(t._out[1 - me].fenced and t._in[0].fenced for me, t in enumerate(ts))
     finally:
         close_all(ts)
 

@@ -33,7 +33,9 @@ once stay in step.
 the condition of the shared-memory transport too); the transport's fence orders a writer's
 ``seq`` store before it looks at who sleeps, and a sleeper's flag before it looks at the
 segment once more (:meth:`~minimpi.transports.base.Transport.set_sleep_check`), so the last
-writer wakes whoever sleeps and no wake-up is lost.
+writer wakes whoever sleeps and no wake-up is lost. (Where every rank of the host issues a
+process-wide barrier before it sleeps, the writer's fence is none: the sleeper's barrier
+orders both sides - :mod:`minimpi.transports.membarrier`.)
 
 **Failures.** A wait on the segment ends with an error - not a hang - when a member is gone
 (the transport noticed its exit), another rank's call failed (an abort marker on the

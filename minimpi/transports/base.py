@@ -175,8 +175,12 @@ class Transport(ABC):
         keeps it mapped."""
 
     def fence(self) -> None:
-        """A full memory fence: this process's stores before it, its loads after (a writer
-        of shared memory between publishing and looking at who sleeps)."""
+        """Order this process's stores to memory shared with its peers before its loads
+        after it, as far as a peer that may sleep needs (a writer of shared memory between
+        publishing and looking at whether a peer waits for it or sleeps; a waiter between
+        saying so and looking again): a full memory fence, or nothing where every peer on
+        this host issues a process-wide barrier before it sleeps and re-checks what it
+        waits for after it (shm's membarrier: that barrier orders both sides then)."""
 
     def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
         """Wake those of ``peers`` (world ranks on this host) that sleep in this transport,

@@ -632,6 +632,9 @@ class ShmTransport(Transport):
         #: its peers' barriers: toward a peer that says the same, nobody fences per message
         #: (module docstring: Sleeping without missing a wake-up)
         self.asymmetric = asymmetric and membarrier.register()
+        #: some peer on this host needs our fence between a store it may wait for and our
+        #: look at whether it sleeps (fence()): one that does not barrier before it sleeps
+        self._peers_fence = not self.asymmetric
         #: the peers expected on this host (ENV_LOCAL_RANKS): their rings are reserved in listen
         self._expected = sorted({r for r in local_ranks or () if 0 <= r < size and r != rank})
         self._sink: Optional[FrameSink] = None
@@ -797,6 +800,7 @@ class ShmTransport(Transport):
             self._fence_out()
             if seg.ctl[C_SLEEPING]:
                 self._kick(self._kicks.get(peer))
+        self._peers_fence = any(out.fenced for out in self._out if out is not None)
         self._maybe_unlink()
 
     def _map_inbox(self, peer: int, reserved: bool = False) -> Optional[_Segment]:
@@ -1338,11 +1342,12 @@ class ShmTransport(Transport):
         self._sleep_check = check
 
     def fence(self) -> None:
-        self._fence_in()
-        self._fence_out()
+        if self._peers_fence:
+            self._fence_in()
+            self._fence_out()
 
     def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
-        if not fenced:
+        if not fenced and self._peers_fence:
             self._fence_in()                    # our stores first; then their flags
             self._fence_out()
         for peer in peers:

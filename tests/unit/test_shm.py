@@ -190,6 +190,17 @@ def test_publishes_skip_the_fence_only_where_both_ranks_barrier_before_they_slee
         for me, t in enumerate(ts):
             out, inc = t._out[1 - me], t._in[0]
             assert (out.fenced, inc.fenced) == (not both, not both)
+        # the collectives' fence (a store a peer may wait for, then a look at who sleeps)
+        # is none between two such ranks either
+        for t in ts:
+            fences = []
+            monkeypatch.setattr(t, "_fence_in", lambda: fences.append(1))
+            monkeypatch.setattr(t, "_fence_out", lambda: None)
+            t.fence()
+            t.wake_peers([])
+            t.wake_peers([], fenced=True)
+            assert len(fences) == (0 if both else 2)
+            monkeypatch.undo()
         # the rank that may barrier does so before each sleep (its peers may not have
         # fenced); the other fences, as every rank does without the barrier
         barriers = []

@@ -660,8 +660,8 @@ class Engine(FrameSink):
                 reader = self._reader(context, source)
             if reader is not None:      # one look before the spin is set up
                 ahead = reader.take_matching(context, source, tag, target, 1)
-                if ahead:               # (tag, length, data): taken
-                    return source, ahead[0], ahead[1], ahead[2]
+                if ahead:               # (source, tag, length, data): taken
+                    return ahead
             # the spin: the reader's looks, the transport's progress between, until the
             # message comes or the policy's spin ends
             transport = self.transport
@@ -685,8 +685,8 @@ class Engine(FrameSink):
                         ahead = ()
                     else:
                         ahead = reader.take_matching(context, source, tag, target, LOOKS)
-                        if ahead:               # (tag, length, data): taken
-                            return source, ahead[0], ahead[1], ahead[2]
+                        if ahead:               # (source, tag, length, data): taken
+                            return ahead
                     # the transport's progress moves everything else (other peers, frames the
                     # reader does not hand over - at once -, queued sends, liveness); beside a
                     # reader that found nothing only every few rounds of looks, so that the

@@ -213,9 +213,10 @@ def take_matching(reader: Any, context: int, source: int, tag: int,
     taken if a blocking receive for (``context``, ``source``, ``tag``; a negative tag: any)
     gets it - a whole eager frame, not synchronous, fitting ``target`` (a writable
     C-contiguous buffer it is copied into, a numpy array too; None: the bytes are
-    returned). Returns ``(tag, length, data)`` when taken (data: the bytes when ``target``
-    is None, else None); None when nothing is there (after ``times`` looks); ``()`` when
-    something is there that is not taken (progress delivers it)."""
+    returned). Returns ``(source, tag, length, data)`` when taken - the receive's answer
+    as the engine gives it (data: the bytes when ``target`` is None, else None); None when
+    nothing is there (after ``times`` looks); ``()`` when something is there that is not
+    taken (progress delivers it)."""
     ahead = reader.look(times)
     if not ahead:
         return ahead
@@ -230,4 +231,4 @@ def take_matching(reader: Any, context: int, source: int, tag: int,
         data = None
         if n:
             copy_into(target, payload)
-    return (header[5], n, data) if reader.take(end, n) else ()
+    return (source, header[5], n, data) if reader.take(end, n) else ()

@@ -22,9 +22,10 @@ from typing import Any, Callable, Dict, NamedTuple
 
 HEADER = struct.Struct("<BBHIiiQQ")
 HEADER_SIZE = HEADER.size  # 32
-#: the header without its msg_id (skipped): what an express receive reads - seven small
-#: ints, none of which CPython allocates, where a msg_id soon is a new int object
-MATCH_FIELDS = struct.Struct("<BBHIii8xQ")
+#: the header without its msg_id (skipped), its kind, flags and extra as one word (kind
+#: | flags << 8 | extra << 16): what an express receive reads - five small ints, where a
+#: msg_id soon is a new int object, and one test of the word for what it must not be
+MATCH_FIELDS = struct.Struct("<IIii8xQ")
 
 EAGER = 1
 RTS = 2

@@ -126,6 +126,10 @@ RING_CTL = 256
 
 #: in the header's ``extra`` field: the payload is sent by reference (a descriptor follows)
 BY_REFERENCE = 1
+#: the bits of a header's first word (kind | flags << 8 | extra << 16: frames.MATCH_FIELDS)
+#: that an express receive needs to be an EAGER frame and nothing else: not synchronous,
+#: not by reference
+_EXPRESS_MASK = 0xFF | F_SYNC << 8 | BY_REFERENCE << 16
 #: a transport-level record (never shown to the engine): "your by-reference frame was read"
 K_ACK = 0x7F
 _DESC = struct.Struct("<QI4x")      # token, number of (address, length) entries
@@ -574,12 +578,11 @@ class _In:
         pos = head & self.mask
         if self.cap - pos < HEADER_SIZE:
             return ()
-        kind, flags, extra, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
+        word, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
         start = pos + HEADER_SIZE
         end = head + HEADER_SIZE + n
-        if (kind != EAGER or extra & BY_REFERENCE or start + n > self.cap or end > tail
-                or hcontext != context or hsource != source or htag != tag and tag >= 0
-                or flags & F_SYNC):
+        if (word & _EXPRESS_MASK != EAGER or start + n > self.cap or end > tail
+                or hcontext != context or hsource != source or htag != tag and tag >= 0):
             return ()
         if target is None:
             data = bytearray(self.data[start:start + n])
@@ -603,7 +606,7 @@ class _In:
             self.fence_out()
         if ctl[R_WANT]:                         # the peer waits for room in this ring
             self.owner.kick_peer(self.peer)
-        return htag, n, data
+        return source, htag, n, data
 
 
 class ShmTransport(Transport):

@@ -85,7 +85,8 @@ def test_reader_and_progress_hand_over_every_frame_once_in_order(kind):
             assert time.monotonic() < deadline, (len(taken), sinks[1].frames[-3:])
             got = reader.take_matching(0, 0, -1, None, 4)     # any tag
             if got:
-                tag, n, data = got
+                source, tag, n, data = got
+                assert source == 0
                 assert len(data) == n
                 taken.append((tag, frames.EAGER, bytes(data)))
             else:                  # None: nothing yet; (): progress's to deliver
@@ -156,7 +157,7 @@ def test_take_matching_takes_only_what_the_receive_wants(kind):
                 got = reader.take_matching(5, 0, 7, target, 4)
                 if got:
                     assert takes, i
-                    assert got == (7, n, None) and bytes(target[:n]) == data
+                    assert got == (0, 7, n, None) and bytes(target[:n]) == data
                     break
                 if got == ():      # not one for this receive: progress delivers it
                     assert not takes, i
@@ -171,7 +172,7 @@ def test_take_matching_takes_only_what_the_receive_wants(kind):
             assert time.monotonic() < deadline
             ts[0].progress(0)
             got = reader.take_matching(5, 0, -1, None, 4)
-        assert got == (3, 5, bytearray(payload_of(99, 5)))
+        assert got == (0, 3, 5, bytearray(payload_of(99, 5)))
         assert reader.take_matching(5, 0, -1, None, 2) is None
     finally:
         for t in ts:
@@ -202,7 +203,7 @@ def test_take_matching_copies_into_numpy_arrays_and_reports_any_tag(kind):
                 assert time.monotonic() < deadline, i
                 ts[0].progress(0)
                 got = reader.take_matching(5, 0, tag if tag >= 0 else -1, target, 4)
-            assert got == (tag, len(data), None), i
+            assert got == (0, tag, len(data), None), i
             assert np.array_equal(target, want), (i, target)
         assert sinks[1].frames == []
     finally:

@@ -347,15 +347,20 @@ _Send_front, _own_front = hand_written(_Send, "Send")
 def Send(comm, buf: Any, dest: int, tag: int = 0) -> None:
     """Send a buffer; above the eager limit this waits for the matching receive."""
     if (type(buf) is ndarray and type(dest) is int and type(tag) is int and dest >= 0
-            and 0 <= tag <= TAG_UB and not Bus.call_listeners and not comm._freed
-            and buf.flags.c_contiguous):                                 # the express lane
+            and 0 <= tag <= TAG_UB and not Bus.call_listeners
+            and not comm._freed):                                       # the express lane
         engine, group, context, rank = comm._ep.lane_facts
         if dest < len(group):
             try:
-                # (the array itself: a transport's express send takes any bytes-like
-                # segment, and a C-contiguous array is one)
+                # (the array itself: a transport's express send takes any C-contiguous
+                # buffer; one that is not, the writer declines after its copy failed)
                 world_dest = group[dest]
-                if engine.send_now(context, world_dest, rank, tag, (buf,), buf.nbytes):
+                writer = engine.lane.get(world_dest)
+                if (writer.send_express(engine.gate, context, rank, tag, buf, buf.nbytes)
+                        if writer is not None and not engine.bus.sent else
+                        buf.flags.c_contiguous
+                        and engine.send_now(context, world_dest, rank, tag, (buf,),
+                                            buf.nbytes)):
                     ledger = engine.ledger
                     if ledger is not None:
                         note_send(ledger, world_dest, context, tag, "Send")

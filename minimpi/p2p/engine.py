@@ -56,6 +56,7 @@ tests per wait; the Python calls per operation are those of before.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import sys
 import threading
@@ -79,7 +80,7 @@ from ..errors import (
     UnsupportedError,
 )
 from ..transports import frames, signal_guard
-from ..transports.base import FrameSink, Transport
+from ..transports.base import ExpressGate, FrameSink, Transport
 from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header, copy_into
 from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
@@ -159,6 +160,21 @@ class _FrameSender:
         return self.transport.send_now(self.dest, _pack(EAGER, flags, 0, context, source,
                                                         tag, msg_id, nbytes), payload, nbytes)
 
+    def send_express(self, gate: ExpressGate, context: int, source: int, tag: int, buf: Any,
+                     nbytes: int) -> bool:
+        # (a transport's send_now may not be able to take back part of a frame that a
+        # buffer which is not C-contiguous left half-sent: such a buffer is declined first)
+        if not buf.flags.c_contiguous:
+            return False
+        try:
+            gate.acquire()
+            return (gate.open and nbytes <= gate.eager_limit
+                    and self.send_eager(0, context, source, tag, next(gate.msg_ids), (buf,),
+                                        nbytes))
+        finally:
+            if gate.held():
+                gate.release()
+
 
 class _Express:
     """The blocking receive :meth:`Engine.receive_now` polls for: what it accepts, the
@@ -211,16 +227,25 @@ class Engine(FrameSink):
         self._lock_acquire = self.lock.acquire
         self._lock_release = self.lock.release
         self._lock_held = self.lock._is_owned
+        #: the message numbers of every send (unique per sender; a declined express send
+        #: leaves a gap, which nothing minds)
+        self._msg_ids = itertools.count(1)
+        #: what a transport's eager writer asks before an express send
+        #: (:meth:`~minimpi.transports.base.Transport.eager_writer`): open exactly while
+        #: the lane is
+        self.gate = ExpressGate(self.lock, self.eager_limit, self._msg_ids)
         # waits of threads that are not the progress owner sleep on this
         self._turn = threading.Condition(self.lock)
         self._owner: Optional[int] = None    # the thread running the transport's progress
         self._express: Optional[_Express] = None   # the receive_now polling (one at a time)
         #: world rank -> the eager writer to it (Transport.eager_writer, or a _FrameSender)
         self._writers: Dict[int, Any] = {}
-        #: the writers send_now may use without looking at anything else: filled while no
-        #: abort, lost peer or revoked communicator stops express sends, emptied when one
-        #: does (:meth:`_close_lane`)
-        self._lane: Dict[int, Any] = {}
+        #: world rank -> the writer an express send to it may use without looking at
+        #: anything else (``send_express(self.gate, ...)``, or :meth:`send_now`): filled
+        #: while no abort, lost peer or revoked communicator stops express sends, emptied
+        #: when one does (:meth:`_close_lane`). A ``Send`` front reads it without the lock:
+        #: the writer's gate, taken under it, says whether it still holds
+        self.lane: Dict[int, Any] = {}
         #: (context, rank in its group) -> the transport's eager reader of that peer
         self._readers: Dict[Tuple[int, int], Any] = {}
         self._waiters = 0                    # threads waiting on _turn
@@ -240,7 +265,6 @@ class Engine(FrameSink):
             transport.attach(self)
         self._queues: Dict[int, MatchQueues] = {}
         self._groups: Dict[int, Tuple[int, ...]] = {}  # context -> world ranks of its members
-        self._next_msg_id = 1
         self._current: Dict[int, object] = {}  # peer -> what the payload now arriving belongs to
         # (dest, msg_id) -> what to send once the receiver answers CTS:
         # (request, payload, context, source, tag, flags, nbytes)
@@ -549,9 +573,7 @@ class Engine(FrameSink):
                 if self._owner is not None or self._waiters:   # it may be another thread's
                     self._tell_others()
                 return req
-            msg_id = self._next_msg_id
-            self._next_msg_id += 1
-            req.msg_id = msg_id
+            req.msg_id = msg_id = next(self._msg_ids)
             if self.bus.sent:
                 for o in self.bus.sent:
                     o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
@@ -584,17 +606,16 @@ class Engine(FrameSink):
         general path must send it (:meth:`isend`)."""
         try:
             self._lock_acquire()
-            writer = self._lane.get(dest)
+            writer = self.lane.get(dest)
             if writer is None:
                 writer = self._open_lane(dest, nbytes, flags)
                 if writer is None:
                     return False
             elif nbytes > self.eager_limit or flags & F_SYNC:
                 return False
-            msg_id = self._next_msg_id
+            msg_id = next(self._msg_ids)
             if not writer.send_eager(flags, context, source, tag, msg_id, payload, nbytes):
                 return False
-            self._next_msg_id = msg_id + 1
             if self.bus.sent:       # (once it is on its way: a declined frame is not sent)
                 for o in self.bus.sent:
                     o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
@@ -617,7 +638,8 @@ class Engine(FrameSink):
             if writer is None:
                 writer = _FrameSender(self.transport, dest)
             self._writers[dest] = writer
-        self._lane[dest] = writer
+        self.lane[dest] = writer
+        self.gate.open = True       # (every condition of a closed lane looked at above)
         return writer
 
     def receive_now(self, context: int, source: int, tag: int,
@@ -743,9 +765,7 @@ class Engine(FrameSink):
     def _send_to_self(self, req: SendRequest, context: int, source: int, tag: int,
                       payload: Sequence[memoryview], nbytes: int, flags: int) -> None:
         """Loopback: deliver through the same matching path, always eagerly (copied)."""
-        msg_id = self._next_msg_id
-        self._next_msg_id += 1
-        req.msg_id = msg_id
+        req.msg_id = msg_id = next(self._msg_ids)
         if self.bus.sent:
             for o in self.bus.sent:
                 o.message_sent(context, self.rank, source, tag, payload, nbytes, msg_id)
@@ -1472,7 +1492,8 @@ class Engine(FrameSink):
 
     def _close_lane(self) -> None:
         """Stop express sends (:meth:`send_now` looks at every condition again)."""
-        self._lane.clear()
+        self.gate.open = False
+        self.lane.clear()
 
     def abort(self, reason: str) -> None:
         """Make every current and future wait of this engine raise :class:`JobAbortedError`

@@ -112,9 +112,15 @@ class Transport(ABC):
     def eager_writer(self, peer: int) -> Any:
         """For the engine's express send to ``peer``, an object whose ``send_eager(flags,
         context, source, tag, msg_id, payload, nbytes)`` does what :meth:`send_now` does
-        with an EAGER header of those fields, the header made where the frame goes; None
-        where this transport has none (then :meth:`send_now` is used). Asked once per peer:
-        it stays valid while the peer is not lost."""
+        with an EAGER header of those fields, the header made where the frame goes, and
+        whose ``send_express(gate, context, source, tag, buf, nbytes)`` is a whole
+        blocking ``Send`` of one buffer in one call, under the engine's
+        :class:`ExpressGate` (its lock, whether express sends may run, the eager limit, the
+        message numbers): True if the frame is on its way, False if the engine must send
+        it (the gate closed, too large, queued frames, no room, ``buf`` not C-contiguous -
+        nothing is published then). None where this transport has none (then
+        :meth:`send_now` is used). Asked once per peer: it stays valid while the peer is
+        not lost."""
         return None
 
     def eager_reader(self, peer: int) -> Any:
@@ -199,6 +205,26 @@ class Transport(ABC):
 
     def close(self) -> None:
         """Close every connection (queued frames are dropped; flush first with progress)."""
+
+
+class ExpressGate:
+    """What an eager writer's ``send_express`` (:meth:`Transport.eager_writer`) asks of the
+    engine that owns it, in one object the engine makes once: the engine's lock (bound
+    ``acquire``, ``release`` and ``held`` - taken as :meth:`Engine.send_now` takes it, the
+    acquire inside the try, released only if held), whether express sends may run at all
+    (``open``: no abort, lost peer or revoked communicator - the engine closes it when one
+    comes, under its lock), its eager limit, and its message numbers (``msg_ids``: one
+    iterator for every send of the engine, so numbers stay unique)."""
+
+    __slots__ = ("acquire", "release", "held", "open", "eager_limit", "msg_ids")
+
+    def __init__(self, lock: Any, eager_limit: int, msg_ids: Any) -> None:
+        self.acquire = lock.acquire
+        self.release = lock.release
+        self.held = lock._is_owned
+        self.open = False
+        self.eager_limit = eager_limit
+        self.msg_ids = msg_ids
 
 
 def take_matching(reader: Any, context: int, source: int, tag: int,

@@ -515,6 +515,45 @@ class _Out:
         return True
 
 
+    def send_express(self, gate: Any, context: int, source: int, tag: int, buf: Any,
+                     nbytes: int) -> bool:
+        """A blocking ``Send`` of ``buf`` (``nbytes``, one buffer) as one EAGER frame, in
+        one call under the engine's ``gate`` (:class:`~minimpi.transports.base.ExpressGate`;
+        :meth:`Transport.eager_writer` says when it declines). The header is packed where
+        the frame goes, before the payload: a ``buf`` that is not C-contiguous fails its
+        copy after it, and since ``tail`` is not moved, nothing is published."""
+        try:
+            gate.acquire()
+            if not gate.open or nbytes > gate.eager_limit or self.queue:
+                return False
+            tail = self.tail
+            pos = tail & self.mask
+            n = HEADER_SIZE + nbytes
+            cap = self.cap
+            if pos + n > cap or (tail + n - self.head > cap
+                                 and tail + n - ShmTransport._refresh(self) > cap):
+                return False
+            HEADER.pack_into(self.data, pos, EAGER, 0, 0, context, source, tag,
+                             next(gate.msg_ids), nbytes)
+            start = self.base + pos + HEADER_SIZE
+            try:
+                self.map[start:start + nbytes] = buf
+            except ValueError:                  # not C-contiguous: the engine's to send
+                return False
+            self.tail = tail = tail + n
+            self.ctl[R_TAIL] = tail
+            if self.fenced:                     # store tail; fence; load the reader's flag
+                self.owner._fence_in()
+                self.owner._fence_out()
+            sleep = self.peer_ctl[C_SLEEPING]
+            if sleep and sleep != self.kicked:
+                self.owner._wake(self, sleep)
+            return True
+        finally:
+            if gate.held():
+                gate.release()
+
+
 class _In:
     """A ring in our inbox that one peer writes and we read.
 

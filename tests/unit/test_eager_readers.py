@@ -237,3 +237,39 @@ def test_the_shm_express_writer_packs_every_field_of_the_header():
     finally:
         for t in ts:
             t.close()
+
+
+@pytest.mark.parametrize("kind", ["shm", "tcp"])
+def test_an_express_send_writes_one_whole_frame_or_nothing(kind):
+    # send_express (a blocking Send of one buffer, in one call under the engine's gate):
+    # a frame whose header is packed from the arguments and numbered from the gate's
+    # message numbers; declined - nothing published, the number spent at most - when the
+    # gate is closed, the buffer is above the eager limit or not C-contiguous
+    import itertools
+    import threading
+
+    np = pytest.importorskip("numpy")
+    from minimpi.p2p.engine import _FrameSender
+    from minimpi.transports.base import ExpressGate
+
+    ts, sinks = wired(kind)
+    try:
+        writer = ts[0].eager_writer(1) or _FrameSender(ts[0], 1)
+        lock = threading.RLock()
+        gate = ExpressGate(lock, 64, itertools.count(40))
+        a = np.arange(4, dtype=np.int16)
+        assert not writer.send_express(gate, 5, 0, 7, a, a.nbytes)        # closed
+        gate.open = True
+        assert not writer.send_express(gate, 5, 0, 7, np.zeros(9), 72)   # above the limit
+        strided = np.arange(8.0)[::2]
+        assert not writer.send_express(gate, 5, 0, 7, strided, strided.nbytes)
+        assert writer.send_express(gate, 5, 0, 7, a, a.nbytes)
+        assert writer.send_express(gate, 6, 0, 2 ** 31 - 1, np.zeros(0), 0)
+        assert not lock._is_owned()
+        progress_until(ts, lambda: len(sinks[1].frames) == 2)
+        (id1, kind1, data1), (id2, _, data2) = sinks[1].frames
+        assert (kind1, data1, data2) == (frames.EAGER, a.tobytes(), b"")
+        assert 40 <= id1 < id2 == next(gate.msg_ids) - 1     # numbered from the gate, in order
+    finally:
+        for t in ts:
+            t.close()

@@ -416,13 +416,14 @@ def Recv(comm, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,
         engine, group, context, _ = comm._ep.lane_facts
         if (flags.c_contiguous and flags.writeable
                 and (0 <= source < len(group) or source == ANY_SOURCE)):
+            itemsize = buf.itemsize     # (read now: the receive may wait, the message not)
             try:
                 # (the array itself: the express lane copies into any writable C-contiguous
                 # buffer, and a memoryview made of an array costs more than an 8 B copy)
                 got = engine.receive_now(context, source, tag, buf)
                 if got is not None:
                     n = got[2]
-                    if n % buf.itemsize:                # ends inside an element: says so
+                    if n % itemsize:                    # ends inside an element: says so
                         _express_mismatch(comm, buf, got)
                     if status is not None:
                         fill_status(status, got[0], got[1], n)

@@ -604,23 +604,28 @@ class _In:
         piece, not by reference."""
         if self.gone:
             return None
+        # what does not depend on the frame is looked at before it comes (off the path
+        # from its arrival to the receive's return): progress is in the middle of a frame
+        # (it delivers the rest), or the ring's head is where no header fits (the writer
+        # skips to the start: progress's frame)
+        if self.d_target is not None or self.d_skip or self.x_target is not None:
+            return ()
         ctl = self.ctl
         head = ctl[R_HEAD]
+        pos = head & self.mask
+        cap = self.cap
+        if cap - pos < HEADER_SIZE:
+            return ()
         tail = ctl[R_TAIL]
         while tail == head:
             if times <= 1:
                 return None
             times -= 1
             tail = ctl[R_TAIL]
-        if self.d_target is not None or self.d_skip or self.x_target is not None:
-            return ()
-        pos = head & self.mask
-        if self.cap - pos < HEADER_SIZE:
-            return ()
         word, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
         start = pos + HEADER_SIZE
         end = head + HEADER_SIZE + n
-        if (word & _EXPRESS_MASK != EAGER or start + n > self.cap or end > tail
+        if (word & _EXPRESS_MASK != EAGER or start + n > cap or end > tail
                 or hcontext != context or hsource != source or htag != tag and tag >= 0):
             return ()
         if target is None:

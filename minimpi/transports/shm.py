@@ -514,7 +514,6 @@ class _Out:
             self.owner._wake(self, sleep)
         return True
 
-
     def send_express(self, gate: Any, context: int, source: int, tag: int, buf: Any,
                      nbytes: int) -> bool:
         """A blocking ``Send`` of ``buf`` (``nbytes``, one buffer) as one EAGER frame, in

@@ -488,7 +488,11 @@ def open_recorded(ep: Any, watch: "Watch", seq: int, fields: tuple) -> int:
         err, watch.error = watch.error, None
         raise err
     tag = (seq & SEQ_MASK) | fields[0] << SEQ_BITS
-    low = watch.record(seq, tag, fields)
+    # watch.record(seq, tag, fields), inline (every collective call opens its slot here)
+    low = seq & SEQ_MASK
+    if watch.aborted:
+        watch.aborted.pop(low, None)
+    watch.recent[low % HISTORY] = (seq, tag, *fields)
     if not watch.unlooked:        # nothing arrived unexpected since the queue was empty
         return tag
     # (cleared before the look: a message arriving meanwhile, in another thread's progress,

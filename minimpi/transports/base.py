@@ -180,6 +180,17 @@ class Transport(ABC):
         communicator that got the same context - maps new memory. What still uses ``mem``
         keeps it mapped."""
 
+    #: whether :meth:`fence` does anything now (it may turn True as peers connect): a caller
+    #: that fences on every call tests this first and spends no call on a fence that is none
+    needs_fence: bool = False
+
+    def host_memory(self) -> Optional["Transport"]:
+        """The transport that shares memory with this host's ranks - its segments
+        (:meth:`shared_segment`), :meth:`fence` and :meth:`wake_peers` -: this one, a
+        router's member, or None. What uses them on every call asks once, and calls them
+        without a router's forwarding between."""
+        return None
+
     def fence(self) -> None:
         """Order this process's stores to memory shared with its peers before its loads
         after it, as far as a peer that may sleep needs (a writer of shared memory between

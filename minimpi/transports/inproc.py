@@ -130,6 +130,9 @@ class InprocTransport(Transport):
             if fabric.segments.get(key) is mem.obj:   # not a new communicator's already
                 del fabric.segments[key]
 
+    def host_memory(self) -> "InprocTransport":
+        return self
+
     def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
         # (after the shared memory was written: a peer that looked before sleeps only until
         # this marker, one that looks after sees the memory)

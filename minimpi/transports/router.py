@@ -238,6 +238,10 @@ class RouterTransport(Transport):
         if member is not None:
             member.forget_segment(key, mem)
 
+    def host_memory(self) -> Optional[Transport]:
+        member = self.member("shm")
+        return None if member is None else member.host_memory()
+
     def fence(self) -> None:
         member = self.member("shm")
         if member is not None:

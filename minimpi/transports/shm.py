@@ -680,7 +680,7 @@ class ShmTransport(Transport):
         self.asymmetric = asymmetric and membarrier.register()
         #: some peer on this host needs our fence between a store it may wait for and our
         #: look at whether it sleeps (fence()): one that does not barrier before it sleeps
-        self._peers_fence = not self.asymmetric
+        self.needs_fence = not self.asymmetric
         #: the peers expected on this host (ENV_LOCAL_RANKS): their rings are reserved in listen
         self._expected = sorted({r for r in local_ranks or () if 0 <= r < size and r != rank})
         self._sink: Optional[FrameSink] = None
@@ -846,7 +846,7 @@ class ShmTransport(Transport):
             self._fence_out()
             if seg.ctl[C_SLEEPING]:
                 self._kick(self._kicks.get(peer))
-        self._peers_fence = any(out.fenced for out in self._out if out is not None)
+        self.needs_fence = any(out.fenced for out in self._out if out is not None)
         self._maybe_unlink()
 
     def _map_inbox(self, peer: int, reserved: bool = False) -> Optional[_Segment]:
@@ -1387,13 +1387,16 @@ class ShmTransport(Transport):
     def set_sleep_check(self, check) -> None:
         self._sleep_check = check
 
+    def host_memory(self) -> "ShmTransport":
+        return self
+
     def fence(self) -> None:
-        if self._peers_fence:
+        if self.needs_fence:
             self._fence_in()
             self._fence_out()
 
     def wake_peers(self, peers: Sequence[int], fenced: bool = False) -> None:
-        if not fenced and self._peers_fence:
+        if not fenced and self.needs_fence:
             self._fence_in()                    # our stores first; then their flags
             self._fence_out()
         for peer in peers:

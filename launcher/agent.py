@@ -92,7 +92,7 @@ from minimpi.runtime.bootstrap import (
 from minimpi.runtime.netaddr import AddressError, data_plane_address, is_loopback
 from minimpi.transports.shm import ENV_LOCAL_RANKS, cleanup_job, format_ranks
 
-from .processes import RankProcess, spawn_rank
+from .processes import RankProcess, signal_together, spawn_rank
 
 ENV_RESULT_FD = "MINIMPI_RESULT_FD"    # where a rank of minimpi.launch writes its result
 MAX_FRAME = 256 << 20
@@ -419,10 +419,10 @@ class Agent:
 
     # -- teardown -------------------------------------------------------------------------
     def signal_all(self, sig: int, job: Optional[int] = None, rank: Optional[int] = None) -> None:
-        """Signal every process (or spawned job ``job``'s, or its rank ``rank``'s)."""
-        for rp in self.ranks:
-            if (job is None or rp.job == job) and (rank is None or rp.rank == rank):
-                rp.signal_group(sig)    # also reaches leftovers of ranks that already exited
+        """Signal every process (or spawned job ``job``'s, or its rank ``rank``'s), all at
+        once (:func:`~launcher.processes.signal_together`)."""
+        signal_together([rp for rp in self.ranks if (job is None or rp.job == job)
+                         and (rank is None or rp.rank == rank)], sig)
 
     def on_launcher_gone(self) -> None:
         if self.launcher_gone:

@@ -436,12 +436,15 @@ class DynamicProcesses:
                 lines.append(f"  {sj.name(st.rank)}: {st.describe()}")
         return lines
 
+    def processes(self) -> list:
+        """Every process spawned in this job (each a ``RankProcess``)."""
+        return [rp for sj in self.jobs.values() for rp in sj.processes]
+
     def signal_all(self, sig: int) -> None:
-        for sj in self.jobs.values():
-            for rp in sj.processes:
-                if rp.alive:
-                    rp.killed_by_launcher = True
-                rp.signal_group(sig)
+        for rp in self.processes():
+            if rp.alive:
+                rp.killed_by_launcher = True
+            rp.signal_group(sig)
 
     def close(self, deadline: Optional[float] = None) -> None:
         """The job is over: nothing spawned survives it. Waits for the processes to go

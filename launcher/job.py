@@ -69,6 +69,7 @@ from .processes import (
     describe_returncode,
     exit_code_for,
     rank_command,
+    signal_together,
     spawn_rank,
 )
 from .processes import process_state as _process_state
@@ -289,11 +290,13 @@ class Job:
                           spawned=spawned))
 
     def terminate_all(self, sig: int) -> None:
-        for rp in self.ranks:
+        """Send ``sig`` to every rank and spawned process, all at once
+        (:func:`~launcher.processes.signal_together`)."""
+        everyone = [*self.ranks, *self.dynamic.processes()]
+        for rp in everyone:
             if rp.alive:
                 rp.killed_by_launcher = True
-            rp.signal_group(sig)   # also reaches leftovers of ranks that already exited
-        self.dynamic.signal_all(sig)
+        signal_together(everyone, sig)
 
     # -- the loop --------------------------------------------------------------------------
     def _start_fork_server(self, coord_address: str, lifeline_fd: int) -> Optional[ForkServer]:

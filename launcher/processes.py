@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:
     from .forkserver import ForkServer
@@ -117,6 +117,28 @@ class RankProcess:
                     pass
         except PermissionError:
             pass
+
+
+def signal_together(processes: Iterable[Any], sig: int) -> None:
+    """Send ``sig`` to the process group of each of ``processes`` (each has
+    ``signal_group``) as one event: every group is stopped (SIGSTOP) first and continued
+    (SIGCONT) after, so none of them runs between two of the signals. Sent one after the
+    other, a rank that ends at its signal at once is seen gone by a peer whose signal has
+    not come yet - held back while it delivers a frame, or its own not sent yet while the
+    launcher waits for a core -, and that peer reports it lost: a second failure, printed
+    after the report of the one that ended the job."""
+    processes = list(processes)
+    together = len(processes) > 1 and sig not in (signal.SIGSTOP, signal.SIGCONT)
+    if together:
+        for proc in processes:
+            proc.signal_group(signal.SIGSTOP)
+    try:
+        for proc in processes:
+            proc.signal_group(sig)   # (also reaches leftovers of ranks that already exited)
+    finally:
+        if together:
+            for proc in processes:
+                proc.signal_group(signal.SIGCONT)
 
 
 def rank_command(program: Optional[str], module: Optional[str], args: list[str]) -> list[str]:

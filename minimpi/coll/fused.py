@@ -69,8 +69,11 @@ class FusedCall:
         if (engine.bus.steps or engine.bus.scratch or engine.lost_peers or engine.revoked
                 or engine.aborted is not None or engine.faults or seg.published != k - 1):
             return 0
-        if not seg.all_done(k - 2):
-            self.wait_free(k)
+        words = seg.words
+        for at in seg.done_at:       # (seg.all_done(k - 2), inline)
+            if words[at] < k - 2:
+                self.wait_free(k)
+                break
         return k
 
     def wait_free(self, k: int) -> None:
@@ -92,10 +95,15 @@ class FusedCall:
         and check that they all made the same call (raises the mismatch otherwise)."""
         seg = self.seg
         seg.publish(k, self.sig, call=self.waiting)
-        if not seg.all_published(k):
-            self.meet(k, self.everyone)
-        if not seg.all_signed(k, (k & SIG_MASK) << CALL_SHIFT | self.sig):
-            seg.check(k, self.sig, self.everyone, self.waiting)   # raises
+        words = seg.words
+        for at in seg.seq_at:        # has every member published call k?
+            if words[at] < k:
+                self.meet(k, self.everyone)
+                break
+        signed = (k & SIG_MASK) << CALL_SHIFT | self.sig
+        for at in seg.sig_at[k & 1]:     # did they all sign it alike?
+            if words[at] != signed:
+                seg.check(k, self.sig, self.everyone, self.waiting)   # raises
         seg.verified(k)
 
     def open(self) -> int:

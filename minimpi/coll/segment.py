@@ -278,30 +278,15 @@ class HostSegment:
         """The first ``nbytes`` of member ``member``'s area for call ``k`` (uint8)."""
         return self.areas[member][k & 1][:nbytes]
 
-    # (the looks at every member's word below are plain loops: ``min(map(words.__getitem__,
-    # ...))`` costs ~0.7 us at p = 2 - a memoryview's method wrapper per item -, a loop
-    # 0.1-0.2 us, and the repeated small collective does several such looks per call)
-    def all_published(self, k: int) -> bool:
-        """Whether every member published call ``k``."""
-        words = self.words
-        for at in self.seq_at:
-            if words[at] < k:
-                return False
-        return True
-
     def all_done(self, k: int) -> bool:
         """Whether every member finished reading call ``k``."""
+        # (the looks at every member's words are plain loops, here and in the fused calls:
+        # ``min(map(words.__getitem__, ...))`` costs ~0.7 us at p = 2 - a memoryview's
+        # method wrapper per item -, a loop 0.1-0.2 us, and the repeated small collective
+        # does several such looks per call)
         words = self.words
         for at in self.done_at:
             if words[at] < k:
-                return False
-        return True
-
-    def all_signed(self, k: int, word: int) -> bool:
-        """Whether every member's signature word of call ``k``'s parity is ``word``."""
-        words = self.words
-        for at in self.sig_at[k & 1]:
-            if words[at] != word:
                 return False
         return True
 

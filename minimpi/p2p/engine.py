@@ -108,8 +108,10 @@ FIRST_FREE_CONTEXT = 4
 
 #: How often a blocked wait wakes up to run its checks (peer loss, abort, diagnostics hooks).
 POLL_INTERVAL = 0.25
-#: looks at a peer's ring per round of an express receive's spin (see receive_now)
-LOOKS = 16
+#: looks at a peer's ring per round of an express receive's spin (see receive_now): between
+#: two rounds the spin's own checks run, and a frame that comes meanwhile waits for them
+#: (64 looks, ~4 us: -0.08 us per 8 B one-way against 16; 160 gains nothing more)
+LOOKS = 64
 
 _get_ident = threading.get_ident
 _MAIN_THREAD = threading.main_thread().ident

@@ -26,6 +26,15 @@ HEADER_SIZE = HEADER.size  # 32
 #: | flags << 8 | extra << 16): what an express receive reads - five small ints, where a
 #: msg_id soon is a new int object, and one test of the word for what it must not be
 MATCH_FIELDS = struct.Struct("<IIii8xQ")
+#: receive buffers up to this many bytes read a frame's match fields and payload in one
+#: unpack (:data:`MATCH_AND_PAYLOAD`)
+PAYLOAD_WITH_MATCH_MAX = 64
+#: by a receive buffer's size m: :data:`MATCH_FIELDS` and the m bytes after the header as
+#: one bytes object - a small express receive's header and payload in one call, where the
+#: payload's own slice costs about as much as the unpack (the bytes past a shorter
+#: frame's end are read and dropped)
+MATCH_AND_PAYLOAD = {m: struct.Struct(f"<IIii8xQ{m}s")
+                     for m in range(PAYLOAD_WITH_MATCH_MAX + 1)}
 
 EAGER = 1
 RTS = 2

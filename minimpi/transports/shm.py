@@ -82,7 +82,9 @@ from .frames import (
     HAS_PAYLOAD,
     HEADER,
     HEADER_SIZE,
+    MATCH_AND_PAYLOAD,
     MATCH_FIELDS,
+    PAYLOAD_WITH_MATCH_MAX,
     Header,
     filler,
 )
@@ -615,29 +617,43 @@ class _In:
         cap = self.cap
         if cap - pos < HEADER_SIZE:
             return ()
+        # a small buffer's header and payload come in one unpack (frames.MATCH_AND_PAYLOAD),
+        # chosen now, before the frame
+        room = 0 if target is None else target.nbytes
+        both = MATCH_AND_PAYLOAD[room] if (
+            0 < room <= PAYLOAD_WITH_MATCH_MAX and pos + HEADER_SIZE + room <= cap) else None
         tail = ctl[R_TAIL]
         while tail == head:
             if times <= 1:
                 return None
             times -= 1
             tail = ctl[R_TAIL]
-        word, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
+        if both is not None:
+            word, hcontext, hsource, htag, n, payload = both.unpack_from(self.data, pos)
+        else:
+            word, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
         start = pos + HEADER_SIZE
         end = head + HEADER_SIZE + n
         if (word & _EXPRESS_MASK != EAGER or start + n > cap or end > tail
                 or hcontext != context or hsource != source or htag != tag and tag >= 0):
             return ()
+        data = None
         if target is None:
             data = bytearray(self.data[start:start + n])
-        elif n > target.nbytes:
+        elif n > room:
             return ()
-        else:
-            data = None
-            if type(target) is memoryview:      # a byte view: the cheapest copy of all
-                target[:n] = self.data[start:start + n]
-            elif n:                             # (no view made of an array for one copy)
-                start += self.base
-                (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
+        elif both is not None:
+            if n != room:
+                payload = payload[:n]
+            if type(target) is memoryview:
+                target[:n] = payload
+            elif n:
+                (FILLERS.get(n) or filler(n))(target, 0, payload)
+        elif type(target) is memoryview:        # a byte view: the cheapest copy of all
+            target[:n] = self.data[start:start + n]
+        elif n:                                 # (no view made of an array for one copy)
+            start += self.base
+            (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
         # take it: one store of the shared head word commits it (unless a signal handler's
         # receive took it meanwhile)
         if ctl[R_HEAD] != head or self.gone:

@@ -211,6 +211,47 @@ def test_take_matching_copies_into_numpy_arrays_and_reports_any_tag(kind):
             t.close()
 
 
+@pytest.mark.parametrize("as_array", [False, True])
+def test_a_small_buffer_gets_exactly_the_frame_wherever_it_lies_in_the_ring(as_array):
+    # a receive buffer of at most frames.PAYLOAD_WITH_MATCH_MAX bytes reads the header and
+    # that many bytes in one unpack, or, where they would pass the ring's end, the payload
+    # alone: frames of every length up to the buffer's, at every place in a small ring,
+    # fill exactly their bytes (what lies past a shorter frame is never copied)
+    np = pytest.importorskip("numpy")
+    ts, sinks = wired("shm")
+    try:
+        reader = ts[1].eager_reader(0)
+        room = frames.PAYLOAD_WITH_MATCH_MAX
+        deadline, taken = time.monotonic() + 20, 0
+        for i in range(150):
+            n = (i * 7) % (room + 1)
+            data = payload_of(i, n)
+            ts[0].send(1, frames.pack(frames.EAGER, 0, 5, 0, 3, i, n), [memoryview(data)],
+                       None)
+            buf = np.full(room, 0xEE, np.uint8)
+            target = buf if as_array else memoryview(buf).cast("B")
+            before = len(sinks[1].frames)
+            while True:
+                assert time.monotonic() < deadline, i
+                ts[0].progress(0)
+                got = reader.take_matching(5, 0, 3, target, 4)
+                if got:
+                    assert got == (0, 3, n, None), i
+                    assert bytes(buf[:n]) == data and (buf[n:] == 0xEE).all(), (i, n)
+                    taken += 1
+                    break
+                if got == ():          # where no header fits before the ring's end
+                    while len(sinks[1].frames) == before:
+                        assert time.monotonic() < deadline, i
+                        ts[1].progress(0)
+                    assert sinks[1].frames[before:] == [(i, frames.EAGER, data)], i
+                    break
+        assert taken > 140
+    finally:
+        for t in ts:
+            t.close()
+
+
 def test_the_shm_express_writer_packs_every_field_of_the_header():
     # send_eager packs the header as its four words: what progress unpacks field by field
     # is what was sent, negative tags and every flag included

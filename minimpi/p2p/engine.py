@@ -81,7 +81,17 @@ from ..errors import (
 )
 from ..transports import frames, signal_guard
 from ..transports.base import ExpressGate, FrameSink, Transport
-from ..transports.frames import CTS, DATA, EAGER, F_SYNC, RTS, SYNC_ACK, Header, copy_into
+from ..transports.frames import (
+    CTS,
+    DATA,
+    EAGER,
+    F_SYNC,
+    PAYLOAD_WITH_MATCH_MAX,
+    RTS,
+    SYNC_ACK,
+    Header,
+    copy_into,
+)
 from ..transports.tcp import UID_RANK_MASK, UID_SHIFT
 from .matching import Incoming, MatchQueues
 from .observe import Activities, MatchStats
@@ -682,18 +692,23 @@ class Engine(FrameSink):
             reader = None if source < 0 else self._readers.get((context, source), False)
             if reader is False:
                 reader = self._reader(context, source)
-            if reader is not None:      # one look before the spin is set up
-                ahead = reader.take_matching(context, source, tag, target, 1)
+            if (target is not None and type(target) is not memoryview
+                    and target.nbytes > PAYLOAD_WITH_MATCH_MAX):
+                # a byte view of a larger buffer, made now, while nothing has come: the copy
+                # of a message that comes later is then the cheapest there is (a small one's
+                # comes with its header: frames.MATCH_AND_PAYLOAD, into the buffer itself)
+                target = memoryview(target).cast("B")
+            if reader is not None:
+                # the first round of looks, before the spin's clock is set up: in a ping-pong
+                # the answer often comes within it, and what this call does before it looks
+                # delays that message as much as the sender's work does
+                ahead = reader.take_matching(context, source, tag, target, LOOKS)
                 if ahead:               # (source, tag, length, data): taken
                     return ahead
             # the spin: the reader's looks, the transport's progress between, until the
             # message comes or the policy's spin ends
             transport = self.transport
             policy = self.progress_policy
-            if target is not None and type(target) is not memoryview:
-                # a byte view of the buffer, made now, while nothing has come: the copy of a
-                # message that comes during the spin is then the cheapest there is
-                target = memoryview(target).cast("B")
             express = None      # (made for the transport's progress only when it runs)
             try:
                 clock = time.perf_counter

@@ -24,7 +24,7 @@ all lose. So each registration also states the work of the call summed over all 
 β twice: the sender copies it into the kernel and the receiver copies it out (the
 ping-pong that measures β overlaps the two; ranks that share cores cannot). A message
 costs α/4 of processing, as in a step that posts several (the rest of α is waiting).
-Between equal predictions - within 1% (``registry.TIE``), typically several algorithms at
+Between equal predictions - within 3% (``registry.TIE``), typically several algorithms at
 the same contention bound - ``auto`` takes the smaller formula (the shorter critical path,
 fewer steps), then the algorithm registered first.
 

@@ -265,18 +265,18 @@ def test_terms_add_up_and_show_the_numbers():
 
 
 def test_cores_show_how_the_choice_changes(monkeypatch):
-    laptop = rows(run_explain("allreduce", 4 << 20, 8, make_op("sum"), cores=2))
-    cluster = rows(run_explain("allreduce", 4 << 20, 8, make_op("sum"), cores=8))
+    laptop = rows(run_explain("allreduce", 1 << 20, 8, make_op("sum"), cores=2))
+    cluster = rows(run_explain("allreduce", 1 << 20, 8, make_op("sum"), cores=8))
     pick = lambda got: [name for name, (star, _) in got.items() if star][0]
     assert (pick(laptop), pick(cluster)) == ("binomial", "rabenseifner")
-    text = run_explain("allreduce", 4 << 20, 8, make_op("sum"), cores=2)
+    text = run_explain("allreduce", 1 << 20, 8, make_op("sum"), cores=2)
     assert "cores    = 2 " in text and "[--cores]" in text
     assert "  2 cores (this model): binomial" in text
     assert "  8 cores - a core per rank, as on a cluster: rabenseifner" in text
     monkeypatch.setenv("MINIMPI_COST_CORES", "8")         # the documented variable
     cost.clear_cache()
-    assert pick(rows(run_explain("allreduce", 4 << 20, 8, make_op("sum")))) == "rabenseifner"
-    assert "[env MINIMPI_COST_CORES]" in run_explain("allreduce", 4 << 20, 8, make_op("sum"))
+    assert pick(rows(run_explain("allreduce", 1 << 20, 8, make_op("sum")))) == "rabenseifner"
+    assert "[env MINIMPI_COST_CORES]" in run_explain("allreduce", 1 << 20, 8, make_op("sum"))
 
 
 def test_cli_cores(capsys):

@@ -242,6 +242,11 @@ class RouterTransport(Transport):
         member = self.member("shm")
         return None if member is None else member.host_memory()
 
+    @property
+    def needs_fence(self) -> bool:        # type: ignore[override]
+        member = self.member("shm")
+        return member is not None and member.needs_fence
+
     def fence(self) -> None:
         member = self.member("shm")
         if member is not None:

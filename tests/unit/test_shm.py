@@ -190,6 +190,8 @@ def test_publishes_skip_the_fence_only_where_both_ranks_barrier_before_they_slee
         for me, t in enumerate(ts):
             out, inc = t._out[1 - me], t._in[0]
             assert (out.fenced, inc.fenced) == (not both, not both)
+            # what a segment tests before it calls fence() (Transport.needs_fence)
+            assert t.needs_fence == (not both) and t.host_memory() is t
         # the collectives' fence (a store a peer may wait for, then a look at who sleeps)
         # is none between two such ranks either
         for t in ts:
@@ -350,6 +352,13 @@ def test_router_sends_through_shm_on_the_same_host_and_tcp_between_hosts():
         assert ts[0].routes() == [None, "shm", "tcp"]
         assert ts[2].routes() == ["tcp", "tcp", None]
         assert ts[0].local_ranks == [0, 1] and ts[2].local_ranks == [2]
+        # a segment's fences and wake-ups go to the shared-memory member itself
+        # (rank 2, alone on its host, keeps no shared-memory member: none, and no fence)
+        for t in ts:
+            member = t.member("shm")
+            assert t.host_memory() is member
+            assert t.needs_fence == (member is not None and member.needs_fence)
+        assert ts[2].member("shm") is None and ts[0].host_memory() is not None
     finally:
         close_all(ts)
 

@@ -642,18 +642,19 @@ class _In:
             data = bytearray(self.data[start:start + n])
         elif n > room:
             return ()
-        elif both is not None:
-            if n != room:
+        else:
+            if both is None:    # the payload alone: a view's slice, or bytes for an array
+                if type(target) is memoryview:
+                    payload = self.data[start:start + n]
+                else:
+                    start += self.base
+                    payload = self.map[start:start + n]
+            elif n != room:
                 payload = payload[:n]
-            if type(target) is memoryview:
+            if type(target) is memoryview:      # a byte view: the cheapest copy of all
                 target[:n] = payload
-            elif n:
+            elif n:                             # (no view made of an array for one copy)
                 (FILLERS.get(n) or filler(n))(target, 0, payload)
-        elif type(target) is memoryview:        # a byte view: the cheapest copy of all
-            target[:n] = self.data[start:start + n]
-        elif n:                                 # (no view made of an array for one copy)
-            start += self.base
-            (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
         # take it: one store of the shared head word commits it (unless a signal handler's
         # receive took it meanwhile)
         if ctl[R_HEAD] != head or self.gone:

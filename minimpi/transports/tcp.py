@@ -1,10 +1,16 @@
 """TCP transport: plain non-blocking sockets driven by ``poll`` from the caller's thread.
 
-Connections are one-way and opened lazily: rank *i* opens its own connection to rank *j*
-the first time it sends to *j*, and uses it only to send. Frames from *i* to *j* therefore
-travel in order on one socket (MPI's non-overtaking rule), and two ranks that connect to
-each other at the same moment simply get two connections, one per direction - there is no
-race to resolve.
+Connections are opened lazily and carry both directions: rank *i* opens a connection to
+rank *j* the first time it sends to *j*, unless *j*'s connection to *i* is ready by then, in
+which case *i* sends on that one (:meth:`TcpTransport.adopt`). A rank keeps sending to a peer
+on the connection it started with while that one is open, so frames from *i* to *j* travel
+in order on one socket (MPI's non-overtaking rule); two ranks that connect to each other at
+the same moment simply get two connections, one used each way - there is no race to
+resolve. Jobs that connect at start-up (:meth:`TcpTransport.connect_all`) get exactly one
+per pair: the lower rank opens it. One connection per pair matters for small messages: on
+two one-way connections every frame costs a pure acknowledgement packet the other way,
+~2 us of a ping-pong's round trip, where one connection carries the acknowledgement in the
+answer.
 
 Authentication (before a single frame is read, let alone unpickled): the connecting rank
 sends ``HELLO = magic | rank | nonce_c``; the accepting rank answers ``nonce_a |
@@ -34,7 +40,7 @@ import socket
 import struct
 import sys
 import time
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from ..errors import TransportError
 from . import signal_guard
@@ -56,6 +62,8 @@ STAGING = 256 * 1024
 #: read by progress)
 PEEK_BYTES = 4096
 IOV_MAX = 512
+#: frames up to this size go to the kernel as one joined bytes object (header + payload)
+JOIN_MAX = 1024
 MAX_CHUNK = 1 << 30                   # largest single recv_into / sendmsg request
 HANDSHAKE_TIMEOUT = 10.0
 #: connections that may be handshaking with one rank at once (env MINIMPI_MAX_HANDSHAKES);
@@ -102,91 +110,43 @@ class _Frame:
         self.on_sent = on_sent
 
 
-class _OutConn:
-    """This rank's sending connection to one peer."""
+class _Conn:
+    """What a ready connection does at either end: it carries the frames each of its two
+    ranks sends to the other. Frames to the peer are queued and flushed; frames from the
+    peer are read into a staging buffer and handed to the engine (:meth:`read_frames`), or
+    taken by the express receive (:meth:`look`, :meth:`take`). Which end opened it
+    (:class:`_OutConn`, :class:`_InConn`) only matters until the handshake is done."""
 
-    CONNECTING, HELLO_SENT, READY, FAILED = range(4)
+    #: (both subclasses number their states so that a ready connection is READY)
+    READY = 2
 
-    def __init__(self, transport: "TcpTransport", peer: int, address: str) -> None:
+    def __init__(self, transport: "TcpTransport", peer: int) -> None:
         self.t = transport
         self.peer = peer
+        self.sock: socket.socket
+        self.fd = -1
+        self.state = 0
         self.queue: Deque[_Frame] = collections.deque()
-        self.state = self.CONNECTING
-        self.reply = bytearray()
-        self.nonce = os.urandom(16)
-        host, port = address.rsplit(":", 1)
-        try:
-            self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
-                                      socket.SOCK_STREAM)
-        except OSError as exc:
-            if exc.errno not in _RESOURCE_ERRORS:
-                raise
-            err = TransportError(f"rank {transport.rank}: cannot open a connection to rank "
-                                 f"{peer} at {address}: {_resource_text(exc)}")
-            err.resource = True   # this rank's problem, not a lost peer: raise, don't fail a send
-            raise err from None
-        _tune(self.sock)
-        self.fd = self.sock.fileno()
-        try:
-            err = self.sock.connect_ex((host.strip("[]"), int(port)))
-            why = None if err in (0, errno.EINPROGRESS, errno.EWOULDBLOCK) else os.strerror(err)
-        except (OSError, ValueError) as exc:   # an address that does not resolve or parse
-            why = str(exc)
-        if why is not None:
-            self.sock.close()
-            raise TransportError(f"rank {transport.rank}: cannot connect to rank {peer} at "
-                                 f"{address}: {why}")
-        transport._register(self, _POLLOUT)
+        self.buf: Optional[bytearray] = None     # the staging buffer (made on first read)
+        self.view: Optional[memoryview] = None
+        self.start = self.end = 0
+        # payload being received straight into its destination
+        self.d_header: Optional[Header] = None
+        self.d_target: Optional[memoryview] = None
+        self.d_pos = 0
+        self.d_skip = 0     # payload bytes to drop (their frame failed in the engine)
+        #: bytes taken out of the socket once ready (where in the stream it stands)
+        self.consumed = 0
+        #: a poll of this socket alone (made on the express receive's first look)
+        self.readable: Optional[Callable[[int], list]] = None
 
-    def on_event(self, events: int) -> None:
-        if self.state == self.CONNECTING:
-            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                return self.fail(f"connect failed: {os.strerror(err)}")
-            try:
-                self.sock.send(_HELLO.pack(MAGIC, self.t.uid, self.nonce))
-            except OSError as exc:
-                return self.fail(f"handshake failed: {exc}")
-            self.state = self.HELLO_SENT
-            self.t._modify(self, _POLLIN)
-            return
-        if self.state == self.HELLO_SENT:
-            try:
-                data = self.sock.recv(_REPLY_SIZE - len(self.reply))
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                return self.fail(f"handshake failed: {exc}")
-            if not data:
-                return self.fail("connection closed during the handshake")
-            self.reply += data
-            if len(self.reply) < _REPLY_SIZE:
-                return
-            nonce_a, mac = bytes(self.reply[:16]), bytes(self.reply[16:])
-            rank = struct.pack("<I", self.t.uid)
-            if not hmac.compare_digest(mac, _mac(self.t.secret, b"A", self.nonce, nonce_a, rank)):
-                return self.fail("the peer did not prove it knows the job secret")
-            proof = _mac(self.t.secret, b"C", nonce_a, self.nonce, rank)
-            self.queue.appendleft(_Frame([memoryview(proof)], None))
-            self.t._pending += 1
-            self.state = self.READY
-            self.t._ready_out.add(self.peer)
+    def on_ready_event(self, events: int) -> None:
+        if events & _POLLOUT:
             self.flush()
-            return
-        if self.state == self.READY:
-            if events & _POLLOUT:
-                self.flush()
-            if events & (_POLLIN | _POLLERR):
-                # The peer never sends on this connection: readable means it closed or failed.
-                try:
-                    data = self.sock.recv(1)
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError as exc:
-                    return self.fail(str(exc))
-                if not data:
-                    return self.fail("peer closed the connection")
+        if events & ~_POLLOUT and self.state == self.READY:
+            self.read_frames()
 
+    # -- sending --------------------------------------------------------------------------
     def flush(self) -> None:
         """Write as much of the queue as the kernel takes now, in one ``sendmsg`` per round."""
         queue = self.queue
@@ -205,7 +165,7 @@ class _OutConn:
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as exc:
-                return self.fail(f"send failed: {exc}")
+                return self.ended(f"send failed: {exc}")
             partial = sent < sum(seg.nbytes for seg in iov)
             while queue:
                 frame = queue[0]
@@ -227,125 +187,39 @@ class _OutConn:
                 return
         self.t._modify(self, _POLLIN)
 
-    def fail(self, reason: str) -> None:
-        """Close this connection; frames still queued on it fail with ``reason``.
+    # -- ending ---------------------------------------------------------------------------
+    def carries_peer(self) -> bool:
+        """Whether the peer may have sent (or send) frames to this rank on this connection."""
+        raise NotImplementedError
 
-        The peer closing its end is not an error by itself (it exits after its last
-        message): only frames that can no longer be delivered fail. A later send to the
-        same peer opens a new connection (and fails then if the peer is gone).
-        """
-        if self.state == self.FAILED:
+    def ended(self, reason: str) -> None:
+        """The connection is closed or broken: close it; frames still queued on it fail
+        with ``reason``, and if the peer sends on it the engine hears that the peer is lost
+        (a peer closes its connections when it exits). A later send to the same peer opens
+        a new connection (and fails then if the peer is gone)."""
+        if not self.close():
             return
-        self.state = self.FAILED
-        self.t._unregister(self)
-        self.sock.close()
-        if self.t._out.get(self.peer) is self:
-            del self.t._out[self.peer]
-        self.t._out_errors[self.peer] = reason   # for connect_all's message
+        t = self.t
+        if t._out.get(self.peer) is self:
+            del t._out[self.peer]
+        t._out_errors[self.peer] = reason   # for connect_all's message
+        if t._in_by_peer.get(self.peer) is self:
+            del t._in_by_peer[self.peer]
         why = f"connection to rank {self.peer}: {reason}"
         dropped = list(self.queue)
         self.queue.clear()
-        self.t._pending -= len(dropped)
+        t._pending -= len(dropped)
         for frame in dropped:
             if frame.on_sent is not None:
                 frame.on_sent(why)
+        if self.carries_peer() and t._sink is not None:
+            t._sink.peer_lost(self.peer, reason)
 
+    def close(self) -> bool:
+        """Close the socket (once: False if it already was)."""
+        raise NotImplementedError
 
-class _InConn:
-    """A connection accepted from a peer, which sends frames to this rank on it."""
-
-    HELLO, PROOF, READY, CLOSED = range(4)
-
-    def __init__(self, transport: "TcpTransport", sock: socket.socket, address) -> None:
-        self.t = transport
-        self.sock = sock
-        self.address = address
-        _tune(sock)
-        self.fd = sock.fileno()
-        self.state = self.HELLO
-        self.hs = bytearray()
-        self.peer = -1
-        self.peer_uid = 0
-        self.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
-        self.nonce = os.urandom(16)
-        self.peer_nonce = b""
-        self.buf: Optional[bytearray] = None
-        self.view: Optional[memoryview] = None
-        self.start = self.end = 0
-        # payload being received straight into its destination
-        self.d_header: Optional[Header] = None
-        self.d_target: Optional[memoryview] = None
-        self.d_pos = 0
-        self.d_skip = 0     # payload bytes to drop (their frame failed in the engine)
-        #: bytes taken out of the socket once ready (where in the stream it stands)
-        self.consumed = 0
-        transport._register(self, _POLLIN)
-
-    def refuse(self, why: str) -> None:
-        self.t._refused(f"{self.address[0]}:{self.address[1]}", why)
-        self.close()
-
-    def close(self) -> None:
-        if self.state != self.CLOSED:
-            self.state = self.CLOSED
-            self.t._unregister(self)
-            self.sock.close()
-
-    def _read_exact(self, total: int) -> Optional[bytes]:
-        try:
-            data = self.sock.recv(total - len(self.hs))
-        except (BlockingIOError, InterruptedError):
-            return None
-        except ConnectionResetError:
-            self.close()   # the other end went away (a rank ending with the job): not a refusal
-            return None
-        except OSError as exc:
-            self.refuse(f"handshake failed: {exc}")
-            return None
-        if not data:
-            self.close()
-            return None
-        self.hs += data
-        if len(self.hs) < total:
-            return None
-        out, self.hs = bytes(self.hs), bytearray()
-        return out
-
-    def on_event(self, events: int) -> None:
-        if self.state == self.READY:
-            return self.read_frames()
-        if self.state == self.HELLO:
-            data = self._read_exact(_HELLO.size)
-            if data is None:
-                return
-            magic, uid, nonce_c = _HELLO.unpack(data)
-            rank = self.t.peer_of(uid)
-            if magic != MAGIC or rank is None:
-                return self.refuse("not a minimpi peer (bad hello)")
-            self.peer, self.peer_uid, self.peer_nonce = rank, uid, nonce_c
-            mac = _mac(self.t.secret, b"A", nonce_c, self.nonce, struct.pack("<I", uid))
-            try:
-                self.sock.send(self.nonce + mac)
-            except OSError as exc:
-                return self.refuse(f"handshake failed: {exc}")
-            self.state = self.PROOF
-            return
-        if self.state == self.PROOF:
-            data = self._read_exact(_PROOF_SIZE)
-            if data is None:
-                return
-            want = _mac(self.t.secret, b"C", self.nonce, self.peer_nonce,
-                        struct.pack("<I", self.peer_uid))
-            if not hmac.compare_digest(data, want):
-                return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
-            self.state = self.READY
-            self.t._ready_in.add(self.peer)
-            self.t._in_by_peer[self.peer] = self
-            self.t._handshaking.pop(self, None)
-            self.buf = bytearray(STAGING)
-            self.view = memoryview(self.buf)
-            return
-
+    # -- receiving ------------------------------------------------------------------------
     def read_frames(self) -> None:
         """Read what the socket has and hand every complete frame to the engine.
 
@@ -358,6 +232,9 @@ class _InConn:
         inside :func:`~minimpi.transports.signal_guard.hold`.
         """
         sink = self.t._sink
+        if self.view is None:
+            self.buf = bytearray(STAGING)
+            self.view = memoryview(self.buf)
         if self.d_skip:
             # Drop the rest of a payload whose frame the engine failed on.
             try:
@@ -365,9 +242,9 @@ class _InConn:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                return self.lost(str(exc))
+                return self.ended(str(exc))
             if n == 0:
-                return self.lost("connection closed in the middle of a message")
+                return self.ended("connection closed in the middle of a message")
             self.consumed += n
             self.d_skip -= n
             return
@@ -379,9 +256,9 @@ class _InConn:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                return self.lost(str(exc))
+                return self.ended(str(exc))
             if n == 0:
-                return self.lost("connection closed in the middle of a message")
+                return self.ended("connection closed in the middle of a message")
             self.consumed += n
             self.d_pos += n
             if self.d_pos == self.d_target.nbytes:
@@ -395,9 +272,11 @@ class _InConn:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            return self.lost(str(exc))
+            return self.ended(str(exc))
         if n == 0:
-            return self.lost("exited (connection closed)")
+            return self.ended("exited (connection closed)")
+        if not self.consumed:
+            self.first_bytes()
         self.consumed += n
         self.end += n
         start, end = self.start, self.end
@@ -441,10 +320,8 @@ class _InConn:
                 start, end = 0, rest
             self.start, self.end = start, end
 
-    def lost(self, reason: str) -> None:
-        peer = self.peer
-        self.close()
-        self.t._sink.peer_lost(peer, reason)
+    def first_bytes(self) -> None:
+        """The peer's first bytes on this connection are here (see :class:`_OutConn`)."""
 
     # -- the express receive (TcpTransport.eager_reader) ----------------------------------
     def look(self, times: int = 1) -> Optional[tuple]:
@@ -466,17 +343,21 @@ class _InConn:
             if header[0] != EAGER or stop > end:
                 return ()
             return header, self.view[start + HEADER_SIZE:stop], stop
-        peek = self.t._peek
-        while True:
-            try:
-                n = self.sock.recv_into(peek, PEEK_BYTES, socket.MSG_PEEK)
-                break
-            except (BlockingIOError, InterruptedError):
-                times -= 1
-                if times <= 0:
-                    return None
-            except OSError:                    # progress finds out and says what
+        readable = self.readable
+        if readable is None:
+            poller = select.poll()
+            poller.register(self.fd, _POLLIN)
+            readable = self.readable = poller.poll
+        # (asked first: a recv of an empty socket raises, which costs 3x this poll)
+        while not readable(0):
+            times -= 1
+            if times <= 0:
                 return None
+        peek = self.t._peek
+        try:
+            n = self.sock.recv_into(peek, PEEK_BYTES, socket.MSG_PEEK)
+        except OSError:                        # progress finds out and says what
+            return None
         if n < HEADER_SIZE:                    # (0: closed - progress says so)
             return ()
         header = HEADER.unpack_from(peek, 0)
@@ -501,14 +382,201 @@ class _InConn:
             n = self.sock.recv_into(self.t._discard, want)
         except OSError:
             return False
+        if not self.consumed:
+            self.first_bytes()
         self.consumed += n
         if n != want:     # the peeked bytes are always there to take: a broken stream
-            self.lost(f"a frame of {want} bytes it had shown arrived as {n}")
+            self.ended(f"a frame of {want} bytes it had shown arrived as {n}")
         return True
 
 
+class _OutConn(_Conn):
+    """A connection this rank opened to one peer: this rank sends on it, and so may the
+    peer (the peer uses it instead of opening its own when it is ready before the peer
+    first sends to this rank - :meth:`TcpTransport.adopt`)."""
+
+    CONNECTING, HELLO_SENT, READY, FAILED = range(4)
+
+    def __init__(self, transport: "TcpTransport", peer: int, address: str) -> None:
+        super().__init__(transport, peer)
+        self.state = self.CONNECTING
+        self.reply = bytearray()
+        self.nonce = os.urandom(16)
+        host, port = address.rsplit(":", 1)
+        try:
+            self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                      socket.SOCK_STREAM)
+        except OSError as exc:
+            if exc.errno not in _RESOURCE_ERRORS:
+                raise
+            err = TransportError(f"rank {transport.rank}: cannot open a connection to rank "
+                                 f"{peer} at {address}: {_resource_text(exc)}")
+            err.resource = True   # this rank's problem, not a lost peer: raise, don't fail a send
+            raise err from None
+        _tune(self.sock)
+        self.fd = self.sock.fileno()
+        try:
+            err = self.sock.connect_ex((host.strip("[]"), int(port)))
+            why = None if err in (0, errno.EINPROGRESS, errno.EWOULDBLOCK) else os.strerror(err)
+        except (OSError, ValueError) as exc:   # an address that does not resolve or parse
+            why = str(exc)
+        if why is not None:
+            self.sock.close()
+            raise TransportError(f"rank {transport.rank}: cannot connect to rank {peer} at "
+                                 f"{address}: {why}")
+        transport._register(self, _POLLOUT)
+
+    def on_event(self, events: int) -> None:
+        if self.state == self.READY:
+            return self.on_ready_event(events)
+        if self.state == self.CONNECTING:
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                return self.ended(f"connect failed: {os.strerror(err)}")
+            try:
+                self.sock.send(_HELLO.pack(MAGIC, self.t.uid, self.nonce))
+            except OSError as exc:
+                return self.ended(f"handshake failed: {exc}")
+            self.state = self.HELLO_SENT
+            self.t._modify(self, _POLLIN)
+            return
+        if self.state == self.HELLO_SENT:
+            try:
+                data = self.sock.recv(_REPLY_SIZE - len(self.reply))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                return self.ended(f"handshake failed: {exc}")
+            if not data:
+                return self.ended("connection closed during the handshake")
+            self.reply += data
+            if len(self.reply) < _REPLY_SIZE:
+                return
+            nonce_a, mac = bytes(self.reply[:16]), bytes(self.reply[16:])
+            rank = struct.pack("<I", self.t.uid)
+            if not hmac.compare_digest(mac, _mac(self.t.secret, b"A", self.nonce, nonce_a, rank)):
+                return self.ended("the peer did not prove it knows the job secret")
+            proof = _mac(self.t.secret, b"C", nonce_a, self.nonce, rank)
+            self.queue.appendleft(_Frame([memoryview(proof)], None))
+            self.t._pending += 1
+            self.state = self.READY
+            self.t._ready_out.add(self.peer)
+            self.flush()
+
+    def first_bytes(self) -> None:
+        # the peer sends to this rank on this connection: the express receive looks here
+        self.t._in_by_peer.setdefault(self.peer, self)
+
+    def carries_peer(self) -> bool:
+        # a ready connection the peer closes: the peer exited (it may have sent nothing on
+        # it yet, and may have been about to)
+        return self.state == self.FAILED and self.ready_once
+
+    def close(self) -> bool:
+        if self.state == self.FAILED:
+            return False
+        self.ready_once = self.state == self.READY
+        self.state = self.FAILED
+        self.t._unregister(self)
+        self.sock.close()
+        return True
+
+
+class _InConn(_Conn):
+    """A connection a peer opened to this rank: the peer sends on it, and so does this
+    rank once it is ready, if this rank has no connection of its own to the peer then
+    (:meth:`TcpTransport.adopt`)."""
+
+    HELLO, PROOF, READY, CLOSED = range(4)
+
+    def __init__(self, transport: "TcpTransport", sock: socket.socket, address) -> None:
+        super().__init__(transport, -1)
+        self.sock = sock
+        self.address = address
+        _tune(sock)
+        self.fd = sock.fileno()
+        self.state = self.HELLO
+        self.hs = bytearray()
+        self.peer_uid = 0
+        self.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        self.nonce = os.urandom(16)
+        self.peer_nonce = b""
+        transport._register(self, _POLLIN)
+
+    def refuse(self, why: str) -> None:
+        self.t._refused(f"{self.address[0]}:{self.address[1]}", why)
+        self.close()
+
+    def carries_peer(self) -> bool:
+        return self.peer >= 0 and self.was_ready
+
+    def close(self) -> bool:
+        if self.state == self.CLOSED:
+            return False
+        self.was_ready = self.state == self.READY
+        self.state = self.CLOSED
+        self.t._unregister(self)
+        self.sock.close()
+        return True
+
+    def _read_exact(self, total: int) -> Optional[bytes]:
+        try:
+            data = self.sock.recv(total - len(self.hs))
+        except (BlockingIOError, InterruptedError):
+            return None
+        except ConnectionResetError:
+            self.close()   # the other end went away (a rank ending with the job): not a refusal
+            return None
+        except OSError as exc:
+            self.refuse(f"handshake failed: {exc}")
+            return None
+        if not data:
+            self.close()
+            return None
+        self.hs += data
+        if len(self.hs) < total:
+            return None
+        out, self.hs = bytes(self.hs), bytearray()
+        return out
+
+    def on_event(self, events: int) -> None:
+        if self.state == self.READY:
+            return self.on_ready_event(events)
+        if self.state == self.HELLO:
+            data = self._read_exact(_HELLO.size)
+            if data is None:
+                return
+            magic, uid, nonce_c = _HELLO.unpack(data)
+            rank = self.t.peer_of(uid)
+            if magic != MAGIC or rank is None:
+                return self.refuse("not a minimpi peer (bad hello)")
+            self.peer, self.peer_uid, self.peer_nonce = rank, uid, nonce_c
+            mac = _mac(self.t.secret, b"A", nonce_c, self.nonce, struct.pack("<I", uid))
+            try:
+                self.sock.send(self.nonce + mac)
+            except OSError as exc:
+                return self.refuse(f"handshake failed: {exc}")
+            self.state = self.PROOF
+            return
+        if self.state == self.PROOF:
+            data = self._read_exact(_PROOF_SIZE)
+            if data is None:
+                return
+            want = _mac(self.t.secret, b"C", self.nonce, self.peer_nonce,
+                        struct.pack("<I", self.peer_uid))
+            if not hmac.compare_digest(data, want):
+                return self.refuse(f"claimed to be rank {self.peer} but did not prove the job secret")
+            self.state = self.READY
+            self.t._ready_in.add(self.peer)
+            self.t._in_by_peer[self.peer] = self
+            self.t._handshaking.pop(self, None)
+            self.t.adopt(self)
+            return
+
+
 class _InReader:
-    """:meth:`TcpTransport.eager_reader`: the peer's incoming connection once it is ready."""
+    """:meth:`TcpTransport.eager_reader`: the connection the peer sends on once it is ready
+    (the one it opened, or this rank's own if the peer adopted it)."""
 
     __slots__ = ("t", "peer")
 
@@ -516,12 +584,18 @@ class _InReader:
         self.t = transport
         self.peer = peer
 
+    def _conn(self) -> Optional[_Conn]:
+        t = self.t
+        conn = t._in_by_peer.get(self.peer)
+        # (before the peer's first frame, a connection this rank opened may carry it)
+        return conn if conn is not None else t._out.get(self.peer)
+
     def look(self, times: int = 1) -> Optional[tuple]:
-        conn = self.t._in_by_peer.get(self.peer)
+        conn = self._conn()
         return None if conn is None else conn.look(times)
 
     def take(self, end: int, length: int) -> bool:
-        conn = self.t._in_by_peer.get(self.peer)
+        conn = self._conn()
         return conn is not None and conn.take(end, length)
 
     def take_matching(self, context: int, source: int, tag: int,
@@ -598,7 +672,7 @@ class _Listener:
 
 
 class TcpTransport(Transport):
-    """Frames over authenticated TCP connections, one per direction per pair of ranks."""
+    """Frames over authenticated TCP connections, one per pair of ranks where it can."""
 
     name = "tcp"
 
@@ -737,6 +811,16 @@ class TcpTransport(Transport):
         """The peers this transport carries messages to (a router gives others None)."""
         return [p for p, a in enumerate(self._addresses) if a and p != self.rank]
 
+    def adopt(self, conn: "_InConn") -> None:
+        """A connection from ``conn.peer`` is ready: if this rank has none of its own to that
+        peer, it sends on this one from now on (one connection per pair: a pure
+        acknowledgement per frame on each of two one-way connections costs ~2 us of a
+        small message's round trip). A rank never moves its frames to another connection
+        while one it sends on is open, so frames to each peer stay in order."""
+        if self._out.get(conn.peer) is None:
+            self._out[conn.peer] = conn
+            self._ready_out.add(conn.peer)
+
     def eager_reader(self, peer: int) -> "_InReader":
         """The express receive's reader of ``peer``'s connection (:meth:`Transport.eager_reader`):
         it peeks at the socket instead of reading it, so taking a frame is one ``recv`` of
@@ -749,10 +833,14 @@ class TcpTransport(Transport):
         queued, hand the frame to the kernel at once; what the kernel did not take is
         copied (the caller's buffer is the caller's again when this returns) and queued."""
         conn = self._out.get(peer)
-        if conn is None or conn.state != _OutConn.READY or conn.queue:
+        if conn is None or conn.state != _Conn.READY or conn.queue:
             return False
         total = HEADER_SIZE + nbytes
-        segments = [memoryview(header), *payload]
+        if total <= JOIN_MAX and len(payload) == 1:
+            # one bytes object of header and payload: cheaper than a two-part sendmsg
+            segments = [header + bytes(payload[0])]
+        else:
+            segments = [memoryview(header), *payload]
         try:
             try:
                 sent = conn.sock.sendmsg(segments)
@@ -795,7 +883,7 @@ class TcpTransport(Transport):
                 return
         segments = [memoryview(header)]
         segments.extend(payload)
-        if conn.state == _OutConn.READY and not conn.queue and len(segments) <= IOV_MAX:
+        if conn.state == _Conn.READY and not conn.queue and len(segments) <= IOV_MAX:
             # Nothing queued (the common case): hand the frame to the kernel at once, and
             # queue only what it did not take.
             total = HEADER_SIZE
@@ -820,7 +908,7 @@ class TcpTransport(Transport):
                 return
         conn.queue.append(_Frame(segments, on_sent))
         self._pending += 1
-        if conn.state == _OutConn.READY and len(conn.queue) == 1:
+        if conn.state == _Conn.READY and len(conn.queue) == 1:
             try:
                 conn.flush()
             except BaseException:
@@ -830,22 +918,25 @@ class TcpTransport(Transport):
     def connect_all(self, timeout: float = 60.0) -> None:
         """Open (and authenticate) every connection now instead of on first use.
 
-        Waits until this rank's connections to every peer and every peer's connection to
-        it are ready; since every rank waits for both directions, no rank leaves while a
-        handshake with it is still pending.
+        One connection per pair: the lower rank opens it, the higher adopts it
+        (:meth:`adopt`). Waits until this rank can send to every peer and every connection
+        a lower rank opens to it is ready, so no rank leaves while a handshake with it is
+        still pending (the higher rank's wait ends when the lower one's proof has come).
         """
         peers = self._reached()     # routing is symmetric: these also connect to us
+        lower = [p for p in peers if p < self.rank]
         for peer in peers:
-            if self._out.get(peer) is None:
+            if peer > self.rank and self._out.get(peer) is None:
                 self._out[peer] = _OutConn(self, peer, self._addresses[peer])
         deadline = time.monotonic() + timeout
         while True:
             # A peer may finish and close before this loop sees it: count what was ever ready.
-            outs = len(self._ready_out)
-            ins = len(self._ready_in)
-            if outs == ins == len(peers):
+            outs = sum(p in self._ready_out for p in peers)
+            ins = sum(p in self._ready_in for p in lower)
+            if outs == len(peers) and ins == len(lower):
                 return
-            failed = [p for p in peers if self._out.get(p) is None and p not in self._ready_out]
+            failed = [p for p in peers if p > self.rank and self._out.get(p) is None
+                      and p not in self._ready_out]
             if failed or time.monotonic() > deadline:
                 # name both ends: on several hosts, an unreachable address is the usual cause
                 unreached = failed or [p for p in peers if p not in self._ready_out]
@@ -853,7 +944,8 @@ class TcpTransport(Transport):
                                  f" ({self._out_errors.get(p, 'no answer')})" for p in unreached)
                 raise TransportError(
                     f"rank {self.rank}: could not connect to every rank within {timeout:g} s "
-                    f"({outs} of {len(peers)} outgoing and {ins} incoming connections ready"
+                    f"({outs} of {len(peers)} connections ready, {ins} of {len(lower)} "
+                    f"opened by lower ranks"
                     f"{'; failed: ranks ' + str(failed) if failed else ''})"
                     + (f"; rank {self.rank} at {self._address} cannot reach {ends}"
                        if unreached else ""))

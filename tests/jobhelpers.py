@@ -152,6 +152,16 @@ def marker_args(marker: str) -> list[str]:
     return ["-x", f"{MARKER_VAR}={marker}"]
 
 
+def wire(transports, sinks) -> None:
+    """Ranks of this process: attach each transport's sink, then give every transport the
+    address every one of them listens at."""
+    for t, s in zip(transports, sinks):
+        t.attach(s)
+    addresses = [t.listen() for t in transports]
+    for t in transports:
+        t.set_peers(addresses)
+
+
 def progress_until(transports, until, timeout: float = 5.0, wait: float = 0.0) -> None:
     """Call ``progress(wait)`` on each transport (ranks of this process) until ``until()``;
     fail the test when ``timeout`` s pass first."""

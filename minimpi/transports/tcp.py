@@ -117,8 +117,10 @@ class _Conn:
     taken by the express receive (:meth:`look`, :meth:`take`). Which end opened it
     (:class:`_OutConn`, :class:`_InConn`) only matters until the handshake is done."""
 
-    #: (both subclasses number their states so that a ready connection is READY)
+    #: (both subclasses number their states so that a ready connection is READY and a
+    #: closed one ENDED)
     READY = 2
+    ENDED = 3
 
     def __init__(self, transport: "TcpTransport", peer: int) -> None:
         self.t = transport
@@ -139,6 +141,7 @@ class _Conn:
         self.consumed = 0
         #: a poll of this socket alone (made on the express receive's first look)
         self.readable: Optional[Callable[[int], list]] = None
+        self.was_ready = False
 
     def on_ready_event(self, events: int) -> None:
         if events & _POLLOUT:
@@ -188,10 +191,6 @@ class _Conn:
         self.t._modify(self, _POLLIN)
 
     # -- ending ---------------------------------------------------------------------------
-    def carries_peer(self) -> bool:
-        """Whether the peer may have sent (or send) frames to this rank on this connection."""
-        raise NotImplementedError
-
     def ended(self, reason: str) -> None:
         """The connection is closed or broken: close it; frames still queued on it fail
         with ``reason``, and if the peer sends on it the engine hears that the peer is lost
@@ -212,12 +211,21 @@ class _Conn:
         for frame in dropped:
             if frame.on_sent is not None:
                 frame.on_sent(why)
-        if self.carries_peer() and t._sink is not None:
+        if self.was_ready and t._sink is not None:
+            # (a connection the peer closes once ready: the peer exited - it may have sent
+            # nothing on it yet, and may have been about to)
             t._sink.peer_lost(self.peer, reason)
 
     def close(self) -> bool:
-        """Close the socket (once: False if it already was)."""
-        raise NotImplementedError
+        """Close the socket (once: False if it already was); ``was_ready`` says whether it
+        had been ready."""
+        if self.state == self.ENDED:
+            return False
+        self.was_ready = self.state == self.READY
+        self.state = self.ENDED
+        self.t._unregister(self)
+        self.sock.close()
+        return True
 
     # -- receiving ------------------------------------------------------------------------
     def read_frames(self) -> None:
@@ -467,20 +475,6 @@ class _OutConn(_Conn):
         # the peer sends to this rank on this connection: the express receive looks here
         self.t._in_by_peer.setdefault(self.peer, self)
 
-    def carries_peer(self) -> bool:
-        # a ready connection the peer closes: the peer exited (it may have sent nothing on
-        # it yet, and may have been about to)
-        return self.state == self.FAILED and self.ready_once
-
-    def close(self) -> bool:
-        if self.state == self.FAILED:
-            return False
-        self.ready_once = self.state == self.READY
-        self.state = self.FAILED
-        self.t._unregister(self)
-        self.sock.close()
-        return True
-
 
 class _InConn(_Conn):
     """A connection a peer opened to this rank: the peer sends on it, and so does this
@@ -506,18 +500,6 @@ class _InConn(_Conn):
     def refuse(self, why: str) -> None:
         self.t._refused(f"{self.address[0]}:{self.address[1]}", why)
         self.close()
-
-    def carries_peer(self) -> bool:
-        return self.peer >= 0 and self.was_ready
-
-    def close(self) -> bool:
-        if self.state == self.CLOSED:
-            return False
-        self.was_ready = self.state == self.READY
-        self.state = self.CLOSED
-        self.t._unregister(self)
-        self.sock.close()
-        return True
 
     def _read_exact(self, total: int) -> Optional[bytes]:
         try:

@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from jobhelpers import progress_until
+from jobhelpers import progress_until, wire
 
 from minimpi.transports import frames
 from minimpi.transports.base import FrameSink
@@ -48,11 +48,7 @@ def wired(kind: str):
     else:
         ts = [TcpTransport(r, 2, b"s" * 32) for r in range(2)]
     sinks = [Sink() for _ in ts]
-    for t, s in zip(ts, sinks):
-        t.attach(s)
-    addresses = [t.listen() for t in ts]
-    for t in ts:
-        t.set_peers(addresses)
+    wire(ts, sinks)
     if kind == "tcp":      # a frame each way makes both connections
         for r in (0, 1):
             ts[r].send(1 - r, frames.pack(frames.SYNC_ACK, 0, 0, 0, 0, 10 ** 6, 0), (), None)

@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from jobhelpers import progress_until
+from jobhelpers import progress_until, wire
 
 from minimpi import errors
 from minimpi.p2p import progress
@@ -61,11 +61,7 @@ def pair(ring=4096, cma=True, size=2, asymmetric=(True, True)):
     ts = [ShmTransport(r, size, name, ring=ring, cma=cma, asymmetric=asymmetric[r % 2])
           for r in range(size)]
     sinks = [Sink() for _ in ts]
-    for t, s in zip(ts, sinks):
-        t.attach(s)
-    addresses = [t.listen() for t in ts]
-    for t in ts:
-        t.set_peers(addresses)
+    wire(ts, sinks)
     return ts, sinks, name
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from jobhelpers import progress_until
+from jobhelpers import progress_until, wire
 
 from minimpi.transports import frames
 from minimpi.transports.base import FrameSink
@@ -35,11 +35,7 @@ class Sink(FrameSink):
 def transports(n: int):
     ts = [TcpTransport(r, n, b"k" * 32) for r in range(n)]
     sinks = [Sink() for _ in ts]
-    for t, s in zip(ts, sinks):
-        t.attach(s)
-    addresses = [t.listen() for t in ts]
-    for t in ts:
-        t.set_peers(addresses)
+    wire(ts, sinks)
     return ts, sinks
 
 

@@ -618,43 +618,51 @@ class _In:
         if cap - pos < HEADER_SIZE:
             return ()
         # a small buffer's header and payload come in one unpack (frames.MATCH_AND_PAYLOAD),
-        # chosen now, before the frame
+        # chosen now, before the frame, with the copy into an array (a byte view takes a
+        # slice assignment)
         room = 0 if target is None else target.nbytes
-        both = MATCH_AND_PAYLOAD[room] if (
-            0 < room <= PAYLOAD_WITH_MATCH_MAX and pos + HEADER_SIZE + room <= cap) else None
+        both = fill = None
+        if 0 < room <= PAYLOAD_WITH_MATCH_MAX and pos + HEADER_SIZE + room <= cap:
+            both = MATCH_AND_PAYLOAD[room]
+            if type(target) is not memoryview:
+                fill = FILLERS.get(room) or filler(room)
         tail = ctl[R_TAIL]
         while tail == head:
             if times <= 1:
                 return None
             times -= 1
             tail = ctl[R_TAIL]
-        if both is not None:
+        data = None
+        if both is not None:         # (it fits before the ring's end if n <= room)
             word, hcontext, hsource, htag, n, payload = both.unpack_from(self.data, pos)
+            end = head + HEADER_SIZE + n
+            if (word & _EXPRESS_MASK != EAGER or n > room or end > tail
+                    or hcontext != context or hsource != source or htag != tag and tag >= 0):
+                return ()
+            if n != room:            # (the unpack read the buffer's size: the frame's part)
+                payload = payload[:n]
+                if fill is not None:
+                    fill = filler(n) if n else None
+            if fill is not None:
+                fill(target, 0, payload)
+            elif n and type(target) is memoryview:
+                target[:n] = payload
         else:
             word, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)
-        start = pos + HEADER_SIZE
-        end = head + HEADER_SIZE + n
-        if (word & _EXPRESS_MASK != EAGER or start + n > cap or end > tail
-                or hcontext != context or hsource != source or htag != tag and tag >= 0):
-            return ()
-        data = None
-        if target is None:
-            data = bytearray(self.data[start:start + n])
-        elif n > room:
-            return ()
-        else:
-            if both is None:    # the payload alone: a view's slice, or bytes for an array
-                if type(target) is memoryview:
-                    payload = self.data[start:start + n]
-                else:
-                    start += self.base
-                    payload = self.map[start:start + n]
-            elif n != room:
-                payload = payload[:n]
-            if type(target) is memoryview:      # a byte view: the cheapest copy of all
-                target[:n] = payload
-            elif n:                             # (no view made of an array for one copy)
-                (FILLERS.get(n) or filler(n))(target, 0, payload)
+            start = pos + HEADER_SIZE
+            end = head + HEADER_SIZE + n
+            if (word & _EXPRESS_MASK != EAGER or start + n > cap or end > tail
+                    or hcontext != context or hsource != source or htag != tag and tag >= 0):
+                return ()
+            if target is None:
+                data = bytearray(self.data[start:start + n])
+            elif n > room:
+                return ()
+            elif type(target) is memoryview:    # a byte view: the cheapest copy of all
+                target[:n] = self.data[start:start + n]
+            elif n:         # bytes of the mapping, for an array (no view made of it)
+                start += self.base
+                (FILLERS.get(n) or filler(n))(target, 0, self.map[start:start + n])
         # take it: one store of the shared head word commits it (unless a signal handler's
         # receive took it meanwhile)
         if ctl[R_HEAD] != head or self.gone:

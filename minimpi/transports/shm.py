@@ -645,7 +645,7 @@ class _In:
                     fill = filler(n) if n else None
             if fill is not None:
                 fill(target, 0, payload)
-            elif n and type(target) is memoryview:
+            elif n:                  # (no filler: a byte view)
                 target[:n] = payload
         else:
             word, hcontext, hsource, htag, n = MATCH_FIELDS.unpack_from(self.data, pos)

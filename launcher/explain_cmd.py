@@ -89,6 +89,8 @@ def describe_model(model, sources, out: TextIO) -> None:
         ("gamma", f"{model.gamma * 1e9:.4f} ns per byte ({1 / model.gamma / 1e9:.2f} GB/s "
                   f"reduction)", sources["gamma"]),
         ("segment", _fmt_bytes(model.segment), sources["segment"]),
+        ("eager", f"{_fmt_bytes(model.eager)} (a larger message is a rendezvous: RTS, CTS, data)",
+         sources["eager"]),
         ("cores", f"{model.cores} (the ranks share min(p, cores))", sources["cores"]),
     ]
     print("cost model: a message of n bytes costs α + n·β (alpha: latency, beta: time per "
@@ -163,11 +165,18 @@ def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
             named.append(f"{_fmt_time(g)} reduction (γ)")
         print(f"{pad}           = {' + '.join(parts)}", file=out)
         print(f"{pad}           = {' + '.join(plugged)}", file=out)
-        print(f"{pad}           = {' + '.join(named)} = {_fmt_time(formula)}", file=out)
-    extra = (layout,) if alg.hierarchical else ()
-    messages = float(alg.messages(model, p, nbytes, *extra)) if alg.messages else 0.0
-    volume = float(alg.volume(p, nbytes, *extra)) if alg.volume else 0.0
-    local = float(alg.local(p, nbytes, *extra)) if alg.local else 0.0
+        print(f"{pad}           = {' + '.join(named)} = {_fmt_time(a + b + g)}", file=out)
+        rendezvous = alg.rendezvous(model, p, nbytes)
+        if rendezvous:
+            extra_time = formula - (a + b + g)
+            print(f"{pad}rendezvous = {rendezvous} messages above the eager limit "
+                  f"({format_size(model.eager)}) on the critical path × "
+                  f"{_fmt_coef(cost.RENDEZVOUS_ALPHAS)}·α (the RTS and CTS frames before the data, "
+                  f"α/4 at each end) = "
+                  f"{_fmt_time(extra_time)}", file=out)
+            print(f"{pad}formula    = {_fmt_time(a + b + g)} + {_fmt_time(extra_time)} = "
+                  f"{_fmt_time(formula)}", file=out)
+    messages, volume, local = alg.work(model, p, nbytes, layout)
     cpu = model.over(model.intra)         # CPU work: priced with the intra-host link
     if layout.hosts > 1:
         share = max(1, sum(min(c, model.cores) for c in layout.counts))
@@ -181,6 +190,10 @@ def _details(alg, model, p: int, nbytes: int, layout, out: TextIO) -> None:
     print(f"{pad}           = ({_fmt_time(messages * cpu.alpha / 4)} + "
           f"{_fmt_time(2 * volume * cpu.beta)} + {_fmt_time(local * cpu.gamma)}) / {share}"
           f" = {_fmt_time(crowd)}", file=out)
+    frames = 2 * p * alg.rendezvous(model, p, nbytes)
+    if frames:
+        print(f"{pad}             (the messages include {_fmt_coef(frames)} RTS and CTS frames: 2 "
+              f"per rendezvous, as if each of the {p} ranks made the critical path's)", file=out)
     decides = "contention decides" if crowd > formula else "the formula decides"
     print(f"{pad}predicted  = max({_fmt_time(formula)}, {_fmt_time(crowd)}) = "
           f"{_fmt_time(predicted)}: {decides}", file=out)

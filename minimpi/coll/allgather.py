@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from .blocks import Blocks, as_bytes
-from .cost import Layout, ceil_log2, floor_log2, tree_volume
+from .cost import Layout, ceil_log2, doubling_blocks, floor_log2, tree_volume
 from .groups import GroupBlocks, GroupChannel
 from .peers import (
     binomial_children,
@@ -30,6 +30,7 @@ from .slots import SEQ_BITS
 
 
 @algorithm("allgather", "binomial",
+           path=lambda m, p, n: doubling_blocks(n / p, p) + [n] * ceil_log2(p),
            formula="⌈log2 p⌉·α + (p-1)/p·n·β + ⌈log2 p⌉·(α + n·β)",
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
@@ -66,7 +67,7 @@ def allgather_binomial(ch: Channel, blocks: Blocks) -> Schedule:
     return blocks
 
 
-@algorithm("allgather", "ring",
+@algorithm("allgather", "ring", path=lambda m, p, n: [n / p] * (p - 1),
            formula="(p-1)·(α + n/p·β)",
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n)
@@ -88,6 +89,8 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "recursive_doubling",
+           path=lambda m, p, n: [n / p * (1 << k) for k in range(floor_log2(p))]
+           + [n / p, n] * (p != 1 << floor_log2(p)),
            formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β",
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
            volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n
@@ -146,7 +149,7 @@ def allgather_recursive_doubling(ch: Channel, blocks: Blocks) -> Schedule:
     return blocks
 
 
-@algorithm("allgather", "bruck",
+@algorithm("allgather", "bruck", path=lambda m, p, n: doubling_blocks(n / p, p),
            formula="⌈log2 p⌉·α + (p-1)/p·n·β",
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=lambda p, n: (p - 1) * n)
@@ -196,6 +199,7 @@ def _hierarchical_messages(m, p, n, layout=None):
 
 
 @algorithm("allgather", "hierarchical", hierarchical=True, phases=_hierarchical_phases,
+           path=lambda m, p, n: doubling_blocks(n / p, p) + [n] * ceil_log2(p),
            cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=_hierarchical_messages, volume=_hierarchical_volume)
 def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
@@ -248,7 +252,7 @@ def allgather_hierarchical(ch: Channel, blocks: Blocks) -> Schedule:
 
 
 @algorithm("allgather", "segment", segment=True, objects=False,
-           formula="c·α/2 + (p-1)/p·n·β; c = max(1, ⌈n/p/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)/p·n·β; c = max(1, ⌈n/p/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: p * n)
 def allgather_segment(ch: Channel, blocks: Blocks) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank copies its

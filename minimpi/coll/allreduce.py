@@ -21,7 +21,7 @@ import numpy as np
 
 from .bcast import bcast_binomial
 from .blocks import as_bytes, even_bounds
-from .cost import Layout, ceil_log2, floor_log2, not_pow2, segments
+from .cost import Layout, ceil_log2, floor_log2, halving_path, not_pow2, segments
 from .groups import GroupChannel
 from .peers import (
     GROUP_LEADER,
@@ -49,7 +49,14 @@ def _fold_steps(p: int) -> int:
     return 2 * not_pow2(p)
 
 
-@algorithm("allreduce", "binomial",
+def _ring_path(m, p: int, n: float) -> list:
+    """The ring's critical path: 2(p-1) block steps, each waiting for the first of its S
+    segments (the others follow in its shadow)."""
+    pieces = min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))
+    return [n / max(p, 1) / pieces] * 2 * (p - 1)
+
+
+@algorithm("allreduce", "binomial", path=lambda m, p, n: [n] * 2 * ceil_log2(p),
            formula="2·⌈log2 p⌉·(α + n·β) + ⌈log2 p⌉·n·γ",
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -71,6 +78,7 @@ def allreduce_binomial(ch: Channel, red: Operand, data: Any) -> Schedule:
 
 
 @algorithm("allreduce", "recursive_doubling",
+           path=lambda m, p, n: [n] * (floor_log2(p) + 2 * not_pow2(p)),
            formula="(⌊log2 p⌋ + 2·f)·(α + n·β) + (⌊log2 p⌋ + f)·n·γ",
            messages=lambda m, p, n: _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
            volume=lambda p, n: _pof2(p) * floor_log2(p) * n + 2 * (p - _pof2(p)) * n,
@@ -112,7 +120,7 @@ def allreduce_recursive_doubling(ch: Channel, red: Operand, data: Any) -> Schedu
     return data
 
 
-@algorithm("allreduce", "rabenseifner",
+@algorithm("allreduce", "rabenseifner", path=lambda m, p, n: halving_path(p, n),
            formula="(2·⌊log2 p⌋ + 2·f)·α + (2·(p-1)/p + 2·f)·n·β + ((p-1)/p + f)·n·γ", objects=False,
            messages=lambda m, p, n: 2 * _pof2(p) * floor_log2(p) + 2 * (p - _pof2(p)),
            volume=lambda p, n: 2 * (_pof2(p) - 1) * n + 2 * (p - _pof2(p)) * n,
@@ -182,7 +190,7 @@ def _ring_cost(m, p, n):
         + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma / min(s, 2)
 
 
-@algorithm("allreduce", "ring",
+@algorithm("allreduce", "ring", path=lambda m, p, n: _ring_path(m, p, n),
            formula="2·(p-1)·α + (p-1)·(S-1)·α/4 + 2·(p-1)/p·n·β + (p-1)/p·n·γ/min(S, 2); S = min(8, max(1, ⌈n/p/segment⌉))", objects=False, commutative_only=True, reads_sendbuf=True,
            messages=lambda m, p, n: p * (p - 1) * (1 + min(MAX_RING_SEGMENTS, segments(n / max(p, 1), m.segment))),
            volume=lambda p, n: 2 * (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -324,6 +332,7 @@ def _two_levels(ch: Channel, red: Operand, data: Any, name: str) -> Schedule:
 
 
 @algorithm("allreduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
+           path=lambda m, p, n: [n] * 2 * ceil_log2(p),
            phases=lambda m, p, n, layout=None: _hierarchical_phases("hierarchical", m, p, n, layout),
            cost=lambda m, p, n, layout=None: sum(
                t for _, t in _hierarchical_phases("hierarchical", m, p, n, layout)),
@@ -355,6 +364,7 @@ def allreduce_hierarchical(ch: Channel, red: Operand, data: Any) -> Schedule:
 
 
 @algorithm("allreduce", "hierarchical_ring", hierarchical=True, commutative_only=True,
+           path=lambda m, p, n: [n] * 2 * ceil_log2(p),
            objects=False,
            phases=lambda m, p, n, layout=None: _hierarchical_phases("hierarchical_ring", m, p, n,
                                                                     layout),
@@ -376,7 +386,7 @@ def allreduce_hierarchical_ring(ch: Channel, red: Operand, data: np.ndarray) -> 
 
 
 @algorithm("allreduce", "segment", segment=True, reads_sendbuf=True, objects=False,
-           formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)",
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)",
            messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: p * p * n)
 def allreduce_segment(ch: Channel, red: Operand, data: np.ndarray,

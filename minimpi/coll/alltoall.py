@@ -47,8 +47,10 @@ def _bruck_volume(p, n):
 
 
 @algorithm("alltoallv", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", messages=_messages,
+           path=lambda m, p, n: [n / p],
            volume=_volume)
 @algorithm("alltoall", "scattered", formula="α + (p-1)·α/2 + (p-1)/p·n·β", messages=_messages,
+           path=lambda m, p, n: [n / p],
            volume=_volume)
 def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Scattered: every receive and send posted at once, one step; time
@@ -82,8 +84,10 @@ def alltoall_scattered(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
 
 
 @algorithm("alltoallv", "ring", formula="(p-1)·(α + n/p·β)", messages=_messages,
+           path=lambda m, p, n: [n / p] * (p - 1),
            volume=_volume)
 @algorithm("alltoall", "ring", formula="(p-1)·(α + n/p·β)", messages=_messages,
+           path=lambda m, p, n: [n / p] * (p - 1),
            volume=_volume)
 def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Pairwise shift: p-1 steps; time (p-1)·(α + (n/p)·β); volume (p-1)·n.
@@ -102,7 +106,7 @@ def alltoall_ring(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     return recv
 
 
-@algorithm("alltoall", "bruck",
+@algorithm("alltoall", "bruck", path=lambda m, p, n: [n / 2] * ceil_log2(p),
            formula="⌈log2 p⌉·(α + n/2·β + n·γ) + 2·n·γ",
            messages=lambda m, p, n: p * ceil_log2(p),
            volume=_bruck_volume, local=lambda p, n: p * (2 + ceil_log2(p)) * n)
@@ -145,7 +149,7 @@ def alltoall_bruck(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
 
 
 @algorithm("alltoall", "segment", segment=True, objects=False,
-           formula="c·α/2 + (p-1)/p·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)/p·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: n)
 def alltoall_segment(ch: Channel, send: Blocks, recv: Blocks) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank copies all

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..constants import PROC_NULL, ROOT
 from .blocks import as_bytes, segment_bounds
-from .cost import Layout, segments, tree_volume
+from .cost import Layout, ceil_log2, segments, tree_volume
 from .groups import GroupChannel
 from .peers import (
     GROUP_LEADER,
@@ -36,7 +36,7 @@ from .segment import pieces
 from .slots import SEQ_BITS
 
 
-@algorithm("bcast", "binomial",
+@algorithm("bcast", "binomial", path=lambda m, p, n: [n] * ceil_log2(p),
            formula="⌈log2 p⌉·(α + n·β)",
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n)
@@ -61,6 +61,7 @@ def bcast_binomial(ch: Channel, data: Any, root: int) -> Schedule:
 
 
 @algorithm("bcast", "ring",
+           path=lambda m, p, n: [min(n, m.segment)] * (p + segments(n, m.segment) - 2),
            formula="(p + s - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
            messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
            volume=lambda p, n: (p - 1) * n)
@@ -105,6 +106,7 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
 
 
 @algorithm("bcast", "scatter_allgather",
+           path=lambda m, p, n: [n / 2 ** (k + 1) for k in range(ceil_log2(p))] + [n / p] * (p - 1),
            formula="(⌈log2 p⌉ + p - 1)·α + 2·(p-1)/p·n·β", objects=False,
            messages=lambda m, p, n: (p - 1) + p * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)
@@ -164,6 +166,7 @@ def _hierarchical_phases(m, p, n, layout=None):
 
 
 @algorithm("bcast", "hierarchical", hierarchical=True, phases=_hierarchical_phases,
+           path=lambda m, p, n: [n] * ceil_log2(p),
            cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=lambda m, p, n, layout=None: p - 1,
            volume=lambda p, n, layout=None: (p - 1) * n)
@@ -200,7 +203,7 @@ def bcast_hierarchical(ch: Channel, data: Any, root: int) -> Schedule:
 
 
 @algorithm("bcast", "segment", segment=True, objects=False,
-           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)·n·β; c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p, volume=lambda p, n: 0,
            local=lambda p, n: p * n)
 def bcast_segment(ch: Channel, data: np.ndarray, root: int) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): the root copies its

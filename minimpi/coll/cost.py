@@ -79,6 +79,27 @@ rank, so ranks on other hosts, with other calibration files or core counts, stil
 prints it).
 
 Segmented (pipelined) algorithms use ``segment`` bytes per message.
+
+**Rendezvous.** A message above the engine's eager limit (``eager``, 64 KiB unless
+``MINIMPI_EAGER_LIMIT`` says otherwise - the same variable the engine reads) does not go at
+once: the sender sends ``RTS``, the receiver answers ``CTS``, and only then does the data
+move. Those are two more frames, each handled at both ends: priced like the frames a step
+posts (α/4 of processing each), a rendezvous on the critical path costs 4·α/4 = α more
+(:data:`RENDEZVOUS_ALPHAS`), and each one any rank makes adds two frames (2·α/4) to the
+work of the contention term. Each registration lists the sizes of the messages its
+critical path waits for one after another (``path``); the model counts those above
+``eager`` (R, :func:`rendezvous_steps`) and adds ``R·α`` to the formula and ``2·R·p``
+messages to the contention term, as if every rank made the critical path's rendezvous
+(exact for the ring and recursive doubling, an upper bound for trees). Whether a step's
+message is eager depends on p as much as on n: a ring's step moves n/p bytes, so the same
+call can be eager at p = 4 and a rendezvous at p = 3.
+
+**Meetings in a segment, oversubscribed.** An algorithm that meets in the communicator's
+shared segment (:mod:`minimpi.coll.segment`) moves a large vector in ``c`` slot-sized pieces,
+one meeting of every rank each. With more ranks than cores, every meeting after the first
+needs the ranks that were descheduled to run again: the segment formulas charge each piece
+after the first ``o·α/4`` more, ``o = max(0, p/cores - 1)`` (the ranks per core beyond one:
+zero when every rank has a core).
 """
 from __future__ import annotations
 
@@ -88,7 +109,9 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+from ..data.units import parse_size
 
 
 @dataclass(frozen=True)
@@ -99,6 +122,9 @@ class CostModel:
     beta: float = 1 / 4.3e9       # per-byte transfer time (s/B): slope, 256 KiB .. 8 MiB
     gamma: float = 1 / 13.5e9     # per-byte reduction time (s/B): float64 SUM in place, 4 MiB
     segment: int = 256 * 1024     # pipeline segment size (B)
+    #: the engine's eager limit (B): a larger message is a rendezvous (RTS, CTS, data); the
+    #: engine's default, ``p2p.engine.DEFAULT_EAGER_LIMIT``, unless MINIMPI_EAGER_LIMIT is set
+    eager: int = 64 * 1024
     #: cores the ranks share (contention term): this host's, unless told otherwise
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     # The two links (see "Hosts" above); None: the same as alpha or beta. Measured by
@@ -111,7 +137,8 @@ class CostModel:
     def describe(self) -> str:
         return (f"alpha = {self.alpha * 1e6:.1f} us per message, "
                 f"beta = {1 / self.beta / 1e9:.2f} GB/s, gamma = {1 / self.gamma / 1e9:.2f} GB/s "
-                f"reduction, segment = {self.segment // 1024} KiB, cores = {self.cores}")
+                f"reduction, segment = {self.segment // 1024} KiB, eager limit = "
+                f"{self.eager // 1024} KiB, cores = {self.cores}")
 
     @property
     def intra(self) -> "Link":
@@ -216,9 +243,18 @@ def link_value(value) -> Optional[float]:
     return float(value)
 
 
-#: the model's inputs, their environment variables and how a value is read
+def size_value(value) -> int:
+    """A byte count: a number, or text such as ``64KiB`` (as ``MINIMPI_EAGER_LIMIT`` is read)."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    return parse_size(value)
+
+
+#: the model's inputs, their environment variables and how a value is read (``eager`` is
+#: the engine's own variable: the model assumes the limit the engine applies)
 FIELDS = {"alpha": ("MINIMPI_COST_ALPHA", float), "beta": ("MINIMPI_COST_BETA", float),
           "gamma": ("MINIMPI_COST_GAMMA", float), "segment": ("MINIMPI_COST_SEGMENT", int),
+          "eager": ("MINIMPI_EAGER_LIMIT", size_value),
           "cores": ("MINIMPI_COST_CORES", int),
           "alpha_intra": ("MINIMPI_COST_ALPHA_INTRA", link_value),
           "beta_intra": ("MINIMPI_COST_BETA_INTRA", link_value),
@@ -322,6 +358,18 @@ def contention(model: CostModel, p: int, volume: float, local: float = 0.0,
     return work / max(1, min(p, model.cores))
 
 
+#: the α a rendezvous adds to a critical path: the RTS and CTS frames before the data, each
+#: handled at both ends, α/4 each (see "Rendezvous" in the module docstring)
+RENDEZVOUS_ALPHAS = 1
+
+
+def rendezvous_steps(model: CostModel, sizes: Iterable[float]) -> int:
+    """R: how many of the messages ``sizes`` (a critical path's, one after another) are
+    above the eager limit, each a rendezvous (see "Rendezvous" in the module docstring)."""
+    eager = model.eager
+    return sum(1 for size in sizes if size > eager)
+
+
 def predict(model: CostModel, p: int, formula: float, volume: float = 0.0,
             local: float = 0.0, messages: float = 0.0) -> float:
     """The predicted time: ``max(formula, contention)``."""
@@ -339,6 +387,21 @@ def xor_exchanges(p: int) -> int:
     """(rank, step) pairs of a recursive doubling over p ranks without folding (step k:
     rank r exchanges with r XOR 2^k if that rank exists): p·log2 p for a power of two."""
     return sum(1 for k in range(ceil_log2(p)) for r in range(p) if r ^ (1 << k) < p)
+
+
+def doubling_blocks(block: float, p: int) -> list:
+    """The bytes of each step of a binomial gather's root (or scatter's) or Bruck's
+    allgather, ``block`` bytes per rank: step k = 0 .. ⌈log2 p⌉-1 moves min(2^k, p-2^k)
+    blocks. A critical ``path`` (:mod:`.registry`)."""
+    return [block * min(1 << k, p - (1 << k)) for k in range(ceil_log2(p))]
+
+
+def halving_path(p: int, n: float) -> list:
+    """The critical path of recursive halving then doubling (Rabenseifner) over the
+    q = 2^⌊log2 p⌋ ranks left after the fold: n/2, n/4, ... down, the same sizes back up,
+    and the fold's two whole vectors when p is not a power of two."""
+    halves = [n / (2 << k) for k in range(floor_log2(p))]
+    return halves + halves[::-1] + [n] * 2 * not_pow2(p)
 
 
 def ceil_log2(p: int) -> int:
@@ -368,6 +431,7 @@ def segments(n: int, segment: int) -> int:
 SYMBOLS = {
     "f": "1 when p is not a power of two (the fold costs extra steps), else 0",
     "q": "2^⌊log2 p⌋, the ranks left after the fold",
+    "o": "max(0, p/cores - 1), the ranks per core beyond one (0 when every rank has a core)",
 }
 
 #: display notation -> Python, in this order
@@ -387,6 +451,7 @@ def formula_values(formula: str, model: CostModel, p: int, n: float) -> Tuple[fl
     names: Dict[str, object] = {
         "p": p, "n": n, "alpha": model.alpha, "beta": model.beta, "gamma": model.gamma,
         "segment": model.segment, "f": not_pow2(p), "q": 1 << floor_log2(p),
+        "o": max(0.0, p / max(1, model.cores) - 1),
         "ceil_log2": ceil_log2, "floor_log2": floor_log2, "_ceil": math.ceil,
         "min": min, "max": max, "__builtins__": {}}
     defined: Dict[str, float] = {}

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..constants import PROC_NULL, ROOT
 from .blocks import as_bytes, even_bounds
-from .cost import Layout, floor_log2, tree_volume
+from .cost import Layout, ceil_log2, floor_log2, halving_path, tree_volume
 from .groups import GroupChannel
 from .peers import (
     GROUP_LEADER,
@@ -42,7 +42,7 @@ from .segment import pieces, reduce_slots
 from .slots import SEQ_BITS
 
 
-@algorithm("reduce", "binomial",
+@algorithm("reduce", "binomial", path=lambda m, p, n: [n] * ceil_log2(p),
            formula="⌈log2 p⌉·(α + n·β + n·γ)",
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -78,7 +78,7 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
     return acc if ch.rank == root else None
 
 
-@algorithm("reduce", "ring",
+@algorithm("reduce", "ring", path=lambda m, p, n: [n / p] * 2 * (p - 1),
            formula="2·(p-1)·α + (p-1)/p·n·(2·β + γ) + n·γ", commutative_only=True, objects=False,
            messages=lambda m, p, n: p * (p - 1) + p - 1,
            volume=lambda p, n: (p - 1) * n * (1 + 1 / p), local=lambda p, n: 2 * (p - 1) * n)
@@ -138,7 +138,7 @@ def _rabenseifner_local(p, n):
     return (p - q) * n + (q - 1) * n + (p - 1) * n
 
 
-@algorithm("reduce", "rabenseifner",
+@algorithm("reduce", "rabenseifner", path=lambda m, p, n: halving_path(p, n),
            formula="2·⌊log2 p⌋·α + 2·(q-1)/q·n·β + (q-1)/q·n·γ + n·γ + f·(2·(α + n·β) + n·γ)", commutative_only=True, objects=False,
            messages=_rabenseifner_messages,
            volume=_rabenseifner_volume, local=_rabenseifner_local)
@@ -211,6 +211,7 @@ def _hierarchical_phases(m, p, n, layout=None):
 
 
 @algorithm("reduce", "hierarchical", hierarchical=True, order_needs_contiguous_hosts=True,
+           path=lambda m, p, n: [n] * ceil_log2(p),
            phases=_hierarchical_phases,
            cost=lambda m, p, n, layout=None: sum(t for _, t in _hierarchical_phases(m, p, n, layout)),
            messages=lambda m, p, n, layout=None: p - 1,
@@ -245,7 +246,7 @@ def reduce_hierarchical(ch: Channel, red: Operand, data: Any, root: int) -> Sche
 
 
 @algorithm("reduce", "segment", segment=True, objects=False,
-           formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", messages=lambda m, p, n: p,
            volume=lambda p, n: 0, local=lambda p, n: p * n)
 def reduce_segment(ch: Channel, red: Operand, data: np.ndarray, root: int) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): every rank copies

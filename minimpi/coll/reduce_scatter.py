@@ -16,7 +16,7 @@ from typing import Any, List, Sequence
 import numpy as np
 
 from .blocks import as_bytes, running_sum
-from .cost import floor_log2, tree_volume
+from .cost import ceil_log2, floor_log2, tree_volume
 from .peers import (
     GROUP_LEADER,
     binomial_children,
@@ -36,6 +36,7 @@ from .slots import SEQ_BITS
 
 
 @algorithm("reduce_scatter", "binomial",
+           path=lambda m, p, n: [n] * ceil_log2(p) + [n / 2 ** (k + 1) for k in range(ceil_log2(p))],
            formula="⌈log2 p⌉·(α + n·β + n·γ) + ⌈log2 p⌉·α + (p-1)/p·n·β + n·γ", objects=False,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: (p - 1) * n + tree_volume(p) * n / p,
@@ -66,7 +67,7 @@ def reduce_scatter_binomial(ch: Channel, red: Operand, send: np.ndarray, recv: n
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
-@algorithm("reduce_scatter", "ring",
+@algorithm("reduce_scatter", "ring", path=lambda m, p, n: [n / p] * (p - 1),
            formula="(p-1)·(α + n/p·(β + γ))", objects=False, commutative_only=True,
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -99,6 +100,8 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
 
 
 @algorithm("reduce_scatter", "recursive_halving",
+           path=lambda m, p, n: [n / 2 ** (k + 1) for k in range(floor_log2(p))]
+           + [n, n / p] * (p != 1 << floor_log2(p)),
            formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β + ((p-1)/p + f)·n·γ + n·γ", objects=False, commutative_only=True,
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
            volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n
@@ -151,7 +154,7 @@ def reduce_scatter_recursive_halving(ch: Channel, red: Operand, send: np.ndarray
     recv[...] = acc[offs[rank]:offs[rank + 1]]
 
 
-@algorithm("reduce_scatter", "pairwise",
+@algorithm("reduce_scatter", "pairwise", path=lambda m, p, n: [n / p] * (p - 1),
            formula="(p-1)·(α + n/p·(β + γ))", objects=False,
            messages=lambda m, p, n: p * (p - 1),
            volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -193,7 +196,7 @@ def reduce_scatter_pairwise(ch: Channel, red: Operand, send: np.ndarray, recv: n
 
 
 @algorithm("reduce_scatter", "segment", segment=True, objects=False,
-           formula="c·α/2 + (p-1)·n/p·(β + γ) + n·β; c = max(1, ⌈n/16384⌉)",
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)·n/p·(β + γ) + n·β; c = max(1, ⌈n/16384⌉)",
            messages=lambda m, p, n: p, volume=lambda p, n: 0, local=lambda p, n: p * n)
 def reduce_scatter_segment(ch: Channel, red: Operand, send: np.ndarray, recv: np.ndarray,
                            counts: List[int]) -> Schedule:

@@ -9,8 +9,11 @@ Each algorithm module registers its functions with :func:`algorithm`::
 ``cost`` is the alpha-beta-gamma formula (its docstring states the same); ``messages``
 (a function of the model, p, n) the messages all ranks send in all, ``volume`` the bytes
 all ranks send in all and ``local`` the bytes all ranks reduce or copy in all, from which
-:func:`minimpi.coll.cost.contention` bounds the time when ranks share cores. The
-prediction is ``max(cost, contention)`` (:meth:`Algorithm.predict`).
+:func:`minimpi.coll.cost.contention` bounds the time when ranks share cores; ``path`` (a
+function of the model, p, n) the sizes of the messages its critical path waits for one
+after another, of which those above the eager limit are rendezvous, each priced 2·α more
+(RTS, CTS) and two more frames of work (:mod:`minimpi.coll.cost`, "Rendezvous"). The
+prediction is ``max(cost + rendezvous, contention)`` (:meth:`Algorithm.predict`).
 
 Choosing (:func:`choose`), in order: the call's ``algorithm=`` argument, the environment
 variable ``MINIMPI_<COLLECTIVE>`` (``minimpi run --coll allreduce=ring`` sets it), else
@@ -44,7 +47,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AlgorithmError
-from .cost import CostModel, Layout, Link, contention, default_model, formula_values
+from .cost import (
+    RENDEZVOUS_ALPHAS,
+    CostModel,
+    Layout,
+    Link,
+    contention,
+    default_model,
+    formula_values,
+    rendezvous_steps,
+)
 
 #: communicator kinds an algorithm may serve: one group, or two groups (an intercommunicator)
 INTRA = "intra"
@@ -90,6 +102,11 @@ class Algorithm:
     segment: bool = False
     #: the communicator kinds it serves (:data:`INTRA`, :data:`INTER`)
     kinds: Tuple[str, ...] = (INTRA,)
+    #: (model, p, n) -> the sizes of the messages its critical path waits for one after
+    #: another (a step that posts several at once: one of them); None: none is ever a
+    #: rendezvous (a meeting in memory). A hierarchical algorithm's phases price their own
+    #: rendezvous (:func:`flat_cost`); its path, for the frames of work, is its one-host form's.
+    path: Optional[Callable[[CostModel, int, int], Sequence[float]]] = None
 
     def __call__(self, *args, **kwargs):
         """Run the algorithm: its schedule generator."""
@@ -101,18 +118,32 @@ class Algorithm:
         ``layout``: where the p ranks run (default: one host)."""
         layout = layout or Layout.one_host(p)
         if self.hierarchical:          # it prices each phase on the link that phase uses
-            extra: tuple = (layout,)
             formula = float(self.cost(model, p, nbytes, layout))
         else:                          # every step over the slowest link the call may cross
-            extra = ()
-            formula = float(self.cost(model.over(model.slowest(layout)), p, nbytes))
+            link = model.slowest(layout)
+            formula = (float(self.cost(model.over(link), p, nbytes))
+                       + RENDEZVOUS_ALPHAS * link.alpha * self.rendezvous(model, p, nbytes))
+        messages, volume, local = self.work(model, p, nbytes, layout)
+        # CPU work: a byte costs the same to copy whichever link it then leaves on
+        crowd = contention(model.over(model.intra), p, volume, local, messages, layout)
+        return max(formula, crowd), formula, crowd
+
+    def rendezvous(self, model: CostModel, p: int, nbytes: int) -> int:
+        """R: the rendezvous messages on its critical path (those of :attr:`path` above the
+        model's eager limit)."""
+        return 0 if self.path is None else rendezvous_steps(model, self.path(model, p, nbytes))
+
+    def work(self, model: CostModel, p: int, nbytes: int,
+             layout: Optional[Layout] = None) -> Tuple[float, float, float]:
+        """(messages, volume, local) of the call summed over all ranks: what the contention
+        term prices. A rendezvous is three frames (RTS, CTS, data), so each rank's R
+        rendezvous add 2·R frames."""
+        extra: tuple = (layout or Layout.one_host(p),) if self.hierarchical else ()
         volume = float(self.volume(p, nbytes, *extra)) if self.volume is not None else 0.0
         local = float(self.local(p, nbytes, *extra)) if self.local is not None else 0.0
         messages = (float(self.messages(model, p, nbytes, *extra))
                     if self.messages is not None else 0.0)
-        # CPU work: a byte costs the same to copy whichever link it then leaves on
-        crowd = contention(model.over(model.intra), p, volume, local, messages, layout)
-        return max(formula, crowd), formula, crowd
+        return messages + 2 * p * self.rendezvous(model, p, nbytes), volume, local
 
     def refusal(self, p: int, nbytes: int, op=None, objects: bool = False,
                 layout: Optional[Layout] = None, segment_bytes: int = 0,
@@ -153,10 +184,12 @@ def algorithm(collective: str, name: str, *,
               order_needs_contiguous_hosts: bool = False,
               phases: Optional[Callable[..., List[Tuple[str, float]]]] = None,
               formula: str = "", segment: bool = False,
-              kinds: Tuple[str, ...] = (INTRA,)) -> Callable:
+              kinds: Tuple[str, ...] = (INTRA,),
+              path: Optional[Callable[[CostModel, int, int], Sequence[float]]] = None) -> Callable:
     """Decorator: register an algorithm function under (collective, name). Without
     ``cost``, the cost is ``formula`` evaluated (:func:`~minimpi.coll.cost.formula_values`):
-    the cost written once. ``kinds``: the communicator kinds it serves."""
+    the cost written once. ``kinds``: the communicator kinds it serves; ``path``: the sizes
+    of its critical path's messages (:attr:`Algorithm.path`)."""
     if not kinds or set(kinds) - set(KIND_NAMES):
         raise ValueError(f"algorithm {collective}/{name}: kinds must be some of "
                          f"{sorted(KIND_NAMES)}, got {kinds!r}")
@@ -169,7 +202,7 @@ def algorithm(collective: str, name: str, *,
         REGISTRY.setdefault(collective, {})[name] = Algorithm(
             collective, name, fn, cost, commutative_only, objects, reads_sendbuf,
             first_sentence(fn.__doc__ or ""), volume, local, messages, hierarchical,
-            order_needs_contiguous_hosts, phases, formula, segment, tuple(kinds))
+            order_needs_contiguous_hosts, phases, formula, segment, tuple(kinds), path)
         return fn
     return register
 
@@ -201,8 +234,11 @@ def first_sentence(doc: str) -> str:
 def flat_cost(collective: str, name: str, model: CostModel, link: Link, p: int,
               nbytes: float) -> float:
     """The registered formula of flat algorithm ``name`` for p ranks whose every message
-    goes over ``link``: how a hierarchical algorithm prices each of its phases."""
-    return float(REGISTRY[collective][name].cost(model.over(link), p, nbytes))
+    goes over ``link``, with its rendezvous (2·α each): how a hierarchical algorithm prices
+    each of its phases."""
+    alg = REGISTRY[collective][name]
+    return (float(alg.cost(model.over(link), p, nbytes))
+            + RENDEZVOUS_ALPHAS * link.alpha * alg.rendezvous(model, p, nbytes))
 
 
 def cheapest(collective: str, names: Tuple[str, ...], model: CostModel, link: Link, p: int,

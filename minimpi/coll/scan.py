@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .blocks import as_bytes
-from .cost import segments, xor_exchanges
+from .cost import ceil_log2, segments, xor_exchanges
 from .reduction import Operand, received
 from .registry import algorithm
 from .schedule import Channel, Schedule
@@ -89,11 +89,13 @@ def _chain(ch: Channel, red: Operand, data: Any, out: Any, inclusive: bool,
 #: Scan and Exscan move the same data in the same steps, so they share their cost model.
 #: Recursive doubling: ceil(log2 p)·(α + nβ + 2nγ); X(p) exchanges, up to 2·X(p)·n reduced.
 DOUBLING_COST = dict(
+    path=lambda m, p, n: [n] * ceil_log2(p),
     formula="⌈log2 p⌉·(α + n·β + 2·n·γ)",
     messages=lambda m, p, n: xor_exchanges(p),
     volume=lambda p, n: xor_exchanges(p) * n, local=lambda p, n: 2 * xor_exchanges(p) * n)
 #: Pipelined chain with s segments: (p+s-2)·(α + (n/s)(β + γ)); (p-1)·n sent and reduced.
 CHAIN_COST = dict(
+    path=lambda m, p, n: [min(n, m.segment)] * (p + segments(n, m.segment) - 2),
     formula="(p + s - 2)·(α + min(n, segment)·(β + γ)); s = max(1, ⌈n/segment⌉)",
     messages=lambda m, p, n: (p - 1) * segments(n, m.segment),
     volume=lambda p, n: (p - 1) * n, local=lambda p, n: (p - 1) * n)
@@ -143,7 +145,7 @@ def exscan_ring(ch: Channel, red: Operand, data: Any, out: Any, segment: int = 2
 
 #: every rank writes its vector once; rank r reads and reduces the r (or r + 1) below it
 SEGMENT_COST = dict(
-    formula="c·α/2 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", objects=False, segment=True,
+    formula="c·α/2 + (c-1)·o·α/4 + (p-1)·n·(β + γ); c = max(1, ⌈n/16384⌉)", objects=False, segment=True,
     messages=lambda m, p, n: p, volume=lambda p, n: 0, local=lambda p, n: p * n)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from ..constants import PROC_NULL, ROOT
 from .blocks import EqualBlocks, RootedBlocks
-from .cost import segments, tree_volume
+from .cost import doubling_blocks, segments, tree_volume
 from .peers import binomial_children, binomial_parent, subtree_end
 from .reduction import received
 from .registry import INTER, algorithm
@@ -24,7 +24,7 @@ from .segment import pieces
 from .slots import SEQ_BITS
 
 
-@algorithm("scatter", "binomial",
+@algorithm("scatter", "binomial", path=lambda m, p, n: doubling_blocks(n, p),
            formula="⌈log2 p⌉·α + (p-1)·n·β",
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: tree_volume(p) * n)
@@ -51,6 +51,7 @@ def scatter_binomial(ch: Channel, blocks: RootedBlocks, root: int, segment: int 
 
 
 @algorithm("scatter", "ring",
+           path=lambda m, p, n: [min(n, m.segment)] * ((p - 1) * segments(n, m.segment) + p - 2),
            formula="((p-1)·s + p - 2)·(α + min(n, segment)·β); s = max(1, ⌈n/segment⌉)",
            messages=lambda m, p, n: p * (p - 1) / 2 * segments(n, m.segment),
            volume=lambda p, n: p * (p - 1) / 2 * n)
@@ -85,7 +86,7 @@ def scatter_ring(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 25
     return blocks.own_block()
 
 
-@algorithm("scatter", "linear",
+@algorithm("scatter", "linear", path=lambda m, p, n: [n],
            formula="α + (p-1)·α/4 + (p-1)·n·β",
            messages=lambda m, p, n: p - 1,
            volume=lambda p, n: (p - 1) * n)
@@ -110,7 +111,7 @@ def scatter_linear(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 
 
 
 @algorithm("scatter", "segment", segment=True, objects=False,
-           formula="c·α/2 + (p-1)·n·β; c = max(1, ⌈p·n/16384⌉)", messages=lambda m, p, n: p,
+           formula="c·α/2 + (c-1)·o·α/4 + (p-1)·n·β; c = max(1, ⌈p·n/16384⌉)", messages=lambda m, p, n: p,
            volume=lambda p, n: 0, local=lambda p, n: p * n)
 def scatter_segment(ch: Channel, blocks: RootedBlocks, root: int, segment: int = 0) -> Schedule:
     """Meet in the communicator's shared segment (ranks on one host): the root copies the

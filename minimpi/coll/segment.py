@@ -5,7 +5,10 @@ peer - per step. On one host the ranks can meet in memory instead: each writes i
 contribution once into its own slot of one segment and publishes the call's number, then
 waits until the slots it needs carry that number, and reads (and reduces) them. Each rank
 wakes at most once per collective, whatever ``p``. The ``segment`` algorithms of the
-collective modules (``coll/allreduce.py``...) are written on this object.
+collective modules (``coll/allreduce.py``...) are written on this object. A vector larger
+than a slot goes in c slot-sized pieces, a meeting each: their formulas charge c·α/2, and
+with more ranks than cores (c-1)·o·α/4 more, o = max(0, p/cores - 1), since every meeting
+after the first waits for descheduled ranks to run again (:mod:`.cost`).
 
 Layout (one file under /dev/shm per communicator, mapped by its members; its name is
 removed once every member has it mapped)::

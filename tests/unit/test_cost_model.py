@@ -177,3 +177,99 @@ def test_near_ties_go_to_the_shortest_critical_path():
     assert pick("allreduce", 4, 64 * MiB, ops.SUM) == "ring"
     # a real difference is not a tie: 9% apart, the binomial bcast keeps its lead
     assert pick("bcast", 8, 4 * MiB) == "binomial"
+
+
+# -- rendezvous: messages above the eager limit -------------------------------------------
+
+def test_the_models_eager_limit_is_the_engines(monkeypatch):
+    from minimpi.p2p.engine import DEFAULT_EAGER_LIMIT, eager_limit_from_env
+    assert cost.CostModel().eager == DEFAULT_EAGER_LIMIT
+    # the engine's variable, read the engine's way (sizes such as 32KiB)
+    monkeypatch.setenv("MINIMPI_EAGER_LIMIT", "32KiB")
+    model, sources = cost.model_sources()
+    assert model.eager == eager_limit_from_env() == 32 * 1024
+    assert sources["eager"] == "env MINIMPI_EAGER_LIMIT"
+    monkeypatch.setenv("MINIMPI_EAGER_LIMIT", "lots")
+    with pytest.raises(ValueError, match="MINIMPI_EAGER_LIMIT='lots' is not a number"):
+        cost.model_sources()
+
+
+def test_rendezvous_steps_count_the_path_above_the_eager_limit():
+    m = cost.CostModel(cores=2)
+    assert cost.rendezvous_steps(m, [8, 64 * 1024, 64 * 1024 + 1, MiB]) == 2
+    ring = registry.algorithms("allreduce")["ring"]
+    # a ring step moves n/p: 256 KiB is 87 KiB per step at p = 3 (rendezvous), 64 KiB at
+    # p = 4 (eager)
+    assert ring.rendezvous(m, 3, 256 * 1024) == 4 and ring.rendezvous(m, 4, 256 * 1024) == 0
+    # the formula pays α per rendezvous and the work two frames per rank's rendezvous
+    plain = ring.cost(m, 3, 256 * 1024)
+    assert ring.predict(m, 3, 256 * 1024)[1] == pytest.approx(plain + 4 * m.alpha)
+    messages, _, _ = ring.work(m, 3, 256 * 1024)
+    assert messages == ring.messages(m, 3, 256 * 1024) + 2 * 3 * 4
+    # a larger eager limit: no rendezvous, the plain formula
+    roomy = cost.CostModel(cores=2, eager=MiB)
+    assert ring.rendezvous(roomy, 3, 256 * 1024) == 0
+    assert ring.predict(roomy, 3, 256 * 1024)[1] == pytest.approx(plain)
+    # Rabenseifner's halving: n/2, n/4 down and back up; p = 5 adds the fold's whole vectors
+    rab = registry.algorithms("allreduce")["rabenseifner"]
+    assert list(rab.path(m, 5, 256 * 1024)) == [131072, 65536, 65536, 131072, 262144, 262144]
+    assert rab.rendezvous(m, 5, 256 * 1024) == 4
+    # a meeting in the segment has no messages, so no rendezvous
+    assert registry.algorithms("allreduce")["segment"].rendezvous(m, 3, 4 * MiB) == 0
+
+
+def test_every_algorithm_that_sends_has_a_path():
+    registry.load_all()
+    m = cost.CostModel(cores=2)
+    for collective in sorted(registry.REGISTRY):
+        table = registry.algorithms(collective)
+        with_path = {name for name, alg in table.items() if alg.path is not None}
+        if not with_path:
+            continue         # barrier (no bytes), neighbour and two-group calls: one choice
+        for name, alg in table.items():
+            if registry.INTRA not in alg.kinds:
+                continue
+            # within a collective all or none: a missing path would make an algorithm look
+            # cheaper above the eager limit than it is
+            assert (alg.path is not None) != alg.segment, (collective, name)
+            for p in (1, 2, 3, 5, 8):
+                for n in (0, 8, 100_000, 4 * MiB):
+                    sizes = list(alg.path(m, p, n)) if alg.path else []
+                    assert all(0 <= s <= max(n, 1) * max(p, 1) for s in sizes), (collective, name)
+
+
+def test_the_rendezvous_decides_at_256_kib(monkeypatch):
+    """The picks the eager limit decides on 2 shared cores over shared memory, measured with
+    benchmarks/collectives.py: at p = 3 a ring's 87 KiB steps are rendezvous, so the
+    allgather meets in the segment and the allreduce doubles; at p = 5 the ring's 52 KiB
+    steps are eager while Rabenseifner's first halves are not, and the ring wins."""
+    from minimpi.coll.plan import Settings, priced_for
+    from minimpi.coll.segment import SLOT_BYTES
+    model = priced_for(Settings.from_environment(), "shm")
+    choose = lambda coll, p, n, op=None: registry.choose(
+        coll, p, n, op, model=model, segment_bytes=SLOT_BYTES).name
+    assert choose("allgather", 3, 3 * 87381) == "segment"
+    assert choose("allreduce", 3, 256 * 1024, ops.SUM) == "recursive_doubling"
+    assert choose("allreduce", 5, 256 * 1024, ops.SUM) == "ring"
+    # with the eager limit raised above every step, the old picks come back
+    roomy = priced_for(Settings.from_environment({"MINIMPI_EAGER_LIMIT": "1MiB",
+                                                  "MINIMPI_COST_CORES": "2"}), "shm")
+    assert registry.choose("allgather", 3, 3 * 87381, model=roomy,
+                           segment_bytes=SLOT_BYTES).name == "ring"
+
+
+def test_segment_pieces_cost_more_when_ranks_outnumber_cores():
+    seg = registry.algorithms("allgather")["segment"]
+    crowded, roomy = cost.CostModel(cores=2), cost.CostModel(cores=8)
+    n = 4 * MiB                                  # 5 ranks: 52 pieces of 16 KiB each
+    c = -(-n // 5 // 16384)
+    extra = (c - 1) * (5 / 2 - 1) * crowded.alpha / 4
+    assert seg.cost(crowded, 5, n) == pytest.approx(seg.cost(roomy, 5, n) + extra)
+    # one piece, or a core per rank: no extra
+    assert seg.cost(crowded, 5, 8) == pytest.approx(seg.cost(roomy, 5, 8))
+    assert seg.cost(crowded, 2, n) == pytest.approx(seg.cost(roomy, 2, n))
+    # and auto leaves the segment for Bruck there over shared memory (measured 1.27x slower
+    # than the ring, Bruck within 2% of it)
+    from minimpi.coll.plan import priced_model
+    shm = priced_model(crowded, "shm")
+    assert registry.choose("allgather", 5, n, model=shm, segment_bytes=16384).name == "bruck"

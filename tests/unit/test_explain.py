@@ -259,6 +259,12 @@ def test_terms_add_up_and_show_the_numbers():
     assert "= 15.75·α + 7 MiB·β + 1.8 MiB·γ" in ring
     assert "15.75 × 46.00 us + 7 MiB × 0.2326 ns/B" in ring
     assert "724.5 us latency (α) + 1.707 ms bandwidth (β) + 135.9 us reduction (γ) = 2.567 ms" in ring
+    # its 14 block steps move 256 KiB pieces: each a rendezvous, α more, and 2 frames per rank
+    assert ("rendezvous = 14 messages above the eager limit (64 KiB) on the critical path × 1·α"
+            in ring)
+    assert "formula    = 2.567 ms + 644.0 us = 3.211 ms" in ring
+    assert "(392 messages × α/4" in ring and "include 224 RTS and CTS frames" in ring
+    assert "eager    = 64 KiB (65536 B)" in text
     assert "/ min(p=8, cores=2)" in ring and "contention decides" in ring
     assert "(2·⌊log2 p⌋ + 2·f)·α" in details.split("\n  rabenseifner: ", 1)[1]
     assert "Why contention:" in text and "share cores" in text

@@ -148,7 +148,9 @@ def test_bcast_leaders_choose_by_the_inter_host_link():
     pick = lambda model, n: phases(model, 8, n, lay)[0][0].split()[2]
     assert pick(CostModel(), 8) == "binomial"
     assert pick(CostModel(alpha_inter=1e-6), 64 * MiB) == "ring"          # streams
-    assert pick(CostModel(alpha_inter=1e-3, beta_inter=1e-8), MiB) == "scatter_allgather"
+    # slow in both: fewer bytes per leader and fewer rendezvous (the scatter's halves and
+    # the ring's quarters against the binomial's whole vectors) win
+    assert pick(CostModel(alpha_inter=1e-3, beta_inter=1e-7), MiB) == "scatter_allgather"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -511,14 +513,19 @@ def test_hierarchical_cost_is_its_phases():
     m, lay = SLOW, Layout.of("aaaabbbb")
     bcast = registry.algorithms("bcast")[HIER]
     expect = 1 * m.inter.time(MiB) + 2 * m.intra.time(MiB)       # log2 2 + log2 4 steps
+    # each step's 1 MiB is a rendezvous (above the 64 KiB eager limit): α more on its link
+    expect += 1 * m.inter.alpha + 2 * m.intra.alpha
     assert bcast.cost(m, 8, MiB, lay) == pytest.approx(expect)
     steps = registry.algorithms("allreduce")[HIER].phases(m, 8, 64 * MiB, lay)
     assert [what for what, _ in steps] == [
         "inside hosts: binomial reduce over 4 ranks",
         "between hosts: rabenseifner allreduce over 2 leaders",
         "inside hosts: binomial bcast over 4 ranks"]
-    rab = registry.algorithms("allreduce")["rabenseifner"].cost(m.over(m.inter), 2, 64 * MiB)
-    assert steps[1][1] == pytest.approx(rab)
+    rabenseifner = registry.algorithms("allreduce")["rabenseifner"]
+    rab = rabenseifner.cost(m.over(m.inter), 2, 64 * MiB)
+    # its path over 2 leaders: a 32 MiB half each way, both rendezvous
+    assert rabenseifner.rendezvous(m, 2, 64 * MiB) == 2
+    assert steps[1][1] == pytest.approx(rab + 2 * m.inter.alpha)
     # small vectors: latency decides, the leaders exchange whole vectors
     assert "recursive_doubling" in registry.algorithms("allreduce")[HIER].phases(m, 8, 8, lay)[1][0]
 
@@ -527,13 +534,20 @@ def test_flat_algorithms_pay_the_slower_link_on_every_step():
     lay = Layout.of("aaaabbbb")
     ring = registry.algorithms("allreduce")["ring"]
     as_if_all_slow = CostModel(cores=2, alpha=SLOW.inter.alpha, beta=SLOW.inter.beta)
-    assert ring.predict(SLOW, 8, MiB, lay)[1] == pytest.approx(ring.cost(as_if_all_slow, 8, MiB))
+    # (its 14 block steps of 128 KiB are rendezvous: α each, on the link it pays)
+    assert ring.rendezvous(SLOW, 8, MiB) == 14
+    assert ring.predict(SLOW, 8, MiB, lay)[1] == pytest.approx(
+        ring.cost(as_if_all_slow, 8, MiB) + 14 * SLOW.inter.alpha)
     # one host: the intra-host link, whatever the inter-host one
-    assert ring.predict(SLOW, 8, MiB)[1] == pytest.approx(ring.cost(CostModel(cores=2), 8, MiB))
+    assert ring.predict(SLOW, 8, MiB)[1] == pytest.approx(
+        ring.cost(CostModel(cores=2), 8, MiB) + 14 * CostModel().alpha)
     # contention: each host's own cores (2 hosts x min(4 ranks, 2 cores) = 4)
+    # (its messages with the RTS and CTS of each rank's 14 rendezvous)
     _, _, crowd = ring.predict(SLOW, 8, MiB, lay)
+    messages = ring.messages(SLOW, 8, MiB) + 2 * 8 * 14
+    assert ring.work(SLOW, 8, MiB, lay) == (messages, ring.volume(8, MiB), ring.local(8, MiB))
     assert crowd == pytest.approx(cost.contention(CostModel(cores=4), 8, ring.volume(8, MiB),
-                                                  ring.local(8, MiB), ring.messages(SLOW, 8, MiB)))
+                                                  ring.local(8, MiB), messages))
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)

@@ -78,7 +78,7 @@ def reduce_binomial(ch: Channel, red: Operand, data: Any, root: int) -> Schedule
     return acc if ch.rank == root else None
 
 
-@algorithm("reduce", "ring", path=lambda m, p, n: [n / p] * 2 * (p - 1),
+@algorithm("reduce", "ring", path=lambda m, p, n: [n / p] * p,
            formula="2·(p-1)·α + (p-1)/p·n·(2·β + γ) + n·γ", commutative_only=True, objects=False,
            messages=lambda m, p, n: p * (p - 1) + p - 1,
            volume=lambda p, n: (p - 1) * n * (1 + 1 / p), local=lambda p, n: 2 * (p - 1) * n)

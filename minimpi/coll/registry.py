@@ -11,7 +11,7 @@ Each algorithm module registers its functions with :func:`algorithm`::
 all ranks send in all and ``local`` the bytes all ranks reduce or copy in all, from which
 :func:`minimpi.coll.cost.contention` bounds the time when ranks share cores; ``path`` (a
 function of the model, p, n) the sizes of the messages its critical path waits for one
-after another, of which those above the eager limit are rendezvous, each priced 2·α more
+after another, of which those above the eager limit are rendezvous, each priced α more
 (RTS, CTS) and two more frames of work (:mod:`minimpi.coll.cost`, "Rendezvous"). The
 prediction is ``max(cost + rendezvous, contention)`` (:meth:`Algorithm.predict`).
 
@@ -234,7 +234,7 @@ def first_sentence(doc: str) -> str:
 def flat_cost(collective: str, name: str, model: CostModel, link: Link, p: int,
               nbytes: float) -> float:
     """The registered formula of flat algorithm ``name`` for p ranks whose every message
-    goes over ``link``, with its rendezvous (2·α each): how a hierarchical algorithm prices
+    goes over ``link``, with its rendezvous (α each): how a hierarchical algorithm prices
     each of its phases."""
     alg = REGISTRY[collective][name]
     return (float(alg.cost(model.over(link), p, nbytes))

@@ -491,6 +491,45 @@ def test_one_long_wait_does_not_collapse_the_spin_budget():
     assert policy.spin == policy.max_spin
 
 
+class _Woken:
+    """A transport on which no frame ever arrives, whose sleeps end ``delay`` seconds in:
+    what a wait on a shared segment sees when the peer that publishes wakes it."""
+
+    def __init__(self, delay):
+        self.delay = delay
+        self.woke = False          # whether a sleep ended (the peer published and woke it)
+
+    def progress(self, timeout):
+        if timeout:
+            time.sleep(self.delay)
+            self.woke = True
+        return False
+
+
+def test_a_wait_on_memory_woken_soon_pays_as_a_message_would():
+    """A segment wait that slept and was woken soon after its spin gave up would have been
+    caught by a longer spin: it brings the budget back as a message that came then does (it
+    used to count as unpaid, so ranks that only meet in a segment, once at the minimum,
+    slept through every wait)."""
+    for attempt in range(3):
+        policy = ProgressPolicy("yield", max_spin=2e-3)
+        late = _Clocked(0.03)
+        for _ in range(progress.WINDOW):
+            policy.wait(late, 0.25)
+        assert policy.spin == pytest.approx(policy.min_spin)
+        for _ in range(progress.PAYING):
+            woken = _Woken(1e-3)
+            policy.wait(woken, 0.25, lambda: woken.woke)   # its data comes with the wake-up
+        if policy.spin == policy.max_spin:
+            break
+    assert policy.spin == policy.max_spin
+    # a sleep that ends with the wait not over (a spurious wake-up) does not pay
+    policy = ProgressPolicy("yield", max_spin=2e-3)
+    for _ in range(progress.WINDOW):
+        policy.wait(_Woken(1e-4), 0.25, lambda: False)
+    assert policy.spin == policy.min_spin
+
+
 def test_spinning_stops_where_it_never_pays():
     """A rank whose peer is rarely running (a busy machine) or whose messages come late
     sleeps at once after a few waits, instead of burning the CPU it will need."""

@@ -38,7 +38,8 @@ spinning while the rank that has the data waits for a core. Hence the policies
 The budget follows whether spinning pays, over the last :data:`WINDOW` waits: a wait
 *paid* when its message came while it spun, or so soon after it gave up (within
 :data:`NEAR` spins: the wake-up, tens of microseconds on a VM, is what it cost) that a longer
-spin would have caught it. While at least :data:`PAYING` of the last :data:`WINDOW` paid, the
+spin would have caught it - or, for a wait on memory a peer writes (a shared segment, woken
+without a message), when it was over that soon. While at least :data:`PAYING` of the last :data:`WINDOW` paid, the
 budget is ``max_spin``; below that, ``min_spin``. So one long wait (a ``Barrier`` while
 another rank computes) among quick replies changes nothing, and two quick replies after a
 quiet phase bring the spin back; but when most waits outlast the spin - a rank whose

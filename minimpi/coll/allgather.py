@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from .blocks import Blocks, as_bytes
-from .cost import Layout, ceil_log2, doubling_blocks, floor_log2, tree_volume
+from .cost import Layout, ceil_log2, doubling_blocks, floor_log2, not_pow2, tree_volume
 from .groups import GroupBlocks, GroupChannel
 from .peers import (
     binomial_children,
@@ -90,7 +90,7 @@ def allgather_ring(ch: Channel, blocks: Blocks) -> Schedule:
 
 @algorithm("allgather", "recursive_doubling",
            path=lambda m, p, n: [n / p * (1 << k) for k in range(floor_log2(p))]
-           + [n / p, n] * (p != 1 << floor_log2(p)),
+           + [n / p, n] * not_pow2(p),
            formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β",
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
            volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n

@@ -117,8 +117,7 @@ class _Conn:
     taken by the express receive (:meth:`look`, :meth:`take`). Which end opened it
     (:class:`_OutConn`, :class:`_InConn`) only matters until the handshake is done."""
 
-    #: (both subclasses number their states so that a ready connection is READY and a
-    #: closed one ENDED)
+    #: the states every connection ends in (each subclass numbers its handshake's below)
     READY = 2
     ENDED = 3
 
@@ -403,7 +402,7 @@ class _OutConn(_Conn):
     peer (the peer uses it instead of opening its own when it is ready before the peer
     first sends to this rank - :meth:`TcpTransport.adopt`)."""
 
-    CONNECTING, HELLO_SENT, READY, FAILED = range(4)
+    CONNECTING, HELLO_SENT = 0, 1        # then READY, ENDED (:class:`_Conn`)
 
     def __init__(self, transport: "TcpTransport", peer: int, address: str) -> None:
         super().__init__(transport, peer)
@@ -481,7 +480,7 @@ class _InConn(_Conn):
     rank once it is ready, if this rank has no connection of its own to the peer then
     (:meth:`TcpTransport.adopt`)."""
 
-    HELLO, PROOF, READY, CLOSED = range(4)
+    HELLO, PROOF = 0, 1                  # then READY, ENDED (:class:`_Conn`)
 
     def __init__(self, transport: "TcpTransport", sock: socket.socket, address) -> None:
         super().__init__(transport, -1)

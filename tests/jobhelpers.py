@@ -7,6 +7,7 @@
     others_segments(paths)                                   # segments of jobs this test did not start
     assert_no_leftovers(marker)                              # waits up to 3 s, kills and fails
     progress_until(transports, until, timeout)               # drive transports in this process
+    connect_all_in_threads(transports, timeout)              # their connect_all, one thread each
 
 The ``job_marker`` fixture gives a unique value; pass ``-x`` ``MINIMPI_TEST_MARKER=<value>``
 (``marker_args(job_marker)``) so every rank carries it, and it checks at teardown that no
@@ -160,6 +161,28 @@ def wire(transports, sinks) -> None:
     addresses = [t.listen() for t in transports]
     for t in transports:
         t.set_peers(addresses)
+
+
+def connect_all_in_threads(transports, timeout: float) -> tuple:
+    """Ranks of this process: every transport's ``connect_all(timeout)`` at once, one thread
+    each (each waits for its peers' handshakes); (the errors they raised, the threads still
+    alive ``timeout`` + 10 s later)."""
+    import threading
+
+    errors = []
+
+    def connect(t):
+        try:
+            t.connect_all(timeout=timeout)
+        except Exception as exc:       # reported by the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=connect, args=(t,)) for t in transports]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout + 10)
+    return errors, [th for th in threads if th.is_alive()]
 
 
 def progress_until(transports, until, timeout: float = 5.0, wait: float = 0.0) -> None:

@@ -4,9 +4,7 @@ is ready sends on it), frames in order both ways on it, and a peer that closes a
 it sent on - or was sent to on - is reported lost, with what was queued failing."""
 from __future__ import annotations
 
-import threading
-
-from jobhelpers import progress_until, wire
+from jobhelpers import connect_all_in_threads, progress_until, wire
 
 from minimpi.transports import frames
 from minimpi.transports.base import FrameSink
@@ -52,20 +50,8 @@ def open_sockets(t: TcpTransport) -> int:
 def test_connect_all_makes_one_connection_per_pair_that_carries_both_ways():
     ts, sinks = transports(5)
     try:
-        errors = []
-
-        def connect(t):
-            try:
-                t.connect_all(timeout=20)
-            except Exception as exc:       # reported below, by the test's thread
-                errors.append(exc)
-
-        threads = [threading.Thread(target=connect, args=(t,)) for t in ts]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30)
-        assert not errors and not any(th.is_alive() for th in threads)
+        errors, stuck = connect_all_in_threads(ts, timeout=20)
+        assert not errors and not stuck
         assert [open_sockets(t) for t in ts] == [4] * 5        # not 8: one per pair
         for t in ts:                      # every rank to every other, 3 frames each
             for peer in range(5):

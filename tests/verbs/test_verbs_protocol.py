@@ -25,6 +25,7 @@ from fake_verbs import (
     FakeFabric,
     make_transports,
 )
+from jobhelpers import connect_all_in_threads
 
 from minimpi.errors import TransportError
 from minimpi.transports import frames
@@ -369,18 +370,7 @@ def test_connect_all_confirms_every_pair_and_names_an_unreachable_peer():
     for t in ts:
         t.set_peers(addresses)
         t.attach(Sink())
-    errors = []
-
-    def connect_all(t):
-        try:
-            t.connect_all(timeout=5)
-        except Exception as exc:
-            errors.append(exc)
-    threads = [threading.Thread(target=connect_all, args=(t,)) for t in ts]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(10)
+    errors, _ = connect_all_in_threads(ts, timeout=5)
     assert errors == []
     # A peer advertising a GID this fabric does not route to: named at start-up.
     fabric = FakeFabric()

@@ -22,6 +22,15 @@ browser would take a core, and measures 8 B one-way at p = 2 alone. Peers come f
 benchmarks/peers/setup.sh (``--peers-dir``); a missing one is skipped with a note. The
 targets are those of the small-message issue: within 2x (3x) of MPICH measured in the same
 run.
+
+The machine's own speed is measured too: before and after every job, a fixed pure-Python loop
+runs on each CPU at once (:func:`machine_speed`), and the job is given the slower of the two
+readings. On a virtual machine the CPUs' speed moves by itself - a neighbour on the host
+takes the physical core's caches or its other hyperthread - and an interpreter's figures move
+with it (8 B one-way chunks of 3.0-3.9 us against 2.2-2.5 us while the same loop, run
+inside the job, took 4.5-5.8 ms against 3.6). So each target line also gives the loop's
+p90/median over the same jobs, and the figure's p90/median once each job's figure is divided
+by its job's reading: whether a figure that is not steady moved with the machine.
 """
 from __future__ import annotations
 
@@ -54,6 +63,51 @@ TCP_JOBS: Dict[int, Dict[str, List[int]]] = {2: {"latency": [8]}}
 TCP_SYSTEMS = ("minimpi-tcp", "openmpi-tcp")
 SYSTEMS = ("minimpi-shm", "mpich", "openmpi", "minimpi-tcp", "openmpi-tcp")
 Key = Tuple[str, int, str, int]          # system, p, test, size
+#: iterations of the machine-speed loop (about 4 ms on a 2-core cloud VM), and how many
+#: times each CPU runs it per reading (the median is the reading)
+PROBE_ITERS = 100_000
+PROBE_TIMES = 3
+
+
+def _probe_loop() -> float:
+    """Seconds a fixed pure-Python loop takes on this CPU now (median of PROBE_TIMES)."""
+    times = []
+    for _ in range(PROBE_TIMES):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(PROBE_ITERS):
+            x += i & 7
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def machine_speed() -> Optional[float]:
+    """The machine's speed now: the loop run on every CPU this process may use at once, one
+    forked process pinned to each; the slowest CPU's seconds (None where it cannot run)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    readings, pids = [], []
+    for cpu in cpus:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                      # (the child writes its reading and leaves)
+            try:
+                os.close(r)
+                os.sched_setaffinity(0, {cpu})
+                os.write(w, repr(_probe_loop()).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        pids.append((pid, r))
+    for pid, r in pids:
+        with os.fdopen(r, "rb") as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+        if text:
+            readings.append(float(text))
+    return max(readings) if readings else None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -83,9 +137,13 @@ def p90(values: List[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[-1]
 
 
-def measure(args, systems: Dict[str, "compare.System"], log) -> Dict[Key, List[float]]:
-    """{key: one figure per run}: each figure the median of one job's samples."""
+def measure(args, systems: Dict[str, "compare.System"], log
+            ) -> Tuple[Dict[Key, List[float]], Dict[Key, List[Optional[float]]]]:
+    """({key: one figure per run}, {key: the machine's speed at each of those jobs}): each
+    figure the median of one job's samples, each speed the slower of :func:`machine_speed`
+    before and after the job."""
     per_run: Dict[Key, List[float]] = {}
+    speeds: Dict[Key, List[Optional[float]]] = {}
     order = [k for k in systems if systems[k].runnable]
     sizes = {int(p) for p in args.p.split(",") if p}
     for run in range(args.runs):
@@ -95,24 +153,42 @@ def measure(args, systems: Dict[str, "compare.System"], log) -> Dict[Key, List[f
             for p, tests in jobs.items():
                 if p not in sizes:
                     continue
+                before = machine_speed()
                 t0 = time.monotonic()
                 data = systems[key].run(p, tests) or {}
+                took = time.monotonic() - t0
+                after = machine_speed()
+                speed = None if before is None or after is None else max(before, after)
                 for test, by_size in data.get("samples", {}).items():
                     for size, values in by_size.items():
                         if values:
-                            per_run.setdefault((key, p, test, int(size)), []).append(
-                                statistics.median(values))
-                log(f"run {run + 1}/{args.runs} {key} p={p}: {time.monotonic() - t0:.1f} s")
-    return per_run
+                            fig = (key, p, test, int(size))
+                            per_run.setdefault(fig, []).append(statistics.median(values))
+                            speeds.setdefault(fig, []).append(speed)
+                log(f"run {run + 1}/{args.runs} {key} p={p}: {took:.1f} s"
+                    f"{'' if speed is None else f'; machine loop {speed * 1e3:.2f} ms'}")
+    return per_run, speeds
 
 
 def us(v: Optional[float]) -> str:
     return "-" if v is None else f"{v * 1e6:.1f}"
 
 
-def summary(per_run: Dict[Key, List[float]]) -> Dict[Key, dict]:
-    return {k: {"median": statistics.median(v), "p90": p90(v), "runs": v}
-            for k, v in per_run.items()}
+def summary(per_run: Dict[Key, List[float]],
+            speeds: Dict[Key, List[Optional[float]]]) -> Dict[Key, dict]:
+    """Each figure's median and p90 over its jobs; with the machine's speed at each job, the
+    loop's p90/median over them (``machine_spread``) and the figure's once each job's value is
+    divided by its job's reading (``spread_at_machine_speed``)."""
+    out = {}
+    for k, v in per_run.items():
+        st = {"median": statistics.median(v), "p90": p90(v), "runs": v}
+        sp = speeds.get(k, [])
+        if len(sp) == len(v) and sp and all(sp):
+            scaled = [x / s for x, s in zip(v, sp)]
+            st.update(machine=sp, machine_spread=p90(sp) / statistics.median(sp),
+                      spread_at_machine_speed=p90(scaled) / statistics.median(scaled))
+        out[k] = st
+    return out
 
 
 def table(stats: Dict[Key, dict], systems: List[str]) -> List[str]:
@@ -143,9 +219,13 @@ def targets(stats: Dict[Key, dict], busy: bool) -> List[str]:
         steady = a["p90"] <= 1.5 * a["median"]
         ratio = a["median"] / ref["median"]
         ok = ratio <= factor and steady
+        machine = ""
+        if "machine_spread" in a:
+            machine = (f"; the machine's loop over the same jobs {a['machine_spread']:.2f}, the "
+                       f"figure at the machine's speed {a['spread_at_machine_speed']:.2f}")
         out.append(f"- {'met' if ok else 'MISSED'}: {text}: {us(a['median'])} us vs "
                    f"{us(ref['median'])} us, {ratio:.2f}x (target {factor:g}x); p90/median "
-                   f"{a['p90'] / a['median']:.2f}{'' if steady else ' (not steady)'}")
+                   f"{a['p90'] / a['median']:.2f}{'' if steady else ' (not steady)'}{machine}")
 
     mine = "minimpi-shm"
     if busy:
@@ -184,7 +264,7 @@ def main(argv=None) -> int:
     other = compare.OtherLoad()
     started = time.time()
     try:
-        per_run = measure(args, systems, log)
+        per_run, speeds = measure(args, systems, log)
         # (before the busy process is reaped: a waited-for child's time counts as this
         # run's own, and the note says the busy process is included)
         share = other.share()
@@ -192,7 +272,7 @@ def main(argv=None) -> int:
         if busy is not None:
             busy.kill()
             busy.wait()
-    stats = summary(per_run)
+    stats = summary(per_run, speeds)
     shown = [k for k in wanted if systems[k].runnable]
     note = (f"{args.runs} runs, {'with' if args.busy else 'without'} a busy process; other "
             f"processes took {compare.busy_text(share)} of the CPUs"

@@ -23,7 +23,9 @@ spinning while the rank that has the data waits for a core. Hence the policies
 ``auto`` (default)
     ``spin`` when the ranks on this host are no more than the cores this process may run
     on (``os.sched_getaffinity``), ``yield`` up to :data:`YIELD_UP_TO` times that, ``block``
-    beyond. A rank that yields gives its core to a rank that has work, so ranks that
+    beyond. A rank that ``--bind-to`` pinned counts instead the ranks bound to its own
+    CPUs and those CPUs (:func:`minimpi._start.binding.crowding`): after the binding it may
+    run on one core, which is not the cores its host's ranks share. A rank that yields gives its core to a rank that has work, so ranks that
     outnumber cores can wait as long as spinning ranks do: 8 B ``Allreduce`` on 2 cores
     at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with a 30 us yield budget (p = 8 and
     16 then blocked) and 35 / 106 / 784 us with 3 ms (a sleeping rank pays a wake-up per
@@ -115,6 +117,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 class ProgressPolicy:
     """Spin, yield or block before/while waiting (see the module docstring)."""
 
@@ -142,9 +148,10 @@ class ProgressPolicy:
 
     @classmethod
     def choose(cls, setting: str, ranks_here: int, cores: Optional[int] = None,
-               max_spin: Optional[float] = None) -> "ProgressPolicy":
+               max_spin: Optional[float] = None, bound: bool = False) -> "ProgressPolicy":
         """The policy for ``setting`` (one of :data:`MODES`) with ``ranks_here`` ranks of the
-        job on this host sharing ``cores`` cores (default: this process's)."""
+        job on this host sharing ``cores`` cores (default: this process's); ``bound``: they
+        are the ranks ``--bind-to`` bound to this rank's CPUs, and ``cores`` those CPUs."""
         setting = (setting or "auto").strip().lower()
         if setting not in MODES:
             raise ArgumentError(f"MINIMPI_PROGRESS={setting!r}: expected one of {', '.join(MODES)}")
@@ -159,16 +166,22 @@ class ProgressPolicy:
                 max_spin = MAX_SPIN * max(1.0, ranks_here / (CROWDED * cores))
         else:
             mode = "block"
-        return cls(mode, max_spin, f"auto: {ranks_here} ranks on this host, {cores} cores")
+        where = (f"{_count(ranks_here, 'rank')} bound to this rank's {_count(cores, 'CPU')}"
+                 if bound else f"{ranks_here} ranks on this host, {cores} cores")
+        return cls(mode, max_spin, f"auto: {where}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], ranks_here: int) -> "ProgressPolicy":
+    def from_env(cls, env: Mapping[str, str], ranks_here: int, cores: Optional[int] = None,
+                 bound: bool = False) -> "ProgressPolicy":
+        """The policy ``MINIMPI_PROGRESS`` and ``MINIMPI_SPIN_US`` ask for, for
+        ``ranks_here`` ranks sharing ``cores`` cores (see :meth:`choose`)."""
         spin_us = env.get("MINIMPI_SPIN_US")
         try:
             max_spin = float(spin_us) * 1e-6 if spin_us else None
         except ValueError:
             raise ArgumentError(f"MINIMPI_SPIN_US={spin_us!r} is not a number") from None
-        return cls.choose(env.get("MINIMPI_PROGRESS", "auto"), ranks_here, max_spin=max_spin)
+        return cls.choose(env.get("MINIMPI_PROGRESS", "auto"), ranks_here, cores, max_spin,
+                          bound)
 
     def wait(self, transport, timeout: float,
              ready: Optional[Callable[[], bool]] = None) -> bool:

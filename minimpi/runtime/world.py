@@ -15,6 +15,7 @@ import threading
 from typing import Any, Optional
 
 from .. import transports
+from .._start.binding import crowding
 from ..bus import Bus
 from ..comm import ulfm
 from ..comm.communicator import Intracomm, set_predefined
@@ -101,9 +102,13 @@ class _Runtime:
             if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")):
                 transport.connect_all()
                 self.all_connected = True
-            # spin before sleeping only while the ranks on this host have a core each
+            # spin before sleeping only while the ranks on this host have a core each: all
+            # of them on the cores this process may use, or, bound (--bind-to), the ranks
+            # bound to its CPUs on those CPUs
+            crowded = crowding()
+            ranks, cores = (len(transport.local_ranks), None) if crowded is None else crowded
             self.engine.set_progress_policy(ProgressPolicy.from_env(
-                info.env, len(transport.local_ranks)))
+                info.env, ranks, cores, bound=crowded is not None))
 
 
 #: the process that initialised MPI (a forked child is another process)

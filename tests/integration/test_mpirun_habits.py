@@ -176,6 +176,30 @@ def test_bind_to_core_pins_every_thread_round_robin(write_script, job_marker, fl
         assert f"minimpi: rank {r} bound to core {r % len(cores)} (CPUs " in res.stderr
 
 
+@BOTH
+def test_bound_ranks_wait_as_their_own_cores_allow(write_script, job_marker, flags):
+    # bound to a core each, two ranks spin as unbound ones on two cores do; and with more
+    # ranks than cores, a bound rank counts the ranks on its core, not "all on one core"
+    cores = expected_cores()
+    if len(cores) < 2:
+        pytest.skip(f"needs two cores to bind two ranks to (this process may use {cores})")
+    script = write_script("bound.py", BOUND)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores[0] | cores[1])     # the job binds within two cores
+    try:
+        res = run_minimpi("-n", 2, "--no-prefix", "--bind-to", "core", "--stats", *flags,
+                          *marker_args(job_marker), script, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "progress spin (auto: 1 rank bound to this rank's " in res.stderr, res.stderr
+        res = run_minimpi("-n", 8, "--no-prefix", "--bind-to", "core", "--stats", *flags,
+                          *marker_args(job_marker), script, timeout=90)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert res.returncode == 0, res.stderr
+    assert "progress yield (auto: 4 ranks bound to this rank's " in res.stderr, res.stderr
+    assert "progress block" not in res.stderr
+
+
 def test_without_binding_ranks_keep_every_cpu(write_script, job_marker):
     script = write_script("free.py", BOUND)
     res = run_minimpi("-n", 2, "--no-prefix", "--report-bindings", *marker_args(job_marker),

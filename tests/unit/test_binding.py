@@ -14,6 +14,7 @@ from minimpi._start.binding import (
     local_index,
     parse_bind,
     parse_cpulist,
+    sharing,
 )
 
 # cpu -> (socket, core)
@@ -90,3 +91,16 @@ def test_cpu_lists_and_local_index():
     assert local_index({"MINIMPI_RANK": "6", "MINIMPI_LOCAL_RANKS": "4-7"}) == 2
     assert local_index({"MINIMPI_RANK": "3"}) == 3
     assert local_index({}) is None
+
+
+def test_how_many_ranks_share_a_ranks_cpus(topo):
+    t = topo()
+    # five ranks on four cores: the fifth shares core 0 (2 hardware threads) with the first
+    assert [sharing(i, 5, "core", 1, "core", t) for i in range(5)] == \
+        [(2, 2), (1, 2), (1, 2), (1, 2), (2, 2)]
+    assert sharing(0, 3, "hwthread", 1, "hwthread", t) == (1, 1)
+    # bound to a socket: every rank mapped to that socket's cores shares its 4 CPUs
+    assert [sharing(i, 4, "socket", 1, "core", t) for i in range(4)] == [(2, 4)] * 4
+    # two cores each, overlapping from the third rank on
+    assert sharing(1, 5, "core", 2, "core", t) == (2, 4)
+    assert sharing(0, 5, "core", 2, "core", t) == (3, 4)

@@ -17,10 +17,10 @@ every thread it starts later (numpy's BLAS pool, minimpi's own) inherits the bin
 Placement is round-robin: with more ranks than cores, rank ``cores`` shares core 0 again
 (minimpi never refuses to oversubscribe). Processes started by ``Spawn`` are not bound.
 
-A bound rank also knows how crowded its CPUs are (:func:`crowding`): how many of its host's
-ranks are bound to CPUs it has, and how many CPUs it has. How its waits spin, yield or sleep
-is decided from that (:mod:`minimpi.p2p.progress`), not from the CPUs it may run on after the
-binding: those are one core per rank, which would read as "two ranks, one core" at p = 2
+A bound rank also says how crowded its CPUs are (:func:`sharing`: how many of its host's
+ranks are bound to CPUs it has, and how many CPUs it has) to the progress policy
+(:func:`minimpi.p2p.progress.set_binding`), which decides from that how its waits spin,
+yield or sleep, not from the CPUs it may run on after the binding: those are one core per rank, which would read as "two ranks, one core" at p = 2
 (yielding where each rank has a core of its own) and as "32 ranks on one core" at p = 32 on
 2 cores (sleeping through every wait: 8 B ``Allreduce`` 1.7-2.1 ms a call against 0.6-0.8
 unbound).
@@ -243,24 +243,11 @@ def sharing(index: int, local: int, bind: str, count: int, mapping: str, topo: T
     return ranks, len(mine)
 
 
-#: (ranks, CPUs) of this process's binding (see :func:`sharing`); None while not bound
-_crowding: Optional[tuple[int, int]] = None
-
-
-def crowding() -> Optional[tuple[int, int]]:
-    """How crowded this rank's CPUs are, as :func:`bind_this_process` bound it: (how many of
-    this host's ranks are bound to its CPUs, itself included; how many CPUs it is bound to).
-    None if this process was not bound (then every CPU it may use is the host's ranks' to
-    share)."""
-    return _crowding
-
-
 def bind_this_process(environ: Mapping[str, str] = os.environ) -> Optional[str]:
     """Pin this process (every thread it has) as ``MINIMPI_BIND_TO`` says; returns the
     ``--report-bindings`` line when that is asked for (None otherwise). Call it before the
     process starts threads. Processes started by Spawn, and processes that are not ranks,
     are left as they are."""
-    global _crowding
     bind_text = environ.get(ENV_BIND)
     report = environ.get(ENV_REPORT) == "1"
     if (not bind_text and not report) or environ.get(ENV_PARENT):
@@ -279,7 +266,9 @@ def bind_this_process(environ: Mapping[str, str] = os.environ) -> Optional[str]:
     cpus, name = cpus_for(index, bind, count, mapping, topo)
     local = _local_count(environ)
     if local is not None and index < local:
-        _crowding = sharing(index, local, bind, count, mapping, topo)
+        # (imported here: this module is imported before minimpi is, and must stay light)
+        from minimpi.p2p.progress import set_binding
+        set_binding(sharing(index, local, bind, count, mapping, topo))
     for tid in _threads():
         try:
             os.sched_setaffinity(tid, cpus)

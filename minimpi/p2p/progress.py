@@ -24,8 +24,8 @@ spinning while the rank that has the data waits for a core. Hence the policies
     ``spin`` when the ranks on this host are no more than the cores this process may run
     on (``os.sched_getaffinity``), ``yield`` up to :data:`YIELD_UP_TO` times that, ``block``
     beyond. A rank that ``--bind-to`` pinned counts instead the ranks bound to its own
-    CPUs and those CPUs (:func:`minimpi._start.binding.crowding`): after the binding it may
-    run on one core, which is not the cores its host's ranks share. A rank that yields gives its core to a rank that has work, so ranks that
+    CPUs and those CPUs (:func:`set_binding`): after the binding it may run on one core,
+    which is not the cores its host's ranks share. A rank that yields gives its core to a rank that has work, so ranks that
     outnumber cores can wait as long as spinning ranks do: 8 B ``Allreduce`` on 2 cores
     at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with a 30 us yield budget (p = 8 and
     16 then blocked) and 35 / 106 / 784 us with 3 ms (a sleeping rank pays a wake-up per
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Tuple
 
 from ..errors import ArgumentError
 
@@ -117,6 +117,20 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: (ranks, CPUs) of this process's binding, if ``--bind-to`` pinned it (:func:`set_binding`)
+_binding: Optional[Tuple[int, int]] = None
+
+
+def set_binding(sharing: Optional[Tuple[int, int]]) -> None:
+    """This process was pinned to CPUs that ``sharing = (ranks, cpus)`` describes: how many
+    of its host's ranks are pinned to them (itself included) and how many there are; None:
+    not pinned. Said by the binding when the rank starts
+    (:func:`minimpi._start.binding.bind_this_process`), before any policy is chosen: what
+    ``auto`` decides from for this process (:meth:`ProgressPolicy.from_env`)."""
+    global _binding
+    _binding = sharing
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -171,17 +185,21 @@ class ProgressPolicy:
         return cls(mode, max_spin, f"auto: {where}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], ranks_here: int, cores: Optional[int] = None,
-                 bound: bool = False) -> "ProgressPolicy":
+    def from_env(cls, env: Mapping[str, str], ranks_here: int) -> "ProgressPolicy":
         """The policy ``MINIMPI_PROGRESS`` and ``MINIMPI_SPIN_US`` ask for, for
-        ``ranks_here`` ranks sharing ``cores`` cores (see :meth:`choose`)."""
+        ``ranks_here`` ranks on this host sharing the cores this process may use - or, if
+        it was pinned (:func:`set_binding`), for the ranks pinned to its CPUs (see
+        :meth:`choose`)."""
         spin_us = env.get("MINIMPI_SPIN_US")
         try:
             max_spin = float(spin_us) * 1e-6 if spin_us else None
         except ValueError:
             raise ArgumentError(f"MINIMPI_SPIN_US={spin_us!r} is not a number") from None
-        return cls.choose(env.get("MINIMPI_PROGRESS", "auto"), ranks_here, cores, max_spin,
-                          bound)
+        setting = env.get("MINIMPI_PROGRESS", "auto")
+        if _binding is not None:
+            ranks, cpus = _binding
+            return cls.choose(setting, ranks, cpus, max_spin, bound=True)
+        return cls.choose(setting, ranks_here, max_spin=max_spin)
 
     def wait(self, transport, timeout: float,
              ready: Optional[Callable[[], bool]] = None) -> bool:

@@ -15,7 +15,6 @@ import threading
 from typing import Any, Optional
 
 from .. import transports
-from .._start.binding import crowding
 from ..bus import Bus
 from ..comm import ulfm
 from ..comm.communicator import Intracomm, set_predefined
@@ -102,13 +101,10 @@ class _Runtime:
             if info.size <= int(info.env.get("MINIMPI_CONNECT_ALL_MAX", "16")):
                 transport.connect_all()
                 self.all_connected = True
-            # spin before sleeping only while the ranks on this host have a core each: all
-            # of them on the cores this process may use, or, bound (--bind-to), the ranks
-            # bound to its CPUs on those CPUs
-            crowded = crowding()
-            ranks, cores = (len(transport.local_ranks), None) if crowded is None else crowded
+            # spin before sleeping only while the ranks on this host have a core each (or,
+            # pinned by --bind-to, the ranks pinned to this rank's CPUs: see set_binding)
             self.engine.set_progress_policy(ProgressPolicy.from_env(
-                info.env, ranks, cores, bound=crowded is not None))
+                info.env, len(transport.local_ranks)))
 
 
 #: the process that initialised MPI (a forked child is another process)

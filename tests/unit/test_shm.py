@@ -396,14 +396,22 @@ def test_a_crowded_host_yields_longer_and_an_asked_budget_stays():
 
 def test_bound_ranks_count_the_ranks_on_their_own_cpus():
     # --bind-to core: a rank alone on its core spins; 16 on one core yield as 32 on two do
-    from minimpi.p2p.progress import CROWDED, MAX_SPIN
-    alone = ProgressPolicy.from_env({}, 1, 1, bound=True)
-    assert alone.mode == "spin" and alone.reason == "auto: 1 rank bound to this rank's 1 CPU"
-    crowded = ProgressPolicy.from_env({}, 16, 1, bound=True)
-    assert crowded.mode == "yield"
-    assert crowded.max_spin == pytest.approx(MAX_SPIN * 16 / CROWDED)
-    assert crowded.reason == "auto: 16 ranks bound to this rank's 1 CPU"
-    assert ProgressPolicy.from_env({"MINIMPI_PROGRESS": "block"}, 1, 1, bound=True).mode == "block"
+    from minimpi.p2p.progress import CROWDED, MAX_SPIN, set_binding
+    try:
+        set_binding((1, 1))
+        alone = ProgressPolicy.from_env({}, 2)
+        assert alone.mode == "spin"
+        assert alone.reason == "auto: 1 rank bound to this rank's 1 CPU"
+        set_binding((16, 1))
+        crowded = ProgressPolicy.from_env({}, 32)
+        assert crowded.mode == "yield"
+        assert crowded.max_spin == pytest.approx(MAX_SPIN * 16 / CROWDED)
+        assert crowded.reason == "auto: 16 ranks bound to this rank's 1 CPU"
+        assert ProgressPolicy.from_env({"MINIMPI_PROGRESS": "block"}, 2).mode == "block"
+    finally:
+        set_binding(None)
+    # not bound: the host's ranks on the cores this process may use
+    assert ProgressPolicy.from_env({}, 2).reason.startswith("auto: 2 ranks on this host, ")
 
 
 def test_progress_setting_errors_name_the_choices():

@@ -20,10 +20,10 @@ Placement is round-robin: with more ranks than cores, rank ``cores`` shares core
 A bound rank also says how crowded its CPUs are (:func:`sharing`: how many of its host's
 ranks are bound to CPUs it has, and how many CPUs it has) to the progress policy
 (:func:`minimpi.p2p.progress.set_binding`), which decides from that how its waits spin,
-yield or sleep, not from the CPUs it may run on after the binding: those are one core per rank, which would read as "two ranks, one core" at p = 2
-(yielding where each rank has a core of its own) and as "32 ranks on one core" at p = 32 on
-2 cores (sleeping through every wait: 8 B ``Allreduce`` 1.7-2.1 ms a call against 0.6-0.8
-unbound).
+yield or sleep - not from the CPUs it may run on after the binding: one core per rank would
+read as "two ranks, one core" at p = 2 (yielding where each rank has a core of its own) and
+as "32 ranks on one core" at p = 32 on 2 cores (sleeping through every wait: 8 B
+``Allreduce`` 1.7-2.1 ms a call against 0.6-0.8 unbound).
 
 This module is imported by the rank start script before numpy and minimpi: it must import
 nothing heavy.

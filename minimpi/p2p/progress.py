@@ -25,11 +25,15 @@ spinning while the rank that has the data waits for a core. Hence the policies
     on (``os.sched_getaffinity``), ``yield`` up to :data:`YIELD_UP_TO` times that, ``block``
     beyond. A rank that ``--bind-to`` pinned counts instead the ranks bound to its own
     CPUs and those CPUs (:func:`set_binding`): after the binding it may run on one core,
-    which is not the cores its host's ranks share. A rank that yields gives its core to a rank that has work, so ranks that
-    outnumber cores can wait as long as spinning ranks do: 8 B ``Allreduce`` on 2 cores
-    at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with a 30 us yield budget (p = 8 and
-    16 then blocked) and 35 / 106 / 784 us with 3 ms (a sleeping rank pays a wake-up per
-    call, and so does the rank that wakes it). With the collectives that meet in a shared
+    which is not the cores its host's ranks share. A rank that yields gives its core to a
+    rank that has work, so ranks that outnumber cores can wait as long as spinning ranks
+    do: 8 B ``Allreduce`` on 2 cores at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with
+    a 30 us yield budget (p = 8 and 16 then blocked) and 35 / 106 / 784 us with 3 ms (a
+    sleeping rank pays a wake-up per call, and so does the rank that wakes it). The price
+    is paid by large calls: a waiter's yields still take slices from a rank on its core
+    that reduces or copies, and 1 MiB ``Allreduce`` at p = 4 on 2 cores takes 2.7-3.6 ms
+    a call with 3 ms against 2.5 with 30 us (``MINIMPI_SPIN_US=30``: 1.8-2.6 ms in a
+    faster hour); a rule that keeps both is not found yet. With the collectives that meet in a shared
     segment, a repeated 8 B ``Allreduce`` + ``Barrier`` on 2 cores took 526 / 2386 / 25693 us
     per pair yielding at p = 16 / 32 / 64 and 2154 / 8665 / 25039 us blocking (the cores
     busy either way: blocking, the kernel's sleeps and wake-ups took the CPU time - 16.4 ms

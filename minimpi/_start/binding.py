@@ -208,12 +208,12 @@ def _location(index: int, mapping: str, topo: Topology) -> int:
     return cores[index % len(cores)][0]
 
 
-def _local_count(environ: Mapping[str, str]) -> Optional[int]:
-    """How many ranks of the job run on this host (None: not said)."""
+def _local_ranks(environ: Mapping[str, str]) -> list[int]:
+    """The job's ranks on this host, sorted (empty: not said, or not readable)."""
     try:
-        return len(set(parse_cpulist(environ.get(ENV_LOCAL_RANKS) or ""))) or None
+        return sorted(parse_cpulist(environ.get(ENV_LOCAL_RANKS) or ""))  # "0-3,5" format
     except ValueError:
-        return None
+        return []
 
 
 def local_index(environ: Mapping[str, str]) -> Optional[int]:
@@ -222,13 +222,7 @@ def local_index(environ: Mapping[str, str]) -> Optional[int]:
         rank = int(environ[ENV_RANK])
     except (KeyError, ValueError):
         return None
-    local = environ.get(ENV_LOCAL_RANKS)
-    if not local:
-        return rank
-    try:
-        ranks = sorted(parse_cpulist(local))        # the same "0-3,5" list format
-    except ValueError:
-        return rank
+    ranks = _local_ranks(environ)
     return ranks.index(rank) if rank in ranks else rank
 
 
@@ -264,8 +258,8 @@ def bind_this_process(environ: Mapping[str, str] = os.environ) -> Optional[str]:
     topo = Topology(allowed)
     mapping = parse_map(environ.get(ENV_MAP) or "core")
     cpus, name = cpus_for(index, bind, count, mapping, topo)
-    local = _local_count(environ)
-    if local is not None and index < local:
+    local = len(set(_local_ranks(environ)))
+    if index < local:
         # (imported here: this module is imported before minimpi is, and must stay light)
         from minimpi.p2p.progress import set_binding
         set_binding(sharing(index, local, bind, count, mapping, topo))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..constants import PROC_NULL, ROOT
 from .blocks import as_bytes, segment_bounds
-from .cost import Layout, ceil_log2, segments, tree_volume
+from .cost import Layout, ceil_log2, halves, segments, tree_volume
 from .groups import GroupChannel
 from .peers import (
     GROUP_LEADER,
@@ -106,7 +106,7 @@ def bcast_ring(ch: Channel, data: Any, root: int, segment: Optional[int] = None)
 
 
 @algorithm("bcast", "scatter_allgather",
-           path=lambda m, p, n: [n / 2 ** (k + 1) for k in range(ceil_log2(p))] + [n / p] * (p - 1),
+           path=lambda m, p, n: halves(n, ceil_log2(p)) + [n / p] * (p - 1),
            formula="(⌈log2 p⌉ + p - 1)·α + 2·(p-1)/p·n·β", objects=False,
            messages=lambda m, p, n: (p - 1) + p * (p - 1),
            volume=lambda p, n: tree_volume(p) * n / p + (p - 1) * n)

@@ -396,12 +396,18 @@ def doubling_blocks(block: float, p: int) -> list:
     return [block * min(1 << k, p - (1 << k)) for k in range(ceil_log2(p))]
 
 
+def halves(n: float, steps: int) -> list:
+    """n/2, n/4, ... : the bytes of each of ``steps`` halving steps. A critical ``path``'s
+    part (:mod:`.registry`)."""
+    return [n / (2 << k) for k in range(steps)]
+
+
 def halving_path(p: int, n: float) -> list:
     """The critical path of recursive halving then doubling (Rabenseifner) over the
     q = 2^⌊log2 p⌋ ranks left after the fold: n/2, n/4, ... down, the same sizes back up,
     and the fold's two whole vectors when p is not a power of two."""
-    halves = [n / (2 << k) for k in range(floor_log2(p))]
-    return halves + halves[::-1] + [n] * 2 * not_pow2(p)
+    down = halves(n, floor_log2(p))
+    return down + down[::-1] + [n] * 2 * not_pow2(p)
 
 
 def ceil_log2(p: int) -> int:

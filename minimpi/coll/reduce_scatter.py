@@ -16,7 +16,7 @@ from typing import Any, List, Sequence
 import numpy as np
 
 from .blocks import as_bytes, running_sum
-from .cost import ceil_log2, floor_log2, not_pow2, tree_volume
+from .cost import ceil_log2, floor_log2, halves, not_pow2, tree_volume
 from .peers import (
     GROUP_LEADER,
     binomial_children,
@@ -36,7 +36,7 @@ from .slots import SEQ_BITS
 
 
 @algorithm("reduce_scatter", "binomial",
-           path=lambda m, p, n: [n] * ceil_log2(p) + [n / 2 ** (k + 1) for k in range(ceil_log2(p))],
+           path=lambda m, p, n: [n] * ceil_log2(p) + halves(n, ceil_log2(p)),
            formula="⌈log2 p⌉·(α + n·β + n·γ) + ⌈log2 p⌉·α + (p-1)/p·n·β + n·γ", objects=False,
            messages=lambda m, p, n: 2 * (p - 1),
            volume=lambda p, n: (p - 1) * n + tree_volume(p) * n / p,
@@ -100,8 +100,7 @@ def reduce_scatter_ring(ch: Channel, red: Operand, send: np.ndarray, recv: np.nd
 
 
 @algorithm("reduce_scatter", "recursive_halving",
-           path=lambda m, p, n: [n / 2 ** (k + 1) for k in range(floor_log2(p))]
-           + [n, n / p] * not_pow2(p),
+           path=lambda m, p, n: halves(n, floor_log2(p)) + [n, n / p] * not_pow2(p),
            formula="(⌊log2 p⌋ + 2·f)·α + ((p-1)/p + f·(1 + 1/p))·n·β + ((p-1)/p + f)·n·γ + n·γ", objects=False, commutative_only=True,
            messages=lambda m, p, n: (1 << floor_log2(p)) * floor_log2(p) + 2 * (p - (1 << floor_log2(p))),
            volume=lambda p, n: ((1 << floor_log2(p)) - 1) * n

@@ -1354,6 +1354,7 @@ class Engine(FrameSink):
                         self.advance_active()
                     return done()
 
+                bulk = None         # (whether it waits for a large transfer: once, if it spins)
                 blocks = self.bus.blocks
                 waits = self.bus.waits
                 if waits:
@@ -1376,8 +1377,10 @@ class Engine(FrameSink):
                                 else:
                                     # (done, not ready: operations in flight advance
                                     # after a round that moved something, as before)
+                                    if bulk is None:
+                                        bulk = self._awaits_bulk(waiting_on)
                                     moved = self.progress_policy.wait(transport, POLL_INTERVAL,
-                                                                      done)
+                                                                      done, bulk)
                             finally:
                                 self._owner = None
                                 transport.set_sleep_check(None)
@@ -1428,6 +1431,21 @@ class Engine(FrameSink):
             if self._park:      # the interpreter is exiting: this thread must not go on
                 self._park_forever()
             raise
+
+    def _awaits_bulk(self, waiting_on: List[Request]) -> bool:
+        """Whether one of ``waiting_on`` is a large transfer: a receive into a buffer larger
+        than the eager limit, or a send its receiver has yet to pull (a rendezvous offer) -
+        a wait the progress policy gives a short spin (:data:`~.progress.BULK_SPIN`)."""
+        limit = self.eager_limit
+        offers = self._rndv_sends
+        for r in waiting_on:
+            kind = type(r)
+            if kind is RecvRequest:
+                if r.target is not None and r.target.nbytes > limit:
+                    return True
+            elif kind is SendRequest and (r.peer, r.msg_id) in offers:
+                return True
+        return False
 
     def _wait_turn(self, me: int, waiting_on: List[Request]) -> bool:
         """A wait while another thread runs progress (or, without a transport, for another

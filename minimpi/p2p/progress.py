@@ -29,11 +29,11 @@ spinning while the rank that has the data waits for a core. Hence the policies
     rank that has work, so ranks that outnumber cores can wait as long as spinning ranks
     do: 8 B ``Allreduce`` on 2 cores at p = 4 / 8 / 16 took 74 / 419 / 975 us per call with
     a 30 us yield budget (p = 8 and 16 then blocked) and 35 / 106 / 784 us with 3 ms (a
-    sleeping rank pays a wake-up per call, and so does the rank that wakes it). The price
-    is paid by large calls: a waiter's yields still take slices from a rank on its core
-    that reduces or copies, and 1 MiB ``Allreduce`` at p = 4 on 2 cores takes 2.7-3.6 ms
-    a call with 3 ms against 2.5 with 30 us (``MINIMPI_SPIN_US=30``: 1.8-2.6 ms in a
-    faster hour); a rule that keeps both is not found yet. With the collectives that meet in a shared
+    sleeping rank pays a wake-up per call, and so does the rank that wakes it). A wait on
+    a large transfer yields only :data:`BULK_SPIN`: there a waiter's yields take slices
+    from the rank on its core that reduces or copies, and a wake-up is little beside the
+    transfer (1 MiB ``Allreduce`` at p = 4 on 2 cores: 2.85 ms a call with 3 ms for every
+    wait, 2.19 ms with 30 us for these). With the collectives that meet in a shared
     segment, a repeated 8 B ``Allreduce`` + ``Barrier`` on 2 cores took 526 / 2386 / 25693 us
     per pair yielding at p = 16 / 32 / 64 and 2154 / 8665 / 25039 us blocking (the cores
     busy either way: blocking, the kernel's sleeps and wake-ups took the CPU time - 16.4 ms
@@ -101,6 +101,17 @@ YIELD_UP_TO = 16
 #: the quiet figure stays 11.1-11.6 us (yielding at once: 12.2), since a message that comes
 #: sooner - the usual case - pays no system call
 SPIN_ALONE = 25e-6
+#: a yielding rank's budget for a wait on a large transfer - a receive into a buffer larger
+#: than the eager limit, or a send whose receiver pulls its data (a rendezvous) - which
+#: neither reads nor changes the budget that follows whether spinning pays: such a wait
+#: lasts as long as its peer takes to reduce or copy the data, hundreds of microseconds
+#: from 64 KiB on, so a wake-up (30-35 us) is little beside it, while a waiter's yields take
+#: slices from the rank on its core that does that work. 1 MiB ``Allreduce`` at p = 4 on 2
+#: cores (binomial, auto's choice; 30 calls a loop, the median of 12 loops a job, 8 rounds
+#: of three jobs): 2.10-3.67 ms a call (median 2.85) with the 3 ms budget for every wait,
+#: 1.97-2.58 (2.19) with 30 us for such waits, 1.81-2.59 (2.41) for the code before the 3 ms
+#: budget; small waits keep the 3 ms
+BULK_SPIN = 30e-6
 #: the budget never adapts below this (s)
 MIN_SPIN = 5e-6
 #: how many recent waits decide whether spinning pays
@@ -142,7 +153,8 @@ def _count(n: int, noun: str) -> str:
 class ProgressPolicy:
     """Spin, yield or block before/while waiting (see the module docstring)."""
 
-    __slots__ = ("mode", "spin", "max_spin", "min_spin", "yield_after", "reason", "recent")
+    __slots__ = ("mode", "spin", "max_spin", "min_spin", "bulk_spin", "yield_after", "reason",
+                 "recent")
 
     def __init__(self, mode: str = "block", max_spin: Optional[float] = None,
                  reason: str = "") -> None:
@@ -158,6 +170,9 @@ class ProgressPolicy:
         else:
             self.max_spin = SPIN_BUDGET if mode == "spin" else MAX_SPIN
         self.min_spin = min(MIN_SPIN, self.max_spin)
+        #: the budget of a wait on a large transfer (a spinning rank's peers have cores of
+        #: their own: its spin takes nothing from them)
+        self.bulk_spin = min(BULK_SPIN, self.max_spin) if mode == "yield" else self.max_spin
         self.spin = self.max_spin
         #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid
         self.recent = _ALL
@@ -206,13 +221,14 @@ class ProgressPolicy:
         return cls.choose(setting, ranks_here, max_spin=max_spin)
 
     def wait(self, transport, timeout: float,
-             ready: Optional[Callable[[], bool]] = None) -> bool:
+             ready: Optional[Callable[[], bool]] = None, bulk: bool = False) -> bool:
         """One round of waiting: spin on ``progress(0)`` for the budget, then sleep at most
         ``timeout`` s. True if anything moved. ``ready``: what the wait waits for, when
         it may come true without a message (memory a peer writes: a shared segment); the
         spin looks at it too, and ends when it is true (else such a wait would spin its
-        whole budget, up to milliseconds, for data that came in microseconds)."""
-        spin = self.spin
+        whole budget, up to milliseconds, for data that came in microseconds). ``bulk``:
+        it waits for a large transfer (:data:`BULK_SPIN`)."""
+        spin = min(self.spin, self.bulk_spin) if bulk else self.spin
         if not spin:
             return transport.progress(timeout)
         progress = transport.progress
@@ -235,8 +251,9 @@ class ProgressPolicy:
         # ``moved`` alone, every such wait that slept counted as unpaid, so once the budget
         # fell to min_spin, ranks that only meet in a segment slept through every later
         # wait: 8 B Allreduce at p = 32 on 2 cores, 1.4-3.9 ms a call against 0.4)
-        over = moved or ready is not None and ready()
-        self._paid(over and clock() - start < NEAR * self.max_spin)
+        if not bulk:
+            over = moved or ready is not None and ready()
+            self._paid(over and clock() - start < NEAR * self.max_spin)
         return moved
 
     def spin_until(self, ready: Callable[[], bool]) -> bool:

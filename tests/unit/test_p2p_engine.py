@@ -505,3 +505,49 @@ def test_hosts_reach_every_communicator():
     assert all(h == (0, 0, 1, 1) for h in world)
     assert subs[0] == (1, 0) and subs[1] == (1, 0)         # even ranks: world 2, 0
     assert run_threads(2, lambda comm: comm._ep.hosts) == [(0, 0), (0, 0)]
+
+
+def test_waits_on_large_transfers_tell_the_progress_policy_so():
+    """A receive into a buffer above the eager limit and a send whose receiver has yet to
+    pull it (a rendezvous) are waits on a large transfer (the progress policy gives them a
+    short spin: progress.BULK_SPIN); small messages' waits are not."""
+    from minimpi.p2p.progress import ProgressPolicy
+
+    class Recording(ProgressPolicy):
+        __slots__ = ("seen",)
+
+        def wait(self, transport, timeout, ready=None, bulk=False):
+            self.seen.append(bulk)
+            return super().wait(transport, timeout, ready, bulk)
+
+    def body(comm):
+        import time
+        policy = Recording("yield", max_spin=1e-3)
+        policy.seen = []
+        comm.endpoint.engine.set_progress_policy(policy)
+        big = np.arange(1 << 16, dtype=np.float64)           # 512 KiB: a rendezvous
+        got = np.empty_like(big)
+        small = np.empty(1)
+        seen = {}
+        if comm.rank == 0:
+            time.sleep(0.05)                                  # the receives wait
+            comm.Send(big, dest=1, tag=1)
+            comm.Send(big[:1], dest=1, tag=2)
+            policy.seen.clear()
+            comm.Send(big, dest=1, tag=3)                     # the receiver is late to pull it
+            seen["send"] = policy.seen[:]
+        else:
+            comm.Recv(got, source=0, tag=1)
+            seen["large"] = policy.seen[:]
+            policy.seen.clear()
+            comm.Recv(small, source=0, tag=2)
+            seen["small"] = policy.seen[:]
+            time.sleep(0.05)
+            comm.Recv(got, source=0, tag=3)
+            assert np.array_equal(got, big) and small[0] == 0.0
+        return seen
+
+    sender, receiver = run_threads(2, body, timeout=20)
+    assert receiver["large"] and all(receiver["large"])
+    assert sender["send"] and all(sender["send"])
+    assert not any(receiver["small"])

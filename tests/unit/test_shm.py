@@ -550,6 +550,44 @@ def test_a_wait_on_memory_woken_soon_pays_as_a_message_would():
     assert policy.spin == policy.min_spin
 
 
+class _Sleeps:
+    """A transport on which nothing arrives while polled; a sleep ends the wait. Records when
+    the first sleep began, after the wait's start."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.slept_after = None
+
+    def progress(self, timeout):
+        if timeout:
+            self.slept_after = time.perf_counter() - self.start
+            return True
+        return False
+
+
+def test_a_wait_on_a_large_transfer_yields_briefly_and_leaves_the_budget_alone():
+    """A yielding rank waiting for a large transfer sleeps after BULK_SPIN, not after the
+    milliseconds small waits get; those waits say nothing about whether spinning pays for
+    small ones. A spinning rank (a core each) spins as long for both."""
+    for attempt in range(3):
+        policy = ProgressPolicy("yield", max_spin=50e-3)
+        assert policy.bulk_spin == progress.BULK_SPIN
+        late = _Sleeps()
+        policy.wait(late, 0.25, bulk=True)
+        if late.slept_after < 10e-3:          # (a descheduled test thread: try again)
+            break
+    assert late.slept_after < 10e-3
+    for _ in range(progress.WINDOW):
+        policy.wait(_Clocked(0.03), 0.25, bulk=True)
+    assert policy.recent == progress._ALL and policy.spin == policy.max_spin
+    small = _Sleeps()
+    policy.wait(small, 0.25)
+    assert small.slept_after >= 50e-3
+    assert ProgressPolicy("spin", max_spin=0.01).bulk_spin == 0.01
+    assert ProgressPolicy("yield", max_spin=10e-6).bulk_spin == 10e-6
+    assert ProgressPolicy("block").bulk_spin == 0.0
+
+
 def test_spinning_stops_where_it_never_pays():
     """A rank whose peer is rarely running (a busy machine) or whose messages come late
     sleeps at once after a few waits, instead of burning the CPU it will need."""

@@ -170,9 +170,9 @@ class ProgressPolicy:
         else:
             self.max_spin = SPIN_BUDGET if mode == "spin" else MAX_SPIN
         self.min_spin = min(MIN_SPIN, self.max_spin)
-        #: the budget of a wait on a large transfer (a spinning rank's peers have cores of
-        #: their own: its spin takes nothing from them)
-        self.bulk_spin = min(BULK_SPIN, self.max_spin) if mode == "yield" else self.max_spin
+        #: the budget of a wait on a large transfer; None: such a wait is like any other (a
+        #: spinning rank's peers have cores of their own: its spin takes nothing from them)
+        self.bulk_spin = min(BULK_SPIN, self.max_spin) if mode == "yield" else None
         self.spin = self.max_spin
         #: the last WINDOW waits, one bit each, newest lowest: 1 = spinning paid
         self.recent = _ALL
@@ -228,7 +228,11 @@ class ProgressPolicy:
         spin looks at it too, and ends when it is true (else such a wait would spin its
         whole budget, up to milliseconds, for data that came in microseconds). ``bulk``:
         it waits for a large transfer (:data:`BULK_SPIN`)."""
-        spin = min(self.spin, self.bulk_spin) if bulk else self.spin
+        if bulk and self.bulk_spin is not None:
+            spin = self.bulk_spin
+        else:
+            spin = self.spin
+            bulk = False
         if not spin:
             return transport.progress(timeout)
         progress = transport.progress

@@ -567,8 +567,8 @@ class _Sleeps:
 
 def test_a_wait_on_a_large_transfer_yields_briefly_and_leaves_the_budget_alone():
     """A yielding rank waiting for a large transfer sleeps after BULK_SPIN, not after the
-    milliseconds small waits get; those waits say nothing about whether spinning pays for
-    small ones. A spinning rank (a core each) spins as long for both."""
+    milliseconds small waits get; those waits neither read nor change the budget that follows
+    whether spinning pays for small ones. A spinning rank (a core each) waits alike for both."""
     for attempt in range(3):
         policy = ProgressPolicy("yield", max_spin=50e-3)
         assert policy.bulk_spin == progress.BULK_SPIN
@@ -583,9 +583,19 @@ def test_a_wait_on_a_large_transfer_yields_briefly_and_leaves_the_budget_alone()
     small = _Sleeps()
     policy.wait(small, 0.25)
     assert small.slept_after >= 50e-3
-    assert ProgressPolicy("spin", max_spin=0.01).bulk_spin == 0.01
+    policy = ProgressPolicy("yield", max_spin=2e-3)
+    for _ in range(progress.WINDOW):           # small waits that outlast the spin turn it
+        policy.wait(_Clocked(0.03), 0.25)      # down; a large transfer's budget stays
+    assert policy.spin == policy.min_spin
+    late = _Sleeps()
+    policy.wait(late, 0.25, bulk=True)
+    assert policy.spin == policy.min_spin and late.slept_after >= progress.BULK_SPIN
+    spinning = ProgressPolicy("spin", max_spin=0.01)
+    assert spinning.bulk_spin is None and ProgressPolicy("block").bulk_spin is None
+    for _ in range(progress.WINDOW):           # a spinning rank's large waits count as any
+        spinning.wait(_Clocked(0.03), 0.25, bulk=True)
+    assert spinning.spin == spinning.min_spin
     assert ProgressPolicy("yield", max_spin=10e-6).bulk_spin == 10e-6
-    assert ProgressPolicy("block").bulk_spin == 0.0
 
 
 def test_spinning_stops_where_it_never_pays():

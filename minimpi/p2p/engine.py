@@ -596,6 +596,7 @@ class Engine(FrameSink):
                 header = _pack(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
                 self.transport.send(dest, header, payload, req._sent)
             else:
+                req.bulk = True
                 self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
                 header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
                 self.transport.send(dest, header, (), None)
@@ -1434,16 +1435,15 @@ class Engine(FrameSink):
 
     def _awaits_bulk(self, waiting_on: List[Request]) -> bool:
         """Whether one of ``waiting_on`` is a large transfer: a receive into a buffer larger
-        than the eager limit, or a send its receiver has yet to pull (a rendezvous offer) -
-        a wait the progress policy gives a short spin (:data:`~.progress.BULK_SPIN`)."""
+        than the eager limit, or a rendezvous send (its receiver pulls the data) - a wait
+        the progress policy gives a short spin (:data:`~.progress.BULK_SPIN`)."""
         limit = self.eager_limit
-        offers = self._rndv_sends
         for r in waiting_on:
             kind = type(r)
             if kind is RecvRequest:
                 if r.target is not None and r.target.nbytes > limit:
                     return True
-            elif kind is SendRequest and (r.peer, r.msg_id) in offers:
+            elif kind is SendRequest and r.bulk:
                 return True
         return False
 

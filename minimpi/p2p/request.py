@@ -772,12 +772,15 @@ class TransportRequest(Request):
 
 
 class SendRequest(Request):
-    __slots__ = ("peer", "msg_id")
+    __slots__ = ("peer", "msg_id", "bulk")
 
     def __init__(self, engine: "RequestEngine", description: str, peer: int) -> None:
         self._setup(engine, description)
         self.peer = peer
         self.msg_id = 0
+        #: a rendezvous: the receiver pulls the data (a wait on it is a wait on a large
+        #: transfer, from the offer until the data is read)
+        self.bulk = False
 
 
 class RecvRequest(Request):

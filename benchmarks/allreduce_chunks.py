@@ -16,20 +16,13 @@ import statistics
 import time
 
 import numpy as np
+from compare import parse_size  # (benchmarks/compare.py: "1M", "64K", "512")
 from mpi4py import MPI
-
-
-def size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B").rstrip("I")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bytes", type=size, default=1 << 20, help="vector size (default 1M)")
+    ap.add_argument("--bytes", type=parse_size, default=1 << 20, help="vector size (default 1M)")
     ap.add_argument("--chunks", type=int, default=12)
     ap.add_argument("--calls", type=int, default=30, help="calls per chunk")
     args = ap.parse_args(argv)

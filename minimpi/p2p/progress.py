@@ -228,11 +228,8 @@ class ProgressPolicy:
         spin looks at it too, and ends when it is true (else such a wait would spin its
         whole budget, up to milliseconds, for data that came in microseconds). ``bulk``:
         it waits for a large transfer (:data:`BULK_SPIN`)."""
-        if bulk and self.bulk_spin is not None:
-            spin = self.bulk_spin
-        else:
-            spin = self.spin
-            bulk = False
+        bulk = bulk and self.bulk_spin is not None
+        spin = self.bulk_spin if bulk else self.spin
         if not spin:
             return transport.progress(timeout)
         progress = transport.progress

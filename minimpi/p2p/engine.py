@@ -571,38 +571,43 @@ class Engine(FrameSink):
 
         ``source`` is this rank's rank in the communicator of ``context``.
         """
-        with self.lock:
-            if self.aborted is not None:
-                self._check_alive()
-            req = SendRequest(self, description, dest)
-            if self.lost_peers or self.revoked:
-                error = self._refusal(context, dest, req)
-                if error is not None:
-                    req._fail(error)
+        try:
+            with self.lock:
+                if self.aborted is not None:
+                    self._check_alive()
+                req = SendRequest(self, description, dest)
+                if self.lost_peers or self.revoked:
+                    error = self._refusal(context, dest, req)
+                    if error is not None:
+                        req._fail(error)
+                        return req
+                if dest == self.rank:
+                    self._send_to_self(req, context, source, tag, payload, nbytes, flags)
+                    if self._owner is not None or self._waiters:   # it may be another thread's
+                        self._tell_others()
                     return req
-            if dest == self.rank:
-                self._send_to_self(req, context, source, tag, payload, nbytes, flags)
-                if self._owner is not None or self._waiters:   # it may be another thread's
-                    self._tell_others()
+                req.msg_id = msg_id = next(self._msg_ids)
+                if self.bus.sent:
+                    for o in self.bus.sent:
+                        o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
+                if nbytes <= self.eager_limit:
+                    if flags & F_SYNC:
+                        req._pending = 2  # handed off, and acknowledged by the matching receive
+                        self._sync_sends[(dest, msg_id)] = req
+                    header = _pack(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
+                    self.transport.send(dest, header, payload, req._sent)
+                else:
+                    req.bulk = True
+                    self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
+                    header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
+                    self.transport.send(dest, header, (), None)
+                if self._owner is not None:     # another thread sleeps in progress
+                    self._nudge()
                 return req
-            req.msg_id = msg_id = next(self._msg_ids)
-            if self.bus.sent:
-                for o in self.bus.sent:
-                    o.message_sent(context, dest, source, tag, payload, nbytes, msg_id)
-            if nbytes <= self.eager_limit:
-                if flags & F_SYNC:
-                    req._pending = 2  # handed off, and acknowledged by the matching receive
-                    self._sync_sends[(dest, msg_id)] = req
-                header = _pack(EAGER, flags, 0, context, source, tag, msg_id, nbytes)
-                self.transport.send(dest, header, payload, req._sent)
-            else:
-                req.bulk = True
-                self._rndv_sends[(dest, msg_id)] = (req, payload, context, source, tag, flags, nbytes)
-                header = frames.pack(RTS, flags, context, source, tag, msg_id, nbytes)
-                self.transport.send(dest, header, (), None)
-            if self._owner is not None:     # another thread sleeps in progress
-                self._nudge()
-            return req
+        except JobAbortedError:
+            if self._park:      # (a daemon thread's call after close at exit: parked)
+                self._park_if_exiting()
+            raise
 
     # -- the express lane ---------------------------------------------------------------------
     # A blocking Send of a small contiguous buffer (or a pickle) to a peer whose transport can
@@ -810,31 +815,36 @@ class Engine(FrameSink):
     def irecv(self, context: int, source: int, tag: int, target: Optional[memoryview],
               is_object: bool, description=None) -> RecvRequest:
         """Post a receive; ``target`` is a writable byte memoryview (None for an object)."""
-        with self.lock:
-            if self.aborted is not None:
-                self._check_alive()
-            if self.bus.posted:
-                for o in self.bus.posted:
-                    o.receive_posted(context, source, tag, target)
-            req = RecvRequest(self, description, context, source, tag, target, is_object)
-            if self.revoked or (self.lost_peers and self.fault_tolerant):
-                error = self._refusal(context, None, req)
-                if error is not None:
-                    req._fail(error)
-                    return req
-            q = self._queues.get(context) or self._queue(context)
-            inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
-            if inc is not None:
-                self._bind(req, inc)
-                if self._owner is not None:   # (a clear-to-send went out)
-                    self._nudge()
-            else:
-                lost = self._source_lost(source, self._groups.get(context)) if self.lost_peers else None
-                if lost is None:
-                    q.posted.append(req)
-                else:  # the peer it names is gone: nothing can ever match
-                    req._fail(self.lost_error(lost, describe(req)))
-            return req
+        try:
+            with self.lock:
+                if self.aborted is not None:
+                    self._check_alive()
+                if self.bus.posted:
+                    for o in self.bus.posted:
+                        o.receive_posted(context, source, tag, target)
+                req = RecvRequest(self, description, context, source, tag, target, is_object)
+                if self.revoked or (self.lost_peers and self.fault_tolerant):
+                    error = self._refusal(context, None, req)
+                    if error is not None:
+                        req._fail(error)
+                        return req
+                q = self._queues.get(context) or self._queue(context)
+                inc = q.find_unexpected(source, tag, remove=True) if q.unexpected else None
+                if inc is not None:
+                    self._bind(req, inc)
+                    if self._owner is not None:   # (a clear-to-send went out)
+                        self._nudge()
+                else:
+                    lost = self._source_lost(source, self._groups.get(context)) if self.lost_peers else None
+                    if lost is None:
+                        q.posted.append(req)
+                    else:  # the peer it names is gone: nothing can ever match
+                        req._fail(self.lost_error(lost, describe(req)))
+                return req
+        except JobAbortedError:
+            if self._park:      # (a daemon thread's call after close at exit: parked)
+                self._park_if_exiting()
+            raise
 
     def _bind(self, req: RecvRequest, inc: Incoming) -> None:
         """A posted receive meets an unexpected message."""
@@ -1551,6 +1561,14 @@ class Engine(FrameSink):
             self.job_abort(code, reason)
         self.abort(reason)
         raise JobAbortedError(f"rank {self.rank}: {reason} (exit code {code})")
+
+    def _park_if_exiting(self) -> None:
+        """A call of a thread other than the main one that :meth:`close` at the interpreter's
+        exit ended (a daemon thread still using MPI): it parks, as such a thread's wait does,
+        with the lock released - else the dying thread printed a traceback at the end of a
+        correct run. The main thread's call raises."""
+        if _get_ident() != _MAIN_THREAD:
+            self._park_forever()
 
     @staticmethod
     def _park_forever() -> None:

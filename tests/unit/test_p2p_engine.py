@@ -551,3 +551,36 @@ def test_waits_on_large_transfers_tell_the_progress_policy_so():
     assert receiver["large"] and all(receiver["large"])
     assert sender["send"] and all(sender["send"])
     assert not any(receiver["small"])
+
+
+def test_a_daemon_threads_call_after_close_at_exit_parks_and_the_main_threads_raises():
+    """At the interpreter's exit, close(at_exit=True) ends MPI: a daemon thread that posts a
+    send or receive afterwards (a listener loop) is parked, with the engine's lock released,
+    instead of dying with a traceback at the end of a correct run; the main thread's call
+    still raises, naming why."""
+    import threading
+
+    from minimpi.p2p.engine import Engine
+    engine = Engine(0, 1, None)
+    engine.close("MPI was finalized at the end of the program", at_exit=True)
+    outcome = []
+
+    def listener(call):
+        try:
+            call()
+        except BaseException as exc:     # (what the thread would have printed)
+            outcome.append(exc)
+
+    calls = (lambda: engine.irecv(7, 0, 9, None, True),
+             lambda: engine.isend(7, 0, 0, 9, (memoryview(b"x"),), 1))
+    threads = [threading.Thread(target=listener, args=(c,), daemon=True) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(0.3)
+    assert all(t.is_alive() for t in threads) and not outcome, outcome
+    assert engine.lock.acquire(timeout=1.0)      # parked without holding it
+    engine.lock.release()
+    for call in calls:
+        with pytest.raises(errors.JobAbortedError, match="at the end of the program"):
+            call()
